@@ -1,0 +1,3 @@
+from nsanalyze.cli import main
+
+main()

@@ -1,0 +1,173 @@
+"""What every check shares: the view of a kernel it reads, the finding it returns, severities.
+
+A check is a module in checks/kernel/ or checks/program/ with its metadata beside its logic:
+
+    ID, NAME, TITLE      the id users see (contract), a dotted name, a one-line title
+    REQUIRES             normalized concepts it cannot judge without
+    OPTIONAL             concepts it uses when present
+    THRESHOLDS           {key: Threshold(default, why)}; overridable from the CLI
+    SPEEDUP_MODEL        how estimated_speedup is computed, in words
+    RELIEVES             the roof a fix takes load off ("memory", "compute", or None)
+    COLLECT              the ncu option that collects what REQUIRES needs
+    ADVICE               Markdown with a before/after example
+    run(kernel, limits)  -> Finding | None   (a pure function)
+
+The module docstring uses fixed headings: What it detects / Why it is slow / Example /
+Instead / Known problems / Options; a registry test fails when one is missing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITIES = ("high", "medium", "low", "info")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    default: float
+    why: str
+
+
+@dataclass
+class Finding:
+    check: str
+    title: str
+    estimated_speedup: float
+    evidence: dict[str, dict[str, Any]]
+    advice: str
+    kernel_name: str | None = None
+    kernel_id: int | None = None
+    severity: str = "info"
+    estimated_savings_ns: float = 0.0
+    rank: int = 0
+    source: list[dict[str, Any]] = field(default_factory=list)
+    device_id: int | None = None
+    notes: list[str] = field(default_factory=list)
+    relieves: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "check": self.check,
+            "severity": self.severity,
+            "kernel_name": self.kernel_name,
+            "kernel_id": self.kernel_id,
+            "title": self.title,
+            "evidence": self.evidence,
+            "estimated_speedup": round(self.estimated_speedup, 4),
+            "estimated_savings_ns": round(self.estimated_savings_ns, 1),
+            "advice": self.advice,
+            "source": self.source,
+            "device_id": self.device_id,
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class NotJudged:
+    """A check that could not look at a kernel: which concepts were missing and how to collect them."""
+
+    check: str
+    kernel_name: str | None
+    missing: list[str]
+    collect: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.check, "kernel_name": self.kernel_name, "missing": self.missing, "collect": self.collect}
+
+
+def evidence(value, threshold=None, *, unit: str = "", compare: str | None = None) -> dict[str, Any]:
+    """One evidence entry: the measured value and the limit it was held against."""
+    entry: dict[str, Any] = {"value": _round(value)}
+    if unit:
+        entry["unit"] = unit
+    if threshold is not None:
+        entry["threshold"] = _round(threshold)
+        entry["compare"] = compare or ">"
+    return entry
+
+
+def _round(value):
+    if isinstance(value, float):
+        return float(f"{value:.6g}") if math.isfinite(value) else None
+    return value
+
+
+def severity_for(speedup: float, cuts: dict[str, float]) -> str:
+    """Severity from the part of the kernel's time a fix could remove."""
+    if speedup >= cuts["high"]:
+        return "high"
+    if speedup >= cuts["medium"]:
+        return "medium"
+    if speedup >= cuts["low"]:
+        return "low"
+    return "info"
+
+
+def clamp01(value: float) -> float:
+    return max(0.0, min(1.0, value))
+
+
+class KernelView:
+    """Read-only access to one kernel's normalized concepts; missing values read as None."""
+
+    def __init__(self, values: dict[str, Any], source_spots: dict[str, list] | None = None,
+                 undefined: set[str] | None = None):
+        self._values = values
+        self.source_spots = source_spots or {}
+        self.undefined = undefined or set()  # measured, but meaningless here (0/0: no shared memory used)
+
+    @property
+    def name(self) -> str:
+        return self._values.get("name") or "?"
+
+    @property
+    def id(self):
+        return self._values.get("id")
+
+    def get(self, concept: str):
+        value = self._values.get(concept)
+        if value is None:
+            return None
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        return value
+
+    def has(self, *concepts: str) -> bool:
+        return all(self.get(c) is not None for c in concepts)
+
+    def missing(self, concepts) -> list[str]:
+        return [c for c in concepts if self.get(c) is None]
+
+    def top_spots(self, metric: str, ideal_metric: str | None = None, limit: int = 3) -> list[dict[str, Any]]:
+        """The source lines with the most of `metric` (minus `ideal_metric` at the same PC, when given)."""
+        spots = self.source_spots.get(metric) or []
+        ideal = {s.pc: s.value for s in self.source_spots.get(ideal_metric) or []} if ideal_metric else {}
+        by_line: dict[tuple, dict[str, Any]] = {}
+        for spot in spots:
+            excess = spot.value - ideal.get(spot.pc, 0.0)
+            if excess <= 0 or not spot.file:
+                continue
+            key = (spot.file, spot.line)
+            entry = by_line.setdefault(key, {"file": spot.file, "line": spot.line, "value": 0.0, "sass": spot.sass})
+            entry["value"] += excess
+        ranked = sorted(by_line.values(), key=lambda e: -e["value"])[:limit]
+        return [{**e, "value": _round(e["value"])} for e in ranked]
+
+
+def memory_bound_share(kernel: KernelView) -> float | None:
+    """How much the memory system limits the kernel: its memory speed-of-light share (0..1)."""
+    memory = kernel.get("memory_throughput_pct")
+    if memory is None:
+        memory = kernel.get("dram_throughput_pct")
+    return None if memory is None else clamp01(memory / 100.0)
+
+
+def roof_share(kernel: KernelView) -> float | None:
+    """The kernel's distance to its nearest roof: max of compute and memory speed of light (0..1)."""
+    values = [kernel.get(c) for c in ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct")]
+    values = [v for v in values if v is not None]
+    return clamp01(max(values) / 100.0) if values else None

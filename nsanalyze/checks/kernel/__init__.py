@@ -1,0 +1,1 @@
+"""Kernel checks: each reads one kernel's normalized ncu metrics."""

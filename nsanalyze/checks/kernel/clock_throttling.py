@@ -1,0 +1,75 @@
+"""SM clock below the device's maximum during the kernel.
+
+## What it detects
+Kernels whose measured SM clock stayed well below the maximum GPU clock: power or thermal
+throttling, a clock locked low by an administrator, or a profile taken with ncu's default
+`--clock-control base`.
+
+## Why it is slow
+Compute time scales with the clock: at 80% of the clock a compute-bound kernel takes 25% longer.
+
+## Example
+```
+ncu --set full -o rep ./app      # default clock control locks the base clock
+```
+
+## Instead
+```
+ncu --clock-control none --set full -o rep ./app   # measure at the clocks the application sees
+nvidia-smi -q -d PERFORMANCE                        # look for power or thermal slowdown
+```
+
+## Known problems
+A report taken with `--clock-control base` shows the base clock by design; the advice says so.
+
+## Options
+- `max_clock_ratio`: measured over maximum SM clock below which the check speaks.
+"""
+
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
+
+ID = "clock-throttling"
+NAME = "device.clock"
+TITLE = "SM clock below the device's maximum"
+REQUIRES = ("sm_clock_ratio",)
+OPTIONAL = ("sm_frequency_hz", "max_sm_frequency_hz", "sm_throughput_pct")
+COLLECT = "--section SpeedOfLight"
+RELIEVES = "compute"
+THRESHOLDS = {
+    "max_clock_ratio": Threshold(0.85, "boost clocks wander by a few percent under load; 15% below the maximum "
+                                       "is throttling or a locked clock"),
+}
+SPEEDUP_MODEL = "(1 - measured / maximum clock) x compute speed-of-light share: only clock-bound time shrinks"
+ADVICE = """Find out why the clock is low before tuning the kernel.
+
+- Profiles taken with ncu's default `--clock-control base` run at the base clock: re-profile with
+  `--clock-control none` to see real clocks.
+- Check `nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE` for power or thermal slowdown and
+  `nvidia-smi -q -d CLOCK` for application clocks locked low.
+- Sustained throttling under load: improve cooling or lower power draw (fewer wasted instructions).
+
+```
+# before
+ncu --set full -o report ./app
+# after: clocks as the application sees them
+ncu --clock-control none --set full -o report ./app
+```"""
+
+
+def run(kernel: KernelView, limits) -> Finding | None:
+    ratio = kernel.get("sm_clock_ratio")
+    if ratio >= limits["max_clock_ratio"]:
+        return None
+    compute = kernel.get("sm_throughput_pct")
+    compute_share = clamp01(compute / 100.0) if compute is not None else 1.0
+    measured, maximum = kernel.get("sm_frequency_hz"), kernel.get("max_sm_frequency_hz")
+    return Finding(
+        check=ID,
+        title=f"SM clock at {ratio:.0%} of the maximum"
+              + (f" ({measured / 1e6:.0f} of {maximum / 1e6:.0f} MHz)" if measured and maximum else ""),
+        estimated_speedup=clamp01((1 - ratio) * compute_share),
+        evidence={"sm_clock_ratio": evidence(ratio, limits["max_clock_ratio"], unit="ratio", compare="<"),
+                  "sm_frequency_hz": evidence(measured, unit="hz"),
+                  "max_sm_frequency_hz": evidence(maximum, unit="hz")},
+        advice=ADVICE,
+    )

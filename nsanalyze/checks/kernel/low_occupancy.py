@@ -1,0 +1,102 @@
+"""Low occupancy in a latency-bound kernel.
+
+## What it detects
+A kernel that waits on latency (far below its roofs, few warps ready) while each SM holds few
+warps: the grid is too small, blocks too small, or registers / shared memory per block limit
+how many blocks fit.
+
+## Why it is slow
+GPUs hide latency by switching between warps. With a handful of warps per SM there is nothing
+to switch to while loads are in flight.
+
+## Example
+```cuda
+kernel<<<264, 32>>>(...);        // one warp per block, 0.06 waves on 132 SMs
+```
+
+## Instead
+```cuda
+kernel<<<n / 256, 256>>>(...);   // enough warps per SM to cover memory latency
+```
+
+## Known problems
+Occupancy is a means, not a goal: a kernel with plenty of instruction-level parallelism can run
+well at low occupancy, which is why the check only speaks when the kernel is latency-bound.
+
+## Options
+- `max_achieved_occupancy_pct`: achieved occupancy below which the check speaks.
+- `target_occupancy_pct`: occupancy where latency hiding usually suffices.
+"""
+
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share
+
+ID = "low-occupancy"
+NAME = "latency.occupancy"
+TITLE = "Too few warps per SM to hide latency"
+REQUIRES = ("achieved_occupancy_pct", "issue_active_pct")
+OPTIONAL = ("theoretical_occupancy_pct", "waves_per_sm", "blocks_per_sm_limit_registers",
+            "blocks_per_sm_limit_shared_mem", "blocks_per_sm_limit_warps", "blocks_per_sm_limit", "block_size")
+COLLECT = "--set full (Occupancy and LaunchStats sections)"
+RELIEVES = None
+THRESHOLDS = {
+    "max_achieved_occupancy_pct": Threshold(30.0, "below 30% of the SM's warp slots latency hiding usually fails"),
+    "max_roof_share": Threshold(0.40, "a kernel at 40%+ of a roof is limited by that roof, not by latency"),
+    "max_issue_active_pct": Threshold(50.0, "a scheduler issuing half the cycles is not starved"),
+    "target_occupancy_pct": Threshold(50.0, "about half the warp slots hide DRAM latency for typical code"),
+    "target_roof_share": Threshold(0.6, "well-overlapped kernels reach about 60% of a roof"),
+}
+SPEEDUP_MODEL = ("(1 - speed of light / target_roof_share) x (1 - achieved / target occupancy): "
+                 "the latency-bound time more warps could overlap")
+LIMITERS = {"blocks_per_sm_limit_registers": "registers per thread",
+            "blocks_per_sm_limit_shared_mem": "shared memory per block",
+            "blocks_per_sm_limit_warps": "threads per block",
+            "blocks_per_sm_limit": "the hardware block limit (blocks too small)"}
+ADVICE = """Put more warps on each SM.
+
+- Grid too small (under one wave): launch more blocks, e.g. split the work finer or use a
+  grid-stride loop sized to `numSMs * blocksPerSM`.
+- Blocks of one warp waste block slots: use 128-256 threads per block.
+- Limited by registers: `__launch_bounds__(threads, minBlocks)` or fewer live values;
+  limited by shared memory: smaller tiles or more work per block.
+
+```cuda
+// before: 264 blocks of 32 threads
+chase<<<264, 32>>>(next, out, steps);
+// after: the same threads in full blocks, and more independent work per SM
+chase<<<(n + 255) / 256, 256>>>(next, out, steps);
+```"""
+
+
+def _limiter(kernel: KernelView) -> str | None:
+    limits = {name: kernel.get(name) for name in LIMITERS if kernel.get(name) is not None}
+    if not limits:
+        return None
+    return LIMITERS[min(limits, key=limits.get)]
+
+
+def run(kernel: KernelView, limits) -> Finding | None:
+    achieved = kernel.get("achieved_occupancy_pct")
+    if achieved >= limits["max_achieved_occupancy_pct"]:
+        return None
+    share = roof_share(kernel)
+    if share is None or share >= limits["max_roof_share"]:
+        return None
+    issue = kernel.get("issue_active_pct")
+    if issue >= limits["max_issue_active_pct"]:
+        return None
+    waves = kernel.get("waves_per_sm")
+    cause = "the grid fills less than one wave" if waves is not None and waves < 1 else _limiter(kernel)
+    speedup = clamp01(1 - share / limits["target_roof_share"]) * clamp01(1 - achieved / limits["target_occupancy_pct"])
+    return Finding(
+        check=ID,
+        title=f"Achieved occupancy {achieved:.0f}% in a latency-bound kernel" + (f" ({cause})" if cause else ""),
+        estimated_speedup=speedup,
+        evidence={
+            "achieved_occupancy_pct": evidence(achieved, limits["max_achieved_occupancy_pct"], unit="%", compare="<"),
+            "theoretical_occupancy_pct": evidence(kernel.get("theoretical_occupancy_pct"), unit="%"),
+            "waves_per_sm": evidence(waves),
+            "roof_share": evidence(share, limits["max_roof_share"], unit="ratio", compare="<"),
+            "issue_active_pct": evidence(issue, limits["max_issue_active_pct"], unit="%", compare="<"),
+        },
+        advice=ADVICE,
+    )

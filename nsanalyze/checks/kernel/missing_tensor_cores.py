@@ -1,0 +1,119 @@
+"""Matrix arithmetic on the FMA pipes while the tensor cores idle.
+
+## What it detects
+A kernel that spends its time on FP32 (or FP16) fused multiply-adds fed from shared-memory
+tiles, the shape of a hand-written matrix product or convolution, with no or negligible
+tensor-pipe activity.
+
+## Why it is slow
+Since Volta, tensor cores run matrix products several times faster than the FMA pipes: on
+Hopper the dense TF32 roof is about 7x and the BF16 roof about 15x the FP32 FMA roof. A GEMM on
+FFMA leaves most of the chip's arithmetic unused.
+
+## Example
+```cuda
+for (int k = 0; k < TILE; ++k) acc += As[ty][k] * Bs[k][tx];   // FFMA, one product per thread
+```
+
+## Instead
+```python
+torch.backends.cuda.matmul.allow_tf32 = True     # cuBLAS picks TF32 tensor-core kernels
+with torch.autocast("cuda", dtype=torch.bfloat16):
+    y = x @ w
+```
+
+## Known problems
+It cannot see that the arithmetic is a matrix product; it looks for FMA-dominated FP work that
+reads operands from shared memory, at scale. A stencil with the same shape can trip it. FP32
+results on tensor cores (TF32) carry a 10-bit mantissa: check that the model tolerates it.
+
+## Options
+- `min_fp_roof_share`: FP32/FP16 FLOP rate over that roof before the kernel counts as FMA work at scale.
+- `max_tensor_pipe_pct`: tensor-pipe activity below which tensor cores count as unused.
+- `tensor_efficiency`: the share of the tensor roof a library kernel reaches, for the estimate.
+"""
+
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
+
+ID = "missing-tensor-cores"
+NAME = "compute.tensor.missing"
+TITLE = "Matrix math on FMA pipes instead of tensor cores"
+REQUIRES = ("duration_ns", "fp32_flops", "fp32_peak_flops_per_s")
+OPTIONAL = ("tensor_pipe_pct", "tensor_hmma_pipe_pct", "tensor_gmma_pipe_pct", "fp16_flops",
+            "shared_load_requests", "shared_wavefronts", "warp_execution_efficiency",
+            "tf32_peak_flops_per_s", "bf16_peak_flops_per_s")
+COLLECT = "--set full (ComputeWorkloadAnalysis and the roofline sections)"
+RELIEVES = "compute"
+THRESHOLDS = {
+    "min_fp_roof_share": Threshold(0.05, "below 5% of the FP roof the FMAs are not where the time goes"),
+    "max_tensor_pipe_pct": Threshold(1.0, "a kernel on tensor cores keeps the pipe busy well above 1%"),
+    "min_warp_efficiency": Threshold(0.8, "divergent code is not a matrix product; fix divergence first"),
+    "tensor_efficiency": Threshold(0.5, "cuBLAS/CUTLASS GEMMs of moderate size reach about half the dense roof"),
+}
+SPEEDUP_MODEL = ("1 - (the kernel's FLOPs at tensor_efficiency of the device's dense TF32 roof, or its "
+                 "FP16/BF16 roof where TF32 is missing) / the kernel's duration")
+ADVICE = """Run the matrix products on tensor cores.
+
+- Call cuBLAS/cuBLASLt or CUTLASS instead of a hand-written FMA loop, with a tensor-core math mode:
+  `cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)` keeps FP32 storage and computes in TF32.
+- PyTorch: `torch.backends.cuda.matmul.allow_tf32 = True` (and `torch.backends.cudnn.allow_tf32`),
+  or `torch.autocast("cuda", dtype=torch.bfloat16)` for BF16 with FP32 accumulation.
+- In your own kernels use WMMA (`nvcuda::wmma`) or `mma.sync`/`wgmma` (Hopper) fragments.
+- Tensor cores want aligned shapes: M, N, K multiples of 8 (TF32/FP16/BF16; 16 for INT8) and
+  16-byte aligned leading dimensions, or cuBLAS falls back to slower paths.
+
+```cuda
+// before: one FFMA per product
+for (int k = 0; k < TILE; ++k) acc += As[ty][k] * Bs[k][tx];
+// after: a 16x16x16 tensor-core fragment per warp (BF16 in, FP32 accumulate)
+wmma::load_matrix_sync(a, A + ..., lda);
+wmma::load_matrix_sync(b, B + ..., ldb);
+wmma::mma_sync(acc, a, b, acc);
+```"""
+
+
+def _tensor_activity(kernel: KernelView) -> float | None:
+    values = [kernel.get(c) for c in ("tensor_hmma_pipe_pct", "tensor_gmma_pipe_pct", "tensor_pipe_pct")]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def run(kernel: KernelView, limits) -> Finding | None:
+    duration_s = kernel.get("duration_ns") * 1e-9
+    flops = kernel.get("fp32_flops") + (kernel.get("fp16_flops") or 0.0)
+    fp32_peak = kernel.get("fp32_peak_flops_per_s")
+    if not duration_s or not fp32_peak or not flops:
+        return None
+    roof_share = flops / duration_s / fp32_peak
+    if roof_share < limits["min_fp_roof_share"]:
+        return None
+    tensor = _tensor_activity(kernel)
+    if tensor is not None and tensor >= limits["max_tensor_pipe_pct"]:
+        return None
+    efficiency = kernel.get("warp_execution_efficiency")
+    if efficiency is not None and efficiency < limits["min_warp_efficiency"]:
+        return None
+    shared_loads = kernel.get("shared_load_requests") or kernel.get("shared_wavefronts")
+    if not shared_loads:  # no operand tiles in shared memory: not the shape of a matrix product
+        return None
+    tensor_peak = kernel.get("tf32_peak_flops_per_s") or kernel.get("bf16_peak_flops_per_s")
+    if tensor_peak is None:
+        return None
+    tensor_time_s = flops / (tensor_peak * limits["tensor_efficiency"])
+    speedup = clamp01(1 - tensor_time_s / duration_s)
+    path = "TF32" if kernel.get("tf32_peak_flops_per_s") else "FP16/BF16"
+    return Finding(
+        check=ID,
+        title=f"FP32 matrix math runs on the FMA pipe at {roof_share:.0%} of its roof while the tensor cores idle",
+        estimated_speedup=speedup,
+        evidence={
+            "fp_flops": evidence(flops, unit="FLOP"),
+            "fp32_roof_share": evidence(roof_share, limits["min_fp_roof_share"], unit="ratio"),
+            "tensor_pipe_pct": evidence(tensor, limits["max_tensor_pipe_pct"], unit="%", compare="<"),
+            f"{path.lower().replace('/', '_')}_peak_flops_per_s": evidence(tensor_peak, unit="FLOP/s"),
+            "shared_load_instructions": evidence(shared_loads),
+        },
+        advice=ADVICE,
+        notes=[f"estimate: the same FLOPs at {limits['tensor_efficiency']:.0%} of the {path} tensor roof "
+               f"take {tensor_time_s * 1e6:.1f} us instead of {duration_s * 1e6:.1f} us"],
+    )

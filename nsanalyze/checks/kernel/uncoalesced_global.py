@@ -1,0 +1,92 @@
+"""Uncoalesced global memory access.
+
+## What it detects
+Global loads and stores whose warps touch more 32-byte sectors than the same bytes would need
+if neighbouring threads read neighbouring addresses: strided structs (array of structures),
+random gathers, column walks of row-major arrays.
+
+## Why it is slow
+Every sector fetched but not used is DRAM and L2 bandwidth spent for nothing. A warp reading
+one float from each of 32 structs of 32 bytes moves 1 KiB to use 128 B: 8x the traffic.
+
+## Example
+```cuda
+struct Particle { float x, y, z, vx, vy, vz, m, pad; };
+p[i].x += dt * p[i].vx;          // stride 32 B between threads
+```
+
+## Instead
+```cuda
+x[i] += dt * vx[i];              // structure of arrays: consecutive threads, consecutive floats
+```
+
+## Known problems
+Without source counters (`--set full` or `--section SourceCounters`) the excess is estimated from
+sectors per request assuming 4-byte accesses; wider accesses (float4) then look coalesced at 16.
+
+## Options
+- `min_excess_share`: the part of sectors that is excess before the check speaks.
+"""
+
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share
+
+ID = "uncoalesced-global"
+NAME = "memory.global.uncoalesced"
+TITLE = "Uncoalesced global memory access"
+REQUIRES = ("duration_ns",)
+OPTIONAL = ("global_sectors", "global_sectors_ideal", "global_sectors_excess_share",
+            "sectors_per_request_global_load", "memory_throughput_pct")
+COLLECT = "--set full (SourceCounters and MemoryWorkloadAnalysis_Tables sections)"
+RELIEVES = "memory"
+THRESHOLDS = {
+    "min_excess_share": Threshold(0.25, "a quarter of the sectors wasted is more than alignment noise "
+                                        "(tail elements, misaligned starts) ever costs"),
+    "ideal_sectors_per_request": Threshold(4.0, "32 threads x 4 bytes = 128 bytes = 4 sectors, a coalesced warp"),
+}
+SPEEDUP_MODEL = ("excess sectors / all sectors, times the kernel's memory speed-of-light share: "
+                 "removing wasted traffic saves the time the memory system spent on it")
+ADVICE = """Lay data out so that consecutive threads of a warp read consecutive addresses.
+
+- Turn arrays of structures into structures of arrays (or read structs with `float4`/vector loads).
+- For gathers, sort or bucket the indices so that a warp's indices fall in few sectors, or stage
+  the gathered rows through shared memory.
+- Walk row-major 2-D arrays with `threadIdx.x` along the row.
+
+```cuda
+// before: one float used out of each 32-byte struct
+p[i].x += dt * p[i].vx;
+// after: structure of arrays
+x[i] += dt * vx[i];
+```"""
+
+
+def run(kernel: KernelView, limits) -> Finding | None:
+    excess_share = kernel.get("global_sectors_excess_share")
+    measured_by = "source counters (actual vs ideal L2 sectors)"
+    if excess_share is None:
+        per_request = kernel.get("sectors_per_request_global_load")
+        if per_request is None:
+            return None
+        ideal = limits["ideal_sectors_per_request"]
+        excess_share = clamp01(1 - ideal / per_request) if per_request > ideal else 0.0
+        measured_by = f"sectors per request against {ideal:g} (assumes 4-byte accesses)"
+    if excess_share < limits["min_excess_share"]:
+        return None
+    memory_share = memory_bound_share(kernel) or 0.0
+    speedup = clamp01(excess_share * memory_share)
+    evidence_table = {
+        "global_sectors_excess_share": evidence(excess_share, limits["min_excess_share"], unit="ratio"),
+        "memory_throughput_pct": evidence(kernel.get("memory_throughput_pct"), unit="%"),
+    }
+    for concept in ("sectors_per_request_global_load", "global_sectors", "global_sectors_ideal"):
+        if kernel.get(concept) is not None:
+            evidence_table[concept] = evidence(kernel.get(concept))
+    return Finding(
+        check=ID,
+        title=f"{excess_share:.0%} of global-memory sectors are wasted by uncoalesced access",
+        estimated_speedup=speedup,
+        evidence=evidence_table,
+        advice=ADVICE,
+        source=kernel.top_spots("memory_l2_theoretical_sectors_global", "memory_l2_theoretical_sectors_global_ideal"),
+        notes=[f"measured from {measured_by}"],
+    )

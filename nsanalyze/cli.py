@@ -1,0 +1,116 @@
+"""Command line: a thin layer over analyze() and the renderers.
+
+Exit status: 0 done, 1 a gate failed, 2 bad usage or unreadable input (one line on stderr).
+Set NSANALYZE_DEBUG=1 to see tracebacks of unexpected errors.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from nsanalyze import __version__
+from nsanalyze.errors import InputError
+
+SEVERITY_CHOICES = ("high", "medium", "low", "info")
+
+
+def _parse_settings(values: tuple[str, ...]) -> dict[str, float]:
+    settings = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            settings[key.strip()] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: expected CHECK.KEY=NUMBER", param_hint="--set") from None
+    return settings
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nsanalyze")
+def cli():
+    """Reads saved Nsight Compute reports and Nsight Systems exports and says what holds the program back."""
+
+
+@cli.command()
+@click.argument("profiles", nargs=-1, required=True)
+@click.option("-o", "--output", "outputs", multiple=True,
+              help="report file: .html .pdf .md .json .sarif, or - for JSON on stdout (repeatable)")
+@click.option("--set", "settings", multiple=True, metavar="CHECK.KEY=VALUE", help="override a check threshold")
+@click.option("--skip-first-ns", type=click.IntRange(min=0), help="nsys: ignore the first N ns (warm-up)")
+@click.option("--nvtx-range", help="nsys: analyze only the time inside the NVTX ranges of this name")
+@click.option("--fail-on", type=click.Choice(SEVERITY_CHOICES), help="exit 1 when a finding has this severity or worse")
+@click.option("--annotations", type=click.Choice(["github"]), help="also print CI annotations for findings with source lines")
+def report(profiles, outputs, settings, skip_first_ns, nvtx_range, fail_on, annotations):
+    """Analyze PROFILES (.ncu-rep, nsys .sqlite, either as .xz/.gz) and write reports."""
+    from nsanalyze.analyze import Options, analyze
+    from nsanalyze.render import format_for, write_report
+
+    for target in outputs:
+        format_for(target)  # reject unknown formats before the work
+    model = analyze(list(profiles), Options(_parse_settings(settings), skip_first_ns, nvtx_range))
+    for target in outputs:
+        write_report(model, target)
+    if not outputs:
+        from nsanalyze.render.terminal import print_summary
+
+        print_summary(model)
+    elif all(t != "-" for t in outputs):
+        click.echo(f"wrote {', '.join(outputs)}", err=True)
+    if annotations == "github":
+        from nsanalyze.render.sarif import github_annotations
+
+        for line in github_annotations(model):
+            click.echo(line)
+    if fail_on:
+        worst = SEVERITY_CHOICES.index(fail_on)
+        if any(SEVERITY_CHOICES.index(f["severity"]) <= worst for f in model["findings"]):
+            sys.exit(1)
+
+
+@cli.command()
+@click.argument("profile")
+@click.option("-o", "--output", help="file to write: .csv, .parquet or .json (default: CSV on stdout)")
+def metrics(profile, output):
+    """Write the normalized metrics table of PROFILE, one row per kernel launch."""
+    from nsanalyze.metrics_table import metrics_frame, write_frame
+
+    write_frame(metrics_frame(profile), output)
+
+
+@cli.command()
+@click.option("--markdown", is_flag=True, help="print the full documentation of every check as Markdown")
+def checks(markdown):
+    """Document every check: id, what it reads, thresholds and advice."""
+    from nsanalyze.render.checks_doc import checks_markdown, checks_summary
+
+    click.echo(checks_markdown() if markdown else checks_summary())
+
+
+def main(argv=None):
+    try:
+        cli.main(args=argv, prog_name="nsanalyze", standalone_mode=False)
+    except InputError as exc:
+        click.echo(f"nsanalyze: {exc.path}: {exc.reason}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("nsanalyze: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except (BrokenPipeError, KeyboardInterrupt):
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # an unforeseen input shape: one line, not a traceback
+        if os.environ.get("NSANALYZE_DEBUG"):
+            raise
+        click.echo(f"nsanalyze: internal error ({exc.__class__.__name__}: {exc}); "
+                   "rerun with NSANALYZE_DEBUG=1 for details", err=True)
+        sys.exit(2)

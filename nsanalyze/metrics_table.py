@@ -1,0 +1,48 @@
+"""`nsanalyze metrics`: the normalized table of one profile, written as CSV, Parquet or JSON."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from nsanalyze.errors import InputError
+from nsanalyze.normalize import normalize_ncu, normalize_nsys_kernels
+from nsanalyze.read import NcuReport, read_profile
+
+
+def metrics_frame(path) -> pd.DataFrame:
+    profile = read_profile(path)
+    if isinstance(profile, NcuReport):
+        table = normalize_ncu(profile)
+    else:
+        table = normalize_nsys_kernels(profile)
+        profile.close()
+    frame = table.frame.copy()
+    frame.attrs["units"] = table.units
+    return frame
+
+
+def write_frame(frame: pd.DataFrame, target: str | None) -> None:
+    if not target or target == "-":
+        frame.to_csv(sys.stdout, index=False)
+        return
+    suffix = Path(target).suffix.lower()
+    writers = {".csv": lambda f, p: f.to_csv(p, index=False),
+               ".parquet": lambda f, p: f.to_parquet(p, index=False),
+               ".json": lambda f, p: f.to_json(p, orient="records", indent=1)}
+    if suffix not in writers:
+        raise InputError(target, "unknown table format; use .csv, .parquet or .json")
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    os.close(fd)
+    try:
+        writers[suffix](frame, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,150 @@
+"""The normalized kernel table: one row per kernel launch (ncu) or per kernel name (nsys).
+
+Columns are concepts from metrics.csv, named with their unit (`duration_ns`, `dram_bytes`,
+`achieved_occupancy_pct`). A concept the profile lacks is NaN, never 0.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+from nsanalyze.normalize.metric_table import concept_units, evaluate, load_rules
+from nsanalyze.read.ncu import NcuReport
+from nsanalyze.read.nsys import NsysExport
+
+IDENTITY_COLUMNS = ["id", "name", "demangled", "launches", "nvtx_range", "device_name", "compute_capability"]
+
+
+@dataclass
+class KernelTable:
+    """Normalized kernels of one profile, with where each came from."""
+
+    profile: str
+    kind: str
+    frame: pd.DataFrame
+    units: dict[str, str]
+    sources: list[dict[str, str]] = field(default_factory=list)  # per ncu launch: concept -> formula used
+    undefined: list[set[str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+
+def _cc_tuple(cc: str | None) -> tuple[int, int] | None:
+    if not cc:
+        return None
+    major, minor = cc.split(".")
+    return int(major), int(minor)
+
+
+TENSOR_PEAKS_PATH = Path(__file__).with_name("tensor_peaks.csv")
+TENSOR_CONCEPTS = ("tf32_peak_flops_per_s", "bf16_peak_flops_per_s")
+
+
+@lru_cache(maxsize=1)
+def _tensor_ratios() -> list[dict]:
+    with open(TENSOR_PEAKS_PATH, newline="") as handle:
+        return list(csv.DictReader(line for line in handle if not line.startswith("#")))
+
+
+def tensor_peaks(cc: tuple[int, int] | None, fp32_peak: float | None) -> dict[str, float | None]:
+    """Tensor-core roofs: the FP32 roof at the measured clock times the datasheet ratio for this CC."""
+    peaks = {concept: None for concept in TENSOR_CONCEPTS}
+    if cc is None or fp32_peak is None:
+        return peaks
+    for row in _tensor_ratios():
+        if _cc_tuple(row["min_cc"]) <= cc <= _cc_tuple(row["max_cc"]):
+            for concept, column in zip(TENSOR_CONCEPTS, ("tf32_over_fp32", "bf16_over_fp32")):
+                peaks[concept] = fp32_peak * float(row[column]) if row[column] else None
+    return peaks
+
+
+def normalize_ncu(report: NcuReport) -> KernelTable:
+    rows, sources, undefined = [], [], []
+    concepts = list(dict.fromkeys(rule.concept for rule in load_rules())) + list(TENSOR_CONCEPTS)
+    for launch in report.launches:
+        major = launch.metrics.get("device__attribute_compute_capability_major")
+        minor = launch.metrics.get("device__attribute_compute_capability_minor")
+        cc = (int(major), int(minor)) if major is not None and minor is not None else None
+        evaluation = evaluate(launch.metrics, cc)
+        row = {
+            "id": launch.index,
+            "name": launch.name,
+            "demangled": launch.demangled,
+            "launches": 1,
+            "nvtx_range": "/".join(launch.nvtx) or None,
+            "device_name": launch.strings.get("device__attribute_display_name"),
+            "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+        }
+        row.update(evaluation.values)
+        row.update(tensor_peaks(cc, evaluation.values.get("fp32_peak_flops_per_s")))
+        rows.append(row)
+        sources.append(evaluation.sources)
+        undefined.append(evaluation.undefined)
+    frame = pd.DataFrame(rows, columns=IDENTITY_COLUMNS + concepts)
+    numeric = frame.columns[len(IDENTITY_COLUMNS):]
+    frame[numeric] = frame[numeric].astype("float64")
+    units = concept_units() | {concept: "FLOP/s" for concept in TENSOR_CONCEPTS}
+    return KernelTable(report.path, "ncu", frame, units, sources, undefined)
+
+
+# nsys: per kernel name, the figures `nsys stats -r cuda_gpu_kern_sum` gives, computed in SQLite.
+NSYS_KERNEL_SUMMARY_SQL = """
+WITH ranked AS (
+    SELECT demangled_id, duration_ns,
+           ROW_NUMBER() OVER (PARTITION BY demangled_id ORDER BY duration_ns) AS position,
+           COUNT(*) OVER (PARTITION BY demangled_id) AS n
+    FROM kernels WHERE start >= :window_start AND start < :window_end
+),
+medians AS (
+    SELECT demangled_id, AVG(duration_ns) AS median_ns FROM ranked
+    WHERE position IN ((n + 1) / 2, (n + 2) / 2) GROUP BY demangled_id
+),
+summary AS (
+    SELECT demangled_id, MIN(short_name_id) AS short_name_id, COUNT(*) AS launches,
+           SUM(duration_ns) AS duration_ns, AVG(duration_ns) AS mean_ns,
+           MIN(duration_ns) AS min_ns, MAX(duration_ns) AS max_ns,
+           AVG(duration_ns * 1.0 * duration_ns) AS mean_square,
+           MIN(grid_x) AS grid_x, MIN(grid_y) AS grid_y, MIN(grid_z) AS grid_z,
+           MIN(block_x) AS block_x, MIN(block_y) AS block_y, MIN(block_z) AS block_z,
+           MAX(registers_per_thread) AS registers_per_thread, MAX(shared_mem_bytes) AS shared_mem_per_block_bytes,
+           COUNT(DISTINCT device_id) AS devices
+    FROM kernels WHERE start >= :window_start AND start < :window_end
+    GROUP BY demangled_id
+)
+SELECT s.*, m.median_ns, d.value AS demangled, sn.value AS name
+FROM summary s JOIN medians m USING (demangled_id)
+LEFT JOIN StringIds d ON d.id = s.demangled_id
+LEFT JOIN StringIds sn ON sn.id = s.short_name_id
+ORDER BY s.duration_ns DESC
+"""
+
+
+def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = None) -> KernelTable:
+    """One row per distinct demangled kernel name, as `nsys stats -r cuda_gpu_kern_sum` groups them."""
+    start, end = window or (-(2**62), 2**62)
+    rows = export.query(NSYS_KERNEL_SUMMARY_SQL, {"window_start": start, "window_end": end})
+    frame = pd.DataFrame([dict(r) for r in rows])
+    if frame.empty:
+        frame = pd.DataFrame(columns=["id", "name", "demangled", "launches", "duration_ns", "mean_ns", "median_ns",
+                                      "min_ns", "max_ns", "stddev_ns", "time_share"])
+    else:
+        n = frame["launches"].astype("float64")
+        variance = (frame["mean_square"] - frame["mean_ns"] ** 2) * n / (n - 1).where(n > 1)
+        frame["stddev_ns"] = variance.clip(lower=0) ** 0.5
+        frame.loc[n == 1, "stddev_ns"] = 0.0
+        total = frame["duration_ns"].sum()
+        frame["time_share"] = frame["duration_ns"] / total if total else float("nan")
+        frame["id"] = range(len(frame))
+        frame["device_name"] = export.device_name
+        frame["compute_capability"] = export.compute_capability
+        frame = frame.drop(columns=["mean_square", "demangled_id", "short_name_id"])
+    units = {"duration_ns": "ns", "mean_ns": "ns", "median_ns": "ns", "min_ns": "ns", "max_ns": "ns",
+             "stddev_ns": "ns", "time_share": "ratio", "registers_per_thread": "registers",
+             "shared_mem_per_block_bytes": "byte"}
+    return KernelTable(export.path, "nsys", frame, units)

@@ -1,0 +1,90 @@
+"""Roofline per kernel: arithmetic intensity from measured DRAM bytes, achieved against peak.
+
+Bound classification, in the order an expert reads it, over the whole hierarchy (SM pipes and
+issue; DRAM, L2, L1/shared), so that a tiled GEMM starved on shared memory reads "memory":
+- latency:  below `latency_share` of both roofs (speed of light of SM and memory);
+- memory / compute: whichever roof the kernel is closer to;
+- balanced: both above `near_roof_share` and within 10 points of each other.
+
+`near_roof` is the classic roofline's verdict: achieved FLOP/s or measured DRAM bytes/s at
+`near_roof_share` of the device's own FP or DRAM peak. Only then is the kernel "doing its job".
+"""
+
+from __future__ import annotations
+
+import math
+
+PRECISIONS = ("fp64", "fp32", "fp16")
+BALANCED_GAP = 0.10
+
+
+def _get(row, name):
+    value = row.get(name)
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return float(value)
+
+
+def roofline(row: dict, near_roof_share: float, latency_share: float) -> dict:
+    """Returns the roofline entry of the JSON contract for one normalized kernel row."""
+    duration_ns = _get(row, "duration_ns")
+    flops_by_precision = {p: _get(row, f"{p}_flops") for p in PRECISIONS}
+    present = {p: f for p, f in flops_by_precision.items() if f}
+    precision = max(present, key=present.get) if present else "fp32"
+    flops = present.get(precision)
+    dram_bytes = _get(row, "dram_bytes")
+    peak_flops = _get(row, f"{precision}_peak_flops_per_s")
+    peak_bytes = _get(row, "dram_peak_bytes_per_s")
+    achieved_flops = flops / (duration_ns * 1e-9) if flops and duration_ns else (0.0 if duration_ns else None)
+    achieved_bytes = dram_bytes / (duration_ns * 1e-9) if dram_bytes is not None and duration_ns else None
+    intensity = flops / dram_bytes if flops and dram_bytes else (0.0 if dram_bytes else None)
+
+    compute_share = max(
+        [v for v in (_pct(row, "sm_throughput_pct"), _ratio(achieved_flops, peak_flops)) if v is not None],
+        default=None)
+    memory_share = max(
+        [v for v in (_pct(row, "memory_throughput_pct"), _pct(row, "dram_throughput_pct"),
+                     _ratio(achieved_bytes, peak_bytes)) if v is not None],
+        default=None)
+    bound = classify(compute_share, memory_share, near_roof_share, latency_share)
+    dram_share = max([v for v in (_pct(row, "dram_throughput_pct"), _ratio(achieved_bytes, peak_bytes))
+                      if v is not None], default=0.0)
+    flop_share = _ratio(achieved_flops, peak_flops) or 0.0
+    near_roof = None
+    if dram_share >= near_roof_share or flop_share >= near_roof_share:
+        near_roof = "memory" if dram_share >= flop_share else "compute"
+    return {
+        "precision": precision,
+        "arithmetic_intensity": intensity,
+        "achieved_flops_per_s": achieved_flops,
+        "achieved_bytes_per_s": achieved_bytes,
+        "peak_flops_per_s": peak_flops,
+        "peak_bytes_per_s": peak_bytes,
+        "ridge_point": peak_flops / peak_bytes if peak_flops and peak_bytes else None,
+        "compute_share": compute_share,
+        "memory_share": memory_share,
+        "bound": bound,
+        "dram_roof_share": dram_share,
+        "flop_roof_share": flop_share,
+        "near_roof": near_roof,
+    }
+
+
+def _pct(row, name):
+    value = _get(row, name)
+    return None if value is None else value / 100.0
+
+
+def _ratio(value, peak):
+    return value / peak if value is not None and peak else None
+
+
+def classify(compute_share, memory_share, near_roof_share, latency_share) -> str | None:
+    if compute_share is None and memory_share is None:
+        return None
+    compute, memory = compute_share or 0.0, memory_share or 0.0
+    if max(compute, memory) < latency_share:
+        return "latency"
+    if min(compute, memory) >= near_roof_share and abs(compute - memory) <= BALANCED_GAP:
+        return "balanced"
+    return "memory" if memory >= compute else "compute"

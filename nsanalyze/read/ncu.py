@@ -1,0 +1,189 @@
+"""Nsight Compute reports, read through NVIDIA's `ncu_report` module.
+
+Everything is kept raw: metric values as `ncu_report` returns them (base units: ns, byte, hz,
+cycle, %), their units, launch attributes, device attributes, NVTX state, NVIDIA's own rule
+results and, for the SASS-instanced source counters, the value at each PC with its file:line.
+Interpretation happens downstream, in `nsanalyze.normalize`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nsanalyze.errors import InputError
+
+# SASS-instanced metrics whose per-PC values point a finding at source lines.
+SOURCE_COUNTERS = (
+    "inst_executed",
+    "thread_inst_executed_true",
+    "memory_l2_theoretical_sectors_global",
+    "memory_l2_theoretical_sectors_global_ideal",
+    "memory_l2_theoretical_sectors_local",
+    "memory_l1_wavefronts_shared",
+    "memory_l1_wavefronts_shared_ideal",
+    "smsp__branch_targets_threads_divergent",
+    "smsp__pcsamp_sample_count",
+    "smsp__pcsamp_warps_issue_stalled_long_scoreboard",
+    "smsp__pcsamp_warps_issue_stalled_lg_throttle",
+    "smsp__pcsamp_warps_issue_stalled_mio_throttle",
+    "smsp__pcsamp_warps_issue_stalled_short_scoreboard",
+    "smsp__pcsamp_warps_issue_stalled_barrier",
+    "sass__inst_executed_register_spilling",
+)
+
+
+@dataclass
+class SourceSpot:
+    """One SASS instruction: where it comes from and its value for one source counter."""
+
+    pc: int
+    value: float
+    file: str | None
+    line: int | None
+    sass: str | None
+
+
+@dataclass
+class NcuLaunch:
+    """One profiled kernel launch (an `ncu_report` action) with its raw metrics."""
+
+    index: int
+    range_index: int
+    name: str
+    demangled: str
+    mangled: str
+    metrics: dict[str, float]
+    strings: dict[str, str]
+    source: dict[str, list[SourceSpot]] = field(default_factory=dict)
+    nvtx: list[str] = field(default_factory=list)
+    nvidia_rules: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class NcuReport:
+    path: str
+    launches: list[NcuLaunch]
+    units: dict[str, str]
+    kind: str = "ncu"
+
+    @property
+    def device_name(self) -> str | None:
+        return self.launches[0].strings.get("device__attribute_display_name") if self.launches else None
+
+    @property
+    def compute_capability(self) -> str | None:
+        if not self.launches:
+            return None
+        m = self.launches[0].metrics
+        major = m.get("device__attribute_compute_capability_major")
+        minor = m.get("device__attribute_compute_capability_minor")
+        if major is None or minor is None:
+            return None
+        return f"{int(major)}.{int(minor)}"
+
+
+def _import_ncu_report():
+    try:
+        import ncu_report
+    except ImportError as exc:  # pragma: no cover - a broken installation, not a bad input
+        raise SystemExit(f"nsanalyze: NVIDIA's ncu_report package is not installed ({exc}); run `make setup`") from None
+    return ncu_report
+
+
+def _nvtx_ranges(action) -> list[str]:
+    """The NVTX push/pop and start/end ranges open at this launch, outermost first, as domain/name."""
+    state = action.nvtx_state()
+    if state is None:
+        return []
+    names = []
+    for domain_id in state.domains():
+        domain = state.domain_by_id(domain_id)
+        prefix = "" if domain_id == 0 else f"{domain.name()}@"
+        names.extend(prefix + str(r) for r in domain.push_pop_ranges())
+        names.extend(prefix + str(r) for r in domain.start_end_ranges())
+    return names
+
+
+def _source_spots(action, metric, pc_cache: dict) -> list[SourceSpot]:
+    correlation = metric.correlation_ids()
+    spots = []
+    for i in range(metric.num_instances()):
+        value = metric.as_double(i)
+        if not value:
+            continue
+        pc = correlation.as_uint64(i)
+        if pc not in pc_cache:
+            info = action.source_info(pc)
+            sass = action.sass_by_pc(pc)
+            pc_cache[pc] = (
+                info.file_name() if info is not None else None,
+                info.line() if info is not None else None,
+                sass.strip() if sass else None,
+            )
+        file, line, sass = pc_cache[pc]
+        spots.append(SourceSpot(pc=pc, value=value, file=file, line=line, sass=sass))
+    return spots
+
+
+def _read_action(ncu_report, action, index: int, range_index: int, units: dict) -> NcuLaunch:
+    metrics: dict[str, float] = {}
+    strings: dict[str, str] = {}
+    source: dict[str, list[SourceSpot]] = {}
+    pc_cache: dict = {}
+    string_kind = ncu_report.IMetric.ValueKind_STRING
+    for name in action.metric_names():
+        metric = action.metric_by_name(name)
+        if metric is None or not metric.has_value():
+            continue
+        if metric.kind() == string_kind:
+            strings[name] = metric.as_string()
+            continue
+        value = metric.as_double()
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        metrics[name] = value
+        if name not in units:
+            units[name] = metric.unit()
+        if name in SOURCE_COUNTERS and metric.has_correlation_ids():
+            source[name] = _source_spots(action, metric, pc_cache)
+    base = ncu_report.IAction
+    return NcuLaunch(
+        index=index,
+        range_index=range_index,
+        name=action.name(base.NameBase_FUNCTION),
+        demangled=action.name(base.NameBase_DEMANGLED),
+        mangled=action.name(base.NameBase_MANGLED),
+        metrics=metrics,
+        strings=strings,
+        source=source,
+        nvtx=_nvtx_ranges(action),
+        nvidia_rules=list(action.rule_results_as_dicts() or []),
+    )
+
+
+def read_ncu(path, display_path=None) -> NcuReport:
+    """Loads every range and action of a .ncu-rep. Raises InputError for an unreadable report."""
+    display = str(display_path or path)
+    ncu_report = _import_ncu_report()
+    try:
+        context = ncu_report.load_report(str(path))
+    except Exception as exc:  # ncu_report raises a bare Exception/RuntimeError on bad files
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise InputError(display, f"not a readable Nsight Compute report ({message})") from None
+    if context is None:
+        raise InputError(display, "not a readable Nsight Compute report")
+    units: dict[str, str] = {}
+    launches: list[NcuLaunch] = []
+    try:
+        for range_index in range(context.num_ranges()):
+            profile_range = context.range_by_idx(range_index)
+            for action_index in range(profile_range.num_actions()):
+                action = profile_range.action_by_idx(action_index)
+                launches.append(_read_action(ncu_report, action, len(launches), range_index, units))
+    except Exception as exc:
+        raise InputError(display, f"corrupt Nsight Compute report ({exc})") from None
+    if not launches:
+        raise InputError(display, "the report holds no kernel launches")
+    return NcuReport(path=display, launches=launches, units=units)

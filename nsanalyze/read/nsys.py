@@ -1,0 +1,234 @@
+"""Nsight Systems SQLite exports.
+
+Schemas differ across nsys versions (2020.3 lacks mangledName, ENUM tables, TARGET_INFO_GPU's
+attribute columns...). This module looks at the tables and columns an export holds and lays
+TEMP views with one stable shape over them; everything downstream queries these views and
+aggregates in SQLite:
+
+    kernels(start, end, duration_ns, device_id, context_id, stream_id, correlation_id,
+            global_pid, short_name_id, demangled_id, grid_x.., block_x.., registers_per_thread,
+            shared_mem_bytes, local_mem_per_thread)
+    copies(start, end, duration_ns, device_id, stream_id, correlation_id, global_pid, bytes,
+           operation, copy_kind, src_kind, dst_kind)       -- memcpy and memset in one
+    api(start, end, duration_ns, global_tid, correlation_id, name)   -- CUDA runtime + driver calls
+    nvtx(start, end, duration_ns, global_tid, name, domain_id)       -- push/pop and start/end ranges
+    syncs(start, end, duration_ns, device_id, stream_id, correlation_id, sync_type)
+    strings(id, value)
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nsanalyze.errors import InputError
+
+KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
+KERNEL_COLUMNS = {"start", "end", "deviceId", "streamId", "shortName", "demangledName",
+                  "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"}
+# Tables every nsys export has, whatever was traced; an SQLite file with none of them is something else.
+NSYS_MARKER_TABLES = {"TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU", "ThreadNames", "PROCESSES",
+                      "TARGET_INFO_SYSTEM_ENV", "META_DATA_CAPTURE", "ProcessStreams"}
+
+# CUPTI enum values as nsys stores them; used when an export lacks its ENUM_* tables (nsys <= 2021).
+MEMCPY_KINDS = {0: "Unknown", 1: "Host-to-Device", 2: "Device-to-Host", 3: "Host-to-Array",
+                4: "Array-to-Host", 5: "Array-to-Array", 6: "Array-to-Device", 7: "Device-to-Array",
+                8: "Device-to-Device", 9: "Host-to-Host", 10: "Peer-to-Peer",
+                11: "Unified Host-to-Device", 12: "Unified Device-to-Host", 13: "Unified Device-to-Device"}
+MEMORY_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
+                5: "Device Static", 6: "Managed Static", 7: "Unknown"}
+SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
+NVTX_RANGE_EVENT_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
+
+
+@dataclass
+class Device:
+    device_id: int
+    name: str | None
+    sm_count: int | None = None
+    clock_hz: float | None = None
+    memory_bandwidth_bytes_per_s: float | None = None
+    compute_capability: str | None = None
+
+
+@dataclass
+class NsysExport:
+    """An open export: a read-only connection with the stable views laid over it."""
+
+    path: str
+    connection: sqlite3.Connection
+    tables: dict[str, set[str]]
+    devices: list[Device] = field(default_factory=list)
+    session_start_utc_ns: int | None = None
+    kind: str = "nsys"
+
+    def query(self, sql: str, params=()) -> list[sqlite3.Row]:
+        try:
+            return self.connection.execute(sql, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(self.path, f"SQLite error while reading the export ({exc})") from None
+
+    def scalar(self, sql: str, params=()):
+        rows = self.query(sql, params)
+        return rows[0][0] if rows else None
+
+    def has(self, table: str, *columns: str) -> bool:
+        return table in self.tables and all(c in self.tables[table] for c in columns)
+
+    @property
+    def has_gpu_metrics(self) -> bool:
+        return self.has("GPU_METRICS", "timestamp", "metricId", "value") and self.has(
+            "TARGET_INFO_GPU_METRICS", "metricId", "metricName")
+
+    @property
+    def device_name(self) -> str | None:
+        return self.devices[0].name if self.devices else None
+
+    @property
+    def compute_capability(self) -> str | None:
+        return self.devices[0].compute_capability if self.devices else None
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _tables(connection: sqlite3.Connection) -> dict[str, set[str]]:
+    names = [r[0] for r in connection.execute(
+        "SELECT name FROM sqlite_master WHERE type IN ('table','view') UNION ALL "
+        "SELECT name FROM sqlite_temp_master WHERE type = 'table'")]
+    return {name: {r[1] for r in connection.execute(f'PRAGMA table_info("{name}")')} for name in names}
+
+
+def _enum_view(export: NsysExport, view: str, table: str, fallback: dict[int, str]) -> None:
+    if export.has(table, "id", "label"):
+        sql = f"CREATE TEMP VIEW {view} AS SELECT id, label FROM {table}"
+    else:
+        values = ",".join(f"({k}, '{v}')" for k, v in fallback.items())
+        sql = f"CREATE TEMP VIEW {view}(id, label) AS VALUES {values}"
+    export.connection.execute(sql)
+
+
+def _col(export: NsysExport, table: str, column: str, default: str = "NULL") -> str:
+    return column if export.has(table, column) else default
+
+
+def _create_views(export: NsysExport) -> None:
+    con = export.connection
+    k = KERNEL_TABLE
+    if k not in export.tables:  # a capture without CUDA kernels: the same view, empty
+        k = "_no_kernels"
+        con.execute(f"""CREATE TEMP TABLE {k}(start, end, deviceId, contextId, streamId, correlationId, globalPid,
+            shortName, demangledName, gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread,
+            staticSharedMemory, dynamicSharedMemory, localMemoryPerThread)""")
+        export.tables[k] = _tables(con)[k]
+    con.execute(f"""CREATE TEMP VIEW kernels AS SELECT
+        start, end, end - start AS duration_ns, deviceId AS device_id,
+        {_col(export, k, 'contextId')} AS context_id, streamId AS stream_id,
+        {_col(export, k, 'correlationId')} AS correlation_id, {_col(export, k, 'globalPid')} AS global_pid,
+        shortName AS short_name_id, demangledName AS demangled_id,
+        gridX AS grid_x, gridY AS grid_y, gridZ AS grid_z, blockX AS block_x, blockY AS block_y, blockZ AS block_z,
+        {_col(export, k, 'registersPerThread')} AS registers_per_thread,
+        {_col(export, k, 'staticSharedMemory', '0')} + {_col(export, k, 'dynamicSharedMemory', '0')} AS shared_mem_bytes,
+        {_col(export, k, 'localMemoryPerThread')} AS local_mem_per_thread
+        FROM {k}""")
+
+    _enum_view(export, "memcpy_kinds", "ENUM_CUDA_MEMCPY_OPER", MEMCPY_KINDS)
+    _enum_view(export, "memory_kinds", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS)
+    _enum_view(export, "sync_types", "ENUM_CUPTI_SYNC_TYPE", SYNC_TYPES)
+
+    parts = []
+    mc = "CUPTI_ACTIVITY_KIND_MEMCPY"
+    if mc in export.tables:
+        parts.append(f"""SELECT start, end, end - start AS duration_ns, deviceId AS device_id, streamId AS stream_id,
+            {_col(export, mc, 'correlationId')} AS correlation_id, {_col(export, mc, 'globalPid')} AS global_pid,
+            bytes, 'memcpy' AS operation, copyKind AS copy_kind,
+            {_col(export, mc, 'srcKind')} AS src_kind, {_col(export, mc, 'dstKind')} AS dst_kind FROM {mc}""")
+    ms = "CUPTI_ACTIVITY_KIND_MEMSET"
+    if ms in export.tables:
+        parts.append(f"""SELECT start, end, end - start, deviceId, streamId,
+            {_col(export, ms, 'correlationId')}, {_col(export, ms, 'globalPid')},
+            bytes, 'memset', NULL, NULL, {_col(export, ms, 'memKind')} FROM {ms}""")
+    if not parts:
+        parts.append("SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0")
+    con.execute("""CREATE TEMP VIEW copies(start, end, duration_ns, device_id, stream_id, correlation_id,
+        global_pid, bytes, operation, copy_kind, src_kind, dst_kind) AS """ + " UNION ALL ".join(parts))
+
+    api_parts = []
+    for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
+        if export.has(table, "start", "end", "nameId"):
+            api_parts.append(f"""SELECT start, end, end - start, {_col(export, table, 'globalTid')},
+                {_col(export, table, 'correlationId')}, nameId FROM {table}""")
+    if not api_parts:
+        api_parts.append("SELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE 0")
+    con.execute("CREATE TEMP VIEW api_raw(start, end, duration_ns, global_tid, correlation_id, name_id) AS "
+                + " UNION ALL ".join(api_parts))
+    con.execute("""CREATE TEMP VIEW api AS SELECT a.start, a.end, a.duration_ns, a.global_tid, a.correlation_id,
+        s.value AS name FROM api_raw a LEFT JOIN StringIds s ON s.id = a.name_id""")
+
+    nv = "NVTX_EVENTS"
+    if export.has(nv, "start", "end", "eventType"):
+        text_id = _col(export, nv, "textId")
+        con.execute(f"""CREATE TEMP VIEW nvtx AS SELECT n.start, n.end, n.end - n.start AS duration_ns,
+            {_col(export, nv, 'globalTid')} AS global_tid,
+            COALESCE(n.text, s.value) AS name, {_col(export, nv, 'domainId', '0')} AS domain_id
+            FROM {nv} n LEFT JOIN StringIds s ON s.id = {text_id}
+            WHERE n.eventType IN {NVTX_RANGE_EVENT_TYPES} AND n.end IS NOT NULL AND n.end >= n.start""")
+    else:
+        con.execute("""CREATE TEMP VIEW nvtx(start, end, duration_ns, global_tid, name, domain_id)
+            AS SELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE 0""")
+
+    sy = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+    if export.has(sy, "start", "end", "syncType"):
+        con.execute(f"""CREATE TEMP VIEW syncs AS SELECT y.start, y.end, y.end - y.start AS duration_ns,
+            y.deviceId AS device_id, y.streamId AS stream_id, {_col(export, sy, 'correlationId')} AS correlation_id,
+            t.label AS sync_type FROM {sy} y LEFT JOIN sync_types t ON t.id = y.syncType""")
+    else:
+        con.execute("""CREATE TEMP VIEW syncs(start, end, duration_ns, device_id, stream_id, correlation_id, sync_type)
+            AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0""")
+
+
+def _devices(export: NsysExport) -> list[Device]:
+    devices: dict[int, Device] = {}
+    if export.has("TARGET_INFO_GPU", "id", "name", "smCount"):  # nsys 2021+
+        cc = "computeMajor || '.' || computeMinor" if export.has("TARGET_INFO_GPU", "computeMajor") else "NULL"
+        for row in export.query(f"SELECT id, name, smCount, clockRate, memoryBandwidth, {cc} FROM TARGET_INFO_GPU"):
+            devices[row[0]] = Device(row[0], row[1], row[2], row[3], row[4], row[5])
+    elif export.has("TARGET_INFO_CUDA_GPU", "deviceId", "name"):  # nsys 2020.x
+        for row in export.query("""SELECT deviceId, name, numMultiprocessors, coreClockRate * 1000,
+                globalMemoryBandwidth * 1000, computeCapabilityMajor || '.' || computeCapabilityMinor
+                FROM TARGET_INFO_CUDA_GPU"""):
+            devices[row[0]] = Device(row[0], row[1], row[2], row[3], row[4], row[5])
+    elif export.has("TARGET_INFO_GPU", "deviceId", "name"):
+        for row in export.query("SELECT deviceId, name FROM TARGET_INFO_GPU"):
+            devices[row[0]] = Device(row[0], row[1])
+    # Devices seen in the activity but not described (e.g. exports without TARGET_INFO_GPU).
+    for (device_id,) in export.query("SELECT DISTINCT device_id FROM kernels"):
+        devices.setdefault(device_id, Device(device_id, None))
+    return [devices[k] for k in sorted(devices)]
+
+
+def read_nsys(path, display_path=None) -> NsysExport:
+    """Opens an export read-only and checks that it holds what nsanalyze needs."""
+    display = str(display_path or path)
+    try:
+        connection = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, check_same_thread=False)
+        connection.row_factory = sqlite3.Row
+        tables = _tables(connection)
+    except sqlite3.DatabaseError as exc:
+        raise InputError(display, f"not a readable SQLite database ({exc})") from None
+    export = NsysExport(path=display, connection=connection, tables=tables)
+    if "StringIds" not in tables or not (set(tables) & NSYS_MARKER_TABLES):
+        raise InputError(display, "not an Nsight Systems export (no StringIds and target-info tables)")
+    if KERNEL_TABLE in tables:
+        missing = KERNEL_COLUMNS - tables[KERNEL_TABLE]
+        if missing:
+            raise InputError(display, f"{KERNEL_TABLE} lacks columns {sorted(missing)}")
+    try:
+        _create_views(export)
+    except sqlite3.DatabaseError as exc:
+        raise InputError(display, f"unexpected Nsight Systems schema ({exc})") from None
+    export.devices = _devices(export)
+    if export.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+        export.session_start_utc_ns = export.scalar("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
+    return export

@@ -1,0 +1,46 @@
+"""The short ranked summary printed when no -o is given."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from nsanalyze.render.format import duration, percent, shorten
+
+SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
+
+
+def print_summary(model: dict, console: Console | None = None, limit: int = 15) -> None:
+    console = console or Console(width=None if sys.stdout.isatty() else 140)
+    for profile in model["profiles"]:
+        console.print(Text(f"{profile['kind']}: {profile['path']}  ({profile['gpu'] or 'unknown GPU'}, "
+                           f"CC {profile['compute_capability'] or '?'})", style="bold"))
+    timeline = model.get("timeline")
+    if timeline:
+        console.print(f"GPU busy {percent(timeline.get('gpu_busy_share'))} of {duration(timeline['span_ns'])}"
+                      f" (kernels {duration(timeline['kernel_ns'])}, copies {duration(timeline['memcpy_ns'])});"
+                      f" window: {timeline['window']['description']}")
+    metrics = model.get("gpu_metrics")
+    if metrics and metrics.get("headline"):
+        console.print(metrics["headline"])
+    findings = [f for f in model["findings"] if f["severity"] != "info"]
+    if not findings:
+        console.print("No findings above info: nothing here holds the program back by the checks' thresholds.")
+    else:
+        table = Table(title="What to fix first", show_lines=False)
+        for column in ("#", "severity", "check", "kernel / scope", "saves", "finding"):
+            table.add_column(column, overflow="fold")
+        for finding in findings[:limit]:
+            table.add_row(str(finding["rank"]), Text(finding["severity"], style=SEVERITY_STYLE[finding["severity"]]),
+                          finding["check"], shorten(finding["kernel_name"] or "program", 28),
+                          duration(finding["estimated_savings_ns"]), finding["title"])
+        console.print(table)
+        if len(findings) > limit:
+            console.print(f"... and {len(findings) - limit} more findings (write a report with -o for all)")
+    if model.get("not_judged"):
+        checks = sorted({n["check"] for n in model["not_judged"]})
+        console.print(Text(f"Not judged for lack of metrics: {', '.join(checks)} "
+                           "(see the report's 'not judged' section for the ncu options)", style="dim"))
