@@ -133,6 +133,7 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
         program = analyze_nsys(nsys_exports, options)
         model.update(program.sections)
         findings += program.findings
+        model["not_judged"] += [n.to_json() for n in program.not_judged]
         if kernels:
             join_kernel_times(kernels, program.kernel_summary, kernel_time)
         else:

@@ -163,9 +163,15 @@ def _read_action(ncu_report, action, index: int, range_index: int, units: dict) 
     )
 
 
+NCU_SIGNATURE = b"NVR\x00"  # the first bytes of every .ncu-rep
+
+
 def read_ncu(path, display_path=None) -> NcuReport:
     """Loads every range and action of a .ncu-rep. Raises InputError for an unreadable report."""
     display = str(display_path or path)
+    with open(path, "rb") as handle:
+        if handle.read(len(NCU_SIGNATURE)) != NCU_SIGNATURE:
+            raise InputError(display, "not an Nsight Compute report (wrong file signature)")
     ncu_report = _import_ncu_report()
     try:
         context = ncu_report.load_report(str(path))
@@ -185,5 +191,9 @@ def read_ncu(path, display_path=None) -> NcuReport:
     except Exception as exc:
         raise InputError(display, f"corrupt Nsight Compute report ({exc})") from None
     if not launches:
-        raise InputError(display, "the report holds no kernel launches")
+        raise InputError(display, "not a usable Nsight Compute report: it holds no kernel launches")
+    for launch in launches:
+        if "gpu__time_duration.sum" not in launch.metrics and "gpu__time_duration" not in launch.metrics:
+            raise InputError(display, f"truncated or damaged report: launch {launch.index + 1} "
+                                      f"({launch.name or 'unnamed'}) holds no metrics")
     return NcuReport(path=display, launches=launches, units=units)

@@ -1,0 +1,420 @@
+"""The nsys timeline, aggregated in SQLite: busy and idle time, gaps, streams, NVTX ranges,
+synchronization, launches, copies and GPU metrics, within an analysis window.
+
+Nothing here pulls every row into Python: each figure is one SQL aggregate over the stable views
+laid by `nsanalyze.read.nsys`, and what comes back is sized by distinct names, streams, ranges
+or the top-N gaps, never by the number of kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nsanalyze.read.nsys import NsysExport
+
+FOREVER = 2**62
+TOP_GAPS = 10
+MAX_RANGES = 200  # range names kept, by wall time (PyTorch's emit_nvtx makes one name per op)
+SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent",
+             "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize")
+HOST_COPY_KINDS = ("Host-to-Device", "Device-to-Host", "Unified Host-to-Device", "Unified Device-to-Host")
+GPU_METRIC_NAMES = {  # contract key -> nsys metric name prefix (names carry their unit in brackets)
+    "gr_active_pct": "GR Active",
+    "sm_active_pct": "SMs Active",
+    "sm_issue_pct": "SM Issue",
+    "tensor_active_pct": "Tensor Active",
+    "dram_read_pct": "DRAM Read Bandwidth",
+    "dram_write_pct": "DRAM Write Bandwidth",
+    "pcie_rx_pct": "PCIe RX Throughput",
+    "pcie_tx_pct": "PCIe TX Throughput",
+    "gpc_clock_mhz": "GPC Clock Frequency",
+}
+
+
+@dataclass
+class Window:
+    start: int
+    end: int
+    description: str
+
+    def params(self) -> dict:
+        return {"window_start": self.start, "window_end": self.end}
+
+
+@dataclass
+class Timeline:
+    window: Window
+    summary: dict
+    devices: list[dict]
+    streams: list[dict]
+    ranges: list[dict]
+    gaps: list[dict]
+    syncs: dict
+    launches: dict
+    copies: dict
+    kernel_summary: list[dict] = field(default_factory=list)
+    gpu_metrics: dict | None = None
+    busy_clock: dict | None = None
+
+
+def _rows(export: NsysExport, sql: str, params: dict) -> list[dict]:
+    return [dict(r) for r in export.query(sql, params)]
+
+
+def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str | None) -> Window:
+    first = export.scalar("SELECT MIN(start) FROM (SELECT start FROM kernels UNION ALL SELECT start FROM copies)")
+    if first is None:
+        first = export.scalar("SELECT MIN(start) FROM nvtx") or 0
+    start, end, parts = -FOREVER, FOREVER, []
+    if nvtx_range:
+        row = export.query("SELECT MIN(start), MAX(end), COUNT(*) FROM nvtx WHERE name = ?", (nvtx_range,))[0]
+        if not row[2]:
+            from nsanalyze.errors import InputError
+            names = [r[0] for r in export.query("SELECT DISTINCT name FROM nvtx ORDER BY name LIMIT 20")]
+            raise InputError(export.path, f"no NVTX range named {nvtx_range!r} (ranges: {', '.join(map(str, names)) or 'none'})")
+        start, end = row[0], row[1]
+        parts.append(f"NVTX range '{nvtx_range}' ({row[2]} instance(s))")
+    if skip_first_ns:
+        start = max(start, first + skip_first_ns)
+        parts.append(f"skipping the first {skip_first_ns / 1e6:g} ms of GPU activity")
+    return Window(start, end, "; ".join(parts) or "the whole capture")
+
+
+def _materialize(export: NsysExport, window: Window) -> None:
+    """Temp tables of the window's activity, indexed for the joins below."""
+    con = export.connection
+    for name in ("w_kernels", "w_copies", "w_activity", "w_islands", "w_api"):
+        con.execute(f"DROP TABLE IF EXISTS temp.{name}")
+    con.execute("""CREATE TEMP TABLE w_kernels AS SELECT * FROM kernels
+                   WHERE start >= :window_start AND start < :window_end""", window.params())
+    con.execute("CREATE INDEX temp.w_kernels_corr ON w_kernels(correlation_id)")
+    con.execute("""CREATE TEMP TABLE w_copies AS SELECT * FROM copies
+                   WHERE start >= :window_start AND start < :window_end""", window.params())
+    con.execute("CREATE INDEX temp.w_copies_corr ON w_copies(correlation_id)")
+    con.execute("""CREATE TEMP TABLE w_activity AS
+        SELECT device_id, start, end FROM w_kernels UNION ALL SELECT device_id, start, end FROM w_copies""")
+    # Islands of continuous GPU activity per device: a new island starts where an interval begins
+    # after everything before it has ended.
+    con.execute("""CREATE TEMP TABLE w_islands AS
+        WITH ordered AS (
+            SELECT device_id, start, end,
+                   MAX(end) OVER (PARTITION BY device_id ORDER BY start, end
+                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS previous_end
+            FROM w_activity),
+        numbered AS (
+            SELECT device_id, start, end,
+                   SUM(CASE WHEN previous_end IS NULL OR start > previous_end THEN 1 ELSE 0 END)
+                       OVER (PARTITION BY device_id ORDER BY start, end ROWS UNBOUNDED PRECEDING) AS island
+            FROM ordered)
+        SELECT device_id, island, MIN(start) AS start, MAX(end) AS end FROM numbered GROUP BY device_id, island""")
+    con.execute("CREATE INDEX temp.w_islands_dev ON w_islands(device_id, start)")
+    con.execute("""CREATE TEMP TABLE w_api AS SELECT * FROM api
+                   WHERE end >= :window_start AND start < :window_end""", window.params())
+    con.execute("CREATE INDEX temp.w_api_tid ON w_api(global_tid, start)")
+    con.execute("CREATE INDEX temp.w_api_corr ON w_api(correlation_id)")
+
+
+def _devices(export: NsysExport) -> list[dict]:
+    rows = _rows(export, """
+        SELECT i.device_id, MIN(i.start) AS first_ns, MAX(i.end) AS last_ns, SUM(i.end - i.start) AS gpu_busy_ns,
+               (SELECT COALESCE(SUM(duration_ns), 0) FROM w_kernels k WHERE k.device_id = i.device_id) AS kernel_ns,
+               (SELECT COALESCE(SUM(duration_ns), 0) FROM w_copies c WHERE c.device_id = i.device_id
+                    AND c.operation = 'memcpy') AS memcpy_ns,
+               (SELECT COALESCE(SUM(duration_ns), 0) FROM w_copies c WHERE c.device_id = i.device_id
+                    AND c.operation = 'memset') AS memset_ns
+        FROM w_islands i GROUP BY i.device_id ORDER BY i.device_id""", {})
+    names = {d.device_id: d.name for d in export.devices}
+    for row in rows:
+        row["name"] = names.get(row["device_id"])
+        row["span_ns"] = row["last_ns"] - row["first_ns"]
+        row["gpu_idle_ns"] = row["span_ns"] - row["gpu_busy_ns"]
+    return rows
+
+
+def _gaps(export: NsysExport) -> list[dict]:
+    gaps = _rows(export, f"""
+        WITH g AS (SELECT device_id, end AS start,
+                          LEAD(start) OVER (PARTITION BY device_id ORDER BY start) AS end FROM w_islands)
+        SELECT device_id, start, end, end - start AS duration_ns FROM g WHERE end IS NOT NULL
+        ORDER BY duration_ns DESC LIMIT {TOP_GAPS}""", {})
+    for gap in gaps:
+        # What the host was doing: the CUDA calls overlapping the gap, longest overlap first.
+        calls = export.query("""
+            SELECT name, COUNT(*) AS calls, SUM(MIN(end, :gap_end) - MAX(start, :gap_start)) AS overlap_ns
+            FROM w_api WHERE start < :gap_end AND end > :gap_start
+            GROUP BY name ORDER BY overlap_ns DESC LIMIT 3""", {"gap_start": gap["start"], "gap_end": gap["end"]})
+        gap["host_calls"] = [dict(c) for c in calls]
+        enclosing = export.query("""SELECT name FROM nvtx WHERE start <= :gap_start AND end >= :gap_end
+                                    ORDER BY duration_ns ASC LIMIT 1""", {"gap_start": gap["start"], "gap_end": gap["end"]})
+        gap["nvtx_range"] = enclosing[0][0] if enclosing else None
+    return gaps
+
+
+def _gap_histogram(export: NsysExport, bucket_edges_ns=(1_000, 10_000, 100_000, 1_000_000)) -> dict:
+    cases = " ".join(f"WHEN end - start < {edge} THEN {i}" for i, edge in enumerate(bucket_edges_ns))
+    rows = export.query(f"""
+        WITH g AS (SELECT end AS start, LEAD(start) OVER (PARTITION BY device_id ORDER BY start) AS end FROM w_islands)
+        SELECT CASE {cases} ELSE {len(bucket_edges_ns)} END AS bucket, COUNT(*), SUM(end - start)
+        FROM g WHERE end IS NOT NULL GROUP BY bucket""")
+    labels = [f"< {e / 1000:g} us" for e in bucket_edges_ns] + [f">= {bucket_edges_ns[-1] / 1000:g} us"]
+    histogram = {label: {"gaps": 0, "idle_ns": 0} for label in labels}
+    for bucket, count, total in rows:
+        histogram[labels[bucket]] = {"gaps": count, "idle_ns": total}
+    return histogram
+
+
+def _streams(export: NsysExport) -> list[dict]:
+    return _rows(export, """
+        SELECT device_id, stream_id, SUM(kernels) AS kernels, SUM(kernel_ns) AS kernel_ns,
+               SUM(copies) AS copies, SUM(copy_ns) AS copy_ns FROM (
+            SELECT device_id, stream_id, COUNT(*) AS kernels, SUM(duration_ns) AS kernel_ns, 0 AS copies, 0 AS copy_ns
+            FROM w_kernels GROUP BY device_id, stream_id
+            UNION ALL
+            SELECT device_id, stream_id, 0, 0, COUNT(*), SUM(duration_ns) FROM w_copies GROUP BY device_id, stream_id)
+        GROUP BY device_id, stream_id ORDER BY kernel_ns + copy_ns DESC""", {})
+
+
+def _ranges(export: NsysExport, window: Window) -> list[dict]:
+    """Per NVTX range name: wall time, and the GPU time of the work its CPU calls launched."""
+    export.connection.execute("DROP TABLE IF EXISTS temp.w_nvtx")
+    export.connection.execute("""CREATE TEMP TABLE w_nvtx AS SELECT ROW_NUMBER() OVER () AS range_id, * FROM nvtx
+        WHERE end >= :window_start AND start < :window_end""", window.params())
+    return _rows(export, f"""
+        WITH launched AS (
+            SELECT n.range_id, a.correlation_id FROM w_nvtx n
+            JOIN w_api a ON a.global_tid = n.global_tid AND a.start >= n.start AND a.start <= n.end),
+        gpu AS (
+            SELECT l.range_id,
+                   SUM(CASE WHEN k.duration_ns IS NOT NULL THEN k.duration_ns ELSE 0 END) AS kernel_ns,
+                   COUNT(k.duration_ns) AS kernels,
+                   SUM(CASE WHEN c.duration_ns IS NOT NULL THEN c.duration_ns ELSE 0 END) AS copy_ns
+            FROM launched l
+            LEFT JOIN w_kernels k ON k.correlation_id = l.correlation_id
+            LEFT JOIN w_copies c ON c.correlation_id = l.correlation_id
+            GROUP BY l.range_id),
+        events AS (
+            SELECT global_tid, start AS t, 1 AS delta, range_id FROM w_nvtx
+            UNION ALL SELECT global_tid, end, -1, NULL FROM w_nvtx),
+        depths AS (  -- ranges open on the same thread when this one starts: 0 = top level
+            SELECT range_id, depth FROM (
+                SELECT range_id, SUM(delta) OVER (PARTITION BY global_tid ORDER BY t, delta
+                                                  ROWS UNBOUNDED PRECEDING) - 1 AS depth FROM events)
+            WHERE range_id IS NOT NULL)
+        SELECT n.name, COUNT(*) AS instances, SUM(n.duration_ns) AS wall_ns, MIN(n.start) AS first_start,
+               MAX(n.end) AS last_end, COALESCE(SUM(g.kernel_ns), 0) AS kernel_ns,
+               COALESCE(SUM(g.kernels), 0) AS kernels, COALESCE(SUM(g.copy_ns), 0) AS copy_ns,
+               MIN(d.depth) AS depth
+        FROM w_nvtx n JOIN depths d ON d.range_id = n.range_id
+        LEFT JOIN gpu g ON g.range_id = n.range_id
+        GROUP BY n.name ORDER BY wall_ns DESC LIMIT {MAX_RANGES}""", {})
+
+
+def _syncs(export: NsysExport) -> dict:
+    """Host waits: explicit synchronization calls, and what each cost the GPU afterwards."""
+    names = " OR ".join(f"a.name LIKE '{n}%'" for n in SYNC_APIS)
+    explicit = _rows(export, f"""
+        SELECT REPLACE(REPLACE(a.name, '_v3020', ''), '_v2', '') AS name, COUNT(*) AS calls,
+               SUM(a.duration_ns) AS wait_ns,
+               SUM((SELECT MIN(k.start) FROM w_kernels k WHERE k.start >= a.end) - a.end) AS relaunch_gap_ns
+        FROM w_api a WHERE {names} GROUP BY 1 ORDER BY wait_ns DESC""", {})
+    # Implicit syncs: a synchronous device-to-host copy (what `.item()`/`.cpu()` do) blocks the host too.
+    implicit = _rows(export, """
+        SELECT a.name, COUNT(*) AS calls, SUM(a.duration_ns) AS wait_ns,
+               SUM((SELECT MIN(k.start) FROM w_kernels k WHERE k.start >= a.end) - a.end) AS relaunch_gap_ns
+        FROM w_api a JOIN w_copies c ON c.correlation_id = a.correlation_id
+        JOIN memcpy_kinds mk ON mk.id = c.copy_kind
+        WHERE mk.label = 'Device-to-Host' AND (a.name NOT LIKE '%Async%' OR c.dst_kind = 0)
+        GROUP BY a.name""", {})
+    for row in explicit + implicit:
+        row["relaunch_gap_ns"] = max(0, row["relaunch_gap_ns"] or 0)
+    # Several syncs in a row share one idle stretch: count each stretch once, from the first sync's return.
+    total = export.scalar(f"""
+        WITH waits AS (
+            SELECT a.end FROM w_api a WHERE {names}
+            UNION ALL
+            SELECT a.end FROM w_api a JOIN w_copies c ON c.correlation_id = a.correlation_id
+            JOIN memcpy_kinds mk ON mk.id = c.copy_kind
+            WHERE mk.label = 'Device-to-Host' AND (a.name NOT LIKE '%Async%' OR c.dst_kind = 0)),
+        next AS (SELECT w.end, (SELECT MIN(k.start) FROM w_kernels k WHERE k.start >= w.end) AS next_start FROM waits w)
+        SELECT COALESCE(SUM(next_start - first_end), 0) FROM (
+            SELECT next_start, MIN(end) AS first_end FROM next WHERE next_start IS NOT NULL GROUP BY next_start)""")
+    return {"explicit": explicit, "implicit": implicit, "relaunch_gap_ns": total}
+
+
+def _launches(export: NsysExport) -> dict:
+    """Kernel launches whose GPU time is shorter than the CPU time of their launch call."""
+    row = export.query("""
+        WITH pairs AS (
+            SELECT k.duration_ns AS kernel_ns, a.duration_ns AS launch_ns, k.start AS start, k.device_id,
+                   k.demangled_id FROM w_kernels k JOIN w_api a ON a.correlation_id = k.correlation_id
+            WHERE a.name LIKE 'cudaLaunch%' OR a.name LIKE 'cuLaunch%'),
+        short AS (SELECT * FROM pairs WHERE kernel_ns < launch_ns),
+        idle_before AS (
+            SELECT s.kernel_ns, s.launch_ns,
+                   s.start - (SELECT MAX(i.end) FROM w_islands i WHERE i.device_id = s.device_id AND i.end <= s.start)
+                       AS idle_ns
+            FROM short s)
+        SELECT (SELECT COUNT(*) FROM pairs), COUNT(*), COALESCE(SUM(kernel_ns), 0), COALESCE(SUM(launch_ns), 0),
+               COALESCE(SUM(CASE WHEN idle_ns > 0 THEN MIN(idle_ns, launch_ns) ELSE 0 END), 0)
+        FROM idle_before""")[0]
+    top = _rows(export, """
+        SELECT s.value AS name, COUNT(*) AS launches, AVG(k.duration_ns) AS mean_kernel_ns,
+               AVG(a.duration_ns) AS mean_launch_ns
+        FROM w_kernels k JOIN w_api a ON a.correlation_id = k.correlation_id
+        JOIN StringIds s ON s.id = k.short_name_id
+        WHERE (a.name LIKE 'cudaLaunch%' OR a.name LIKE 'cuLaunch%') AND k.duration_ns < a.duration_ns
+        GROUP BY k.short_name_id ORDER BY launches DESC LIMIT 5""", {})
+    return {"launches": row[0], "short_kernels": row[1], "short_kernel_ns": row[2], "short_launch_api_ns": row[3],
+            "idle_before_short_ns": row[4], "top": top}
+
+
+def _copies(export: NsysExport) -> dict:
+    """Host<->device copies by memory kind and issuing API, with the pageable and synchronous ones listed."""
+    kinds = ",".join(f"'{k}'" for k in HOST_COPY_KINDS)
+    base = f"""SELECT c.start, c.duration_ns, c.bytes, mk.label AS copy_kind, sk.label AS src_kind,
+                      dk.label AS dst_kind, a.name AS api, c.device_id, c.stream_id
+               FROM w_copies c JOIN memcpy_kinds mk ON mk.id = c.copy_kind
+               LEFT JOIN memory_kinds sk ON sk.id = c.src_kind LEFT JOIN memory_kinds dk ON dk.id = c.dst_kind
+               LEFT JOIN w_api a ON a.correlation_id = c.correlation_id
+               WHERE c.operation = 'memcpy' AND mk.label IN ({kinds})"""
+    by_kind = _rows(export, f"""SELECT copy_kind, src_kind, dst_kind, COUNT(*) AS copies, SUM(bytes) AS bytes,
+                                       SUM(duration_ns) AS duration_ns FROM ({base}) GROUP BY 1, 2, 3
+                                ORDER BY duration_ns DESC""", {})
+    pageable_async = _rows(export, f"""SELECT * FROM ({base}) WHERE (src_kind = 'Pageable' OR dst_kind = 'Pageable')
+                                       AND api LIKE '%Async%' ORDER BY duration_ns DESC LIMIT 50""", {})
+    pageable_totals = export.query(f"""SELECT COUNT(*), COALESCE(SUM(duration_ns), 0), COALESCE(SUM(bytes), 0)
+                                       FROM ({base}) WHERE src_kind = 'Pageable' OR dst_kind = 'Pageable'""")[0]
+    # nsys analyze's cuda_memcpy_sync: synchronous copies, except host-to-device ones of 64 KB or less.
+    sync = _rows(export, f"""SELECT * FROM ({base}) WHERE api NOT LIKE '%Async%'
+                             AND NOT (copy_kind = 'Host-to-Device' AND bytes <= 65536)
+                             ORDER BY duration_ns DESC LIMIT 50""", {})
+    sync_totals = export.query(f"""SELECT COUNT(*), COALESCE(SUM(duration_ns), 0) FROM ({base})
+                                   WHERE api NOT LIKE '%Async%' AND NOT (copy_kind = 'Host-to-Device' AND bytes <= 65536)""")[0]
+    return {"by_kind": by_kind, "pageable": {"copies": pageable_totals[0], "duration_ns": pageable_totals[1],
+                                             "bytes": pageable_totals[2], "async_top": pageable_async},
+            "sync": {"copies": sync_totals[0], "duration_ns": sync_totals[1], "top": sync}}
+
+
+def _percentiles(histogram: list[tuple[float, int]], quantiles=(0.5, 0.95)) -> dict:
+    total = sum(count for _, count in histogram)
+    result = {}
+    for q in quantiles:
+        target, seen = q * total, 0
+        for value, count in histogram:
+            seen += count
+            if seen >= target:
+                result[f"p{int(q * 100)}"] = value
+                break
+    return result
+
+
+def gpu_metrics(export: NsysExport, window: Window, ranges: list[dict]) -> dict | None:
+    """Mean and percentiles of each sampled GPU metric, over the window and per top-level NVTX range.
+
+    Values are integers from a small set (percent, MHz), so a GROUP BY value histogram gives
+    exact percentiles without sorting millions of samples."""
+    if not export.has_gpu_metrics:
+        return None
+    ids = {}
+    for metric_id, name in export.query("SELECT DISTINCT metricId, metricName FROM TARGET_INFO_GPU_METRICS"):
+        for key, prefix in GPU_METRIC_NAMES.items():
+            if name.startswith(prefix + " [") and key not in ids:
+                ids[key] = metric_id
+    if not ids:
+        return None
+
+    def summarize(start, end) -> dict:
+        placeholders = ",".join(str(i) for i in ids.values())
+        rows = export.query(f"""SELECT metricId, value, COUNT(*) FROM GPU_METRICS
+                                WHERE metricId IN ({placeholders}) AND timestamp >= ? AND timestamp < ?
+                                GROUP BY metricId, value ORDER BY metricId, value""", (start, end))
+        by_id: dict[int, list] = {}
+        for metric_id, value, count in rows:
+            by_id.setdefault(metric_id, []).append((value, count))
+        out = {}
+        for key, metric_id in ids.items():
+            hist = by_id.get(metric_id)
+            if not hist:
+                out[key] = None
+                continue
+            n = sum(c for _, c in hist)
+            scale = _unit_scale(key, hist)
+            hist = [(v * scale, c) for v, c in hist]
+            out[key] = {"mean": sum(v * c for v, c in hist) / n, **_percentiles(hist), "samples": n}
+        return out
+
+    overall = summarize(window.start, window.end)
+    top_level = [r for r in ranges if r.get("depth") == 0]
+    per_range = []
+    for r in top_level:
+        entry = summarize(max(window.start, r["first_start"]), min(window.end, r["last_end"]))
+        per_range.append({"name": r["name"], **entry})
+    timeline_rows = export.query(f"""SELECT (timestamp - :s) / :bucket AS b, metricId, AVG(value)
+        FROM GPU_METRICS WHERE metricId IN ({','.join(str(ids[k]) for k in ('gr_active_pct', 'sm_issue_pct', 'tensor_active_pct') if k in ids)})
+        AND timestamp >= :s AND timestamp < :e GROUP BY b, metricId ORDER BY b""",
+        _series_params(export, window))
+    series: dict[str, list] = {}
+    names_by_id = {v: k for k, v in ids.items()}
+    params = _series_params(export, window)
+    for bucket, metric_id, mean in timeline_rows:
+        series.setdefault(names_by_id[metric_id], []).append([params["s"] + bucket * params["bucket"], mean])
+    return {**overall, "ranges": per_range, "series": series, "series_bucket_ns": params["bucket"]}
+
+
+def _unit_scale(key: str, histogram) -> float:
+    """nsys 2025 stores "GPC Clock Frequency [MHz]" samples in Hz; bring them to MHz."""
+    if key.endswith("_mhz") and histogram and histogram[-1][0] > 100_000:
+        return 1e-6
+    return 1.0
+
+
+def _series_params(export: NsysExport, window: Window, points: int = 400) -> dict:
+    first, last = export.query("SELECT MIN(timestamp), MAX(timestamp) FROM GPU_METRICS")[0]
+    start, end = max(first, window.start), min(last, window.end)
+    return {"s": start, "e": end + 1, "bucket": max(1, (end - start) // points + 1)}
+
+
+def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None) -> Timeline:
+    window = choose_window(export, skip_first_ns, nvtx_range)
+    _materialize(export, window)
+    devices = _devices(export)
+    totals = export.query("""SELECT (SELECT COALESCE(SUM(duration_ns), 0) FROM w_kernels),
+                                    (SELECT COUNT(*) FROM w_kernels),
+                                    (SELECT COALESCE(SUM(duration_ns), 0) FROM w_copies WHERE operation = 'memcpy'),
+                                    (SELECT COALESCE(SUM(duration_ns), 0) FROM w_copies WHERE operation = 'memset')""")[0]
+    span = max((d["last_ns"] for d in devices), default=0) - min((d["first_ns"] for d in devices), default=0)
+    busy = sum(d["gpu_busy_ns"] for d in devices)
+    idle = sum(d["gpu_idle_ns"] for d in devices)
+    summary = {"span_ns": span, "gpu_busy_ns": busy, "gpu_idle_ns": idle,
+               "gpu_busy_share": busy / (busy + idle) if busy + idle else None,
+               "kernel_ns": totals[0], "kernels": totals[1], "memcpy_ns": totals[2], "memset_ns": totals[3],
+               "gap_histogram": _gap_histogram(export)}
+    ranges = _ranges(export, window)
+    timeline = Timeline(window=window, summary=summary, devices=devices, streams=_streams(export), ranges=ranges,
+                        gaps=_gaps(export), syncs=_syncs(export), launches=_launches(export), copies=_copies(export))
+    timeline.gpu_metrics = gpu_metrics(export, window, ranges)
+    timeline.busy_clock = busy_clock(export, window)
+    return timeline
+
+
+def busy_clock(export: NsysExport, window: Window, min_gr_active_pct: int = 50) -> dict | None:
+    """Median GPC clock over the samples in which the GPU was busy (GR Active >= min)."""
+    if not export.has_gpu_metrics:
+        return None
+    ids = dict(export.query("SELECT metricName, metricId FROM TARGET_INFO_GPU_METRICS"))
+    clock = next((v for k, v in ids.items() if k.startswith(GPU_METRIC_NAMES["gpc_clock_mhz"])), None)
+    active = next((v for k, v in ids.items() if k.startswith(GPU_METRIC_NAMES["gr_active_pct"])), None)
+    if clock is None or active is None:
+        return None
+    histogram = [(v, c) for v, c in export.query("""
+        SELECT c.value, COUNT(*) FROM GPU_METRICS c JOIN GPU_METRICS g
+            ON g.timestamp = c.timestamp AND g.metricId = ? AND g.value >= ?
+        WHERE c.metricId = ? AND c.timestamp >= ? AND c.timestamp < ?
+        GROUP BY c.value ORDER BY c.value""", (active, min_gr_active_pct, clock, window.start, window.end))]
+    if not histogram:
+        return None
+    scale = _unit_scale("gpc_clock_mhz", histogram)
+    median = _percentiles([(v * scale, c) for v, c in histogram], (0.5,))["p50"]
+    device_hz = next((d.clock_hz for d in export.devices if d.clock_hz), None)
+    maximum = device_hz / 1e6 if device_hz else histogram[-1][0] * scale
+    return {"median_mhz": median, "max_mhz": maximum, "samples": sum(c for _, c in histogram)}

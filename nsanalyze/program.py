@@ -1,0 +1,131 @@
+"""Program analysis of Nsight Systems exports: timeline, GPU metrics and the program checks.
+
+Also joins an nsys export with ncu reports of the same program: each ncu kernel's savings are
+weighted by that kernel's total time in the nsys timeline (matched by name).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from nsanalyze.checks import global_settings, limits_for, program_checks
+from nsanalyze.checks.base import Finding, NotJudged, severity_for
+from nsanalyze.normalize import normalize_nsys_kernels
+from nsanalyze.normalize.timeline import Timeline, build_timeline
+from nsanalyze.read.nsys import NsysExport
+
+
+@dataclass
+class ProgramResult:
+    sections: dict
+    findings: list[Finding]
+    kernels: list[dict]
+    kernel_summary: list[dict]
+    not_judged: list[NotJudged] = field(default_factory=list)
+
+
+def _clean(value):
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def run_program_checks(timeline: Timeline, overrides=None) -> tuple[list[Finding], list[NotJudged]]:
+    findings, not_judged = [], []
+    cuts = global_settings()["severity"]
+    for check in program_checks():
+        missing = [name for name in check.REQUIRES if getattr(timeline, name, None) is None]
+        if missing:
+            hint = "nsys profile --gpu-metrics-devices=all" if "gpu_metrics" in missing or "busy_clock" in missing \
+                else "nsys profile -t cuda,nvtx"
+            not_judged.append(NotJudged(check.ID, None, missing, hint))
+            continue
+        finding = check.run(timeline, limits_for(check, overrides))
+        if finding is None:
+            continue
+        span = timeline.summary["span_ns"] or 0
+        if finding.estimated_speedup == 0.0 and span:
+            finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span)
+        if finding.estimated_savings_ns == 0.0:
+            finding.estimated_savings_ns = finding.estimated_speedup * span
+        finding.check = check.ID
+        finding.severity = severity_for(finding.estimated_speedup, cuts)
+        findings.append(finding)
+    return findings, not_judged
+
+
+def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
+    return {
+        "profile": export.path,
+        "window": {"start_ns": timeline.window.start if timeline.window.start > -(2**61) else None,
+                   "end_ns": timeline.window.end if timeline.window.end < 2**61 else None,
+                   "description": timeline.window.description},
+        **timeline.summary,
+        "devices": [{**d, "communication_ns": None, "exposed_communication_ns": None} for d in timeline.devices],
+        "streams": timeline.streams,
+        "ranges": timeline.ranges,
+        "gaps": timeline.gaps,
+        "syncs": timeline.syncs,
+        "launches": timeline.launches,
+        "copies": timeline.copies,
+    }
+
+
+def _gpu_metrics_section(timeline: Timeline) -> dict | None:
+    metrics = timeline.gpu_metrics
+    if not metrics:
+        return None
+    section = dict(metrics)
+    gr, issue, tensor = metrics.get("gr_active_pct"), metrics.get("sm_issue_pct"), metrics.get("tensor_active_pct")
+    if gr and issue:
+        section["headline"] = (f"GPU busy {gr['mean']:.0f}% of the time by GPU-Util (GR Active), SMs issuing on "
+                               f"{issue['mean']:.0f}% of cycles" + (f", tensor cores active {tensor['mean']:.1f}%"
+                                                                    if tensor else ""))
+    return section
+
+
+def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
+    sections: dict = {}
+    findings, not_judged, kernels, summary = [], [], [], []
+    for export in exports:
+        timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range)
+        table = normalize_nsys_kernels(export, (timeline.window.start, timeline.window.end))
+        rows = table.frame.to_dict("records")
+        for row in rows:
+            kernels.append({
+                "id": len(kernels), "name": row["name"], "demangled": row["demangled"], "profile": export.path,
+                "duration_ns": _clean(row["duration_ns"]), "launches": int(row["launches"]),
+                "time_share": _clean(row["time_share"]), "bound": None, "roofline": None,
+                "metrics": {k: _clean(row[k]) for k in ("mean_ns", "median_ns", "min_ns", "max_ns", "stddev_ns",
+                                                         "registers_per_thread", "shared_mem_per_block_bytes")
+                            if k in row},
+            })
+        summary += rows
+        f, n = run_program_checks(timeline, options.thresholds)
+        findings += f
+        not_judged += n
+        if "timeline" not in sections:  # the first export's timeline is the report's; more exports: see issue on ranks
+            sections["timeline"] = _timeline_section(export, timeline)
+            metrics = _gpu_metrics_section(timeline)
+            if metrics:
+                sections["gpu_metrics"] = metrics
+    return ProgramResult(sections, findings, kernels, summary, not_judged)
+
+
+def join_kernel_times(ncu_kernels: list[dict], nsys_summary: list[dict], kernel_time: dict) -> None:
+    """Weights ncu findings by each kernel's share of the nsys timeline, matched by name."""
+    by_name: dict[str, dict] = {}
+    for row in nsys_summary:
+        by_name.setdefault(row["name"], row)
+        by_name.setdefault(row["demangled"], row)
+    total = sum(r["duration_ns"] for r in nsys_summary) or None
+    for kernel in ncu_kernels:
+        match = by_name.get(kernel["demangled"]) or by_name.get(kernel["name"])
+        if not match:
+            continue
+        kernel["nsys"] = {"total_ns": _clean(match["duration_ns"]), "launches": int(match["launches"]),
+                          "time_share": _clean(match["duration_ns"] / total) if total else None}
+        kernel_time[kernel["id"]] = float(match["duration_ns"])

@@ -1,0 +1,24 @@
+"""`local-memory-spill` on the real H200 dev suite (labels in shared/profiles/README.md)."""
+
+import pytest
+
+from tests.checks.kernel.labels import LABELLED  # noqa: F401
+from tests.conftest import findings_for  # noqa: F401
+
+CHECK = "local-memory-spill"
+
+
+@pytest.mark.parametrize("kernel", ['register_pressure'])
+def test_labelled_kernel_gets_it_first(dev_suite_model, kernel):
+    findings = [f for f in findings_for(dev_suite_model, kernel) if f["severity"] != "info"]
+    top = findings[0]
+    assert top["check"] in LABELLED[kernel]
+    mine = next(f for f in findings if f["check"] == CHECK)
+    assert mine["severity"] in ("medium", "high")
+    assert mine["estimated_savings_ns"] > 0
+    assert all("value" in e for e in mine["evidence"].values() if isinstance(e, dict))
+
+def test_spills_counted_and_located(dev_suite_model):
+    finding = findings_for(dev_suite_model, "register_pressure")[0]
+    assert finding["evidence"]["spill_instructions"]["value"] == pytest.approx(12320768, rel=1e-5)
+    assert finding["source"] and finding["source"][0]["line"] in range(108, 117)

@@ -1,0 +1,34 @@
+"""`missing-tensor-cores` on the real H200 dev suite (labels in shared/profiles/README.md)."""
+
+import pytest
+
+from tests.checks.kernel.labels import LABELLED  # noqa: F401
+from tests.conftest import findings_for  # noqa: F401
+
+CHECK = "missing-tensor-cores"
+
+
+@pytest.mark.parametrize("kernel", ['sgemm_tiled'])
+def test_labelled_kernel_gets_it_first(dev_suite_model, kernel):
+    findings = [f for f in findings_for(dev_suite_model, kernel) if f["severity"] != "info"]
+    top = findings[0]
+    assert top["check"] in LABELLED[kernel]
+    mine = next(f for f in findings if f["check"] == CHECK)
+    assert mine["severity"] in ("medium", "high")
+    assert mine["estimated_savings_ns"] > 0
+    assert all("value" in e for e in mine["evidence"].values() if isinstance(e, dict))
+
+
+def test_healthy_twin_stays_quiet(dev_suite_model):
+    assert all(f["severity"] in ("low", "info") for f in findings_for(dev_suite_model, "bf16_gemm_wmma") if f["check"] == CHECK)
+
+def test_estimate_uses_the_tf32_roof(dev_suite_model):
+    finding = findings_for(dev_suite_model, "sgemm_tiled")[0]
+    assert "TF32" in finding["notes"][0]
+    assert finding["estimated_speedup"] > 0.9   # 17 GFLOP in 1.86 ms on FFMA vs ~0.07 ms at half the TF32 roof
+
+
+def test_advice_names_the_paths_and_alignment(dev_suite_model):
+    advice = findings_for(dev_suite_model, "sgemm_tiled")[0]["advice"]
+    for word in ("allow_tf32", "autocast", "wmma", "multiples of 8"):
+        assert word in advice

@@ -1,0 +1,69 @@
+"""Shared fixtures: real profiles from fixtures/, analyzed once per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+PUBLIC = FIXTURES / "public"
+DEV_SUITE_NCU = FIXTURES / "dev_suite_full.ncu-rep.xz"
+DEV_SUITE_V2_NCU = FIXTURES / "dev_suite_v2_full.ncu-rep.xz"
+DEV_SUITE_NSYS = FIXTURES / "dev_suite_nsys.sqlite.xz"
+DEV_SUITE_V2_NSYS = FIXTURES / "dev_suite_v2_nsys.sqlite.xz"
+DEV_INFER_NSYS = FIXTURES / "dev_infer_nsys.sqlite.xz"
+ORACLE = FIXTURES / "oracle"
+
+PUBLIC_NCU = sorted(PUBLIC.glob("*.ncu-rep.xz"))
+PUBLIC_NSYS = sorted(PUBLIC.glob("*.sqlite.xz"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache_dir(tmp_path_factory):
+    """Decompressed profiles go to one cache for the whole session (not the user's ~/.cache)."""
+    os.environ.setdefault("NSANALYZE_CACHE", str(tmp_path_factory.mktemp("nsanalyze-cache")))
+
+
+@pytest.fixture(scope="session")
+def dev_suite_report():
+    from nsanalyze.read import read_profile
+
+    return read_profile(DEV_SUITE_NCU)
+
+
+@pytest.fixture(scope="session")
+def dev_suite_model():
+    from nsanalyze.analyze import analyze
+
+    return analyze([str(DEV_SUITE_NCU)])
+
+
+@pytest.fixture(scope="session")
+def dev_suite_table(dev_suite_report):
+    from nsanalyze.normalize import normalize_ncu
+
+    return normalize_ncu(dev_suite_report)
+
+
+def findings_for(model: dict, kernel: str) -> list[dict]:
+    """Findings of one kernel, in rank order."""
+    return [f for f in model["findings"] if f["kernel_name"] == kernel]
+
+
+@pytest.fixture(scope="session")
+def dev_infer_timeline():
+    from nsanalyze.normalize.timeline import build_timeline
+    from nsanalyze.read import read_profile
+
+    return build_timeline(read_profile(DEV_INFER_NSYS))
+
+
+@pytest.fixture(scope="session")
+def dev_suite_timeline():
+    from nsanalyze.normalize.timeline import build_timeline
+    from nsanalyze.read import read_profile
+
+    return build_timeline(read_profile(DEV_SUITE_NSYS))

@@ -1,0 +1,43 @@
+"""The ncu reader on real reports: every launch, raw values in base units, source lines, NVTX, rules."""
+
+import pytest
+
+from nsanalyze.read import read_profile
+from tests.conftest import PUBLIC, PUBLIC_NCU
+
+
+def test_dev_suite_launches(dev_suite_report):
+    names = [l.name for l in dev_suite_report.launches]
+    assert len(names) == 12 and names[0] == "aos_update" and names[-1] == "one_block_too_many"
+    assert dev_suite_report.device_name == "NVIDIA H200" and dev_suite_report.compute_capability == "9.0"
+
+
+def test_values_in_base_units(dev_suite_report):
+    aos = dev_suite_report.launches[0]
+    assert aos.metrics["gpu__time_duration.sum"] == 260928.0          # ns (ncu shows 260.93 us)
+    assert dev_suite_report.units["gpu__time_duration.sum"] == "ns"
+    assert dev_suite_report.units["dram__bytes_read.sum"] == "byte"
+    assert aos.metrics["sm__cycles_elapsed.avg.per_second"] == pytest.approx(1.9845e9, rel=1e-3)   # Hz
+
+
+def test_source_correlation(dev_suite_report):
+    reduce = next(l for l in dev_suite_report.launches if l.name == "reduce_interleaved")
+    spots = reduce.source["memory_l1_wavefronts_shared"]
+    assert any(s.file.endswith("dev_suite.cu") and s.line == 32 and "STS" in s.sass for s in spots)
+
+
+def test_nvidia_rules_are_kept(dev_suite_report):
+    rules = dev_suite_report.launches[0].nvidia_rules
+    assert any(r["rule_identifier"] == "SOLBottleneck" for r in rules)
+
+
+def test_nvtx_state():
+    report = read_profile(PUBLIC / "NVIDIA__nsight-training__cuda__nsight_compute__sample_reports__manual_nvtx.ncu-rep.xz")
+    assert [l.nvtx for l in report.launches] == [["run_test", "init_data"], ["run_test", "daxpy"],
+                                                 ["run_test", "check_results"]]
+
+
+@pytest.mark.parametrize("path", PUBLIC_NCU, ids=lambda p: p.name[:60])
+def test_every_public_report_loads(path):
+    report = read_profile(path)
+    assert report.launches and all(l.metrics.get("gpu__time_duration.sum", 0) > 0 for l in report.launches)

@@ -1,0 +1,63 @@
+"""The commands of the contract, end to end through the CLI."""
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from nsanalyze.cli import cli
+from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, PUBLIC
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_report_json_contract():
+    result = invoke("report", DEV_SUITE_NCU, DEV_SUITE_NSYS, "-o", "-")
+    model = json.loads(result.stdout)
+    assert model["schema"] == "nsanalyze/report@1"
+    assert {"schema", "version", "profiles", "kernels", "findings", "timeline"} <= set(model)
+    assert [p["kind"] for p in model["profiles"]] == ["ncu", "nsys"]
+    assert model["profiles"][0]["compute_capability"] == "9.0"
+    kernel = model["kernels"][0]
+    assert {"id", "name", "demangled", "duration_ns", "launches", "time_share", "metrics", "bound", "roofline"} <= set(kernel)
+    assert {"arithmetic_intensity", "achieved_flops_per_s", "peak_flops_per_s", "peak_bytes_per_s"} <= set(kernel["roofline"])
+    finding = model["findings"][0]
+    assert {"check", "severity", "kernel_name", "title", "evidence", "estimated_speedup", "estimated_savings_ns",
+            "rank", "advice", "source", "device_id"} <= set(finding)
+    assert {"span_ns", "gpu_busy_ns", "gpu_idle_ns", "kernel_ns", "memcpy_ns", "devices"} <= set(model["timeline"])
+    # joined: ncu findings weighted by the nsys time of the same kernel
+    sgemm = next(k for k in model["kernels"] if k["name"] == "sgemm_tiled")
+    assert sgemm["nsys"]["total_ns"] == 1858426
+
+
+def test_fail_on_gate():
+    assert invoke("report", DEV_SUITE_NCU, "--fail-on", "high").exit_code == 1
+    assert invoke("report", DEV_SUITE_NCU, "--fail-on", "high", "--set", "missing-tensor-cores.min_fp_roof_share=2",
+                  "--set", "atomic-contention.min_atomic_share=2").exit_code == 1   # other highs remain
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".json"])
+def test_metrics_formats(tmp_path, suffix):
+    target = tmp_path / f"m{suffix}"
+    assert invoke("metrics", DEV_SUITE_NCU, "-o", target).exit_code == 0
+    frame = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".json": pd.read_json}[suffix](target)
+    assert len(frame) == 12 and frame.loc[0, "duration_ns"] == 260928
+
+
+def test_metrics_on_nsys_and_empty_export(tmp_path):
+    assert invoke("metrics", DEV_SUITE_NSYS, "-o", tmp_path / "k.csv").exit_code == 0
+    assert len(pd.read_csv(tmp_path / "k.csv")) == 13
+    assert invoke("metrics", PUBLIC / "quasiben__nvtx-examples__quickstart.sqlite.xz").exit_code == 0
+
+
+def test_checks_documents_every_check():
+    out = invoke("checks").stdout
+    for check_id in ("uncoalesced-global", "bank-conflicts", "missing-tensor-cores", "warp-divergence", "low-ilp",
+                     "low-occupancy", "local-memory-spill", "atomic-contention", "tail-effect", "clock-throttling",
+                     "gpu-idle", "pageable-memcpy", "sync-memcpy", "host-sync", "launch-overhead", "low-tensor-activity"):
+        assert check_id in out
+    markdown = invoke("checks", "--markdown").stdout
+    assert markdown.count("### What it detects") >= 16
