@@ -7,6 +7,7 @@ every renderer (json, terminal, markdown, html, pdf, sarif) reads only this dict
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from nsanalyze import __version__
@@ -44,6 +45,14 @@ def _profile_entry(profile) -> dict:
             "compute_capability": profile.compute_capability}
 
 
+NVIDIA_LINK = re.compile(r"@(?:section|url):([^:@]*):?([^@]*)@")
+
+
+def _plain(message: str) -> str:
+    """NVIDIA's rule messages embed `@section:Id:Text@` and `@url:Text:https...@` links; keep the text."""
+    return NVIDIA_LINK.sub(lambda m: m.group(2) if m.group(0).startswith("@section") else m.group(1), message)
+
+
 def _nvidia_rules(report: NcuReport) -> list[dict]:
     """NVIDIA's stored rule results, kept as a second opinion in their own order."""
     rules = []
@@ -56,7 +65,7 @@ def _nvidia_rules(report: NcuReport) -> list[dict]:
             rules.append({
                 "kernel_id": launch.index, "kernel_name": launch.name,
                 "rule": result.get("rule_identifier"), "name": result.get("name"),
-                "title": message.get("title") or result.get("name"), "message": message.get("message"),
+                "title": message.get("title") or result.get("name"), "message": _plain(message.get("message")),
                 "type": {0: "ok", 1: "warning", 2: "optimization", 3: "error"}.get(message.get("type"), "info"),
                 "estimated_speedup_pct": speedup,
             })

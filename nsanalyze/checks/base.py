@@ -171,3 +171,13 @@ def roof_share(kernel: KernelView) -> float | None:
     values = [kernel.get(c) for c in ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct")]
     values = [v for v in values if v is not None]
     return clamp01(max(values) / 100.0) if values else None
+
+
+def plural(count, noun: str) -> str:
+    """`1 copy`, `3 copies`: counts in titles read as sentences."""
+    count = int(count)
+    if count == 1:
+        return f"1 {noun}"
+    if noun.endswith("y") and noun[-2] not in "aeiou":
+        return f"{count} {noun[:-1]}ies"
+    return f"{count} {noun}s"

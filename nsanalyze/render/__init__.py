@@ -43,6 +43,12 @@ def format_for(target: str) -> str:
     return FORMATS[suffix]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_report(model: dict, target: str) -> None:
     data = render_bytes(model, format_for(target))
     if target == "-":
@@ -55,6 +61,7 @@ def write_report(model: dict, target: str) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -31,3 +31,4 @@ def shorten(text: str | None, limit: int = 60) -> str:
     if text is None:
         return ""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+

@@ -27,7 +27,7 @@ idle time they cause.
 - `min_relaunch_gap_ns`: GPU idle after syncs, summed, before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Finding, plural, Threshold, evidence
 
 ID = "host-sync"
 NAME = "program.sync.host"
@@ -61,7 +61,7 @@ def run(timeline, limits) -> Finding | None:
     window = timeline.summary["span_ns"] or 1
     finding = Finding(
         check=ID,
-        title=f"{calls} host synchronizations leave the GPU idle {gap / 1e6:.1f} ms before the next kernel",
+        title=f"{plural(calls, 'host synchronization')} left the GPU idle {gap / 1e6:.1f} ms before the next kernel",
         estimated_speedup=min(1.0, gap / window),
         evidence={"relaunch_gap_ns": evidence(gap, limits["min_relaunch_gap_ns"], unit="ns"),
                   "sync_calls": evidence(calls),

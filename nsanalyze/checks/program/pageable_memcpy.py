@@ -28,7 +28,7 @@ Pinning memory is costly itself (pin once, reuse buffers); tiny copies gain litt
 - `min_copies`: pageable copies before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Finding, plural, Threshold, evidence
 
 ID = "pageable-memcpy"
 NAME = "program.copies.pageable"
@@ -59,7 +59,7 @@ def run(timeline, limits) -> Finding | None:
         return None
     finding = Finding(
         check=ID,
-        title=f"{pageable['copies']} copies use pageable host memory "
+        title=f"{plural(pageable['copies'], 'copy')} used pageable host memory "
               f"({pageable['bytes'] / 1e6:.1f} MB, {pageable['duration_ns'] / 1e6:.2f} ms)",
         estimated_speedup=0.0,
         evidence={"pageable_copies": evidence(pageable["copies"], limits["min_copies"], compare=">="),

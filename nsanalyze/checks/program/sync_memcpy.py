@@ -27,7 +27,7 @@ A synchronous copy at program start (loading weights) is harmless; look at the o
 - `min_copies`: synchronous copies before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Finding, plural, Threshold, evidence
 
 ID = "sync-memcpy"
 NAME = "program.copies.sync"
@@ -51,7 +51,7 @@ def run(timeline, limits) -> Finding | None:
         return None
     finding = Finding(
         check=ID,
-        title=f"{sync['copies']} synchronous copies block the host for {sync['duration_ns'] / 1e6:.2f} ms",
+        title=f"{plural(sync['copies'], 'synchronous copy')} blocked the host for {sync['duration_ns'] / 1e6:.2f} ms",
         estimated_speedup=0.0,
         evidence={"sync_copies": evidence(sync["copies"], limits["min_copies"], compare=">="),
                   "sync_copy_ns": evidence(sync["duration_ns"], unit="ns"),

@@ -1,0 +1,93 @@
+"""SVG charts with matplotlib: roofline, top kernels, utilization timeline. Returned as SVG text."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+
+
+def _svg(figure) -> str:
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight")
+    plt.close(figure)
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def roofline_svg(kernels: list[dict]) -> str | None:
+    points = [k for k in kernels if k.get("roofline") and k["roofline"].get("arithmetic_intensity")
+              and k["roofline"].get("achieved_flops_per_s")]
+    roofs = [k["roofline"] for k in kernels if k.get("roofline") and k["roofline"].get("peak_flops_per_s")
+             and k["roofline"].get("peak_bytes_per_s")]
+    if not points or not roofs:
+        return None
+    peak_flops = max(r["peak_flops_per_s"] for r in roofs)
+    peak_bytes = max(r["peak_bytes_per_s"] for r in roofs)
+    figure, axes = plt.subplots(figsize=(7, 4))
+    low = min(k["roofline"]["arithmetic_intensity"] for k in points) / 4
+    high = max(max(k["roofline"]["arithmetic_intensity"] for k in points) * 4, 4 * peak_flops / peak_bytes)
+    xs = [low * (high / low) ** (i / 200) for i in range(201)]
+    axes.plot(xs, [min(peak_flops, x * peak_bytes) for x in xs], color="#444", linewidth=1.5,
+              label=f"roof: {peak_bytes / 1e12:.2f} TB/s, {peak_flops / 1e12:.1f} TFLOP/s")
+    total = sum(k.get("time_share") or 0 for k in points) or 1
+    for kernel in points:
+        roof = kernel["roofline"]
+        size = 30 + 400 * (kernel.get("time_share") or 0) / total
+        axes.scatter(roof["arithmetic_intensity"], roof["achieved_flops_per_s"], s=size, alpha=0.7)
+        axes.annotate(kernel["name"][:24], (roof["arithmetic_intensity"], roof["achieved_flops_per_s"]),
+                      fontsize=7, xytext=(4, 4), textcoords="offset points")
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("arithmetic intensity (FLOP per DRAM byte, measured)")
+    axes.set_ylabel("achieved FLOP/s")
+    axes.legend(loc="lower right", fontsize=7)
+    return _svg(figure)
+
+
+def top_kernels_svg(kernels: list[dict], limit: int = 12) -> str | None:
+    rows = sorted([k for k in kernels if k.get("time_share")], key=lambda k: -k["time_share"])[:limit]
+    if not rows:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 0.3 * len(rows) + 0.8))
+    axes.barh([k["name"][:40] for k in rows][::-1], [100 * k["time_share"] for k in rows][::-1], color="#4a7ab5")
+    axes.set_xlabel("share of GPU kernel time (%)")
+    return _svg(figure)
+
+
+def utilization_svg(gpu_metrics: dict | None) -> str | None:
+    if not gpu_metrics or not gpu_metrics.get("series"):
+        return None
+    figure, axes = plt.subplots(figsize=(7, 2.6))
+    labels = {"gr_active_pct": "GR Active (GPU-Util)", "sm_issue_pct": "SM Issue", "tensor_active_pct": "Tensor Active"}
+    origin = min(points[0][0] for points in gpu_metrics["series"].values() if points)
+    for key, label in labels.items():
+        points = gpu_metrics["series"].get(key)
+        if points:
+            axes.plot([(t - origin) / 1e6 for t, _ in points], [v for _, v in points], label=label, linewidth=1)
+    axes.set_xlabel("time (ms)")
+    axes.set_ylabel("%")
+    axes.set_ylim(0, 105)
+    axes.legend(fontsize=7, loc="upper right")
+    return _svg(figure)
+
+
+def ranges_svg(ranges: list[dict], limit: int = 10) -> str | None:
+    rows = [r for r in ranges if r.get("depth") == 0][:limit]
+    if not rows:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 0.35 * len(rows) + 0.8))
+    names = [str(r["name"])[:40] for r in rows][::-1]
+    wall = [r["wall_ns"] / 1e6 for r in rows][::-1]
+    gpu = [(r["kernel_ns"] + r["copy_ns"]) / 1e6 for r in rows][::-1]
+    axes.barh(names, wall, color="#ccc", label="wall time")
+    axes.barh(names, gpu, color="#4a7ab5", label="GPU work launched")
+    axes.set_xlabel("ms")
+    axes.legend(fontsize=7)
+    return _svg(figure)

@@ -1,0 +1,104 @@
+"""Self-contained HTML from templates/report.html.j2: inline CSS and SVG, no scripts, no network.
+
+The same HTML, with print CSS, is what the PDF renderer hands to WeasyPrint.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markdown_it import MarkdownIt
+from markupsafe import Markup
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.util import ClassNotFound
+
+from nsanalyze.render import charts
+from nsanalyze.render.format import duration, percent, quantity, shorten
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+SECTION_ORDER = {  # where each check's findings sit in an expert's order of diagnosis
+    "busy": ("gpu-idle", "host-sync", "sync-memcpy", "pageable-memcpy", "launch-overhead", "low-tensor-activity",
+             "clock-throttling"),
+    "memory": ("uncoalesced-global", "bank-conflicts", "local-memory-spill", "atomic-contention"),
+    "tensor": ("missing-tensor-cores",),
+    "kernel": ("warp-divergence", "low-ilp", "low-occupancy", "tail-effect"),
+}
+
+
+def _highlight(code: str, language: str, _attrs) -> str:
+    try:
+        lexer = get_lexer_by_name(language or "text")
+    except ClassNotFound:
+        lexer = get_lexer_by_name("text")
+    return highlight(code, lexer, HtmlFormatter(nowrap=True))
+
+
+@lru_cache(maxsize=1)
+def _markdown() -> MarkdownIt:
+    return MarkdownIt("commonmark", {"html": False, "highlight": _highlight})
+
+
+def markdown_filter(text: str) -> Markup:
+    return Markup(_markdown().render(text or ""))  # html=False: raw HTML in the text is escaped
+
+
+@lru_cache(maxsize=1)
+def environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]),
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(duration=duration, percent=percent, quantity=quantity, shorten=shorten,
+                       markdown=markdown_filter)
+    return env
+
+
+def view(model: dict) -> dict:
+    """What the template shows, derived from the report model only."""
+    findings = model["findings"]
+    shown = [f for f in findings if f["severity"] != "info"]
+    by_section = {name: [f for f in shown if f["check"] in checks] for name, checks in SECTION_ORDER.items()}
+    kernels = model["kernels"]
+    return {
+        "model": model,
+        "top": shown[:3],
+        "shown": shown,
+        "info": [f for f in findings if f["severity"] == "info"],
+        "sections": by_section,
+        "kernels": sorted(kernels, key=lambda k: -(k.get("time_share") or 0))[:100],
+        "kernels_left": max(0, len(kernels) - 100),
+        "charts": {
+            "roofline": Markup(charts.roofline_svg(kernels) or ""),
+            "top_kernels": Markup(charts.top_kernels_svg(kernels) or ""),
+            "utilization": Markup(charts.utilization_svg(model.get("gpu_metrics")) or ""),
+            "ranges": Markup(charts.ranges_svg((model.get("timeline") or {}).get("ranges") or []) or ""),
+        },
+        "pygments_css": HtmlFormatter(style="friendly").get_style_defs("pre"),
+        "second_opinion": second_opinion(model),
+    }
+
+
+def second_opinion(model: dict) -> list[dict]:
+    """Per kernel: our first finding beside NVIDIA's highest-rated rule (NVIDIA's own ranking)."""
+    ours = {}
+    for f in model["findings"]:
+        if f["kernel_id"] is not None and f["severity"] != "info":
+            ours.setdefault(f["kernel_id"], f)
+    theirs: dict = {}
+    for rule in model.get("nvidia_rules", []):
+        if rule["type"] not in ("optimization", "warning"):
+            continue
+        theirs.setdefault(rule["kernel_id"], []).append(rule)
+    rows = []
+    for kernel in model["kernels"]:
+        rules = sorted(theirs.get(kernel["id"], []), key=lambda r: -(r["estimated_speedup_pct"] or 0))
+        if not rules and kernel["id"] not in ours:
+            continue
+        rows.append({"kernel": kernel, "ours": ours.get(kernel["id"]), "theirs": rules[:3]})
+    return rows
+
+
+def render(model: dict) -> str:
+    return environment().get_template("report.html.j2").render(**view(model))

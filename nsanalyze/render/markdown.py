@@ -1,0 +1,67 @@
+"""GitHub-flavoured Markdown for pull-request comments, under GitHub's 65,536-character limit."""
+
+from __future__ import annotations
+
+from nsanalyze.render.format import duration, percent
+
+LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
+DETAILED = 10           # findings with their advice folded in <details>
+
+
+def escape(text) -> str:
+    """Text from the profiled program (kernel names, NVTX) must not become Markdown or HTML."""
+    if text is None:
+        return ""
+    text = str(text).replace("\n", " ")
+    for char in "\\`*_{}[]()<>#+-!|~":
+        text = text.replace(char, "\\" + char)
+    return text.replace("&", "&amp;")
+
+
+def _table(findings: list[dict]) -> list[str]:
+    lines = ["| # | severity | check | kernel / scope | saves | finding |", "|---|---|---|---|---|---|"]
+    for f in findings:
+        lines.append(f"| {f['rank']} | {f['severity']} | `{f['check']}` | {escape(f['kernel_name'] or 'program')} | "
+                     f"{duration(f['estimated_savings_ns'])} | {escape(f['title'])} |")
+    return lines
+
+
+def _details(f: dict) -> str:
+    evidence = "\n".join(f"- `{k}`: {v.get('value')}" + (f" (threshold {v.get('compare', '>')} {v['threshold']})"
+                                                           if "threshold" in v else "")
+                         for k, v in f["evidence"].items() if isinstance(v, dict))
+    source = "\n".join(f"- `{escape(s['file'])}:{s['line']}`" for s in f.get("source") or [])
+    return (f"<details><summary>{f['rank']}. <code>{f['check']}</code> on {escape(f['kernel_name'] or 'the program')}"
+            f": {escape(f['title'])}</summary>\n\n{evidence}\n\n" + (f"Source:\n{source}\n\n" if source else "")
+            + f"{f['advice']}\n\n</details>")
+
+
+def render(model: dict) -> str:
+    head = ["## nsanalyze report", ""]
+    for p in model["profiles"]:
+        head.append(f"- {p['kind']}: `{escape(p['path'])}` ({escape(p['gpu'] or 'unknown GPU')}, "
+                    f"CC {p['compute_capability'] or '?'})")
+    timeline = model.get("timeline")
+    if timeline:
+        head.append(f"- GPU busy {percent(timeline.get('gpu_busy_share'))} of {duration(timeline['span_ns'])}; "
+                    f"window: {escape(timeline['window']['description'])}")
+    if model.get("gpu_metrics", {}).get("headline"):
+        head.append(f"- {model['gpu_metrics']['headline']}")
+    findings = [f for f in model["findings"] if f["severity"] != "info"]
+    body = [""] + (_table(findings) if findings else ["No findings above info."]) + [""]
+    text = "\n".join(head + body)
+    shown = 0
+    for f in findings[:DETAILED]:
+        block = "\n" + _details(f) + "\n"
+        if len(text) + len(block) > LIMIT - 200:
+            break
+        text += block
+        shown += 1
+    left = len(findings) - shown
+    while len(text) > LIMIT - 200:   # a table too long on its own: drop rows from the end
+        findings = findings[:-1]
+        left += 1
+        text = "\n".join(head + [""] + _table(findings) + [""])
+    if left > 0:
+        text += f"\n_{left} more finding(s) left out of this comment; see the HTML or JSON report._\n"
+    return text

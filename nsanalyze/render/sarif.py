@@ -1,0 +1,50 @@
+"""SARIF 2.1.0 for GitHub code scanning, and GitHub workflow annotations: findings with source lines."""
+
+from __future__ import annotations
+
+import json
+
+from nsanalyze import __version__
+
+LEVEL = {"high": "error", "medium": "warning", "low": "note", "info": "note"}
+
+
+def _located(model: dict):
+    for finding in model["findings"]:
+        for spot in finding.get("source") or []:
+            if spot.get("file") and spot.get("line"):
+                yield finding, spot
+
+
+def render(model: dict) -> str:
+    from nsanalyze.checks import all_checks
+
+    rules = [{"id": c.ID, "name": c.NAME, "shortDescription": {"text": c.TITLE},
+              "help": {"text": c.SPEEDUP_MODEL, "markdown": c.ADVICE}} for c in all_checks()]
+    index = {rule["id"]: i for i, rule in enumerate(rules)}
+    results = [{
+        "ruleId": f["check"], "ruleIndex": index.get(f["check"], 0), "level": LEVEL[f["severity"]],
+        "message": {"text": f"{f['kernel_name']}: {f['title']} (estimated {f['estimated_speedup']:.0%} of the kernel)"},
+        "locations": [{"physicalLocation": {"artifactLocation": {"uri": spot["file"].lstrip("/")},
+                                            "region": {"startLine": int(spot["line"])}}}],
+    } for f, spot in _located(model)]
+    sarif = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
+             "runs": [{"tool": {"driver": {"name": "nsanalyze", "version": __version__,
+                                           "informationUri": "https://example.invalid/nsanalyze", "rules": rules}},
+                       "results": results}]}
+    return json.dumps(sarif, indent=2)
+
+
+def _escape_property(text: str) -> str:
+    return str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A").replace(":", "%3A").replace(",", "%2C")
+
+
+def _escape_data(text: str) -> str:
+    return str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def github_annotations(model: dict) -> list[str]:
+    kind = {"high": "error", "medium": "warning", "low": "notice", "info": "notice"}
+    return [f"::{kind[f['severity']]} file={_escape_property(spot['file'])},line={int(spot['line'])},"
+            f"title={_escape_property(f['check'])}::{_escape_data(f['kernel_name'] + ': ' + f['title'])}"
+            for f, spot in _located(model)]
