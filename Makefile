@@ -10,7 +10,7 @@ SYSTEM_STAMP = $(VENV)/.system-stamp
 
 # Debian packages and the command (or library) that proves each is there.
 SYSTEM_PACKAGES = libpango-1.0-0:libpango-1.0.so.0 libpangoft2-1.0-0:libpangoft2-1.0.so.0 \
-                  poppler-utils:pdftoppm chromium:chromium xz-utils:xz sqlite3:sqlite3
+                  poppler-utils:pdftoppm chromium:chromium xz-utils:xz sqlite3:sqlite3 npm:npm
 
 .PHONY: report test bench setup system-deps clean
 
@@ -20,8 +20,17 @@ report: setup
 		-o out/report.html -o out/report.pdf -o out/report.md -o out/report.json
 	$(BIN)/nsanalyze report fixtures/dev_suite_full.ncu-rep.xz fixtures/dev_suite_nsys.sqlite.xz
 
-test: setup
+# The published SARIF 2.1.0 JSON schema, as npm ships it (for the SARIF validation test).
+SARIF_SCHEMA = tests/.schemas/sarif-2.1.0-rtm.5.json
+
+test: setup $(SARIF_SCHEMA)
 	$(BIN)/python -m pytest -q
+
+$(SARIF_SCHEMA):
+	@mkdir -p tests/.schemas
+	cd tests/.schemas && npm pack --silent @microsoft/jest-sarif@1.0.0-beta.0 >/dev/null && \
+		tar xzf microsoft-jest-sarif-1.0.0-beta.0.tgz --strip-components=3 package/lib/schemas/sarif-2.1.0-rtm.5.json && \
+		rm -f microsoft-jest-sarif-1.0.0-beta.0.tgz
 
 bench: setup
 	$(BIN)/python bench/run.py

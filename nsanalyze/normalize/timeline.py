@@ -392,8 +392,11 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None) -> T
     ranges = _ranges(export, window)
     timeline = Timeline(window=window, summary=summary, devices=devices, streams=_streams(export), ranges=ranges,
                         gaps=_gaps(export), syncs=_syncs(export), launches=_launches(export), copies=_copies(export))
-    timeline.gpu_metrics = gpu_metrics(export, window, ranges)
-    timeline.busy_clock = busy_clock(export, window)
+    # GPU metrics are sampled from the capture's start; outside the span of GPU work they only dilute.
+    active = Window(max(window.start, min((d["first_ns"] for d in devices), default=window.start)),
+                    min(window.end, max((d["last_ns"] for d in devices), default=window.end)), window.description)
+    timeline.gpu_metrics = gpu_metrics(export, active, ranges)
+    timeline.busy_clock = busy_clock(export, active)
     return timeline
 
 

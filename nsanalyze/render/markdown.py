@@ -12,10 +12,10 @@ def escape(text) -> str:
     """Text from the profiled program (kernel names, NVTX) must not become Markdown or HTML."""
     if text is None:
         return ""
-    text = str(text).replace("\n", " ")
-    for char in "\\`*_{}[]()<>#+-!|~":
+    text = str(text).replace("\n", " ").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    for char in "\\`*_{}[]()#+-!|~":
         text = text.replace(char, "\\" + char)
-    return text.replace("&", "&amp;")
+    return text
 
 
 def _table(findings: list[dict]) -> list[str]:

@@ -1,0 +1,60 @@
+"""The HTML report in headless Chromium (Debian's package, driven by Playwright): no console errors,
+no network requests, findings and plots present, program text escaped."""
+
+import pytest
+
+from nsanalyze.render import write_report
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+def open_in_chromium(path, screenshot):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        requests, console, dialogs = [], [], []
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("console", lambda m: console.append((m.type, m.text)))
+        page.on("pageerror", lambda e: console.append(("pageerror", str(e))))
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(path.as_uri())
+        page.screenshot(path=str(screenshot), full_page=True)
+        facts = {"findings": page.locator("article.finding").count(), "svgs": page.locator("figure svg").count(),
+                 "scripts": page.locator("script").count(), "imgs": page.locator("img").count(),
+                 "first_row": page.locator("table.findings tbody tr").first.inner_text(),
+                 "text": page.inner_text("body")}
+        browser.close()
+    return requests, console, dialogs, facts
+
+
+def test_dev_suite_report_in_chromium(joined_model, tmp_path):
+    path = tmp_path / "report.html"
+    write_report(joined_model, str(path))
+    requests, console, dialogs, facts = open_in_chromium(path, tmp_path / "shot.png")
+    assert requests == [path.as_uri()]                 # the file itself and nothing else
+    assert not [c for c in console if c[0] in ("error", "pageerror")]
+    assert facts["findings"] >= 10 and facts["svgs"] >= 3 and facts["scripts"] == 0
+    assert "sync-memcpy" in facts["first_row"] or "missing-tensor-cores" in facts["text"]
+    assert "Is the GPU really busy?" in facts["text"] and "NVIDIA's rules: a second opinion" in facts["text"]
+    assert (tmp_path / "shot.png").stat().st_size > 50_000
+
+
+def test_hostile_names_render_as_text(hostile_model, tmp_path):
+    path = tmp_path / "evil.html"
+    write_report(hostile_model, str(path))
+    html = path.read_text()
+    assert "<script>alert" not in html and "<img src=x" not in html
+    requests, console, dialogs, facts = open_in_chromium(path, tmp_path / "evil.png")
+    assert dialogs == [] and facts["scripts"] == 0 and facts["imgs"] == 0
+    assert "<img src=x onerror=alert(1)>" in facts["text"]      # shown, as text
+
+
+def test_nsys_only_report_has_the_utilization_picture(infer_model, tmp_path):
+    from nsanalyze.render.html import render
+
+    html = render(infer_model)
+    assert "GPU-Util (GR Active) against SM issue" in html
+    assert "busy 2% of the time by GPU-Util" in html or "GPU busy" in html
