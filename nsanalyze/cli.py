@@ -73,6 +73,33 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, fail_on, anno
             sys.exit(1)
 
 
+@cli.command(name="diff")
+@click.argument("base")
+@click.argument("new")
+@click.option("-o", "--output", "outputs", multiple=True, help="report file: .html .md .json, or - for JSON on stdout")
+@click.option("--fail-on-regression", type=float, metavar="PCT", help="exit 1 when a kernel or range is PCT% slower")
+def diff_command(base, new, outputs, fail_on_regression):
+    """Compare two profiles of the same program: per kernel and NVTX range, before, after, and why."""
+    from nsanalyze.diff import diff, regressions
+    from nsanalyze.render import FORMATS, format_for, write_bytes
+    from nsanalyze.render.diff_report import render_diff
+
+    for target in outputs:
+        if format_for(target) not in ("json", "markdown", "html"):
+            raise InputError(target, "diff reports are .html, .md or .json")
+    result = diff(base, new)
+    for target in outputs:
+        write_bytes(render_diff(result, format_for(target)).encode(), target)
+    if not outputs:
+        click.echo(render_diff(result, "markdown"))
+    if fail_on_regression is not None:
+        slower = regressions(result, fail_on_regression)
+        for row in slower:
+            click.echo(f"regression: {row['name']} {row['change']:+.1%} (noise band {row['noise']:.0%})", err=True)
+        if slower:
+            sys.exit(1)
+
+
 @cli.command()
 @click.argument("profile")
 @click.option("-o", "--output", help="file to write: .csv, .parquet or .json (default: CSV on stdout)")

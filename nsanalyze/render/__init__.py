@@ -50,7 +50,11 @@ def _umask() -> int:
 
 
 def write_report(model: dict, target: str) -> None:
-    data = render_bytes(model, format_for(target))
+    write_bytes(render_bytes(model, format_for(target)), target)
+
+
+def write_bytes(data: bytes, target: str) -> None:
+    """Writes to stdout (`-`) or to a temporary file renamed into place: never half a report."""
     if target == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.flush()

@@ -1,0 +1,117 @@
+"""`nsanalyze diff BASE NEW`: what got slower or faster between two profiles of one program, and why.
+
+Kernels are matched by name and launch configuration (ncu) or by demangled name (nsys); NVTX
+ranges by name, which survive kernel renames (a cuBLAS update, TF32 switched on). A change inside
+the run-to-run noise is not a regression: the noise band of a kernel comes from its repeated
+launches (twice the coefficient of variation) where the profile has them, else DEFAULT_NOISE.
+"""
+
+from __future__ import annotations
+
+import math
+
+from nsanalyze import __version__
+from nsanalyze.analyze import Options, analyze
+
+DIFF_SCHEMA = "nsanalyze/diff@1"
+# Two ncu runs of unchanged code on the H200 dev suite differed by up to 6.3% per kernel
+# (random_gather 279.5 -> 261.9 us); single launches get a band above that.
+DEFAULT_NOISE = 0.10
+MIN_NOISE = 0.02
+
+
+def _kernel_key(kernel: dict) -> tuple:
+    m = kernel.get("metrics") or {}
+    shape = tuple(m.get(k) for k in ("grid_size", "block_size"))
+    return (kernel["demangled"] or kernel["name"], shape)
+
+
+def _noise(kernel: dict) -> tuple[float, str]:
+    m = kernel.get("metrics") or {}
+    if kernel.get("launches", 1) > 1 and m.get("stddev_ns") is not None and m.get("mean_ns"):
+        return max(MIN_NOISE, 2 * m["stddev_ns"] / m["mean_ns"]), f"2 x CV over {kernel['launches']} launches"
+    return DEFAULT_NOISE, "default for a single launch"
+
+
+def _verdict(change: float | None, noise: float) -> str:
+    if change is None:
+        return "unmatched"
+    if change > noise:
+        return "regression"
+    if change < -noise:
+        return "improvement"
+    return "within noise"
+
+
+def _findings_by_kernel(model: dict) -> dict:
+    out: dict = {}
+    for f in model["findings"]:
+        if f["kernel_name"] and f["severity"] != "info":
+            out.setdefault(f["kernel_name"], {})[f["check"]] = f
+    return out
+
+
+def _kernel_rows(base: dict, new: dict) -> list[dict]:
+    new_by_key = {}
+    for kernel in new["kernels"]:
+        new_by_key.setdefault(_kernel_key(kernel), kernel)
+    new_by_name = {k["name"]: k for k in new["kernels"]}
+    base_findings, new_findings = _findings_by_kernel(base), _findings_by_kernel(new)
+    rows, matched = [], set()
+    for kernel in base["kernels"]:
+        other = new_by_key.get(_kernel_key(kernel)) or new_by_name.get(kernel["name"])
+        before = (kernel["duration_ns"] or 0) * (1 if base["profiles"][0]["kind"] == "ncu" else 1)
+        after = other["duration_ns"] if other else None
+        change = (after - before) / before if other and before else None
+        noise, noise_source = _noise(kernel)
+        if other:
+            matched.add(id(other))
+            other_noise, _ = _noise(other)
+            noise = max(noise, other_noise)
+        gone = sorted(set(base_findings.get(kernel["name"], {})) - set(new_findings.get(kernel["name"], {})))
+        appeared = sorted(set(new_findings.get(kernel["name"], {})) - set(base_findings.get(kernel["name"], {})))
+        predictions = [{"check": check, "predicted_savings_ns": base_findings[kernel["name"]][check]["estimated_savings_ns"],
+                        "actual_savings_ns": before - after if after is not None else None}
+                       for check in gone] if other else []
+        rows.append({"name": kernel["name"], "demangled": kernel["demangled"], "before_ns": before, "after_ns": after,
+                     "change": change, "noise": noise, "noise_source": noise_source,
+                     "verdict": _verdict(change, noise), "findings_gone": gone, "findings_appeared": appeared,
+                     "predictions": predictions})
+    for kernel in new["kernels"]:
+        if id(kernel) not in matched:
+            rows.append({"name": kernel["name"], "demangled": kernel["demangled"], "before_ns": None,
+                         "after_ns": kernel["duration_ns"], "change": None, "noise": None, "noise_source": None,
+                         "verdict": "new kernel", "findings_gone": [],
+                         "findings_appeared": sorted(_findings_by_kernel(new).get(kernel["name"], {})),
+                         "predictions": []})
+    return rows
+
+
+def _range_rows(base: dict, new: dict) -> list[dict]:
+    before = {r["name"]: r for r in (base.get("timeline") or {}).get("ranges", [])}
+    after = {r["name"]: r for r in (new.get("timeline") or {}).get("ranges", [])}
+    rows = []
+    for name in before.keys() & after.keys():
+        b, a = before[name]["kernel_ns"], after[name]["kernel_ns"]
+        change = (a - b) / b if b else None
+        rows.append({"name": name, "before_ns": b, "after_ns": a, "change": change, "noise": DEFAULT_NOISE,
+                     "verdict": _verdict(change, DEFAULT_NOISE) if b else "no GPU work"})
+    return sorted(rows, key=lambda r: -(r["before_ns"] or 0))
+
+
+def diff(base_path: str, new_path: str, options: Options | None = None) -> dict:
+    base, new = analyze([base_path], options), analyze([new_path], options)
+    kernels = _kernel_rows(base, new)
+    ranges = _range_rows(base, new)
+    predictions = [p | {"kernel_name": k["name"]} for k in kernels for p in k["predictions"]]
+    return {"schema": DIFF_SCHEMA, "version": __version__, "base": base["profiles"], "new": new["profiles"],
+            "kernels": sorted(kernels, key=lambda k: -abs((k["after_ns"] or 0) - (k["before_ns"] or 0))),
+            "ranges": ranges, "predictions": predictions}
+
+
+def regressions(result: dict, threshold_pct: float) -> list[dict]:
+    """Kernels and ranges slower by more than threshold_pct and beyond their noise band."""
+    limit = threshold_pct / 100.0
+    return [row for row in result["kernels"] + result["ranges"]
+            if row["verdict"] == "regression" and row["change"] is not None and row["change"] > limit
+            and not math.isnan(row["change"])]

@@ -1,0 +1,44 @@
+"""Diff reports: JSON as is, Markdown for pull requests, and HTML from templates/diff.html.j2."""
+
+from __future__ import annotations
+
+import json
+
+from nsanalyze.render.format import duration
+from nsanalyze.render.markdown import escape
+
+
+def _change(value) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def render_json(result: dict) -> str:
+    return json.dumps(result, indent=2, allow_nan=False) + "\n"
+
+
+def render_markdown(result: dict) -> str:
+    lines = ["## nsanalyze diff", "", f"base: {escape(result['base'][0]['path'])} → new: {escape(result['new'][0]['path'])}",
+             "", "| kernel | before | after | change | verdict | findings gone | findings new |", "|---|---|---|---|---|---|---|"]
+    for k in result["kernels"]:
+        lines.append(f"| {escape(k['name'])} | {duration(k['before_ns'])} | {duration(k['after_ns'])} | {_change(k['change'])} "
+                     f"| {k['verdict']} | {', '.join(k['findings_gone'])} | {', '.join(k['findings_appeared'])} |")
+    if result["ranges"]:
+        lines += ["", "| NVTX range | GPU time before | after | change | verdict |", "|---|---|---|---|---|"]
+        lines += [f"| {escape(r['name'])} | {duration(r['before_ns'])} | {duration(r['after_ns'])} | {_change(r['change'])} "
+                  f"| {r['verdict']} |" for r in result["ranges"]]
+    if result["predictions"]:
+        lines += ["", "Predictions checked (findings of the base that are gone in the new profile):", "",
+                  "| kernel | check | predicted savings | actual savings |", "|---|---|---|---|"]
+        lines += [f"| {escape(p['kernel_name'])} | `{p['check']}` | {duration(p['predicted_savings_ns'])} | "
+                  f"{duration(p['actual_savings_ns'])} |" for p in result["predictions"]]
+    return "\n".join(lines) + "\n"
+
+
+def render_html(result: dict) -> str:
+    from nsanalyze.render.html import environment
+
+    return environment().get_template("diff.html.j2").render(result=result, change=_change)
+
+
+def render_diff(result: dict, fmt: str) -> str:
+    return {"json": render_json, "markdown": render_markdown, "html": render_html}[fmt](result)

@@ -1,0 +1,68 @@
+"""`nsanalyze diff` on the real before/after pair dev_suite -> dev_suite_v2 (shared/profiles/README.md)."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from nsanalyze.cli import cli
+from nsanalyze.diff import diff, regressions
+from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, DEV_SUITE_V2_NCU, DEV_SUITE_V2_NSYS
+
+
+@pytest.fixture(scope="module")
+def ncu_diff():
+    return diff(str(DEV_SUITE_NCU), str(DEV_SUITE_V2_NCU))
+
+
+def rows(result):
+    return {k["name"]: k for k in result["kernels"]}
+
+
+def test_fixes_and_the_planted_regression(ncu_diff):
+    k = rows(ncu_diff)
+    assert k["aos_update"]["verdict"] == "improvement" and k["aos_update"]["change"] == pytest.approx(-0.782, abs=0.005)
+    assert k["aos_update"]["findings_gone"] == ["uncoalesced-global"]
+    assert k["reduce_interleaved"]["verdict"] == "improvement" and "bank-conflicts" in k["reduce_interleaved"]["findings_gone"]
+    assert k["register_pressure"]["verdict"] == "improvement"
+    assert k["soa_update"]["verdict"] == "regression" and k["soa_update"]["change"] > 10
+    assert "uncoalesced-global" in k["soa_update"]["findings_appeared"]       # strides 16 elements
+
+
+def test_unchanged_code_is_noise(ncu_diff):
+    k = rows(ncu_diff)
+    for name in ("random_gather", "pointer_chase", "sgemm_tiled", "lane_switch", "histogram_global"):
+        assert k[name]["verdict"] == "within noise", name
+    assert k["random_gather"]["change"] == pytest.approx(-0.063, abs=0.003)
+
+
+def test_predictions_checked(ncu_diff):
+    by_check = {(p["kernel_name"], p["check"]): p for p in ncu_diff["predictions"]}
+    aos = by_check[("aos_update", "uncoalesced-global")]
+    assert aos["actual_savings_ns"] == pytest.approx(260928 - 56800, rel=0.01)
+    assert 0.5 < aos["predicted_savings_ns"] / aos["actual_savings_ns"] < 1.5
+
+
+def test_nsys_pair_uses_repeated_launches_for_noise():
+    result = diff(str(DEV_SUITE_NSYS), str(DEV_SUITE_V2_NSYS))
+    k = rows(result)
+    assert k["small_step"]["noise_source"].startswith("2 x CV over 200 launches")
+    assert k["small_step"]["verdict"] == "within noise"
+    assert k["soa_update"]["verdict"] == "regression"
+    assert {r["name"]: r for r in result["ranges"]}["layout"]["verdict"] == "regression"
+
+
+def test_cli_gate_and_outputs(tmp_path):
+    runner = CliRunner()
+    gated = runner.invoke(cli, ["diff", str(DEV_SUITE_NCU), str(DEV_SUITE_V2_NCU), "--fail-on-regression", "20",
+                                "-o", str(tmp_path / "d.json"), "-o", str(tmp_path / "d.html"), "-o", str(tmp_path / "d.md")])
+    assert gated.exit_code == 1 and "soa_update" in gated.stderr
+    assert json.loads((tmp_path / "d.json").read_text())["schema"] == "nsanalyze/diff@1"
+    assert "regression" in (tmp_path / "d.html").read_text() and "| soa\\_update |" in (tmp_path / "d.md").read_text()
+    relaxed = runner.invoke(cli, ["diff", str(DEV_SUITE_NCU), str(DEV_SUITE_NCU), "--fail-on-regression", "20"])
+    assert relaxed.exit_code == 0
+
+
+def test_regressions_respect_the_threshold(ncu_diff):
+    assert [r["name"] for r in regressions(ncu_diff, 20)] == ["soa_update"]
+    assert regressions(ncu_diff, 5000) == []
