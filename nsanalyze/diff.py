@@ -3,7 +3,8 @@
 Kernels are matched by name and launch configuration (ncu) or by demangled name (nsys); NVTX
 ranges by name, which survive kernel renames (a cuBLAS update, TF32 switched on). A change inside
 the run-to-run noise is not a regression: the noise band of a kernel comes from its repeated
-launches (twice the coefficient of variation) where the profile has them, else DEFAULT_NOISE.
+launches (twice the relative standard error of their mean, at least MIN_NOISE) where the profile
+has them, else DEFAULT_NOISE.
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ def _kernel_key(kernel: dict) -> tuple:
 
 def _noise(kernel: dict) -> tuple[float, str]:
     m = kernel.get("metrics") or {}
-    if kernel.get("launches", 1) > 1 and m.get("stddev_ns") is not None and m.get("mean_ns"):
-        return max(MIN_NOISE, 2 * m["stddev_ns"] / m["mean_ns"]), f"2 x CV over {kernel['launches']} launches"
+    launches = kernel.get("launches", 1)
+    if launches > 1 and m.get("stddev_ns") is not None and m.get("mean_ns"):
+        # the total over n launches varies like their mean: twice the standard error, relative
+        band = 2 * m["stddev_ns"] / m["mean_ns"] / math.sqrt(launches)
+        return max(MIN_NOISE, band), f"2 x standard error of the mean over {launches} launches"
     return DEFAULT_NOISE, "default for a single launch"
 
 

@@ -33,10 +33,13 @@ def _clean(value):
     return value
 
 
-def run_program_checks(timeline: Timeline, overrides=None) -> tuple[list[Finding], list[NotJudged]]:
+def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None = None):
+    """Runs the program checks on one timeline; returns (findings, not judged)."""
     findings, not_judged = [], []
     cuts = global_settings()["severity"]
     for check in program_checks():
+        if only is not None and check.ID not in only:
+            continue
         missing = [name for name in check.REQUIRES if getattr(timeline, name, None) is None]
         if missing:
             hint = "nsys profile --gpu-metrics-devices=all" if "gpu_metrics" in missing or "busy_clock" in missing \
@@ -64,7 +67,7 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
                    "end_ns": timeline.window.end if timeline.window.end < 2**61 else None,
                    "description": timeline.window.description},
         **timeline.summary,
-        "devices": [{**d, "communication_ns": None, "exposed_communication_ns": None} for d in timeline.devices],
+        "devices": timeline.devices,
         "streams": timeline.streams,
         "ranges": timeline.ranges,
         "gaps": timeline.gaps,
@@ -87,9 +90,41 @@ def _gpu_metrics_section(timeline: Timeline) -> dict | None:
     return section
 
 
+def _merge_ranks(exports: list[NsysExport], timelines: list[Timeline]) -> tuple[dict, Timeline]:
+    """Per-rank exports of one run on a common clock (each export's session start, UTC), and a
+    timeline-like view over all their devices for the cross-rank checks."""
+    starts = [e.session_start_utc_ns for e in exports]
+    aligned = all(s is not None for s in starts)
+    origin = min(starts) if aligned else None
+    ranks, devices, device_kernels = [], [], []
+    for rank, (export, timeline) in enumerate(zip(exports, timelines)):
+        offset = starts[rank] - origin if aligned else None
+        ranks.append({"rank": rank, "profile": export.path, "clock_offset_ns": offset,
+                      "devices": [d["device_id"] for d in timeline.devices]})
+        for device in timeline.devices:
+            label = f"{rank}:{device['device_id']}"
+            devices.append({**device, "device_id": label, "rank": rank,
+                            "first_ns": device["first_ns"] + (offset or 0), "last_ns": device["last_ns"] + (offset or 0)})
+        for row in timeline.device_kernels or []:
+            device_kernels.append({**row, "device_id": f"{rank}:{row['device_id']}"})
+        if not timeline.device_kernels:  # single-device exports: the breakdown comes from the kernel summary
+            for row in timeline.kernel_summary:
+                device_kernels.append({"device_id": f"{rank}:{timeline.devices[0]['device_id']}" if timeline.devices
+                                       else f"{rank}:0", "name": row["name"], "duration_ns": row["duration_ns"]})
+    section = {"ranks": ranks, "clock_alignment": (
+        "aligned on each export's session start (TARGET_INFO_SESSION_START_TIME)" if aligned else
+        "not aligned: an export lacks TARGET_INFO_SESSION_START_TIME; per-rank figures stand alone")}
+    if aligned and devices:
+        section["span_ns"] = max(d["last_ns"] for d in devices) - min(d["first_ns"] for d in devices)
+    merged = Timeline(window=timelines[0].window, summary={**timelines[0].summary, "span_ns": section.get("span_ns", 0)},
+                      devices=devices, streams=[], ranges=[], gaps=[], syncs={}, launches={}, copies={},
+                      device_kernels=device_kernels)
+    return section, merged
+
+
 def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
     sections: dict = {}
-    findings, not_judged, kernels, summary = [], [], [], []
+    findings, not_judged, kernels, summary, timelines = [], [], [], [], []
     for export in exports:
         timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range)
         table = normalize_nsys_kernels(export, (timeline.window.start, timeline.window.end))
@@ -104,6 +139,8 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
                             if k in row},
             })
         summary += rows
+        timeline.kernel_summary = rows
+        timelines.append(timeline)
         f, n = run_program_checks(timeline, options.thresholds)
         findings += f
         not_judged += n
@@ -112,6 +149,14 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
             metrics = _gpu_metrics_section(timeline)
             if metrics:
                 sections["gpu_metrics"] = metrics
+    if len(exports) > 1:
+        merged_section, merged = _merge_ranks(exports, timelines)
+        sections["timeline"]["merged"] = merged_section
+        sections["timeline"]["devices"] = merged.devices
+        cross_rank = {"rank-imbalance", "exposed-communication"}
+        findings = [f for f in findings if f.check not in cross_rank]
+        f, _ = run_program_checks(merged, options.thresholds, only=cross_rank)
+        findings += f
     return ProgramResult(sections, findings, kernels, summary, not_judged)
 
 

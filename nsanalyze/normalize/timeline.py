@@ -17,6 +17,12 @@ TOP_GAPS = 10
 MAX_RANGES = 200  # range names kept, by wall time (PyTorch's emit_nvtx makes one name per op)
 SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent",
              "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize")
+# Communication kernels (NCCL's device kernels across versions) and peer copies.
+COMMUNICATION_KERNEL_PATTERNS = ("nccl%",)
+PEER_COPY_KINDS = ("Peer-to-Peer",)
+# GPU idle time after host time t: 0 when some GPU work is running at t, else the wait for the next.
+IDLE_AFTER = """(CASE WHEN EXISTS (SELECT 1 FROM w_islands i WHERE i.start <= {t} AND i.end > {t}) THEN 0
+    ELSE COALESCE((SELECT MIN(i.start) FROM w_islands i WHERE i.start >= {t}) - {t}, 0) END)"""
 HOST_COPY_KINDS = ("Host-to-Device", "Device-to-Host", "Unified Host-to-Device", "Unified Device-to-Host")
 GPU_METRIC_NAMES = {  # contract key -> nsys metric name prefix (names carry their unit in brackets)
     "gr_active_pct": "GR Active",
@@ -53,6 +59,7 @@ class Timeline:
     launches: dict
     copies: dict
     kernel_summary: list[dict] = field(default_factory=list)
+    device_kernels: list[dict] = field(default_factory=list)
     gpu_metrics: dict | None = None
     busy_clock: dict | None = None
 
@@ -83,7 +90,7 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
 def _materialize(export: NsysExport, window: Window) -> None:
     """Temp tables of the window's activity, indexed for the joins below."""
     con = export.connection
-    for name in ("w_kernels", "w_copies", "w_activity", "w_islands", "w_api"):
+    for name in ("w_kernels", "w_copies", "w_activity", "w_islands", "w_api", "w_comm", "w_compute_islands"):
         con.execute(f"DROP TABLE IF EXISTS temp.{name}")
     con.execute("""CREATE TEMP TABLE w_kernels AS SELECT * FROM kernels
                    WHERE start >= :window_start AND start < :window_end""", window.params())
@@ -93,6 +100,7 @@ def _materialize(export: NsysExport, window: Window) -> None:
     con.execute("CREATE INDEX temp.w_copies_corr ON w_copies(correlation_id)")
     con.execute("""CREATE TEMP TABLE w_activity AS
         SELECT device_id, start, end FROM w_kernels UNION ALL SELECT device_id, start, end FROM w_copies""")
+    con.execute("CREATE INDEX temp.w_activity_start ON w_activity(start)")
     # Islands of continuous GPU activity per device: a new island starts where an interval begins
     # after everything before it has ended.
     con.execute("""CREATE TEMP TABLE w_islands AS
@@ -108,6 +116,28 @@ def _materialize(export: NsysExport, window: Window) -> None:
             FROM ordered)
         SELECT device_id, island, MIN(start) AS start, MAX(end) AS end FROM numbered GROUP BY device_id, island""")
     con.execute("CREATE INDEX temp.w_islands_dev ON w_islands(device_id, start)")
+    con.execute("CREATE INDEX temp.w_islands_start ON w_islands(start, end)")
+    # Communication: NCCL kernels and peer-to-peer copies; everything else on the GPU is compute.
+    nccl = " OR ".join(f"s.value LIKE '{p}'" for p in COMMUNICATION_KERNEL_PATTERNS)
+    con.execute(f"""CREATE TEMP TABLE w_comm AS
+        SELECT k.device_id, k.stream_id, k.start, k.end, k.duration_ns, s.value AS name FROM w_kernels k
+        JOIN StringIds s ON s.id = k.short_name_id WHERE {nccl}
+        UNION ALL
+        SELECT c.device_id, c.stream_id, c.start, c.end, c.duration_ns, mk.label FROM w_copies c
+        JOIN memcpy_kinds mk ON mk.id = c.copy_kind WHERE mk.label IN ({",".join(f"'{k}'" for k in PEER_COPY_KINDS)})""")
+    con.execute(f"""CREATE TEMP TABLE w_compute_islands AS
+        WITH compute AS (SELECT k.device_id, k.start, k.end FROM w_kernels k JOIN StringIds s ON s.id = k.short_name_id
+                         WHERE NOT ({nccl})),
+        ordered AS (
+            SELECT device_id, start, end,
+                   MAX(end) OVER (PARTITION BY device_id ORDER BY start, end
+                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS previous_end FROM compute),
+        numbered AS (
+            SELECT device_id, start, end,
+                   SUM(CASE WHEN previous_end IS NULL OR start > previous_end THEN 1 ELSE 0 END)
+                       OVER (PARTITION BY device_id ORDER BY start, end ROWS UNBOUNDED PRECEDING) AS island FROM ordered)
+        SELECT device_id, island, MIN(start) AS start, MAX(end) AS end FROM numbered GROUP BY device_id, island""")
+    con.execute("CREATE INDEX temp.w_compute_islands_dev ON w_compute_islands(device_id, end)")
     con.execute("""CREATE TEMP TABLE w_api AS SELECT * FROM api
                    WHERE end >= :window_start AND start < :window_end""", window.params())
     con.execute("CREATE INDEX temp.w_api_tid ON w_api(global_tid, start)")
@@ -124,11 +154,40 @@ def _devices(export: NsysExport) -> list[dict]:
                     AND c.operation = 'memset') AS memset_ns
         FROM w_islands i GROUP BY i.device_id ORDER BY i.device_id""", {})
     names = {d.device_id: d.name for d in export.devices}
+    communication = {r["device_id"]: r for r in _communication(export)}
     for row in rows:
         row["name"] = names.get(row["device_id"])
         row["span_ns"] = row["last_ns"] - row["first_ns"]
         row["gpu_idle_ns"] = row["span_ns"] - row["gpu_busy_ns"]
+        comm = communication.get(row["device_id"], {})
+        row["communication_ns"] = comm.get("communication_ns", 0)
+        row["exposed_communication_ns"] = comm.get("exposed_communication_ns", 0)
+        row["communication_kernels"] = comm.get("kernels", 0)
+        row["compute_kernel_ns"] = row["kernel_ns"] - comm.get("kernel_communication_ns", 0)
     return rows
+
+
+def _communication(export: NsysExport) -> list[dict]:
+    """Per device: time in communication, and the part of it no compute kernel overlapped (exposed)."""
+    return _rows(export, """
+        WITH overlap AS (
+            SELECT c.rowid AS comm_id, c.device_id, c.duration_ns,
+                   COALESCE(SUM(MIN(c.end, i.end) - MAX(c.start, i.start)), 0) AS covered_ns
+            FROM w_comm c LEFT JOIN w_compute_islands i
+                 ON i.device_id = c.device_id AND i.end > c.start AND i.start < c.end
+            GROUP BY c.rowid)
+        SELECT o.device_id, COUNT(*) AS kernels, SUM(o.duration_ns) AS communication_ns,
+               SUM(o.duration_ns - o.covered_ns) AS exposed_communication_ns,
+               (SELECT COALESCE(SUM(k.duration_ns), 0) FROM w_comm k WHERE k.device_id = o.device_id
+                    AND k.name NOT IN ('Peer-to-Peer')) AS kernel_communication_ns
+        FROM overlap o GROUP BY o.device_id""", {})
+
+
+def device_kernel_breakdown(export: NsysExport) -> list[dict]:
+    """Per device and kernel name: time, for finding where a slow device spends its extra time."""
+    return _rows(export, """
+        SELECT k.device_id, s.value AS name, COUNT(*) AS launches, SUM(k.duration_ns) AS duration_ns
+        FROM w_kernels k JOIN StringIds s ON s.id = k.short_name_id GROUP BY k.device_id, k.short_name_id""", {})
 
 
 def _gaps(export: NsysExport) -> list[dict]:
@@ -215,12 +274,12 @@ def _syncs(export: NsysExport) -> dict:
     explicit = _rows(export, f"""
         SELECT REPLACE(REPLACE(a.name, '_v3020', ''), '_v2', '') AS name, COUNT(*) AS calls,
                SUM(a.duration_ns) AS wait_ns,
-               SUM((SELECT MIN(k.start) FROM w_kernels k WHERE k.start >= a.end) - a.end) AS relaunch_gap_ns
+               SUM({IDLE_AFTER.format(t="a.end")}) AS relaunch_gap_ns
         FROM w_api a WHERE {names} GROUP BY 1 ORDER BY wait_ns DESC""", {})
     # Implicit syncs: a synchronous device-to-host copy (what `.item()`/`.cpu()` do) blocks the host too.
-    implicit = _rows(export, """
+    implicit = _rows(export, f"""
         SELECT a.name, COUNT(*) AS calls, SUM(a.duration_ns) AS wait_ns,
-               SUM((SELECT MIN(k.start) FROM w_kernels k WHERE k.start >= a.end) - a.end) AS relaunch_gap_ns
+               SUM({IDLE_AFTER.format(t="a.end")}) AS relaunch_gap_ns
         FROM w_api a JOIN w_copies c ON c.correlation_id = a.correlation_id
         JOIN memcpy_kinds mk ON mk.id = c.copy_kind
         WHERE mk.label = 'Device-to-Host' AND (a.name NOT LIKE '%Async%' OR c.dst_kind = 0)
@@ -235,9 +294,9 @@ def _syncs(export: NsysExport) -> dict:
             SELECT a.end FROM w_api a JOIN w_copies c ON c.correlation_id = a.correlation_id
             JOIN memcpy_kinds mk ON mk.id = c.copy_kind
             WHERE mk.label = 'Device-to-Host' AND (a.name NOT LIKE '%Async%' OR c.dst_kind = 0)),
-        next AS (SELECT w.end, (SELECT MIN(k.start) FROM w_kernels k WHERE k.start >= w.end) AS next_start FROM waits w)
+        next AS (SELECT w.end, w.end + {IDLE_AFTER.format(t="w.end")} AS next_start FROM waits w)
         SELECT COALESCE(SUM(next_start - first_end), 0) FROM (
-            SELECT next_start, MIN(end) AS first_end FROM next WHERE next_start IS NOT NULL GROUP BY next_start)""")
+            SELECT next_start, MIN(end) AS first_end FROM next WHERE next_start > end GROUP BY next_start)""")
     return {"explicit": explicit, "implicit": implicit, "relaunch_gap_ns": total}
 
 
@@ -395,6 +454,7 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None) -> T
     # GPU metrics are sampled from the capture's start; outside the span of GPU work they only dilute.
     active = Window(max(window.start, min((d["first_ns"] for d in devices), default=window.start)),
                     min(window.end, max((d["last_ns"] for d in devices), default=window.end)), window.description)
+    timeline.device_kernels = device_kernel_breakdown(export) if len(devices) > 1 else []
     timeline.gpu_metrics = gpu_metrics(export, active, ranges)
     timeline.busy_clock = busy_clock(export, active)
     return timeline

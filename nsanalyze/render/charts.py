@@ -91,3 +91,23 @@ def ranges_svg(ranges: list[dict], limit: int = 10) -> str | None:
     axes.set_xlabel("ms")
     axes.legend(fontsize=7)
     return _svg(figure)
+
+
+def devices_svg(devices: list[dict]) -> str | None:
+    """Per GPU: compute, communication hidden behind compute, exposed communication, idle."""
+    if len(devices) < 2:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 0.45 * len(devices) + 1))
+    labels = [f"GPU {d['device_id']}" for d in devices]
+    parts = [("compute", [d["compute_kernel_ns"] for d in devices], "#4a7ab5"),
+             ("communication, hidden", [d["communication_ns"] - d["exposed_communication_ns"] for d in devices], "#9bc49b"),
+             ("communication, exposed", [d["exposed_communication_ns"] for d in devices], "#d68910"),
+             ("idle", [d["gpu_idle_ns"] for d in devices], "#dddddd")]
+    left = [0.0] * len(devices)
+    for label, values, color in parts:
+        values_ms = [v / 1e6 for v in values]
+        axes.barh(labels, values_ms, left=left, color=color, label=label)
+        left = [a + b for a, b in zip(left, values_ms)]
+    axes.set_xlabel("ms")
+    axes.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    return _svg(figure)

@@ -73,6 +73,7 @@ def view(model: dict) -> dict:
             "roofline": Markup(charts.roofline_svg(kernels) or ""),
             "top_kernels": Markup(charts.top_kernels_svg(kernels) or ""),
             "utilization": Markup(charts.utilization_svg(model.get("gpu_metrics")) or ""),
+            "devices": Markup(charts.devices_svg((model.get("timeline") or {}).get("devices") or []) or ""),
             "ranges": Markup(charts.ranges_svg((model.get("timeline") or {}).get("ranges") or []) or ""),
         },
         "pygments_css": HtmlFormatter(style="friendly").get_style_defs("pre"),

@@ -23,6 +23,12 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
         console.print(f"GPU busy {percent(timeline.get('gpu_busy_share'))} of {duration(timeline['span_ns'])}"
                       f" (kernels {duration(timeline['kernel_ns'])}, copies {duration(timeline['memcpy_ns'])});"
                       f" window: {timeline['window']['description']}")
+    if timeline and len(timeline.get("devices", [])) > 1:
+        for device in timeline["devices"]:
+            console.print(f"  GPU {device['device_id']}: busy {duration(device['gpu_busy_ns'])} of "
+                          f"{duration(device['span_ns'])}, compute {duration(device['compute_kernel_ns'])}, "
+                          f"communication {duration(device['communication_ns'])} "
+                          f"(exposed {duration(device['exposed_communication_ns'])})")
     metrics = model.get("gpu_metrics")
     if metrics and metrics.get("headline"):
         console.print(metrics["headline"])
