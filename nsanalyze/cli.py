@@ -100,6 +100,55 @@ def diff_command(base, new, outputs, fail_on_regression):
             sys.exit(1)
 
 
+@cli.command(name="batch")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--db", "db_path", required=True, help="history database (SQLite), created on first use")
+@click.option("--jobs", type=click.IntRange(min=1), help="worker processes (default: every core given to us)")
+@click.option("--label", help="a label stored with every run (e.g. a branch or a benchmark name)")
+@click.option("--git-revision", help="the revision the profiles were taken at")
+@click.option("--scheduler", metavar="ADDRESS", help="run on an existing Dask cluster (tcp://host:8786)")
+def batch_command(paths, db_path, jobs, label, git_revision, scheduler):
+    """Analyze every profile under PATHS into a history database, skipping those already stored."""
+    from rich.progress import Progress
+
+    from nsanalyze.batch import batch, default_jobs, find_profiles
+
+    total = len(find_profiles(list(paths)))
+    with Progress(transient=not sys.stderr.isatty()) as progress:
+        task = progress.add_task("analyzing", total=total)
+        outcomes = batch(list(paths), db_path, jobs or default_jobs(), label, git_revision, scheduler,
+                         progress=lambda outcome: progress.advance(task))
+    counts = {status: sum(o.status == status for o in outcomes) for status in ("stored", "skipped", "failed")}
+    click.echo(f"{counts['stored']} stored, {counts['skipped']} already there, {counts['failed']} failed", err=True)
+    for outcome in outcomes:
+        if outcome.status == "failed":
+            click.echo(f"nsanalyze: {outcome.path}: {outcome.detail}", err=True)
+
+
+@cli.command(name="trend")
+@click.option("--db", "db_path", required=True, help="history database written by `nsanalyze batch`")
+@click.option("-o", "--output", "outputs", multiple=True, help="report file: .html .md .json, or - for JSON")
+@click.option("--fail-on-regression", is_flag=True, help="exit 1 when the latest run of a kernel or range regressed")
+def trend_command(db_path, outputs, fail_on_regression):
+    """Per-kernel and per-range time across the runs in a history database, regressions marked."""
+    from nsanalyze.render import format_for, write_bytes
+    from nsanalyze.render.trend_report import render_trend
+    from nsanalyze.trend import regressions_in_last_run, trend
+
+    if not Path(db_path).is_file():
+        raise InputError(db_path, "no such history database")
+    for target in outputs:
+        if format_for(target) not in ("json", "markdown", "html"):
+            raise InputError(target, "trend reports are .html, .md or .json")
+    result = trend(db_path)
+    for target in outputs:
+        write_bytes(render_trend(result, format_for(target)).encode(), target)
+    if not outputs:
+        click.echo(render_trend(result, "markdown"))
+    if fail_on_regression and regressions_in_last_run(result):
+        sys.exit(1)
+
+
 @cli.command()
 @click.argument("profile")
 @click.option("-o", "--output", help="file to write: .csv, .parquet or .json (default: CSV on stdout)")

@@ -1,0 +1,191 @@
+"""`nsanalyze batch`: analyze folders of nightly profiles into a history database.
+
+Each profile is analyzed in a worker process (local processes, or a Dask cluster with
+`--scheduler`), and the parent writes its rows - run metadata, kernels, findings, NVTX ranges -
+in one transaction. A profile already stored (same content hash) is skipped, so re-running, or
+running two batches on one database at once, adds nothing twice; a batch killed mid-way leaves
+whole profiles only, and re-running completes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sqlite3
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import sqlite_utils
+
+from nsanalyze import __version__
+from nsanalyze.errors import InputError
+
+PROFILE_SUFFIXES = (".ncu-rep", ".sqlite")
+DATE_IN_PATH = re.compile(r"(20\d\d)[-_]?(\d\d)[-_]?(\d\d)")
+
+
+@dataclass
+class Outcome:
+    path: str
+    status: str        # "stored", "skipped" (already in the database), "failed"
+    detail: str = ""
+
+
+def find_profiles(paths: list[str]) -> list[Path]:
+    """Every profile under the given files and folders, in a stable order."""
+    found = []
+    for given in paths:
+        root = Path(given)
+        if not root.exists():
+            raise InputError(given, "no such file or folder")
+        candidates = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in candidates:
+            name = path.name.lower()
+            for suffix in (".xz", ".gz"):
+                name = name.removesuffix(suffix)
+            if name.endswith(PROFILE_SUFFIXES):
+                found.append(path)
+    return found
+
+
+def content_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def run_date(path: Path) -> str:
+    """The night a profile belongs to: a date in its path (nightly/2026-11-02/...), else its mtime."""
+    match = DATE_IN_PATH.search(str(path))
+    if match:
+        return f"{match.group(1)}-{match.group(2)}-{match.group(3)}"
+    return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
+def analyze_for_history(path: str) -> dict:
+    """Worker: analyzes one profile and returns the rows to store (plain data, picklable)."""
+    from nsanalyze.analyze import analyze
+
+    try:
+        model = analyze([path])
+    except InputError as exc:
+        return {"error": exc.reason}
+    profile = model["profiles"][0]
+    kernels = [{"name": k["name"], "demangled": k["demangled"], "launches": k["launches"],
+                "duration_ns": k["duration_ns"], "time_share": k["time_share"], "bound": k["bound"],
+                "grid_size": (k.get("metrics") or {}).get("grid_size"),
+                "block_size": (k.get("metrics") or {}).get("block_size"),
+                "metrics": json.dumps(k.get("metrics") or {}, allow_nan=False)} for k in model["kernels"]]
+    findings = [{"rank": f["rank"], "check_id": f["check"], "severity": f["severity"], "kernel_name": f["kernel_name"],
+                 "title": f["title"], "estimated_speedup": f["estimated_speedup"],
+                 "estimated_savings_ns": f["estimated_savings_ns"]} for f in model["findings"]]
+    ranges = [{"name": r["name"], "instances": r["instances"], "wall_ns": r["wall_ns"], "kernel_ns": r["kernel_ns"]}
+              for r in (model.get("timeline") or {}).get("ranges", [])]
+    return {"kind": profile["kind"], "gpu": profile["gpu"], "kernels": kernels, "findings": findings,
+            "ranges": ranges}
+
+
+def open_history(db_path: str) -> sqlite_utils.Database:
+    connection = sqlite3.connect(db_path, timeout=120, isolation_level=None)
+    connection.execute("PRAGMA journal_mode=WAL")
+    db = sqlite_utils.Database(connection)
+    connection.execute("BEGIN IMMEDIATE")   # two batches starting at once: one creates, the other waits
+    try:
+        if "runs" not in db.table_names():
+            db["runs"].create({"content_hash": str, "path": str, "folder": str, "date": str, "label": str,
+                               "git_revision": str, "kind": str, "gpu": str, "analyzed_at": str,
+                               "nsanalyze_version": str}, pk="content_hash", if_not_exists=True)
+            db["kernels"].create({"content_hash": str, "name": str, "demangled": str, "launches": int,
+                                  "duration_ns": float, "time_share": float, "bound": str, "grid_size": float,
+                                  "block_size": float, "metrics": str}, if_not_exists=True)
+            db["findings"].create({"content_hash": str, "rank": int, "check_id": str, "severity": str,
+                                   "kernel_name": str, "title": str, "estimated_speedup": float,
+                                   "estimated_savings_ns": float}, if_not_exists=True)
+            db["ranges"].create({"content_hash": str, "name": str, "instances": int, "wall_ns": float,
+                                 "kernel_ns": float}, if_not_exists=True)
+            for table in ("kernels", "findings", "ranges"):
+                db[table].create_index(["content_hash"], if_not_exists=True)
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+    return db
+
+
+def store(db: sqlite_utils.Database, content: str, path: Path, rows: dict, label: str | None,
+          git_revision: str | None) -> bool:
+    """Writes one profile's rows in one transaction; False when another writer stored it first."""
+    db.conn.execute("BEGIN IMMEDIATE")   # one writer at a time; the hash check and the inserts are one unit
+    try:
+        if db.execute("SELECT 1 FROM runs WHERE content_hash = ?", [content]).fetchone():
+            db.conn.execute("ROLLBACK")
+            return False
+        db["runs"].insert({"content_hash": content, "path": str(path), "folder": str(path.parent),
+                           "date": run_date(path), "label": label, "git_revision": git_revision,
+                           "kind": rows["kind"], "gpu": rows["gpu"],
+                           "analyzed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                           "nsanalyze_version": __version__})
+        for table in ("kernels", "findings", "ranges"):
+            if rows[table]:
+                db[table].insert_all([{"content_hash": content, **row} for row in rows[table]])
+        db.conn.execute("COMMIT")
+        return True
+    except BaseException:
+        db.conn.execute("ROLLBACK")
+        raise
+
+
+def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | None = None,
+          git_revision: str | None = None, scheduler: str | None = None, progress=None) -> list[Outcome]:
+    """Analyzes every new profile under `paths` into `db_path`. `progress(outcome)` is called per profile."""
+    db = open_history(db_path)
+    known = {row[0] for row in db.execute("SELECT content_hash FROM runs")}
+    todo, outcomes = [], []
+    for path in find_profiles(paths):
+        content = content_hash(path)
+        if content in known:
+            outcomes.append(Outcome(str(path), "skipped", "already stored"))
+            if progress:
+                progress(outcomes[-1])
+            continue
+        known.add(content)
+        todo.append((path, content))
+
+    def record(path: Path, content: str, rows: dict) -> None:
+        if "error" in rows:
+            outcome = Outcome(str(path), "failed", rows["error"])
+        elif store(db, content, path, rows, label, git_revision):
+            outcome = Outcome(str(path), "stored")
+        else:
+            outcome = Outcome(str(path), "skipped", "stored meanwhile by another batch")
+        outcomes.append(outcome)
+        if progress:
+            progress(outcome)
+
+    if scheduler:
+        from distributed import Client, as_completed as dask_completed
+
+        with Client(scheduler) as client:
+            futures = {client.submit(analyze_for_history, str(p), pure=False): (p, c) for p, c in todo}
+            for future in dask_completed(futures):
+                record(*futures[future], future.result())
+    elif (jobs or 1) <= 1:
+        for path, content in todo:
+            record(path, content, analyze_for_history(str(path)))
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(analyze_for_history, str(p)): (p, c) for p, c in todo}
+            for future in as_completed(futures):
+                record(*futures[future], future.result())
+    db.conn.close()
+    return outcomes
+
+
+def default_jobs() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -1,0 +1,64 @@
+"""Trend reports: JSON, Markdown, and HTML with one small chart per series (matplotlib SVG)."""
+
+from __future__ import annotations
+
+import json
+
+from markupsafe import Markup
+
+from nsanalyze.render.format import duration, percent
+from nsanalyze.render.markdown import escape
+
+TOP = 20
+
+
+def series_svg(series: dict) -> str:
+    from nsanalyze.render.charts import _svg, plt
+
+    points = series["points"]
+    figure, axes = plt.subplots(figsize=(4.2, 1.4))
+    xs = [p["date"] for p in points]
+    ys = [(p["duration_ns"] or 0) / 1e6 for p in points]
+    axes.plot(xs, ys, marker="o", markersize=3, linewidth=1, color="#4a7ab5")
+    bands = [(p["date"], p["baseline_ns"] / 1e6, p["noise"]) for p in points if p.get("baseline_ns")]
+    if bands:
+        axes.fill_between([b[0] for b in bands], [b[1] * (1 - b[2]) for b in bands], [b[1] * (1 + b[2]) for b in bands],
+                          color="#4a7ab5", alpha=0.15, linewidth=0)
+    for p, y in zip(points, ys):
+        if p.get("regression"):
+            axes.plot([p["date"]], [y], marker="o", markersize=6, color="#c0392b")
+    axes.set_ylabel("ms", fontsize=7)
+    axes.tick_params(labelsize=6)
+    return _svg(figure)
+
+
+def render_json(result: dict) -> str:
+    return json.dumps(result, indent=2, allow_nan=False) + "\n"
+
+
+def render_markdown(result: dict) -> str:
+    lines = ["## nsanalyze trend", "", f"{len(result['runs'])} runs from {result['runs'][0]['date'] if result['runs'] else '-'} "
+             f"to {result['runs'][-1]['date'] if result['runs'] else '-'}", "",
+             "| kernel | runs | last | baseline | change | noise band | regression |", "|---|---|---|---|---|---|---|"]
+    for s in result["kernels"][:TOP]:
+        last = s["points"][-1]
+        lines.append(f"| {escape(s['name'])} ({s['kind']}) | {len(s['points'])} | {duration(last['duration_ns'])} | "
+                     f"{duration(last.get('baseline_ns'))} | {percent(last.get('change')) if last.get('change') is not None else '-'} | "
+                     f"{percent(last.get('noise')) if last.get('noise') else '-'} | {'**yes**' if last.get('regression') else ''} |")
+    if result["prediction_accuracy"]:
+        lines += ["", "| check | findings gone | predicted | actual | actual / predicted |", "|---|---|---|---|---|"]
+        lines += [f"| `{a['check']}` | {a['cases']} | {duration(a['predicted_ns'])} | {duration(a['actual_ns'])} | "
+                  f"{a['actual_over_predicted']:.2f} |" if a["actual_over_predicted"] is not None else
+                  f"| `{a['check']}` | {a['cases']} | - | - | - |" for a in result["prediction_accuracy"]]
+    return "\n".join(lines) + "\n"
+
+
+def render_html(result: dict) -> str:
+    from nsanalyze.render.html import environment
+
+    charts = {id(s): Markup(series_svg(s)) for s in result["kernels"][:TOP] + result["ranges"][:TOP] if len(s["points"]) > 1}
+    return environment().get_template("trend.html.j2").render(result=result, charts=charts, top=TOP, id=id)
+
+
+def render_trend(result: dict, fmt: str) -> str:
+    return {"json": render_json, "markdown": render_markdown, "html": render_html}[fmt](result)

@@ -1,0 +1,117 @@
+"""`nsanalyze trend`: per-kernel and per-range time across the runs of a history database.
+
+A run is marked a regression when its time exceeds the median of the previous runs (up to
+BASELINE_RUNS of them) by more than the noise band: twice the relative median absolute deviation
+of those runs, at least MIN_NOISE, or DEFAULT_NOISE while fewer than three runs came before.
+The trend also measures the estimated-speedup models: for each finding present in one run and
+gone in the next, the savings it predicted beside the time actually saved.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import statistics
+from collections import defaultdict
+
+from nsanalyze import __version__
+from nsanalyze.errors import InputError
+
+TREND_SCHEMA = "nsanalyze/trend@1"
+BASELINE_RUNS = 5
+MIN_NOISE = 0.05
+DEFAULT_NOISE = 0.10
+
+
+def _noise(previous: list[float]) -> float:
+    if len(previous) < 3:
+        return DEFAULT_NOISE
+    median = statistics.median(previous)
+    mad = statistics.median(abs(v - median) for v in previous)
+    return max(MIN_NOISE, 2 * mad / median) if median else DEFAULT_NOISE
+
+
+def _mark(points: list[dict]) -> list[dict]:
+    for i, point in enumerate(points):
+        previous = [p["duration_ns"] for p in points[max(0, i - BASELINE_RUNS):i] if p["duration_ns"]]
+        if not previous or not point["duration_ns"]:
+            point.update(baseline_ns=None, noise=None, change=None, regression=False)
+            continue
+        baseline = statistics.median(previous)
+        noise = _noise(previous)
+        change = point["duration_ns"] / baseline - 1
+        point.update(baseline_ns=baseline, noise=noise, change=change, regression=change > noise)
+    return points
+
+
+def trend(db_path: str) -> dict:
+    try:
+        con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        runs = con.execute("SELECT content_hash, date, path, kind, label FROM runs ORDER BY date, path").fetchall()
+    except sqlite3.Error as exc:
+        raise InputError(db_path, f"not an nsanalyze history database ({exc})") from None
+    order = {row[0]: i for i, row in enumerate(runs)}
+    info = {row[0]: {"date": row[1], "path": row[2], "kind": row[3], "label": row[4]} for row in runs}
+
+    kernels: dict[tuple, list] = defaultdict(list)
+    for content, name, duration, launches in con.execute(
+            "SELECT content_hash, name, SUM(duration_ns), SUM(launches) FROM kernels GROUP BY content_hash, name"):
+        kind = info[content]["kind"]
+        kernels[(kind, name)].append({"run": order[content], **info[content], "duration_ns": duration,
+                                      "launches": launches})
+    ranges: dict[str, list] = defaultdict(list)
+    for content, name, kernel_ns in con.execute("SELECT content_hash, name, kernel_ns FROM ranges"):
+        ranges[name].append({"run": order[content], **info[content], "duration_ns": kernel_ns})
+
+    series = []
+    for (kind, name), points in kernels.items():
+        points = _mark(sorted(points, key=lambda p: p["run"]))
+        series.append({"kind": kind, "name": name, "points": points,
+                       "regressions": sum(p["regression"] for p in points)})
+    range_series = [{"name": name, "points": _mark(sorted(points, key=lambda p: p["run"])),
+                     } for name, points in ranges.items()]
+    for entry in range_series:
+        entry["regressions"] = sum(p["regression"] for p in entry["points"])
+
+    accuracy = _prediction_accuracy(con, runs)
+    con.close()
+    series.sort(key=lambda s: -max(p["duration_ns"] or 0 for p in s["points"]))
+    range_series.sort(key=lambda s: -max(p["duration_ns"] or 0 for p in s["points"]))
+    return {"schema": TREND_SCHEMA, "version": __version__, "runs": [info[r[0]] for r in runs],
+            "kernels": series, "ranges": range_series, "prediction_accuracy": accuracy}
+
+
+def _prediction_accuracy(con, runs) -> list[dict]:
+    """Per check: findings of a kernel that went away in the next run holding that kernel (same profile
+    kind), the savings they predicted beside the time the kernel actually saved."""
+    order = {row[0]: i for i, row in enumerate(runs)}
+    kind = {row[0]: row[3] for row in runs}
+    findings = defaultdict(set)
+    predicted = {}
+    for content, check, kernel, savings in con.execute(
+            "SELECT content_hash, check_id, kernel_name, estimated_savings_ns FROM findings "
+            "WHERE kernel_name IS NOT NULL AND severity != 'info'"):
+        findings[(content, kernel)].add(check)
+        predicted[(content, kernel, check)] = predicted.get((content, kernel, check), 0.0) + savings
+    runs_of_kernel = defaultdict(list)
+    for content, name, duration in con.execute(
+            "SELECT content_hash, name, SUM(duration_ns) FROM kernels GROUP BY content_hash, name"):
+        runs_of_kernel[(kind[content], name)].append((order[content], content, duration))
+    per_check = defaultdict(lambda: {"cases": 0, "predicted_ns": 0.0, "actual_ns": 0.0, "details": []})
+    for (_, name), sequence in runs_of_kernel.items():
+        sequence.sort()
+        for (_, before, time_before), (_, after, time_after) in zip(sequence, sequence[1:]):
+            for check in findings[(before, name)] - findings[(after, name)]:
+                entry = per_check[check]
+                entry["cases"] += 1
+                entry["predicted_ns"] += predicted[(before, name, check)]
+                entry["actual_ns"] += time_before - time_after
+                entry["details"].append({"kernel_name": name, "predicted_ns": predicted[(before, name, check)],
+                                         "actual_ns": time_before - time_after})
+    return [{"check": check, **entry,
+             "actual_over_predicted": entry["actual_ns"] / entry["predicted_ns"] if entry["predicted_ns"] else None}
+            for check, entry in sorted(per_check.items())]
+
+
+def regressions_in_last_run(result: dict) -> list[dict]:
+    return [{"name": s["name"], **s["points"][-1]} for s in result["kernels"] + result["ranges"]
+            if s["points"] and s["points"][-1].get("regression")]

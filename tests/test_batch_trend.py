@@ -1,0 +1,131 @@
+"""`batch` and `trend` on a folder of real profiles laid out as nightly runs."""
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from nsanalyze.batch import batch
+from nsanalyze.cli import cli
+from nsanalyze.trend import trend
+from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, DEV_SUITE_V2_NCU, DEV_SUITE_V2_NSYS, PUBLIC
+
+FASTED = "bwcurless__FaSTED__profiles__Shared_Mem_Conflicts_Sync_Vs_Async__"
+NIGHTS = {
+    "2026-11-01": [DEV_SUITE_NCU, DEV_SUITE_NSYS, PUBLIC / f"{FASTED}Synchronous.ncu-rep.xz"],
+    "2026-11-02": [DEV_SUITE_V2_NCU, DEV_SUITE_V2_NSYS, PUBLIC / f"{FASTED}PIpeline_Depth_1.ncu-rep.xz"],
+    "2026-11-03": [PUBLIC / f"{FASTED}Pipeline_Depth_2.ncu-rep.xz"],
+    "2026-11-04": [PUBLIC / f"{FASTED}Pipeline_Depth_3.ncu-rep.xz"],
+    "2026-11-05": [PUBLIC / f"{FASTED}Pipeline_Depth_4.ncu-rep.xz"],
+}
+
+
+@pytest.fixture(scope="module")
+def nightly(tmp_path_factory):
+    root = tmp_path_factory.mktemp("nightly")
+    for night, files in NIGHTS.items():
+        (root / night).mkdir()
+        for f in files:
+            shutil.copy(f, root / night / f.name)
+    return root
+
+
+def table_rows(db, table, order):
+    with sqlite3.connect(db) as con:
+        columns = [r[1] for r in con.execute(f"PRAGMA table_info({table})") if r[1] != "analyzed_at"]
+        return con.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}").fetchall()
+
+
+def snapshot(db):
+    return {"runs": table_rows(db, "runs", "content_hash"),
+            "kernels": table_rows(db, "kernels", "content_hash, name, duration_ns"),
+            "findings": table_rows(db, "findings", "content_hash, rank"),
+            "ranges": table_rows(db, "ranges", "content_hash, name")}
+
+
+@pytest.fixture(scope="module")
+def clean_db(nightly, tmp_path_factory):
+    db = tmp_path_factory.mktemp("db") / "history.sqlite"
+    outcomes = batch([str(nightly)], str(db), jobs=2)
+    assert [o.status for o in outcomes].count("stored") == 9
+    return db
+
+
+def test_idempotent(nightly, clean_db):
+    before = snapshot(clean_db)
+    outcomes = batch([str(nightly)], str(clean_db), jobs=2)
+    assert {o.status for o in outcomes} == {"skipped"}
+    assert snapshot(clean_db) == before
+    assert len(before["runs"]) == 9 and {r[3] for r in before["runs"]} == set(NIGHTS)   # dates from the folders
+
+
+def test_two_batches_at_once_lose_and_duplicate_nothing(nightly, clean_db, tmp_path):
+    db = tmp_path / "shared.sqlite"
+    command = [sys.executable, "-m", "nsanalyze", "batch", str(nightly), "--db", str(db), "--jobs", "1"]
+    first, second = subprocess.Popen(command, stderr=subprocess.PIPE), subprocess.Popen(command, stderr=subprocess.PIPE)
+    assert first.wait(300) == 0 and second.wait(300) == 0
+    assert snapshot(db) == snapshot(clean_db)
+
+
+def test_killed_then_rerun_equals_a_clean_run(nightly, clean_db, tmp_path):
+    db = tmp_path / "killed.sqlite"
+    command = [sys.executable, "-m", "nsanalyze", "batch", str(nightly), "--db", str(db), "--jobs", "1"]
+    process = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    stored = 0
+    while time.time() < deadline and stored < 2:
+        time.sleep(0.05)
+        try:
+            with sqlite3.connect(db, timeout=1) as con:
+                stored = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        except sqlite3.Error:
+            pass
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    with sqlite3.connect(db) as con:
+        partial = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    assert 2 <= partial < 9, "killed mid-way"
+    assert subprocess.run(command, stderr=subprocess.DEVNULL).returncode == 0
+    assert snapshot(db) == snapshot(clean_db)
+
+
+def test_dask_cluster_gives_the_same_rows(nightly, clean_db, tmp_path):
+    from distributed import LocalCluster
+
+    db = tmp_path / "dask.sqlite"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        result = CliRunner().invoke(cli, ["batch", str(nightly), "--db", str(db), "--scheduler", cluster.scheduler_address])
+    assert result.exit_code == 0, result.output
+    assert snapshot(db) == snapshot(clean_db)
+
+
+def test_trend_marks_the_planted_regression(clean_db):
+    result = trend(str(clean_db))
+    series = {(s["kind"], s["name"]): s for s in result["kernels"]}
+    soa = series[("ncu", "soa_update")]["points"]
+    assert [p["date"] for p in soa] == ["2026-11-01", "2026-11-02"] and soa[-1]["regression"]
+    assert not series[("ncu", "random_gather")]["points"][-1]["regression"]    # -6.3%: noise
+    mma = series[("ncu", "MmaPtxShared")]["points"]
+    assert len(mma) == 5 and not mma[0]["regression"]
+
+
+def test_trend_measures_the_estimates(clean_db):
+    accuracy = {a["check"]: a for a in trend(str(clean_db))["prediction_accuracy"]}
+    aos = next(d for d in accuracy["uncoalesced-global"]["details"] if d["kernel_name"] == "aos_update")
+    assert aos["actual_ns"] == 260928 - 56800 and 0.5 < aos["actual_ns"] / aos["predicted_ns"] < 1.5
+    reduce = next(d for d in accuracy["bank-conflicts"]["details"] if d["kernel_name"] == "reduce_interleaved")
+    assert reduce["actual_ns"] == 133376 - 111296          # the conflict model overestimates: 76 us predicted
+
+
+def test_trend_cli_outputs(clean_db, tmp_path):
+    result = CliRunner().invoke(cli, ["trend", "--db", str(clean_db), "-o", str(tmp_path / "t.html"), "-o", str(tmp_path / "t.json"),
+                                      "--fail-on-regression"])
+    assert result.exit_code == 1                      # the latest soa_update run regressed
+    html = (tmp_path / "t.html").read_text()
+    assert "soa_update" in html and "<svg" in html and "<script" not in html
