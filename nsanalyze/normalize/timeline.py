@@ -21,8 +21,9 @@ SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchro
 COMMUNICATION_KERNEL_PATTERNS = ("nccl%",)
 PEER_COPY_KINDS = ("Peer-to-Peer",)
 # GPU idle time after host time t: 0 when some GPU work is running at t, else the wait for the next.
-IDLE_AFTER = """(CASE WHEN EXISTS (SELECT 1 FROM w_islands i WHERE i.start <= {t} AND i.end > {t}) THEN 0
-    ELSE COALESCE((SELECT MIN(i.start) FROM w_islands i WHERE i.start >= {t}) - {t}, 0) END)"""
+# w_busy holds disjoint islands of work on any GPU, so one indexed look-up each answers both questions.
+IDLE_AFTER = """(CASE WHEN COALESCE((SELECT b.end FROM w_busy b WHERE b.start <= {t} ORDER BY b.start DESC LIMIT 1), 0) > {t}
+    THEN 0 ELSE COALESCE((SELECT MIN(b.start) FROM w_busy b WHERE b.start >= {t}) - {t}, 0) END)"""
 HOST_COPY_KINDS = ("Host-to-Device", "Device-to-Host", "Unified Host-to-Device", "Unified Device-to-Host")
 GPU_METRIC_NAMES = {  # contract key -> nsys metric name prefix (names carry their unit in brackets)
     "gr_active_pct": "GR Active",
@@ -87,10 +88,34 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
     return Window(start, end, "; ".join(parts) or "the whole capture")
 
 
+def merge_intervals(rows):
+    """Union of intervals per key, streamed: rows are (key, start, end) sorted by key then start;
+    yields (key, start, end) of each island of overlapping or touching intervals."""
+    key = start = end = None
+    for row_key, row_start, row_end in rows:
+        if start is None or row_key != key or row_start > end:
+            if start is not None:
+                yield key, start, end
+            key, start, end = row_key, row_start, row_end
+        elif row_end > end:
+            end = row_end
+    if start is not None:
+        yield key, start, end
+
+
+def with_idle_before(islands):
+    """(start, end, idle time since the previous island ended) for islands in time order."""
+    previous_end = None
+    for _, start, end in islands:
+        yield start, end, (start - previous_end) if previous_end is not None else None
+        previous_end = end
+
+
 def _materialize(export: NsysExport, window: Window) -> None:
     """Temp tables of the window's activity, indexed for the joins below."""
     con = export.connection
-    for name in ("w_kernels", "w_copies", "w_activity", "w_islands", "w_api", "w_comm", "w_compute_islands"):
+    con.execute("DROP VIEW IF EXISTS temp.w_islands")
+    for name in ("w_kernels", "w_copies", "w_activity", "w_islands", "w_api", "w_comm", "w_compute_islands", "w_busy"):
         con.execute(f"DROP TABLE IF EXISTS temp.{name}")
     con.execute("""CREATE TEMP TABLE w_kernels AS SELECT * FROM kernels
                    WHERE start >= :window_start AND start < :window_end""", window.params())
@@ -98,50 +123,49 @@ def _materialize(export: NsysExport, window: Window) -> None:
     con.execute("""CREATE TEMP TABLE w_copies AS SELECT * FROM copies
                    WHERE start >= :window_start AND start < :window_end""", window.params())
     con.execute("CREATE INDEX temp.w_copies_corr ON w_copies(correlation_id)")
-    con.execute("""CREATE TEMP TABLE w_activity AS
+    con.execute("CREATE TEMP TABLE w_activity(device_id INTEGER, start INTEGER, end INTEGER)")
+    con.execute("""INSERT INTO w_activity
         SELECT device_id, start, end FROM w_kernels UNION ALL SELECT device_id, start, end FROM w_copies""")
-    con.execute("CREATE INDEX temp.w_activity_start ON w_activity(start)")
-    # Islands of continuous GPU activity per device: a new island starts where an interval begins
-    # after everything before it has ended.
-    con.execute("""CREATE TEMP TABLE w_islands AS
-        WITH ordered AS (
-            SELECT device_id, start, end,
-                   MAX(end) OVER (PARTITION BY device_id ORDER BY start, end
-                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS previous_end
-            FROM w_activity),
-        numbered AS (
-            SELECT device_id, start, end,
-                   SUM(CASE WHEN previous_end IS NULL OR start > previous_end THEN 1 ELSE 0 END)
-                       OVER (PARTITION BY device_id ORDER BY start, end ROWS UNBOUNDED PRECEDING) AS island
-            FROM ordered)
-        SELECT device_id, island, MIN(start) AS start, MAX(end) AS end FROM numbered GROUP BY device_id, island""")
-    con.execute("CREATE INDEX temp.w_islands_dev ON w_islands(device_id, start)")
-    con.execute("CREATE INDEX temp.w_islands_start ON w_islands(start, end)")
+    con.execute("CREATE INDEX temp.w_activity_device ON w_activity(device_id, start, end)")
+    # Islands of continuous GPU work per device: the union of the kernel and copy intervals, merged
+    # in one streaming pass over the rows in time order (SQLite's window functions take 3x longer).
+    devices = [r[0] for r in con.execute("SELECT DISTINCT device_id FROM w_activity")]
+    con.execute("CREATE TEMP TABLE w_busy(start INTEGER, end INTEGER, idle_before INTEGER)")
+    if len(devices) <= 1:  # one GPU: its islands are the busy islands, stored once
+        con.executemany("INSERT INTO w_busy VALUES (?, ?, ?)", with_idle_before(merge_intervals(
+            con.execute("SELECT device_id, start, end FROM w_activity ORDER BY device_id, start, end"))))
+        con.execute(f"""CREATE TEMP VIEW w_islands AS SELECT {int(devices[0]) if devices else 0} AS device_id,
+                        start, end FROM w_busy""")
+    else:
+        con.execute("CREATE TEMP TABLE w_islands(device_id INTEGER, start INTEGER, end INTEGER)")
+        con.executemany("INSERT INTO w_islands VALUES (?, ?, ?)", merge_intervals(
+            con.execute("SELECT device_id, start, end FROM w_activity ORDER BY device_id, start, end")))
+        con.execute("CREATE INDEX temp.w_islands_dev ON w_islands(device_id, start)")
+        # The same over all GPUs together, each island with the idle gap in front of it.
+        con.executemany("INSERT INTO w_busy VALUES (?, ?, ?)", with_idle_before(merge_intervals(
+            con.execute("SELECT 0, start, end FROM w_islands ORDER BY start, end"))))
+    con.execute("CREATE UNIQUE INDEX temp.w_busy_start ON w_busy(start)")
     # Communication: NCCL kernels and peer-to-peer copies; everything else on the GPU is compute.
     nccl = " OR ".join(f"s.value LIKE '{p}'" for p in COMMUNICATION_KERNEL_PATTERNS)
-    con.execute(f"""CREATE TEMP TABLE w_comm AS
+    con.execute("""CREATE TEMP TABLE w_comm(device_id INTEGER, stream_id INTEGER, start INTEGER, end INTEGER,
+                   duration_ns INTEGER, name TEXT)""")
+    con.execute(f"""INSERT INTO w_comm
         SELECT k.device_id, k.stream_id, k.start, k.end, k.duration_ns, s.value AS name FROM w_kernels k
         JOIN StringIds s ON s.id = k.short_name_id WHERE {nccl}
         UNION ALL
         SELECT c.device_id, c.stream_id, c.start, c.end, c.duration_ns, mk.label FROM w_copies c
         JOIN memcpy_kinds mk ON mk.id = c.copy_kind WHERE mk.label IN ({",".join(f"'{k}'" for k in PEER_COPY_KINDS)})""")
-    con.execute(f"""CREATE TEMP TABLE w_compute_islands AS
-        WITH compute AS (SELECT k.device_id, k.start, k.end FROM w_kernels k JOIN StringIds s ON s.id = k.short_name_id
-                         WHERE NOT ({nccl})),
-        ordered AS (
-            SELECT device_id, start, end,
-                   MAX(end) OVER (PARTITION BY device_id ORDER BY start, end
-                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS previous_end FROM compute),
-        numbered AS (
-            SELECT device_id, start, end,
-                   SUM(CASE WHEN previous_end IS NULL OR start > previous_end THEN 1 ELSE 0 END)
-                       OVER (PARTITION BY device_id ORDER BY start, end ROWS UNBOUNDED PRECEDING) AS island FROM ordered)
-        SELECT device_id, island, MIN(start) AS start, MAX(end) AS end FROM numbered GROUP BY device_id, island""")
+    con.execute("CREATE TEMP TABLE w_compute_islands(device_id INTEGER, start INTEGER, end INTEGER)")
+    has_communication = con.execute("SELECT EXISTS (SELECT 1 FROM w_comm)").fetchone()[0]
+    con.executemany("INSERT INTO w_compute_islands VALUES (?, ?, ?)", [] if not has_communication else merge_intervals(con.execute(f"""
+        SELECT k.device_id, k.start, k.end FROM w_kernels k JOIN StringIds s ON s.id = k.short_name_id
+        WHERE NOT ({nccl}) ORDER BY k.device_id, k.start, k.end""")))
     con.execute("CREATE INDEX temp.w_compute_islands_dev ON w_compute_islands(device_id, end)")
     con.execute("""CREATE TEMP TABLE w_api AS SELECT * FROM api
                    WHERE end >= :window_start AND start < :window_end""", window.params())
     con.execute("CREATE INDEX temp.w_api_tid ON w_api(global_tid, start)")
     con.execute("CREATE INDEX temp.w_api_corr ON w_api(correlation_id)")
+    con.execute("CREATE INDEX temp.w_api_start ON w_api(start)")
 
 
 def _devices(export: NsysExport) -> list[dict]:
@@ -190,11 +214,18 @@ def device_kernel_breakdown(export: NsysExport) -> list[dict]:
         FROM w_kernels k JOIN StringIds s ON s.id = k.short_name_id GROUP BY k.device_id, k.short_name_id""", {})
 
 
+def _gap_rows(export: NsysExport) -> str:
+    """SQL for the idle gaps per device (device_id, start, end): read off w_busy with one GPU."""
+    if export.connection.execute("SELECT type FROM sqlite_temp_master WHERE name = 'w_islands'").fetchone()[0] == "view":
+        return """SELECT (SELECT device_id FROM w_islands LIMIT 1) AS device_id, start - idle_before AS start,
+                         start AS end FROM w_busy WHERE idle_before IS NOT NULL"""
+    return """SELECT * FROM (SELECT device_id, end AS start, LEAD(start) OVER (PARTITION BY device_id ORDER BY start)
+                                 AS end FROM w_islands) WHERE end IS NOT NULL"""
+
+
 def _gaps(export: NsysExport) -> list[dict]:
     gaps = _rows(export, f"""
-        WITH g AS (SELECT device_id, end AS start,
-                          LEAD(start) OVER (PARTITION BY device_id ORDER BY start) AS end FROM w_islands)
-        SELECT device_id, start, end, end - start AS duration_ns FROM g WHERE end IS NOT NULL
+        SELECT device_id, start, end, end - start AS duration_ns FROM ({_gap_rows(export)})
         ORDER BY duration_ns DESC LIMIT {TOP_GAPS}""", {})
     for gap in gaps:
         # What the host was doing: the CUDA calls overlapping the gap, longest overlap first.
@@ -212,9 +243,8 @@ def _gaps(export: NsysExport) -> list[dict]:
 def _gap_histogram(export: NsysExport, bucket_edges_ns=(1_000, 10_000, 100_000, 1_000_000)) -> dict:
     cases = " ".join(f"WHEN end - start < {edge} THEN {i}" for i, edge in enumerate(bucket_edges_ns))
     rows = export.query(f"""
-        WITH g AS (SELECT end AS start, LEAD(start) OVER (PARTITION BY device_id ORDER BY start) AS end FROM w_islands)
         SELECT CASE {cases} ELSE {len(bucket_edges_ns)} END AS bucket, COUNT(*), SUM(end - start)
-        FROM g WHERE end IS NOT NULL GROUP BY bucket""")
+        FROM ({_gap_rows(export)}) GROUP BY bucket""")
     labels = [f"< {e / 1000:g} us" for e in bucket_edges_ns] + [f">= {bucket_edges_ns[-1] / 1000:g} us"]
     histogram = {label: {"gaps": 0, "idle_ns": 0} for label in labels}
     for bucket, count, total in rows:
@@ -301,30 +331,27 @@ def _syncs(export: NsysExport) -> dict:
 
 
 def _launches(export: NsysExport) -> dict:
-    """Kernel launches whose GPU time is shorter than the CPU time of their launch call."""
-    row = export.query("""
-        WITH pairs AS (
-            SELECT k.duration_ns AS kernel_ns, a.duration_ns AS launch_ns, k.start AS start, k.device_id,
-                   k.demangled_id FROM w_kernels k JOIN w_api a ON a.correlation_id = k.correlation_id
-            WHERE a.name LIKE 'cudaLaunch%' OR a.name LIKE 'cuLaunch%'),
-        short AS (SELECT * FROM pairs WHERE kernel_ns < launch_ns),
-        idle_before AS (
-            SELECT s.kernel_ns, s.launch_ns,
-                   s.start - (SELECT MAX(i.end) FROM w_islands i WHERE i.device_id = s.device_id AND i.end <= s.start)
-                       AS idle_ns
-            FROM short s)
-        SELECT (SELECT COUNT(*) FROM pairs), COUNT(*), COALESCE(SUM(kernel_ns), 0), COALESCE(SUM(launch_ns), 0),
-               COALESCE(SUM(CASE WHEN idle_ns > 0 THEN MIN(idle_ns, launch_ns) ELSE 0 END), 0)
-        FROM idle_before""")[0]
-    top = _rows(export, """
-        SELECT s.value AS name, COUNT(*) AS launches, AVG(k.duration_ns) AS mean_kernel_ns,
-               AVG(a.duration_ns) AS mean_launch_ns
+    """Kernel launches whose GPU time is shorter than the CPU time of their launch call, per kernel
+    name in one pass: how many, their time, and the GPU idle time in front of them."""
+    rows = _rows(export, """
+        SELECT k.short_name_id, COUNT(*) AS launches,
+               SUM(k.duration_ns < a.duration_ns) AS short_kernels,
+               SUM(CASE WHEN k.duration_ns < a.duration_ns THEN k.duration_ns ELSE 0 END) AS short_kernel_ns,
+               SUM(CASE WHEN k.duration_ns < a.duration_ns THEN a.duration_ns ELSE 0 END) AS short_launch_api_ns,
+               SUM(CASE WHEN k.duration_ns < a.duration_ns THEN
+                   MIN(a.duration_ns, COALESCE((SELECT b.idle_before FROM w_busy b WHERE b.start = k.start), 0))
+                   ELSE 0 END) AS idle_before_short_ns
         FROM w_kernels k JOIN w_api a ON a.correlation_id = k.correlation_id
-        JOIN StringIds s ON s.id = k.short_name_id
-        WHERE (a.name LIKE 'cudaLaunch%' OR a.name LIKE 'cuLaunch%') AND k.duration_ns < a.duration_ns
-        GROUP BY k.short_name_id ORDER BY launches DESC LIMIT 5""", {})
-    return {"launches": row[0], "short_kernels": row[1], "short_kernel_ns": row[2], "short_launch_api_ns": row[3],
-            "idle_before_short_ns": row[4], "top": top}
+        WHERE a.name LIKE 'cudaLaunch%' OR a.name LIKE 'cuLaunch%'
+        GROUP BY k.short_name_id""", {})
+    totals = {key: sum(r[key] or 0 for r in rows) for key in
+              ("launches", "short_kernels", "short_kernel_ns", "short_launch_api_ns", "idle_before_short_ns")}
+    top = sorted((r for r in rows if r["short_kernels"]), key=lambda r: -r["short_kernels"])[:5]
+    names = dict(export.query(f"SELECT id, value FROM StringIds WHERE id IN ({','.join(str(r['short_name_id']) for r in top) or 'NULL'})"))
+    totals["top"] = [{"name": names.get(r["short_name_id"]), "launches": r["short_kernels"],
+                      "mean_kernel_ns": r["short_kernel_ns"] / r["short_kernels"],
+                      "mean_launch_ns": r["short_launch_api_ns"] / r["short_kernels"]} for r in top]
+    return totals
 
 
 def _copies(export: NsysExport) -> dict:
