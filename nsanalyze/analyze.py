@@ -75,10 +75,9 @@ def _nvidia_rules(report: NcuReport) -> list[dict]:
 def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[Finding], list, list[dict]]:
     table = normalize_ncu(report)
     settings = global_settings()["roofline"]
-    frame = table.frame
     views, kernels, roofs = [], [], {}
-    total = float(frame["duration_ns"].sum(skipna=True)) or None
-    for record, launch, undefined in zip(frame.to_dict("records"), report.launches, table.undefined):
+    total = sum(r["duration_ns"] for r in table.rows if r["duration_ns"] is not None) or None
+    for record, launch, undefined in zip(table.rows, report.launches, table.undefined):
         roof = roofline(record, settings["near_roof_share"], settings["latency_share"])
         roofs[record["id"]] = roof
         views.append(KernelView(record, launch.source, undefined))

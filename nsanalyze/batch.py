@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import sqlite3
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -92,8 +94,16 @@ def analyze_for_history(path: str) -> dict:
 
 
 def open_history(db_path: str) -> sqlite_utils.Database:
-    connection = sqlite3.connect(db_path, timeout=120, isolation_level=None)
-    connection.execute("PRAGMA journal_mode=WAL")
+    try:
+        connection = sqlite3.connect(db_path, timeout=120, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise InputError(db_path, f"cannot open the history database ({exc})") from None
+    for attempt in range(600):  # switching to WAL needs a moment alone; a second batch may be starting too
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError:
+            time.sleep(0.1)
     db = sqlite_utils.Database(connection)
     connection.execute("BEGIN IMMEDIATE")   # two batches starting at once: one creates, the other waits
     try:
@@ -179,7 +189,8 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
         for path, content in todo:
             record(path, content, analyze_for_history(str(path)))
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        # spawn, not fork: a parent with threads (a GUI, a notebook, a test runner) can deadlock forked workers
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {pool.submit(analyze_for_history, str(p)): (p, c) for p, c in todo}
             for future in as_completed(futures):
                 record(*futures[future], future.result())

@@ -128,7 +128,7 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
     for export in exports:
         timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range)
         table = normalize_nsys_kernels(export, (timeline.window.start, timeline.window.end))
-        rows = table.frame.to_dict("records")
+        rows = table.rows
         for row in rows:
             kernels.append({
                 "id": len(kernels), "name": row["name"], "demangled": row["demangled"], "profile": export.path,

@@ -11,28 +11,43 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-import pandas as pd
+import math
 
 from nsanalyze.normalize.metric_table import concept_units, evaluate, load_rules
 from nsanalyze.read.ncu import NcuReport
 from nsanalyze.read.nsys import NsysExport
 
+NSYS_COLUMNS = ["id", "name", "demangled", "launches", "duration_ns", "mean_ns", "median_ns", "min_ns", "max_ns",
+                "stddev_ns", "time_share", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+                "registers_per_thread", "shared_mem_per_block_bytes", "devices", "device_name", "compute_capability"]
 IDENTITY_COLUMNS = ["id", "name", "demangled", "launches", "nvtx_range", "device_name", "compute_capability"]
 
 
 @dataclass
 class KernelTable:
-    """Normalized kernels of one profile, with where each came from."""
+    """Normalized kernels of one profile, with where each came from. Rows are plain dicts (the
+    pipeline needs nothing more); `frame` builds a pandas DataFrame on demand, for `metrics` and
+    for analysis in notebooks, so that reports do not pay for importing pandas."""
 
     profile: str
     kind: str
-    frame: pd.DataFrame
+    rows: list[dict]
+    columns: list[str]
     units: dict[str, str]
     sources: list[dict[str, str]] = field(default_factory=list)  # per ncu launch: concept -> formula used
     undefined: list[set[str]] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.frame)
+        return len(self.rows)
+
+    @property
+    def frame(self):
+        import pandas as pd
+
+        frame = pd.DataFrame(self.rows, columns=self.columns)
+        numeric = [c for c in self.columns if c not in IDENTITY_COLUMNS]
+        frame[numeric] = frame[numeric].astype("float64")
+        return frame
 
 
 def _cc_tuple(cc: str | None) -> tuple[int, int] | None:
@@ -86,11 +101,8 @@ def normalize_ncu(report: NcuReport) -> KernelTable:
         rows.append(row)
         sources.append(evaluation.sources)
         undefined.append(evaluation.undefined)
-    frame = pd.DataFrame(rows, columns=IDENTITY_COLUMNS + concepts)
-    numeric = frame.columns[len(IDENTITY_COLUMNS):]
-    frame[numeric] = frame[numeric].astype("float64")
     units = concept_units() | {concept: "FLOP/s" for concept in TENSOR_CONCEPTS}
-    return KernelTable(report.path, "ncu", frame, units, sources, undefined)
+    return KernelTable(report.path, "ncu", rows, IDENTITY_COLUMNS + concepts, units, sources, undefined)
 
 
 # nsys: per kernel name, the figures `nsys stats -r cuda_gpu_kern_sum` gives, computed in SQLite.
@@ -129,22 +141,18 @@ def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = 
     """One row per distinct demangled kernel name, as `nsys stats -r cuda_gpu_kern_sum` groups them."""
     start, end = window or (-(2**62), 2**62)
     rows = export.query(NSYS_KERNEL_SUMMARY_SQL, {"window_start": start, "window_end": end})
-    frame = pd.DataFrame([dict(r) for r in rows])
-    if frame.empty:
-        frame = pd.DataFrame(columns=["id", "name", "demangled", "launches", "duration_ns", "mean_ns", "median_ns",
-                                      "min_ns", "max_ns", "stddev_ns", "time_share"])
-    else:
-        n = frame["launches"].astype("float64")
-        variance = (frame["mean_square"] - frame["mean_ns"] ** 2) * n / (n - 1).where(n > 1)
-        frame["stddev_ns"] = variance.clip(lower=0) ** 0.5
-        frame.loc[n == 1, "stddev_ns"] = 0.0
-        total = frame["duration_ns"].sum()
-        frame["time_share"] = frame["duration_ns"] / total if total else float("nan")
-        frame["id"] = range(len(frame))
-        frame["device_name"] = export.device_name
-        frame["compute_capability"] = export.compute_capability
-        frame = frame.drop(columns=["mean_square", "demangled_id", "short_name_id"])
+    records = [dict(r) for r in rows]
+    total = sum(r["duration_ns"] for r in records)
+    for position, record in enumerate(records):
+        n, mean = record["launches"], record["mean_ns"]
+        variance = (record.pop("mean_square") - mean * mean) * n / (n - 1) if n > 1 else 0.0
+        record["stddev_ns"] = math.sqrt(max(variance, 0.0))
+        record["time_share"] = record["duration_ns"] / total if total else None
+        record["id"] = position
+        record["device_name"] = export.device_name
+        record["compute_capability"] = export.compute_capability
+        del record["demangled_id"], record["short_name_id"]
     units = {"duration_ns": "ns", "mean_ns": "ns", "median_ns": "ns", "min_ns": "ns", "max_ns": "ns",
              "stddev_ns": "ns", "time_share": "ratio", "registers_per_thread": "registers",
              "shared_mem_per_block_bytes": "byte"}
-    return KernelTable(export.path, "nsys", frame, units)
+    return KernelTable(export.path, "nsys", records, NSYS_COLUMNS, units)

@@ -40,6 +40,8 @@ MEMORY_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed
                 5: "Device Static", 6: "Managed Static", 7: "Unknown"}
 SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 NVTX_RANGE_EVENT_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
+# Rows that cannot be real activity (no integer timestamps, negative length) are left out of the views.
+VALID_INTERVAL = "typeof(start) = 'integer' AND typeof(end) = 'integer' AND end >= start"
 
 
 @dataclass
@@ -131,7 +133,7 @@ def _create_views(export: NsysExport) -> None:
         {_col(export, k, 'registersPerThread')} AS registers_per_thread,
         {_col(export, k, 'staticSharedMemory', '0')} + {_col(export, k, 'dynamicSharedMemory', '0')} AS shared_mem_bytes,
         {_col(export, k, 'localMemoryPerThread')} AS local_mem_per_thread
-        FROM {k}""")
+        FROM {k} WHERE {VALID_INTERVAL} AND typeof(deviceId) = 'integer'""")
 
     _enum_view(export, "memcpy_kinds", "ENUM_CUDA_MEMCPY_OPER", MEMCPY_KINDS)
     _enum_view(export, "memory_kinds", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS)
@@ -143,12 +145,14 @@ def _create_views(export: NsysExport) -> None:
         parts.append(f"""SELECT start, end, end - start AS duration_ns, deviceId AS device_id, streamId AS stream_id,
             {_col(export, mc, 'correlationId')} AS correlation_id, {_col(export, mc, 'globalPid')} AS global_pid,
             bytes, 'memcpy' AS operation, copyKind AS copy_kind,
-            {_col(export, mc, 'srcKind')} AS src_kind, {_col(export, mc, 'dstKind')} AS dst_kind FROM {mc}""")
+            {_col(export, mc, 'srcKind')} AS src_kind, {_col(export, mc, 'dstKind')} AS dst_kind FROM {mc}
+            WHERE {VALID_INTERVAL} AND typeof(deviceId) = 'integer'""")
     ms = "CUPTI_ACTIVITY_KIND_MEMSET"
     if ms in export.tables:
         parts.append(f"""SELECT start, end, end - start, deviceId, streamId,
             {_col(export, ms, 'correlationId')}, {_col(export, ms, 'globalPid')},
-            bytes, 'memset', NULL, NULL, {_col(export, ms, 'memKind')} FROM {ms}""")
+            bytes, 'memset', NULL, NULL, {_col(export, ms, 'memKind')} FROM {ms}
+            WHERE {VALID_INTERVAL} AND typeof(deviceId) = 'integer'""")
     if not parts:
         parts.append("SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0")
     con.execute("""CREATE TEMP VIEW copies(start, end, duration_ns, device_id, stream_id, correlation_id,
@@ -158,7 +162,7 @@ def _create_views(export: NsysExport) -> None:
     for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
         if export.has(table, "start", "end", "nameId"):
             api_parts.append(f"""SELECT start, end, end - start, {_col(export, table, 'globalTid')},
-                {_col(export, table, 'correlationId')}, nameId FROM {table}""")
+                {_col(export, table, 'correlationId')}, nameId FROM {table} WHERE {VALID_INTERVAL}""")
     if not api_parts:
         api_parts.append("SELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE 0")
     con.execute("CREATE TEMP VIEW api_raw(start, end, duration_ns, global_tid, correlation_id, name_id) AS "
@@ -173,7 +177,8 @@ def _create_views(export: NsysExport) -> None:
             {_col(export, nv, 'globalTid')} AS global_tid,
             COALESCE(n.text, s.value) AS name, {_col(export, nv, 'domainId', '0')} AS domain_id
             FROM {nv} n LEFT JOIN StringIds s ON s.id = {text_id}
-            WHERE n.eventType IN {NVTX_RANGE_EVENT_TYPES} AND n.end IS NOT NULL AND n.end >= n.start""")
+            WHERE n.eventType IN {NVTX_RANGE_EVENT_TYPES} AND typeof(n.start) = 'integer'
+              AND typeof(n.end) = 'integer' AND n.end >= n.start""")
     else:
         con.execute("""CREATE TEMP VIEW nvtx(start, end, duration_ns, global_tid, name, domain_id)
             AS SELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE 0""")
@@ -182,25 +187,38 @@ def _create_views(export: NsysExport) -> None:
     if export.has(sy, "start", "end", "syncType"):
         con.execute(f"""CREATE TEMP VIEW syncs AS SELECT y.start, y.end, y.end - y.start AS duration_ns,
             y.deviceId AS device_id, y.streamId AS stream_id, {_col(export, sy, 'correlationId')} AS correlation_id,
-            t.label AS sync_type FROM {sy} y LEFT JOIN sync_types t ON t.id = y.syncType""")
+            t.label AS sync_type FROM {sy} y LEFT JOIN sync_types t ON t.id = y.syncType
+            WHERE typeof(y.start) = 'integer' AND typeof(y.end) = 'integer' AND y.end >= y.start""")
     else:
         con.execute("""CREATE TEMP VIEW syncs(start, end, duration_ns, device_id, stream_id, correlation_id, sync_type)
             AS SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0""")
+
+
+def _number(value):
+    return value if isinstance(value, (int, float)) and value == value and abs(value) != float("inf") else None
+
+
+def _device(row) -> Device:
+    """A device from TARGET_INFO_*: numbers that are not numbers, and names that are not text, become None."""
+    name = row[1] if isinstance(row[1], str) else None
+    cc = row[5] if isinstance(row[5], str) and row[5].replace(".", "").isdigit() else None
+    return Device(row[0], name, _number(row[2]), _number(row[3]), _number(row[4]), cc)
 
 
 def _devices(export: NsysExport) -> list[Device]:
     devices: dict[int, Device] = {}
     if export.has("TARGET_INFO_GPU", "id", "name", "smCount"):  # nsys 2021+
         cc = "computeMajor || '.' || computeMinor" if export.has("TARGET_INFO_GPU", "computeMajor") else "NULL"
-        for row in export.query(f"SELECT id, name, smCount, clockRate, memoryBandwidth, {cc} FROM TARGET_INFO_GPU"):
-            devices[row[0]] = Device(row[0], row[1], row[2], row[3], row[4], row[5])
+        for row in export.query(f"""SELECT id, name, smCount, clockRate, memoryBandwidth, {cc} FROM TARGET_INFO_GPU
+                                     WHERE typeof(id) = 'integer'"""):
+            devices[row[0]] = _device(row)
     elif export.has("TARGET_INFO_CUDA_GPU", "deviceId", "name"):  # nsys 2020.x
         for row in export.query("""SELECT deviceId, name, numMultiprocessors, coreClockRate * 1000,
                 globalMemoryBandwidth * 1000, computeCapabilityMajor || '.' || computeCapabilityMinor
-                FROM TARGET_INFO_CUDA_GPU"""):
-            devices[row[0]] = Device(row[0], row[1], row[2], row[3], row[4], row[5])
+                FROM TARGET_INFO_CUDA_GPU WHERE typeof(deviceId) = 'integer'"""):
+            devices[row[0]] = _device(row)
     elif export.has("TARGET_INFO_GPU", "deviceId", "name"):
-        for row in export.query("SELECT deviceId, name FROM TARGET_INFO_GPU"):
+        for row in export.query("SELECT deviceId, name FROM TARGET_INFO_GPU WHERE typeof(deviceId) = 'integer'"):
             devices[row[0]] = Device(row[0], row[1])
     # Devices seen in the activity but not described (e.g. exports without TARGET_INFO_GPU).
     for (device_id,) in export.query("SELECT DISTINCT device_id FROM kernels"):

@@ -15,8 +15,10 @@ plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": 
 
 def _svg(figure) -> str:
     buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", bbox_inches="tight")
-    plt.close(figure)
+    try:
+        figure.savefig(buffer, format="svg", bbox_inches="tight")
+    finally:
+        plt.close(figure)
     text = buffer.getvalue()
     return text[text.index("<svg"):]
 

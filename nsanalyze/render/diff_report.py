@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from nsanalyze.render.format import duration
+from nsanalyze.render.json_report import dumps
 from nsanalyze.render.markdown import escape
 
 
@@ -13,7 +12,7 @@ def _change(value) -> str:
 
 
 def render_json(result: dict) -> str:
-    return json.dumps(result, indent=2, allow_nan=False) + "\n"
+    return dumps(result)
 
 
 def render_markdown(result: dict) -> str:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 from markupsafe import Markup
 
 from nsanalyze.render.format import duration, percent
+from nsanalyze.render.json_report import dumps
 from nsanalyze.render.markdown import escape
 
 TOP = 20
@@ -33,7 +32,7 @@ def series_svg(series: dict) -> str:
 
 
 def render_json(result: dict) -> str:
-    return json.dumps(result, indent=2, allow_nan=False) + "\n"
+    return dumps(result)
 
 
 def render_markdown(result: dict) -> str:

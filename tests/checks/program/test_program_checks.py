@@ -71,3 +71,32 @@ def test_nvtx_projection(dev_suite_timeline):
 def test_public_exports_analyze(path):
     model = analyze([str(path)])
     assert model["timeline"]["kernels"] == sum(k["launches"] for k in model["kernels"])
+
+
+@pytest.mark.parametrize("stem", ["dev_suite_nsys", "dev_suite_v2_nsys", "dev_infer_nsys"])
+def test_copies_and_ranges_match_nsys_stats(stem):
+    """Memory-operation totals (cuda_gpu_mem_time_sum) and NVTX range times (nvtx_sum) equal NVIDIA's."""
+    import csv
+
+    from nsanalyze.normalize.timeline import build_timeline
+    from nsanalyze.read import read_profile
+    from tests.conftest import FIXTURES
+
+    timeline = build_timeline(read_profile(FIXTURES / f"{stem}.sqlite.xz"))
+    with open(ORACLE / f"{stem}_cuda_gpu_mem_time_sum.csv", newline="") as handle:
+        oracle = {row["Operation"]: row for row in csv.DictReader(handle)}
+    by_kind = {}
+    for row in timeline.copies["by_kind"]:
+        entry = by_kind.setdefault(row["copy_kind"], [0, 0])
+        entry[0] += row["copies"]
+        entry[1] += row["duration_ns"]
+    for kind, (count, total) in by_kind.items():
+        expected = oracle[f"[CUDA memcpy {kind}]"]
+        assert (count, total) == (int(expected["Count"]), int(expected["Total Time (ns)"]))
+    if "[CUDA memset]" in oracle:
+        assert timeline.summary["memset_ns"] == int(oracle["[CUDA memset]"]["Total Time (ns)"])
+    with open(ORACLE / f"{stem}_nvtx_sum.csv", newline="") as handle:
+        ranges = {row["Range"].lstrip(":"): row for row in csv.DictReader(handle)}
+    ours = {r["name"]: r for r in timeline.ranges}
+    for name, row in ranges.items():
+        assert ours[name]["wall_ns"] == int(row["Total Time (ns)"]) and ours[name]["instances"] == int(row["Instances"])

@@ -1,0 +1,171 @@
+"""`make bench`: wall time and peak memory of `nsanalyze report` on large real profiles, each the
+median of several runs, beside a floor measured in the same run, and batch speed-up from 1 to N jobs.
+Writes the table to docs/performance.md. Not a test: figures depend on the machine and its load."""
+
+from __future__ import annotations
+
+import lzma
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("NSANALYZE_BENCH_DATA", ROOT / "bench" / ".data"))
+BIN = Path(sys.executable).parent
+RUNS = int(os.environ.get("NSANALYZE_BENCH_RUNS", "3"))
+SCALE = int(os.environ.get("NSANALYZE_BENCH_SCALE", "20"))
+TARGETS = {  # what issue 7 asks, for the table
+    "nsys": "< 1.5 s and < 300 MB for ~200k kernels",
+    "nsys_scaled": "< 30 s and < 1 GB",
+    "ncu": "< 1.5 x the bare read",
+}
+
+
+def unpack(name: str) -> Path:
+    target = DATA / name.removesuffix(".xz")
+    if not target.exists():
+        DATA.mkdir(parents=True, exist_ok=True)
+        with lzma.open(ROOT / "fixtures" / "bench" / name) as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    return target
+
+
+def scaled(source: Path, factor: int) -> Path:
+    """The export with its activity replicated `factor` times, each copy shifted past the previous."""
+    target = DATA / f"{source.stem}_x{factor}.sqlite"
+    if target.exists():
+        return target
+    partial = target.with_suffix(".partial")
+    shutil.copy(source, partial)
+    con = sqlite3.connect(partial)
+    first, last = con.execute("SELECT MIN(start), MAX(end) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
+    shift = last - first + 1_000_000
+    max_corr = con.execute("SELECT MAX(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0] + 1
+    tables = [name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    for table in tables:
+        columns = [row[1] for row in con.execute(f'PRAGMA table_info("{table}")')]
+        if not {"start", "end"} <= set(columns) or table.startswith("ENUM") or table.startswith("TARGET"):
+            continue
+        originals = con.execute(f'SELECT MAX(rowid) FROM "{table}"').fetchone()[0]
+        for k in range(1, factor):
+            select = ", ".join(
+                f"{c} + {k * shift}" if c in ("start", "end") else
+                f"{c} + {k * max_corr}" if c == "correlationId" else c for c in columns)
+            con.execute(f'INSERT INTO "{table}" ({", ".join(columns)}) SELECT {select} FROM "{table}" '
+                        f"WHERE rowid <= {originals}")
+        con.commit()
+    con.close()
+    partial.rename(target)
+    return target
+
+
+def measure(command: list[str]) -> tuple[float, float]:
+    """Median wall seconds and median peak RSS (MB) over RUNS runs, via GNU time."""
+    walls, peaks = [], []
+    for _ in range(RUNS):
+        with tempfile.NamedTemporaryFile("r") as report:
+            start = time.perf_counter()
+            subprocess.run(["/usr/bin/time", "-f", "%M", "-o", report.name, *command], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            walls.append(time.perf_counter() - start)
+            peaks.append(int(report.read().strip().splitlines()[-1]) / 1024)
+    return statistics.median(walls), statistics.median(peaks)
+
+
+def count(path: Path, sql: str) -> int:
+    with sqlite3.connect(path) as con:
+        return con.execute(sql).fetchone()[0]
+
+
+def main() -> None:
+    nsys = unpack("train_nsys.sqlite.xz")
+    ncu = unpack("train_basic.ncu-rep.xz")
+    big = scaled(nsys, SCALE)
+    out = Path(tempfile.mkdtemp()) / "out.json"
+    nsanalyze = [str(BIN / "nsanalyze"), "report"]
+    floor_sql = "SELECT demangledName, COUNT(*), SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY demangledName"
+    rows = []
+    for label, path, key in (("nsys export", nsys, "nsys"), (f"nsys export x{SCALE}", big, "nsys_scaled")):
+        kernels = count(path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        calls = count(path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+        ours = measure([*nsanalyze, str(path), "-o", str(out)])
+        floor = measure(["sqlite3", str(path), floor_sql])
+        rows.append((f"{label}: {kernels:,} kernels, {calls:,} runtime calls, {path.stat().st_size / 1e6:,.0f} MB",
+                     ours, floor, "one `sqlite3` aggregate by kernel name", TARGETS[key]))
+    launches = 450
+    ours = measure([*nsanalyze, str(ncu), "-o", str(out)])
+    floor = measure([str(BIN / "python"), str(ROOT / "bench" / "ncu_floor.py"), str(ncu)])
+    rows.append((f"ncu report: {launches} kernels, `--set basic`, {ncu.stat().st_size / 1e6:,.0f} MB", ours, floor,
+                 "bare `ncu_report` loop over every metric", TARGETS["ncu"]))
+
+    batch_rows = batch_speedup()
+    table = render(rows, batch_rows)
+    print(table)
+    write_table(ROOT / "docs" / "performance.md", table)
+
+
+def write_table(path: Path, table: str) -> None:
+    """Replaces the measured table between the markers and keeps the hand-written notes around it."""
+    begin, end = "<!-- bench:begin -->", "<!-- bench:end -->"
+    text = path.read_text() if path.exists() else HEADER + f"{begin}\n{end}\n" + FOOTER
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    path.write_text(f"{head}{begin}\n{table}{end}{tail}")
+
+
+def batch_speedup() -> list[tuple[int, float]]:
+    folder = Path(tempfile.mkdtemp())
+    profiles = sorted((ROOT / "fixtures" / "public").glob("*.ncu-rep.xz"))[:16]
+    for path in profiles:
+        shutil.copy(path, folder / path.name)
+    results = []
+    for jobs in sorted({1, os.cpu_count() or 1}):
+        walls = []
+        for _ in range(RUNS):
+            db = folder / f"h{jobs}.sqlite"
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(db) + suffix).unlink(missing_ok=True)
+            start = time.perf_counter()
+            subprocess.run([str(BIN / "nsanalyze"), "batch", str(folder), "--db", str(db), "--jobs", str(jobs)],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            walls.append(time.perf_counter() - start)
+        results.append((jobs, statistics.median(walls)))
+    return results
+
+
+def render(rows, batch_rows) -> str:
+    lines = [f"Machine: {os.cpu_count()} cores, {platform.processor() or platform.machine()}, Python "
+             f"{platform.python_version()}; each figure the median of {RUNS} runs.", "",
+             "| input | nsanalyze report -o out.json | floor | ratio (time) | target |", "|---|---|---|---|---|"]
+    for label, (wall, peak), (floor_wall, floor_peak), floor_name, target in rows:
+        lines.append(f"| {label} | {wall:.2f} s, {peak:,.0f} MB | {floor_wall:.2f} s, {floor_peak:,.0f} MB ({floor_name}) "
+                     f"| {wall / floor_wall:.1f}x | {target} |")
+    lines += ["", "| `nsanalyze batch` over 16 public ncu reports | wall | speed-up |", "|---|---|---|"]
+    base = batch_rows[0][1]
+    lines += [f"| --jobs {jobs} | {wall:.2f} s | {base / wall:.2f}x |" for jobs, wall in batch_rows]
+    return "\n".join(lines) + "\n"
+
+
+HEADER = """# Performance
+
+Measured by `make bench` (bench/run.py) on real profiles recorded on an H200 (fixtures/bench/): a
+PyTorch training loop of 1,500 steps traced with `nsys profile -t cuda,nvtx,osrt`, the same export
+with its activity replicated and shifted in time, and `ncu --set basic` of 450 kernels of the same
+loop. The floor is the least work that reads the same data, measured in the same run.
+
+"""
+FOOTER = """
+## Notes
+
+(Written by hand: what was profiled, changed, and what is left.)
+"""
+
+if __name__ == "__main__":
+    main()

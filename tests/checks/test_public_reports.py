@@ -1,0 +1,30 @@
+"""Architecture independence: every check on every public ncu report (Volta, Turing, Ampere, Ada)
+runs without error, and says what it could not judge and how to collect it."""
+
+import pytest
+
+from nsanalyze.analyze import analyze
+from nsanalyze.render import render_bytes
+from tests.conftest import PUBLIC, PUBLIC_NCU
+
+
+@pytest.mark.parametrize("path", PUBLIC_NCU, ids=lambda p: p.name[:60])
+def test_report_runs(path):
+    model = analyze([str(path)])
+    assert model["kernels"] and render_bytes(model, "json")
+    for finding in model["findings"]:
+        assert 0 <= finding["estimated_speedup"] <= 1 and finding["severity"] in ("high", "medium", "low", "info")
+
+
+def test_default_set_report_says_what_to_collect():
+    model = analyze([str(PUBLIC / "Alaric617R__COALDA__examples__rgb__rgb_original.ncu-rep.xz")])   # MX450, default set
+    unjudged = {n["check"]: n for n in model["not_judged"]}
+    assert {"bank-conflicts", "warp-divergence", "low-ilp", "local-memory-spill"} <= set(unjudged)
+    assert all(n["collect"].startswith("--") for n in unjudged.values())
+
+
+def test_volta_full_set_is_judged():
+    model = analyze([str(PUBLIC / "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_Baseline.ncu-rep.xz")])   # V100
+    assert model["profiles"][0]["compute_capability"] == "7.0"
+    judged_everywhere = {"uncoalesced-global", "warp-divergence", "low-occupancy"}
+    assert not judged_everywhere & {n["check"] for n in model["not_judged"]}
