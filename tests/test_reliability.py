@@ -3,6 +3,7 @@ traceback or a hang; nothing injected; nothing half-written. docs/reliability.md
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import string
@@ -135,7 +136,7 @@ def test_very_long_kernel_name(tmp_path):
     assert_handled(run_cli("report", path, "-o", f"{out}.html", "-o", f"{out}.md", "-o", f"{out}.json"))
     html = (tmp_path / "long.html").read_text()
     assert "k" * 100_000 in html                  # the full name is kept (tooltip and JSON) ...
-    assert "k" * 59 + "…" in html                 # ... and shortened where it is shown
+    assert re.search(r"[^k]k{20,80}…", html)      # ... and shortened where it is shown
     assert len((tmp_path / "long.md").read_text()) <= 65_536
     assert any(len(k["name"]) == 100_000 for k in json.loads((tmp_path / "long.json").read_text())["kernels"])
 
