@@ -189,8 +189,11 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
         for path, content in todo:
             record(path, content, analyze_for_history(str(path)))
     else:
-        # spawn, not fork: a parent with threads (a GUI, a notebook, a test runner) can deadlock forked workers
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        # forkserver, not fork: a parent with threads (a notebook, a test runner) can deadlock forked
+        # workers; the server imports the analysis once, so each worker starts in milliseconds.
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["nsanalyze.analyze", "nsanalyze.batch"])
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
             futures = {pool.submit(analyze_for_history, str(p)): (p, c) for p, c in todo}
             for future in as_completed(futures):
                 record(*futures[future], future.result())
