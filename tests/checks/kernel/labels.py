@@ -18,3 +18,21 @@ HEALTHY_TWINS = {
     "reduce_sequential": "bank-conflicts",
     "bf16_gemm_wmma": "missing-tensor-cores",
 }
+
+
+def assert_labelled_first(model: dict, kernel: str, check: str) -> None:
+    """The kernel's first finding above info is its label, and `check` fired at medium or high with evidence."""
+    from tests.conftest import findings_for
+
+    findings = [f for f in findings_for(model, kernel) if f["severity"] != "info"]
+    assert findings[0]["check"] in LABELLED[kernel]
+    mine = next(f for f in findings if f["check"] == check)
+    assert mine["severity"] in ("medium", "high") and mine["estimated_savings_ns"] > 0
+    assert all("value" in e for e in mine["evidence"].values() if isinstance(e, dict))
+
+
+def assert_quiet(model: dict, kernel: str, check: str) -> None:
+    """A healthy twin carries no finding of its twin's class above `low`."""
+    from tests.conftest import findings_for
+
+    assert all(f["severity"] in ("low", "info") for f in findings_for(model, kernel) if f["check"] == check)

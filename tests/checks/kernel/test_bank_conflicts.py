@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.checks.kernel.labels import LABELLED  # noqa: F401
+from tests.checks.kernel.labels import assert_labelled_first, assert_quiet  # noqa: F401
 from tests.conftest import findings_for  # noqa: F401
 
 CHECK = "bank-conflicts"
@@ -10,17 +10,12 @@ CHECK = "bank-conflicts"
 
 @pytest.mark.parametrize("kernel", ['reduce_interleaved'])
 def test_labelled_kernel_gets_it_first(dev_suite_model, kernel):
-    findings = [f for f in findings_for(dev_suite_model, kernel) if f["severity"] != "info"]
-    top = findings[0]
-    assert top["check"] in LABELLED[kernel]
-    mine = next(f for f in findings if f["check"] == CHECK)
-    assert mine["severity"] in ("medium", "high")
-    assert mine["estimated_savings_ns"] > 0
-    assert all("value" in e for e in mine["evidence"].values() if isinstance(e, dict))
+    assert_labelled_first(dev_suite_model, kernel, CHECK)
 
 
 def test_healthy_twin_stays_quiet(dev_suite_model):
-    assert all(f["severity"] in ("low", "info") for f in findings_for(dev_suite_model, "reduce_sequential") if f["check"] == CHECK)
+    assert_quiet(dev_suite_model, "reduce_sequential", CHECK)
+
 
 def test_share_is_excess_over_all_wavefronts(dev_suite_report, dev_suite_table):
     launch = next(l for l in dev_suite_report.launches if l.name == "reduce_interleaved")

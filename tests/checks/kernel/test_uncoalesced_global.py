@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.checks.kernel.labels import LABELLED  # noqa: F401
+from tests.checks.kernel.labels import assert_labelled_first, assert_quiet  # noqa: F401
 from tests.conftest import findings_for  # noqa: F401
 
 CHECK = "uncoalesced-global"
@@ -10,17 +10,12 @@ CHECK = "uncoalesced-global"
 
 @pytest.mark.parametrize("kernel", ['aos_update', 'random_gather'])
 def test_labelled_kernel_gets_it_first(dev_suite_model, kernel):
-    findings = [f for f in findings_for(dev_suite_model, kernel) if f["severity"] != "info"]
-    top = findings[0]
-    assert top["check"] in LABELLED[kernel]
-    mine = next(f for f in findings if f["check"] == CHECK)
-    assert mine["severity"] in ("medium", "high")
-    assert mine["estimated_savings_ns"] > 0
-    assert all("value" in e for e in mine["evidence"].values() if isinstance(e, dict))
+    assert_labelled_first(dev_suite_model, kernel, CHECK)
 
 
 def test_healthy_twin_stays_quiet(dev_suite_model):
-    assert all(f["severity"] in ("low", "info") for f in findings_for(dev_suite_model, "soa_update") if f["check"] == CHECK)
+    assert_quiet(dev_suite_model, "soa_update", CHECK)
+
 
 def test_excess_share_matches_source_counters(dev_suite_table):
     row = dev_suite_table.frame.set_index("name").loc["aos_update"]
