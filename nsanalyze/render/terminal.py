@@ -49,4 +49,4 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
     if model.get("not_judged"):
         checks = sorted({n["check"] for n in model["not_judged"]})
         console.print(Text(f"Not judged for lack of metrics: {', '.join(checks)} "
-                           "(see the report's 'not judged' section for the ncu options)", style="dim"))
+                           "(the report's 'not judged' section names the profiler options that collect them)", style="dim"))
