@@ -15,6 +15,7 @@ from nsanalyze.checks import global_settings, run_kernel_checks, validate_overri
 from nsanalyze.checks.base import Finding, KernelView
 from nsanalyze.errors import InputError
 from nsanalyze.normalize import normalize_ncu
+from nsanalyze.normalize.kernels import IDENTITY_COLUMNS
 from nsanalyze.normalize.roofline import roofline
 from nsanalyze.rank import apply_roof_gate, rank
 from nsanalyze.read import NcuReport, NsysExport, read_profile
@@ -29,7 +30,7 @@ class Options:
     nvtx_range: str | None = None
 
 
-def _clean(value):
+def clean_number(value):
     """JSON-safe numbers: NaN/inf become null, numpy scalars become Python ones."""
     if value is None:
         return None
@@ -81,16 +82,15 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
         roof = roofline(record, settings["near_roof_share"], settings["latency_share"])
         roofs[record["id"]] = roof
         views.append(KernelView(record, launch.source, undefined))
-        metrics = {k: _clean(v) for k, v in record.items()
-                   if k not in ("id", "name", "demangled", "launches", "nvtx_range", "device_name",
-                                "compute_capability") and _clean(v) is not None}
+        metrics = {k: clean_number(v) for k, v in record.items()
+                   if k not in IDENTITY_COLUMNS and clean_number(v) is not None}
         kernels.append({
             "id": record["id"], "name": record["name"], "demangled": record["demangled"],
             "profile": report.path, "nvtx_range": record["nvtx_range"],
-            "duration_ns": _clean(record["duration_ns"]), "launches": 1,
-            "time_share": _clean(record["duration_ns"] / total) if total and record["duration_ns"] else None,
+            "duration_ns": clean_number(record["duration_ns"]), "launches": 1,
+            "time_share": clean_number(record["duration_ns"] / total) if total and record["duration_ns"] else None,
             "bound": roof["bound"],
-            "roofline": {k: _clean(v) for k, v in roof.items()},
+            "roofline": {k: clean_number(v) for k, v in roof.items()},
             "metrics": metrics,
         })
     findings, not_judged = run_kernel_checks(views, options.thresholds)

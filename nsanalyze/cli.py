@@ -81,7 +81,7 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, fail_on, anno
 def diff_command(base, new, outputs, fail_on_regression):
     """Compare two profiles of the same program: per kernel and NVTX range, before, after, and why."""
     from nsanalyze.diff import diff, regressions
-    from nsanalyze.render import FORMATS, format_for, write_bytes
+    from nsanalyze.render import format_for, write_bytes
     from nsanalyze.render.diff_report import render_diff
 
     for target in outputs:

@@ -64,7 +64,7 @@ def _kernel_rows(base: dict, new: dict) -> list[dict]:
     rows, matched = [], set()
     for kernel in base["kernels"]:
         other = new_by_key.get(_kernel_key(kernel)) or new_by_name.get(kernel["name"])
-        before = (kernel["duration_ns"] or 0) * (1 if base["profiles"][0]["kind"] == "ncu" else 1)
+        before = kernel["duration_ns"] or 0
         after = other["duration_ns"] if other else None
         change = (after - before) / before if other and before else None
         noise, noise_source = _noise(kernel)

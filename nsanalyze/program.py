@@ -6,9 +6,9 @@ weighted by that kernel's total time in the nsys timeline (matched by name).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
+from nsanalyze.analyze import clean_number
 from nsanalyze.checks import global_settings, limits_for, program_checks
 from nsanalyze.checks.base import Finding, NotJudged, severity_for
 from nsanalyze.normalize import normalize_nsys_kernels
@@ -23,14 +23,6 @@ class ProgramResult:
     kernels: list[dict]
     kernel_summary: list[dict]
     not_judged: list[NotJudged] = field(default_factory=list)
-
-
-def _clean(value):
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None = None):
@@ -132,9 +124,9 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
         for row in rows:
             kernels.append({
                 "id": len(kernels), "name": row["name"], "demangled": row["demangled"], "profile": export.path,
-                "duration_ns": _clean(row["duration_ns"]), "launches": int(row["launches"]),
-                "time_share": _clean(row["time_share"]), "bound": None, "roofline": None,
-                "metrics": {k: _clean(row[k]) for k in ("mean_ns", "median_ns", "min_ns", "max_ns", "stddev_ns",
+                "duration_ns": clean_number(row["duration_ns"]), "launches": int(row["launches"]),
+                "time_share": clean_number(row["time_share"]), "bound": None, "roofline": None,
+                "metrics": {k: clean_number(row[k]) for k in ("mean_ns", "median_ns", "min_ns", "max_ns", "stddev_ns",
                                                          "registers_per_thread", "shared_mem_per_block_bytes")
                             if k in row},
             })
@@ -171,6 +163,6 @@ def join_kernel_times(ncu_kernels: list[dict], nsys_summary: list[dict], kernel_
         match = by_name.get(kernel["demangled"]) or by_name.get(kernel["name"])
         if not match:
             continue
-        kernel["nsys"] = {"total_ns": _clean(match["duration_ns"]), "launches": int(match["launches"]),
-                          "time_share": _clean(match["duration_ns"] / total) if total else None}
+        kernel["nsys"] = {"total_ns": clean_number(match["duration_ns"]), "launches": int(match["launches"]),
+                          "time_share": clean_number(match["duration_ns"] / total) if total else None}
         kernel_time[kernel["id"]] = float(match["duration_ns"])

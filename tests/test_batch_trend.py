@@ -1,6 +1,5 @@
 """`batch` and `trend` on a folder of real profiles laid out as nightly runs."""
 
-import os
 import shutil
 import signal
 import sqlite3

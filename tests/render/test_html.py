@@ -1,7 +1,6 @@
 """The HTML report in headless Chromium (Debian's package, driven by Playwright): no console errors,
 no network requests, findings and plots present, program text escaped."""
 
-import pytest
 
 from nsanalyze.render import write_report
 
@@ -37,7 +36,7 @@ def test_dev_suite_report_in_chromium(joined_model, tmp_path):
     assert requests == [path.as_uri()]                 # the file itself and nothing else
     assert not [c for c in console if c[0] in ("error", "pageerror")]
     assert facts["findings"] >= 10 and facts["svgs"] >= 3 and facts["scripts"] == 0
-    assert "sync-memcpy" in facts["first_row"] or "missing-tensor-cores" in facts["text"]
+    assert "sync-memcpy" in facts["first_row"]          # rank 1: the 9.5 ms synchronous pageable copy
     assert "Is the GPU really busy?" in facts["text"] and "NVIDIA's rules: a second opinion" in facts["text"]
     assert (tmp_path / "shot.png").stat().st_size > 50_000
 

@@ -1,9 +1,6 @@
 """`clock-throttling` on the real H200 dev suite (labels in shared/profiles/README.md)."""
 
-import pytest
 
-from tests.checks.kernel.labels import assert_labelled_first, assert_quiet  # noqa: F401
-from tests.conftest import findings_for  # noqa: F401
 
 CHECK = "clock-throttling"
 

@@ -2,8 +2,7 @@
 
 import pytest
 
-from tests.checks.kernel.labels import assert_labelled_first, assert_quiet  # noqa: F401
-from tests.conftest import findings_for  # noqa: F401
+from tests.checks.kernel.labels import assert_labelled_first
 
 CHECK = "tail-effect"
 

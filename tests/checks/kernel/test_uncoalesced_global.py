@@ -2,8 +2,8 @@
 
 import pytest
 
-from tests.checks.kernel.labels import assert_labelled_first, assert_quiet  # noqa: F401
-from tests.conftest import findings_for  # noqa: F401
+from tests.checks.kernel.labels import assert_labelled_first, assert_quiet
+from tests.conftest import findings_for
 
 CHECK = "uncoalesced-global"
 

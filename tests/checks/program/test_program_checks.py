@@ -6,7 +6,7 @@ import pytest
 
 from nsanalyze.analyze import Options, analyze
 from nsanalyze.program import run_program_checks
-from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NSYS, ORACLE, PUBLIC_NSYS
+from tests.conftest import DEV_INFER_NSYS, ORACLE, PUBLIC_NSYS
 
 
 def _oracle_rows(name: str, section: str) -> list[tuple[int, int]]:
