@@ -28,6 +28,7 @@ class Options:
     thresholds: dict[str, float] = field(default_factory=dict)
     skip_first_ns: int | None = None
     nvtx_range: str | None = None
+    window: str = "steady"  # nsys: "steady" (the steady steps when found) or "capture" (everything)
 
 
 def clean_number(value):

@@ -44,16 +44,18 @@ def cli():
 @click.option("--set", "settings", multiple=True, metavar="CHECK.KEY=VALUE", help="override a check threshold")
 @click.option("--skip-first-ns", type=click.IntRange(min=0), help="nsys: ignore the first N ns (warm-up)")
 @click.option("--nvtx-range", help="nsys: analyze only the time inside the NVTX ranges of this name")
+@click.option("--window", "window", type=click.Choice(["steady", "capture"]), default="steady", show_default=True,
+              help="nsys: analyze the steady steps (start-up and warm-up left out) or the whole capture")
 @click.option("--fail-on", type=click.Choice(SEVERITY_CHOICES), help="exit 1 when a finding has this severity or worse")
 @click.option("--annotations", type=click.Choice(["github"]), help="also print CI annotations for findings with source lines")
-def report(profiles, outputs, settings, skip_first_ns, nvtx_range, fail_on, annotations):
+def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_on, annotations):
     """Analyze PROFILES (.ncu-rep, nsys .sqlite, either as .xz/.gz) and write reports."""
     from nsanalyze.analyze import Options, analyze
     from nsanalyze.render import format_for, write_report
 
     for target in outputs:
         format_for(target)  # reject unknown formats before the work
-    model = analyze(list(profiles), Options(_parse_settings(settings), skip_first_ns, nvtx_range))
+    model = analyze(list(profiles), Options(_parse_settings(settings), skip_first_ns, nvtx_range, window))
     for target in outputs:
         write_report(model, target)
     if not outputs:

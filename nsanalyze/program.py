@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from nsanalyze.analyze import clean_number
 from nsanalyze.checks import global_settings, limits_for, program_checks
-from nsanalyze.checks.base import Finding, NotJudged, severity_for
+from nsanalyze.checks.base import Finding, NotJudged, budget_part, severity_for
 from nsanalyze.normalize import normalize_nsys_kernels
 from nsanalyze.normalize.timeline import Timeline, build_timeline
 from nsanalyze.read.nsys import NsysExport
@@ -26,9 +26,14 @@ class ProgramResult:
 
 
 def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None = None):
-    """Runs the program checks on one timeline; returns (findings, not judged)."""
+    """Runs the program checks on one timeline; returns (findings, not judged).
+
+    A finding's savings come from one part of the time budget (its check's BUDGET_PART) and never
+    exceed it; findings drawing on the same part overlap, so together they promise 1 - prod(1 - s_i)
+    of it, never the plain sum."""
     findings, not_judged = [], []
     cuts = global_settings()["severity"]
+    span = timeline.summary["span_ns"] or 0
     for check in program_checks():
         if only is not None and check.ID not in only:
             continue
@@ -41,24 +46,57 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         finding = check.run(timeline, limits_for(check, overrides))
         if finding is None:
             continue
-        span = timeline.summary["span_ns"] or 0
-        if finding.estimated_speedup == 0.0 and span:
-            finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span)
         if finding.estimated_savings_ns == 0.0:
             finding.estimated_savings_ns = finding.estimated_speedup * span
+        part = getattr(check, "BUDGET_PART", None)
+        finding.budget_part = part
+        limit = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
+        finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
         finding.check = check.ID
-        finding.severity = severity_for(finding.estimated_speedup, cuts)
         findings.append(finding)
+    _combine_overlapping(findings, timeline)
+    for finding in findings:
+        finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
+        finding.severity = severity_for(finding.estimated_speedup, cuts)
     return findings, not_judged
+
+
+def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:
+    """Findings that draw on one budget part share it: scale them to 1 - prod(1 - s_i) of the part."""
+    by_part: dict[tuple, list[Finding]] = {}
+    for finding in findings:
+        if finding.budget_part and timeline.budget:
+            by_part.setdefault((finding.budget_part, finding.budget_device), []).append(finding)
+    for (part, device), group in by_part.items():
+        if len(group) < 2:
+            continue
+        part_ns = budget_part(timeline, part, device)[0]
+        if not part_ns:
+            continue
+        remaining = 1.0
+        for finding in group:
+            remaining *= 1.0 - min(1.0, finding.estimated_savings_ns / part_ns)
+        combined, total = (1.0 - remaining) * part_ns, sum(f.estimated_savings_ns for f in group)
+        for finding in group:
+            others = ", ".join(f.check for f in group if f is not finding)
+            finding.notes.append(f"overlaps with {others} (the same {part} time): together they save at most "
+                                 f"{combined / 1e6:.2f} ms")
+            if total > combined:
+                finding.estimated_savings_ns *= combined / total
 
 
 def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
     return {
         "profile": export.path,
-        "window": {"start_ns": timeline.window.start if timeline.window.start > -(2**61) else None,
-                   "end_ns": timeline.window.end if timeline.window.end < 2**61 else None,
-                   "description": timeline.window.description},
+        "window": {"start_ns": timeline.window.start if timeline.window.start > -(2**61)
+                   else min((d["first_ns"] for d in timeline.devices), default=None),
+                   "end_ns": timeline.window.end if timeline.window.end < 2**61
+                   else max((d["last_ns"] for d in timeline.devices), default=None),
+                   "description": timeline.window.description, "kind": timeline.window.kind},
         **timeline.summary,
+        "budget": timeline.budget,
+        "steps": timeline.steps,
+        "host_stretches": timeline.host_stretches,
         "devices": timeline.devices,
         "streams": timeline.streams,
         "ranges": timeline.ranges,
@@ -118,7 +156,7 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
     sections: dict = {}
     findings, not_judged, kernels, summary, timelines = [], [], [], [], []
     for export in exports:
-        timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range)
+        timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range, options.window)
         table = normalize_nsys_kernels(export, (timeline.window.start, timeline.window.end))
         rows = table.rows
         for row in rows:

@@ -67,3 +67,33 @@ def dev_suite_timeline():
     from nsanalyze.read import read_profile
 
     return build_timeline(read_profile(DEV_SUITE_NSYS))
+
+
+REAL = FIXTURES / "real"
+REAL_NSYS = sorted(REAL.glob("*.sqlite.xz"))
+
+
+@pytest.fixture(scope="session")
+def analyzed():
+    """analyze() of one profile with default options, computed once per session."""
+    from functools import lru_cache
+
+    from nsanalyze.analyze import analyze
+
+    return lru_cache(maxsize=None)(lambda path: analyze([str(path)]))
+
+
+def program_findings(model: dict) -> list[dict]:
+    """The program findings (no kernel) above info, in rank order."""
+    return [f for f in model["findings"] if f["kernel_id"] is None and f["severity"] != "info"]
+
+
+def sql(path, query: str):
+    """One query straight on a fixture export (decompressed through the reader's cache): the oracle."""
+    import sqlite3
+
+    from nsanalyze.read.files import open_local
+
+    _, local = open_local(path)
+    with sqlite3.connect(f"file:{local}?mode=ro", uri=True) as connection:
+        return connection.execute(query).fetchall()

@@ -47,6 +47,8 @@ class Finding:
     device_id: int | None = None
     notes: list[str] = field(default_factory=list)
     relieves: str | None = None
+    budget_part: str | None = None  # program findings: the part of the time budget their savings come from
+    budget_device: Any = None       # ... and the GPU whose budget it is, when one GPU's time is saved
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +65,8 @@ class Finding:
             "source": self.source,
             "device_id": self.device_id,
             "notes": self.notes,
+            **({"budget_part": self.budget_part} if self.budget_part else {}),
+            **({"budget_device": self.budget_device} if self.budget_device is not None else {}),
         }
 
 
@@ -181,3 +185,24 @@ def plural(count, noun: str) -> str:
     if noun.endswith("y") and noun[-2] not in "aeiou":
         return f"{count} {noun[:-1]}ies"
     return f"{count} {noun}s"
+
+
+def budget_part(timeline, part: str, device_id=None) -> tuple[float, float]:
+    """(ns, share of the window) of one part of the program's time budget (normalize.budget), over the
+    window (GPUs averaged) or of one GPU."""
+    entries = timeline.budget or []
+    if device_id is not None:
+        entries = next((d.get("budget") or [] for d in timeline.devices if d["device_id"] == device_id), entries)
+    for entry in entries:
+        if entry["part"] == part:
+            return float(entry["ns"]), float(entry["share"] or 0.0)
+    return 0.0, 0.0
+
+
+def median_step_part(timeline, part: str) -> float | None:
+    """ns of one budget part in a median steady step, when the run has steps."""
+    steps = timeline.steps or {}
+    for entry in steps.get("budget") or []:
+        if entry["part"] == part:
+            return float(entry["ns"])
+    return None

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from nsanalyze.normalize.budget import IDLE_PARTS, PARTS, as_parts, build_budgets
+from nsanalyze.normalize.steps import Steps, find_steps
 from nsanalyze.read.nsys import NsysExport
 
 FOREVER = 2**62
@@ -43,6 +47,7 @@ class Window:
     start: int
     end: int
     description: str
+    kind: str = "capture"  # steady | capture | nvtx-range | skip-first
 
     def params(self) -> dict:
         return {"window_start": self.start, "window_end": self.end}
@@ -63,17 +68,22 @@ class Timeline:
     device_kernels: list[dict] = field(default_factory=list)
     gpu_metrics: dict | None = None
     busy_clock: dict | None = None
+    budget: list[dict] | None = None       # [{part, ns, share}] over the window (mean over GPUs)
+    steps: dict | None = None              # the steady steps (normalize.steps) and their median budget
+    host_stretches: list[dict] = field(default_factory=list)  # longest idle_host stretches, with context
 
 
 def _rows(export: NsysExport, sql: str, params: dict) -> list[dict]:
     return [dict(r) for r in export.query(sql, params)]
 
 
-def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str | None) -> Window:
+def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str | None,
+                  mode: str = "steady", steps: Steps | None = None) -> Window:
+    """The analysis window: the user's NVTX range or skip, else the steady steps, else the capture."""
     first = export.scalar("SELECT MIN(start) FROM (SELECT start FROM kernels UNION ALL SELECT start FROM copies)")
     if first is None:
         first = export.scalar("SELECT MIN(start) FROM nvtx") or 0
-    start, end, parts = -FOREVER, FOREVER, []
+    start, end, parts, kind = -FOREVER, FOREVER, [], "capture"
     if nvtx_range:
         row = export.query("SELECT MIN(start), MAX(end), COUNT(*) FROM nvtx WHERE name = ?", (nvtx_range,))[0]
         if not row[2]:
@@ -82,10 +92,22 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
             raise InputError(export.path, f"no NVTX range named {nvtx_range!r} (ranges: {', '.join(map(str, names)) or 'none'})")
         start, end = row[0], row[1]
         parts.append(f"NVTX range '{nvtx_range}' ({row[2]} instance(s))")
+        kind = "nvtx-range"
     if skip_first_ns:
         start = max(start, first + skip_first_ns)
         parts.append(f"skipping the first {skip_first_ns / 1e6:g} ms of GPU activity")
-    return Window(start, end, "; ".join(parts) or "the whole capture")
+        kind = "nvtx-range" if nvtx_range else "skip-first"
+    if kind == "capture" and mode == "steady" and steps is not None:
+        capture_start = export.scalar("SELECT MIN(start) FROM api_raw")
+        capture_start = min(capture_start, first) if capture_start is not None else first
+        start, end = int(steps.starts[0]), int(steps.ends[-1])
+        startup = max(0, start - capture_start)
+        warm = f" and {steps.warmup} warm-up step{'s' if steps.warmup != 1 else ''}" if steps.warmup else ""
+        return Window(start, end, f"steady state: steps {steps.first_index}-{steps.total - 1} of '{steps.name}'; "
+                                  f"{startup / 1e9:.2f} s before them (start-up{warm}) left out", "steady")
+    if kind == "capture":
+        parts.append("the whole capture" + (" (no repeating step-like NVTX range found)" if mode == "steady" else ""))
+    return Window(start, end, "; ".join(parts), kind)
 
 
 def merge_intervals(rows):
@@ -460,24 +482,44 @@ def _series_params(export: NsysExport, window: Window, points: int = 400) -> dic
     return {"s": start, "e": end + 1, "bucket": max(1, (end - start) // points + 1)}
 
 
-def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None) -> Timeline:
-    window = choose_window(export, skip_first_ns, nvtx_range)
+def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode: str = "steady") -> Timeline:
+    steps = find_steps(export, nvtx_range)
+    window = choose_window(export, skip_first_ns, nvtx_range, mode, steps)
     _materialize(export, window)
     devices = _devices(export)
     totals = export.query("""SELECT (SELECT COALESCE(SUM(duration_ns), 0) FROM w_kernels),
                                     (SELECT COUNT(*) FROM w_kernels),
                                     (SELECT COALESCE(SUM(duration_ns), 0) FROM w_copies WHERE operation = 'memcpy'),
                                     (SELECT COALESCE(SUM(duration_ns), 0) FROM w_copies WHERE operation = 'memset')""")[0]
-    span = max((d["last_ns"] for d in devices), default=0) - min((d["first_ns"] for d in devices), default=0)
+    budgets = build_budgets(export, (window.start, window.end))
+    by_device = {b.device_id: b for b in budgets}
+    for device in devices:
+        budget = by_device.get(device["device_id"])
+        if budget is not None:
+            device["window_ns"] = budget.end - budget.start
+            device["budget"] = budget.parts()
+    if window.start > -FOREVER and window.end < FOREVER:
+        span = window.end - window.start
+    else:
+        span = max((d["last_ns"] for d in devices), default=0) - min((d["first_ns"] for d in devices), default=0)
+    overall = _mean_budget(budgets)
     busy = sum(d["gpu_busy_ns"] for d in devices)
     idle = sum(d["gpu_idle_ns"] for d in devices)
     summary = {"span_ns": span, "gpu_busy_ns": busy, "gpu_idle_ns": idle,
                "gpu_busy_share": busy / (busy + idle) if busy + idle else None,
                "kernel_ns": totals[0], "kernels": totals[1], "memcpy_ns": totals[2], "memset_ns": totals[3],
                "gap_histogram": _gap_histogram(export)}
+    if overall:
+        window_ns = sum(p["ns"] for p in overall)
+        summary["span_ns"] = window_ns
+        summary["gpu_busy_share"] = sum(p["ns"] for p in overall if p["part"] not in IDLE_PARTS) / window_ns \
+            if window_ns else None
     ranges = _ranges(export, window)
     timeline = Timeline(window=window, summary=summary, devices=devices, streams=_streams(export), ranges=ranges,
                         gaps=_gaps(export), syncs=_syncs(export), launches=_launches(export), copies=_copies(export))
+    timeline.budget = overall
+    timeline.steps = _steps_section(steps, budgets) if steps is not None else None
+    timeline.host_stretches = _host_stretches(export, budgets)
     # GPU metrics are sampled from the capture's start; outside the span of GPU work they only dilute.
     active = Window(max(window.start, min((d["first_ns"] for d in devices), default=window.start)),
                     min(window.end, max((d["last_ns"] for d in devices), default=window.end)), window.description)
@@ -485,6 +527,53 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None) -> T
     timeline.gpu_metrics = gpu_metrics(export, active, ranges)
     timeline.busy_clock = busy_clock(export, active)
     return timeline
+
+
+def _mean_budget(budgets) -> list[dict] | None:
+    """One budget for the window: each part's time averaged over the GPUs (wall-clock time, never a sum)."""
+    if not budgets:
+        return None
+    totals = {part: 0.0 for part in PARTS}
+    for budget in budgets:
+        for part, ns in budget.labelled.totals().items():
+            totals[part] += ns / len(budgets)
+    window_ns = sum(b.end - b.start for b in budgets) / len(budgets)
+    return as_parts(totals, window_ns)
+
+
+def _steps_section(steps: Steps, budgets) -> dict:
+    """The steady steps' figures and the budget of a median step (mean shares of the steps, times the median)."""
+    section = steps.summary()
+    if budgets:
+        durations = np.maximum(steps.durations, 1)
+        shares = np.mean([np.mean(b.labelled.totals_many(steps.starts, steps.ends) / durations[:, None], axis=0)
+                          for b in budgets], axis=0)
+        section["budget"] = as_parts(dict(zip(PARTS, shares * section["median_ns"])), section["median_ns"])
+    return section
+
+
+def _host_stretches(export: NsysExport, budgets, limit: int = 5) -> list[dict]:
+    """The longest stretches in which the GPU waited on the host's own work, with what the host was in:
+    the innermost NVTX range around it and the OS runtime calls during it (when traced)."""
+    stretches = []
+    for budget in budgets:
+        stretches += [{"device_id": budget.device_id, "start_ns": s, "duration_ns": e - s}
+                      for s, e in budget.labelled.stretches(PARTS.index("idle_host"), limit)]
+    stretches = sorted(stretches, key=lambda r: -r["duration_ns"])[:limit]
+    osrt = export.has("OSRT_API", "start", "end", "nameId", "globalTid")
+    pids = ",".join(str(p) for b in budgets for p in b.processes) or "NULL"
+    for stretch in stretches:
+        start, end = stretch["start_ns"], stretch["start_ns"] + stretch["duration_ns"]
+        inner = export.query("""SELECT name FROM nvtx WHERE start <= :s AND end >= :e AND name IS NOT NULL
+                                ORDER BY duration_ns LIMIT 1""", {"s": start, "e": end})
+        stretch["nvtx_range"] = inner[0][0] if inner else None
+        if osrt:
+            stretch["os_calls"] = [dict(r) for r in export.query(f"""
+                SELECT s.value AS name, COUNT(*) AS calls, SUM(MIN(o.end, :e) - MAX(o.start, :s)) AS overlap_ns
+                FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId WHERE o.start < :e AND o.end > :s
+                     AND o.globalTid / 16777216 IN ({pids})
+                GROUP BY o.nameId ORDER BY overlap_ns DESC LIMIT 3""", {"s": start, "e": end})]
+    return stretches
 
 
 def busy_clock(export: NsysExport, window: Window, min_gr_active_pct: int = 50) -> dict | None:

@@ -112,3 +112,36 @@ def devices_svg(devices: list[dict]) -> str | None:
     axes.set_xlabel("ms")
     axes.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
     return _svg(figure)
+
+
+BUDGET_COLORS = {"gpu_compute": "#4a7ab5", "gpu_communication": "#d68910", "gpu_copy": "#9bc49b",
+                 "idle_other": "#bbbbbb", "idle_sync": "#c0392b", "idle_launch": "#e8a33d", "idle_host": "#8e6fb5"}
+
+
+def budget_svg(timeline: dict | None) -> str | None:
+    """The time budget as stacked bars: a median step (when the run has steps), then each GPU's window."""
+    if not timeline or not timeline.get("budget"):
+        return None
+    from nsanalyze.render.format import BUDGET_LABELS, duration
+
+    rows = []
+    steps = timeline.get("steps") or {}
+    if steps.get("budget"):
+        rows.append((f"median step ({duration(steps['median_ns'])})", steps["budget"]))
+    devices = [d for d in timeline.get("devices") or [] if d.get("budget")]
+    for device in devices if len(devices) > 1 else devices[:1]:
+        rows.append((f"GPU {device['device_id']}, window ({duration(device.get('window_ns'))})", device["budget"]))
+    figure, axes = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.1))
+    labels = [label for label, _ in rows][::-1]
+    budgets = [budget for _, budget in rows][::-1]
+    left = [0.0] * len(rows)
+    for part, color in BUDGET_COLORS.items():
+        values = [100 * (next((p["share"] for p in b if p["part"] == part), 0) or 0) for b in budgets]
+        if not any(v >= 0.5 for v in values):
+            continue
+        axes.barh(labels, values, left=left, color=color, label=BUDGET_LABELS[part])
+        left = [a + b for a, b in zip(left, values)]
+    axes.set_xlim(0, 100)
+    axes.set_xlabel("% of the time")
+    axes.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    return _svg(figure)

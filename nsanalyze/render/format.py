@@ -32,3 +32,29 @@ def shorten(text: str | None, limit: int = 60) -> str:
         return ""
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
+
+
+BUDGET_LABELS = {"gpu_compute": "compute", "gpu_communication": "exposed communication", "gpu_copy": "copies",
+                 "idle_other": "idle (queued work waits)", "idle_sync": "idle after syncs",
+                 "idle_launch": "idle on launches", "idle_host": "idle on host code"}
+
+
+def budget_text(budget: list[dict] | None, min_share: float = 0.01) -> str:
+    """`compute 10%, idle on launches 87%, idle on host code 3%`: the parts of 1% or more, largest first."""
+    parts = sorted((p for p in budget or [] if (p.get("share") or 0) >= min_share), key=lambda p: -p["share"])
+    return ", ".join(f"{BUDGET_LABELS.get(p['part'], p['part'])} {percent(p['share'])}" for p in parts)
+
+
+def window_lines(timeline: dict) -> list[str]:
+    """The header lines every renderer shows for an nsys timeline: window, steps, budget."""
+    lines = [f"Window: {timeline['window']['description']}"]
+    steps = timeline.get("steps")
+    if steps:
+        lines.append(f"Steps: {steps['count']} of '{steps['name']}', median {duration(steps['median_ns'])} "
+                     f"(p95 {duration(steps['p95_ns'])}, min {duration(steps['min_ns'])}, max {duration(steps['max_ns'])})")
+    if timeline.get("budget"):
+        scope = "a median step" if steps and steps.get("budget") else f"the window ({duration(timeline['span_ns'])})"
+        lines.append(f"Time budget of {scope}: {budget_text((steps or {}).get('budget') or timeline['budget'])}")
+    else:
+        lines.append("No GPU activity recorded in the window (was CUDA tracing on? nsys profile -t cuda,nvtx)")
+    return lines

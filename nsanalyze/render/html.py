@@ -17,12 +17,12 @@ from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
 from nsanalyze.render import charts
-from nsanalyze.render.format import duration, percent, quantity, shorten
+from nsanalyze.render.format import duration, percent, quantity, shorten, window_lines
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 SECTION_ORDER = {  # where each check's findings sit in an expert's order of diagnosis
-    "busy": ("gpu-idle", "host-sync", "sync-memcpy", "pageable-memcpy", "launch-overhead", "low-tensor-activity",
-             "clock-throttling"),
+    "busy": ("launch-overhead", "host-compute", "host-sync", "gpu-idle", "sync-memcpy", "pageable-memcpy",
+             "low-tensor-activity", "clock-throttling", "exposed-communication", "rank-imbalance"),
     "memory": ("uncoalesced-global", "bank-conflicts", "local-memory-spill", "atomic-contention"),
     "tensor": ("missing-tensor-cores",),
     "kernel": ("warp-divergence", "low-ilp", "low-occupancy", "tail-effect"),
@@ -52,6 +52,7 @@ def environment() -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters.update(duration=duration, percent=percent, quantity=quantity, shorten=shorten,
                        markdown=markdown_filter)
+    env.globals.update(window_lines=window_lines)
     return env
 
 
@@ -70,6 +71,7 @@ def view(model: dict) -> dict:
         "kernels": sorted(kernels, key=lambda k: -(k.get("time_share") or 0))[:100],
         "kernels_left": max(0, len(kernels) - 100),
         "charts": {
+            "budget": Markup(charts.budget_svg(model.get("timeline")) or ""),
             "roofline": Markup(charts.roofline_svg(kernels) or ""),
             "top_kernels": Markup(charts.top_kernels_svg(kernels) or ""),
             "utilization": Markup(charts.utilization_svg(model.get("gpu_metrics")) or ""),

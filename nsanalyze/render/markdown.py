@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nsanalyze.render.format import duration, percent
+from nsanalyze.render.format import duration, percent, window_lines
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
 DETAILED = 10           # findings with their advice folded in <details>
@@ -43,8 +43,7 @@ def render(model: dict) -> str:
                     f"CC {p['compute_capability'] or '?'})")
     timeline = model.get("timeline")
     if timeline:
-        head.append(f"- GPU busy {percent(timeline.get('gpu_busy_share'))} of {duration(timeline['span_ns'])}; "
-                    f"window: {escape(timeline['window']['description'])}")
+        head += [f"- {escape(line)}" for line in window_lines(timeline)]
     if model.get("gpu_metrics", {}).get("headline"):
         head.append(f"- {model['gpu_metrics']['headline']}")
     findings = [f for f in model["findings"] if f["severity"] != "info"]

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nsanalyze.render.format import duration, percent, shorten
+from nsanalyze.render.format import budget_text, duration, shorten, window_lines
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -20,15 +20,12 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
                            f"CC {profile['compute_capability'] or '?'})", style="bold"))
     timeline = model.get("timeline")
     if timeline:
-        console.print(f"GPU busy {percent(timeline.get('gpu_busy_share'))} of {duration(timeline['span_ns'])}"
-                      f" (kernels {duration(timeline['kernel_ns'])}, copies {duration(timeline['memcpy_ns'])});"
-                      f" window: {timeline['window']['description']}")
+        for line in window_lines(timeline):
+            console.print(Text(line))
     if timeline and len(timeline.get("devices", [])) > 1:
         for device in timeline["devices"]:
-            console.print(f"  GPU {device['device_id']}: busy {duration(device['gpu_busy_ns'])} of "
-                          f"{duration(device['span_ns'])}, compute {duration(device['compute_kernel_ns'])}, "
-                          f"communication {duration(device['communication_ns'])} "
-                          f"(exposed {duration(device['exposed_communication_ns'])})")
+            console.print(Text(f"  GPU {device['device_id']}: {budget_text(device.get('budget'))}; communication "
+                               f"{duration(device['communication_ns'])} (exposed {duration(device['exposed_communication_ns'])})"))
     metrics = model.get("gpu_metrics")
     if metrics and metrics.get("headline"):
         console.print(metrics["headline"])

@@ -30,6 +30,7 @@ ID = "clock-throttling"
 NAME = "program.device.clock"
 TITLE = "GPU clock below its maximum while busy"
 REQUIRES = ("busy_clock",)
+BUDGET_PART = "gpu_compute"
 THRESHOLDS = {"max_clock_ratio": Threshold(0.85, "boost clocks wander a few percent; 15% below the maximum is throttling")}
 SPEEDUP_MODEL = "1 - busy median clock / maximum clock, times the busy share of the window"
 ADVICE = """Find out why the clock is low: `nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE,CLOCK`.

@@ -34,6 +34,7 @@ ID = "exposed-communication"
 NAME = "program.communication.exposed"
 TITLE = "Communication not hidden behind compute"
 REQUIRES = ("devices",)
+BUDGET_PART = "gpu_communication"
 THRESHOLDS = {"min_exposed_share": Threshold(0.03, "a few percent of a step in bare collectives is worth overlapping")}
 SPEEDUP_MODEL = "the largest exposed communication time of any device: the step waits for the slowest"
 ADVICE = """Overlap communication with compute.
@@ -76,4 +77,5 @@ def run(timeline, limits) -> Finding | None:
         device_id=worst["device_id"],
     )
     finding.estimated_savings_ns = float(worst["exposed_communication_ns"])
+    finding.budget_device = worst["device_id"]
     return finding

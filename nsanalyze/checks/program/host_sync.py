@@ -3,7 +3,9 @@
 ## What it detects
 Explicit synchronization (`cudaDeviceSynchronize`, `cudaStreamSynchronize`, event syncs) and the
 implicit kind behind `.item()`, `.cpu()` and `print(tensor)`: a device-to-host copy the host
-must wait for. For each, the GPU time lost until the next kernel starts.
+must wait for. Its time is the budget's `idle_sync`: after a wait the GPU idles until the host has
+queued new work; the part of that idle time that the work queued before the wait would have covered
+(had the host gone on instead of waiting) is the sync's, the rest is launch or host time.
 
 ## Why it is slow
 After a sync the GPU's queue is empty: it idles until the host has launched the next work.
@@ -24,18 +26,19 @@ Some syncs are needed (timing, end of an epoch); the check counts all of them an
 idle time they cause.
 
 ## Options
-- `min_relaunch_gap_ns`: GPU idle after syncs, summed, before the check speaks.
+- `min_idle_share`: idle_sync over the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, plural, Threshold, evidence
+from nsanalyze.checks.base import Finding, plural, Threshold, budget_part, evidence, median_step_part
 
 ID = "host-sync"
 NAME = "program.sync.host"
 TITLE = "Host synchronization leaves the GPU waiting"
-REQUIRES = ("syncs",)
-THRESHOLDS = {"min_relaunch_gap_ns": Threshold(100_000, "under 0.1 ms of idle in total the syncs are harmless")}
-SPEEDUP_MODEL = ("the GPU idle time between a sync's return and the next kernel's start, each idle stretch "
-                 "counted once, at most the window's idle time")
+REQUIRES = ("syncs", "budget")
+BUDGET_PART = "idle_sync"
+THRESHOLDS = {"min_idle_share": Threshold(0.03, "under 3% of the window the syncs are cheap insurance")}
+SPEEDUP_MODEL = ("the budget's idle_sync: of the GPU idle time after each wait, the part that the work queued "
+                 "before the wait would have covered had the host not waited")
 ADVICE = """Synchronize less: keep results on the GPU and read them rarely.
 
 - Replace per-step `.item()`/`.cpu()`/`print(tensor)` with accumulation on the GPU, read every N steps.
@@ -52,21 +55,25 @@ print(total.item())
 
 
 def run(timeline, limits) -> Finding | None:
+    idle_ns, share = budget_part(timeline, BUDGET_PART)
+    if share < limits["min_idle_share"]:
+        return None
     rows = [dict(r, kind="explicit") for r in timeline.syncs["explicit"]] + \
            [dict(r, kind="implicit (device-to-host copy)") for r in timeline.syncs["implicit"]]
-    gap = timeline.syncs["relaunch_gap_ns"]
-    if gap < limits["min_relaunch_gap_ns"]:
-        return None
     calls = sum(r["calls"] for r in rows)
-    window = timeline.summary["span_ns"] or 1
+    per_step = median_step_part(timeline, BUDGET_PART)
+    step_text = f" ({per_step / 1e6:.2f} ms of each {timeline.steps['median_ns'] / 1e6:.2f} ms step)" \
+        if per_step is not None else ""
     finding = Finding(
         check=ID,
-        title=f"{plural(calls, 'host synchronization')} left the GPU idle {gap / 1e6:.1f} ms before the next kernel",
-        estimated_speedup=min(1.0, gap / window),
-        evidence={"relaunch_gap_ns": evidence(gap, limits["min_relaunch_gap_ns"], unit="ns"),
+        title=f"{plural(calls, 'host synchronization')} leave the GPU idle {share:.0%} of the window{step_text}: "
+              "the host waits, then works while nothing is queued",
+        estimated_speedup=share,
+        evidence={"idle_sync_share": evidence(share, limits["min_idle_share"], unit="ratio"),
+                  "idle_sync_ns": evidence(idle_ns, unit="ns"),
                   "sync_calls": evidence(calls),
-                  "by_call": sorted(rows, key=lambda r: -r["relaunch_gap_ns"])},
+                  "by_call": sorted(rows, key=lambda r: -r["wait_ns"])},
         advice=ADVICE,
     )
-    finding.estimated_savings_ns = float(min(gap, timeline.summary["gpu_idle_ns"]))
+    finding.estimated_savings_ns = idle_ns
     return finding

@@ -1,8 +1,10 @@
 """Kernels shorter than their launch.
 
 ## What it detects
-Kernels whose GPU time is shorter than the CPU time of the call that launched them, with their
-count and the GPU idle time in front of them.
+The budget's `idle_launch`: GPU idle time while the host issued CUDA calls back to back (each
+call and the framework's dispatch before the next, gaps under 0.3 ms), with the kernels that run
+shorter than their own launch call as evidence. CUDA calls of every host thread count (PyTorch
+launches the backward pass from its autograd thread).
 
 ## Why it is slow
 Launching costs a few microseconds of CPU each. When kernels take less than that, the GPU
@@ -25,24 +27,25 @@ cudaGraphLaunch(exec, s);                                      // ... replay wit
 The launch call's CPU time includes driver work that a graph does not remove entirely.
 
 ## Options
-- `min_short_kernels`: kernels shorter than their launch before the check speaks.
+- `min_idle_share`: idle_launch over the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, median_step_part
 
 ID = "launch-overhead"
 NAME = "program.launch.overhead"
-TITLE = "Kernels shorter than their launch"
-REQUIRES = ("launches",)
-THRESHOLDS = {"min_short_kernels": Threshold(50, "a few short kernels cost nothing; loops of them do")}
-SPEEDUP_MODEL = ("GPU idle time in front of each short kernel, capped at its launch call's CPU time: "
-                 "what a CUDA graph or fusion removes")
+TITLE = "Launch-bound: the GPU waits on kernel launches"
+REQUIRES = ("launches", "budget")
+BUDGET_PART = "idle_launch"
+THRESHOLDS = {"min_idle_share": Threshold(0.05, "a twentieth of the window idle behind launches is worth a graph")}
+SPEEDUP_MODEL = ("the budget's idle_launch: GPU idle time while the host was issuing CUDA calls back to back "
+                 "(calls and the framework's dispatch between them): what a CUDA graph or fusion removes")
 ADVICE = """Launch fewer, bigger kernels.
 
 - Capture the loop in a CUDA graph (`cudaStreamBeginCapture`/`cudaGraphLaunch`;
   PyTorch: `torch.cuda.graphs` / `torch.compile(mode="reduce-overhead")`).
 - Fuse element-wise kernels (`torch.compile`, a hand-written fused kernel).
-- Do more work per launch (batch the steps).
+- Do more work per launch (batch the steps, batch requests in generation).
 
 ```python
 # before: hundreds of tiny launches per step
@@ -54,21 +57,25 @@ g.replay()
 
 
 def run(timeline, limits) -> Finding | None:
-    launches = timeline.launches
-    if launches["short_kernels"] < limits["min_short_kernels"]:
+    idle_ns, share = budget_part(timeline, BUDGET_PART)
+    if share < limits["min_idle_share"]:
         return None
+    launches = timeline.launches
+    per_step = median_step_part(timeline, BUDGET_PART)
+    step_text = f" ({per_step / 1e6:.2f} ms of each {timeline.steps['median_ns'] / 1e6:.2f} ms step)" \
+        if per_step is not None else ""
     finding = Finding(
         check=ID,
-        title=f"{launches['short_kernels']} of {launches['launches']} kernels run shorter than their launch call "
-              f"({launches['short_kernel_ns'] / 1e6:.2f} ms of GPU work, {launches['short_launch_api_ns'] / 1e6:.2f} ms "
-              "of launch calls)",
-        estimated_speedup=0.0,
-        evidence={"short_kernels": evidence(launches["short_kernels"], limits["min_short_kernels"], compare=">="),
+        title=f"Launch-bound: the GPU waits on kernel launches {share:.0%} of the window{step_text}; "
+              f"{launches['short_kernels']} of {launches['launches']} kernels run shorter than their launch call",
+        estimated_speedup=share,
+        evidence={"idle_launch_share": evidence(share, limits["min_idle_share"], unit="ratio"),
+                  "idle_launch_ns": evidence(idle_ns, unit="ns"),
+                  "short_kernels": evidence(launches["short_kernels"]),
                   "short_kernel_ns": evidence(launches["short_kernel_ns"], unit="ns"),
                   "launch_api_ns": evidence(launches["short_launch_api_ns"], unit="ns"),
-                  "idle_before_short_ns": evidence(launches["idle_before_short_ns"], unit="ns"),
                   "kernels": launches["top"]},
         advice=ADVICE,
     )
-    finding.estimated_savings_ns = float(launches["idle_before_short_ns"])
+    finding.estimated_savings_ns = idle_ns
     return finding

@@ -34,6 +34,7 @@ ID = "pageable-memcpy"
 NAME = "program.copies.pageable"
 TITLE = "Copies from or to pageable host memory"
 REQUIRES = ("copies",)
+BUDGET_PART = "gpu_copy"
 THRESHOLDS = {
     "min_copies": Threshold(1, "one large pageable copy in a loop is already a stall"),
     "pinned_speedup": Threshold(0.5, "pinned copies run at about twice the bandwidth of staged pageable ones"),

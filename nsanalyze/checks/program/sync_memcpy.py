@@ -33,6 +33,7 @@ ID = "sync-memcpy"
 NAME = "program.copies.sync"
 TITLE = "Synchronous copies block the host"
 REQUIRES = ("copies",)
+BUDGET_PART = "gpu_copy"
 THRESHOLDS = {"min_copies": Threshold(1, "each one drains the GPU's queue")}
 SPEEDUP_MODEL = "the copies' own time: done asynchronously on a side stream they overlap compute"
 ADVICE = """Issue copies asynchronously, from pinned memory, on a stream, and synchronize once where the result is needed.

@@ -33,20 +33,25 @@ def test_sync_copy_is_the_one_nsys_analyze_reports(dev_suite_timeline):
     assert ours == oracle == [(9519775, 593303497)]
 
 
-def test_small_step_launch_overhead(dev_suite_timeline):
+def test_small_step_launches_are_short(dev_suite_timeline):
+    """The 200 small_step launches run shorter than their launch call; in this capture, dominated by
+    large copies and kernels, the GPU waits on launches only 4% of the time: below launch-overhead's bar."""
+    launches = dev_suite_timeline.launches
+    assert launches["short_kernels"] >= 200
+    assert any(k["name"] == "small_step" and k["launches"] == 200 for k in launches["top"])
+    idle_launch = next(p for p in dev_suite_timeline.budget if p["part"] == "idle_launch")
+    assert 0.02 < idle_launch["share"] < 0.05
     findings, _ = run_program_checks(dev_suite_timeline)
-    launch = next(f for f in findings if f.check == "launch-overhead")
-    assert launch.evidence["short_kernels"]["value"] >= 200
-    assert any(k["name"] == "small_step" and k["launches"] == 200 for k in launch.evidence["kernels"])
+    assert "launch-overhead" not in {f.check for f in findings}
 
 
 def test_per_request_range_waits_on_the_host():
     model = analyze([str(DEV_INFER_NSYS)], Options(nvtx_range="per_request"))
     checks = {f["check"]: f for f in model["findings"]}
-    assert checks["gpu-idle"]["severity"] == "high"
-    assert checks["gpu-idle"]["evidence"]["gpu_idle_share"]["value"] > 0.9
-    assert checks["host-sync"]["severity"] in ("high", "medium")
-    assert "pageable-memcpy" in checks
+    assert model["timeline"]["gpu_busy_share"] < 0.1          # batch 1, one round trip per request
+    assert checks["host-compute"]["severity"] == "high"       # 28 ms stretches without a CUDA call
+    assert checks["launch-overhead"]["severity"] in ("high", "medium")
+    assert "host-sync" in checks and "pageable-memcpy" in checks
     assert model["timeline"]["window"]["description"].startswith("NVTX range 'per_request'")
 
 

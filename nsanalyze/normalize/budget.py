@@ -1,0 +1,271 @@
+"""The time budget: every nanosecond of the analysis window, per GPU, given to exactly one part.
+
+    gpu_compute        a compute kernel ran
+    gpu_communication  only communication ran (NCCL kernels, peer copies): the exposed part
+    gpu_copy           only copies or memsets ran
+    idle_sync          the GPU idled after the host waited in a synchronization: the part of the idle
+                       time that the work queued before the wait would have covered, had the host not waited
+    idle_launch        the host was issuing CUDA calls all along (calls and framework dispatch between
+                       them, gaps under DISPATCH_GAP_NS): launch-bound
+    idle_host          the host ran its own code (no CUDA call for DISPATCH_GAP_NS or more, or one long
+                       runtime call such as cudaMalloc): data loading, preprocessing, bookkeeping
+    idle_other         idle although the next work was already queued (dependencies on other streams or
+                       devices, graph scheduling): nothing on the host explains it
+
+Parts are found by a sweep over elementary segments: every start and end of every interval of every
+layer (kernels, copies, host calls, the sync-covered and queued stretches of each idle gap) cut the
+window into segments, each labelled by the first layer active in it (the order above). Sorting and
+cumulative sums do it in O(n log n), vectorized; the part of any sub-window (a step) is then a
+difference of prefix sums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nsanalyze.read.nsys import NsysExport
+
+PARTS = ("gpu_compute", "gpu_communication", "gpu_copy", "idle_other", "idle_sync", "idle_launch", "idle_host")
+IDLE_PARTS = PARTS[3:]
+# Between two CUDA calls a framework spends tens of microseconds in dispatch (Python, autograd, the
+# allocator); a few hundred microseconds without any call is the host doing its own work.
+DISPATCH_GAP_NS = 300_000
+# A single runtime call this long (cudaMalloc, module loading, cudaHostAlloc) is host work, not a launch.
+LONG_CALL_NS = 1_000_000
+# A kernel starts a few microseconds after its launch call returns; later than this, it was queued behind
+# something other than the host.
+LAUNCH_LATENCY_NS = 20_000
+SYNC_PREFIXES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
+                 "cuStreamSynchronize", "cuEventSynchronize", "cudaStreamWaitEvent")
+# Copies the host waits for: the runtime's and driver's synchronous memcpy calls.
+SYNC_COPY_PREFIXES = ("cudaMemcpy", "cuMemcpy")
+COMMUNICATION_PATTERN = "nccl%"
+PEER_COPY_KIND = 10  # CUPTI's Peer-to-Peer memcpy kind
+
+
+@dataclass
+class Labelled:
+    """The window cut into segments, each with its part index into PARTS."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    labels: np.ndarray
+
+    def totals(self, start: int | None = None, end: int | None = None) -> dict[str, int]:
+        """ns per part, over the whole window or over [start, end) within it."""
+        if start is None:
+            length = self.ends - self.starts
+            sums = np.bincount(self.labels, weights=length, minlength=len(PARTS))
+        else:
+            sums = self.totals_many(np.array([start]), np.array([end]))[0]
+        return {part: int(round(sums[i])) for i, part in enumerate(PARTS)}
+
+    def stretches(self, label: int, limit: int) -> list[tuple[int, int]]:
+        """The longest runs of adjacent segments with this label, longest first."""
+        mask = self.labels == label
+        starts, ends = union(self.starts[mask], self.ends[mask])
+        order = np.argsort(ends - starts)[::-1][:limit]
+        return [(int(starts[i]), int(ends[i])) for i in order]
+
+    def totals_many(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """ns per part for many sub-windows at once: one row per sub-window, one column per part."""
+        out = np.zeros((len(starts), len(PARTS)))
+        for index in range(len(PARTS)):
+            mask = self.labels == index
+            seg_starts, seg_ends = self.starts[mask], self.ends[mask]
+            out[:, index] = _covered(seg_starts, seg_ends, ends) - _covered(seg_starts, seg_ends, starts)
+        return out
+
+
+@dataclass
+class DeviceBudget:
+    device_id: int
+    start: int
+    end: int
+    labelled: Labelled
+    processes: list[int]
+
+    def parts(self) -> list[dict]:
+        return as_parts(self.labelled.totals(), self.end - self.start)
+
+
+def as_parts(totals: dict[str, float], window_ns: float) -> list[dict]:
+    return [{"part": part, "ns": int(round(totals[part])),
+             "share": (totals[part] / window_ns) if window_ns else None} for part in PARTS]
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Length of the disjoint sorted intervals [starts, ends) that lies before each time in t."""
+    if len(starts) == 0:
+        return np.zeros(len(t))
+    cumulative = np.concatenate(([0], np.cumsum(ends - starts)))
+    index = np.searchsorted(starts, t, side="right") - 1
+    before = cumulative[np.maximum(index, 0)]
+    partial = np.clip(t - starts[np.maximum(index, 0)], 0, (ends - starts)[np.maximum(index, 0)])
+    return np.where(index >= 0, before + partial, 0)
+
+
+def union(starts: np.ndarray, ends: np.ndarray, tolerance: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted islands of the intervals; gaps up to `tolerance` are bridged."""
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    running_end = np.maximum.accumulate(ends)
+    new_island = np.empty(len(starts), dtype=bool)
+    new_island[0] = True
+    new_island[1:] = starts[1:] > running_end[:-1] + tolerance
+    first = np.flatnonzero(new_island)
+    last = np.concatenate((first[1:] - 1, [len(starts) - 1]))
+    return starts[first], running_end[last]
+
+
+def label_segments(layers: list[tuple[np.ndarray, np.ndarray]], window: tuple[int, int]) -> Labelled:
+    """Cuts the window at every interval edge of every layer; labels each segment by the first active
+    layer (layer index = part index), or the last part when none is active."""
+    start, end = window
+    times, deltas, which = [np.array([start, end])], [np.zeros(2, dtype=np.int64)], [np.zeros(2, dtype=np.int64)]
+    for index, (s, e) in enumerate(layers):
+        s, e = np.clip(s, start, end), np.clip(e, start, end)
+        keep = e > s
+        s, e = s[keep], e[keep]
+        times += [s, e]
+        deltas += [np.ones(len(s), dtype=np.int64), -np.ones(len(e), dtype=np.int64)]
+        which += [np.full(len(s), index), np.full(len(e), index)]
+    times, deltas, which = np.concatenate(times), np.concatenate(deltas), np.concatenate(which)
+    order = np.argsort(times, kind="stable")
+    times, deltas, which = times[order], deltas[order], which[order]
+    # Each segment takes the first layer active in it: paint from the last layer to the first.
+    seg_starts, seg_ends = times[:-1], times[1:]
+    label = np.full(len(seg_starts), len(PARTS) - 1, dtype=np.int64)
+    for index in reversed(range(len(layers))):
+        active = np.cumsum(np.where(which == index, deltas, 0))[:-1] > 0
+        label[active] = index
+    keep = seg_ends > seg_starts
+    return Labelled(seg_starts[keep], seg_ends[keep], label[keep].astype(np.int64))
+
+
+def _integer(column: str, default: int) -> str:
+    """SQL for a column read as an integer, `default` where the export holds no integer there."""
+    return f"(CASE WHEN typeof({column}) = 'integer' THEN {column} ELSE {default} END)"
+
+
+def _column(rows, index, dtype=np.int64) -> np.ndarray:
+    return np.fromiter((r[index] for r in rows), dtype=dtype, count=len(rows))
+
+
+def _api_kinds(export: NsysExport) -> tuple[set[int], set[int]]:
+    """Name ids of the CUDA calls the host waits in (syncs, synchronous copies)."""
+    waits, sync_copies = set(), set()
+    for name_id, name in export.query("""SELECT s.id, s.value FROM StringIds s
+                                         WHERE s.id IN (SELECT DISTINCT name_id FROM api_raw)"""):
+        if not isinstance(name, str):
+            continue
+        if name.startswith(SYNC_PREFIXES):
+            waits.add(name_id)
+        elif name.startswith(SYNC_COPY_PREFIXES) and "Async" not in name and "Peer" not in name:
+            sync_copies.add(name_id)
+    return waits, sync_copies
+
+
+def build_budgets(export: NsysExport, window: tuple[int, int]) -> list[DeviceBudget]:
+    """One budget per GPU with activity in the window."""
+    start, end = window
+    params = {"ws": start, "we": end}
+    comm_ids = [r[0] for r in export.query("SELECT id FROM StringIds WHERE value LIKE ?", (COMMUNICATION_PATTERN,))]
+    comm_list = ",".join(map(str, comm_ids)) or "NULL"
+    activity = export.query(f"""
+        SELECT device_id, start, end, CASE WHEN short_name_id IN ({comm_list}) THEN 1 ELSE 0 END AS kind,
+               {_integer("global_pid", 0)} / 16777216, {_integer("correlation_id", -1)}
+        FROM kernels WHERE end > :ws AND start < :we
+        UNION ALL
+        SELECT device_id, start, end, CASE WHEN copy_kind = {PEER_COPY_KIND} THEN 1 ELSE 2 END,
+               {_integer("global_pid", 0)} / 16777216, {_integer("correlation_id", -1)}
+        FROM copies WHERE end > :ws AND start < :we""", params)
+    if not activity:
+        return []
+    device = _column(activity, 0)
+    act_start, act_end, kind = _column(activity, 1), _column(activity, 2), _column(activity, 3)
+    act_pid, act_corr = _column(activity, 4), _column(activity, 5)
+    waits, sync_copies = _api_kinds(export)
+    wait_list = ",".join(map(str, waits | sync_copies)) or "NULL"
+    api = export.query(f"""SELECT start, end, {_integer("global_tid", 0)} / 16777216,
+                                  {_integer("correlation_id", -1)}, COALESCE(name_id IN ({wait_list}), 0) FROM api_raw
+                           WHERE end > :ws - {LONG_CALL_NS} AND start < :we""", params)
+    api_start, api_end, api_pid = _column(api, 0), _column(api, 1), _column(api, 2)
+    api_corr, api_wait = _column(api, 3), _column(api, 4).astype(bool)
+    # Launch call end per (process, correlation id): when the host handed over each piece of GPU work.
+    key = api_pid * (1 << 32) + api_corr
+    order = np.argsort(key, kind="stable")
+    sorted_keys, sorted_ends = key[order], api_end[order]
+
+    budgets = []
+    for device_id in np.unique(device):
+        on = device == device_id
+        pids = np.unique(act_pid[on])
+        mine = np.isin(api_pid, pids) if len(pids) else np.zeros(len(api_pid), dtype=bool)
+        first = max(start, int(act_start[on].min())) if start <= -(1 << 61) else start
+        last = min(end, int(act_end[on].max())) if end >= (1 << 61) else end
+        labelled = _device_labels(
+            (act_start[on], act_end[on], kind[on], act_pid[on] * (1 << 32) + act_corr[on]),
+            (api_start[mine], api_end[mine], api_wait[mine]), (sorted_keys, sorted_ends), (first, last),
+            host_traced=bool(mine.any()))
+        budgets.append(DeviceBudget(int(device_id), first, last, labelled, [int(p) for p in pids]))
+    return budgets
+
+
+def _device_labels(activity, host, launch_ends, window, host_traced: bool = True) -> Labelled:
+    act_start, act_end, kind, act_key = activity
+    api_start, api_end, api_wait = host
+    start, end = window
+    # Idle gaps: the complement of all GPU work in the window.
+    busy_s, busy_e = union(np.clip(act_start, start, end), np.clip(act_end, start, end))
+    gap_s = np.concatenate(([start], busy_e))
+    gap_e = np.concatenate((busy_s, [end]))
+    real = gap_e > gap_s
+    gap_s, gap_e = gap_s[real], gap_e[real]
+    # Work already queued when the gap ended: find the launch of the work that ends each gap.
+    next_key = np.full(len(gap_e), -1, dtype=np.int64)
+    by_start = np.argsort(act_start, kind="stable")
+    sorted_starts = act_start[by_start]
+    at = np.searchsorted(sorted_starts, gap_e, side="left")
+    has_next = (at < len(sorted_starts))
+    next_key[has_next] = act_key[by_start][at[has_next]]
+    sorted_keys, sorted_ends = launch_ends
+    found = np.searchsorted(sorted_keys, next_key)
+    found = np.minimum(found, max(len(sorted_keys) - 1, 0))
+    matched = has_next & (len(sorted_keys) > 0)
+    if len(sorted_keys):
+        matched &= sorted_keys[found] == next_key
+    launched = np.where(matched, sorted_ends[found] if len(sorted_ends) else 0, np.iinfo(np.int64).max)
+    queued = matched & (launched < gap_e - LAUNCH_LATENCY_NS)
+    other_s = np.maximum(gap_s, np.where(queued, launched, gap_e))[queued]
+    other_e = gap_e[queued]
+    # Waits that returned inside a gap: the gap's first part, as long as the work queued before the wait.
+    wait_s, wait_e = api_start[api_wait], api_end[api_wait]
+    sync_s, sync_e = np.array([], dtype=np.int64), np.array([], dtype=np.int64)
+    if len(wait_e) and len(gap_s):
+        index = np.searchsorted(gap_s, wait_e, side="right") - 1
+        inside = (index >= 0) & (wait_e <= gap_e[np.maximum(index, 0)])
+        index, ws, we = index[inside], wait_s[inside], wait_e[inside]
+        covered = np.zeros(len(gap_s), dtype=np.int64)
+        np.maximum.at(covered, index, we - np.minimum(ws, gap_s[index]))
+        covered = np.minimum(covered, gap_e - gap_s)
+        has = covered > 0
+        sync_s, sync_e = gap_s[has], gap_s[has] + covered[has]
+    # Dispatch: short non-waiting calls, bridged over the framework's gaps between them.
+    short = ~api_wait & (api_end - api_start < LONG_CALL_NS)
+    dispatch_s, dispatch_e = union(api_start[short], api_end[short], DISPATCH_GAP_NS)
+    if not host_traced:  # no CUDA calls recorded: no host cause can be told, all idle time is "other"
+        other_s, other_e = gap_s, gap_e
+    layers = [
+        (act_start[kind == 0], act_end[kind == 0]),
+        (act_start[kind == 1], act_end[kind == 1]),
+        (act_start[kind == 2], act_end[kind == 2]),
+        (other_s, other_e),
+        (sync_s, sync_e),
+        (dispatch_s, dispatch_e),
+    ]
+    return label_segments(layers, (start, end))

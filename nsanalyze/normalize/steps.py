@@ -1,0 +1,114 @@
+"""The iterations of a program: the NVTX range that repeats like a training or generation step.
+
+Real runs start with seconds of process start-up and a few slow warm-up steps; what the user wants
+judged is the steady state. Steps are the instances of one NVTX range name, numbers normalized
+(`step 12` -> `step N`), on the thread that pushed most of them, one after another (not nested in
+each other). Among such names the one with a step-like word and the most instances wins.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from nsanalyze.read.nsys import NsysExport
+
+MIN_STEPS = 3
+# Words that mark a range as one iteration of a loop.
+STEP_WORDS = {"step", "steps", "iter", "iteration", "it", "batch", "token", "tok", "decode", "train", "training",
+              "request", "req", "microbatch", "sample", "epoch", "update", "generate", "inference", "infer"}
+# A warm-up step is slower than the steady steps by more than this factor (first-step autotuning,
+# allocator growth, lazy module loading); the steady reference is the median of the second half.
+WARMUP_SLOWER = 1.25
+
+
+@dataclass
+class Steps:
+    name: str
+    global_tid: int | None
+    starts: np.ndarray     # steady steps only
+    ends: np.ndarray
+    warmup: int
+    first_index: int       # index of the first steady step among all instances
+    total: int
+
+    @property
+    def durations(self) -> np.ndarray:
+        return self.ends - self.starts
+
+    def summary(self) -> dict:
+        durations = self.durations
+        return {"name": self.name, "count": int(len(durations)), "warmup": self.warmup,
+                "first_step": self.first_index, "last_step": self.total - 1,
+                "median_ns": float(np.median(durations)), "p95_ns": float(np.percentile(durations, 95)),
+                "min_ns": int(durations.min()), "max_ns": int(durations.max()),
+                "start_ns": int(self.starts[0]), "end_ns": int(self.ends[-1])}
+
+
+def normalize_name(name: str) -> str:
+    """`step 12` -> `step N`: instances of one loop share a name."""
+    return re.sub(r"\d+", "N", name)
+
+
+def is_step_like(normalized: str) -> bool:
+    return any(word in STEP_WORDS for word in re.split(r"[^a-z]+", normalized.lower()))
+
+
+def find_steps(export: NsysExport, nvtx_name: str | None = None) -> Steps | None:
+    """The steps of the run, or None when no range repeats like one. With `nvtx_name`, that
+    range's instances are the steps whatever their name."""
+    groups: dict[tuple[str, int], list] = {}
+    for name, tid, count, total in export.query(
+            "SELECT name, global_tid, COUNT(*), SUM(duration_ns) FROM nvtx WHERE name IS NOT NULL "
+            "GROUP BY name, global_tid"):
+        if not isinstance(name, str):
+            continue
+        normalized = normalize_name(name)
+        if nvtx_name is not None and normalized != normalize_name(nvtx_name):
+            continue
+        entry = groups.setdefault((normalized, tid), [0, 0, []])
+        entry[0] += count
+        entry[1] += total or 0
+        entry[2].append(name)
+    candidates = [(key, v) for key, v in groups.items() if v[0] >= MIN_STEPS
+                  and (nvtx_name is not None or is_step_like(key[0]))]
+    if not candidates:
+        return None
+    (normalized, tid), (_, _, names) = max(candidates, key=lambda c: (c[1][0], c[1][1]))
+    starts, ends = _instances(export, tid, names)
+    if len(starts) < MIN_STEPS:
+        return None
+    warmup = count_warmup(ends - starts)
+    return Steps(normalized, tid, starts[warmup:], ends[warmup:], warmup, warmup, len(starts))
+
+
+def _instances(export: NsysExport, tid, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    con = export.connection
+    con.execute("DROP TABLE IF EXISTS temp.step_names")
+    con.execute("CREATE TEMP TABLE step_names(name TEXT PRIMARY KEY)")
+    con.executemany("INSERT OR IGNORE INTO step_names VALUES (?)", [(n,) for n in names])
+    tid_clause = "global_tid IS NULL" if tid is None else "global_tid = ?"
+    rows = export.query(f"""SELECT start, end FROM nvtx WHERE {tid_clause}
+                            AND name IN (SELECT name FROM step_names) ORDER BY start, end DESC""",
+                        () if tid is None else (tid,))
+    starts = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    ends = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+    if len(starts) == 0:
+        return starts, ends
+    # Keep the outermost instances: one nested in an earlier one is not a new step.
+    outer = np.ones(len(starts), dtype=bool)
+    outer[1:] = starts[1:] >= np.maximum.accumulate(ends)[:-1]
+    return starts[outer], ends[outer]
+
+
+def count_warmup(durations: np.ndarray) -> int:
+    """Leading steps slower than the settled ones (at most half of them)."""
+    if len(durations) < MIN_STEPS:
+        return 0
+    reference = float(np.median(durations[len(durations) // 2:]))
+    warmup = 0
+    while warmup < len(durations) // 2 and durations[warmup] > WARMUP_SLOWER * reference:
+        warmup += 1
+    return warmup

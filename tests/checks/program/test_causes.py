@@ -1,0 +1,94 @@
+"""Program findings name the cause read off the time budget, on real PyTorch runs (fixtures/real).
+
+Each fixture is a real recording of a program written to show one cause (fixtures/real/README.md);
+the test asserts the first program finding and the budget figures that make it so."""
+
+from tests.conftest import REAL, program_findings
+
+HOST_CAUSES = {"launch-overhead", "host-compute", "host-sync", "gpu-idle"}
+
+
+def _first(analyzed, name):
+    findings = program_findings(analyzed(REAL / name))
+    assert findings, f"{name}: no program finding"
+    return findings[0]
+
+
+def _share(model, part):
+    return next(p["share"] for p in model["timeline"]["budget"] if p["part"] == part)
+
+
+def test_eager_loop_is_launch_bound(analyzed):
+    first = _first(analyzed, "graphs_eager_nsys.sqlite.xz")
+    assert first["check"] == "launch-overhead" and first["severity"] in ("high", "medium")
+    assert "of each 3." in first["title"]          # per-step figure: ~3.0 ms of each ~3.5 ms step
+
+
+def test_graph_replay_fixes_it(analyzed):
+    model = analyzed(REAL / "graphs_after_nsys.sqlite.xz")
+    assert model["timeline"]["gpu_busy_share"] >= 0.6
+    assert not [f for f in program_findings(model) if f["check"] == "launch-overhead" and f["severity"] != "low"]
+
+
+def test_batch_one_generation_is_launch_bound(analyzed):
+    first = _first(analyzed, "token_gen_nsys.sqlite.xz")
+    assert first["check"] == "launch-overhead" and first["severity"] == "high"
+
+
+def test_data_preparation_in_the_loop_is_host_compute(analyzed):
+    model = analyzed(REAL / "loader_inline_nsys.sqlite.xz")
+    first = program_findings(model)[0]
+    assert first["check"] == "host-compute" and first["severity"] == "high"
+    assert _share(model, "idle_host") > 0.9                                      # measured 0.95
+    assert first["evidence"]["longest_stretches"][0]["duration_ns"] > 10e6     # per-batch preparation, no CUDA call
+
+
+def test_loader_workers_shorten_the_step(analyzed):
+    inline = analyzed(REAL / "loader_inline_nsys.sqlite.xz")["timeline"]["steps"]["median_ns"]
+    workers = analyzed(REAL / "loader_workers_nsys.sqlite.xz")["timeline"]["steps"]["median_ns"]
+    assert workers < inline / 10                                                 # 75.6 ms -> 4.1 ms
+
+
+def test_item_then_short_bookkeeping_is_host_sync(analyzed):
+    model = analyzed(REAL / "item_sync_nsys.sqlite.xz")
+    first = program_findings(model)[0]
+    assert first["check"] == "host-sync" and first["severity"] in ("high", "medium")
+    assert _share(model, "idle_host") < _share(model, "idle_sync")
+
+
+def test_item_then_long_host_work_is_host_compute(analyzed):
+    """The same loop with bookkeeping longer than the queued GPU work: only the queued part is the sync's."""
+    model = analyzed(REAL / "item_sync_heavy_host_nsys.sqlite.xz")
+    checks = [f["check"] for f in program_findings(model)]
+    assert checks[0] == "host-compute" and "host-sync" in checks
+    assert _share(model, "idle_sync") < _share(model, "idle_host")
+
+
+def test_fp32_gpt_names_the_idle_tensor_cores(analyzed):
+    model = analyzed(REAL / "gpt_fp32_nsys.sqlite.xz")
+    first = program_findings(model)[0]
+    assert first["check"] == "low-tensor-activity"
+    metrics = model["gpu_metrics"]
+    assert metrics["gr_active_pct"]["mean"] >= 80 and metrics["tensor_active_pct"]["mean"] <= 2
+    assert first["evidence"]["matrix_kernel_share"]["value"] > 0.5               # cuBLAS/CUTLASS fp32 GEMMs
+
+
+def test_gpu_bound_run_gets_no_host_cause_at_high(analyzed):
+    model = analyzed(REAL / "gpt_fp32_nsys.sqlite.xz")
+    assert not [f for f in program_findings(model) if f["check"] in HOST_CAUSES and f["severity"] == "high"]
+
+
+def test_gpu_straggler_is_named(analyzed):
+    model = analyzed(REAL / "ddp_gpu_all_nsys.sqlite.xz")
+    checks = {f["check"]: f for f in program_findings(model)}
+    imbalance = checks["rank-imbalance"]
+    assert imbalance["device_id"] == 1 and imbalance["evidence"]["straggler_side"] == "GPU"
+    assert imbalance["severity"] in ("high", "medium")
+    assert checks["exposed-communication"]["device_id"] == 0                    # the rank that waits
+
+
+def test_host_straggler_is_named(analyzed):
+    model = analyzed(REAL / "ddp_host_all_nsys.sqlite.xz")
+    imbalance = next(f for f in program_findings(model) if f["check"] == "rank-imbalance")
+    assert imbalance["device_id"] == 1 and imbalance["evidence"]["straggler_side"] == "host"
+    assert imbalance["severity"] in ("high", "medium")

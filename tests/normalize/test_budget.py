@@ -1,0 +1,64 @@
+"""The time budget on every real nsys export: parts that add up to the window, against SQL."""
+
+import pytest
+
+from nsanalyze.normalize.budget import PARTS
+from nsanalyze.normalize.timeline import merge_intervals
+from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NSYS, PUBLIC_NSYS, REAL, REAL_NSYS, sql
+
+ALL_NSYS = [DEV_SUITE_NSYS, DEV_INFER_NSYS, *PUBLIC_NSYS, *REAL_NSYS]
+
+
+@pytest.mark.parametrize("path", ALL_NSYS, ids=lambda p: p.name[:48])
+def test_budget_adds_up_and_savings_fit_the_window(path, analyzed):
+    model = analyzed(path)
+    timeline = model["timeline"]
+    window_ns = timeline["span_ns"]
+    if not timeline["budget"]:                      # no GPU activity in the export
+        assert timeline["kernels"] == 0
+        return
+    assert [p["part"] for p in timeline["budget"]] == list(PARTS)
+    assert sum(p["ns"] for p in timeline["budget"]) == pytest.approx(window_ns, rel=0.02)
+    for device in timeline["devices"]:
+        if device.get("budget"):
+            assert sum(p["ns"] for p in device["budget"]) == pytest.approx(device["window_ns"], rel=0.02)
+    program = [f for f in model["findings"] if f["kernel_id"] is None]
+    assert sum(f["estimated_savings_ns"] for f in program) <= window_ns * 1.0001
+    devices = {d["device_id"]: d for d in timeline["devices"]}
+    for finding in program:
+        part = finding.get("budget_part")
+        if part:   # a finding about one GPU saves at most that GPU's part, else the window's (GPUs averaged)
+            device = finding.get("budget_device")
+            budget = devices[device]["budget"] if device in devices else timeline["budget"]
+            assert finding["estimated_savings_ns"] <= next(p["ns"] for p in budget if p["part"] == part) + 1
+
+
+def test_busy_parts_are_the_union_of_gpu_work(analyzed):
+    """gpu_compute + gpu_communication + gpu_copy equals the union of kernel and copy intervals (SQL rows,
+    merged by the plain streaming merge) clipped to the window."""
+    path = REAL / "graphs_after_nsys.sqlite.xz"
+    timeline = analyzed(path)["timeline"]
+    start, end = timeline["window"]["start_ns"], timeline["window"]["end_ns"]
+    rows = sql(path, f"""SELECT 0, MAX(start, {start}), MIN(end, {end}) FROM (
+                           SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL
+                           SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL
+                           SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET)
+                         WHERE end > {start} AND start < {end} ORDER BY 2, 3""")
+    busy = sum(e - s for _, s, e in merge_intervals(rows))
+    parts = {p["part"]: p["ns"] for p in timeline["budget"]}
+    assert parts["gpu_compute"] + parts["gpu_communication"] + parts["gpu_copy"] == pytest.approx(busy, abs=2)
+
+
+def test_graphs_keep_the_gpu_busy_and_eager_waits_on_launches(analyzed):
+    eager = {p["part"]: p["share"] for p in analyzed(REAL / "graphs_eager_nsys.sqlite.xz")["timeline"]["budget"]}
+    after = {p["part"]: p["share"] for p in analyzed(REAL / "graphs_after_nsys.sqlite.xz")["timeline"]["budget"]}
+    assert max(eager, key=eager.get) == "idle_launch" and eager["idle_launch"] > 0.8     # measured 0.87
+    assert after["gpu_compute"] + after["gpu_copy"] >= 0.6                               # measured 0.89
+    assert after["idle_launch"] < 0.05
+
+
+def test_median_step_budget_adds_up_to_the_median_step(analyzed):
+    steps = analyzed(REAL / "loader_inline_nsys.sqlite.xz")["timeline"]["steps"]
+    assert sum(p["ns"] for p in steps["budget"]) == pytest.approx(steps["median_ns"], rel=0.01)
+    host = next(p for p in steps["budget"] if p["part"] == "idle_host")
+    assert host["share"] > 0.8                     # the batch is prepared in the loop: measured 0.94

@@ -1,0 +1,51 @@
+"""Steps and the steady window, on real PyTorch loops (fixtures/real)."""
+
+import statistics
+
+import pytest
+
+from tests.conftest import DEV_SUITE_NSYS, REAL, sql
+
+
+def _nvtx_durations(path, pattern: str) -> list[int]:
+    return [d for (d,) in sql(path, f"""SELECT n.end - n.start FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+                                        WHERE COALESCE(n.text, s.value) LIKE '{pattern}' ORDER BY n.start""")]
+
+
+def test_eager_loop_steps_are_its_nvtx_steps(analyzed):
+    path = REAL / "graphs_eager_nsys.sqlite.xz"
+    timeline = analyzed(path)["timeline"]
+    steps, window = timeline["steps"], timeline["window"]
+    durations = _nvtx_durations(path, "step %")
+    assert len(durations) == 400
+    assert steps["name"] == "step N" and steps["count"] + steps["warmup"] == 400
+    assert 1 <= steps["warmup"] <= 5          # step 0 takes 279 ms, step 1 5.0 ms, then ~3.5 ms
+    assert steps["median_ns"] == pytest.approx(statistics.median(durations), rel=0.05)
+    assert window["kind"] == "steady" and window["start_ns"] == steps["start_ns"]
+    assert "start-up" in window["description"] and "steps 2-399" in window["description"]
+
+
+def test_generation_tokens_are_steps(analyzed):
+    steps = analyzed(REAL / "token_gen_nsys.sqlite.xz")["timeline"]["steps"]
+    assert steps["name"] == "token N" and steps["count"] + steps["warmup"] == 200
+
+
+def test_a_range_without_numbers_repeats_as_steps(analyzed):
+    path = REAL / "gpt_fp32_nsys.sqlite.xz"
+    steps = analyzed(path)["timeline"]["steps"]
+    assert steps["name"] == "train_step" and steps["count"] + steps["warmup"] == 30
+    assert steps["median_ns"] == pytest.approx(statistics.median(_nvtx_durations(path, "train_step")), rel=0.05)
+
+
+def test_no_step_like_range_analyses_the_capture(analyzed):
+    timeline = analyzed(DEV_SUITE_NSYS)["timeline"]
+    assert timeline["steps"] is None and timeline["window"]["kind"] == "capture"
+    assert timeline["window"]["start_ns"] is not None and timeline["window"]["end_ns"] is not None
+
+
+def test_capture_window_on_request():
+    from nsanalyze.analyze import Options, analyze
+
+    model = analyze([str(REAL / "graphs_eager_nsys.sqlite.xz")], Options(window="capture"))
+    assert model["timeline"]["window"]["kind"] == "capture"
+    assert model["timeline"]["span_ns"] > 4e9            # the 4 s of start-up are back in the window
