@@ -12,12 +12,15 @@ from dataclasses import dataclass, field
 
 from nsanalyze import __version__
 from nsanalyze.checks import global_settings, run_kernel_checks, validate_overrides
-from nsanalyze.checks.base import Finding, KernelView
+from nsanalyze.checks.base import Finding, KernelView, NotJudged
+from nsanalyze.checks.libraries import library_advice, library_of
 from nsanalyze.errors import InputError
 from nsanalyze.normalize import normalize_ncu
+from nsanalyze.normalize.clocks import clock_control
+from nsanalyze.normalize.kernel_groups import group_launches
 from nsanalyze.normalize.kernels import IDENTITY_COLUMNS
 from nsanalyze.normalize.roofline import roofline
-from nsanalyze.rank import apply_roof_gate, rank
+from nsanalyze.rank import apply_roof_gate, merge_per_kernel, rank
 from nsanalyze.read import NcuReport, NsysExport, read_profile
 
 SCHEMA = "nsanalyze/report@1"
@@ -74,29 +77,70 @@ def _nvidia_rules(report: NcuReport) -> list[dict]:
     return rules
 
 
-def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[Finding], list, list[dict]]:
+def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[Finding], list, list[dict], dict]:
+    """Kernel diagnosis of one report: checks run per launch, then launches group into kernels
+    (name, launch shape, NVTX range) and each check speaks once per kernel."""
     table = normalize_ncu(report)
+    clock = clock_control(table.rows)
+    if clock["mode"] == "locked":  # a locked clock says nothing about throttling: not judged, not a finding
+        for row in table.rows:
+            row.pop("sm_clock_ratio", None)
     settings = global_settings()["roofline"]
-    views, kernels, roofs = [], [], {}
-    total = sum(r["duration_ns"] for r in table.rows if r["duration_ns"] is not None) or None
+    views, roofs, by_launch = [], {}, {}
     for record, launch, undefined in zip(table.rows, report.launches, table.undefined):
-        roof = roofline(record, settings["near_roof_share"], settings["latency_share"])
-        roofs[record["id"]] = roof
+        roofs[record["id"]] = roofline(record, settings["near_roof_share"], settings["latency_share"])
         views.append(KernelView(record, launch.source, undefined))
-        metrics = {k: clean_number(v) for k, v in record.items()
-                   if k not in IDENTITY_COLUMNS and clean_number(v) is not None}
-        kernels.append({
-            "id": record["id"], "name": record["name"], "demangled": record["demangled"],
-            "profile": report.path, "nvtx_range": record["nvtx_range"],
-            "duration_ns": clean_number(record["duration_ns"]), "launches": 1,
-            "time_share": clean_number(record["duration_ns"] / total) if total and record["duration_ns"] else None,
-            "bound": roof["bound"],
-            "roofline": {k: clean_number(v) for k, v in roof.items()},
-            "metrics": metrics,
-        })
+        by_launch[record["id"]] = record
     findings, not_judged = run_kernel_checks(views, options.thresholds)
     apply_roof_gate(findings, roofs)
-    return kernels, findings, not_judged, _nvidia_rules(report)
+    groups, group_of = group_launches(table.rows)
+    total = sum(g.total_ns for g in groups) or None
+    kernels = []
+    for group in groups:
+        record, roof = by_launch[group.representative], roofs[group.representative]
+        spread = group.summary()
+        metrics = {k: clean_number(v) for k, v in record.items()
+                   if k not in IDENTITY_COLUMNS and clean_number(v) is not None}
+        metrics.update({"mean_ns": spread["mean_ns"], "min_ns": spread["min_ns"], "max_ns": spread["max_ns"],
+                        "stddev_ns": spread["stddev_ns"]})
+        kernels.append({
+            "id": group.id, "name": group.name, "demangled": group.demangled,
+            "profile": report.path, "nvtx_range": group.nvtx_range,
+            "duration_ns": clean_number(spread["mean_ns"]), "launches": spread["launches"],
+            "total_ns": clean_number(spread["total_ns"]), "launch_ids": spread["launch_ids"],
+            "time_share": clean_number(group.total_ns / total) if total else None,
+            "library": library_of(group.demangled or group.name),
+            "bound": roof["bound"],
+            "roofline": {k: clean_number(v) for k, v in roof.items() if clean_number(v) is not None},
+            "metrics": metrics,
+        })
+    durations = {r["id"]: float(r.get("duration_ns") or 0.0) for r in table.rows}
+    findings = merge_per_kernel(findings, groups, group_of, durations)
+    for finding in findings:
+        finding.advice = library_advice(kernels[finding.kernel_id], finding.check) + finding.advice
+    not_judged = _not_judged_per_kernel(not_judged, clock)
+    rules = _nvidia_rules(report)
+    seen = set()
+    for rule in rules:
+        rule["kernel_id"] = group_of[rule["kernel_id"]]
+    rules = [r for r in rules if (key := (r["kernel_id"], r["rule"], r["title"])) not in seen and not seen.add(key)]
+    facts = {"clock_control": clock, "unmeasured_launches": [{"index": launch.index, "name": launch.name}
+                                                             for launch in report.unmeasured]}
+    return kernels, findings, not_judged, rules, facts
+
+
+def _not_judged_per_kernel(not_judged: list[NotJudged], clock: dict) -> list[NotJudged]:
+    """One entry per (check, kernel name); a locked clock is one entry for the whole report."""
+    out, seen = [], set()
+    for entry in not_judged:
+        if entry.check == "clock-throttling" and clock["mode"] == "locked":
+            entry = NotJudged("clock-throttling", None, ["sm_clock_ratio"],
+                              f"--clock-control none (this report ran at a locked clock: {clock['reason']})")
+        key = (entry.check, entry.kernel_name)
+        if key not in seen:
+            seen.add(key)
+            out.append(entry)
+    return out
 
 
 def analyze(paths: list[str], options: Options | None = None) -> dict:
@@ -111,8 +155,10 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
     nsys_exports = [p for p in profiles if isinstance(p, NsysExport)]
 
     kernels, findings, not_judged, nvidia_rules = [], [], [], []
+    facts_by_path = {}
     for report in ncu_reports:
-        k, f, n, r = analyze_ncu(report, options)
+        k, f, n, r, facts = analyze_ncu(report, options)
+        facts_by_path[report.path] = facts
         offset = len(kernels)
         for entry in k:
             entry["id"] += offset
@@ -128,14 +174,14 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
     model = {
         "schema": SCHEMA,
         "version": __version__,
-        "profiles": [_profile_entry(p) for p in profiles],
+        "profiles": [{**_profile_entry(p), **facts_by_path.get(p.path, {})} for p in profiles],
         "kernels": kernels,
         "findings": [],
         "not_judged": [n.to_json() for n in not_judged],
         "nvidia_rules": nvidia_rules,
     }
 
-    kernel_time = {k["id"]: (k["duration_ns"] or 0.0) * k["launches"] for k in kernels}
+    kernel_time = {k["id"]: k.get("total_ns") or (k["duration_ns"] or 0.0) * k["launches"] for k in kernels}
     if nsys_exports:
         from nsanalyze.program import analyze_nsys, join_kernel_times
 

@@ -191,16 +191,23 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
 
 
 def join_kernel_times(ncu_kernels: list[dict], nsys_summary: list[dict], kernel_time: dict) -> None:
-    """Weights ncu findings by each kernel's share of the nsys timeline, matched by name."""
+    """Weights ncu findings by each kernel's time in the nsys timeline, matched by name. A name's nsys
+    total is counted once: split over the ncu kernels of that name by their share of its ncu time."""
     by_name: dict[str, dict] = {}
     for row in nsys_summary:
         by_name.setdefault(row["name"], row)
         by_name.setdefault(row["demangled"], row)
     total = sum(r["duration_ns"] for r in nsys_summary) or None
+    matches: dict[int, list[dict]] = {}
     for kernel in ncu_kernels:
         match = by_name.get(kernel["demangled"]) or by_name.get(kernel["name"])
-        if not match:
-            continue
-        kernel["nsys"] = {"total_ns": clean_number(match["duration_ns"]), "launches": int(match["launches"]),
-                          "time_share": clean_number(match["duration_ns"] / total) if total else None}
-        kernel_time[kernel["id"]] = float(match["duration_ns"])
+        if match:
+            matches.setdefault(id(match), []).append(kernel)
+    for kernels in matches.values():
+        match = by_name.get(kernels[0]["demangled"]) or by_name.get(kernels[0]["name"])
+        ncu_total = sum(k.get("total_ns") or k["duration_ns"] or 0.0 for k in kernels) or 1.0
+        for kernel in kernels:
+            share = (kernel.get("total_ns") or kernel["duration_ns"] or 0.0) / ncu_total
+            kernel["nsys"] = {"total_ns": clean_number(match["duration_ns"] * share), "launches": int(match["launches"]),
+                              "time_share": clean_number(match["duration_ns"] * share / total) if total else None}
+            kernel_time[kernel["id"]] = float(match["duration_ns"]) * share

@@ -29,15 +29,17 @@ def roofline(row: dict, near_roof_share: float, latency_share: float) -> dict:
     """Returns the roofline entry of the JSON contract for one normalized kernel row."""
     duration_ns = _get(row, "duration_ns")
     flops_by_precision = {p: _get(row, f"{p}_flops") for p in PRECISIONS}
-    present = {p: f for p, f in flops_by_precision.items() if f}
-    precision = max(present, key=present.get) if present else "fp32"
-    flops = present.get(precision)
+    measured = {p: f for p, f in flops_by_precision.items() if f is not None}
+    present = {p: f for p, f in measured.items() if f}
+    # No FLOP counters in the report: FLOP figures are unknown (left out), not 0.
+    precision = max(present, key=present.get) if present else ("fp32" if measured else None)
+    flops = present.get(precision, 0.0) if measured else None
     dram_bytes = _get(row, "dram_bytes")
-    peak_flops = _get(row, f"{precision}_peak_flops_per_s")
+    peak_flops = _get(row, f"{precision or 'fp32'}_peak_flops_per_s")
     peak_bytes = _get(row, "dram_peak_bytes_per_s")
-    achieved_flops = flops / (duration_ns * 1e-9) if flops and duration_ns else (0.0 if duration_ns else None)
+    achieved_flops = flops / (duration_ns * 1e-9) if flops is not None and duration_ns else None
     achieved_bytes = dram_bytes / (duration_ns * 1e-9) if dram_bytes is not None and duration_ns else None
-    intensity = flops / dram_bytes if flops and dram_bytes else (0.0 if dram_bytes else None)
+    intensity = flops / dram_bytes if flops is not None and dram_bytes else None
 
     compute_share = max(
         [v for v in (_pct(row, "sm_throughput_pct"), _ratio(achieved_flops, peak_flops)) if v is not None],
@@ -48,11 +50,11 @@ def roofline(row: dict, near_roof_share: float, latency_share: float) -> dict:
         default=None)
     bound = classify(compute_share, memory_share, near_roof_share, latency_share)
     dram_share = max([v for v in (_pct(row, "dram_throughput_pct"), _ratio(achieved_bytes, peak_bytes))
-                      if v is not None], default=0.0)
-    flop_share = _ratio(achieved_flops, peak_flops) or 0.0
+                      if v is not None], default=None)
+    flop_share = _ratio(achieved_flops, peak_flops)
     near_roof = None
-    if dram_share >= near_roof_share or flop_share >= near_roof_share:
-        near_roof = "memory" if dram_share >= flop_share else "compute"
+    if (dram_share or 0.0) >= near_roof_share or (flop_share or 0.0) >= near_roof_share:
+        near_roof = "memory" if (dram_share or 0.0) >= (flop_share or 0.0) else "compute"
     return {
         "precision": precision,
         "arithmetic_intensity": intensity,

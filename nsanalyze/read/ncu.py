@@ -66,6 +66,7 @@ class NcuReport:
     launches: list[NcuLaunch]
     units: dict[str, str]
     kind: str = "ncu"
+    unmeasured: list[NcuLaunch] = field(default_factory=list)  # launches the report holds no metrics for
 
     @property
     def device_name(self) -> str | None:
@@ -162,6 +163,24 @@ def _read_action(ncu_report, action, index: int, range_index: int, units: dict) 
     )
 
 
+def set_aside_unmeasured(launches: list[NcuLaunch], display: str) -> tuple[list[NcuLaunch], list[NcuLaunch]]:
+    """(launches with metrics, renumbered; launches without). A launch ncu could not profile (replay
+    failed, profiling stopped) keeps its name but no metrics: the rest of the report is still good.
+    A launch without even a name is a record cut off mid-way: the file is damaged."""
+    measured = [launch for launch in launches
+                if "gpu__time_duration.sum" in launch.metrics or "gpu__time_duration" in launch.metrics]
+    if not measured:
+        raise InputError(display, f"truncated or damaged report: none of its {len(launches)} launches holds metrics")
+    kept = {id(launch) for launch in measured}
+    unmeasured = [launch for launch in launches if id(launch) not in kept]
+    broken = next((launch for launch in unmeasured if not launch.name), None)
+    if broken is not None:
+        raise InputError(display, f"truncated or damaged report: launch {broken.index + 1} is incomplete")
+    for index, launch in enumerate(measured):
+        launch.index = index
+    return measured, unmeasured
+
+
 NCU_SIGNATURE = b"NVR\x00"  # the first bytes of every .ncu-rep
 
 
@@ -191,8 +210,5 @@ def read_ncu(path, display_path=None) -> NcuReport:
         raise InputError(display, f"corrupt Nsight Compute report ({exc})") from None
     if not launches:
         raise InputError(display, "not a usable Nsight Compute report: it holds no kernel launches")
-    for launch in launches:
-        if "gpu__time_duration.sum" not in launch.metrics and "gpu__time_duration" not in launch.metrics:
-            raise InputError(display, f"truncated or damaged report: launch {launch.index + 1} "
-                                      f"({launch.name or 'unnamed'}) holds no metrics")
-    return NcuReport(path=display, launches=launches, units=units)
+    measured, unmeasured = set_aside_unmeasured(launches, display)
+    return NcuReport(path=display, launches=measured, units=units, unmeasured=unmeasured)

@@ -55,6 +55,17 @@ def window_lines(timeline: dict) -> list[str]:
     if timeline.get("budget"):
         scope = "a median step" if steps and steps.get("budget") else f"the window ({duration(timeline['span_ns'])})"
         lines.append(f"Time budget of {scope}: {budget_text((steps or {}).get('budget') or timeline['budget'])}")
-    else:
-        lines.append("No GPU activity recorded in the window (was CUDA tracing on? nsys profile -t cuda,nvtx)")
     return lines
+
+
+def health_line(model: dict) -> str:
+    """What to say when nothing is above info: claim health only for what could be judged."""
+    timeline = model.get("timeline")
+    if timeline is not None and not timeline.get("budget") and not model["kernels"]:
+        return ("No GPU activity recorded (no kernels or copies in the export): profile with CUDA tracing on, "
+                "e.g. nsys profile -t cuda,nvtx,osrt, and export with nsys export --type sqlite.")
+    unjudged = sorted({n["check"] for n in model.get("not_judged") or []})
+    if unjudged:
+        return (f"No findings above info from the checks that could judge; {len(unjudged)} could not "
+                f"({', '.join(unjudged)}): the profile lacks their metrics.")
+    return "No findings above info: nothing here holds the program back by the checks' thresholds."

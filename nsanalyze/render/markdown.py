@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nsanalyze.render.format import duration, percent, window_lines
+from nsanalyze.render.format import duration, health_line, percent, window_lines
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
 DETAILED = 10           # findings with their advice folded in <details>
@@ -47,7 +47,7 @@ def render(model: dict) -> str:
     if model.get("gpu_metrics", {}).get("headline"):
         head.append(f"- {model['gpu_metrics']['headline']}")
     findings = [f for f in model["findings"] if f["severity"] != "info"]
-    body = [""] + (_table(findings) if findings else ["No findings above info."]) + [""]
+    body = [""] + (_table(findings) if findings else [escape(health_line(model))]) + [""]
     text = "\n".join(head + body)
     shown = 0
     for f in findings[:DETAILED]:

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nsanalyze.render.format import budget_text, duration, shorten, window_lines
+from nsanalyze.render.format import budget_text, duration, health_line, shorten, window_lines
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -18,6 +18,14 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
     for profile in model["profiles"]:
         console.print(Text(f"{profile['kind']}: {profile['path']}  ({profile['gpu'] or 'unknown GPU'}, "
                            f"CC {profile['compute_capability'] or '?'})", style="bold"))
+        clock = profile.get("clock_control") or {}
+        if clock.get("mode") == "locked":
+            console.print(Text(f"  Clocks locked ({clock['reason']}): clock-throttling not judged; "
+                               "ncu --clock-control none measures it", style="dim"))
+        if profile.get("unmeasured_launches"):
+            names = ", ".join(sorted({u["name"] for u in profile["unmeasured_launches"]}))
+            console.print(Text(f"  {len(profile['unmeasured_launches'])} launches hold no metrics and are left out: "
+                               f"{shorten(names, 100)}"))
     timeline = model.get("timeline")
     if timeline:
         for line in window_lines(timeline):
@@ -31,7 +39,7 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
         console.print(metrics["headline"])
     findings = [f for f in model["findings"] if f["severity"] != "info"]
     if not findings:
-        console.print("No findings above info: nothing here holds the program back by the checks' thresholds.")
+        console.print(Text(health_line(model)))
     else:
         table = Table(title="What to fix first", show_lines=False)
         for column in ("#", "severity", "check", "kernel / scope", "saves", "finding"):

@@ -27,4 +27,5 @@ def test_kernel_checks_read_known_concepts():
 def test_contract_ids():
     ids = {c.ID for c in kernel_checks()}
     assert ids == {"uncoalesced-global", "bank-conflicts", "missing-tensor-cores", "warp-divergence", "low-ilp",
-                   "low-occupancy", "local-memory-spill", "atomic-contention", "tail-effect", "clock-throttling"}
+                   "low-occupancy", "local-memory-spill", "atomic-contention", "tail-effect", "clock-throttling",
+                   "small-grid", "block-size"}

@@ -30,6 +30,7 @@ Atomic-heavy kernels look the same; the check leaves them to `atomic-contention`
 - `max_eligible_warps`: ready warps per scheduler below which issue starves.
 - `min_dependency_stall_share`: share of warp latency spent on dependencies.
 - `target_roof_share`: where a latency fix is expected to stop (the roofs in practice).
+- `min_theoretical_occupancy_pct`: below this the launch itself caps the warps: low-occupancy instead.
 """
 
 from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share
@@ -38,12 +39,15 @@ ID = "low-ilp"
 NAME = "latency.ilp"
 TITLE = "Latency-bound: too little independent work in flight"
 REQUIRES = ("issue_active_pct", "warp_latency_cycles", "stall_long_scoreboard_cycles")
-OPTIONAL = ("eligible_warps_per_scheduler", "stall_short_scoreboard_cycles", "stall_wait_cycles",
+OPTIONAL = ("achieved_occupancy_pct", "theoretical_occupancy_pct",
+            "eligible_warps_per_scheduler", "stall_short_scoreboard_cycles", "stall_wait_cycles",
             "global_atomic_instructions", "achieved_occupancy_pct")
 COLLECT = "--set full (WarpStateStats and SchedulerStats sections)"
 RELIEVES = None
 DEPENDENCY_STALLS = ("stall_long_scoreboard_cycles", "stall_short_scoreboard_cycles", "stall_wait_cycles")
 THRESHOLDS = {
+    "min_theoretical_occupancy_pct": Threshold(25.0, "below a quarter of the warp slots by launch limits, "
+                                                     "occupancy is the limiter: low-occupancy speaks instead"),
     "max_roof_share": Threshold(0.40, "a kernel at 40%+ of a roof is limited by that roof, not by latency"),
     "max_eligible_warps": Threshold(1.0, "with fewer than one ready warp per scheduler, issue slots go unused"),
     "min_dependency_stall_share": Threshold(0.5, "dependency stalls must explain most of the latency"),
@@ -87,6 +91,9 @@ def run(kernel: KernelView, limits) -> Finding | None:
         return None
     if atomic_share(kernel) >= limits["max_atomic_share"]:
         return None
+    achieved, theoretical = kernel.get("achieved_occupancy_pct"), kernel.get("theoretical_occupancy_pct")
+    if achieved is not None and theoretical is not None and theoretical < limits["min_theoretical_occupancy_pct"]:
+        return None  # the launch caps the warps per SM: more warps first (low-occupancy), not more ILP per warp
     return Finding(
         check=ID,
         title=f"Latency-bound at {share:.0%} of its nearest roof: warps wait on dependent instructions "

@@ -33,8 +33,8 @@ from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evide
 ID = "low-occupancy"
 NAME = "latency.occupancy"
 TITLE = "Too few warps per SM to hide latency"
-REQUIRES = ("achieved_occupancy_pct", "issue_active_pct")
-OPTIONAL = ("theoretical_occupancy_pct", "waves_per_sm", "blocks_per_sm_limit_registers",
+REQUIRES = ("achieved_occupancy_pct",)
+OPTIONAL = ("issue_active_pct", "theoretical_occupancy_pct", "waves_per_sm", "blocks_per_sm_limit_registers",
             "blocks_per_sm_limit_shared_mem", "blocks_per_sm_limit_warps", "blocks_per_sm_limit", "block_size")
 COLLECT = "--set full (Occupancy and LaunchStats sections)"
 RELIEVES = None
@@ -81,8 +81,8 @@ def run(kernel: KernelView, limits) -> Finding | None:
     share = roof_share(kernel)
     if share is None or share >= limits["max_roof_share"]:
         return None
-    issue = kernel.get("issue_active_pct")
-    if issue >= limits["max_issue_active_pct"]:
+    issue = kernel.get("issue_active_pct")  # when measured: a busy scheduler is not starved of warps
+    if issue is not None and issue >= limits["max_issue_active_pct"]:
         return None
     waves = kernel.get("waves_per_sm")
     cause = "the grid fills less than one wave" if waves is not None and waves < 1 else _limiter(kernel)

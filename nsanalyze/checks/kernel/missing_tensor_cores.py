@@ -40,12 +40,16 @@ NAME = "compute.tensor.missing"
 TITLE = "Matrix math on FMA pipes instead of tensor cores"
 REQUIRES = ("duration_ns", "fp32_flops", "fp32_peak_flops_per_s")
 OPTIONAL = ("tensor_pipe_pct", "tensor_hmma_pipe_pct", "tensor_gmma_pipe_pct", "fp16_flops",
-            "shared_load_requests", "shared_wavefronts", "warp_execution_efficiency",
+            "shared_load_requests", "shared_wavefronts", "warp_execution_efficiency", "dram_bytes",
+            "fma_pipe_pct", "fp16_pipe_pct",
             "tf32_peak_flops_per_s", "bf16_peak_flops_per_s")
 COLLECT = "--set full (ComputeWorkloadAnalysis and the roofline sections)"
 RELIEVES = "compute"
 THRESHOLDS = {
     "min_fp_roof_share": Threshold(0.05, "below 5% of the FP roof the FMAs are not where the time goes"),
+    "min_arithmetic_intensity": Threshold(12.0, "matrix products reuse each operand byte many times (measured GEMMs: "
+                                                "26-380 FLOP per DRAM byte); softmax, layer norm and element-wise "
+                                                "kernels do 0.1-8"),
     "max_tensor_pipe_pct": Threshold(1.0, "a kernel on tensor cores keeps the pipe busy well above 1%"),
     "min_warp_efficiency": Threshold(0.8, "divergent code is not a matrix product; fix divergence first"),
     "tensor_efficiency": Threshold(0.5, "cuBLAS/CUTLASS GEMMs of moderate size reach about half the dense roof"),
@@ -87,6 +91,10 @@ def run(kernel: KernelView, limits) -> Finding | None:
     roof_share = flops / duration_s / fp32_peak
     if roof_share < limits["min_fp_roof_share"]:
         return None
+    dram_bytes = kernel.get("dram_bytes")
+    intensity = flops / dram_bytes if dram_bytes else None
+    if intensity is not None and intensity < limits["min_arithmetic_intensity"]:
+        return None  # memory-bound work far from the compute roofs: tensor cores would not help
     tensor = _tensor_activity(kernel)
     if tensor is not None and tensor >= limits["max_tensor_pipe_pct"]:
         return None
@@ -102,9 +110,16 @@ def run(kernel: KernelView, limits) -> Finding | None:
     tensor_time_s = flops / (tensor_peak * limits["tensor_efficiency"])
     speedup = clamp01(1 - tensor_time_s / duration_s)
     path = "TF32" if kernel.get("tf32_peak_flops_per_s") else "FP16/BF16"
+    half = kernel.get("fp16_flops") or 0.0
+    precision = "FP16" if half > kernel.get("fp32_flops") else "FP32"
+    pipe = "FP16 pipe (HFMA2)" if precision == "FP16" else "FMA pipe"
+    if precision == "FP16" and kernel.get("bf16_peak_flops_per_s"):
+        tensor_peak, path = kernel.get("bf16_peak_flops_per_s"), "FP16/BF16"
+        tensor_time_s = flops / (tensor_peak * limits["tensor_efficiency"])
+        speedup = clamp01(1 - tensor_time_s / duration_s)
     return Finding(
         check=ID,
-        title=f"FP32 matrix math runs on the FMA pipe at {roof_share:.0%} of its roof while the tensor cores idle",
+        title=f"{precision} matrix math runs on the {pipe} at {roof_share:.0%} of its roof while the tensor cores idle",
         estimated_speedup=speedup,
         evidence={
             "fp_flops": evidence(flops, unit="FLOP"),
@@ -112,6 +127,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
             "tensor_pipe_pct": evidence(tensor, limits["max_tensor_pipe_pct"], unit="%", compare="<"),
             f"{path.lower().replace('/', '_')}_peak_flops_per_s": evidence(tensor_peak, unit="FLOP/s"),
             "shared_load_instructions": evidence(shared_loads),
+            "arithmetic_intensity": evidence(intensity, limits["min_arithmetic_intensity"], unit="FLOP/byte"),
         },
         advice=ADVICE,
         notes=[f"estimate: the same FLOPs at {limits['tensor_efficiency']:.0%} of the {path} tensor roof "

@@ -1,6 +1,7 @@
 """Tail effect: SMs idle while the last blocks finish.
 
 ## What it detects
+A grid with a block for every SM whose last, partial wave keeps a few SMs busy while the rest idle.
 Kernels in which the average SM was busy for much less time than the busiest one: a last,
 partial wave of blocks (e.g. 133 blocks on 132 SMs) or blocks of very uneven length.
 
@@ -58,6 +59,8 @@ def run(kernel: KernelView, limits) -> Finding | None:
     if idle < limits["min_idle_share"]:
         return None
     grid, sms, waves = kernel.get("grid_size"), kernel.get("sm_count"), kernel.get("waves_per_sm")
+    if grid is not None and sms is not None and grid < sms:
+        return None  # SMs without any block: the grid is too small (small-grid), there is no last wave
     shape = f" ({grid:.0f} blocks on {sms:.0f} SMs, {waves:.2f} waves)" if None not in (grid, sms, waves) else ""
     return Finding(
         check=ID,

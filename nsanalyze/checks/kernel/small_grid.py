@@ -1,0 +1,81 @@
+"""The grid is too small to fill the GPU.
+
+## What it detects
+Launches whose grid holds fewer blocks than the SMs can run at once (SMs x resident blocks per SM,
+less than one wave), so some SMs get no block at all and the rest run below their occupancy limit.
+
+## Why it is slow
+Each SM runs the blocks it is given; an SM without a block idles for the whole kernel. A 10-block
+grid on a 132-SM GPU uses 8% of the chip whatever the kernel's code does.
+
+## Example
+```cuda
+// one block per row of a 64-row matrix: 64 blocks on 132 SMs
+row_softmax<<<64, 256>>>(x, cols);
+```
+
+## Instead
+```cuda
+// split each row over several blocks (or warps per row), or batch several problems per launch
+row_softmax_split<<<dim3(64, 8), 256>>>(x, cols);   // 512 blocks: every SM busy
+```
+
+## Known problems
+Small problems (batch-1 inference, the last layers of a network) cannot always be split; batching
+requests, fusing kernels or running independent work on other streams fills the GPU instead.
+
+## Options
+- `max_waves`: the share of one wave below which the grid counts as too small.
+"""
+
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
+
+ID = "small-grid"
+NAME = "scheduling.grid.small"
+TITLE = "Grid too small to fill the GPU"
+REQUIRES = ("grid_size", "sm_count")
+OPTIONAL = ("blocks_per_sm_limit", "waves_per_sm", "block_size")
+COLLECT = "--section LaunchStats --section Occupancy"
+RELIEVES = None
+THRESHOLDS = {
+    "max_waves": Threshold(0.5, "a grid of under half a wave leaves most of the GPU's block slots empty"),
+    "parallel_efficiency": Threshold(0.5, "splitting the work over more blocks recovers about half the idle "
+                                          "share: the split adds reductions and the kernel may be latency-bound"),
+}
+SPEEDUP_MODEL = "(1 - blocks / SMs, the share of SMs left without a block) x parallel_efficiency"
+ADVICE = """Give every SM work.
+
+- Launch more, smaller blocks: split each block's work (rows over several blocks, a split-K
+  reduction), or use a grid-stride loop sized to `numSMs * blocksPerSM`.
+- Batch several independent problems (requests, heads, layers) into one launch.
+- Run independent small kernels concurrently on separate streams, or fuse them (`torch.compile`).
+
+```cuda
+// before: 16 blocks on 132 SMs
+reduce<<<16, 1024>>>(x, n);
+// after: enough blocks for every SM, then a second pass over the partial results
+reduce<<<numSMs * 4, 256>>>(x, partial, n); reduce<<<1, 1024>>>(partial, out, numSMs * 4);
+```"""
+
+
+def run(kernel: KernelView, limits) -> Finding | None:
+    grid, sms = kernel.get("grid_size"), kernel.get("sm_count")
+    per_sm = kernel.get("blocks_per_sm_limit") or 1.0
+    waves = kernel.get("waves_per_sm")
+    if waves is None:
+        waves = grid / (sms * per_sm) if sms else None
+    if not grid or not sms or waves is None or waves >= limits["max_waves"]:
+        return None
+    idle_sms = clamp01(1 - grid / sms)
+    return Finding(
+        check=ID,
+        title=f"{grid:.0f} blocks on {sms:.0f} SMs ({waves:.2f} waves): "
+              + (f"{idle_sms:.0%} of the SMs get no block" if idle_sms > 0 else
+                 f"each SM holds {grid / sms:.1f} of the {per_sm:.0f} blocks it could run"),
+        estimated_speedup=idle_sms * limits["parallel_efficiency"],
+        evidence={"waves_per_sm": evidence(waves, limits["max_waves"], compare="<"),
+                  "grid_size": evidence(grid, unit="blocks"), "sm_count": evidence(sms),
+                  "blocks_per_sm_limit": evidence(kernel.get("blocks_per_sm_limit")),
+                  "block_size": evidence(kernel.get("block_size"), unit="threads")},
+        advice=ADVICE,
+    )

@@ -1,0 +1,61 @@
+"""How an ncu report was clocked: at ncu's default locked base clock, or free-running.
+
+The report does not store ncu's `--clock-control` option, but the clocks show it. At the default
+(`base`) every kernel runs at one fixed SM clock, the GPU's base clock; under `--clock-control none`
+kernels run near the boost clock, and real throttling varies between kernels. A locked report says
+nothing about throttling, so clock-throttling is not judged on it.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from functools import lru_cache
+from pathlib import Path
+
+CLOCKS_PATH = Path(__file__).with_name("gpu_clocks.csv")
+BASE_TOLERANCE = 0.12     # measured clocks of short kernels read a few percent off the locked clock
+LOCKED_SPREAD = 0.05      # kernels at one locked clock agree within a few percent (measured: 3% on an H200)
+MIN_KERNEL_NS = 20_000    # shorter kernels measure their clock too coarsely to compare
+BELOW_BOOST = 0.90        # a clock this close to the boost clock is free-running whatever the rest says
+
+
+@lru_cache(maxsize=1)
+def _models() -> list[dict]:
+    with open(CLOCKS_PATH, newline="") as handle:
+        return list(csv.DictReader(line for line in handle if not line.startswith("#")))
+
+
+def model_clocks(device_name: str | None) -> dict | None:
+    """Base and boost clocks (Hz) of a GPU model, from the datasheet table; None when unknown."""
+    name = (device_name or "").lower()
+    for row in _models():
+        if row["pattern"].lower() in name:
+            return {"base_hz": float(row["base_mhz"]) * 1e6, "boost_hz": float(row["boost_mhz"]) * 1e6,
+                    "source": row["source"]}
+    return None
+
+
+def clock_control(rows: list[dict]) -> dict:
+    """{mode: locked | free | unknown, clock_hz, max_hz, base_hz, reason} from the launches' clocks."""
+    measured = [(r["sm_frequency_hz"], r.get("duration_ns") or 0) for r in rows if r.get("sm_frequency_hz")]
+    maximum = next((r["max_sm_frequency_hz"] for r in rows if r.get("max_sm_frequency_hz")), None)
+    device = next((r.get("device_name") for r in rows if r.get("device_name")), None)
+    model = model_clocks(device)
+    result = {"mode": "unknown", "clock_hz": None, "max_hz": maximum,
+              "base_hz": model["base_hz"] if model else None, "reason": "no SM clock measured"}
+    if not measured:
+        return result
+    long_enough = [f for f, d in measured if d >= MIN_KERNEL_NS] or [f for f, _ in measured]
+    clock = statistics.median(long_enough)
+    result["clock_hz"] = clock
+    if maximum and clock >= BELOW_BOOST * maximum:
+        return {**result, "mode": "free", "reason": f"kernels ran at {clock / 1e6:.0f} MHz, near the "
+                                                    f"{maximum / 1e6:.0f} MHz maximum"}
+    if model and abs(clock - model["base_hz"]) <= BASE_TOLERANCE * model["base_hz"]:
+        return {**result, "mode": "locked", "reason": f"kernels ran at {clock / 1e6:.0f} MHz, the base clock of "
+                                                      f"this GPU ({model['base_hz'] / 1e6:.0f} MHz, {model['source']})"}
+    if len(long_enough) >= 3 and (max(long_enough) - min(long_enough)) <= LOCKED_SPREAD * clock:
+        return {**result, "mode": "locked", "reason": f"{len(long_enough)} kernels ran at one clock, "
+                                                      f"{clock / 1e6:.0f} MHz, below the maximum (a locked clock)"}
+    return {**result, "mode": "free", "reason": "kernels ran at varying clocks below the maximum (a locked clock)"}

@@ -1,0 +1,60 @@
+"""Launches grouped into kernels, savings that fit each kernel's time, partial reports (real ncu reports)."""
+
+import pytest
+
+from tests.conftest import DEV_SUITE_NCU, REAL
+
+
+def test_launches_group_by_kernel_shape_and_range(analyzed):
+    model = analyzed(REAL / "gpt_fp32_full.ncu-rep.xz")
+    launches = sum(k["launches"] for k in model["kernels"])
+    assert len(model["kernels"]) < launches                   # repeated library kernels share an entry
+    ids = sorted(i for k in model["kernels"] for i in k["launch_ids"])
+    assert ids == list(range(launches))                      # every launch in exactly one kernel
+    for kernel in model["kernels"]:
+        m = kernel["metrics"]
+        assert m["min_ns"] <= kernel["duration_ns"] <= m["max_ns"]
+        assert kernel["total_ns"] == pytest.approx(kernel["duration_ns"] * kernel["launches"], rel=1e-9)
+
+
+def test_a_kernels_findings_never_promise_more_than_its_time(analyzed):
+    for path in (REAL / "gpt_fp32_full.ncu-rep.xz", DEV_SUITE_NCU):
+        model = analyzed(path)
+        by_kernel = {}
+        for finding in model["findings"]:
+            if finding["kernel_id"] is not None:
+                by_kernel.setdefault(finding["kernel_id"], []).append(finding)
+        for kernel_id, findings in by_kernel.items():
+            total = model["kernels"][kernel_id]["total_ns"]
+            assert sum(f["estimated_savings_ns"] for f in findings) <= total * 1.0001
+            assert sum(f["estimated_speedup"] for f in findings) <= 1.0001
+
+
+def test_overlapping_findings_say_so(dev_suite_model):
+    pointer_chase = [f for f in dev_suite_model["findings"] if f["kernel_name"] == "pointer_chase"
+                     and f["severity"] != "info"]
+    assert len(pointer_chase) >= 2
+    assert all(any(n.startswith("overlaps with") for n in f["notes"]) for f in pointer_chase)
+
+
+def test_launch_without_metrics_is_left_out_with_a_note():
+    """A launch ncu could not profile keeps its name but no metrics. Made from the real dev suite by
+    clearing one launch's metrics in memory: the report is analysed without it, and says which."""
+    import copy
+
+    from nsanalyze.analyze import Options, analyze_ncu
+    from nsanalyze.errors import InputError
+    from nsanalyze.read import read_profile
+    from nsanalyze.read.ncu import set_aside_unmeasured
+
+    report = copy.deepcopy(read_profile(DEV_SUITE_NCU))
+    report.launches[2].metrics = {}
+    report.launches, report.unmeasured = set_aside_unmeasured(report.launches, report.path)
+    assert len(report.launches) == 11 and [l.index for l in report.launches] == list(range(11))
+    kernels, findings, _, _, facts = analyze_ncu(report, Options())
+    assert facts["unmeasured_launches"] == [{"index": 2, "name": "random_gather"}]
+    assert "random_gather" not in {k["name"] for k in kernels} and len(kernels) == 11
+    report.launches[0].name = None
+    report.launches[0].metrics = {}
+    with pytest.raises(InputError, match="truncated or damaged"):
+        set_aside_unmeasured(report.launches, report.path)
