@@ -1,16 +1,18 @@
 # Two commands for a fresh machine: `make report` and `make test`.
-# Both create the virtual environment on first use and install what is missing,
-# system packages included (Debian: pango for WeasyPrint, poppler-utils and chromium for report tests).
+# Both create the virtual environment on first use and install what is missing, system packages
+# included: the report needs pango (WeasyPrint's PDF); the tests also poppler-utils, chromium and npm.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-stamp
 SYSTEM_STAMP = $(VENV)/.system-stamp
+TEST_SYSTEM_STAMP = $(VENV)/.test-system-stamp
+TEST_STAMP = $(VENV)/.test-installed-stamp
 
 # Debian packages and the command (or library) that proves each is there.
-SYSTEM_PACKAGES = libpango-1.0-0:libpango-1.0.so.0 libpangoft2-1.0-0:libpangoft2-1.0.so.0 \
-                  poppler-utils:pdftoppm chromium:chromium xz-utils:xz sqlite3:sqlite3 npm:npm
+SYSTEM_PACKAGES = libpango-1.0-0:libpango-1.0.so.0 libpangoft2-1.0-0:libpangoft2-1.0.so.0
+TEST_SYSTEM_PACKAGES = poppler-utils:pdftoppm chromium:chromium xz-utils:xz sqlite3:sqlite3 npm:npm
 
 .PHONY: report test bench setup system-deps clean
 
@@ -23,10 +25,14 @@ report: setup
 # The published SARIF 2.1.0 JSON schema, as npm ships it (for the SARIF validation test).
 SARIF_SCHEMA = tests/.schemas/sarif-2.1.0-rtm.5.json
 
-test: setup $(SARIF_SCHEMA)
+test: setup $(TEST_SYSTEM_STAMP) $(TEST_STAMP) $(SARIF_SCHEMA)
 	$(BIN)/python -m pytest -q
 
-$(SARIF_SCHEMA):
+$(TEST_SYSTEM_STAMP): $(SYSTEM_STAMP)
+	@bash scripts/system-deps.sh $(TEST_SYSTEM_PACKAGES)
+	@touch $@
+
+$(SARIF_SCHEMA): $(TEST_SYSTEM_STAMP)
 	@mkdir -p tests/.schemas
 	cd tests/.schemas && npm pack --silent @microsoft/jest-sarif@1.0.0-beta.0 >/dev/null && \
 		tar xzf microsoft-jest-sarif-1.0.0-beta.0.tgz --strip-components=3 package/lib/schemas/sarif-2.1.0-rtm.5.json && \
@@ -44,6 +50,10 @@ $(SYSTEM_STAMP):
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	@touch $@
+
+$(TEST_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $@
 

@@ -11,7 +11,7 @@ from types import ModuleType
 
 from nsanalyze.checks.base import Finding, KernelView, NotJudged, severity_for
 
-REQUIRED_ATTRIBUTES = ("ID", "NAME", "TITLE", "REQUIRES", "THRESHOLDS", "SPEEDUP_MODEL", "ADVICE", "run")
+REQUIRED_ATTRIBUTES = ("ID", "NAME", "TITLE", "SECTION", "REQUIRES", "THRESHOLDS", "SPEEDUP_MODEL", "ADVICE", "run")
 DOC_HEADINGS = ("What it detects", "Why it is slow", "Example", "Instead", "Known problems", "Options")
 DEFAULTS_PATH = Path(__file__).with_name("thresholds.toml")
 

@@ -6,9 +6,8 @@ The same HTML, with print CSS, is what the PDF renderer hands to WeasyPrint.
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, PackageLoader, select_autoescape
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 from pygments import highlight
@@ -16,17 +15,18 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
+from nsanalyze.checks import kernel_checks, program_checks
 from nsanalyze.render import charts
 from nsanalyze.render.format import duration, percent, quantity, shorten, window_lines
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
-SECTION_ORDER = {  # where each check's findings sit in an expert's order of diagnosis
-    "busy": ("launch-overhead", "host-compute", "host-sync", "gpu-idle", "sync-memcpy", "pageable-memcpy",
-             "low-tensor-activity", "clock-throttling", "exposed-communication", "rank-imbalance"),
-    "memory": ("uncoalesced-global", "bank-conflicts", "local-memory-spill", "atomic-contention"),
-    "tensor": ("missing-tensor-cores",),
-    "kernel": ("warp-divergence", "low-ilp", "low-occupancy", "tail-effect"),
-}
+SECTIONS = ("busy", "memory", "tensor", "kernel")  # an expert's order of diagnosis
+
+
+def _section_of(finding: dict) -> str:
+    """The section a finding's check declares (checks' SECTION attribute): a new check can't be dropped."""
+    group = program_checks() if finding["kernel_id"] is None else kernel_checks()
+    check = next((c for c in group if c.ID == finding["check"]), None)
+    return getattr(check, "SECTION", "kernel") if check else "kernel"
 
 
 def _highlight(code: str, language: str, _attrs) -> str:
@@ -48,7 +48,7 @@ def markdown_filter(text: str) -> Markup:
 
 @lru_cache(maxsize=1)
 def environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html", "j2"]),
+    env = Environment(loader=PackageLoader("nsanalyze.render", "templates"), autoescape=select_autoescape(["html", "j2"]),
                       trim_blocks=True, lstrip_blocks=True)
     env.filters.update(duration=duration, percent=percent, quantity=quantity, shorten=shorten,
                        markdown=markdown_filter)
@@ -60,7 +60,9 @@ def view(model: dict) -> dict:
     """What the template shows, derived from the report model only."""
     findings = model["findings"]
     shown = [f for f in findings if f["severity"] != "info"]
-    by_section = {name: [f for f in shown if f["check"] in checks] for name, checks in SECTION_ORDER.items()}
+    by_section = {name: [] for name in SECTIONS}
+    for finding in shown:
+        by_section.setdefault(_section_of(finding), []).append(finding)
     kernels = model["kernels"]
     return {
         "model": model,

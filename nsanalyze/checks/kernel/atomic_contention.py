@@ -36,6 +36,7 @@ from nsanalyze.checks.kernel.low_ilp import atomic_share
 ID = "atomic-contention"
 NAME = "memory.global.atomics"
 TITLE = "Contended global atomics"
+SECTION = "memory"  # the report section its findings appear in
 REQUIRES = ("global_load_requests",)
 OPTIONAL = ("global_atomic_instructions", "global_atomic_requests", "global_store_requests", "l2_atomic_sectors")
 COLLECT = "--set full (MemoryWorkloadAnalysis_Tables and InstructionStats sections)"

@@ -38,6 +38,7 @@ from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evide
 ID = "bank-conflicts"
 NAME = "memory.shared.bank_conflicts"
 TITLE = "Shared-memory bank conflicts"
+SECTION = "memory"  # the report section its findings appear in
 REQUIRES = ("bank_conflict_share",)
 OPTIONAL = ("l1_throughput_pct", "shared_wavefronts", "shared_wavefronts_ideal")
 COLLECT = "--set full (SourceCounters and MemoryWorkloadAnalysis_Tables sections)"

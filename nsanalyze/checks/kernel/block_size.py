@@ -32,6 +32,7 @@ from nsanalyze.checks.base import Finding, KernelView, Threshold, evidence
 ID = "block-size"
 NAME = "scheduling.block.size"
 TITLE = "Block size wastes warp lanes"
+SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("block_size",)
 OPTIONAL = ("grid_size",)
 COLLECT = "--section LaunchStats"

@@ -31,6 +31,7 @@ from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evide
 ID = "clock-throttling"
 NAME = "device.clock"
 TITLE = "SM clock below the device's maximum"
+SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("sm_clock_ratio",)
 OPTIONAL = ("sm_frequency_hz", "max_sm_frequency_hz", "sm_throughput_pct")
 COLLECT = "--section SpeedOfLight"

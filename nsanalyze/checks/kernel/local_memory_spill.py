@@ -32,6 +32,7 @@ from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evide
 ID = "local-memory-spill"
 NAME = "memory.local.spill"
 TITLE = "Register spills and local-memory traffic"
+SECTION = "memory"  # the report section its findings appear in
 REQUIRES = ("local_bytes",)
 OPTIONAL = ("spill_instructions", "local_instructions", "global_load_sectors", "global_store_sectors",
             "registers_per_thread", "memory_throughput_pct")

@@ -38,6 +38,7 @@ from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evide
 ID = "low-ilp"
 NAME = "latency.ilp"
 TITLE = "Latency-bound: too little independent work in flight"
+SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("issue_active_pct", "warp_latency_cycles", "stall_long_scoreboard_cycles")
 OPTIONAL = ("achieved_occupancy_pct", "theoretical_occupancy_pct",
             "eligible_warps_per_scheduler", "stall_short_scoreboard_cycles", "stall_wait_cycles",

@@ -33,6 +33,7 @@ from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evide
 ID = "low-occupancy"
 NAME = "latency.occupancy"
 TITLE = "Too few warps per SM to hide latency"
+SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("achieved_occupancy_pct",)
 OPTIONAL = ("issue_active_pct", "theoretical_occupancy_pct", "waves_per_sm", "blocks_per_sm_limit_registers",
             "blocks_per_sm_limit_shared_mem", "blocks_per_sm_limit_warps", "blocks_per_sm_limit", "block_size")

@@ -38,6 +38,7 @@ from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evide
 ID = "missing-tensor-cores"
 NAME = "compute.tensor.missing"
 TITLE = "Matrix math on FMA pipes instead of tensor cores"
+SECTION = "tensor"  # the report section its findings appear in
 REQUIRES = ("duration_ns", "fp32_flops", "fp32_peak_flops_per_s")
 OPTIONAL = ("tensor_pipe_pct", "tensor_hmma_pipe_pct", "tensor_gmma_pipe_pct", "fp16_flops",
             "shared_load_requests", "shared_wavefronts", "warp_execution_efficiency", "dram_bytes",

@@ -33,6 +33,7 @@ from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evide
 ID = "small-grid"
 NAME = "scheduling.grid.small"
 TITLE = "Grid too small to fill the GPU"
+SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("grid_size", "sm_count")
 OPTIONAL = ("blocks_per_sm_limit", "waves_per_sm", "block_size")
 COLLECT = "--section LaunchStats --section Occupancy"

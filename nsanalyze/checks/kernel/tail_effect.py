@@ -31,6 +31,7 @@ from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evide
 ID = "tail-effect"
 NAME = "scheduling.tail"
 TITLE = "Tail effect: SMs idle while the last blocks finish"
+SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("sm_busy_imbalance",)
 OPTIONAL = ("waves_per_sm", "grid_size", "sm_count", "blocks_per_sm_limit")
 COLLECT = "--set full (SpeedOfLight and LaunchStats sections)"

@@ -33,6 +33,7 @@ from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evide
 ID = "uncoalesced-global"
 NAME = "memory.global.uncoalesced"
 TITLE = "Uncoalesced global memory access"
+SECTION = "memory"  # the report section its findings appear in
 REQUIRES = ("duration_ns",)
 OPTIONAL = ("global_sectors", "global_sectors_ideal", "global_sectors_excess_share",
             "sectors_per_request_global_load", "memory_throughput_pct")

@@ -31,6 +31,7 @@ from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evide
 ID = "warp-divergence"
 NAME = "compute.control.divergence"
 TITLE = "Warp divergence"
+SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("warp_execution_efficiency",)
 OPTIONAL = ("issue_active_pct", "divergent_branches", "branch_uniform_pct")
 COLLECT = "--set full (InstructionStats and SourceCounters sections)"

@@ -29,6 +29,7 @@ from nsanalyze.checks.base import Finding, Threshold, clamp01, evidence
 ID = "clock-throttling"
 NAME = "program.device.clock"
 TITLE = "GPU clock below its maximum while busy"
+SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("busy_clock",)
 BUDGET_PART = "gpu_compute"
 THRESHOLDS = {"max_clock_ratio": Threshold(0.85, "boost clocks wander a few percent; 15% below the maximum is throttling")}

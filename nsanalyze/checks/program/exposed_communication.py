@@ -33,6 +33,7 @@ from nsanalyze.checks.base import Finding, Threshold, evidence
 ID = "exposed-communication"
 NAME = "program.communication.exposed"
 TITLE = "Communication not hidden behind compute"
+SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("devices",)
 BUDGET_PART = "gpu_communication"
 THRESHOLDS = {"min_exposed_share": Threshold(0.03, "a few percent of a step in bare collectives is worth overlapping")}

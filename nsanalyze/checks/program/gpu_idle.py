@@ -37,6 +37,7 @@ from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence
 ID = "gpu-idle"
 NAME = "program.idle"
 TITLE = "The GPU idles with work already queued"
+SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("summary", "budget")
 BUDGET_PART = "idle_other"
 THRESHOLDS = {

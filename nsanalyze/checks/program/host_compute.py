@@ -39,6 +39,7 @@ from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, med
 ID = "host-compute"
 NAME = "program.host.compute"
 TITLE = "The GPU waits while the host computes"
+SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("budget",)
 BUDGET_PART = "idle_host"
 THRESHOLDS = {"min_idle_share": Threshold(0.05, "a twentieth of the window spent waiting on host code is worth moving")}

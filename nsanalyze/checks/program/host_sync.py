@@ -34,6 +34,7 @@ from nsanalyze.checks.base import Finding, plural, Threshold, budget_part, evide
 ID = "host-sync"
 NAME = "program.sync.host"
 TITLE = "Host synchronization leaves the GPU waiting"
+SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("syncs", "budget")
 BUDGET_PART = "idle_sync"
 THRESHOLDS = {"min_idle_share": Threshold(0.03, "under 3% of the window the syncs are cheap insurance")}

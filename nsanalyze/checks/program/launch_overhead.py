@@ -35,6 +35,7 @@ from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, med
 ID = "launch-overhead"
 NAME = "program.launch.overhead"
 TITLE = "Launch-bound: the GPU waits on kernel launches"
+SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("launches", "budget")
 BUDGET_PART = "idle_launch"
 THRESHOLDS = {"min_idle_share": Threshold(0.05, "a twentieth of the window idle behind launches is worth a graph")}

@@ -40,6 +40,7 @@ from nsanalyze.checks.base import Finding, Threshold, budget_part, clamp01, evid
 ID = "low-tensor-activity"
 NAME = "program.utilization.tensor"
 TITLE = "Busy by GPU-Util, but the tensor cores idle"
+SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("gpu_metrics",)
 BUDGET_PART = "gpu_compute"
 THRESHOLDS = {

@@ -33,6 +33,7 @@ from nsanalyze.checks.base import Finding, plural, Threshold, evidence
 ID = "pageable-memcpy"
 NAME = "program.copies.pageable"
 TITLE = "Copies from or to pageable host memory"
+SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("copies",)
 BUDGET_PART = "gpu_copy"
 THRESHOLDS = {

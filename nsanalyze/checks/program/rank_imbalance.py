@@ -32,6 +32,7 @@ from nsanalyze.checks.base import Finding, Threshold, evidence
 ID = "rank-imbalance"
 NAME = "program.communication.imbalance"
 TITLE = "One GPU holds the others back"
+SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("devices",)
 BUDGET_PART = "gpu_communication"
 THRESHOLDS = {"min_imbalance_share": Threshold(0.05, "a few percent of jitter between GPUs is normal")}

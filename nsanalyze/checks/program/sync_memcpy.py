@@ -32,6 +32,7 @@ from nsanalyze.checks.base import Finding, plural, Threshold, evidence
 ID = "sync-memcpy"
 NAME = "program.copies.sync"
 TITLE = "Synchronous copies block the host"
+SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("copies",)
 BUDGET_PART = "gpu_copy"
 THRESHOLDS = {"min_copies": Threshold(1, "each one drains the GPU's queue")}
