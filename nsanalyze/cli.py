@@ -80,7 +80,8 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
 @click.argument("new")
 @click.option("-o", "--output", "outputs", multiple=True, help="report file: .html .md .json, or - for JSON on stdout")
 @click.option("--fail-on-regression", type=float, metavar="PCT", help="exit 1 when a kernel or range is PCT% slower")
-def diff_command(base, new, outputs, fail_on_regression):
+@click.option("--force", is_flag=True, help="compare profiles of different kinds or GPUs anyway")
+def diff_command(base, new, outputs, fail_on_regression, force):
     """Compare two profiles of the same program: per kernel and NVTX range, before, after, and why."""
     from nsanalyze.diff import diff, regressions
     from nsanalyze.render import format_for, write_bytes
@@ -89,7 +90,7 @@ def diff_command(base, new, outputs, fail_on_regression):
     for target in outputs:
         if format_for(target) not in ("json", "markdown", "html"):
             raise InputError(target, "diff reports are .html, .md or .json")
-    result = diff(base, new)
+    result = diff(base, new, force=force)
     for target in outputs:
         write_bytes(render_diff(result, format_for(target)).encode(), target)
     if not outputs:

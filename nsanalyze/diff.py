@@ -13,6 +13,7 @@ import math
 
 from nsanalyze import __version__
 from nsanalyze.analyze import Options, analyze
+from nsanalyze.errors import InputError
 
 DIFF_SCHEMA = "nsanalyze/diff@1"
 # Two ncu runs of unchanged code on the H200 dev suite differed by up to 6.3% per kernel
@@ -91,20 +92,51 @@ def _kernel_rows(base: dict, new: dict) -> list[dict]:
     return rows
 
 
+def _ncu_ranges(model: dict) -> dict[str, dict]:
+    """ncu: kernel time summed per NVTX range, at every level of each launch's range path
+    (`train_step`, `train_step/forward`, ...): a precision switch renames kernels, not ranges."""
+    ranges: dict[str, dict] = {}
+    for kernel in model["kernels"]:
+        parts = (kernel.get("nvtx_range") or "").split("/")
+        for depth in range(1, len(parts) + 1):
+            name = "/".join(parts[:depth])
+            if name:
+                entry = ranges.setdefault(name, {"name": name, "kernel_ns": 0.0, "kernel_names": []})
+                entry["kernel_ns"] += kernel.get("total_ns") or kernel["duration_ns"] or 0.0
+                entry["kernel_names"].append(kernel["name"])
+    return ranges
+
+
 def _range_rows(base: dict, new: dict) -> list[dict]:
-    before = {r["name"]: r for r in (base.get("timeline") or {}).get("ranges", [])}
-    after = {r["name"]: r for r in (new.get("timeline") or {}).get("ranges", [])}
+    if base.get("timeline") is None and new.get("timeline") is None:
+        before, after = _ncu_ranges(base), _ncu_ranges(new)
+    else:
+        before = {r["name"]: r for r in (base.get("timeline") or {}).get("ranges", [])}
+        after = {r["name"]: r for r in (new.get("timeline") or {}).get("ranges", [])}
     rows = []
     for name in before.keys() & after.keys():
         b, a = before[name]["kernel_ns"], after[name]["kernel_ns"]
         change = (a - b) / b if b else None
         rows.append({"name": name, "before_ns": b, "after_ns": a, "change": change, "noise": DEFAULT_NOISE,
-                     "verdict": _verdict(change, DEFAULT_NOISE) if b else "no GPU work"})
+                     "verdict": _verdict(change, DEFAULT_NOISE) if b else "no GPU work",
+                     **({"kernels_before": sorted(set(before[name]["kernel_names"])),
+                         "kernels_after": sorted(set(after[name]["kernel_names"]))}
+                        if "kernel_names" in before[name] else {})})
     return sorted(rows, key=lambda r: -(r["before_ns"] or 0))
 
 
-def diff(base_path: str, new_path: str, options: Options | None = None) -> dict:
+def diff(base_path: str, new_path: str, options: Options | None = None, force: bool = False) -> dict:
+    """Compares two profiles of one program; profiles of different kinds or GPUs are refused unless forced
+    (an ncu report against an nsys export would list every finding as gone)."""
     base, new = analyze([base_path], options), analyze([new_path], options)
+    if not force:
+        (before,), (after,) = base["profiles"], new["profiles"]
+        if before["kind"] != after["kind"]:
+            raise InputError(new_path, f"is an {after['kind']} profile and {base_path} an {before['kind']} one: "
+                                       "diff compares profiles of one kind (--force to compare anyway)")
+        if before["gpu"] and after["gpu"] and before["gpu"] != after["gpu"]:
+            raise InputError(new_path, f"was taken on {after['gpu']}, {base_path} on {before['gpu']}: "
+                                       "figures of different GPUs do not compare (--force to compare anyway)")
     kernels = _kernel_rows(base, new)
     ranges = _range_rows(base, new)
     predictions = [p | {"kernel_name": k["name"]} for k in kernels for p in k["predictions"]]

@@ -67,3 +67,22 @@ def test_cli_gate_and_outputs(tmp_path):
 def test_regressions_respect_the_threshold(ncu_diff):
     assert [r["name"] for r in regressions(ncu_diff, 20)] == ["soa_update"]
     assert regressions(ncu_diff, 5000) == []
+
+
+def test_precision_switch_is_followed_by_nvtx_range():
+    """fp32 -> bf16 autocast: nearly every GEMM is another cuBLAS kernel, the range is the same."""
+    from tests.conftest import REAL
+
+    result = diff(str(REAL / "gpt_fp32_full.ncu-rep.xz"), str(REAL / "gpt_bf16_full.ncu-rep.xz"))
+    step = next(r for r in result["ranges"] if r["name"] == "train_step")
+    assert step["verdict"] == "improvement" and step["after_ns"] < 0.5 * step["before_ns"]   # 5.67 -> 2.11 ms
+    assert set(step["kernels_before"]) != set(step["kernels_after"])
+
+
+def test_profiles_of_different_kinds_are_refused():
+    from tests.read.test_bad_input import assert_clean_error, run_cli
+
+    result = run_cli("diff", DEV_SUITE_NCU, DEV_SUITE_NSYS)
+    assert_clean_error(result, DEV_SUITE_NSYS, "one kind")
+    forced = run_cli("diff", DEV_SUITE_NCU, DEV_SUITE_NSYS, "--force")
+    assert forced.returncode == 0
