@@ -56,7 +56,17 @@ def _findings_by_kernel(model: dict) -> dict:
     return out
 
 
+def _per_step(model: dict) -> float:
+    """nsys kernel times are totals over the window: with steps, compare them per step, so a capture
+    with more steps is not slower."""
+    steps = (model.get("timeline") or {}).get("steps")
+    return float(steps["count"]) if steps and model.get("timeline") else 1.0
+
+
 def _kernel_rows(base: dict, new: dict) -> list[dict]:
+    base_steps, new_steps = _per_step(base), _per_step(new)
+    if base_steps == 1.0 or new_steps == 1.0:
+        base_steps = new_steps = 1.0
     new_by_key = {}
     for kernel in new["kernels"]:
         new_by_key.setdefault(_kernel_key(kernel), kernel)
@@ -65,8 +75,8 @@ def _kernel_rows(base: dict, new: dict) -> list[dict]:
     rows, matched = [], set()
     for kernel in base["kernels"]:
         other = new_by_key.get(_kernel_key(kernel)) or new_by_name.get(kernel["name"])
-        before = kernel["duration_ns"] or 0
-        after = other["duration_ns"] if other else None
+        before = (kernel["duration_ns"] or 0) / base_steps
+        after = other["duration_ns"] / new_steps if other and other["duration_ns"] is not None else None
         change = (after - before) / before if other and before else None
         noise, noise_source = _noise(kernel)
         if other:
@@ -85,7 +95,7 @@ def _kernel_rows(base: dict, new: dict) -> list[dict]:
     for kernel in new["kernels"]:
         if id(kernel) not in matched:
             rows.append({"name": kernel["name"], "demangled": kernel["demangled"], "before_ns": None,
-                         "after_ns": kernel["duration_ns"], "change": None, "noise": None, "noise_source": None,
+                         "after_ns": (kernel["duration_ns"] or 0) / new_steps, "change": None, "noise": None, "noise_source": None,
                          "verdict": "new kernel", "findings_gone": [],
                          "findings_appeared": sorted(_findings_by_kernel(new).get(kernel["name"], {})),
                          "predictions": []})
@@ -107,12 +117,27 @@ def _ncu_ranges(model: dict) -> dict[str, dict]:
     return ranges
 
 
+def _nsys_ranges(model: dict) -> dict[str, dict]:
+    """nsys: ranges by normalized name (`step 17` -> `step N`), GPU time per instance: a capture with
+    more steps is not slower."""
+    from nsanalyze.normalize.steps import normalize_name
+
+    ranges: dict[str, dict] = {}
+    for r in (model.get("timeline") or {}).get("ranges", []):
+        name = normalize_name(str(r["name"]))
+        entry = ranges.setdefault(name, {"name": name, "kernel_ns": 0.0, "instances": 0})
+        entry["kernel_ns"] += r["kernel_ns"] or 0
+        entry["instances"] += r["instances"] or 0
+    for entry in ranges.values():
+        entry["kernel_ns"] /= max(entry["instances"], 1)
+    return ranges
+
+
 def _range_rows(base: dict, new: dict) -> list[dict]:
     if base.get("timeline") is None and new.get("timeline") is None:
         before, after = _ncu_ranges(base), _ncu_ranges(new)
     else:
-        before = {r["name"]: r for r in (base.get("timeline") or {}).get("ranges", [])}
-        after = {r["name"]: r for r in (new.get("timeline") or {}).get("ranges", [])}
+        before, after = _nsys_ranges(base), _nsys_ranges(new)
     rows = []
     for name in before.keys() & after.keys():
         b, a = before[name]["kernel_ns"], after[name]["kernel_ns"]
@@ -140,14 +165,78 @@ def diff(base_path: str, new_path: str, options: Options | None = None, force: b
     kernels = _kernel_rows(base, new)
     ranges = _range_rows(base, new)
     predictions = [p | {"kernel_name": k["name"]} for k in kernels for p in k["predictions"]]
+    steps, budget = _steps_row(base, new), _budget_rows(base, new)
+    before_program, after_program = _program_findings(base), _program_findings(new)
+    gone = [c for c in before_program if c not in after_program]
+    appeared = [c for c in after_program if c not in before_program]
     return {"schema": DIFF_SCHEMA, "version": __version__, "base": base["profiles"], "new": new["profiles"],
+            "summary": _summary(steps, budget, gone, appeared, new), "steps": steps, "budget": budget,
+            "program": {"findings_gone": gone, "findings_appeared": appeared},
             "kernels": sorted(kernels, key=lambda k: -abs((k["after_ns"] or 0) - (k["before_ns"] or 0))),
             "ranges": ranges, "predictions": predictions}
 
 
+def _steps_row(base: dict, new: dict) -> dict | None:
+    """The median steady step before and after; the noise band from the steps' own spread (twice the
+    standard error of each median, combined), at least MIN_NOISE."""
+    before, after = ((m.get("timeline") or {}).get("steps") for m in (base, new))
+    if not before or not after:
+        return None
+    def relative_error(steps):  # standard error of a median, 1.2533 sigma / sqrt(n), sigma from the MAD
+        sigma = 1.4826 * steps.get("mad_ns", 0.0)   # robust: one 11 ms outlier among 0.15 ms steps is not noise
+        return 1.2533 * sigma / math.sqrt(max(steps["count"], 1)) / steps["median_ns"]
+    noise = max(MIN_NOISE, 2 * math.hypot(relative_error(before), relative_error(after)))
+    change = (after["median_ns"] - before["median_ns"]) / before["median_ns"] if before["median_ns"] else None
+    return {"name": before["name"] if before["name"] == after["name"] else f"{before['name']} -> {after['name']}",
+            "before_median_ns": before["median_ns"], "after_median_ns": after["median_ns"],
+            "before_count": before["count"], "after_count": after["count"],
+            "change": change, "noise": noise, "verdict": _verdict(change, noise)}
+
+
+def _budget_rows(base: dict, new: dict) -> list[dict]:
+    """Each budget part's share of a median step (or of the window) before and after."""
+    def shares(model):
+        timeline = model.get("timeline") or {}
+        budget = (timeline.get("steps") or {}).get("budget") or timeline.get("budget") or []
+        return {p["part"]: p["share"] or 0.0 for p in budget}
+    before, after = shares(base), shares(new)
+    return [{"part": part, "before_share": before.get(part), "after_share": after.get(part)}
+            for part in dict.fromkeys([*before, *after])]
+
+
+def _program_findings(model: dict) -> dict[str, dict]:
+    return {f["check"]: f for f in model["findings"] if f["kernel_id"] is None and f["severity"] != "info"}
+
+
+def _summary(steps: dict | None, budget: list[dict], gone: list[str], appeared: list[str], new: dict) -> str | None:
+    """What changed, in one sentence: the step time, the causes gone, and the bottleneck now."""
+    if not steps:
+        return None
+    from nsanalyze.render.format import BUDGET_LABELS, duration
+
+    text = (f"{steps['name']} {duration(steps['before_median_ns'])} → {duration(steps['after_median_ns'])}"
+            f" ({steps['change']:+.0%}, {steps['verdict']})")
+    if gone:
+        text += f": {', '.join(gone)} {'is' if len(gone) == 1 else 'are'} gone"
+    idle = [b for b in budget if b["part"].startswith("idle_") and (b["after_share"] or 0) >= 0.05]
+    first = next(iter(_program_findings(new).values()), None)
+    if first:
+        text += f"; now first: {first['check']} ({first['title']})"
+    elif idle:
+        top = max(idle, key=lambda b: b["after_share"])
+        text += f"; largest idle part now: {BUDGET_LABELS[top['part']]} ({top['after_share']:.0%} of the step)"
+    else:
+        compute = next((b["after_share"] for b in budget if b["part"] == "gpu_compute"), None)
+        if compute is not None:
+            text += f"; the GPU now computes {compute:.0%} of the step: profile its top kernels with ncu"
+    if appeared:
+        text += f"; new: {', '.join(appeared)}"
+    return text
+
+
 def regressions(result: dict, threshold_pct: float) -> list[dict]:
-    """Kernels and ranges slower by more than threshold_pct and beyond their noise band."""
+    """Steps, kernels and ranges slower by more than threshold_pct and beyond their noise band."""
     limit = threshold_pct / 100.0
-    return [row for row in result["kernels"] + result["ranges"]
+    return [row for row in ([result["steps"]] if result.get("steps") else []) + result["kernels"] + result["ranges"]
             if row["verdict"] == "regression" and row["change"] is not None and row["change"] > limit
             and not math.isnan(row["change"])]

@@ -86,3 +86,50 @@ def test_profiles_of_different_kinds_are_refused():
     assert_clean_error(result, DEV_SUITE_NSYS, "one kind")
     forced = run_cli("diff", DEV_SUITE_NCU, DEV_SUITE_NSYS, "--force")
     assert forced.returncode == 0
+
+
+def test_cuda_graph_pair_is_compared_per_step():
+    """graphs_eager -> graphs_after: the median steps (NVTX `step N`, checked against SQL), the verdict,
+    and the cause that went away."""
+    import statistics
+
+    from tests.conftest import REAL, sql
+
+    before, after = REAL / "graphs_eager_nsys.sqlite.xz", REAL / "graphs_after_nsys.sqlite.xz"
+    result = diff(str(before), str(after))
+    steps = result["steps"]
+    for path, median in ((before, steps["before_median_ns"]), (after, steps["after_median_ns"])):
+        durations = [d for (d,) in sql(path, "SELECT end - start FROM NVTX_EVENTS WHERE text LIKE 'step %'")]
+        assert median == pytest.approx(statistics.median(durations), rel=0.05)
+    assert steps["verdict"] == "improvement" and steps["change"] < -0.9
+    assert "launch-overhead" in result["program"]["findings_gone"]
+    assert result["summary"].startswith("step N 3.49 ms → 152 us") and "launch-overhead is gone" in result["summary"]
+    assert not [r for r in regressions(result, 10) if r in result["ranges"] or r is result["steps"]]
+
+
+def test_a_shorter_capture_of_the_same_loop_is_no_regression(tmp_path):
+    """The first 200 steps of graphs_eager (a copy cut after `step 199`) against all 400: per step, per
+    range instance and per kernel per step, nothing regressed."""
+    import shutil
+    import sqlite3
+
+    from nsanalyze.read.files import open_local
+    from tests.conftest import REAL
+
+    full = REAL / "graphs_eager_nsys.sqlite.xz"
+    _, local = open_local(full)
+    cut = tmp_path / "graphs_eager_200.sqlite"
+    shutil.copy(local, cut)
+    with sqlite3.connect(cut) as con:
+        (end,) = con.execute("SELECT end FROM NVTX_EVENTS WHERE text = 'step 199'").fetchone()
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                      "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "OSRT_API"):
+            if table in tables:
+                con.execute(f"DELETE FROM {table} WHERE start > ?", (end,))
+    result = diff(str(cut), str(full))
+    assert result["steps"]["before_count"] < 200 <= result["steps"]["after_count"]
+    assert abs(result["steps"]["change"]) < 0.05          # the loop drifts a little over 400 steps
+    assert regressions(result, 10) == []
+    runner = CliRunner().invoke(cli, ["diff", str(cut), str(full), "--fail-on-regression", "10", "-o", str(tmp_path / "d.md")])
+    assert runner.exit_code == 0, runner.output

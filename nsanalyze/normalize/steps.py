@@ -43,6 +43,8 @@ class Steps:
         return {"name": self.name, "count": int(len(durations)), "warmup": self.warmup,
                 "first_step": self.first_index, "last_step": self.total - 1,
                 "median_ns": float(np.median(durations)), "p95_ns": float(np.percentile(durations, 95)),
+                "stddev_ns": float(np.std(durations)),
+                "mad_ns": float(np.median(np.abs(durations - np.median(durations)))),
                 "min_ns": int(durations.min()), "max_ns": int(durations.max()),
                 "start_ns": int(self.starts[0]), "end_ns": int(self.ends[-1])}
 

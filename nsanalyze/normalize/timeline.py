@@ -291,17 +291,23 @@ def _ranges(export: NsysExport, window: Window) -> list[dict]:
     export.connection.execute("""CREATE TEMP TABLE w_nvtx AS SELECT ROW_NUMBER() OVER () AS range_id, * FROM nvtx
         WHERE end >= :window_start AND start < :window_end""", window.params())
     return _rows(export, f"""
-        WITH launched AS (
-            SELECT n.range_id, a.correlation_id FROM w_nvtx n
-            JOIN w_api a ON a.global_tid = n.global_tid AND a.start >= n.start AND a.start <= n.end),
+        WITH launched AS (  -- CUDA calls made while the range was open, by any thread of its process
+            SELECT n.range_id, a.correlation_id, a.global_tid / 16777216 AS pid FROM w_nvtx n
+            JOIN w_api a ON a.start >= n.start AND a.start <= n.end
+                        AND COALESCE(a.global_tid / 16777216, -1) = COALESCE(n.global_tid / 16777216, -1)),
+        kernel_work AS (  -- per launch: graph nodes share their launch's correlation id, summed once here
+            SELECT global_pid / 16777216 AS pid, correlation_id, SUM(duration_ns) AS ns, COUNT(*) AS n
+            FROM w_kernels GROUP BY 1, 2),
+        copy_work AS (
+            SELECT global_pid / 16777216 AS pid, correlation_id, SUM(duration_ns) AS ns FROM w_copies GROUP BY 1, 2),
         gpu AS (
-            SELECT l.range_id,
-                   SUM(CASE WHEN k.duration_ns IS NOT NULL THEN k.duration_ns ELSE 0 END) AS kernel_ns,
-                   COUNT(k.duration_ns) AS kernels,
-                   SUM(CASE WHEN c.duration_ns IS NOT NULL THEN c.duration_ns ELSE 0 END) AS copy_ns
+            SELECT l.range_id, COALESCE(SUM(k.ns), 0) AS kernel_ns, COALESCE(SUM(k.n), 0) AS kernels,
+                   COALESCE(SUM(c.ns), 0) AS copy_ns
             FROM launched l
-            LEFT JOIN w_kernels k ON k.correlation_id = l.correlation_id
-            LEFT JOIN w_copies c ON c.correlation_id = l.correlation_id
+            LEFT JOIN kernel_work k ON k.correlation_id = l.correlation_id
+                 AND (k.pid IS NULL OR l.pid IS NULL OR k.pid = l.pid)
+            LEFT JOIN copy_work c ON c.correlation_id = l.correlation_id
+                 AND (c.pid IS NULL OR l.pid IS NULL OR c.pid = l.pid)
             GROUP BY l.range_id),
         events AS (
             SELECT global_tid, start AS t, 1 AS delta, range_id FROM w_nvtx

@@ -15,16 +15,40 @@ def render_json(result: dict) -> str:
     return dumps(result)
 
 
+def _share(value) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
 def render_markdown(result: dict) -> str:
-    lines = ["## nsanalyze diff", "", f"base: {escape(result['base'][0]['path'])} → new: {escape(result['new'][0]['path'])}",
-             "", "| kernel | before | after | change | verdict | findings gone | findings new |", "|---|---|---|---|---|---|---|"]
+    lines = ["## nsanalyze diff", "", f"base: {escape(result['base'][0]['path'])} → new: {escape(result['new'][0]['path'])}", ""]
+    if result.get("summary"):
+        lines += [f"**{escape(result['summary'])}**", ""]
+    steps = result.get("steps")
+    if steps:
+        lines += ["| steps | median before | median after | change | noise band | verdict |", "|---|---|---|---|---|---|",
+                  f"| {escape(steps['name'])} ({steps['before_count']} / {steps['after_count']}) | "
+                  f"{duration(steps['before_median_ns'])} | {duration(steps['after_median_ns'])} | {_change(steps['change'])} "
+                  f"| ±{steps['noise']:.0%} | {steps['verdict']} |", ""]
+    if result.get("budget"):
+        from nsanalyze.render.format import BUDGET_LABELS
+
+        lines += ["| time budget (median step) | before | after |", "|---|---|---|"]
+        lines += [f"| {BUDGET_LABELS.get(b['part'], b['part'])} | {_share(b['before_share'])} | {_share(b['after_share'])} |"
+                  for b in result["budget"] if (b["before_share"] or 0) >= 0.005 or (b["after_share"] or 0) >= 0.005]
+        lines.append("")
+    program = result.get("program") or {}
+    if program.get("findings_gone") or program.get("findings_appeared"):
+        lines += [f"Program findings gone: {', '.join(program['findings_gone']) or 'none'}; "
+                  f"appeared: {', '.join(program['findings_appeared']) or 'none'}", ""]
+    if result["ranges"]:
+        lines += ["| NVTX range | GPU time before | after | change | verdict |", "|---|---|---|---|---|"]
+        lines += [f"| {escape(r['name'])} | {duration(r['before_ns'])} | {duration(r['after_ns'])} | {_change(r['change'])} "
+                  f"| {r['verdict']} |" for r in result["ranges"]]
+        lines.append("")
+    lines += ["| kernel | before | after | change | verdict | findings gone | findings new |", "|---|---|---|---|---|---|---|"]
     for k in result["kernels"]:
         lines.append(f"| {escape(k['name'])} | {duration(k['before_ns'])} | {duration(k['after_ns'])} | {_change(k['change'])} "
                      f"| {k['verdict']} | {', '.join(k['findings_gone'])} | {', '.join(k['findings_appeared'])} |")
-    if result["ranges"]:
-        lines += ["", "| NVTX range | GPU time before | after | change | verdict |", "|---|---|---|---|---|"]
-        lines += [f"| {escape(r['name'])} | {duration(r['before_ns'])} | {duration(r['after_ns'])} | {_change(r['change'])} "
-                  f"| {r['verdict']} |" for r in result["ranges"]]
     if result["predictions"]:
         lines += ["", "Predictions checked (findings of the base that are gone in the new profile):", "",
                   "| kernel | check | predicted savings | actual savings |", "|---|---|---|---|"]
@@ -36,7 +60,10 @@ def render_markdown(result: dict) -> str:
 def render_html(result: dict) -> str:
     from nsanalyze.render.html import environment
 
-    return environment().get_template("diff.html.j2").render(result=result, change=_change)
+    from nsanalyze.render.format import BUDGET_LABELS
+
+    return environment().get_template("diff.html.j2").render(result=result, change=_change, share=_share,
+                                                             labels=BUDGET_LABELS)
 
 
 def render_diff(result: dict, fmt: str) -> str:
