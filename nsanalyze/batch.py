@@ -93,7 +93,29 @@ def analyze_for_history(path: str) -> dict:
             "ranges": ranges}
 
 
+HISTORY_TABLES = {"runs", "kernels", "findings", "ranges"}
+
+
+def _check_history(db_path: str) -> None:
+    """Refuse to write into a file that is not a history database (an nsys export, an .ncu-rep, a
+    corrupt file): batch would switch it to WAL and add tables. New or empty files are fine."""
+    path = Path(db_path)
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    if path.is_dir():
+        raise InputError(db_path, "is a directory, not a history database")
+    try:
+        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as probe:
+            tables = {r[0] for r in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise InputError(db_path, f"not a history database ({exc})") from None
+    if tables and not HISTORY_TABLES <= tables:
+        raise InputError(db_path, "not a history database (an SQLite file with other tables: an nsys export?); "
+                                  "give --db a new file or one nsanalyze batch wrote")
+
+
 def open_history(db_path: str) -> sqlite_utils.Database:
+    _check_history(db_path)
     try:
         connection = sqlite3.connect(db_path, timeout=120, isolation_level=None)
     except sqlite3.Error as exc:
@@ -192,13 +214,34 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
         # forkserver, not fork: a parent with threads (a notebook, a test runner) can deadlock forked
         # workers; the server imports the analysis once, so each worker starts in milliseconds.
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["nsanalyze.analyze", "nsanalyze.batch"])
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        context.set_forkserver_preload(["nsanalyze._forkserver_guard", "nsanalyze.analyze", "nsanalyze.batch"])
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_die_with_parent)
+        try:
             futures = {pool.submit(analyze_for_history, str(p)): (p, c) for p, c in todo}
             for future in as_completed(futures):
                 record(*futures[future], future.result())
+        except BaseException:  # Ctrl-C, SIGTERM (raised as SystemExit by the CLI), an error: stop the workers now
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
+            raise
+        else:
+            pool.shutdown(wait=True)
     db.conn.close()
     return outcomes
+
+
+def _die_with_parent() -> None:
+    """Pool workers end when the process that forked them ends, even by SIGKILL (Linux prctl)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the fork server is already gone
+        os._exit(0)
 
 
 def default_jobs() -> int:

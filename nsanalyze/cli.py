@@ -1,6 +1,6 @@
 """Command line: a thin layer over analyze() and the renderers.
 
-Exit status: 0 done, 1 a gate failed, 2 bad usage or unreadable input (one line on stderr).
+Exit status: 0 done, 1 a gate failed, 2 bad usage or unreadable input (one line on stderr), 3 internal error.
 Set NSANALYZE_DEBUG=1 to see tracebacks of unexpected errors.
 """
 
@@ -53,8 +53,11 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
     from nsanalyze.analyze import Options, analyze
     from nsanalyze.render import format_for, write_report
 
+    inputs = {Path(p).resolve() for p in profiles if Path(p).exists()}
     for target in outputs:
         format_for(target)  # reject unknown formats before the work
+        if target != "-" and Path(target).resolve() in inputs:
+            raise InputError(target, "is one of the input profiles: refusing to write a report over it")
     model = analyze(list(profiles), Options(_parse_settings(settings), skip_first_ns, nvtx_range, window))
     for target in outputs:
         write_report(model, target)
@@ -125,7 +128,9 @@ def batch_command(paths, db_path, jobs, label, git_revision, scheduler):
     click.echo(f"{counts['stored']} stored, {counts['skipped']} already there, {counts['failed']} failed", err=True)
     for outcome in outcomes:
         if outcome.status == "failed":
-            click.echo(f"nsanalyze: {outcome.path}: {outcome.detail}", err=True)
+            click.echo(f"nsanalyze: {_one_line(outcome.path)}: {_one_line(outcome.detail)}", err=True)
+    if outcomes and counts["failed"] == len(outcomes):
+        sys.exit(2)  # nothing could be read: bad input, not success
 
 
 @cli.command(name="trend")
@@ -171,11 +176,43 @@ def checks(markdown):
     click.echo(checks_markdown() if markdown else checks_summary())
 
 
+def _save_traceback() -> str | None:
+    """Writes the current exception's traceback to a file and returns its path (None if that fails)."""
+    import tempfile
+    import traceback
+
+    try:
+        fd, path = tempfile.mkstemp(prefix="nsanalyze-error-", suffix=".txt")
+        with os.fdopen(fd, "w") as handle:
+            traceback.print_exc(file=handle)
+        return path
+    except OSError:
+        return None
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe (`nsanalyze ... | head -1`), send what is left to /dev/null, not an error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
 def main(argv=None):
+    """Exit status: 0 done (or the reader closed the pipe), 1 a gate failed, 2 bad input or usage,
+    3 an internal error (its traceback saved to a file named on stderr), 130 interrupted, 143 terminated."""
+    import signal
+
+    def terminated(signum, frame):  # SIGTERM unwinds like an exception: partial files are removed
+        click.echo("nsanalyze: terminated", err=True)
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, terminated)
     try:
         cli.main(args=argv, prog_name="nsanalyze", standalone_mode=False)
     except InputError as exc:
-        click.echo(f"nsanalyze: {exc.path}: {exc.reason}", err=True)
+        click.echo(f"nsanalyze: {_one_line(exc.path)}: {_one_line(exc.reason)}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:
         click.echo("nsanalyze: interrupted", err=True)
@@ -183,13 +220,25 @@ def main(argv=None):
     except click.ClickException as exc:
         exc.show()
         sys.exit(2)
-    except (BrokenPipeError, KeyboardInterrupt):
+    except BrokenPipeError:
+        _quiet_stdout()
+        sys.exit(0)
+    except KeyboardInterrupt:
+        click.echo("nsanalyze: interrupted", err=True)
         sys.exit(130)
     except SystemExit:
         raise
-    except Exception as exc:  # an unforeseen input shape: one line, not a traceback
+    except Exception as exc:  # a bug or an unforeseen input shape: one line, the traceback in a file
         if os.environ.get("NSANALYZE_DEBUG"):
             raise
-        click.echo(f"nsanalyze: internal error ({exc.__class__.__name__}: {exc}); "
-                   "rerun with NSANALYZE_DEBUG=1 for details", err=True)
-        sys.exit(2)
+        saved = _save_traceback()
+        click.echo(f"nsanalyze: internal error ({exc.__class__.__name__}: {_one_line(exc)})"
+                   + (f"; traceback saved to {saved}" if saved else "; rerun with NSANALYZE_DEBUG=1"), err=True)
+        sys.exit(3)
+
+
+def _one_line(text) -> str:
+    """Paths and reasons with newlines or control characters still make one line on stderr."""
+    from nsanalyze.render.format import visible
+
+    return visible(str(text))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -36,13 +34,6 @@ def write_frame(frame: pd.DataFrame, target: str | None) -> None:
                ".json": lambda f, p: f.to_json(p, orient="records", indent=1)}
     if suffix not in writers:
         raise InputError(target, "unknown table format; use .csv, .parquet or .json")
-    path = Path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
-    os.close(fd)
-    try:
-        writers[suffix](frame, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    from nsanalyze.render import write_atomically
+
+    write_atomically(target, lambda tmp: writers[suffix](frame, tmp))

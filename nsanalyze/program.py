@@ -6,6 +6,7 @@ weighted by that kernel's total time in the nsys timeline (matched by name).
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
 
 from nsanalyze.analyze import clean_number
@@ -13,7 +14,7 @@ from nsanalyze.checks import global_settings, limits_for, program_checks
 from nsanalyze.checks.base import Finding, NotJudged, budget_part, severity_for
 from nsanalyze.normalize import normalize_nsys_kernels
 from nsanalyze.normalize.timeline import Timeline, build_timeline
-from nsanalyze.read.nsys import NsysExport
+from nsanalyze.read.nsys import NsysExport, sqlite_input_error
 
 
 @dataclass
@@ -97,6 +98,7 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
         "budget": timeline.budget,
         "steps": timeline.steps,
         "host_stretches": timeline.host_stretches,
+        "dropped_rows": export.dropped_rows,
         "devices": timeline.devices,
         "streams": timeline.streams,
         "ranges": timeline.ranges,
@@ -133,7 +135,7 @@ def _merge_ranks(exports: list[NsysExport], timelines: list[Timeline]) -> tuple[
                       "devices": [d["device_id"] for d in timeline.devices]})
         for device in timeline.devices:
             label = f"{rank}:{device['device_id']}"
-            devices.append({**device, "device_id": label, "rank": rank,
+            devices.append({**device, "device_id": label, "rank": rank, "device": device["device_id"],
                             "first_ns": device["first_ns"] + (offset or 0), "last_ns": device["last_ns"] + (offset or 0)})
         for row in timeline.device_kernels or []:
             device_kernels.append({**row, "device_id": f"{rank}:{row['device_id']}"})
@@ -146,17 +148,69 @@ def _merge_ranks(exports: list[NsysExport], timelines: list[Timeline]) -> tuple[
         "not aligned: an export lacks TARGET_INFO_SESSION_START_TIME; per-rank figures stand alone")}
     if aligned and devices:
         section["span_ns"] = max(d["last_ns"] for d in devices) - min(d["first_ns"] for d in devices)
-    merged = Timeline(window=timelines[0].window, summary={**timelines[0].summary, "span_ns": section.get("span_ns", 0)},
+    windows = [d["window_ns"] for d in devices if d.get("window_ns")]
+    span = sum(windows) / len(windows) if windows else section.get("span_ns", 0)
+    merged = Timeline(window=timelines[0].window, summary={**timelines[0].summary, "span_ns": span},
                       devices=devices, streams=[], ranges=[], gaps=[], syncs={}, launches={}, copies={},
                       device_kernels=device_kernels)
+    budgets = [t.budget for t in timelines if t.budget]
+    if budgets:  # each part averaged over the ranks: wall-clock time, as for the GPUs of one export
+        merged.budget = [{"part": parts[0]["part"], "ns": sum(p["ns"] for p in parts) / len(parts),
+                          "share": sum(p["share"] or 0 for p in parts) / len(parts)} for parts in zip(*budgets)]
     return section, merged
+
+
+def _one_per_check(per_rank: list[list[Finding]], rank_devices: list[list[dict]]) -> list[Finding]:
+    """Per-rank findings of one cause become one finding: the rank where it saves most speaks, the
+    others are listed; savings stay that rank's wall-clock time, never a sum over ranks."""
+    by_check: dict[str, list[tuple[int, Finding]]] = {}
+    for rank, findings in enumerate(per_rank):
+        for finding in findings:
+            by_check.setdefault(finding.check, []).append((rank, finding))
+    merged = []
+    for check, entries in by_check.items():
+        rank, best = max(entries, key=lambda e: e[1].estimated_savings_ns)
+        if len(per_rank) > 1:
+            best.evidence = {**best.evidence, "ranks": [
+                {"rank": r, "estimated_savings_ns": f.estimated_savings_ns, "severity": f.severity, "title": f.title}
+                for r, f in entries]}
+            best.title = f"rank {rank}: {best.title}" + (f" (also on rank {', '.join(str(r) for r, _ in entries if r != rank)})"
+                                                          if len(entries) > 1 else "")
+            own = [d["device_id"] for d in rank_devices[rank]]
+            device = best.device_id if best.device_id is not None else (own[0] if len(own) == 1 else None)
+            best.device_id = f"{rank}:{device}" if device is not None else None
+        merged.append(best)
+    return merged
+
+
+def _fit_the_window(findings: list[Finding], window_ns: float) -> None:
+    """Causes on different GPUs or parts can describe one lost stretch of wall time (a straggler's host
+    work and the others' wait for it): all program savings together never exceed the window."""
+    total = sum(f.estimated_savings_ns for f in findings)
+    if window_ns and total > window_ns:
+        for finding in findings:
+            finding.estimated_savings_ns *= window_ns / total
+            finding.estimated_speedup = finding.estimated_savings_ns / window_ns
+            finding.severity = severity_for(finding.estimated_speedup, global_settings()["severity"])
+            finding.notes.append(f"scaled by {window_ns / total:.2f}: the program findings overlap in wall time "
+                                 "and together save at most the window")
+
+
+def _rank_and_device(finding: Finding, devices: list[dict]) -> None:
+    """Findings about one GPU carry its integer rank and device beside the contract's device_id."""
+    device = next((d for d in devices if d["device_id"] == finding.device_id), None)
+    if device is not None:
+        finding.gpu = {"rank": device.get("rank", 0), "device": device.get("device", device["device_id"])}
 
 
 def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
     sections: dict = {}
-    findings, not_judged, kernels, summary, timelines = [], [], [], [], []
+    per_rank, not_judged, kernels, summary, timelines = [], [], [], [], []
     for export in exports:
-        timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range, options.window)
+        try:
+            timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range, options.window)
+        except sqlite3.DatabaseError as exc:
+            raise sqlite_input_error(export.path, exc) from None
         table = normalize_nsys_kernels(export, (timeline.window.start, timeline.window.end))
         rows = table.rows
         for row in rows:
@@ -172,21 +226,29 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
         timeline.kernel_summary = rows
         timelines.append(timeline)
         f, n = run_program_checks(timeline, options.thresholds)
-        findings += f
-        not_judged += n
+        per_rank.append(f)
+        not_judged += [entry for entry in n if entry.check not in {j.check for j in not_judged}]
         if "timeline" not in sections:  # the first export's timeline is the report's; more exports: see issue on ranks
             sections["timeline"] = _timeline_section(export, timeline)
             metrics = _gpu_metrics_section(timeline)
             if metrics:
                 sections["gpu_metrics"] = metrics
+    devices = timelines[0].devices if timelines else []
     if len(exports) > 1:
         merged_section, merged = _merge_ranks(exports, timelines)
         sections["timeline"]["merged"] = merged_section
-        sections["timeline"]["devices"] = merged.devices
+        sections["timeline"]["devices"] = devices = merged.devices
         cross_rank = {"rank-imbalance", "exposed-communication"}
-        findings = [f for f in findings if f.check not in cross_rank]
-        f, _ = run_program_checks(merged, options.thresholds, only=cross_rank)
-        findings += f
+        per_rank = [[f for f in findings if f.check not in cross_rank] for findings in per_rank]
+        cross, _ = run_program_checks(merged, options.thresholds, only=cross_rank)
+        findings = _one_per_check(per_rank, [t.devices for t in timelines]) + cross
+    else:
+        for device in devices:  # one export: its processes are the ranks
+            device["rank"], device["device"] = device.get("rank", 0), device["device_id"]
+        findings = per_rank[0] if per_rank else []
+    for finding in findings:
+        _rank_and_device(finding, devices)
+    _fit_the_window(findings, sections.get("timeline", {}).get("span_ns") or 0)
     return ProgramResult(sections, findings, kernels, summary, not_judged)
 
 

@@ -49,6 +49,7 @@ class Finding:
     relieves: str | None = None
     budget_part: str | None = None  # program findings: the part of the time budget their savings come from
     budget_device: Any = None       # ... and the GPU whose budget it is, when one GPU's time is saved
+    gpu: dict | None = None         # program findings about one GPU: {rank, device} as integers
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +68,7 @@ class Finding:
             "notes": self.notes,
             **({"budget_part": self.budget_part} if self.budget_part else {}),
             **({"budget_device": self.budget_device} if self.budget_device is not None else {}),
+            **({"gpu": self.gpu} if self.gpu is not None else {}),
         }
 
 

@@ -137,7 +137,7 @@ def _materialize(export: NsysExport, window: Window) -> None:
     """Temp tables of the window's activity, indexed for the joins below."""
     con = export.connection
     con.execute("DROP VIEW IF EXISTS temp.w_islands")
-    for name in ("w_kernels", "w_copies", "w_activity", "w_islands", "w_api", "w_comm", "w_compute_islands", "w_busy"):
+    for name in ("w_kernels", "w_copies", "w_activity", "w_islands", "w_api", "w_comm", "w_busy"):
         con.execute(f"DROP TABLE IF EXISTS temp.{name}")
     con.execute("""CREATE TEMP TABLE w_kernels AS SELECT * FROM kernels
                    WHERE start >= :window_start AND start < :window_end""", window.params())
@@ -145,6 +145,11 @@ def _materialize(export: NsysExport, window: Window) -> None:
     con.execute("""CREATE TEMP TABLE w_copies AS SELECT * FROM copies
                    WHERE start >= :window_start AND start < :window_end""", window.params())
     con.execute("CREATE INDEX temp.w_copies_corr ON w_copies(correlation_id)")
+    # One row per correlation id for joins with the calls: an export that repeats ids must not multiply.
+    con.execute("DROP TABLE IF EXISTS temp.w_copy_calls")
+    con.execute("""CREATE TEMP TABLE w_copy_calls AS SELECT correlation_id, MIN(copy_kind) AS copy_kind,
+                   MIN(dst_kind) AS dst_kind FROM w_copies GROUP BY correlation_id""")
+    con.execute("CREATE INDEX temp.w_copy_calls_corr ON w_copy_calls(correlation_id)")
     con.execute("CREATE TEMP TABLE w_activity(device_id INTEGER, start INTEGER, end INTEGER)")
     con.execute("""INSERT INTO w_activity
         SELECT device_id, start, end FROM w_kernels UNION ALL SELECT device_id, start, end FROM w_copies""")
@@ -177,12 +182,6 @@ def _materialize(export: NsysExport, window: Window) -> None:
         UNION ALL
         SELECT c.device_id, c.stream_id, c.start, c.end, c.duration_ns, mk.label FROM w_copies c
         JOIN memcpy_kinds mk ON mk.id = c.copy_kind WHERE mk.label IN ({",".join(f"'{k}'" for k in PEER_COPY_KINDS)})""")
-    con.execute("CREATE TEMP TABLE w_compute_islands(device_id INTEGER, start INTEGER, end INTEGER)")
-    has_communication = con.execute("SELECT EXISTS (SELECT 1 FROM w_comm)").fetchone()[0]
-    con.executemany("INSERT INTO w_compute_islands VALUES (?, ?, ?)", [] if not has_communication else merge_intervals(con.execute(f"""
-        SELECT k.device_id, k.start, k.end FROM w_kernels k JOIN StringIds s ON s.id = k.short_name_id
-        WHERE NOT ({nccl}) ORDER BY k.device_id, k.start, k.end""")))
-    con.execute("CREATE INDEX temp.w_compute_islands_dev ON w_compute_islands(device_id, end)")
     con.execute("""CREATE TEMP TABLE w_api AS SELECT * FROM api
                    WHERE end >= :window_start AND start < :window_end""", window.params())
     con.execute("CREATE INDEX temp.w_api_tid ON w_api(global_tid, start)")
@@ -190,7 +189,9 @@ def _materialize(export: NsysExport, window: Window) -> None:
     con.execute("CREATE INDEX temp.w_api_start ON w_api(start)")
 
 
-def _devices(export: NsysExport) -> list[dict]:
+def _devices(export: NsysExport, exposed_ns: dict[int, int]) -> list[dict]:
+    """Per GPU: busy time, kernels, copies, communication; `exposed_ns` is each GPU's exposed
+    communication, the budget's gpu_communication part (found by its sweep in linear time)."""
     rows = _rows(export, """
         SELECT i.device_id, MIN(i.start) AS first_ns, MAX(i.end) AS last_ns, SUM(i.end - i.start) AS gpu_busy_ns,
                (SELECT COALESCE(SUM(duration_ns), 0) FROM w_kernels k WHERE k.device_id = i.device_id) AS kernel_ns,
@@ -207,26 +208,18 @@ def _devices(export: NsysExport) -> list[dict]:
         row["gpu_idle_ns"] = row["span_ns"] - row["gpu_busy_ns"]
         comm = communication.get(row["device_id"], {})
         row["communication_ns"] = comm.get("communication_ns", 0)
-        row["exposed_communication_ns"] = comm.get("exposed_communication_ns", 0)
+        row["exposed_communication_ns"] = exposed_ns.get(row["device_id"], 0) if comm else 0
         row["communication_kernels"] = comm.get("kernels", 0)
         row["compute_kernel_ns"] = row["kernel_ns"] - comm.get("kernel_communication_ns", 0)
     return rows
 
 
 def _communication(export: NsysExport) -> list[dict]:
-    """Per device: time in communication, and the part of it no compute kernel overlapped (exposed)."""
+    """Per device: communication (NCCL kernels, peer copies) launched in the window, and its kernel part."""
     return _rows(export, """
-        WITH overlap AS (
-            SELECT c.rowid AS comm_id, c.device_id, c.duration_ns,
-                   COALESCE(SUM(MIN(c.end, i.end) - MAX(c.start, i.start)), 0) AS covered_ns
-            FROM w_comm c LEFT JOIN w_compute_islands i
-                 ON i.device_id = c.device_id AND i.end > c.start AND i.start < c.end
-            GROUP BY c.rowid)
-        SELECT o.device_id, COUNT(*) AS kernels, SUM(o.duration_ns) AS communication_ns,
-               SUM(o.duration_ns - o.covered_ns) AS exposed_communication_ns,
-               (SELECT COALESCE(SUM(k.duration_ns), 0) FROM w_comm k WHERE k.device_id = o.device_id
-                    AND k.name NOT IN ('Peer-to-Peer')) AS kernel_communication_ns
-        FROM overlap o GROUP BY o.device_id""", {})
+        SELECT device_id, COUNT(*) AS kernels, SUM(duration_ns) AS communication_ns,
+               SUM(CASE WHEN name = 'Peer-to-Peer' THEN 0 ELSE duration_ns END) AS kernel_communication_ns
+        FROM w_comm GROUP BY device_id""", {})
 
 
 def device_kernel_breakdown(export: NsysExport) -> list[dict]:
@@ -338,7 +331,7 @@ def _syncs(export: NsysExport) -> dict:
     implicit = _rows(export, f"""
         SELECT a.name, COUNT(*) AS calls, SUM(a.duration_ns) AS wait_ns,
                SUM({IDLE_AFTER.format(t="a.end")}) AS relaunch_gap_ns
-        FROM w_api a JOIN w_copies c ON c.correlation_id = a.correlation_id
+        FROM w_api a JOIN w_copy_calls c ON c.correlation_id = a.correlation_id
         JOIN memcpy_kinds mk ON mk.id = c.copy_kind
         WHERE mk.label = 'Device-to-Host' AND (a.name NOT LIKE '%Async%' OR c.dst_kind = 0)
         GROUP BY a.name""", {})
@@ -349,7 +342,7 @@ def _syncs(export: NsysExport) -> dict:
         WITH waits AS (
             SELECT a.end FROM w_api a WHERE {names}
             UNION ALL
-            SELECT a.end FROM w_api a JOIN w_copies c ON c.correlation_id = a.correlation_id
+            SELECT a.end FROM w_api a JOIN w_copy_calls c ON c.correlation_id = a.correlation_id
             JOIN memcpy_kinds mk ON mk.id = c.copy_kind
             WHERE mk.label = 'Device-to-Host' AND (a.name NOT LIKE '%Async%' OR c.dst_kind = 0)),
         next AS (SELECT w.end, w.end + {IDLE_AFTER.format(t="w.end")} AS next_start FROM waits w)
@@ -369,8 +362,10 @@ def _launches(export: NsysExport) -> dict:
                SUM(CASE WHEN k.duration_ns < a.duration_ns THEN
                    MIN(a.duration_ns, COALESCE((SELECT b.idle_before FROM w_busy b WHERE b.start = k.start), 0))
                    ELSE 0 END) AS idle_before_short_ns
-        FROM w_kernels k JOIN w_api a ON a.correlation_id = k.correlation_id
-        WHERE a.name LIKE 'cudaLaunch%' OR a.name LIKE 'cuLaunch%'
+        FROM w_kernels k JOIN (  -- one launch call per correlation id, whatever the export repeats
+            SELECT correlation_id, MAX(duration_ns) AS duration_ns FROM w_api
+            WHERE name LIKE 'cudaLaunch%' OR name LIKE 'cuLaunch%' GROUP BY correlation_id) a
+            ON a.correlation_id = k.correlation_id
         GROUP BY k.short_name_id""", {})
     totals = {key: sum(r[key] or 0 for r in rows) for key in
               ("launches", "short_kernels", "short_kernel_ns", "short_launch_api_ns", "idle_before_short_ns")}
@@ -389,7 +384,8 @@ def _copies(export: NsysExport) -> dict:
                       dk.label AS dst_kind, a.name AS api, c.device_id, c.stream_id
                FROM w_copies c JOIN memcpy_kinds mk ON mk.id = c.copy_kind
                LEFT JOIN memory_kinds sk ON sk.id = c.src_kind LEFT JOIN memory_kinds dk ON dk.id = c.dst_kind
-               LEFT JOIN w_api a ON a.correlation_id = c.correlation_id
+               LEFT JOIN (SELECT correlation_id, MIN(name) AS name FROM w_api GROUP BY correlation_id) a
+                    ON a.correlation_id = c.correlation_id
                WHERE c.operation = 'memcpy' AND mk.label IN ({kinds})"""
     by_kind = _rows(export, f"""SELECT copy_kind, src_kind, dst_kind, COUNT(*) AS copies, SUM(bytes) AS bytes,
                                        SUM(duration_ns) AS duration_ns FROM ({base}) GROUP BY 1, 2, 3
@@ -492,12 +488,12 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     steps = find_steps(export, nvtx_range)
     window = choose_window(export, skip_first_ns, nvtx_range, mode, steps)
     _materialize(export, window)
-    devices = _devices(export)
+    budgets = build_budgets(export, (window.start, window.end))
+    devices = _devices(export, {b.device_id: b.labelled.totals()["gpu_communication"] for b in budgets})
     totals = export.query("""SELECT (SELECT COALESCE(SUM(duration_ns), 0) FROM w_kernels),
                                     (SELECT COUNT(*) FROM w_kernels),
                                     (SELECT COALESCE(SUM(duration_ns), 0) FROM w_copies WHERE operation = 'memcpy'),
                                     (SELECT COALESCE(SUM(duration_ns), 0) FROM w_copies WHERE operation = 'memset')""")[0]
-    budgets = build_budgets(export, (window.start, window.end))
     by_device = {b.device_id: b for b in budgets}
     for device in devices:
         budget = by_device.get(device["device_id"])

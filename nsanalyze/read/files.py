@@ -1,7 +1,8 @@
 """Finding out what a file is and making it readable: .xz/.gz are unpacked to a cache.
 
 Both `ncu_report` and SQLite need a real file path, so compressed inputs are decompressed
-once into a cache keyed by the compressed file's size, mtime and name, and reused.
+once into a cache keyed by the compressed file's content, and reused; expansion is limited and the
+cache evicts its least recently used entries past a size limit.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import gzip
 import hashlib
 import lzma
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -28,13 +28,60 @@ class ProfileKind(enum.Enum):
     NSYS = "nsys"
 
 
+# Limits on what a compressed input may expand to: a 472 KB .xz can hold gigabytes of zeros.
+MAX_EXPANSION_RATIO = float(os.environ.get("NSANALYZE_MAX_EXPANSION", "1000"))
+MAX_EXPANDED_BYTES = float(os.environ.get("NSANALYZE_MAX_EXPANDED_GB", "64")) * 2**30
+CACHE_LIMIT_BYTES = float(os.environ.get("NSANALYZE_CACHE_MAX_GB", "32")) * 2**30
+
+
 def cache_dir() -> Path:
     root = os.environ.get("NSANALYZE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "nsanalyze"
     )
     path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise InputError(path, "the cache (NSANALYZE_CACHE) is not a folder") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot use the cache folder ({exc.strerror})") from None
     return path
+
+
+def _content_key(path: Path) -> str:
+    """The cache key: the compressed file's content, so a file replaced in place is never mistaken
+    for the one before it (same size and mtime or not)."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()[:24]
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Partial copies whose process is gone (killed with SIGKILL, nothing could clean up) are removed."""
+    for entry in folder.glob(".partial-*"):
+        pid = entry.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            entry.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    """A running process (a zombie, dead but not yet reaped, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _evict(keep: Path) -> None:
+    """Least recently used cache entries go once the cache holds more than CACHE_LIMIT_BYTES."""
+    entries = [(e.stat().st_atime, e.stat().st_size, e) for e in keep.parent.iterdir()
+               if e.is_file() and e != keep and not e.name.startswith(".partial-")]
+    total = keep.stat().st_size + sum(size for _, size, _ in entries)
+    for _, size, entry in sorted(entries):
+        if total <= CACHE_LIMIT_BYTES:
+            break
+        entry.unlink(missing_ok=True)
+        total -= size
 
 
 def _check_readable(path: Path) -> None:
@@ -54,20 +101,33 @@ def _head(path: Path, n: int = 16) -> bytes:
 
 
 def _decompress(path: Path, opener, suffix_len: int) -> Path:
-    stat = path.stat()
-    key = hashlib.sha1(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    target = cache_dir() / f"{key}-{path.name[:-suffix_len]}"
+    target = cache_dir() / f"{_content_key(path)}-{path.name[:-suffix_len]}"
+    _remove_orphans(target.parent)
     if target.exists():
+        os.utime(target)  # recently used: the last to be evicted
         return target
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".partial-")
+    limit = min(MAX_EXPANDED_BYTES, max(path.stat().st_size, 1 << 20) * MAX_EXPANSION_RATIO)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".partial-{os.getpid()}-")
     try:
         with opener(path, "rb") as src, os.fdopen(fd, "wb") as dst:
-            shutil.copyfileobj(src, dst, length=1 << 20)
+            written = 0
+            while chunk := src.read(1 << 20):
+                written += len(chunk)
+                if written > limit:
+                    raise InputError(path, f"expands to more than {limit / 2**30:.1f} GiB (over "
+                                           f"{MAX_EXPANSION_RATIO:g}x its size): refused as a decompression bomb; "
+                                           "NSANALYZE_MAX_EXPANSION and NSANALYZE_MAX_EXPANDED_GB raise the limits")
+                dst.write(chunk)
         os.replace(tmp, target)
-    except (lzma.LZMAError, OSError, EOFError) as exc:
-        os.unlink(tmp)
-        reason = "truncated or corrupt compressed file" if not isinstance(exc, PermissionError) else str(exc)
+    except (lzma.LZMAError, OSError, EOFError, gzip.BadGzipFile) as exc:
+        reason = str(exc) if isinstance(exc, PermissionError) else "truncated or corrupt compressed file"
+        if isinstance(exc, OSError) and exc.errno == 28:
+            reason = "no space left for the decompressed copy in the cache"
         raise InputError(path, f"{reason} ({exc.__class__.__name__}: {exc})") from None
+    finally:  # every exit path, Ctrl-C and SIGTERM included, removes the partial copy
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    _evict(target)
     return target
 
 

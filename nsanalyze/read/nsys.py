@@ -18,7 +18,9 @@ aggregates in SQLite:
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +43,13 @@ MEMORY_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed
 SYNC_TYPES = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 NVTX_RANGE_EVENT_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
 # Rows that cannot be real activity (no integer timestamps, negative length) are left out of the views.
-VALID_INTERVAL = "typeof(start) = 'integer' AND typeof(end) = 'integer' AND end >= start"
+# A row longer than a day (a kernel "ending" at 2^63-1) is corrupt, not a day of work: it would make a
+# 292-year span. Such rows are left out and counted (NsysExport.dropped_rows).
+MAX_INTERVAL_NS = 86_400 * 10**9
+VALID_INTERVAL = (f"typeof(start) = 'integer' AND typeof(end) = 'integer' AND end >= start "
+                  f"AND end - start < {MAX_INTERVAL_NS}")
+COUNTED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                  "CUPTI_ACTIVITY_KIND_RUNTIME")
 
 
 @dataclass
@@ -63,13 +71,14 @@ class NsysExport:
     tables: dict[str, set[str]]
     devices: list[Device] = field(default_factory=list)
     session_start_utc_ns: int | None = None
+    dropped_rows: dict[str, int] = field(default_factory=dict)  # table -> rows without a valid interval
     kind: str = "nsys"
 
     def query(self, sql: str, params=()) -> list[sqlite3.Row]:
         try:
             return self.connection.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as exc:
-            raise InputError(self.path, f"SQLite error while reading the export ({exc})") from None
+            raise sqlite_input_error(self.path, exc) from None
 
     def scalar(self, sql: str, params=()):
         rows = self.query(sql, params)
@@ -99,7 +108,14 @@ def _tables(connection: sqlite3.Connection) -> dict[str, set[str]]:
     names = [r[0] for r in connection.execute(
         "SELECT name FROM sqlite_master WHERE type IN ('table','view') UNION ALL "
         "SELECT name FROM sqlite_temp_master WHERE type = 'table'")]
-    return {name: {r[1] for r in connection.execute(f'PRAGMA table_info("{name}")')} for name in names}
+    tables = {}
+    for name in names:
+        quoted = name.replace('"', '""')
+        try:
+            tables[name] = {r[1] for r in connection.execute(f'PRAGMA table_info("{quoted}")')}
+        except sqlite3.DatabaseError:  # an unrelated broken view: not one nsanalyze reads
+            continue
+    return tables
 
 
 def _enum_view(export: NsysExport, view: str, table: str, fallback: dict[int, str]) -> None:
@@ -226,15 +242,38 @@ def _devices(export: NsysExport) -> list[Device]:
     return [devices[k] for k in sorted(devices)]
 
 
+SQL_TIME_LIMIT_S = float(os.environ.get("NSANALYZE_SQL_TIME_LIMIT_S", "900"))
+
+
+def sqlite_input_error(path: str, exc: sqlite3.DatabaseError) -> InputError:
+    if "interrupted" in str(exc):
+        return InputError(path, f"reading the export took over {SQL_TIME_LIMIT_S:g} s in SQLite (a recursive view or "
+                                "an exploding join?); NSANALYZE_SQL_TIME_LIMIT_S raises the limit")
+    return InputError(path, f"SQLite error while reading the export ({exc})")
+
+
+def _limit_time(connection: sqlite3.Connection, display: str) -> None:
+    """A hostile export (a recursive view, a join that explodes) must end, not hang: SQLite work on
+    one export stops after SQL_TIME_LIMIT_S (NSANALYZE_SQL_TIME_LIMIT_S), and the read fails as bad input."""
+    deadline = time.monotonic() + SQL_TIME_LIMIT_S
+    connection.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 200_000)
+
+
 def read_nsys(path, display_path=None) -> NsysExport:
     """Opens an export read-only and checks that it holds what nsanalyze needs."""
     display = str(display_path or path)
+    uri = Path(path).resolve().as_uri()  # percent-encoded: '%', '?' and '#' in a name stay part of the path
     try:
-        connection = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, check_same_thread=False)
+        try:
+            connection = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+            tables = _tables(connection)
+        except sqlite3.OperationalError:  # read-only storage that SQLite cannot lock: the file won't change
+            connection = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+            tables = _tables(connection)
         connection.row_factory = sqlite3.Row
-        tables = _tables(connection)
     except sqlite3.DatabaseError as exc:
         raise InputError(display, f"not a readable SQLite database ({exc})") from None
+    _limit_time(connection, display)
     export = NsysExport(path=display, connection=connection, tables=tables)
     if "StringIds" not in tables or not (set(tables) & NSYS_MARKER_TABLES):
         raise InputError(display, "not an Nsight Systems export (no StringIds and target-info tables)")
@@ -247,6 +286,11 @@ def read_nsys(path, display_path=None) -> NsysExport:
     except sqlite3.DatabaseError as exc:
         raise InputError(display, f"unexpected Nsight Systems schema ({exc})") from None
     export.devices = _devices(export)
+    for table in COUNTED_TABLES:
+        if export.has(table, "start", "end"):
+            count = export.scalar(f'SELECT COUNT(*) FROM "{table}" WHERE NOT ({VALID_INTERVAL})')
+            if count:
+                export.dropped_rows[table] = count
     if export.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
         export.session_start_utc_ns = export.scalar("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
     return export

@@ -54,20 +54,26 @@ def write_report(model: dict, target: str) -> None:
 
 
 def write_bytes(data: bytes, target: str) -> None:
-    """Writes to stdout (`-`) or to a temporary file renamed into place: never half a report."""
+    """Writes to stdout (`-`) or to a file, atomically."""
     if target == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
+    write_atomically(target, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def write_atomically(target: str, write) -> None:
+    """`write(temporary path)`, then renamed into place: never half a file, nothing left behind on any
+    exit path. A new file gets the usual mode (0666 less the umask); a file written over keeps its own."""
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial" + path.suffix)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())
+        write(tmp)
+        mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise

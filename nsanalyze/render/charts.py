@@ -7,9 +7,15 @@ import io
 import matplotlib
 
 matplotlib.use("Agg")
+from nsanalyze.render.format import visible  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+
+
+def literal(text) -> str:
+    """Profile text as a plot label: `$...$` would be read as mathtext (and can abort the plot)."""
+    return visible(text).replace("$", r"\$")
 
 
 def _svg(figure) -> str:
@@ -42,7 +48,7 @@ def roofline_svg(kernels: list[dict]) -> str | None:
         roof = kernel["roofline"]
         size = 30 + 400 * (kernel.get("time_share") or 0) / total
         axes.scatter(roof["arithmetic_intensity"], roof["achieved_flops_per_s"], s=size, alpha=0.7)
-        axes.annotate(kernel["name"][:24], (roof["arithmetic_intensity"], roof["achieved_flops_per_s"]),
+        axes.annotate(literal(kernel["name"][:24]), (roof["arithmetic_intensity"], roof["achieved_flops_per_s"]),
                       fontsize=7, xytext=(4, 4), textcoords="offset points")
     axes.set_xscale("log")
     axes.set_yscale("log")
@@ -57,7 +63,7 @@ def top_kernels_svg(kernels: list[dict], limit: int = 12) -> str | None:
     if not rows:
         return None
     figure, axes = plt.subplots(figsize=(7, 0.3 * len(rows) + 0.8))
-    axes.barh([k["name"][:40] for k in rows][::-1], [100 * k["time_share"] for k in rows][::-1], color="#4a7ab5")
+    axes.barh([literal(k["name"][:40]) for k in rows][::-1], [100 * k["time_share"] for k in rows][::-1], color="#4a7ab5")
     axes.set_xlabel("share of GPU kernel time (%)")
     return _svg(figure)
 
@@ -84,7 +90,7 @@ def ranges_svg(ranges: list[dict], limit: int = 10) -> str | None:
     if not rows:
         return None
     figure, axes = plt.subplots(figsize=(7, 0.35 * len(rows) + 0.8))
-    names = [str(r["name"])[:40] for r in rows][::-1]
+    names = [literal(str(r["name"])[:40]) for r in rows][::-1]
     wall = [r["wall_ns"] / 1e6 for r in rows][::-1]
     gpu = [(r["kernel_ns"] + r["copy_ns"]) / 1e6 for r in rows][::-1]
     axes.barh(names, wall, color="#ccc", label="wall time")
@@ -99,7 +105,7 @@ def devices_svg(devices: list[dict]) -> str | None:
     if len(devices) < 2:
         return None
     figure, axes = plt.subplots(figsize=(7, 0.45 * len(devices) + 1))
-    labels = [f"GPU {d['device_id']}" for d in devices]
+    labels = [literal(f"GPU {d['device_id']}") for d in devices]
     parts = [("compute", [d["compute_kernel_ns"] for d in devices], "#4a7ab5"),
              ("communication, hidden", [d["communication_ns"] - d["exposed_communication_ns"] for d in devices], "#9bc49b"),
              ("communication, exposed", [d["exposed_communication_ns"] for d in devices], "#d68910"),
@@ -132,7 +138,7 @@ def budget_svg(timeline: dict | None) -> str | None:
     for device in devices if len(devices) > 1 else devices[:1]:
         rows.append((f"GPU {device['device_id']}, window ({duration(device.get('window_ns'))})", device["budget"]))
     figure, axes = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.1))
-    labels = [label for label, _ in rows][::-1]
+    labels = [literal(label) for label, _ in rows][::-1]
     budgets = [budget for _, budget in rows][::-1]
     left = [0.0] * len(rows)
     for part, color in BUDGET_COLORS.items():

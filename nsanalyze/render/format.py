@@ -48,6 +48,9 @@ def budget_text(budget: list[dict] | None, min_share: float = 0.01) -> str:
 def window_lines(timeline: dict) -> list[str]:
     """The header lines every renderer shows for an nsys timeline: window, steps, budget."""
     lines = [f"Window: {timeline['window']['description']}"]
+    if timeline.get("dropped_rows"):
+        lines.append("Left out: " + ", ".join(f"{n} rows of {t} without a valid interval (no start/end, or longer "
+                                               "than a day)" for t, n in timeline["dropped_rows"].items()))
     steps = timeline.get("steps")
     if steps:
         lines.append(f"Steps: {steps['count']} of '{steps['name']}', median {duration(steps['median_ns'])} "
@@ -69,3 +72,12 @@ def health_line(model: dict) -> str:
         return (f"No findings above info from the checks that could judge; {len(unjudged)} could not "
                 f"({', '.join(unjudged)}): the profile lacks their metrics.")
     return "No findings above info: nothing here holds the program back by the checks' thresholds."
+
+
+CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7f, *range(0x80, 0xa0)]}
+
+
+def visible(text) -> str:
+    """Profile text (kernel, NVTX, API names) for a terminal: control characters (ESC sequences, \\r)
+    shown as escapes, never interpreted."""
+    return "" if text is None else str(text).translate(CONTROL)

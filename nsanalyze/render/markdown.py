@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from nsanalyze.render.format import duration, health_line, percent, window_lines
+import re
+
+from nsanalyze.render.format import duration, health_line, visible, window_lines
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
 DETAILED = 10           # findings with their advice folded in <details>
@@ -12,10 +14,13 @@ def escape(text) -> str:
     """Text from the profiled program (kernel names, NVTX) must not become Markdown or HTML."""
     if text is None:
         return ""
-    text = str(text).replace("\n", " ").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = visible(str(text).replace("\r\n", " ").replace("\n", " ").replace("\r", " "))
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     for char in "\\`*_{}[]()#+-!|~":
         text = text.replace(char, "\\" + char)
-    return text
+    # @mentions and bare links would notify people and link out from a PR comment: break them.
+    text = text.replace("@", "&#64;")
+    return re.sub(r"(?i)\b(https?|ftp|www)(:|\.)", lambda m: m.group(1) + "&#8203;" + m.group(2), text)
 
 
 def _table(findings: list[dict]) -> list[str]:

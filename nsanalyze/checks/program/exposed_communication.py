@@ -60,16 +60,24 @@ def run(timeline, limits) -> Finding | None:
     if not devices:
         return None
     worst = max(devices, key=lambda d: d["exposed_communication_ns"])
-    share = worst["exposed_communication_ns"] / worst["span_ns"] if worst["span_ns"] else 0.0
+    window = worst.get("window_ns") or worst["span_ns"]
+    share = worst["exposed_communication_ns"] / window if window else 0.0
     if share < limits["min_exposed_share"]:
         return None
     hidden = 1 - worst["exposed_communication_ns"] / worst["communication_ns"]
+    # Collectives end together: a GPU that waits far longer in them than another waits for that one.
+    least = min(timeline.devices, key=lambda d: d.get("exposed_communication_ns") or 0)
+    waiting = (worst["exposed_communication_ns"] - (least.get("exposed_communication_ns") or 0)) \
+        / worst["exposed_communication_ns"] if least is not worst else 0.0
+    cause = (f"it waits in its collectives for GPU {least['device_id']}, a straggler (see rank-imbalance)"
+             if waiting > 0.5 else "collectives not overlapped with compute")
     finding = Finding(
         check=ID,
         title=f"GPU {worst['device_id']}: {worst['exposed_communication_ns'] / 1e6:.1f} ms of communication "
-              f"({share:.0%} of its time) runs with no compute beside it; {hidden:.0%} is hidden",
+              f"({share:.0%} of its time) runs with no compute beside it, {hidden:.0%} hidden: {cause}",
         estimated_speedup=0.0,
         evidence={"exposed_share": evidence(share, limits["min_exposed_share"], unit="ratio"),
+                  "waiting_for_straggler_share": evidence(waiting, unit="ratio"),
                   "exposed_communication_ns": evidence(worst["exposed_communication_ns"], unit="ns"),
                   "communication_ns": evidence(worst["communication_ns"], unit="ns"),
                   "per_device": [{k: d[k] for k in ("device_id", "communication_ns", "exposed_communication_ns",

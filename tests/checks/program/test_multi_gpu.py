@@ -104,3 +104,30 @@ def test_before_after_pair_through_diff():
             for p in (BEFORE, AFTER)]
     assert (flash["before_ns"], flash["after_ns"]) == tuple(sums)
     assert flash["verdict"] in ("within noise", "improvement", "regression")
+
+
+PER_RANK = {"host": ("ddp_host_rank0_nsys.sqlite.xz", "ddp_host_rank1_nsys.sqlite.xz"),
+            "gpu": ("ddp_gpu_rank0_nsys.sqlite.xz", "ddp_gpu_rank1_nsys.sqlite.xz")}
+
+
+@pytest.mark.parametrize("side", ["host", "gpu"])
+def test_straggler_named_from_per_rank_exports(side):
+    """Two-rank DDP on two H200s, one nsys export per rank (fixtures/real/README.md): rank 1 is slow on
+    the host (sleeps 4 ms a step) or on the GPU (extra matrix products)."""
+    from tests.conftest import REAL
+
+    model = analyze([str(REAL / name) for name in PER_RANK[side]])
+    program = [f for f in model["findings"] if f["kernel_id"] is None]
+    checks = [f["check"] for f in program]
+    assert len(checks) == len(set(checks))                                  # one finding per cause
+    above = {f["check"]: f for f in program if f["severity"] != "info"}
+    straggler = above["rank-imbalance"]
+    assert straggler["severity"] in ("high", "medium") and straggler["gpu"] == {"rank": 1, "device": 1}
+    assert straggler["evidence"]["straggler_side"] == ("host" if side == "host" else "GPU")
+    waiting = above["exposed-communication"]
+    assert waiting["severity"] in ("high", "medium") and waiting["gpu"]["rank"] == 0
+    assert "straggler" in waiting["title"]
+    assert sum(f["estimated_savings_ns"] for f in program) <= model["timeline"]["span_ns"] * 1.0001
+    for device in model["timeline"]["devices"]:
+        assert isinstance(device["rank"], int) and isinstance(device["device"], int)
+        assert device["device_id"] == f"{device['rank']}:{device['device']}"

@@ -1,0 +1,239 @@
+"""Hostile inputs, round two: each case is crafted at test time from a real fixture export.
+
+No silent wrong answer, no write to an input, no hang, no injection (docs/reliability.md lists them)."""
+
+import hashlib
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from nsanalyze.read.files import open_local
+from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NSYS
+from tests.test_reliability import assert_handled, hostile_export, run_cli
+
+
+def _copy(tmp_path, name, source=DEV_SUITE_NSYS):
+    path = tmp_path / name
+    shutil.copy(open_local(source)[1], path)
+    return path
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_percent_in_a_name_reads_that_file(tmp_path):
+    """`run%41.sqlite` beside a `runA.sqlite` holding another profile: the named file is read."""
+    named = _copy(tmp_path, "run%41.sqlite")
+    _copy(tmp_path, "runA.sqlite", DEV_INFER_NSYS)
+    result = assert_handled(run_cli("report", named, "-o", "-"))
+    assert '"kernels": 212' in result.stdout                       # the dev suite's 212 kernels, not dev_infer's
+
+
+@pytest.mark.parametrize("name", ["run?x=1.sqlite", "run#1.sqlite"])
+def test_query_characters_open_read_only(tmp_path, name):
+    path = _copy(tmp_path, name)
+    before = sorted(os.listdir(tmp_path))
+    assert_handled(run_cli("report", path, "-o", "-"))
+    assert sorted(os.listdir(tmp_path)) == before                  # nothing created beside the input
+
+
+def test_batch_refuses_an_export_as_history_database(tmp_path):
+    export = _copy(tmp_path, "run.sqlite")
+    digest = _digest(export)
+    result = run_cli("batch", DEV_SUITE_NSYS, "--db", export)
+    assert result.returncode == 2 and "not a history database" in result.stderr
+    assert _digest(export) == digest and not (tmp_path / "run.sqlite-wal").exists()
+
+
+def test_recursive_view_ends_as_bad_input(tmp_path):
+    path = _copy(tmp_path, "recursive.sqlite")
+    with sqlite3.connect(path) as con:
+        con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO k_real")
+        con.execute("""CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL
+                       SELECT n + 1 FROM r) SELECT k.* FROM k_real k, r""")
+    env = {**os.environ, "NSANALYZE_SQL_TIME_LIMIT_S": "3"}
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(path)], capture_output=True,
+                            text=True, timeout=120, env=env)
+    assert result.returncode == 2 and "took over 3 s" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_one_correlation_id_for_everything_does_not_hang(tmp_path):
+    path = _copy(tmp_path, "corr7.sqlite", DEV_INFER_NSYS)
+    with sqlite3.connect(path) as con:
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY"):
+            con.execute(f"UPDATE {table} SET correlationId = 7")
+    assert_handled(run_cli("report", path, "-o", "-", timeout=120))
+
+
+@pytest.mark.parametrize("text", ["[/]", "[link=https://evil.example]click[/link]", "[bold]loud", "\x1b[mred\x1b]t\x07"])
+def test_terminal_prints_profile_text_as_text(tmp_path, text):
+    """The step ranges of a real loop renamed: their name is shown in the window line, literally."""
+    from tests.conftest import REAL
+
+    path = _copy(tmp_path, "steps.sqlite", REAL / "graphs_after_nsys.sqlite.xz")
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE NVTX_EVENTS SET text = ? || ' ' || text WHERE text LIKE 'step %'", (text,))
+    result = assert_handled(run_cli("report", path))
+    assert result.returncode == 0 and "\x1b" not in result.stdout
+    shown = text.replace("\x1b", "\\x1b").replace("\x07", "\\x07")
+    assert shown in result.stdout.replace("\n", "")
+
+
+def test_markdown_from_profile_text_stays_in_its_cell(tmp_path):
+    path = hostile_export(tmp_path, text="x\r## Owned\r\n- [pwn](https://evil.example) @everyone www.evil.example")
+    out = tmp_path / "r.md"
+    assert_handled(run_cli("report", path, "-o", out))
+    text = out.read_text()
+    assert "\r" not in text and "\n## Owned" not in text and "@everyone" not in text
+    assert "https://evil" not in text and "www.evil" not in text
+
+
+def test_mathtext_in_a_name_renders(tmp_path):
+    path = hostile_export(tmp_path, text="$\\frac{a}{0}$ and $x")
+    out = tmp_path / "r"
+    assert_handled(run_cli("report", path, "-o", f"{out}.html", "-o", f"{out}.pdf"))
+    assert (tmp_path / "r.pdf").stat().st_size > 1000 and "$x" in (tmp_path / "r.html").read_text()
+
+
+def test_closed_pipe_is_not_a_failure(tmp_path):
+    result = subprocess.run(f"{sys.executable} -m nsanalyze report {DEV_INFER_NSYS} -o - | head -c 10 >/dev/null; "
+                            "echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", capture_output=True, text=True,
+                            timeout=180)
+    assert result.stdout.strip() == "0", result.stderr
+
+
+def test_newline_in_a_path_is_one_line(tmp_path):
+    path = tmp_path / "two\nlines.sqlite"
+    result = run_cli("report", path)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_kernel_ending_at_the_end_of_time_is_left_out(tmp_path):
+    path = _copy(tmp_path, "forever.sqlite")
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = 9223372036854775807 WHERE rowid = 1")
+    result = assert_handled(run_cli("report", path))
+    assert "Left out: 1 rows of CUPTI_ACTIVITY_KIND_KERNEL" in result.stdout.replace("\n", " ")
+    assert "292" not in result.stdout
+
+
+def test_report_never_written_over_an_input(tmp_path):
+    path = _copy(tmp_path, "x.json")
+    digest = _digest(path)
+    result = run_cli("report", path, "-o", path)
+    assert result.returncode == 2 and "input" in result.stderr and _digest(path) == digest
+
+
+def test_report_over_a_private_file_keeps_its_mode(tmp_path):
+    out = tmp_path / "r.md"
+    out.write_text("old")
+    out.chmod(0o600)
+    assert_handled(run_cli("report", DEV_SUITE_NSYS, "-o", out))
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.read_text() != "old"
+
+
+def test_metrics_table_gets_the_usual_mode(tmp_path):
+    out = tmp_path / "m.csv"
+    old = os.umask(0o022)
+    try:
+        assert_handled(run_cli("metrics", DEV_SUITE_NSYS, "-o", out))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644
+
+
+def _cli_env(**extra):
+    return {**os.environ, **extra}
+
+
+def test_decompression_bomb_is_refused_and_leaves_nothing(tmp_path):
+    import lzma
+
+    bomb = tmp_path / "bomb.sqlite.xz"
+    bomb.write_bytes(lzma.compress(b"SQLite format 3\x00" + bytes(64 << 20)))     # 64 MB of zeros in ~10 KB
+    cache = tmp_path / "cache"
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(bomb)], capture_output=True, text=True,
+                            timeout=120, env=_cli_env(NSANALYZE_CACHE=str(cache), NSANALYZE_MAX_EXPANSION="10"))
+    assert result.returncode == 2 and "decompression bomb" in result.stderr
+    assert list(cache.iterdir()) == []                                    # no partial copy left in the cache
+
+
+def test_a_file_replaced_in_place_is_read_anew(tmp_path):
+    from tests.conftest import FIXTURES
+
+    target, cache = tmp_path / "run.sqlite.xz", tmp_path / "cache"
+    env = _cli_env(NSANALYZE_CACHE=str(cache))
+    shutil.copy(FIXTURES / "dev_suite_nsys.sqlite.xz", target)
+    first = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(target), "-o", "-"], capture_output=True,
+                           text=True, env=env, timeout=180)
+    mtime = target.stat().st_mtime_ns
+    shutil.copy(FIXTURES / "dev_suite_v2_nsys.sqlite.xz", target)
+    os.utime(target, ns=(mtime, mtime))                                   # same mtime, other content
+    second = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(target), "-o", "-"], capture_output=True,
+                            text=True, env=env, timeout=180)
+    assert first.returncode == second.returncode == 0 and first.stdout != second.stdout
+
+
+def test_cache_that_is_a_file_is_one_line(tmp_path):
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("x")
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(DEV_SUITE_NSYS)], capture_output=True,
+                            text=True, timeout=120, env=_cli_env(NSANALYZE_CACHE=str(not_a_folder)))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1 and "not a folder" in result.stderr
+
+
+def test_batch_of_only_unreadable_profiles_fails(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.sqlite").write_bytes(b"not a database at all, just text" * 10)
+    result = run_cli("batch", tmp_path / "in", "--db", tmp_path / "h.sqlite")
+    assert result.returncode == 2 and "1 failed" in result.stderr
+
+
+def _marked_processes(mark: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    if mark.encode() in handle.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGKILL"])
+def test_batch_workers_die_with_it(tmp_path, signal_name):
+    import signal
+    import time
+    import uuid
+
+    from tests.conftest import REAL
+
+    mark = f"NSANALYZE_TEST_MARK={uuid.uuid4()}"
+    env = _cli_env(NSANALYZE_TEST_MARK=mark.split("=", 1)[1], NSANALYZE_CACHE=str(tmp_path / "cache"))
+    batch = subprocess.Popen([sys.executable, "-m", "nsanalyze", "batch", str(REAL), "--db", str(tmp_path / "h.sqlite"),
+                              "--jobs", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while len(_marked_processes(mark)) < 4 and time.monotonic() < deadline:   # CLI, tracker, forkserver, workers
+        time.sleep(0.2)
+    assert len(_marked_processes(mark)) >= 4
+    batch.send_signal(getattr(signal, signal_name))
+    batch.wait(timeout=60)
+    deadline = time.monotonic() + 20
+    while _marked_processes(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _marked_processes(mark) == []
+    # SIGTERM cleans up at once; after SIGKILL the next run removes the copies whose process is gone
+    if signal_name == "SIGKILL":
+        run = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(REAL / "item_sync_nsys.sqlite.xz"),
+                              "-o", str(tmp_path / "r.md")], env=env, capture_output=True, timeout=120)
+        assert run.returncode == 0
+    assert not [p for p in (tmp_path).rglob("*.partial*")]
