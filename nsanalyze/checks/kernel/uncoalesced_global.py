@@ -36,13 +36,16 @@ TITLE = "Uncoalesced global memory access"
 SECTION = "memory"  # the report section its findings appear in
 REQUIRES = ("duration_ns",)
 OPTIONAL = ("global_sectors", "global_sectors_ideal", "global_sectors_excess_share",
-            "sectors_per_request_global_load", "memory_throughput_pct")
+            "global_load_bytes_per_sector", "global_store_bytes_per_sector", "global_load_sectors",
+            "global_store_sectors", "sectors_per_request_global_load", "memory_throughput_pct")
 COLLECT = "--set full (SourceCounters and MemoryWorkloadAnalysis_Tables sections)"
 RELIEVES = "memory"
 THRESHOLDS = {
     "min_excess_share": Threshold(0.25, "a quarter of the sectors wasted is more than alignment noise "
                                         "(tail elements, misaligned starts) ever costs"),
-    "ideal_sectors_per_request": Threshold(4.0, "32 threads x 4 bytes = 128 bytes = 4 sectors, a coalesced warp"),
+    "ideal_sectors_per_request": Threshold(16.0, "without source counters or bytes per sector the access width is "
+                                                 "unknown: 32 threads x 16-byte vectors = 16 sectors is still coalesced, "
+                                                 "so only more than that is surely waste"),
 }
 SPEEDUP_MODEL = ("excess sectors / all sectors, times the kernel's memory speed-of-light share: "
                  "removing wasted traffic saves the time the memory system spent on it")
@@ -61,16 +64,32 @@ x[i] += dt * vx[i];
 ```"""
 
 
+def _by_direction(kernel: KernelView) -> dict[str, float] | None:
+    """Wasted share of the sectors loads and stores move: 1 - bytes used per 32-byte sector / 32.
+    Wide (vector) accesses use whole sectors and are not waste."""
+    shares = {}
+    for direction in ("load", "store"):
+        used = kernel.get(f"global_{direction}_bytes_per_sector")
+        if used is not None and (kernel.get(f"global_{direction}_sectors") or 0) > 0:
+            shares[direction] = clamp01(1 - used / 32.0)
+    return shares or None
+
+
 def run(kernel: KernelView, limits) -> Finding | None:
+    directions = _by_direction(kernel)
     excess_share = kernel.get("global_sectors_excess_share")
     measured_by = "source counters (actual vs ideal L2 sectors)"
+    if excess_share is None and directions:
+        sectors = {d: kernel.get(f"global_{d}_sectors") or 0 for d in directions}
+        excess_share = sum(directions[d] * sectors[d] for d in directions) / sum(sectors.values())
+        measured_by = "bytes used per sector of the global loads and stores"
     if excess_share is None:
         per_request = kernel.get("sectors_per_request_global_load")
         if per_request is None:
             return None
         ideal = limits["ideal_sectors_per_request"]
         excess_share = clamp01(1 - ideal / per_request) if per_request > ideal else 0.0
-        measured_by = f"sectors per request against {ideal:g} (assumes 4-byte accesses)"
+        measured_by = f"load sectors per request against {ideal:g} (the access width is not in the report)"
     if excess_share < limits["min_excess_share"]:
         return None
     memory_share = memory_bound_share(kernel) or 0.0
@@ -79,12 +98,18 @@ def run(kernel: KernelView, limits) -> Finding | None:
         "global_sectors_excess_share": evidence(excess_share, limits["min_excess_share"], unit="ratio"),
         "memory_throughput_pct": evidence(kernel.get("memory_throughput_pct"), unit="%"),
     }
-    for concept in ("sectors_per_request_global_load", "global_sectors", "global_sectors_ideal"):
+    for concept in ("sectors_per_request_global_load", "global_sectors", "global_sectors_ideal",
+                    "global_load_bytes_per_sector", "global_store_bytes_per_sector"):
         if kernel.get(concept) is not None:
             evidence_table[concept] = evidence(kernel.get(concept))
+    which = ""
+    if directions:
+        worst = max(directions, key=directions.get)
+        which = "; " + ", ".join(f"{d}s use {32 * (1 - share):.0f} of 32 bytes per sector" for d, share in
+                                 sorted(directions.items(), key=lambda item: item[0] != worst))
     return Finding(
         check=ID,
-        title=f"{excess_share:.0%} of global-memory sectors are wasted by uncoalesced access",
+        title=f"{excess_share:.0%} of global-memory sectors are wasted by uncoalesced access{which}",
         estimated_speedup=speedup,
         evidence=evidence_table,
         advice=ADVICE,
