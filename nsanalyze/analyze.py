@@ -6,7 +6,6 @@ every renderer (json, terminal, markdown, html, pdf, sarif) reads only this dict
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
@@ -16,6 +15,7 @@ from nsanalyze.checks.base import Finding, KernelView, NotJudged
 from nsanalyze.checks.libraries import library_advice, library_of
 from nsanalyze.errors import InputError
 from nsanalyze.normalize import normalize_ncu
+from nsanalyze.numbers import finite
 from nsanalyze.normalize.clocks import clock_control
 from nsanalyze.normalize.kernel_groups import group_launches
 from nsanalyze.normalize.kernels import IDENTITY_COLUMNS
@@ -32,17 +32,6 @@ class Options:
     skip_first_ns: int | None = None
     nvtx_range: str | None = None
     window: str = "steady"  # nsys: "steady" (the steady steps when found) or "capture" (everything)
-
-
-def clean_number(value):
-    """JSON-safe numbers: NaN/inf become null, numpy scalars become Python ones."""
-    if value is None:
-        return None
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _profile_entry(profile) -> dict:
@@ -99,19 +88,19 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
     for group in groups:
         record, roof = by_launch[group.representative], roofs[group.representative]
         spread = group.summary()
-        metrics = {k: clean_number(v) for k, v in record.items()
-                   if k not in IDENTITY_COLUMNS and clean_number(v) is not None}
+        metrics = {k: finite(v) for k, v in record.items()
+                   if k not in IDENTITY_COLUMNS and finite(v) is not None}
         metrics.update({"mean_ns": spread["mean_ns"], "min_ns": spread["min_ns"], "max_ns": spread["max_ns"],
                         "stddev_ns": spread["stddev_ns"]})
         kernels.append({
             "id": group.id, "name": group.name, "demangled": group.demangled,
             "profile": report.path, "nvtx_range": group.nvtx_range,
-            "duration_ns": clean_number(spread["mean_ns"]), "launches": spread["launches"],
-            "total_ns": clean_number(spread["total_ns"]), "launch_ids": spread["launch_ids"],
-            "time_share": clean_number(group.total_ns / total) if total else None,
+            "duration_ns": finite(spread["mean_ns"]), "launches": spread["launches"],
+            "total_ns": finite(spread["total_ns"]), "launch_ids": spread["launch_ids"],
+            "time_share": finite(group.total_ns / total) if total else None,
             "library": library_of(group.demangled or group.name),
             "bound": roof["bound"],
-            "roofline": {k: clean_number(v) for k, v in roof.items() if clean_number(v) is not None},
+            "roofline": {k: finite(v) for k, v in roof.items() if finite(v) is not None},
             "metrics": metrics,
         })
     durations = {r["id"]: float(r.get("duration_ns") or 0.0) for r in table.rows}

@@ -162,7 +162,7 @@ def trend_command(db_path, outputs, fail_on_regression):
 @click.option("-o", "--output", help="file to write: .csv, .parquet or .json (default: CSV on stdout)")
 def metrics(profile, output):
     """Write the normalized metrics table of PROFILE, one row per kernel launch."""
-    from nsanalyze.metrics_table import metrics_frame, write_frame
+    from nsanalyze.metrics_export import metrics_frame, write_frame
 
     write_frame(metrics_frame(profile), output)
 

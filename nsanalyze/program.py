@@ -9,11 +9,11 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
-from nsanalyze.analyze import clean_number
 from nsanalyze.checks import global_settings, limits_for, program_checks
 from nsanalyze.checks.base import Finding, NotJudged, budget_part, severity_for
 from nsanalyze.normalize import normalize_nsys_kernels
 from nsanalyze.normalize.timeline import Timeline, build_timeline
+from nsanalyze.numbers import finite
 from nsanalyze.read.nsys import NsysExport, sqlite_input_error
 
 
@@ -216,9 +216,9 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
         for row in rows:
             kernels.append({
                 "id": len(kernels), "name": row["name"], "demangled": row["demangled"], "profile": export.path,
-                "duration_ns": clean_number(row["duration_ns"]), "launches": int(row["launches"]),
-                "time_share": clean_number(row["time_share"]), "bound": None, "roofline": None,
-                "metrics": {k: clean_number(row[k]) for k in ("mean_ns", "median_ns", "min_ns", "max_ns", "stddev_ns",
+                "duration_ns": finite(row["duration_ns"]), "launches": int(row["launches"]),
+                "time_share": finite(row["time_share"]), "bound": None, "roofline": None,
+                "metrics": {k: finite(row[k]) for k in ("mean_ns", "median_ns", "min_ns", "max_ns", "stddev_ns",
                                                          "registers_per_thread", "shared_mem_per_block_bytes")
                             if k in row},
             })
@@ -270,6 +270,6 @@ def join_kernel_times(ncu_kernels: list[dict], nsys_summary: list[dict], kernel_
         ncu_total = sum(k.get("total_ns") or k["duration_ns"] or 0.0 for k in kernels) or 1.0
         for kernel in kernels:
             share = (kernel.get("total_ns") or kernel["duration_ns"] or 0.0) / ncu_total
-            kernel["nsys"] = {"total_ns": clean_number(match["duration_ns"] * share), "launches": int(match["launches"]),
-                              "time_share": clean_number(match["duration_ns"] * share / total) if total else None}
+            kernel["nsys"] = {"total_ns": finite(match["duration_ns"] * share), "launches": int(match["launches"]),
+                              "time_share": finite(match["duration_ns"] * share / total) if total else None}
             kernel_time[kernel["id"]] = float(match["duration_ns"]) * share

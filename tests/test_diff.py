@@ -103,7 +103,7 @@ def test_cuda_graph_pair_is_compared_per_step():
         assert median == pytest.approx(statistics.median(durations), rel=0.05)
     assert steps["verdict"] == "improvement" and steps["change"] < -0.9
     assert "launch-overhead" in result["program"]["findings_gone"]
-    assert result["summary"].startswith("step N 3.49 ms → 152 us") and "launch-overhead is gone" in result["summary"]
+    assert result["summary"].startswith("step N 3.49 ms → 152 µs") and "launch-overhead is gone" in result["summary"]
     assert not [r for r in regressions(result, 10) if r in result["ranges"] or r is result["steps"]]
 
 

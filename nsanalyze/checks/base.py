@@ -18,9 +18,10 @@ Instead / Known problems / Options; a registry test fails when one is missing.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from nsanalyze.numbers import finite
 
 SEVERITIES = ("high", "medium", "low", "info")
 
@@ -97,9 +98,8 @@ def evidence(value, threshold=None, *, unit: str = "", compare: str | None = Non
 
 
 def _round(value):
-    if isinstance(value, float):
-        return float(f"{value:.6g}") if math.isfinite(value) else None
-    return value
+    value = finite(value)
+    return float(f"{value:.6g}") if isinstance(value, float) else value
 
 
 def severity_for(speedup: float, cuts: dict[str, float]) -> str:
@@ -135,12 +135,7 @@ class KernelView:
         return self._values.get("id")
 
     def get(self, concept: str):
-        value = self._values.get(concept)
-        if value is None:
-            return None
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
-        return value
+        return finite(self._values.get(concept))
 
     def has(self, *concepts: str) -> bool:
         return all(self.get(c) is not None for c in concepts)

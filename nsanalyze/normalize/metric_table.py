@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import ast
 import csv
-import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from nsanalyze.numbers import finite_float
 
 TABLE_PATH = Path(__file__).with_name("metrics.csv")
 _RAW = re.compile(r"\{([^{}]+)\}")
@@ -94,10 +95,7 @@ def concept_descriptions() -> dict[str, str]:
 
 
 def _finite(value) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
+    return finite_float(value)
 
 
 @dataclass

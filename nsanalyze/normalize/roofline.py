@@ -12,17 +12,14 @@ issue; DRAM, L2, L1/shared), so that a tiled GEMM starved on shared memory reads
 
 from __future__ import annotations
 
-import math
+from nsanalyze.numbers import finite_float
 
 PRECISIONS = ("fp64", "fp32", "fp16")
 BALANCED_GAP = 0.10
 
 
 def _get(row, name):
-    value = row.get(name)
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return None
-    return float(value)
+    return finite_float(row.get(name))
 
 
 def roofline(row: dict, near_roof_share: float, latency_share: float) -> dict:

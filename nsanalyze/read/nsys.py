@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsanalyze.errors import InputError
+from nsanalyze.numbers import finite_float
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 KERNEL_COLUMNS = {"start", "end", "deviceId", "streamId", "shortName", "demangledName",
@@ -211,7 +212,7 @@ def _create_views(export: NsysExport) -> None:
 
 
 def _number(value):
-    return value if isinstance(value, (int, float)) and value == value and abs(value) != float("inf") else None
+    return finite_float(value)
 
 
 def _device(row) -> Device:

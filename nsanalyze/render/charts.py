@@ -28,7 +28,9 @@ def _svg(figure) -> str:
     return text[text.index("<svg"):]
 
 
-def roofline_svg(kernels: list[dict]) -> str | None:
+def roofline_svg(kernels: list[dict], labelled: list | None = None, max_labels: int = 6) -> str | None:
+    """Kernels as points sized by time share; names only on the kernels that carry the top findings
+    (`labelled` ids, at most max_labels), so a real program's 60 kernels stay readable."""
     points = [k for k in kernels if k.get("roofline") and k["roofline"].get("arithmetic_intensity")
               and k["roofline"].get("achieved_flops_per_s")]
     roofs = [k["roofline"] for k in kernels if k.get("roofline") and k["roofline"].get("peak_flops_per_s")
@@ -44,12 +46,18 @@ def roofline_svg(kernels: list[dict]) -> str | None:
     axes.plot(xs, [min(peak_flops, x * peak_bytes) for x in xs], color="#444", linewidth=1.5,
               label=f"roof: {peak_bytes / 1e12:.2f} TB/s, {peak_flops / 1e12:.1f} TFLOP/s")
     total = sum(k.get("time_share") or 0 for k in points) or 1
+    named = set(list(labelled)[:max_labels]) if labelled is not None else \
+        {k["id"] for k in sorted(points, key=lambda k: -(k.get("time_share") or 0))[:max_labels]}
+    shown_names = set()
     for kernel in points:
         roof = kernel["roofline"]
-        size = 30 + 400 * (kernel.get("time_share") or 0) / total
-        axes.scatter(roof["arithmetic_intensity"], roof["achieved_flops_per_s"], s=size, alpha=0.7)
-        axes.annotate(literal(kernel["name"][:24]), (roof["arithmetic_intensity"], roof["achieved_flops_per_s"]),
-                      fontsize=7, xytext=(4, 4), textcoords="offset points")
+        size = 15 + 400 * (kernel.get("time_share") or 0) / total
+        axes.scatter(roof["arithmetic_intensity"], roof["achieved_flops_per_s"], s=size, alpha=0.6,
+                     color="#c0392b" if kernel["id"] in named else "#4a7ab5")
+        if kernel["id"] in named and kernel["name"] not in shown_names:  # one label per kernel name
+            shown_names.add(kernel["name"])
+            axes.annotate(literal(kernel["name"][:24]), (roof["arithmetic_intensity"], roof["achieved_flops_per_s"]),
+                          fontsize=7, xytext=(4, 4), textcoords="offset points")
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("arithmetic intensity (FLOP per DRAM byte, measured)")

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import humanize
+
 
 def duration(ns) -> str:
+    """9.52 ms, 812 ns, 2.50 µs: nanoseconds as people read them (humanize's SI prefixes)."""
     if ns is None:
         return "-"
     ns = float(ns)
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3g} {unit}" if abs(ns) < 100 * scale else f"{ns / scale:.0f} {unit}"
-    return f"{ns:.0f} ns"
+    if abs(ns) < 1000:
+        return f"{ns:.0f} ns"
+    return humanize.metric(ns * 1e-9, "s").replace("μ", "µ")
 
 
 def percent(share) -> str:
@@ -18,13 +20,31 @@ def percent(share) -> str:
 
 
 def quantity(value, unit: str = "") -> str:
+    """38.7 GFLOP, 493 TFLOP/s, 67.1 MB: a measured value with its unit, scaled."""
     if value is None:
         return "-"
     value = float(value)
-    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}".strip()
-    return f"{value:.3g} {unit}".strip()
+    if unit in ("byte", "bytes", "B"):
+        return humanize.naturalsize(value)
+    if unit == "ns":
+        return duration(value)
+    if unit == "ratio":
+        return percent(value)
+    if unit == "%":
+        return f"{value:.3g}%"
+    if unit in ("hz", "Hz"):
+        unit = "Hz"
+    if value == 0 or 1e-3 <= abs(value) < 1e3:
+        return f"{value:.3g} {unit}".strip()
+    return humanize.metric(value, unit).replace("μ", "µ").strip()
+
+
+def evidence_value(entry: dict) -> str:
+    """An evidence entry's value (and threshold) for a reader; the JSON keeps the raw numbers."""
+    value = entry.get("value")
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return visible(value)
+    return quantity(value, entry.get("unit", ""))
 
 
 def shorten(text: str | None, limit: int = 60) -> str:

@@ -17,9 +17,11 @@ from pygments.util import ClassNotFound
 
 from nsanalyze.checks import kernel_checks, program_checks
 from nsanalyze.render import charts
-from nsanalyze.render.format import duration, percent, quantity, shorten, window_lines
+from nsanalyze.render.format import (duration, evidence_value, health_line, percent, quantity, shorten,
+                                     window_lines)
 
-SECTIONS = ("busy", "memory", "tensor", "kernel")  # an expert's order of diagnosis
+SECTIONS = ("busy", "memory", "tensor", "kernel")
+SUMMARY_ROWS = 15  # "What to fix first" lists these; every finding still has its card below  # an expert's order of diagnosis
 
 
 def _section_of(finding: dict) -> str:
@@ -52,7 +54,7 @@ def environment() -> Environment:
                       trim_blocks=True, lstrip_blocks=True)
     env.filters.update(duration=duration, percent=percent, quantity=quantity, shorten=shorten,
                        markdown=markdown_filter)
-    env.globals.update(window_lines=window_lines)
+    env.globals.update(window_lines=window_lines, evidence_value=evidence_value, health_line=health_line)
     return env
 
 
@@ -68,13 +70,15 @@ def view(model: dict) -> dict:
         "model": model,
         "top": shown[:3],
         "shown": shown,
+        "summary_rows": shown[:SUMMARY_ROWS],
         "info": [f for f in findings if f["severity"] == "info"],
         "sections": by_section,
         "kernels": sorted(kernels, key=lambda k: -(k.get("time_share") or 0))[:100],
         "kernels_left": max(0, len(kernels) - 100),
         "charts": {
             "budget": Markup(charts.budget_svg(model.get("timeline")) or ""),
-            "roofline": Markup(charts.roofline_svg(kernels) or ""),
+            "roofline": Markup(charts.roofline_svg(kernels, list(dict.fromkeys(
+                f["kernel_id"] for f in shown if f["kernel_id"] is not None))) or ""),
             "top_kernels": Markup(charts.top_kernels_svg(kernels) or ""),
             "utilization": Markup(charts.utilization_svg(model.get("gpu_metrics")) or ""),
             "devices": Markup(charts.devices_svg((model.get("timeline") or {}).get("devices") or []) or ""),

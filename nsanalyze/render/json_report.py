@@ -1,13 +1,14 @@
 """JSON: the report model as it is (schema nsanalyze/report@1), with NaN and infinities as null."""
 
 import json
-import math
+
+from nsanalyze.numbers import finite
 
 
 def json_safe(value):
     """Profiles can carry NaN or infinite numbers (a broken export, a zero-duration division); JSON cannot."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return finite(value)
     if isinstance(value, dict):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

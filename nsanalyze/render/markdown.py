@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from nsanalyze.render.format import duration, health_line, visible, window_lines
+from nsanalyze.render.format import duration, evidence_value, health_line, visible, window_lines
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
 DETAILED = 10           # findings with their advice folded in <details>
@@ -32,7 +32,8 @@ def _table(findings: list[dict]) -> list[str]:
 
 
 def _details(f: dict) -> str:
-    evidence = "\n".join(f"- `{k}`: {v.get('value')}" + (f" (threshold {v.get('compare', '>')} {v['threshold']})"
+    evidence = "\n".join(f"- `{k}`: {escape(evidence_value(v))}" + (f" (threshold {v.get('compare', '>')} "
+                                                                    f"{escape(evidence_value({**v, 'value': v['threshold']}))})"
                                                            if "threshold" in v else "")
                          for k, v in f["evidence"].items() if isinstance(v, dict))
     source = "\n".join(f"- `{escape(s['file'])}:{s['line']}`" for s in f.get("source") or [])

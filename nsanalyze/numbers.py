@@ -1,0 +1,26 @@
+"""One rule for numbers read from profiles: NaN and infinities are not measurements.
+
+Profiles carry NaN or infinite values (a broken export, a division by a zero duration); JSON cannot
+hold them and a check must not compare against them. Every layer reads values through `finite`.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def finite(value):
+    """NaN and infinities become None, numpy scalars Python numbers; anything else stays as it is."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def finite_float(value) -> float | None:
+    """A finite number as float, or None (None, NaN, infinities, text that is not a number)."""
+    value = finite(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
