@@ -21,11 +21,14 @@ difference of prefix sums.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 
 import numpy as np
 
-from nsanalyze.read.nsys import NsysExport
+
+
+from nsanalyze.read.nsys import NsysExport, sqlite_input_error
 
 PARTS = ("gpu_compute", "gpu_communication", "gpu_copy", "idle_other", "idle_sync", "idle_launch", "idle_host")
 IDLE_PARTS = PARTS[3:]
@@ -152,8 +155,20 @@ def _integer(column: str, default: int) -> str:
     return f"(CASE WHEN typeof({column}) = 'integer' THEN {column} ELSE {default} END)"
 
 
-def _column(rows, index, dtype=np.int64) -> np.ndarray:
-    return np.fromiter((r[index] for r in rows), dtype=dtype, count=len(rows))
+def _int_columns(export: NsysExport, sql: str, params: dict, columns: int) -> list[np.ndarray]:
+    """The query's integer columns as arrays, read in chunks: no Python object per row is kept (an
+    export holds millions of calls)."""
+    cursor = export.connection.cursor()
+    cursor.row_factory = None
+    try:
+        cursor.execute(sql, params)
+        chunks = []
+        while rows := cursor.fetchmany(1 << 16):
+            chunks.append(np.array(rows, dtype=np.int64).reshape(-1, columns))
+    except sqlite3.DatabaseError as exc:
+        raise sqlite_input_error(export.path, exc) from None
+    table = np.concatenate(chunks) if chunks else np.zeros((0, columns), dtype=np.int64)
+    return [table[:, i].copy() for i in range(columns)]
 
 
 def _api_kinds(export: NsysExport) -> tuple[set[int], set[int]]:
@@ -176,26 +191,24 @@ def build_budgets(export: NsysExport, window: tuple[int, int]) -> list[DeviceBud
     params = {"ws": start, "we": end}
     comm_ids = [r[0] for r in export.query("SELECT id FROM StringIds WHERE value LIKE ?", (COMMUNICATION_PATTERN,))]
     comm_list = ",".join(map(str, comm_ids)) or "NULL"
-    activity = export.query(f"""
+    activity = _int_columns(export, f"""
         SELECT device_id, start, end, CASE WHEN short_name_id IN ({comm_list}) THEN 1 ELSE 0 END AS kind,
                {_integer("global_pid", 0)} / 16777216, {_integer("correlation_id", -1)}
         FROM kernels WHERE end > :ws AND start < :we
         UNION ALL
         SELECT device_id, start, end, CASE WHEN copy_kind = {PEER_COPY_KIND} THEN 1 ELSE 2 END,
                {_integer("global_pid", 0)} / 16777216, {_integer("correlation_id", -1)}
-        FROM copies WHERE end > :ws AND start < :we""", params)
-    if not activity:
+        FROM copies WHERE end > :ws AND start < :we""", params, 6)
+    device, act_start, act_end, kind, act_pid, act_corr = activity
+    if not len(device):
         return []
-    device = _column(activity, 0)
-    act_start, act_end, kind = _column(activity, 1), _column(activity, 2), _column(activity, 3)
-    act_pid, act_corr = _column(activity, 4), _column(activity, 5)
     waits, sync_copies = _api_kinds(export)
     wait_list = ",".join(map(str, waits | sync_copies)) or "NULL"
-    api = export.query(f"""SELECT start, end, {_integer("global_tid", 0)} / 16777216,
-                                  {_integer("correlation_id", -1)}, COALESCE(name_id IN ({wait_list}), 0) FROM api_raw
-                           WHERE end > :ws - {LONG_CALL_NS} AND start < :we""", params)
-    api_start, api_end, api_pid = _column(api, 0), _column(api, 1), _column(api, 2)
-    api_corr, api_wait = _column(api, 3), _column(api, 4).astype(bool)
+    api_start, api_end, api_pid, api_corr, api_wait = _int_columns(export, f"""
+        SELECT start, end, {_integer("global_tid", 0)} / 16777216, {_integer("correlation_id", -1)},
+               COALESCE(name_id IN ({wait_list}), 0) FROM api_raw
+        WHERE end > :ws - {LONG_CALL_NS} AND start < :we""", params, 5)
+    api_wait = api_wait.astype(bool)
     # Launch call end per (process, correlation id): when the host handed over each piece of GPU work.
     key = api_pid * (1 << 32) + api_corr
     order = np.argsort(key, kind="stable")

@@ -362,10 +362,9 @@ def _launches(export: NsysExport) -> dict:
                SUM(CASE WHEN k.duration_ns < a.duration_ns THEN
                    MIN(a.duration_ns, COALESCE((SELECT b.idle_before FROM w_busy b WHERE b.start = k.start), 0))
                    ELSE 0 END) AS idle_before_short_ns
-        FROM w_kernels k JOIN (  -- one launch call per correlation id, whatever the export repeats
-            SELECT correlation_id, MAX(duration_ns) AS duration_ns FROM w_api
-            WHERE name LIKE 'cudaLaunch%' OR name LIKE 'cuLaunch%' GROUP BY correlation_id) a
-            ON a.correlation_id = k.correlation_id
+        FROM w_kernels k JOIN w_api a ON a.rowid = (  -- one call per correlation id, whatever the export repeats
+            SELECT MIN(rowid) FROM w_api WHERE correlation_id = k.correlation_id)
+        WHERE a.name LIKE 'cudaLaunch%' OR a.name LIKE 'cuLaunch%' 
         GROUP BY k.short_name_id""", {})
     totals = {key: sum(r[key] or 0 for r in rows) for key in
               ("launches", "short_kernels", "short_kernel_ns", "short_launch_api_ns", "idle_before_short_ns")}
@@ -384,8 +383,8 @@ def _copies(export: NsysExport) -> dict:
                       dk.label AS dst_kind, a.name AS api, c.device_id, c.stream_id
                FROM w_copies c JOIN memcpy_kinds mk ON mk.id = c.copy_kind
                LEFT JOIN memory_kinds sk ON sk.id = c.src_kind LEFT JOIN memory_kinds dk ON dk.id = c.dst_kind
-               LEFT JOIN (SELECT correlation_id, MIN(name) AS name FROM w_api GROUP BY correlation_id) a
-                    ON a.correlation_id = c.correlation_id
+               LEFT JOIN w_api a ON a.rowid = (  -- one call per correlation id, whatever the export repeats
+                    SELECT MIN(rowid) FROM w_api WHERE correlation_id = c.correlation_id)
                WHERE c.operation = 'memcpy' AND mk.label IN ({kinds})"""
     by_kind = _rows(export, f"""SELECT copy_kind, src_kind, dst_kind, COUNT(*) AS copies, SUM(bytes) AS bytes,
                                        SUM(duration_ns) AS duration_ns FROM ({base}) GROUP BY 1, 2, 3
