@@ -23,7 +23,7 @@ def check_markdown(check) -> str:
     doc = (check.__doc__ or "").strip()
     title, _, body = doc.partition("\n")
     thresholds = "\n".join(f"| `{check.ID}.{k}` | {t.default:g} | {t.why} |" for k, t in check.THRESHOLDS.items())
-    return (f"## `{check.ID}`: {check.TITLE}\n\n{title}\n{body.replace('## ', '### ')}\n\n"
+    return (f"<a id=\"{check.ID}\"></a>\n\n## `{check.ID}`: {check.TITLE}\n\n{title}\n{body.replace('## ', '### ')}\n\n"
             f"**Reads:** {', '.join(f'`{c}`' for c in check.REQUIRES)}"
             + (f"; optionally {', '.join(f'`{c}`' for c in getattr(check, 'OPTIONAL', ()))}" if getattr(check, 'OPTIONAL', ()) else "")
             + f"\n\n**Estimated speedup:** {check.SPEEDUP_MODEL}\n\n"

@@ -16,11 +16,26 @@ def _located(model: dict):
                 yield finding, spot
 
 
+def project_urls() -> dict[str, str]:
+    """The URLs the installed package declares ([project.urls] in pyproject.toml): `Homepage`,
+    `Documentation`. None declared: SARIF carries none rather than a made-up one."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        entries = metadata("nsanalyze").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        return {}
+    return {label.strip(): url.strip() for label, _, url in (e.partition(",") for e in entries)}
+
+
 def render(model: dict) -> str:
     from nsanalyze.checks import all_checks
 
+    urls = project_urls()
+    docs = urls.get("Documentation")  # docs/checks.md: each check's section is its id
     rules = [{"id": c.ID, "name": c.NAME, "shortDescription": {"text": c.TITLE},
-              "help": {"text": c.SPEEDUP_MODEL, "markdown": c.ADVICE}} for c in all_checks()]
+              "help": {"text": c.SPEEDUP_MODEL, "markdown": c.ADVICE},
+              **({"helpUri": f"{docs}#{c.ID}"} if docs else {})} for c in all_checks()]
     index = {rule["id"]: i for i, rule in enumerate(rules)}
     results = [{
         "ruleId": f["check"], "ruleIndex": index.get(f["check"], 0), "level": LEVEL[f["severity"]],
@@ -29,8 +44,8 @@ def render(model: dict) -> str:
                                             "region": {"startLine": int(spot["line"])}}}],
     } for f, spot in _located(model)]
     sarif = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
-             "runs": [{"tool": {"driver": {"name": "nsanalyze", "version": __version__,
-                                           "informationUri": "https://example.invalid/nsanalyze", "rules": rules}},
+             "runs": [{"tool": {"driver": {"name": "nsanalyze", "version": __version__, "rules": rules,
+                                           **({"informationUri": urls["Homepage"]} if "Homepage" in urls else {})}},
                        "results": results}]}
     return json.dumps(sarif, indent=2)
 

@@ -28,3 +28,21 @@ def test_volta_full_set_is_judged():
     assert model["profiles"][0]["compute_capability"] == "7.0"
     judged_everywhere = {"uncoalesced-global", "warp-divergence", "low-occupancy"}
     assert not judged_everywhere & {n["check"] for n in model["not_judged"]}
+
+
+def test_unmeasured_flops_are_absent_not_zero(analyzed):
+    """ncu's basic set holds no FLOP counters: the roofline leaves FLOP figures out instead of saying 0."""
+    from tests.conftest import REAL
+
+    model = analyzed(REAL / "gpt_basic_clock_base.ncu-rep.xz")
+    for kernel in model["kernels"]:
+        assert "fp32_flops" not in kernel["metrics"]
+        assert "achieved_flops_per_s" not in kernel["roofline"] and "arithmetic_intensity" not in kernel["roofline"]
+
+
+def test_export_without_gpu_activity_says_how_to_capture_it():
+    from nsanalyze.render.format import health_line
+
+    model = analyze([str(PUBLIC / "quasiben__nvtx-examples__quickstart.sqlite.xz")])
+    assert model["timeline"]["kernels"] == 0
+    assert health_line(model).startswith("No GPU activity recorded") and "nsys profile -t cuda" in health_line(model)

@@ -22,3 +22,14 @@ def test_valid_against_the_published_schema(joined_model):
 def test_github_annotations(joined_model):
     lines = github_annotations(joined_model)
     assert any(l.startswith("::error file=") and ",line=16,title=uncoalesced-global::aos_update" in l for l in lines)
+
+
+def test_no_made_up_links(dev_suite_model):
+    """Links come from the package's declared [project.urls]; none declared, none invented."""
+    import json as _json
+
+    from nsanalyze.render.sarif import project_urls, render
+
+    driver = _json.loads(render(dev_suite_model))["runs"][0]["tool"]["driver"]
+    assert "example.invalid" not in _json.dumps(driver)
+    assert ("informationUri" in driver) == ("Homepage" in project_urls())

@@ -16,3 +16,16 @@ def test_names_the_small_grid(dev_suite_model):
     finding = next(f for f in findings_for(dev_suite_model, "pointer_chase") if f["check"] == "low-occupancy")
     assert "less than one wave" in finding["title"]
     assert finding["evidence"]["achieved_occupancy_pct"]["value"] < 5
+
+
+def test_judged_without_issue_active(dev_suite_model):
+    """A report without the scheduler statistics still judges occupancy from achieved vs theoretical."""
+    from nsanalyze.checks import limits_for
+    from nsanalyze.checks.base import KernelView
+    from nsanalyze.checks.kernel import low_occupancy
+
+    kernel = next(k for k in dev_suite_model["kernels"] if k["name"] == "pointer_chase")
+    values = {k: v for k, v in kernel["metrics"].items() if k != "issue_active_pct"}
+    assert "issue_active_pct" not in low_occupancy.REQUIRES
+    finding = low_occupancy.run(KernelView({**values, "name": "pointer_chase"}), limits_for(low_occupancy))
+    assert finding is not None and finding.evidence["achieved_occupancy_pct"]["value"] < 10
