@@ -70,6 +70,19 @@ def run_date(path: Path) -> str:
     return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).strftime("%Y-%m-%d")
 
 
+def _ranges_per_instance(ranges: list[dict]) -> list[dict]:
+    """NVTX ranges by normalized name (`step 17` -> `step N`), wall and GPU time per instance."""
+    from nsanalyze.normalize.steps import normalize_name
+
+    grouped: dict[str, dict] = {}
+    for r in ranges:
+        entry = grouped.setdefault(normalize_name(str(r["name"])), {"instances": 0, "wall_ns": 0, "kernel_ns": 0})
+        for key in entry:
+            entry[key] += r[key] or 0
+    return [{"name": name, "instances": e["instances"], "wall_ns": e["wall_ns"] / max(e["instances"], 1),
+             "kernel_ns": e["kernel_ns"] / max(e["instances"], 1)} for name, e in grouped.items()]
+
+
 def analyze_for_history(path: str) -> dict:
     """Worker: analyzes one profile and returns the rows to store (plain data, picklable)."""
     from nsanalyze.analyze import analyze
@@ -79,16 +92,24 @@ def analyze_for_history(path: str) -> dict:
     except InputError as exc:
         return {"error": exc.reason}
     profile = model["profiles"][0]
+    timeline = model.get("timeline") or {}
+    steps = timeline.get("steps")
+    # nsys kernel times are totals over the window: per steady step, a nightly run with more
+    # iterations is not slower (ncu durations are per launch already)
+    per_step = float(steps["count"]) if steps and profile["kind"] == "nsys" else 1.0
     kernels = [{"name": k["name"], "demangled": k["demangled"], "launches": k["launches"],
-                "duration_ns": k["duration_ns"], "time_share": k["time_share"], "bound": k["bound"],
+                "duration_ns": (k["duration_ns"] or 0) / per_step if k["duration_ns"] is not None else None,
+                "time_share": k["time_share"], "bound": k["bound"],
                 "grid_size": (k.get("metrics") or {}).get("grid_size"),
                 "block_size": (k.get("metrics") or {}).get("block_size"),
                 "metrics": json.dumps(k.get("metrics") or {}, allow_nan=False)} for k in model["kernels"]]
     findings = [{"rank": f["rank"], "check_id": f["check"], "severity": f["severity"], "kernel_name": f["kernel_name"],
                  "title": f["title"], "estimated_speedup": f["estimated_speedup"],
                  "estimated_savings_ns": f["estimated_savings_ns"]} for f in model["findings"]]
-    ranges = [{"name": r["name"], "instances": r["instances"], "wall_ns": r["wall_ns"], "kernel_ns": r["kernel_ns"]}
-              for r in (model.get("timeline") or {}).get("ranges", [])]
+    ranges = _ranges_per_instance(timeline.get("ranges", []))
+    if steps:  # the steady step's median wall time, the figure a nightly dashboard follows
+        ranges.append({"name": f"median step: {steps['name']}", "instances": steps["count"],
+                       "wall_ns": steps["median_ns"], "kernel_ns": steps["median_ns"]})
     return {"kind": profile["kind"], "gpu": profile["gpu"], "kernels": kernels, "findings": findings,
             "ranges": ranges}
 

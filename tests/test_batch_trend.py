@@ -128,3 +128,29 @@ def test_trend_cli_outputs(clean_db, tmp_path):
     assert result.exit_code == 1                      # the latest soa_update run regressed
     html = (tmp_path / "t.html").read_text()
     assert "soa_update" in html and "<svg" in html and "<script" not in html
+
+
+def test_a_night_with_more_steps_is_not_slower(tmp_path):
+    """The first 200 steps of graphs_eager one night, all 400 the next: per step, per range instance and
+    per kernel per step, the trend sees no regression (totals would have doubled)."""
+    from nsanalyze.read.files import open_local
+    from nsanalyze.trend import regressions_in_last_run, trend
+    from tests.conftest import REAL
+
+    _, local = open_local(REAL / "graphs_eager_nsys.sqlite.xz")
+    for night in ("2026-11-01", "2026-11-02"):
+        (tmp_path / "nightly" / night).mkdir(parents=True)
+    short = tmp_path / "nightly" / "2026-11-01" / "train.sqlite"
+    shutil.copy(local, short)
+    with sqlite3.connect(short) as con:
+        (end,) = con.execute("SELECT end FROM NVTX_EVENTS WHERE text = 'step 199'").fetchone()
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                      "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "OSRT_API"):
+            con.execute(f"DELETE FROM {table} WHERE start > ?", (end,))
+    shutil.copy(local, tmp_path / "nightly" / "2026-11-02" / "train.sqlite")
+    db = tmp_path / "history.sqlite"
+    batch([str(tmp_path / "nightly")], str(db), jobs=1)
+    result = trend(str(db))
+    names = {s["name"] for s in result["ranges"]}
+    assert "median step: step N" in names and "step N" in names
+    assert regressions_in_last_run(result) == []
