@@ -115,6 +115,7 @@ def analyze_for_history(path: str) -> dict:
 
 
 HISTORY_TABLES = {"runs", "kernels", "findings", "ranges"}
+SCHEDULER_TIMEOUT_S = 10
 
 
 def _check_history(db_path: str) -> None:
@@ -224,7 +225,14 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
     if scheduler:
         from distributed import Client, as_completed as dask_completed
 
-        with Client(scheduler) as client:
+        if not re.fullmatch(r"(tcp|tls|inproc|ucx)://[^\s/:]+(:\d+)?/?", scheduler):
+            raise InputError("--scheduler", f"{scheduler!r} is not a scheduler address (tcp://host:8786)")
+        try:
+            client = Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            raise InputError("--scheduler", f"no Dask scheduler answered at {scheduler} within "
+                                            f"{SCHEDULER_TIMEOUT_S} s ({exc.__class__.__name__})") from None
+        with client:
             futures = {client.submit(analyze_for_history, str(p), pure=False): (p, c) for p, c in todo}
             for future in dask_completed(futures):
                 record(*futures[future], future.result())

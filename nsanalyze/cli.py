@@ -51,11 +51,12 @@ def cli():
 def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_on, annotations):
     """Analyze PROFILES (.ncu-rep, nsys .sqlite, either as .xz/.gz) and write reports."""
     from nsanalyze.analyze import Options, analyze
-    from nsanalyze.render import format_for, write_report
+    from nsanalyze.render import check_target, format_for, write_report
 
     inputs = {Path(p).resolve() for p in profiles if Path(p).exists()}
     for target in outputs:
-        format_for(target)  # reject unknown formats before the work
+        format_for(target)  # reject unknown formats and unwritable targets before the work
+        check_target(target)
         if target != "-" and Path(target).resolve() in inputs:
             raise InputError(target, "is one of the input profiles: refusing to write a report over it")
     model = analyze(list(profiles), Options(_parse_settings(settings), skip_first_ns, nvtx_range, window))

@@ -10,6 +10,7 @@ gone in the next, the savings it predicted beside the time actually saved.
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 import statistics
 from collections import defaultdict
 
@@ -45,7 +46,14 @@ def _mark(points: list[dict]) -> list[dict]:
 
 def trend(db_path: str) -> dict:
     try:
-        con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        return _trend(db_path)
+    except sqlite3.DatabaseError as exc:
+        raise InputError(db_path, f"not a readable nsanalyze history database ({exc})") from None
+
+
+def _trend(db_path: str) -> dict:
+    try:
+        con = sqlite3.connect(f"{Path(db_path).resolve().as_uri()}?mode=ro", uri=True)
         runs = con.execute("SELECT content_hash, date, path, kind, label FROM runs ORDER BY date, path").fetchall()
     except sqlite3.Error as exc:
         raise InputError(db_path, f"not an nsanalyze history database ({exc})") from None

@@ -237,3 +237,43 @@ def test_batch_workers_die_with_it(tmp_path, signal_name):
                               "-o", str(tmp_path / "r.md")], env=env, capture_output=True, timeout=120)
         assert run.returncode == 0
     assert not [p for p in (tmp_path).rglob("*.partial*")]
+
+
+def test_output_that_is_a_directory_is_one_line(tmp_path):
+    (tmp_path / "r.html").mkdir()
+    result = run_cli("report", DEV_SUITE_NSYS, "-o", tmp_path / "r.html")
+    assert result.returncode == 2 and "is a directory" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_fifo_is_not_read_as_an_empty_file(tmp_path):
+    fifo = tmp_path / "pipe.sqlite"
+    os.mkfifo(fifo)
+    result = run_cli("report", fifo, timeout=30)
+    assert result.returncode == 2 and "not a regular file" in result.stderr
+
+
+def test_skip_past_the_end_of_time(tmp_path):
+    result = assert_handled(run_cli("report", DEV_SUITE_NSYS, "--skip-first-ns", str(2**63 - 1), "-o", "-"))
+    assert result.returncode == 0 and '"kernels": 0' in result.stdout
+
+
+@pytest.mark.parametrize("address", ["not a url", "http://host:8786", "tcp://"])
+def test_malformed_scheduler_is_one_line(tmp_path, address):
+    result = run_cli("batch", DEV_SUITE_NSYS, "--db", tmp_path / "h.sqlite", "--scheduler", address)
+    assert result.returncode == 2 and "--scheduler" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_unreachable_scheduler_gives_up(tmp_path):
+    result = run_cli("batch", DEV_SUITE_NSYS, "--db", tmp_path / "h.sqlite", "--scheduler", "tcp://127.0.0.1:9",
+                     timeout=90)
+    assert result.returncode == 2 and "no Dask scheduler answered" in result.stderr
+
+
+def test_corrupt_history_database_is_one_line(tmp_path):
+    db = tmp_path / "h.sqlite"
+    assert run_cli("batch", DEV_SUITE_NSYS, "--db", db).returncode == 0
+    data = bytearray(db.read_bytes())
+    data[4096:8192] = os.urandom(4096)                                 # a damaged page
+    db.write_bytes(bytes(data))
+    result = run_cli("trend", "--db", db)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1 and str(db) in result.stderr

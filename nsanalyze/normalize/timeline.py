@@ -94,7 +94,7 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         parts.append(f"NVTX range '{nvtx_range}' ({row[2]} instance(s))")
         kind = "nvtx-range"
     if skip_first_ns:
-        start = max(start, first + skip_first_ns)
+        start = max(start, min(first + skip_first_ns, FOREVER - 1))  # a huge skip leaves an empty window
         parts.append(f"skipping the first {skip_first_ns / 1e6:g} ms of GPU activity")
         kind = "nvtx-range" if nvtx_range else "skip-first"
     if kind == "capture" and mode == "steady" and steps is not None:

@@ -89,6 +89,8 @@ def _check_readable(path: Path) -> None:
         raise InputError(path, "no such file")
     if path.is_dir():
         raise InputError(path, "is a directory, not a profile file")
+    if not path.is_file():
+        raise InputError(path, "not a regular file (a FIFO, socket or device): give a saved profile")
     if not os.access(path, os.R_OK):
         raise InputError(path, "permission denied")
     if path.stat().st_size == 0:

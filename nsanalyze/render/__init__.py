@@ -53,6 +53,20 @@ def write_report(model: dict, target: str) -> None:
     write_bytes(render_bytes(model, format_for(target)), target)
 
 
+def check_target(target: str) -> None:
+    """Refuse an output target that cannot be written, before any work: one line naming it."""
+    if target == "-":
+        return
+    path = Path(target)
+    if path.is_dir():
+        raise InputError(target, "is a directory: give a file name for the report")
+    folder = path.parent if str(path.parent) else Path(".")
+    if folder.exists() and not os.access(folder, os.W_OK):
+        raise InputError(target, f"cannot write in {folder} (permission denied)")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise InputError(target, "cannot write over it (read-only)")
+
+
 def write_bytes(data: bytes, target: str) -> None:
     """Writes to stdout (`-`) or to a file, atomically."""
     if target == "-":
@@ -66,14 +80,19 @@ def write_atomically(target: str, write) -> None:
     """`write(temporary path)`, then renamed into place: never half a file, nothing left behind on any
     exit path. A new file gets the usual mode (0666 less the umask); a file written over keeps its own."""
     path = Path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial" + path.suffix)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial" + path.suffix)
+    except OSError as exc:
+        raise InputError(target, f"cannot write the report ({exc.strerror})") from None
     os.close(fd)
     try:
         write(tmp)
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as exc:  # disk full, the target became a directory, ...
+        raise InputError(target, f"cannot write the report ({exc.strerror or exc})") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
