@@ -28,6 +28,11 @@ PEER_COPY_KINDS = ("Peer-to-Peer",)
 # w_busy holds disjoint islands of work on any GPU, so one indexed look-up each answers both questions.
 IDLE_AFTER = """(CASE WHEN COALESCE((SELECT b.end FROM w_busy b WHERE b.start <= {t} ORDER BY b.start DESC LIMIT 1), 0) > {t}
     THEN 0 ELSE COALESCE((SELECT MIN(b.start) FROM w_busy b WHERE b.start >= {t}) - {t}, 0) END)"""
+# CUDA calls that put work on the GPU or wait for it (SQL over StringIds.value).
+WORK_CALLS = " OR ".join(f"value LIKE '{p}%'" for p in (
+    "cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy", "cudaMemset",
+    "cuMemset", "cudaMemPrefetch", "cuMemPrefetch", *SYNC_APIS))
+LONG_CALL_NS = 50_000  # calls this long stay in w_api whatever they are: they show where the host was
 HOST_COPY_KINDS = ("Host-to-Device", "Device-to-Host", "Unified Host-to-Device", "Unified Device-to-Host")
 GPU_METRIC_NAMES = {  # contract key -> nsys metric name prefix (names carry their unit in brackets)
     "gr_active_pct": "GR Active",
@@ -182,8 +187,15 @@ def _materialize(export: NsysExport, window: Window) -> None:
         UNION ALL
         SELECT c.device_id, c.stream_id, c.start, c.end, c.duration_ns, mk.label FROM w_copies c
         JOIN memcpy_kinds mk ON mk.id = c.copy_kind WHERE mk.label IN ({",".join(f"'{k}'" for k in PEER_COPY_KINDS)})""")
-    con.execute("""CREATE TEMP TABLE w_api AS SELECT * FROM api
-                   WHERE end >= :window_start AND start < :window_end""", window.params())
+    # Only the calls the projections below read: those that put work on the GPU or wait for it, and
+    # long ones (what the host was in during a gap). Frameworks make as many other short calls
+    # (cudaGetDevice, cudaStreamIsCapturing, ...) as launches; the budget counts those from api_raw.
+    wanted = ",".join(str(r[0]) for r in con.execute(f"""
+        SELECT id FROM StringIds WHERE id IN (SELECT DISTINCT name_id FROM api_raw) AND ({WORK_CALLS})""")) or "NULL"
+    con.execute(f"""CREATE TEMP TABLE w_api AS SELECT a.start, a.end, a.duration_ns, a.global_tid, a.correlation_id,
+                       s.value AS name FROM api_raw a LEFT JOIN StringIds s ON s.id = a.name_id
+                   WHERE a.end >= :window_start AND a.start < :window_end
+                     AND (a.name_id IN ({wanted}) OR a.duration_ns >= {LONG_CALL_NS})""", window.params())
     con.execute("CREATE INDEX temp.w_api_tid ON w_api(global_tid, start)")
     con.execute("CREATE INDEX temp.w_api_corr ON w_api(correlation_id)")
     con.execute("CREATE INDEX temp.w_api_start ON w_api(start)")
