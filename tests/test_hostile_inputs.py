@@ -277,3 +277,23 @@ def test_corrupt_history_database_is_one_line(tmp_path):
     db.write_bytes(bytes(data))
     result = run_cli("trend", "--db", db)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1 and str(db) in result.stderr
+
+
+def test_odd_table_names_and_broken_unrelated_views_are_read_past(tmp_path):
+    path = _copy(tmp_path, "odd.sqlite")
+    with sqlite3.connect(path) as con:
+        con.execute('CREATE TABLE "we""ird" (x)')
+        con.execute("CREATE TABLE gone (x)")
+        con.execute("CREATE VIEW broken AS SELECT x FROM gone")
+        con.execute("DROP TABLE gone")                                   # the view now fails to resolve
+    result = assert_handled(run_cli("report", path, "-o", "-"))
+    assert result.returncode == 0 and '"kernels": 212' in result.stdout
+
+
+def test_blob_kernel_name(tmp_path):
+    path = _copy(tmp_path, "blob.sqlite")
+    with sqlite3.connect(path) as con:
+        (short,) = con.execute("SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()
+        con.execute("UPDATE StringIds SET value = ? WHERE id = ?", (b"\x00\xffbinary", short))
+    out = tmp_path / "r"
+    assert_handled(run_cli("report", path, "-o", f"{out}.md", "-o", f"{out}.html", "-o", f"{out}.json"))
