@@ -203,3 +203,11 @@ def median_step_part(timeline, part: str) -> float | None:
         if entry["part"] == part:
             return float(entry["ns"])
     return None
+
+
+def per_step_phrase(timeline, part: str) -> str:
+    """` (3.02 ms of each 3.49 ms step)`, or nothing when the run has no steps: titles speak per step."""
+    per_step = median_step_part(timeline, part)
+    if per_step is None:
+        return ""
+    return f" ({per_step / 1e6:.2f} ms of each {timeline.steps['median_ns'] / 1e6:.2f} ms step)"

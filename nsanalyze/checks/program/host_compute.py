@@ -34,7 +34,7 @@ the NVTX ranges and OS calls in the evidence tell which code it was.
 - `min_idle_share`: idle_host over the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, median_step_part
+from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
 
 ID = "host-compute"
 NAME = "program.host.compute"
@@ -63,9 +63,7 @@ def run(timeline, limits) -> Finding | None:
     idle_ns, share = budget_part(timeline, BUDGET_PART)
     if share < limits["min_idle_share"]:
         return None
-    per_step = median_step_part(timeline, BUDGET_PART)
-    step_text = f" ({per_step / 1e6:.2f} ms of each {timeline.steps['median_ns'] / 1e6:.2f} ms step)" \
-        if per_step is not None else ""
+    step_text = per_step_phrase(timeline, BUDGET_PART)
     stretches = timeline.host_stretches[:5]
     where = ""
     if stretches and stretches[0].get("nvtx_range"):

@@ -29,7 +29,7 @@ idle time they cause.
 - `min_idle_share`: idle_sync over the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, plural, Threshold, budget_part, evidence, median_step_part
+from nsanalyze.checks.base import Finding, plural, Threshold, budget_part, evidence, per_step_phrase
 
 ID = "host-sync"
 NAME = "program.sync.host"
@@ -62,9 +62,7 @@ def run(timeline, limits) -> Finding | None:
     rows = [dict(r, kind="explicit") for r in timeline.syncs["explicit"]] + \
            [dict(r, kind="implicit (device-to-host copy)") for r in timeline.syncs["implicit"]]
     calls = sum(r["calls"] for r in rows)
-    per_step = median_step_part(timeline, BUDGET_PART)
-    step_text = f" ({per_step / 1e6:.2f} ms of each {timeline.steps['median_ns'] / 1e6:.2f} ms step)" \
-        if per_step is not None else ""
+    step_text = per_step_phrase(timeline, BUDGET_PART)
     finding = Finding(
         check=ID,
         title=f"{plural(calls, 'host synchronization')} leave the GPU idle {share:.0%} of the window{step_text}: "

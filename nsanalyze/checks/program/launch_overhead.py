@@ -30,7 +30,7 @@ The launch call's CPU time includes driver work that a graph does not remove ent
 - `min_idle_share`: idle_launch over the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, median_step_part
+from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
 
 ID = "launch-overhead"
 NAME = "program.launch.overhead"
@@ -62,9 +62,7 @@ def run(timeline, limits) -> Finding | None:
     if share < limits["min_idle_share"]:
         return None
     launches = timeline.launches
-    per_step = median_step_part(timeline, BUDGET_PART)
-    step_text = f" ({per_step / 1e6:.2f} ms of each {timeline.steps['median_ns'] / 1e6:.2f} ms step)" \
-        if per_step is not None else ""
+    step_text = per_step_phrase(timeline, BUDGET_PART)
     finding = Finding(
         check=ID,
         title=f"Launch-bound: the GPU waits on kernel launches {share:.0%} of the window{step_text}; "
