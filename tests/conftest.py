@@ -58,7 +58,7 @@ def dev_infer_timeline():
     from nsanalyze.normalize.timeline import build_timeline
     from nsanalyze.read import read_profile
 
-    return build_timeline(read_profile(DEV_INFER_NSYS))
+    return build_timeline(read_profile(DEV_INFER_NSYS), mode="capture")  # compared with nsys analyze over it all
 
 
 @pytest.fixture(scope="session")

@@ -49,6 +49,56 @@ class Steps:
                 "start_ns": int(self.starts[0]), "end_ns": int(self.ends[-1])}
 
 
+@dataclass
+class LaunchPattern:
+    """Without step ranges: the loop seen in its launches. The kernel launched most often, when its
+    launches spread over much of the run, marks where the loop begins; what comes before is start-up."""
+
+    kernel: str
+    launches: int
+    start: int          # the first launch of that kernel
+    end: int            # the end of the last GPU work
+
+
+MIN_PATTERN_LAUNCHES = 20   # fewer launches of any kernel is no loop to speak of
+MIN_PATTERN_SPAN = 0.25     # the kernel's launches cover at least this share of the GPU activity span
+
+
+# Start-up calls: loading modules and libraries, allocating memory. A loop has done them by its steady state.
+STARTUP_CALLS = ("cuLibraryLoad", "cuModuleLoad", "cuModuleGetFunction", "cudaMalloc", "cuMemAlloc", "cudaHostAlloc",
+                 "cuMemHostAlloc", "cudaMallocHost", "cuInit", "cudaFree", "cuMemFree", "cuDevicePrimaryCtxRetain",
+                 "cuCtxCreate", "cudaGetDeviceCount", "cuGetProcAddress")
+MIN_STARTUP_CALL_NS = 1_000_000
+
+
+def find_launch_pattern(export: NsysExport) -> LaunchPattern | None:
+    """The window of a run that has no step-like NVTX range, read off its most launched kernel: from
+    its first launch after the last long start-up call (module loading, allocation) in the first half
+    of its launches, to the end of the GPU work."""
+    row = export.query("""SELECT short_name_id, COUNT(*) AS n, MIN(start), MAX(start) FROM kernels
+                          GROUP BY short_name_id ORDER BY n DESC LIMIT 1""")
+    if not row or row[0][1] < MIN_PATTERN_LAUNCHES:
+        return None
+    name_id, launches, first, last = row[0]
+    span = export.query("SELECT MIN(start), MAX(end) FROM kernels")[0]
+    if span[0] is None or span[1] <= span[0] or (last - first) < MIN_PATTERN_SPAN * (span[1] - span[0]):
+        return None
+    middle = first + (last - first) // 2
+    startup_names = " OR ".join(f"s.value LIKE '{name}%'" for name in STARTUP_CALLS)
+    startup_end = export.scalar(f"""SELECT MAX(a.end) FROM api_raw a JOIN StringIds s ON s.id = a.name_id
+                                    WHERE a.start < {middle} AND a.duration_ns >= {MIN_STARTUP_CALL_NS}
+                                      AND ({startup_names})""")
+    start = first
+    if startup_end is not None and startup_end > first:
+        after = export.query("SELECT MIN(start), COUNT(*) FROM kernels WHERE short_name_id = ? AND start >= ?",
+                             (name_id, startup_end))[0]
+        if after[0] is not None and after[1] >= MIN_PATTERN_LAUNCHES:
+            start, launches = after[0], after[1]
+    name = export.scalar("SELECT value FROM StringIds WHERE id = ?", (name_id,))
+    end = export.scalar("SELECT MAX(end) FROM (SELECT end FROM kernels UNION ALL SELECT end FROM copies)")
+    return LaunchPattern(str(name), int(launches), int(start), int(end))
+
+
 def normalize_name(name: str) -> str:
     """`step 12` -> `step N`: instances of one loop share a name."""
     return re.sub(r"\d+", "N", name)

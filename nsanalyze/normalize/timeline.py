@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nsanalyze.normalize.budget import IDLE_PARTS, PARTS, as_parts, build_budgets
-from nsanalyze.normalize.steps import Steps, find_steps
+from nsanalyze.normalize.steps import Steps, find_launch_pattern, find_steps
 from nsanalyze.read.nsys import NsysExport
 
 FOREVER = 2**62
@@ -102,6 +102,13 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         start = max(start, min(first + skip_first_ns, FOREVER - 1))  # a huge skip leaves an empty window
         parts.append(f"skipping the first {skip_first_ns / 1e6:g} ms of GPU activity")
         kind = "nvtx-range" if nvtx_range else "skip-first"
+    if kind == "capture" and mode == "steady" and steps is None:
+        pattern = find_launch_pattern(export)
+        if pattern is not None:
+            return Window(pattern.start, pattern.end,
+                          f"steady state: from the first of {pattern.launches} launches of '{pattern.kernel}' "
+                          f"(no step-like NVTX range; the loop read off its most launched kernel); "
+                          f"{max(0, pattern.start - first) / 1e9:.2f} s of GPU start-up before it left out", "steady")
     if kind == "capture" and mode == "steady" and steps is not None:
         capture_start = export.scalar("SELECT MIN(start) FROM api_raw")
         capture_start = min(capture_start, first) if capture_start is not None else first

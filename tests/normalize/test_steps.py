@@ -49,3 +49,27 @@ def test_capture_window_on_request():
     model = analyze([str(REAL / "graphs_eager_nsys.sqlite.xz")], Options(window="capture"))
     assert model["timeline"]["window"]["kind"] == "capture"
     assert model["timeline"]["span_ns"] > 4e9            # the 4 s of start-up are back in the window
+
+
+@pytest.mark.parametrize("name, first", [("graphs_eager_nsys.sqlite.xz", "launch-overhead"),
+                                         ("token_gen_nsys.sqlite.xz", "launch-overhead"),
+                                         ("item_sync_nsys.sqlite.xz", "host-sync"),
+                                         ("loader_inline_nsys.sqlite.xz", "host-compute")])
+def test_without_nvtx_the_loop_is_read_off_its_launches(tmp_path, name, first):
+    """The same real runs with their NVTX ranges deleted: the window starts at the most launched
+    kernel's first launch after the start-up calls, and the first finding stays the same."""
+    import shutil
+    import sqlite3
+
+    from nsanalyze.analyze import analyze
+    from nsanalyze.read.files import open_local
+
+    path = tmp_path / name.removesuffix(".xz")
+    shutil.copy(open_local(REAL / name)[1], path)
+    with sqlite3.connect(path) as con:
+        con.execute("DELETE FROM NVTX_EVENTS")
+    model = analyze([str(path)])
+    window = model["timeline"]["window"]
+    assert window["kind"] == "steady" and "most launched kernel" in window["description"]
+    program = [f for f in model["findings"] if f["kernel_id"] is None and f["severity"] != "info"]
+    assert program[0]["check"] == first

@@ -18,7 +18,7 @@ AFTER = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__mfu_2gpu_after.sqlite.xz"
 
 @pytest.fixture(scope="module")
 def before_timeline():
-    return build_timeline(read_profile(BEFORE))
+    return build_timeline(read_profile(BEFORE), mode="capture")  # compared with SQL over the whole export
 
 
 def direct(path, sql):
