@@ -1,32 +1,39 @@
-"""The package as a user installs it: a wheel built from the checkout, installed apart from the
-checkout, renders every report format from another directory (templates and data files shipped)."""
+"""The package as a user installs it: a wheel built from the checkout, installed with its dependencies
+in a clean virtual environment, renders every report format from another directory (templates and
+data files shipped), with a card for every finding."""
 
+import re
 import subprocess
 import sys
 import zipfile
 
-from tests.conftest import DEV_SUITE_NCU, ROOT
+from tests.conftest import DEV_SUITE_NCU, REAL, ROOT
 
 
-def test_wheel_renders_every_format_from_elsewhere(tmp_path):
-    dist, site, work = tmp_path / "dist", tmp_path / "site", tmp_path / "work"
+def test_wheel_in_a_clean_venv_renders_every_format_from_elsewhere(tmp_path):
+    dist, venv, work = tmp_path / "dist", tmp_path / "venv", tmp_path / "work"
     work.mkdir()
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist),
                     str(ROOT)], check=True, cwd=tmp_path)
     wheel = next(dist.glob("nsanalyze-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "nsanalyze/render/templates/report.html.j2" in names and "nsanalyze/normalize/gpu_clocks.csv" in names
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
-                   check=True)
-    env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-           "NSANALYZE_CACHE": str(tmp_path / "cache")}
-    where = subprocess.run([sys.executable, "-c", "import nsanalyze; print(nsanalyze.__file__)"], env=env, cwd=work,
-                           capture_output=True, text=True, check=True).stdout
-    assert where.startswith(str(site))
-    outputs = ["r.html", "r.pdf", "r.md", "r.sarif"]
-    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(DEV_SUITE_NCU),
-                             *[a for o in outputs for a in ("-o", o)]], env=env, cwd=work, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    for name in outputs:
-        assert (work / name).stat().st_size > 1000
-    assert '<article class="finding"' in (work / "r.html").read_text()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], check=True, cwd=tmp_path)
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "NSANALYZE_CACHE": str(tmp_path / "cache")}
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import nsanalyze; print(nsanalyze.__file__)"],
+                           env=env, cwd=work, capture_output=True, text=True, check=True).stdout
+    assert where.startswith(str(venv))
+    for profile in (DEV_SUITE_NCU, REAL / "ddp_gpu_all_nsys.sqlite.xz"):
+        outputs = [f"{profile.name}.{ext}" for ext in ("html", "pdf", "md", "sarif", "json")]
+        result = subprocess.run([str(venv / "bin" / "nsanalyze"), "report", str(profile),
+                                 *[a for o in outputs for a in ("-o", o)]], env=env, cwd=work, capture_output=True,
+                                text=True)
+        assert result.returncode == 0, result.stderr
+        for name in outputs:
+            assert (work / name).stat().st_size > 1000
+        import json
+
+        shown = {f["rank"] for f in json.loads((work / outputs[-1]).read_text())["findings"] if f["severity"] != "info"}
+        cards = set(map(int, re.findall(r'<article class="finding" id="f(\d+)"', (work / outputs[0]).read_text())))
+        assert shown and shown <= cards
