@@ -38,7 +38,8 @@ TITLE = "Launch-bound: the GPU waits on kernel launches"
 SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("launches", "budget")
 BUDGET_PART = "idle_launch"
-THRESHOLDS = {"min_idle_share": Threshold(0.05, "a twentieth of the window idle behind launches is worth a graph")}
+THRESHOLDS = {"min_idle_share": Threshold(0.03, "the low-severity cut: 3% of the window idle behind launches is "
+                                                  "worth a graph where the loop runs")}
 SPEEDUP_MODEL = ("the budget's idle_launch: GPU idle time while the host was issuing CUDA calls back to back "
                  "(calls and the framework's dispatch between them): what a CUDA graph or fusion removes")
 ADVICE = """Launch fewer, bigger kernels.
