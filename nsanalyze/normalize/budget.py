@@ -21,14 +21,11 @@ difference of prefix sums.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
 import numpy as np
 
-
-
-from nsanalyze.read.nsys import NsysExport, sqlite_input_error
+from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity
 
 PARTS = ("gpu_compute", "gpu_communication", "gpu_copy", "idle_other", "idle_sync", "idle_launch", "idle_host")
 IDLE_PARTS = PARTS[3:]
@@ -36,7 +33,7 @@ IDLE_PARTS = PARTS[3:]
 # allocator); a few hundred microseconds without any call is the host doing its own work.
 DISPATCH_GAP_NS = 300_000
 # A single runtime call this long (cudaMalloc, module loading, cudaHostAlloc) is host work, not a launch.
-LONG_CALL_NS = 1_000_000
+LONG_CALL_NS = CALL_LOOKBACK_NS
 # A kernel starts a few microseconds after its launch call returns; later than this, it was queued behind
 # something other than the host.
 LAUNCH_LATENCY_NS = 20_000
@@ -150,65 +147,38 @@ def label_segments(layers: list[tuple[np.ndarray, np.ndarray]], window: tuple[in
     return Labelled(seg_starts[keep], seg_ends[keep], label[keep].astype(np.int64))
 
 
-def _integer(column: str, default: int) -> str:
-    """SQL for a column read as an integer, `default` where the export holds no integer there."""
-    return f"(CASE WHEN typeof({column}) = 'integer' THEN {column} ELSE {default} END)"
-
-
-def _int_columns(export: NsysExport, sql: str, params: dict, columns: int) -> list[np.ndarray]:
-    """The query's integer columns as arrays, read in chunks: no Python object per row is kept (an
-    export holds millions of calls)."""
-    cursor = export.connection.cursor()
-    cursor.row_factory = None
-    try:
-        cursor.execute(sql, params)
-        chunks = []
-        while rows := cursor.fetchmany(1 << 16):
-            chunks.append(np.array(rows, dtype=np.int64).reshape(-1, columns))
-    except sqlite3.DatabaseError as exc:
-        raise sqlite_input_error(export.path, exc) from None
-    table = np.concatenate(chunks) if chunks else np.zeros((0, columns), dtype=np.int64)
-    return [table[:, i].copy() for i in range(columns)]
-
-
-def _api_kinds(export: NsysExport) -> tuple[set[int], set[int]]:
-    """Name ids of the CUDA calls the host waits in (syncs, synchronous copies)."""
-    waits, sync_copies = set(), set()
-    for name_id, name in export.query("""SELECT s.id, s.value FROM StringIds s
-                                         WHERE s.id IN (SELECT DISTINCT name_id FROM api_raw)"""):
+def wait_name_ids(names: dict[int, str | None]) -> set[int]:
+    """Name ids of the CUDA calls the host waits in: syncs and synchronous copies."""
+    waits = set()
+    for name_id, name in names.items():
         if not isinstance(name, str):
             continue
-        if name.startswith(SYNC_PREFIXES):
+        if name.startswith(SYNC_PREFIXES) or (
+                name.startswith(SYNC_COPY_PREFIXES) and "Async" not in name and "Peer" not in name):
             waits.add(name_id)
-        elif name.startswith(SYNC_COPY_PREFIXES) and "Async" not in name and "Peer" not in name:
-            sync_copies.add(name_id)
-    return waits, sync_copies
+    return waits
 
 
-def build_budgets(export: NsysExport, window: tuple[int, int]) -> list[DeviceBudget]:
-    """One budget per GPU with activity in the window."""
-    start, end = window
-    params = {"ws": start, "we": end}
-    comm_ids = [r[0] for r in export.query("SELECT id FROM StringIds WHERE value LIKE ?", (COMMUNICATION_PATTERN,))]
-    comm_list = ",".join(map(str, comm_ids)) or "NULL"
-    activity = _int_columns(export, f"""
-        SELECT device_id, start, end, CASE WHEN short_name_id IN ({comm_list}) THEN 1 ELSE 0 END AS kind,
-               {_integer("global_pid", 0)} / 16777216, {_integer("correlation_id", -1)}
-        FROM kernels WHERE end > :ws AND start < :we
-        UNION ALL
-        SELECT device_id, start, end, CASE WHEN copy_kind = {PEER_COPY_KIND} THEN 1 ELSE 2 END,
-               {_integer("global_pid", 0)} / 16777216, {_integer("correlation_id", -1)}
-        FROM copies WHERE end > :ws AND start < :we""", params, 6)
-    device, act_start, act_end, kind, act_pid, act_corr = activity
+def build_budgets(activity: Activity, call_names: dict[int, str | None],
+                  communication_ids: set[int]) -> list[DeviceBudget]:
+    """One budget per GPU with activity in the window. `call_names` names the calls' name ids;
+    `communication_ids` are the kernel name ids of communication (NCCL) kernels."""
+    start, end = activity.start, activity.end
+    kernels = activity.kernels.where(activity.kernels.end > start)
+    copies = activity.copies.where(activity.copies.end > start)
+    device = np.concatenate((kernels.device_id, copies.device_id))
     if not len(device):
         return []
-    waits, sync_copies = _api_kinds(export)
-    wait_list = ",".join(map(str, waits | sync_copies)) or "NULL"
-    api_start, api_end, api_pid, api_corr, api_wait = _int_columns(export, f"""
-        SELECT start, end, {_integer("global_tid", 0)} / 16777216, {_integer("correlation_id", -1)},
-               COALESCE(name_id IN ({wait_list}), 0) FROM api_raw
-        WHERE end > :ws - {LONG_CALL_NS} AND start < :we""", params, 5)
-    api_wait = api_wait.astype(bool)
+    act_start = np.concatenate((kernels.start, copies.start))
+    act_end = np.concatenate((kernels.end, copies.end))
+    kind = np.concatenate((np.isin(kernels.short_name_id, list(communication_ids)).astype(np.int64) * 1,
+                           np.where(copies.copy_kind == PEER_COPY_KIND, 1, 2)))
+    act_pid = np.maximum(np.concatenate((kernels.pid, copies.pid)), 0)
+    act_corr = np.concatenate((kernels.correlation_id, copies.correlation_id))
+    calls = activity.calls
+    api_start, api_end, api_corr = calls.start, calls.end, calls.correlation_id
+    api_pid = np.maximum(calls.pid, 0)
+    api_wait = np.isin(calls.name_id, list(wait_name_ids(call_names)))
     # Launch call end per (process, correlation id): when the host handed over each piece of GPU work.
     key = api_pid * (1 << 32) + api_corr
     order = np.argsort(key, kind="stable")

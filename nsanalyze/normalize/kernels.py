@@ -13,6 +13,7 @@ from pathlib import Path
 
 import math
 
+from nsanalyze.normalize.activity import medians_by
 from nsanalyze.normalize.metric_table import concept_units, evaluate, load_rules
 from nsanalyze.read.ncu import NcuReport
 from nsanalyze.read.nsys import NsysExport
@@ -106,18 +107,10 @@ def normalize_ncu(report: NcuReport) -> KernelTable:
 
 
 # nsys: per kernel name, the figures `nsys stats -r cuda_gpu_kern_sum` gives, computed in SQLite.
+# Medians come from the window's arrays (normalize.activity.medians_by): SQLite's window functions
+# took longer than everything else together.
 NSYS_KERNEL_SUMMARY_SQL = """
-WITH ranked AS (
-    SELECT demangled_id, duration_ns,
-           ROW_NUMBER() OVER (PARTITION BY demangled_id ORDER BY duration_ns) AS position,
-           COUNT(*) OVER (PARTITION BY demangled_id) AS n
-    FROM kernels WHERE start >= :window_start AND start < :window_end
-),
-medians AS (
-    SELECT demangled_id, AVG(duration_ns) AS median_ns FROM ranked
-    WHERE position IN ((n + 1) / 2, (n + 2) / 2) GROUP BY demangled_id
-),
-summary AS (
+WITH summary AS (
     SELECT demangled_id, MIN(short_name_id) AS short_name_id, COUNT(*) AS launches,
            SUM(duration_ns) AS duration_ns, AVG(duration_ns) AS mean_ns,
            MIN(duration_ns) AS min_ns, MAX(duration_ns) AS max_ns,
@@ -129,19 +122,30 @@ summary AS (
     FROM kernels WHERE start >= :window_start AND start < :window_end
     GROUP BY demangled_id
 )
-SELECT s.*, m.median_ns, d.value AS demangled, sn.value AS name
-FROM summary s JOIN medians m USING (demangled_id)
+SELECT s.*, d.value AS demangled, sn.value AS name
+FROM summary s
 LEFT JOIN StringIds d ON d.id = s.demangled_id
 LEFT JOIN StringIds sn ON sn.id = s.short_name_id
 ORDER BY s.duration_ns DESC
 """
 
 
-def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = None) -> KernelTable:
-    """One row per distinct demangled kernel name, as `nsys stats -r cuda_gpu_kern_sum` groups them."""
+def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = None,
+                           medians: dict | None = None) -> KernelTable:
+    """One row per distinct demangled kernel name, as `nsys stats -r cuda_gpu_kern_sum` groups them.
+    `medians` (demangled id -> ns) when the caller holds the window's kernels already."""
     start, end = window or (-(2**62), 2**62)
-    rows = export.query(NSYS_KERNEL_SUMMARY_SQL, {"window_start": start, "window_end": end})
+    params = {"window_start": start, "window_end": end}
+    rows = export.query(NSYS_KERNEL_SUMMARY_SQL, params)
+    if medians is None:
+        columns = export.int_columns("""SELECT CASE WHEN typeof(demangled_id) = 'integer' THEN demangled_id ELSE -1 END
+                                        AS demangled_id, duration_ns FROM kernels
+                                        WHERE start >= :window_start AND start < :window_end""", params)
+        medians = medians_by(columns["demangled_id"], columns["duration_ns"])
     records = [dict(r) for r in rows]
+    for record in records:
+        key = record["demangled_id"] if isinstance(record["demangled_id"], int) else -1
+        record["median_ns"] = medians.get(key)
     total = sum(r["duration_ns"] for r in records)
     for position, record in enumerate(records):
         n, mean = record["launches"], record["mean_ns"]

@@ -1,9 +1,10 @@
-"""The nsys timeline, aggregated in SQLite: busy and idle time, gaps, streams, NVTX ranges,
-synchronization, launches, copies and GPU metrics, within an analysis window.
+"""The nsys timeline within an analysis window: busy and idle time, gaps, streams, NVTX ranges,
+synchronization, launches, copies and GPU metrics.
 
-Nothing here pulls every row into Python: each figure is one SQL aggregate over the stable views
-laid by `nsanalyze.read.nsys`, and what comes back is sized by distinct names, streams, ranges
-or the top-N gaps, never by the number of kernels.
+The window's kernels, copies and CUDA calls are read once into arrays (normalize.activity); each
+figure below is a sort, a prefix sum or a `searchsorted` join by correlation id over them, linear or
+n log n in the export's size. What comes back as Python objects is sized by names, streams, ranges
+or the top-N gaps, never by the number of kernels. Sampled GPU metrics stay aggregated in SQLite.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nsanalyze.normalize.budget import IDLE_PARTS, PARTS, as_parts, build_budgets
+from nsanalyze.normalize.activity import (Activity, Columns, first_by_key, group_sums, lookup, medians_by,
+                                          process_of, read_activity)
+from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
 from nsanalyze.normalize.steps import Steps, find_launch_pattern, find_steps
 from nsanalyze.read.nsys import NsysExport
 
@@ -24,15 +27,10 @@ SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchro
 # Communication kernels (NCCL's device kernels across versions) and peer copies.
 COMMUNICATION_KERNEL_PATTERNS = ("nccl%",)
 PEER_COPY_KINDS = ("Peer-to-Peer",)
-# GPU idle time after host time t: 0 when some GPU work is running at t, else the wait for the next.
-# w_busy holds disjoint islands of work on any GPU, so one indexed look-up each answers both questions.
-IDLE_AFTER = """(CASE WHEN COALESCE((SELECT b.end FROM w_busy b WHERE b.start <= {t} ORDER BY b.start DESC LIMIT 1), 0) > {t}
-    THEN 0 ELSE COALESCE((SELECT MIN(b.start) FROM w_busy b WHERE b.start >= {t}) - {t}, 0) END)"""
-# CUDA calls that put work on the GPU or wait for it (SQL over StringIds.value).
-WORK_CALLS = " OR ".join(f"value LIKE '{p}%'" for p in (
-    "cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy", "cudaMemset",
-    "cuMemset", "cudaMemPrefetch", "cuMemPrefetch", *SYNC_APIS))
-LONG_CALL_NS = 50_000  # calls this long stay in w_api whatever they are: they show where the host was
+# CUDA calls that put work on the GPU or wait for it (prefixes, matched as SQL's LIKE would).
+WORK_CALL_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy",
+                      "cudaMemset", "cuMemset", "cudaMemPrefetch", "cuMemPrefetch", *SYNC_APIS)
+LONG_CALL_NS = 50_000  # calls this long count whatever they are: they show where the host was
 HOST_COPY_KINDS = ("Host-to-Device", "Device-to-Host", "Unified Host-to-Device", "Unified Device-to-Host")
 GPU_METRIC_NAMES = {  # contract key -> nsys metric name prefix (names carry their unit in brackets)
     "gr_active_pct": "GR Active",
@@ -76,6 +74,7 @@ class Timeline:
     budget: list[dict] | None = None       # [{part, ns, share}] over the window (mean over GPUs)
     steps: dict | None = None              # the steady steps (normalize.steps) and their median budget
     host_stretches: list[dict] = field(default_factory=list)  # longest idle_host stretches, with context
+    kernel_medians: dict | None = None     # demangled name id -> median duration (ns) in the window
 
 
 def _rows(export: NsysExport, sql: str, params: dict) -> list[dict]:
@@ -122,305 +121,360 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
     return Window(start, end, "; ".join(parts), kind)
 
 
-def merge_intervals(rows):
-    """Union of intervals per key, streamed: rows are (key, start, end) sorted by key then start;
-    yields (key, start, end) of each island of overlapping or touching intervals."""
-    key = start = end = None
-    for row_key, row_start, row_end in rows:
-        if start is None or row_key != key or row_start > end:
-            if start is not None:
-                yield key, start, end
-            key, start, end = row_key, row_start, row_end
-        elif row_end > end:
-            end = row_end
-    if start is not None:
-        yield key, start, end
+@dataclass
+class WindowActivity:
+    """What the projections below share: the window's work and calls as arrays, and the islands of
+    GPU work (the union of kernel and copy intervals) per GPU and over all GPUs."""
+
+    activity: Activity
+    kernels: Columns           # kernels that start in the window
+    copies: Columns            # copies and memsets that start in the window
+    calls: Columns             # the calls that matter: work, waits and long calls overlapping the window
+    call_names: dict           # name id -> name of every call read
+    copy_kinds: dict           # memcpy kind id -> label
+    memory_kinds: dict         # memory kind id -> label
+    islands: dict              # device id -> (starts, ends)
+    busy: tuple                # (starts, ends) of the islands over all GPUs
+
+    def idle_after(self, t: np.ndarray) -> np.ndarray:
+        """GPU idle time after host time t: 0 when some GPU work runs at t, else the wait for the next."""
+        starts, ends = self.busy
+        if not len(starts):
+            return np.zeros(len(t), dtype=np.int64)
+        before = np.searchsorted(starts, t, side="right") - 1
+        running = (before >= 0) & (ends[np.maximum(before, 0)] > t)
+        after = np.searchsorted(starts, t, side="left")
+        wait = np.where(after < len(starts), starts[np.minimum(after, len(starts) - 1)] - t, 0)
+        return np.where(running, 0, wait)
 
 
-def with_idle_before(islands):
-    """(start, end, idle time since the previous island ended) for islands in time order."""
-    previous_end = None
-    for _, start, end in islands:
-        yield start, end, (start - previous_end) if previous_end is not None else None
-        previous_end = end
+def _like(name, prefixes) -> bool:
+    """SQL's LIKE 'prefix%': case-insensitive for ASCII."""
+    return isinstance(name, str) and name.lower().startswith(tuple(p.lower() for p in prefixes))
 
 
-def _materialize(export: NsysExport, window: Window) -> None:
-    """Temp tables of the window's activity, indexed for the joins below."""
-    con = export.connection
-    con.execute("DROP VIEW IF EXISTS temp.w_islands")
-    for name in ("w_kernels", "w_copies", "w_activity", "w_islands", "w_api", "w_comm", "w_busy"):
-        con.execute(f"DROP TABLE IF EXISTS temp.{name}")
-    con.execute("""CREATE TEMP TABLE w_kernels AS SELECT * FROM kernels
-                   WHERE start >= :window_start AND start < :window_end""", window.params())
-    con.execute("CREATE INDEX temp.w_kernels_corr ON w_kernels(correlation_id)")
-    con.execute("""CREATE TEMP TABLE w_copies AS SELECT * FROM copies
-                   WHERE start >= :window_start AND start < :window_end""", window.params())
-    con.execute("CREATE INDEX temp.w_copies_corr ON w_copies(correlation_id)")
-    # One row per correlation id for joins with the calls: an export that repeats ids must not multiply.
-    con.execute("DROP TABLE IF EXISTS temp.w_copy_calls")
-    con.execute("""CREATE TEMP TABLE w_copy_calls AS SELECT correlation_id, MIN(copy_kind) AS copy_kind,
-                   MIN(dst_kind) AS dst_kind FROM w_copies GROUP BY correlation_id""")
-    con.execute("CREATE INDEX temp.w_copy_calls_corr ON w_copy_calls(correlation_id)")
-    con.execute("CREATE TEMP TABLE w_activity(device_id INTEGER, start INTEGER, end INTEGER)")
-    con.execute("""INSERT INTO w_activity
-        SELECT device_id, start, end FROM w_kernels UNION ALL SELECT device_id, start, end FROM w_copies""")
-    con.execute("CREATE INDEX temp.w_activity_device ON w_activity(device_id, start, end)")
-    # Islands of continuous GPU work per device: the union of the kernel and copy intervals, merged
-    # in one streaming pass over the rows in time order (SQLite's window functions take 3x longer).
-    devices = [r[0] for r in con.execute("SELECT DISTINCT device_id FROM w_activity")]
-    con.execute("CREATE TEMP TABLE w_busy(start INTEGER, end INTEGER, idle_before INTEGER)")
-    if len(devices) <= 1:  # one GPU: its islands are the busy islands, stored once
-        con.executemany("INSERT INTO w_busy VALUES (?, ?, ?)", with_idle_before(merge_intervals(
-            con.execute("SELECT device_id, start, end FROM w_activity ORDER BY device_id, start, end"))))
-        con.execute(f"""CREATE TEMP VIEW w_islands AS SELECT {int(devices[0]) if devices else 0} AS device_id,
-                        start, end FROM w_busy""")
+def _ids(names: dict, test) -> np.ndarray:
+    return np.array([i for i, name in names.items() if test(name)], dtype=np.int64)
+
+
+def window_activity(export: NsysExport, activity: Activity, call_names: dict) -> WindowActivity:
+    kernels, copies = activity.in_window(activity.kernels), activity.in_window(activity.copies)
+    calls = activity.calls
+    wanted = np.isin(calls.name_id, _ids(call_names, lambda n: _like(n, WORK_CALL_PREFIXES)))
+    calls = calls.where((calls.end >= activity.start) & (wanted | (calls.end - calls.start >= LONG_CALL_NS)))
+    copy_kinds = {r[0]: r[1] for r in export.query("SELECT id, label FROM memcpy_kinds")}
+    memory_kinds = {r[0]: r[1] for r in export.query("SELECT id, label FROM memory_kinds")}
+    device = np.concatenate((kernels.device_id, copies.device_id))
+    starts = np.concatenate((kernels.start, copies.start))
+    ends = np.concatenate((kernels.end, copies.end))
+    islands = {int(d): union(starts[device == d], ends[device == d]) for d in np.unique(device)}
+    if len(islands) == 1:
+        busy = next(iter(islands.values()))
     else:
-        con.execute("CREATE TEMP TABLE w_islands(device_id INTEGER, start INTEGER, end INTEGER)")
-        con.executemany("INSERT INTO w_islands VALUES (?, ?, ?)", merge_intervals(
-            con.execute("SELECT device_id, start, end FROM w_activity ORDER BY device_id, start, end")))
-        con.execute("CREATE INDEX temp.w_islands_dev ON w_islands(device_id, start)")
-        # The same over all GPUs together, each island with the idle gap in front of it.
-        con.executemany("INSERT INTO w_busy VALUES (?, ?, ?)", with_idle_before(merge_intervals(
-            con.execute("SELECT 0, start, end FROM w_islands ORDER BY start, end"))))
-    con.execute("CREATE UNIQUE INDEX temp.w_busy_start ON w_busy(start)")
-    # Communication: NCCL kernels and peer-to-peer copies; everything else on the GPU is compute.
-    nccl = " OR ".join(f"s.value LIKE '{p}'" for p in COMMUNICATION_KERNEL_PATTERNS)
-    con.execute("""CREATE TEMP TABLE w_comm(device_id INTEGER, stream_id INTEGER, start INTEGER, end INTEGER,
-                   duration_ns INTEGER, name TEXT)""")
-    con.execute(f"""INSERT INTO w_comm
-        SELECT k.device_id, k.stream_id, k.start, k.end, k.duration_ns, s.value AS name FROM w_kernels k
-        JOIN StringIds s ON s.id = k.short_name_id WHERE {nccl}
-        UNION ALL
-        SELECT c.device_id, c.stream_id, c.start, c.end, c.duration_ns, mk.label FROM w_copies c
-        JOIN memcpy_kinds mk ON mk.id = c.copy_kind WHERE mk.label IN ({",".join(f"'{k}'" for k in PEER_COPY_KINDS)})""")
-    # Only the calls the projections below read: those that put work on the GPU or wait for it, and
-    # long ones (what the host was in during a gap). Frameworks make as many other short calls
-    # (cudaGetDevice, cudaStreamIsCapturing, ...) as launches; the budget counts those from api_raw.
-    wanted = ",".join(str(r[0]) for r in con.execute(f"""
-        SELECT id FROM StringIds WHERE id IN (SELECT DISTINCT name_id FROM api_raw) AND ({WORK_CALLS})""")) or "NULL"
-    con.execute(f"""CREATE TEMP TABLE w_api AS SELECT a.start, a.end, a.duration_ns, a.global_tid, a.correlation_id,
-                       s.value AS name FROM api_raw a LEFT JOIN StringIds s ON s.id = a.name_id
-                   WHERE a.end >= :window_start AND a.start < :window_end
-                     AND (a.name_id IN ({wanted}) OR a.duration_ns >= {LONG_CALL_NS})""", window.params())
-    con.execute("CREATE INDEX temp.w_api_tid ON w_api(global_tid, start)")
-    con.execute("CREATE INDEX temp.w_api_corr ON w_api(correlation_id)")
-    con.execute("CREATE INDEX temp.w_api_start ON w_api(start)")
+        busy = union(np.concatenate([s for s, _ in islands.values()] or [np.zeros(0, np.int64)]),
+                     np.concatenate([e for _, e in islands.values()] or [np.zeros(0, np.int64)]))
+    return WindowActivity(activity, kernels, copies, calls, call_names, copy_kinds, memory_kinds, islands, busy)
 
 
-def _devices(export: NsysExport, exposed_ns: dict[int, int]) -> list[dict]:
+def _devices(export: NsysExport, wa: WindowActivity, comm_ids: np.ndarray, exposed_ns: dict[int, int]) -> list[dict]:
     """Per GPU: busy time, kernels, copies, communication; `exposed_ns` is each GPU's exposed
     communication, the budget's gpu_communication part (found by its sweep in linear time)."""
-    rows = _rows(export, """
-        SELECT i.device_id, MIN(i.start) AS first_ns, MAX(i.end) AS last_ns, SUM(i.end - i.start) AS gpu_busy_ns,
-               (SELECT COALESCE(SUM(duration_ns), 0) FROM w_kernels k WHERE k.device_id = i.device_id) AS kernel_ns,
-               (SELECT COALESCE(SUM(duration_ns), 0) FROM w_copies c WHERE c.device_id = i.device_id
-                    AND c.operation = 'memcpy') AS memcpy_ns,
-               (SELECT COALESCE(SUM(duration_ns), 0) FROM w_copies c WHERE c.device_id = i.device_id
-                    AND c.operation = 'memset') AS memset_ns
-        FROM w_islands i GROUP BY i.device_id ORDER BY i.device_id""", {})
     names = {d.device_id: d.name for d in export.devices}
-    communication = {r["device_id"]: r for r in _communication(export)}
-    for row in rows:
-        row["name"] = names.get(row["device_id"])
+    kernels, copies = wa.kernels, wa.copies
+    nccl = np.isin(kernels.short_name_id, comm_ids)
+    peer = np.isin(copies.copy_kind, [k for k, label in wa.copy_kinds.items() if label in PEER_COPY_KINDS]) \
+        & (copies.memset == 0)
+    rows = []
+    for device_id, (starts, ends) in sorted(wa.islands.items()):
+        on_k, on_c = kernels.device_id == device_id, copies.device_id == device_id
+        k_ns, c_ns = kernels.end - kernels.start, copies.end - copies.start
+        comm_kernels, comm_copies = on_k & nccl, on_c & peer
+        kernel_comm_ns = int(k_ns[comm_kernels].sum())
+        has_comm = bool(comm_kernels.any() or comm_copies.any())
+        row = {"device_id": device_id, "first_ns": int(starts[0]), "last_ns": int(ends[-1]),
+               "gpu_busy_ns": int((ends - starts).sum()), "kernel_ns": int(k_ns[on_k].sum()),
+               "memcpy_ns": int(c_ns[on_c & (copies.memset == 0)].sum()),
+               "memset_ns": int(c_ns[on_c & (copies.memset == 1)].sum()), "name": names.get(device_id)}
         row["span_ns"] = row["last_ns"] - row["first_ns"]
         row["gpu_idle_ns"] = row["span_ns"] - row["gpu_busy_ns"]
-        comm = communication.get(row["device_id"], {})
-        row["communication_ns"] = comm.get("communication_ns", 0)
-        row["exposed_communication_ns"] = exposed_ns.get(row["device_id"], 0) if comm else 0
-        row["communication_kernels"] = comm.get("kernels", 0)
-        row["compute_kernel_ns"] = row["kernel_ns"] - comm.get("kernel_communication_ns", 0)
+        row["communication_ns"] = kernel_comm_ns + int(c_ns[comm_copies].sum())
+        row["exposed_communication_ns"] = exposed_ns.get(device_id, 0) if has_comm else 0
+        row["communication_kernels"] = int(comm_kernels.sum() + comm_copies.sum())
+        row["compute_kernel_ns"] = row["kernel_ns"] - kernel_comm_ns
+        rows.append(row)
     return rows
 
 
-def _communication(export: NsysExport) -> list[dict]:
-    """Per device: communication (NCCL kernels, peer copies) launched in the window, and its kernel part."""
-    return _rows(export, """
-        SELECT device_id, COUNT(*) AS kernels, SUM(duration_ns) AS communication_ns,
-               SUM(CASE WHEN name = 'Peer-to-Peer' THEN 0 ELSE duration_ns END) AS kernel_communication_ns
-        FROM w_comm GROUP BY device_id""", {})
-
-
-def device_kernel_breakdown(export: NsysExport) -> list[dict]:
+def device_kernel_breakdown(export: NsysExport, wa: WindowActivity) -> list[dict]:
     """Per device and kernel name: time, for finding where a slow device spends its extra time."""
-    return _rows(export, """
-        SELECT k.device_id, s.value AS name, COUNT(*) AS launches, SUM(k.duration_ns) AS duration_ns
-        FROM w_kernels k JOIN StringIds s ON s.id = k.short_name_id GROUP BY k.device_id, k.short_name_id""", {})
+    kernels = wa.kernels
+    key = kernels.device_id * (1 << 32) + kernels.short_name_id
+    distinct, (ns,), counts = group_sums(key, kernels.end - kernels.start)
+    names = export.strings(distinct & 0xFFFFFFFF)
+    return [{"device_id": int(k >> 32), "name": names[int(k & 0xFFFFFFFF)], "launches": int(n),
+             "duration_ns": int(t)} for k, t, n in zip(distinct, ns, counts) if int(k & 0xFFFFFFFF) in names]
 
 
-def _gap_rows(export: NsysExport) -> str:
-    """SQL for the idle gaps per device (device_id, start, end): read off w_busy with one GPU."""
-    if export.connection.execute("SELECT type FROM sqlite_temp_master WHERE name = 'w_islands'").fetchone()[0] == "view":
-        return """SELECT (SELECT device_id FROM w_islands LIMIT 1) AS device_id, start - idle_before AS start,
-                         start AS end FROM w_busy WHERE idle_before IS NOT NULL"""
-    return """SELECT * FROM (SELECT device_id, end AS start, LEAD(start) OVER (PARTITION BY device_id ORDER BY start)
-                                 AS end FROM w_islands) WHERE end IS NOT NULL"""
+def _gap_arrays(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(device id, start, end) of the idle gaps between islands: per GPU, or over the one GPU."""
+    devices, starts, ends = [], [], []
+    groups = wa.islands.items() if len(wa.islands) > 1 else [(next(iter(wa.islands), None), wa.busy)]
+    for device_id, (s, e) in groups:
+        if len(s) > 1:
+            starts.append(e[:-1])
+            ends.append(s[1:])
+            devices.append(np.full(len(s) - 1, -1 if device_id is None else device_id))
+    if not starts:
+        return (np.zeros(0, np.int64),) * 3
+    return np.concatenate(devices), np.concatenate(starts), np.concatenate(ends)
 
 
-def _gaps(export: NsysExport) -> list[dict]:
-    gaps = _rows(export, f"""
-        SELECT device_id, start, end, end - start AS duration_ns FROM ({_gap_rows(export)})
-        ORDER BY duration_ns DESC LIMIT {TOP_GAPS}""", {})
-    for gap in gaps:
+def _gaps(export: NsysExport, wa: WindowActivity) -> list[dict]:
+    device, starts, ends = _gap_arrays(wa)
+    top = np.argsort(-(ends - starts), kind="stable")[:TOP_GAPS]
+    calls = wa.calls
+    gaps = []
+    for i in top:
+        gap = {"device_id": None if device[i] == -1 else int(device[i]), "start": int(starts[i]),
+               "end": int(ends[i]), "duration_ns": int(ends[i] - starts[i])}
         # What the host was doing: the CUDA calls overlapping the gap, longest overlap first.
-        calls = export.query("""
-            SELECT name, COUNT(*) AS calls, SUM(MIN(end, :gap_end) - MAX(start, :gap_start)) AS overlap_ns
-            FROM w_api WHERE start < :gap_end AND end > :gap_start
-            GROUP BY name ORDER BY overlap_ns DESC LIMIT 3""", {"gap_start": gap["start"], "gap_end": gap["end"]})
-        gap["host_calls"] = [dict(c) for c in calls]
+        during = (calls.start < ends[i]) & (calls.end > starts[i])
+        overlap = np.minimum(calls.end[during], ends[i]) - np.maximum(calls.start[during], starts[i])
+        by_name: dict = {}
+        for name_id, ns in zip(calls.name_id[during].tolist(), overlap.tolist()):
+            entry = by_name.setdefault(wa.call_names.get(name_id), [0, 0])
+            entry[0] += 1
+            entry[1] += ns
+        gap["host_calls"] = [{"name": name, "calls": n, "overlap_ns": ns} for name, (n, ns) in
+                             sorted(by_name.items(), key=lambda item: -item[1][1])[:3]]
         enclosing = export.query("""SELECT name FROM nvtx WHERE start <= :gap_start AND end >= :gap_end
                                     ORDER BY duration_ns ASC LIMIT 1""", {"gap_start": gap["start"], "gap_end": gap["end"]})
         gap["nvtx_range"] = enclosing[0][0] if enclosing else None
+        gaps.append(gap)
     return gaps
 
 
-def _gap_histogram(export: NsysExport, bucket_edges_ns=(1_000, 10_000, 100_000, 1_000_000)) -> dict:
-    cases = " ".join(f"WHEN end - start < {edge} THEN {i}" for i, edge in enumerate(bucket_edges_ns))
-    rows = export.query(f"""
-        SELECT CASE {cases} ELSE {len(bucket_edges_ns)} END AS bucket, COUNT(*), SUM(end - start)
-        FROM ({_gap_rows(export)}) GROUP BY bucket""")
+def _gap_histogram(wa: WindowActivity, bucket_edges_ns=(1_000, 10_000, 100_000, 1_000_000)) -> dict:
+    _, starts, ends = _gap_arrays(wa)
+    buckets = np.searchsorted(np.array(bucket_edges_ns), ends - starts, side="right")
     labels = [f"< {e / 1000:g} us" for e in bucket_edges_ns] + [f">= {bucket_edges_ns[-1] / 1000:g} us"]
-    histogram = {label: {"gaps": 0, "idle_ns": 0} for label in labels}
-    for bucket, count, total in rows:
-        histogram[labels[bucket]] = {"gaps": count, "idle_ns": total}
-    return histogram
+    counts = np.bincount(buckets, minlength=len(labels))
+    idle = np.bincount(buckets, weights=ends - starts, minlength=len(labels))
+    return {label: {"gaps": int(counts[i]), "idle_ns": int(idle[i])} for i, label in enumerate(labels)}
 
 
-def _streams(export: NsysExport) -> list[dict]:
-    return _rows(export, """
-        SELECT device_id, stream_id, SUM(kernels) AS kernels, SUM(kernel_ns) AS kernel_ns,
-               SUM(copies) AS copies, SUM(copy_ns) AS copy_ns FROM (
-            SELECT device_id, stream_id, COUNT(*) AS kernels, SUM(duration_ns) AS kernel_ns, 0 AS copies, 0 AS copy_ns
-            FROM w_kernels GROUP BY device_id, stream_id
-            UNION ALL
-            SELECT device_id, stream_id, 0, 0, COUNT(*), SUM(duration_ns) FROM w_copies GROUP BY device_id, stream_id)
-        GROUP BY device_id, stream_id ORDER BY kernel_ns + copy_ns DESC""", {})
+def _streams(wa: WindowActivity) -> list[dict]:
+    kernels, copies = wa.kernels, wa.copies
+    rows: dict = {}
+    for table, count_key, ns_key in ((kernels, "kernels", "kernel_ns"), (copies, "copies", "copy_ns")):
+        key = table.device_id * (1 << 32) + (table.stream_id & 0xFFFFFFFF)
+        distinct, (ns,), counts = group_sums(key, table.end - table.start)
+        for k, t, n in zip(distinct.tolist(), ns, counts):
+            stream = k & 0xFFFFFFFF
+            row = rows.setdefault(k, {"device_id": k >> 32, "stream_id": None if stream == 0xFFFFFFFF else stream,
+                                      "kernels": 0, "kernel_ns": 0, "copies": 0, "copy_ns": 0})
+            row[count_key], row[ns_key] = int(n), int(t)
+    return sorted(rows.values(), key=lambda r: -(r["kernel_ns"] + r["copy_ns"]))
 
 
-def _ranges(export: NsysExport, window: Window) -> list[dict]:
-    """Per NVTX range name: wall time, and the GPU time of the work its CPU calls launched."""
-    export.connection.execute("DROP TABLE IF EXISTS temp.w_nvtx")
-    export.connection.execute("""CREATE TEMP TABLE w_nvtx AS SELECT ROW_NUMBER() OVER () AS range_id, * FROM nvtx
-        WHERE end >= :window_start AND start < :window_end""", window.params())
-    return _rows(export, f"""
-        WITH launched AS (  -- CUDA calls made while the range was open, by any thread of its process
-            SELECT n.range_id, a.correlation_id, a.global_tid / 16777216 AS pid FROM w_nvtx n
-            JOIN w_api a ON a.start >= n.start AND a.start <= n.end
-                        AND COALESCE(a.global_tid / 16777216, -1) = COALESCE(n.global_tid / 16777216, -1)),
-        kernel_work AS (  -- per launch: graph nodes share their launch's correlation id, summed once here
-            SELECT global_pid / 16777216 AS pid, correlation_id, SUM(duration_ns) AS ns, COUNT(*) AS n
-            FROM w_kernels GROUP BY 1, 2),
-        copy_work AS (
-            SELECT global_pid / 16777216 AS pid, correlation_id, SUM(duration_ns) AS ns FROM w_copies GROUP BY 1, 2),
-        gpu AS (
-            SELECT l.range_id, COALESCE(SUM(k.ns), 0) AS kernel_ns, COALESCE(SUM(k.n), 0) AS kernels,
-                   COALESCE(SUM(c.ns), 0) AS copy_ns
-            FROM launched l
-            LEFT JOIN kernel_work k ON k.correlation_id = l.correlation_id
-                 AND (k.pid IS NULL OR l.pid IS NULL OR k.pid = l.pid)
-            LEFT JOIN copy_work c ON c.correlation_id = l.correlation_id
-                 AND (c.pid IS NULL OR l.pid IS NULL OR c.pid = l.pid)
-            GROUP BY l.range_id),
-        events AS (
-            SELECT global_tid, start AS t, 1 AS delta, range_id FROM w_nvtx
-            UNION ALL SELECT global_tid, end, -1, NULL FROM w_nvtx),
-        depths AS (  -- ranges open on the same thread when this one starts: 0 = top level
-            SELECT range_id, depth FROM (
-                SELECT range_id, SUM(delta) OVER (PARTITION BY global_tid ORDER BY t, delta
-                                                  ROWS UNBOUNDED PRECEDING) - 1 AS depth FROM events)
-            WHERE range_id IS NOT NULL)
-        SELECT n.name, COUNT(*) AS instances, SUM(n.duration_ns) AS wall_ns, MIN(n.start) AS first_start,
-               MAX(n.end) AS last_end, COALESCE(SUM(g.kernel_ns), 0) AS kernel_ns,
-               COALESCE(SUM(g.kernels), 0) AS kernels, COALESCE(SUM(g.copy_ns), 0) AS copy_ns,
-               MIN(d.depth) AS depth
-        FROM w_nvtx n JOIN depths d ON d.range_id = n.range_id
-        LEFT JOIN gpu g ON g.range_id = n.range_id
-        GROUP BY n.name ORDER BY wall_ns DESC LIMIT {MAX_RANGES}""", {})
+def _work_per_call(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per call of `wa.calls`: the GPU time of the kernels and copies it launched, and the kernel count
+    (graph nodes share their launch's correlation id). A call of an unknown process matches any."""
+    calls = wa.calls
+    unknown = calls.pid == -1
+    out = []
+    for table in (wa.kernels, wa.copies):
+        ns = (table.end - table.start).astype(np.float64)
+        valid = table.correlation_id != -1
+        per_key = group_sums(table.pid[valid] * (1 << 32) + table.correlation_id[valid], ns[valid])
+        per_corr = group_sums(table.correlation_id[valid], ns[valid])
+        own_ns, own_n = _gather(per_key, calls.pid * (1 << 32) + calls.correlation_id)
+        anon_ns, anon_n = _gather(per_key, -(1 << 32) + calls.correlation_id)
+        any_ns, any_n = _gather(per_corr, calls.correlation_id)
+        out.append((np.where(unknown, any_ns, own_ns + anon_ns), np.where(unknown, any_n, own_n + anon_n)))
+    (kernel_ns, kernels), (copy_ns, _) = out
+    no_corr = calls.correlation_id == -1
+    return tuple(np.where(no_corr, 0, v) for v in (kernel_ns, kernels, copy_ns))
 
 
-def _syncs(export: NsysExport) -> dict:
+def _gather(grouped, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sum, count) of a group_sums result at each key, 0 where the key has no group."""
+    distinct, (sums,), counts = grouped
+    index = lookup((distinct, np.arange(len(distinct))), keys)
+    found = index >= 0
+    return (np.where(found, sums[np.maximum(index, 0)] if len(sums) else 0, 0),
+            np.where(found, counts[np.maximum(index, 0)] if len(counts) else 0, 0))
+
+
+def _ranges(export: NsysExport, wa: WindowActivity) -> list[dict]:
+    """Per NVTX range name: wall time, and the GPU time of the work its CPU calls launched (calls made
+    while the range was open, by any thread of its process)."""
+    rows = export.query("SELECT start, end, global_tid, name FROM nvtx WHERE end >= :ws AND start < :we",
+                        {"ws": wa.activity.start, "we": wa.activity.end})
+    if not rows:
+        return []
+    starts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+    ends = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+    tids = np.fromiter((r[2] if isinstance(r[2], int) else -1 for r in rows), np.int64, len(rows))
+    codes: dict = {}
+    name_code = np.fromiter((codes.setdefault(r[3], len(codes)) for r in rows), np.int64, len(rows))
+    pids = process_of(tids)
+    # GPU work launched by the calls of each range's process while it was open: prefix sums per process.
+    kernel_ns, kernels, copy_ns = np.zeros(len(rows)), np.zeros(len(rows)), np.zeros(len(rows))
+    call_kernel_ns, call_kernels, call_copy_ns = _work_per_call(wa)
+    for pid in np.unique(pids):
+        mine = wa.calls.pid == pid
+        order = np.argsort(wa.calls.start[mine], kind="stable")
+        call_starts = wa.calls.start[mine][order]
+        at = pids == pid
+        low = np.searchsorted(call_starts, starts[at], side="left")
+        high = np.searchsorted(call_starts, ends[at], side="right")
+        for target, values in ((kernel_ns, call_kernel_ns), (kernels, call_kernels), (copy_ns, call_copy_ns)):
+            cumulative = np.concatenate(([0], np.cumsum(values[mine][order])))
+            target[at] = cumulative[high] - cumulative[low]
+    # Depth: ranges open on the same thread when this one starts (ends before starts at one time).
+    n = len(rows)
+    t = np.concatenate((starts, ends))
+    delta = np.concatenate((np.ones(n, np.int64), -np.ones(n, np.int64)))
+    thread = np.concatenate((tids, tids))
+    order = np.lexsort((np.concatenate((np.arange(n), np.arange(n))), delta, t, thread))
+    running = np.empty(2 * n, np.int64)
+    sorted_thread, sorted_delta = thread[order], delta[order]
+    cumulative = np.cumsum(sorted_delta)
+    first = np.concatenate(([True], sorted_thread[1:] != sorted_thread[:-1]))
+    base = np.maximum.accumulate(np.where(first, np.arange(2 * n), 0))
+    running[order] = cumulative - np.concatenate(([0], cumulative))[base]
+    depth = running[:n] - 1
+    by_code = {code: name for name, code in codes.items()}
+    out = []
+    _, inverse = np.unique(name_code, return_inverse=True)
+    groups = np.unique(name_code)
+    wall = np.bincount(inverse, weights=ends - starts)
+    for index in np.argsort(-wall, kind="stable")[:MAX_RANGES]:
+        members = inverse == index
+        out.append({"name": by_code[int(groups[index])], "instances": int(members.sum()),
+                    "wall_ns": int(wall[index]), "first_start": int(starts[members].min()),
+                    "last_end": int(ends[members].max()), "kernel_ns": int(kernel_ns[members].sum()),
+                    "kernels": int(kernels[members].sum()), "copy_ns": int(copy_ns[members].sum()),
+                    "depth": int(depth[members].min())})
+    return out
+
+
+def _syncs(wa: WindowActivity) -> dict:
     """Host waits: explicit synchronization calls, and what each cost the GPU afterwards."""
-    names = " OR ".join(f"a.name LIKE '{n}%'" for n in SYNC_APIS)
-    explicit = _rows(export, f"""
-        SELECT REPLACE(REPLACE(a.name, '_v3020', ''), '_v2', '') AS name, COUNT(*) AS calls,
-               SUM(a.duration_ns) AS wait_ns,
-               SUM({IDLE_AFTER.format(t="a.end")}) AS relaunch_gap_ns
-        FROM w_api a WHERE {names} GROUP BY 1 ORDER BY wait_ns DESC""", {})
+    calls, names = wa.calls, wa.call_names
+    explicit_mask = np.isin(calls.name_id, _ids(names, lambda n: _like(n, SYNC_APIS)))
     # Implicit syncs: a synchronous device-to-host copy (what `.item()`/`.cpu()` do) blocks the host too.
-    implicit = _rows(export, f"""
-        SELECT a.name, COUNT(*) AS calls, SUM(a.duration_ns) AS wait_ns,
-               SUM({IDLE_AFTER.format(t="a.end")}) AS relaunch_gap_ns
-        FROM w_api a JOIN w_copy_calls c ON c.correlation_id = a.correlation_id
-        JOIN memcpy_kinds mk ON mk.id = c.copy_kind
-        WHERE mk.label = 'Device-to-Host' AND (a.name NOT LIKE '%Async%' OR c.dst_kind = 0)
-        GROUP BY a.name""", {})
-    for row in explicit + implicit:
-        row["relaunch_gap_ns"] = max(0, row["relaunch_gap_ns"] or 0)
+    copy_kind, dst_kind = _copy_call_kinds(wa)
+    d2h = [k for k, label in wa.copy_kinds.items() if label == "Device-to-Host"]
+    asynchronous = np.isin(calls.name_id, _ids(names, lambda n: isinstance(n, str) and "async" in n.lower()))
+    named = np.isin(calls.name_id, _ids(names, lambda n: n is not None))
+    implicit_mask = np.isin(copy_kind, d2h) & ((named & ~asynchronous) | (dst_kind == 0))
+    idle_after = wa.idle_after(calls.end)
+    duration = calls.end - calls.start
+
+    def grouped(mask, label) -> list[dict]:
+        rows: dict = {}
+        for name_id, wait, gap in zip(calls.name_id[mask].tolist(), duration[mask].tolist(), idle_after[mask].tolist()):
+            row = rows.setdefault(label(names.get(name_id)), {"calls": 0, "wait_ns": 0, "relaunch_gap_ns": 0})
+            row["calls"] += 1
+            row["wait_ns"] += wait
+            row["relaunch_gap_ns"] += gap
+        return [{"name": name, **row, "relaunch_gap_ns": max(0, row["relaunch_gap_ns"])} for name, row in rows.items()]
+
+    explicit = sorted(grouped(explicit_mask, lambda n: n.replace("_v3020", "").replace("_v2", "")),
+                      key=lambda r: -r["wait_ns"])
+    implicit = sorted(grouped(implicit_mask, lambda n: n), key=lambda r: (r["name"] is not None, str(r["name"])))
     # Several syncs in a row share one idle stretch: count each stretch once, from the first sync's return.
-    total = export.scalar(f"""
-        WITH waits AS (
-            SELECT a.end FROM w_api a WHERE {names}
-            UNION ALL
-            SELECT a.end FROM w_api a JOIN w_copy_calls c ON c.correlation_id = a.correlation_id
-            JOIN memcpy_kinds mk ON mk.id = c.copy_kind
-            WHERE mk.label = 'Device-to-Host' AND (a.name NOT LIKE '%Async%' OR c.dst_kind = 0)),
-        next AS (SELECT w.end, w.end + {IDLE_AFTER.format(t="w.end")} AS next_start FROM waits w)
-        SELECT COALESCE(SUM(next_start - first_end), 0) FROM (
-            SELECT next_start, MIN(end) AS first_end FROM next WHERE next_start > end GROUP BY next_start)""")
+    wait_ends = np.concatenate((calls.end[explicit_mask], calls.end[implicit_mask]))
+    next_start = wait_ends + np.concatenate((idle_after[explicit_mask], idle_after[implicit_mask]))
+    idle = next_start > wait_ends
+    order = np.lexsort((wait_ends[idle], next_start[idle]))
+    stretch, first_end = next_start[idle][order], wait_ends[idle][order]
+    first = np.concatenate(([True], stretch[1:] != stretch[:-1])) if len(stretch) else np.zeros(0, bool)
+    total = int((stretch[first] - first_end[first]).sum())
     return {"explicit": explicit, "implicit": implicit, "relaunch_gap_ns": total}
 
 
-def _launches(export: NsysExport) -> dict:
+def _copy_call_kinds(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray]:
+    """Per call: the (least) copy kind and destination memory kind of the copies it issued, -1 for none."""
+    copies = wa.copies
+    keep = copies.correlation_id != -1
+    corr = copies.correlation_id[keep]
+    big = np.iinfo(np.int64).max
+    kinds = []
+    for values in (copies.copy_kind[keep], copies.dst_kind[keep]):
+        order = np.lexsort((np.where(values == -1, big, values), corr))
+        table = first_by_key(corr[order])
+        index = lookup((table[0], order[table[1]]), wa.calls.correlation_id)
+        kinds.append(np.where(index >= 0, values[np.maximum(index, 0)] if len(values) else -1, -1))
+    return kinds[0], kinds[1]
+
+
+def _launches(export: NsysExport, wa: WindowActivity) -> dict:
     """Kernel launches whose GPU time is shorter than the CPU time of their launch call, per kernel
     name in one pass: how many, their time, and the GPU idle time in front of them."""
-    rows = _rows(export, """
-        SELECT k.short_name_id, COUNT(*) AS launches,
-               SUM(k.duration_ns < a.duration_ns) AS short_kernels,
-               SUM(CASE WHEN k.duration_ns < a.duration_ns THEN k.duration_ns ELSE 0 END) AS short_kernel_ns,
-               SUM(CASE WHEN k.duration_ns < a.duration_ns THEN a.duration_ns ELSE 0 END) AS short_launch_api_ns,
-               SUM(CASE WHEN k.duration_ns < a.duration_ns THEN
-                   MIN(a.duration_ns, COALESCE((SELECT b.idle_before FROM w_busy b WHERE b.start = k.start), 0))
-                   ELSE 0 END) AS idle_before_short_ns
-        FROM w_kernels k JOIN w_api a ON a.rowid = (  -- one call per correlation id, whatever the export repeats
-            SELECT MIN(rowid) FROM w_api WHERE correlation_id = k.correlation_id)
-        WHERE a.name LIKE 'cudaLaunch%' OR a.name LIKE 'cuLaunch%' 
-        GROUP BY k.short_name_id""", {})
-    totals = {key: sum(r[key] or 0 for r in rows) for key in
-              ("launches", "short_kernels", "short_kernel_ns", "short_launch_api_ns", "idle_before_short_ns")}
-    top = sorted((r for r in rows if r["short_kernels"]), key=lambda r: -r["short_kernels"])[:5]
-    names = dict(export.query(f"SELECT id, value FROM StringIds WHERE id IN ({','.join(str(r['short_name_id']) for r in top) or 'NULL'})"))
-    totals["top"] = [{"name": names.get(r["short_name_id"]), "launches": r["short_kernels"],
-                      "mean_kernel_ns": r["short_kernel_ns"] / r["short_kernels"],
-                      "mean_launch_ns": r["short_launch_api_ns"] / r["short_kernels"]} for r in top]
+    kernels, calls = wa.kernels, wa.calls
+    call = lookup(first_by_key(calls.correlation_id), kernels.correlation_id)  # one call per id, the first
+    launch_ids = _ids(wa.call_names, lambda n: _like(n, ("cudaLaunch", "cuLaunch")))
+    matched = call >= 0
+    matched[matched] = np.isin(calls.name_id[call[matched]], launch_ids)
+    k_ns = (kernels.end - kernels.start)[matched]
+    a_ns = (calls.end - calls.start)[call[matched]]
+    short = k_ns < a_ns
+    starts, ends = wa.busy
+    idle_before = np.zeros(len(k_ns), dtype=np.int64)
+    if len(starts) > 1:
+        at = np.minimum(np.searchsorted(starts, kernels.start[matched]), len(starts) - 1)
+        exact = (starts[at] == kernels.start[matched]) & (at > 0)
+        idle_before = np.where(exact, starts[at] - ends[np.maximum(at - 1, 0)], 0)
+    name_ids = kernels.short_name_id[matched]
+    distinct, sums, counts = group_sums(name_ids, short, np.where(short, k_ns, 0), np.where(short, a_ns, 0),
+                                        np.where(short, np.minimum(a_ns, idle_before), 0))
+    totals = {"launches": int(counts.sum()), "short_kernels": int(sums[0].sum()), "short_kernel_ns": int(sums[1].sum()),
+              "short_launch_api_ns": int(sums[2].sum()), "idle_before_short_ns": int(sums[3].sum())}
+    top = [i for i in np.argsort(-sums[0], kind="stable")[:5] if sums[0][i] > 0]
+    names = export.strings(distinct[top])
+    totals["top"] = [{"name": names.get(int(distinct[i])), "launches": int(sums[0][i]),
+                      "mean_kernel_ns": sums[1][i] / sums[0][i], "mean_launch_ns": sums[2][i] / sums[0][i]}
+                     for i in top]
     return totals
 
 
-def _copies(export: NsysExport) -> dict:
+def _copies(wa: WindowActivity) -> dict:
     """Host<->device copies by memory kind and issuing API, with the pageable and synchronous ones listed."""
-    kinds = ",".join(f"'{k}'" for k in HOST_COPY_KINDS)
-    base = f"""SELECT c.start, c.duration_ns, c.bytes, mk.label AS copy_kind, sk.label AS src_kind,
-                      dk.label AS dst_kind, a.name AS api, c.device_id, c.stream_id
-               FROM w_copies c JOIN memcpy_kinds mk ON mk.id = c.copy_kind
-               LEFT JOIN memory_kinds sk ON sk.id = c.src_kind LEFT JOIN memory_kinds dk ON dk.id = c.dst_kind
-               LEFT JOIN w_api a ON a.rowid = (  -- one call per correlation id, whatever the export repeats
-                    SELECT MIN(rowid) FROM w_api WHERE correlation_id = c.correlation_id)
-               WHERE c.operation = 'memcpy' AND mk.label IN ({kinds})"""
-    by_kind = _rows(export, f"""SELECT copy_kind, src_kind, dst_kind, COUNT(*) AS copies, SUM(bytes) AS bytes,
-                                       SUM(duration_ns) AS duration_ns FROM ({base}) GROUP BY 1, 2, 3
-                                ORDER BY duration_ns DESC""", {})
-    pageable_async = _rows(export, f"""SELECT * FROM ({base}) WHERE (src_kind = 'Pageable' OR dst_kind = 'Pageable')
-                                       AND api LIKE '%Async%' ORDER BY duration_ns DESC LIMIT 50""", {})
-    pageable_totals = export.query(f"""SELECT COUNT(*), COALESCE(SUM(duration_ns), 0), COALESCE(SUM(bytes), 0)
-                                       FROM ({base}) WHERE src_kind = 'Pageable' OR dst_kind = 'Pageable'""")[0]
+    copies = wa.copies
+    host_kinds = [k for k, label in wa.copy_kinds.items() if label in HOST_COPY_KINDS]
+    copies = copies.where((copies.memset == 0) & np.isin(copies.copy_kind, host_kinds))
+    call = lookup(first_by_key(wa.calls.correlation_id), copies.correlation_id)
+    api = [wa.call_names.get(n) if i >= 0 else None
+           for i, n in zip(call.tolist(), wa.calls.name_id[np.maximum(call, 0)].tolist() if len(wa.calls) else [])]
+    duration = copies.end - copies.start
+    rows = [{"start": s, "duration_ns": d, "bytes": b, "copy_kind": wa.copy_kinds.get(k),
+             "src_kind": wa.memory_kinds.get(src), "dst_kind": wa.memory_kinds.get(dst), "api": a,
+             "device_id": dev, "stream_id": None if stream == -1 else stream}
+            for s, d, b, k, src, dst, a, dev, stream in zip(
+                copies.start.tolist(), duration.tolist(), copies.bytes.tolist(), copies.copy_kind.tolist(),
+                copies.src_kind.tolist(), copies.dst_kind.tolist(), api, copies.device_id.tolist(),
+                copies.stream_id.tolist())]
+    by_kind: dict = {}
+    for row in rows:
+        entry = by_kind.setdefault((row["copy_kind"], row["src_kind"], row["dst_kind"]), [0, 0, 0])
+        entry[0] += 1
+        entry[1] += row["bytes"]
+        entry[2] += row["duration_ns"]
+    by_kind_rows = sorted(({"copy_kind": k[0], "src_kind": k[1], "dst_kind": k[2], "copies": n, "bytes": b,
+                            "duration_ns": d} for k, (n, b, d) in by_kind.items()), key=lambda r: -r["duration_ns"])
+    pageable = [r for r in rows if "Pageable" in (r["src_kind"], r["dst_kind"])]
+    pageable_async = [r for r in pageable if r["api"] is not None and "async" in r["api"].lower()]
     # nsys analyze's cuda_memcpy_sync: synchronous copies, except host-to-device ones of 64 KB or less.
-    sync = _rows(export, f"""SELECT * FROM ({base}) WHERE api NOT LIKE '%Async%'
-                             AND NOT (copy_kind = 'Host-to-Device' AND bytes <= 65536)
-                             ORDER BY duration_ns DESC LIMIT 50""", {})
-    sync_totals = export.query(f"""SELECT COUNT(*), COALESCE(SUM(duration_ns), 0) FROM ({base})
-                                   WHERE api NOT LIKE '%Async%' AND NOT (copy_kind = 'Host-to-Device' AND bytes <= 65536)""")[0]
-    return {"by_kind": by_kind, "pageable": {"copies": pageable_totals[0], "duration_ns": pageable_totals[1],
-                                             "bytes": pageable_totals[2], "async_top": pageable_async},
-            "sync": {"copies": sync_totals[0], "duration_ns": sync_totals[1], "top": sync}}
+    sync = [r for r in rows if r["api"] is not None and "async" not in r["api"].lower()
+            and not (r["copy_kind"] == "Host-to-Device" and r["bytes"] <= 65536)]
+    longest = lambda rs: sorted(rs, key=lambda r: -r["duration_ns"])[:50]  # noqa: E731
+    return {"by_kind": by_kind_rows,
+            "pageable": {"copies": len(pageable), "duration_ns": sum(r["duration_ns"] for r in pageable),
+                         "bytes": sum(r["bytes"] for r in pageable), "async_top": longest(pageable_async)},
+            "sync": {"copies": len(sync), "duration_ns": sum(r["duration_ns"] for r in sync), "top": longest(sync)}}
 
 
 def _percentiles(histogram: list[tuple[float, int]], quantiles=(0.5, 0.95)) -> dict:
@@ -505,13 +559,16 @@ def _series_params(export: NsysExport, window: Window, points: int = 400) -> dic
 def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode: str = "steady") -> Timeline:
     steps = find_steps(export, nvtx_range)
     window = choose_window(export, skip_first_ns, nvtx_range, mode, steps)
-    _materialize(export, window)
-    budgets = build_budgets(export, (window.start, window.end))
-    devices = _devices(export, {b.device_id: b.labelled.totals()["gpu_communication"] for b in budgets})
-    totals = export.query("""SELECT (SELECT COALESCE(SUM(duration_ns), 0) FROM w_kernels),
-                                    (SELECT COUNT(*) FROM w_kernels),
-                                    (SELECT COALESCE(SUM(duration_ns), 0) FROM w_copies WHERE operation = 'memcpy'),
-                                    (SELECT COALESCE(SUM(duration_ns), 0) FROM w_copies WHERE operation = 'memset')""")[0]
+    activity = read_activity(export, (window.start, window.end))
+    call_names = export.strings(np.unique(activity.calls.name_id))
+    comm_ids = np.array([r[0] for r in export.query("SELECT id FROM StringIds WHERE value LIKE ?",
+                                                    (COMMUNICATION_PATTERN,))], dtype=np.int64)
+    budgets = build_budgets(activity, call_names, set(comm_ids.tolist()))
+    wa = window_activity(export, activity, call_names)
+    devices = _devices(export, wa, comm_ids, {b.device_id: b.labelled.totals()["gpu_communication"] for b in budgets})
+    kernel_ns, copy_ns = wa.kernels.end - wa.kernels.start, wa.copies.end - wa.copies.start
+    totals = (int(kernel_ns.sum()), len(wa.kernels), int(copy_ns[wa.copies.memset == 0].sum()),
+              int(copy_ns[wa.copies.memset == 1].sum()))
     by_device = {b.device_id: b for b in budgets}
     for device in devices:
         budget = by_device.get(device["device_id"])
@@ -528,22 +585,23 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     summary = {"span_ns": span, "gpu_busy_ns": busy, "gpu_idle_ns": idle,
                "gpu_busy_share": busy / (busy + idle) if busy + idle else None,
                "kernel_ns": totals[0], "kernels": totals[1], "memcpy_ns": totals[2], "memset_ns": totals[3],
-               "gap_histogram": _gap_histogram(export)}
+               "gap_histogram": _gap_histogram(wa)}
     if overall:
         window_ns = sum(p["ns"] for p in overall)
         summary["span_ns"] = window_ns
         summary["gpu_busy_share"] = sum(p["ns"] for p in overall if p["part"] not in IDLE_PARTS) / window_ns \
             if window_ns else None
-    ranges = _ranges(export, window)
-    timeline = Timeline(window=window, summary=summary, devices=devices, streams=_streams(export), ranges=ranges,
-                        gaps=_gaps(export), syncs=_syncs(export), launches=_launches(export), copies=_copies(export))
+    ranges = _ranges(export, wa)
+    timeline = Timeline(window=window, summary=summary, devices=devices, streams=_streams(wa), ranges=ranges,
+                        gaps=_gaps(export, wa), syncs=_syncs(wa), launches=_launches(export, wa), copies=_copies(wa))
+    timeline.kernel_medians = medians_by(wa.kernels.demangled_id, kernel_ns)
     timeline.budget = overall
     timeline.steps = _steps_section(steps, budgets) if steps is not None else None
     timeline.host_stretches = _host_stretches(export, budgets)
     # GPU metrics are sampled from the capture's start; outside the span of GPU work they only dilute.
     active = Window(max(window.start, min((d["first_ns"] for d in devices), default=window.start)),
                     min(window.end, max((d["last_ns"] for d in devices), default=window.end)), window.description)
-    timeline.device_kernels = device_kernel_breakdown(export) if len(devices) > 1 else []
+    timeline.device_kernels = device_kernel_breakdown(export, wa) if len(devices) > 1 else []
     timeline.gpu_metrics = gpu_metrics(export, active, ranges)
     timeline.busy_clock = busy_clock(export, active)
     return timeline

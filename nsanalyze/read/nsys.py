@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from nsanalyze.errors import InputError
 from nsanalyze.numbers import finite_float
 
@@ -84,6 +86,30 @@ class NsysExport:
     def scalar(self, sql: str, params=()):
         rows = self.query(sql, params)
         return rows[0][0] if rows else None
+
+    def int_columns(self, sql: str, params=()) -> dict[str, np.ndarray]:
+        """The query's columns as int64 arrays by name, read in chunks: no Python object per row is
+        kept (an export holds millions of calls). Columns must hold integers (wrap others in SQL)."""
+        cursor = self.connection.cursor()
+        cursor.row_factory = None
+        try:
+            cursor.execute(sql, params)
+            names = [d[0] for d in cursor.description]
+            chunks = []
+            while rows := cursor.fetchmany(1 << 16):
+                chunks.append(np.array(rows, dtype=np.int64).reshape(-1, len(names)))
+        except sqlite3.DatabaseError as exc:
+            raise sqlite_input_error(self.path, exc) from None
+        table = np.concatenate(chunks) if chunks else np.zeros((0, len(names)), dtype=np.int64)
+        return {name: np.ascontiguousarray(table[:, i]) for i, name in enumerate(names)}
+
+    def strings(self, ids) -> dict[int, str | None]:
+        """StringIds values of these ids (names that are not text become None)."""
+        wanted = sorted({int(i) for i in ids})
+        if not wanted:
+            return {}
+        rows = self.query(f"SELECT id, value FROM StringIds WHERE id IN ({','.join(map(str, wanted))})")
+        return {r[0]: (r[1] if isinstance(r[1], str) else None) for r in rows}
 
     def has(self, table: str, *columns: str) -> bool:
         return table in self.tables and all(c in self.tables[table] for c in columns)
