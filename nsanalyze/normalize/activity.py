@@ -40,6 +40,8 @@ class Columns:
         return len(next(iter(self.data.values()))) if self.data else 0
 
     def where(self, mask: np.ndarray) -> "Columns":
+        if mask.all():  # the usual case for a steady window: no copy
+            return self
         return Columns({name: values[mask] for name, values in self.data.items()})
 
 
@@ -117,16 +119,3 @@ def group_sums(keys: np.ndarray, *values: np.ndarray) -> tuple[np.ndarray, list[
     distinct, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
     sums = [np.bincount(inverse, weights=v, minlength=len(distinct)) for v in values]
     return distinct, sums, counts
-
-
-def medians_by(keys: np.ndarray, values: np.ndarray) -> dict[int, float]:
-    """Exact median of the values per key (mean of the two middle ones for an even count)."""
-    if not len(keys):
-        return {}
-    order = np.lexsort((values, keys))
-    keys, values = keys[order], values[order]
-    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    counts = np.diff(np.concatenate((starts, [len(keys)])))
-    low = values[starts + (counts - 1) // 2]
-    high = values[starts + counts // 2]
-    return dict(zip(keys[starts].tolist(), ((low + high) / 2).tolist()))

@@ -123,28 +123,24 @@ def union(starts: np.ndarray, ends: np.ndarray, tolerance: int = 0) -> tuple[np.
 
 
 def label_segments(layers: list[tuple[np.ndarray, np.ndarray]], window: tuple[int, int]) -> Labelled:
-    """Cuts the window at every interval edge of every layer; labels each segment by the first active
-    layer (layer index = part index), or the last part when none is active."""
+    """Cuts the window at every island edge of every layer; labels each segment by the first active
+    layer (layer index = part index), or the last part when none is active. Each layer is first merged
+    into disjoint islands, so a segment lies wholly inside or outside each: one `searchsorted` per layer."""
     start, end = window
-    times, deltas, which = [np.array([start, end])], [np.zeros(2, dtype=np.int64)], [np.zeros(2, dtype=np.int64)]
-    for index, (s, e) in enumerate(layers):
+    islands = []
+    for s, e in layers:
         s, e = np.clip(s, start, end), np.clip(e, start, end)
         keep = e > s
-        s, e = s[keep], e[keep]
-        times += [s, e]
-        deltas += [np.ones(len(s), dtype=np.int64), -np.ones(len(e), dtype=np.int64)]
-        which += [np.full(len(s), index), np.full(len(e), index)]
-    times, deltas, which = np.concatenate(times), np.concatenate(deltas), np.concatenate(which)
-    order = np.argsort(times, kind="stable")
-    times, deltas, which = times[order], deltas[order], which[order]
-    # Each segment takes the first layer active in it: paint from the last layer to the first.
+        islands.append(union(s[keep], e[keep]))
+    times = np.unique(np.concatenate([np.array([start, end], dtype=np.int64)] + [edge for pair in islands for edge in pair]))
     seg_starts, seg_ends = times[:-1], times[1:]
-    label = np.full(len(seg_starts), len(PARTS) - 1, dtype=np.int64)
-    for index in reversed(range(len(layers))):
-        active = np.cumsum(np.where(which == index, deltas, 0))[:-1] > 0
-        label[active] = index
-    keep = seg_ends > seg_starts
-    return Labelled(seg_starts[keep], seg_ends[keep], label[keep].astype(np.int64))
+    label = np.full(len(seg_starts), len(PARTS) - 1, dtype=np.int8)
+    for index in reversed(range(len(layers))):  # paint from the last layer to the first
+        island_starts, island_ends = islands[index]
+        if len(island_starts):
+            at = np.searchsorted(island_starts, seg_starts, side="right") - 1
+            label[(at >= 0) & (seg_starts < island_ends[np.maximum(at, 0)])] = index
+    return Labelled(seg_starts, seg_ends, label)
 
 
 def wait_name_ids(names: dict[int, str | None]) -> set[int]:
@@ -186,17 +182,24 @@ def build_budgets(activity: Activity, call_names: dict[int, str | None],
 
     budgets = []
     for device_id in np.unique(device):
-        on = device == device_id
-        pids = np.unique(act_pid[on])
-        mine = np.isin(api_pid, pids) if len(pids) else np.zeros(len(api_pid), dtype=bool)
-        first = max(start, int(act_start[on].min())) if start <= -(1 << 61) else start
-        last = min(end, int(act_end[on].max())) if end >= (1 << 61) else end
+        on = _subset(device == device_id)
+        pids = np.unique(on(act_pid))
+        mine = _subset(np.isin(api_pid, pids) if len(pids) else np.zeros(len(api_pid), dtype=bool))
+        first = max(start, int(on(act_start).min())) if start <= -(1 << 61) else start
+        last = min(end, int(on(act_end).max())) if end >= (1 << 61) else end
         labelled = _device_labels(
-            (act_start[on], act_end[on], kind[on], act_pid[on] * (1 << 32) + act_corr[on]),
-            (api_start[mine], api_end[mine], api_wait[mine]), (sorted_keys, sorted_ends), (first, last),
-            host_traced=bool(mine.any()))
+            (on(act_start), on(act_end), on(kind), on(act_pid) * (1 << 32) + on(act_corr)),
+            (mine(api_start), mine(api_end), mine(api_wait)), (sorted_keys, sorted_ends), (first, last),
+            host_traced=bool(len(mine(api_start))))
         budgets.append(DeviceBudget(int(device_id), first, last, labelled, [int(p) for p in pids]))
     return budgets
+
+
+def _subset(mask: np.ndarray):
+    """A function that selects the masked rows of an array, without a copy when all are selected."""
+    if mask.all():
+        return lambda values: values
+    return lambda values: values[mask]
 
 
 def _device_labels(activity, host, launch_ends, window, host_traced: bool = True) -> Labelled:

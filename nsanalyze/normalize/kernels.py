@@ -13,7 +13,8 @@ from pathlib import Path
 
 import math
 
-from nsanalyze.normalize.activity import medians_by
+import numpy as np
+
 from nsanalyze.normalize.metric_table import concept_units, evaluate, load_rules
 from nsanalyze.read.ncu import NcuReport
 from nsanalyze.read.nsys import NsysExport
@@ -107,45 +108,73 @@ def normalize_ncu(report: NcuReport) -> KernelTable:
 
 
 # nsys: per kernel name, the figures `nsys stats -r cuda_gpu_kern_sum` gives, computed in SQLite.
-# Medians come from the window's arrays (normalize.activity.medians_by): SQLite's window functions
-# took longer than everything else together.
-NSYS_KERNEL_SUMMARY_SQL = """
-WITH summary AS (
-    SELECT demangled_id, MIN(short_name_id) AS short_name_id, COUNT(*) AS launches,
-           SUM(duration_ns) AS duration_ns, AVG(duration_ns) AS mean_ns,
-           MIN(duration_ns) AS min_ns, MAX(duration_ns) AS max_ns,
-           AVG(duration_ns * 1.0 * duration_ns) AS mean_square,
-           MIN(grid_x) AS grid_x, MIN(grid_y) AS grid_y, MIN(grid_z) AS grid_z,
-           MIN(block_x) AS block_x, MIN(block_y) AS block_y, MIN(block_z) AS block_z,
-           MAX(registers_per_thread) AS registers_per_thread, MAX(shared_mem_bytes) AS shared_mem_per_block_bytes,
-           COUNT(DISTINCT device_id) AS devices
-    FROM kernels WHERE start >= :window_start AND start < :window_end
-    GROUP BY demangled_id
-)
-SELECT s.*, d.value AS demangled, sn.value AS name
-FROM summary s
-LEFT JOIN StringIds d ON d.id = s.demangled_id
-LEFT JOIN StringIds sn ON sn.id = s.short_name_id
-ORDER BY s.duration_ns DESC
-"""
+# nsys: per kernel name, the figures `nsys stats -r cuda_gpu_kern_sum` gives. The window's kernels are
+# read as columns and reduced per name in numpy (sorted once by name and duration: exact medians);
+# SQLite's GROUP BY with window functions took longer than the whole rest of the report.
+SUMMARY_COLUMNS = {  # column -> (SQL, reduction); absent values read as the reduction's neutral element
+    "short_name_id": ("short_name_id", "min"),
+    "device_id": ("device_id", "distinct"),
+    "grid_x": ("grid_x", "min"), "grid_y": ("grid_y", "min"), "grid_z": ("grid_z", "min"),
+    "block_x": ("block_x", "min"), "block_y": ("block_y", "min"), "block_z": ("block_z", "min"),
+    "registers_per_thread": ("registers_per_thread", "max"),
+    "shared_mem_per_block_bytes": ("shared_mem_bytes", "max"),
+}
+ABSENT = {"min": 2**62, "max": -1, "distinct": -1}
 
 
-def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = None,
-                           medians: dict | None = None) -> KernelTable:
-    """One row per distinct demangled kernel name, as `nsys stats -r cuda_gpu_kern_sum` groups them.
-    `medians` (demangled id -> ns) when the caller holds the window's kernels already."""
+def _summarize(columns: dict[str, np.ndarray]) -> list[dict]:
+    """Per demangled name id: launches, time, mean, median, min, max, mean square, and the reductions
+    of SUMMARY_COLUMNS; longest total time first."""
+    keys, durations = columns["demangled_id"], columns["duration_ns"]
+    if not len(keys):
+        return []
+    order = np.lexsort((durations, keys))
+    keys, durations = keys[order], durations[order]
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    counts = np.diff(np.concatenate((starts, [len(keys)])))
+    totals = np.add.reduceat(durations, starts)
+    squares = np.add.reduceat(durations.astype(np.float64) ** 2, starts)
+    medians = (durations[starts + (counts - 1) // 2] + durations[starts + counts // 2]) / 2
+    reduced = {}
+    for name, (_, how) in SUMMARY_COLUMNS.items():
+        values = columns[name][order]
+        if how == "distinct":  # distinct values per group: sort within groups, count changes
+            pairs = np.lexsort((values, keys))
+            v, k = values[pairs], keys[pairs]
+            new = np.concatenate(([True], (v[1:] != v[:-1]) | (k[1:] != k[:-1]))) & (v != ABSENT[how])
+            reduced[name] = np.add.reduceat(new.astype(np.int64), starts)
+        else:
+            ufunc = np.minimum if how == "min" else np.maximum
+            reduced[name] = ufunc.reduceat(values, starts)
+    records = []
+    for i in np.argsort(-totals, kind="stable"):
+        record = {"demangled_id": int(keys[starts[i]]), "launches": int(counts[i]), "duration_ns": int(totals[i]),
+                  "mean_ns": totals[i] / counts[i], "min_ns": int(durations[starts[i]]),
+                  "max_ns": int(durations[starts[i] + counts[i] - 1]), "mean_square": squares[i] / counts[i],
+                  "median_ns": float(medians[i])}
+        for name, (_, how) in SUMMARY_COLUMNS.items():
+            value = int(reduced[name][i])
+            record[name] = value if how == "distinct" or value != ABSENT[how] else None
+        record["devices"] = record.pop("device_id")
+        records.append(record)
+    return records
+
+
+def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = None) -> KernelTable:
+    """One row per distinct demangled kernel name, as `nsys stats -r cuda_gpu_kern_sum` groups them."""
     start, end = window or (-(2**62), 2**62)
-    params = {"window_start": start, "window_end": end}
-    rows = export.query(NSYS_KERNEL_SUMMARY_SQL, params)
-    if medians is None:
-        columns = export.int_columns("""SELECT CASE WHEN typeof(demangled_id) = 'integer' THEN demangled_id ELSE -1 END
-                                        AS demangled_id, duration_ns FROM kernels
-                                        WHERE start >= :window_start AND start < :window_end""", params)
-        medians = medians_by(columns["demangled_id"], columns["duration_ns"])
-    records = [dict(r) for r in rows]
+    wrapped = ", ".join(f"CASE WHEN typeof({sql}) = 'integer' THEN {sql} ELSE {ABSENT[how]} END AS {name}"
+                        for name, (sql, how) in SUMMARY_COLUMNS.items())
+    columns = export.int_columns(f"""SELECT CASE WHEN typeof(demangled_id) = 'integer' THEN demangled_id ELSE -1 END
+                                     AS demangled_id, duration_ns, {wrapped} FROM kernels
+                                     WHERE start >= :window_start AND start < :window_end""",
+                                 {"window_start": start, "window_end": end})
+    named = columns["demangled_id"] != -1  # a kernel without a name id is not summarized (as nsys stats)
+    records = _summarize({key: values[named] for key, values in columns.items()})
+    names = export.strings([r["demangled_id"] for r in records] + [r["short_name_id"] for r in records])
     for record in records:
-        key = record["demangled_id"] if isinstance(record["demangled_id"], int) else -1
-        record["median_ns"] = medians.get(key)
+        record["demangled"] = names.get(record.pop("demangled_id"))
+        record["name"] = names.get(record.pop("short_name_id"))
     total = sum(r["duration_ns"] for r in records)
     for position, record in enumerate(records):
         n, mean = record["launches"], record["mean_ns"]
@@ -155,7 +184,6 @@ def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = 
         record["id"] = position
         record["device_name"] = export.device_name
         record["compute_capability"] = export.compute_capability
-        del record["demangled_id"], record["short_name_id"]
     units = {"duration_ns": "ns", "mean_ns": "ns", "median_ns": "ns", "min_ns": "ns", "max_ns": "ns",
              "stddev_ns": "ns", "time_share": "ratio", "registers_per_thread": "registers",
              "shared_mem_per_block_bytes": "byte"}

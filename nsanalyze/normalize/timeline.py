@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nsanalyze.normalize.activity import (Activity, Columns, first_by_key, group_sums, lookup, medians_by,
+from nsanalyze.normalize.activity import (Activity, Columns, first_by_key, group_sums, lookup,
                                           process_of, read_activity)
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
 from nsanalyze.normalize.steps import Steps, find_launch_pattern, find_steps
@@ -74,7 +74,6 @@ class Timeline:
     budget: list[dict] | None = None       # [{part, ns, share}] over the window (mean over GPUs)
     steps: dict | None = None              # the steady steps (normalize.steps) and their median budget
     host_stretches: list[dict] = field(default_factory=list)  # longest idle_host stretches, with context
-    kernel_medians: dict | None = None     # demangled name id -> median duration (ns) in the window
 
 
 def _rows(export: NsysExport, sql: str, params: dict) -> list[dict]:
@@ -594,7 +593,6 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     ranges = _ranges(export, wa)
     timeline = Timeline(window=window, summary=summary, devices=devices, streams=_streams(wa), ranges=ranges,
                         gaps=_gaps(export, wa), syncs=_syncs(wa), launches=_launches(export, wa), copies=_copies(wa))
-    timeline.kernel_medians = medians_by(wa.kernels.demangled_id, kernel_ns)
     timeline.budget = overall
     timeline.steps = _steps_section(steps, budgets) if steps is not None else None
     timeline.host_stretches = _host_stretches(export, budgets)

@@ -76,6 +76,7 @@ class NsysExport:
     session_start_utc_ns: int | None = None
     dropped_rows: dict[str, int] = field(default_factory=dict)  # table -> rows without a valid interval
     kind: str = "nsys"
+    arrow: "ArrowReader | None" = None  # a second, Arrow-native reader of the same file (bulk columns)
 
     def query(self, sql: str, params=()) -> list[sqlite3.Row]:
         try:
@@ -87,13 +88,18 @@ class NsysExport:
         rows = self.query(sql, params)
         return rows[0][0] if rows else None
 
-    def int_columns(self, sql: str, params=()) -> dict[str, np.ndarray]:
-        """The query's columns as int64 arrays by name, read in chunks: no Python object per row is
-        kept (an export holds millions of calls). Columns must hold integers (wrap others in SQL)."""
+    def int_columns(self, sql: str, params: dict | None = None) -> dict[str, np.ndarray]:
+        """The query's columns as int64 arrays by name (they must hold integers: wrap others in SQL).
+        Read through Arrow when the export allows it (5x faster than Python rows), else in chunks of
+        rows: either way no Python object per row is kept (an export holds millions of calls)."""
+        if self.arrow is not None:
+            columns = self.arrow.int_columns(sql, params or {})
+            if columns is not None:
+                return columns
         cursor = self.connection.cursor()
         cursor.row_factory = None
         try:
-            cursor.execute(sql, params)
+            cursor.execute(sql, params or {})
             names = [d[0] for d in cursor.description]
             chunks = []
             while rows := cursor.fetchmany(1 << 16):
@@ -128,7 +134,79 @@ class NsysExport:
         return self.devices[0].compute_capability if self.devices else None
 
     def close(self) -> None:
+        if self.arrow is not None:
+            self.arrow.close()
         self.connection.close()
+
+
+class ArrowReader:
+    """Bulk integer columns through ADBC's SQLite driver, straight into Arrow arrays (no Python object
+    per value). It opens the same file read-only with the same TEMP views replayed, and is used only
+    when every table the views read is a real table: a view in an export could recurse, and only the
+    sqlite3 connection has the time limit. Any failure returns None and the caller reads row by row."""
+
+    def __init__(self, uri: str, view_sql: list[str]):
+        import adbc_driver_manager
+        import adbc_driver_sqlite
+        import pyarrow
+
+        self._pyarrow, self._adbc = pyarrow, adbc_driver_manager
+        self.database = adbc_driver_manager.AdbcDatabase(driver=adbc_driver_sqlite._driver_path(), uri=uri)
+        self.connection = adbc_driver_manager.AdbcConnection(self.database)
+        for sql in view_sql:
+            statement = adbc_driver_manager.AdbcStatement(self.connection)
+            statement.set_sql_query(sql)
+            statement.execute_update()
+            statement.close()
+
+    def int_columns(self, sql: str, params: dict) -> dict[str, np.ndarray] | None:
+        for name, value in params.items():  # ADBC binds Arrow data: integers go in as literals
+            if not isinstance(value, int):
+                return None
+            sql = sql.replace(f":{name}", f"({int(value)})")
+        try:
+            statement = self._adbc.AdbcStatement(self.connection)
+            statement.set_sql_query(sql)
+            stream, _ = statement.execute_query()
+            table = self._pyarrow.RecordBatchReader._import_from_c(stream.address).read_all()
+            statement.close()
+        except Exception:  # noqa: BLE001 - the row reader reports what is wrong with the export
+            return None
+        columns = {}
+        for name, column in zip(table.column_names, table.columns):
+            if table.num_rows == 0:
+                columns[name] = np.zeros(0, dtype=np.int64)
+            elif column.null_count or not self._pyarrow.types.is_integer(column.type):
+                return None
+            else:
+                columns[name] = column.to_numpy().astype(np.int64, copy=False)
+        return columns
+
+    def close(self) -> None:
+        self.connection.close()
+        self.database.close()
+
+
+# NSANALYZE_ARROW=0 reads every column row by row through sqlite3 (slower; for comparison and trouble).
+USE_ARROW = os.environ.get("NSANALYZE_ARROW", "1") != "0"
+
+
+def _arrow_reader(export: "NsysExport", uri: str) -> ArrowReader | None:
+    """An Arrow reader for the export when it is safe and available, else None."""
+    if not USE_ARROW:
+        return None
+    kinds = dict(export.connection.execute("SELECT name, type FROM sqlite_master"))
+    temp = export.connection.execute("SELECT type, sql FROM sqlite_temp_master WHERE sql IS NOT NULL "
+                                     "ORDER BY rowid").fetchall()
+    read = {KERNEL_TABLE, *COUNTED_TABLES, "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "StringIds",
+            "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND", "ENUM_CUPTI_SYNC_TYPE"}
+    if any(kinds.get(name, "table") != "table" for name in read) or any(t != "view" for t, _ in temp):
+        return None
+    views = [sql.replace("CREATE VIEW", "CREATE TEMP VIEW", 1) for t, sql in temp if t == "view"]
+    try:
+        return ArrowReader(uri, views)
+    except Exception:  # noqa: BLE001 - no driver, or it cannot open this file: read row by row
+        return None
 
 
 def _tables(connection: sqlite3.Connection) -> dict[str, set[str]]:
@@ -292,10 +370,12 @@ def read_nsys(path, display_path=None) -> NsysExport:
     uri = Path(path).resolve().as_uri()  # percent-encoded: '%', '?' and '#' in a name stay part of the path
     try:
         try:
-            connection = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+            connection_uri = f"{uri}?mode=ro"
+            connection = sqlite3.connect(connection_uri, uri=True, check_same_thread=False)
             tables = _tables(connection)
         except sqlite3.OperationalError:  # read-only storage that SQLite cannot lock: the file won't change
-            connection = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+            connection_uri = f"{uri}?mode=ro&immutable=1"
+            connection = sqlite3.connect(connection_uri, uri=True, check_same_thread=False)
             tables = _tables(connection)
         connection.row_factory = sqlite3.Row
     except sqlite3.DatabaseError as exc:
@@ -312,6 +392,7 @@ def read_nsys(path, display_path=None) -> NsysExport:
         _create_views(export)
     except sqlite3.DatabaseError as exc:
         raise InputError(display, f"unexpected Nsight Systems schema ({exc})") from None
+    export.arrow = _arrow_reader(export, connection_uri)
     export.devices = _devices(export)
     for table in COUNTED_TABLES:
         if export.has(table, "start", "end"):
