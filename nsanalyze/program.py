@@ -211,7 +211,8 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
             timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range, options.window)
         except sqlite3.DatabaseError as exc:
             raise sqlite_input_error(export.path, exc) from None
-        table = normalize_nsys_kernels(export, (timeline.window.start, timeline.window.end))
+        table = normalize_nsys_kernels(export, (timeline.window.start, timeline.window.end), timeline.activity.kernels)
+        timeline.activity = None  # the arrays are not needed past here
         rows = table.rows
         for row in rows:
             kernels.append({

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity
+from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity, distinct
 
 PARTS = ("gpu_compute", "gpu_communication", "gpu_copy", "idle_other", "idle_sync", "idle_launch", "idle_host")
 IDLE_PARTS = PARTS[3:]
@@ -132,7 +132,7 @@ def label_segments(layers: list[tuple[np.ndarray, np.ndarray]], window: tuple[in
         s, e = np.clip(s, start, end), np.clip(e, start, end)
         keep = e > s
         islands.append(union(s[keep], e[keep]))
-    times = np.unique(np.concatenate([np.array([start, end], dtype=np.int64)] + [edge for pair in islands for edge in pair]))
+    times = distinct(np.concatenate([np.array([start, end], dtype=np.int64)] + [edge for pair in islands for edge in pair]))
     seg_starts, seg_ends = times[:-1], times[1:]
     label = np.full(len(seg_starts), len(PARTS) - 1, dtype=np.int8)
     for index in reversed(range(len(layers))):  # paint from the last layer to the first
@@ -181,9 +181,9 @@ def build_budgets(activity: Activity, call_names: dict[int, str | None],
     sorted_keys, sorted_ends = key[order], api_end[order]
 
     budgets = []
-    for device_id in np.unique(device):
+    for device_id in distinct(device):
         on = _subset(device == device_id)
-        pids = np.unique(on(act_pid))
+        pids = distinct(on(act_pid))
         mine = _subset(np.isin(api_pid, pids) if len(pids) else np.zeros(len(api_pid), dtype=bool))
         first = max(start, int(on(act_start).min())) if start <= -(1 << 61) else start
         last = min(end, int(on(act_end).max())) if end >= (1 << 61) else end

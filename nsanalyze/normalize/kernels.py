@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from nsanalyze.normalize.activity import NO_MAX, NO_MIN, Columns, read_kernels
 from nsanalyze.normalize.metric_table import concept_units, evaluate, load_rules
 from nsanalyze.read.ncu import NcuReport
 from nsanalyze.read.nsys import NsysExport
@@ -111,15 +112,12 @@ def normalize_ncu(report: NcuReport) -> KernelTable:
 # nsys: per kernel name, the figures `nsys stats -r cuda_gpu_kern_sum` gives. The window's kernels are
 # read as columns and reduced per name in numpy (sorted once by name and duration: exact medians);
 # SQLite's GROUP BY with window functions took longer than the whole rest of the report.
-SUMMARY_COLUMNS = {  # column -> (SQL, reduction); absent values read as the reduction's neutral element
-    "short_name_id": ("short_name_id", "min"),
-    "device_id": ("device_id", "distinct"),
-    "grid_x": ("grid_x", "min"), "grid_y": ("grid_y", "min"), "grid_z": ("grid_z", "min"),
-    "block_x": ("block_x", "min"), "block_y": ("block_y", "min"), "block_z": ("block_z", "min"),
-    "registers_per_thread": ("registers_per_thread", "max"),
-    "shared_mem_per_block_bytes": ("shared_mem_bytes", "max"),
+SUMMARY_COLUMNS = {  # column -> reduction per name
+    "short_name_id": "min", "device_id": "distinct",
+    "grid_x": "min", "grid_y": "min", "grid_z": "min", "block_x": "min", "block_y": "min", "block_z": "min",
+    "registers_per_thread": "max", "shared_mem_per_block_bytes": "max",
 }
-ABSENT = {"min": 2**62, "max": -1, "distinct": -1}
+ABSENT = {"min": NO_MIN, "max": NO_MAX, "distinct": -1}
 
 
 def _summarize(columns: dict[str, np.ndarray]) -> list[dict]:
@@ -136,7 +134,7 @@ def _summarize(columns: dict[str, np.ndarray]) -> list[dict]:
     squares = np.add.reduceat(durations.astype(np.float64) ** 2, starts)
     medians = (durations[starts + (counts - 1) // 2] + durations[starts + counts // 2]) / 2
     reduced = {}
-    for name, (_, how) in SUMMARY_COLUMNS.items():
+    for name, how in SUMMARY_COLUMNS.items():
         values = columns[name][order]
         if how == "distinct":  # distinct values per group: sort within groups, count changes
             pairs = np.lexsort((values, keys))
@@ -152,7 +150,7 @@ def _summarize(columns: dict[str, np.ndarray]) -> list[dict]:
                   "mean_ns": totals[i] / counts[i], "min_ns": int(durations[starts[i]]),
                   "max_ns": int(durations[starts[i] + counts[i] - 1]), "mean_square": squares[i] / counts[i],
                   "median_ns": float(medians[i])}
-        for name, (_, how) in SUMMARY_COLUMNS.items():
+        for name, how in SUMMARY_COLUMNS.items():
             value = int(reduced[name][i])
             record[name] = value if how == "distinct" or value != ABSENT[how] else None
         record["devices"] = record.pop("device_id")
@@ -160,21 +158,24 @@ def _summarize(columns: dict[str, np.ndarray]) -> list[dict]:
     return records
 
 
-def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = None) -> KernelTable:
-    """One row per distinct demangled kernel name, as `nsys stats -r cuda_gpu_kern_sum` groups them."""
+def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = None,
+                           kernels: Columns | None = None) -> KernelTable:
+    """One row per distinct demangled kernel name, as `nsys stats -r cuda_gpu_kern_sum` groups them.
+    `kernels`: the window's kernels when the caller has read them already (normalize.activity)."""
     start, end = window or (-(2**62), 2**62)
-    wrapped = ", ".join(f"CASE WHEN typeof({sql}) = 'integer' THEN {sql} ELSE {ABSENT[how]} END AS {name}"
-                        for name, (sql, how) in SUMMARY_COLUMNS.items())
-    columns = export.int_columns(f"""SELECT CASE WHEN typeof(demangled_id) = 'integer' THEN demangled_id ELSE -1 END
-                                     AS demangled_id, duration_ns, {wrapped} FROM kernels
-                                     WHERE start >= :window_start AND start < :window_end""",
-                                 {"window_start": start, "window_end": end})
+    if kernels is None:
+        kernels = read_kernels(export, "start >= :ws AND start < :we", {"ws": start, "we": end})
+    kernels = kernels.where((kernels.start >= start) & (kernels.start < end))
+    columns = {name: getattr(kernels, name) for name in ("demangled_id", "device_id", "grid_x", "grid_y", "grid_z",
+                                                           "block_x", "block_y", "block_z", "registers_per_thread")}
+    columns |= {"duration_ns": kernels.end - kernels.start, "shared_mem_per_block_bytes": kernels.shared_mem_bytes,
+                "short_name_id": np.where(kernels.short_name_id == -1, NO_MIN, kernels.short_name_id)}
     named = columns["demangled_id"] != -1  # a kernel without a name id is not summarized (as nsys stats)
     records = _summarize({key: values[named] for key, values in columns.items()})
-    names = export.strings([r["demangled_id"] for r in records] + [r["short_name_id"] for r in records])
+    names = export.strings([i for r in records for i in (r["demangled_id"], r["short_name_id"]) if i is not None])
     for record in records:
         record["demangled"] = names.get(record.pop("demangled_id"))
-        record["name"] = names.get(record.pop("short_name_id"))
+        record["name"] = names.get(record.pop("short_name_id")) or record["demangled"] or "(unnamed kernel)"
     total = sum(r["duration_ns"] for r in records)
     for position, record in enumerate(records):
         n, mean = record["launches"], record["mean_ns"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nsanalyze.normalize.activity import (Activity, Columns, first_by_key, group_sums, lookup,
+from nsanalyze.normalize.activity import (Activity, Columns, distinct, first_by_key, group_sums, lookup,
                                           process_of, read_activity)
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
 from nsanalyze.normalize.steps import Steps, find_launch_pattern, find_steps
@@ -74,6 +74,7 @@ class Timeline:
     budget: list[dict] | None = None       # [{part, ns, share}] over the window (mean over GPUs)
     steps: dict | None = None              # the steady steps (normalize.steps) and their median budget
     host_stretches: list[dict] = field(default_factory=list)  # longest idle_host stretches, with context
+    activity: Activity | None = None       # the arrays read (for the kernel summary; dropped after it)
 
 
 def _rows(export: NsysExport, sql: str, params: dict) -> list[dict]:
@@ -166,7 +167,7 @@ def window_activity(export: NsysExport, activity: Activity, call_names: dict) ->
     device = np.concatenate((kernels.device_id, copies.device_id))
     starts = np.concatenate((kernels.start, copies.start))
     ends = np.concatenate((kernels.end, copies.end))
-    islands = {int(d): union(starts[device == d], ends[device == d]) for d in np.unique(device)}
+    islands = {int(d): union(starts[device == d], ends[device == d]) for d in distinct(device)}
     if len(islands) == 1:
         busy = next(iter(islands.values()))
     else:
@@ -208,10 +209,10 @@ def device_kernel_breakdown(export: NsysExport, wa: WindowActivity) -> list[dict
     """Per device and kernel name: time, for finding where a slow device spends its extra time."""
     kernels = wa.kernels
     key = kernels.device_id * (1 << 32) + kernels.short_name_id
-    distinct, (ns,), counts = group_sums(key, kernels.end - kernels.start)
-    names = export.strings(distinct & 0xFFFFFFFF)
+    keys, (ns,), counts = group_sums(key, kernels.end - kernels.start)
+    names = export.strings(keys & 0xFFFFFFFF)
     return [{"device_id": int(k >> 32), "name": names[int(k & 0xFFFFFFFF)], "launches": int(n),
-             "duration_ns": int(t)} for k, t, n in zip(distinct, ns, counts) if int(k & 0xFFFFFFFF) in names]
+             "duration_ns": int(t)} for k, t, n in zip(keys, ns, counts) if int(k & 0xFFFFFFFF) in names]
 
 
 def _gap_arrays(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -267,8 +268,8 @@ def _streams(wa: WindowActivity) -> list[dict]:
     rows: dict = {}
     for table, count_key, ns_key in ((kernels, "kernels", "kernel_ns"), (copies, "copies", "copy_ns")):
         key = table.device_id * (1 << 32) + (table.stream_id & 0xFFFFFFFF)
-        distinct, (ns,), counts = group_sums(key, table.end - table.start)
-        for k, t, n in zip(distinct.tolist(), ns, counts):
+        keys, (ns,), counts = group_sums(key, table.end - table.start)
+        for k, t, n in zip(keys.tolist(), ns, counts):
             stream = k & 0xFFFFFFFF
             row = rows.setdefault(k, {"device_id": k >> 32, "stream_id": None if stream == 0xFFFFFFFF else stream,
                                       "kernels": 0, "kernel_ns": 0, "copies": 0, "copy_ns": 0})
@@ -298,8 +299,8 @@ def _work_per_call(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 def _gather(grouped, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sum, count) of a group_sums result at each key, 0 where the key has no group."""
-    distinct, (sums,), counts = grouped
-    index = lookup((distinct, np.arange(len(distinct))), keys)
+    group_keys, (sums,), counts = grouped
+    index = lookup((group_keys, np.arange(len(group_keys))), keys)
     found = index >= 0
     return (np.where(found, sums[np.maximum(index, 0)] if len(sums) else 0, 0),
             np.where(found, counts[np.maximum(index, 0)] if len(counts) else 0, 0))
@@ -321,7 +322,7 @@ def _ranges(export: NsysExport, wa: WindowActivity) -> list[dict]:
     # GPU work launched by the calls of each range's process while it was open: prefix sums per process.
     kernel_ns, kernels, copy_ns = np.zeros(len(rows)), np.zeros(len(rows)), np.zeros(len(rows))
     call_kernel_ns, call_kernels, call_copy_ns = _work_per_call(wa)
-    for pid in np.unique(pids):
+    for pid in distinct(pids):
         mine = wa.calls.pid == pid
         order = np.argsort(wa.calls.start[mine], kind="stable")
         call_starts = wa.calls.start[mine][order]
@@ -346,8 +347,8 @@ def _ranges(export: NsysExport, wa: WindowActivity) -> list[dict]:
     depth = running[:n] - 1
     by_code = {code: name for name, code in codes.items()}
     out = []
-    _, inverse = np.unique(name_code, return_inverse=True)
-    groups = np.unique(name_code)
+    _, inverse = None, name_code  # codes are 0..n-1
+    groups = np.arange(len(codes))
     wall = np.bincount(inverse, weights=ends - starts)
     for index in np.argsort(-wall, kind="stable")[:MAX_RANGES]:
         members = inverse == index
@@ -428,13 +429,13 @@ def _launches(export: NsysExport, wa: WindowActivity) -> dict:
         exact = (starts[at] == kernels.start[matched]) & (at > 0)
         idle_before = np.where(exact, starts[at] - ends[np.maximum(at - 1, 0)], 0)
     name_ids = kernels.short_name_id[matched]
-    distinct, sums, counts = group_sums(name_ids, short, np.where(short, k_ns, 0), np.where(short, a_ns, 0),
+    name_keys, sums, counts = group_sums(name_ids, short, np.where(short, k_ns, 0), np.where(short, a_ns, 0),
                                         np.where(short, np.minimum(a_ns, idle_before), 0))
     totals = {"launches": int(counts.sum()), "short_kernels": int(sums[0].sum()), "short_kernel_ns": int(sums[1].sum()),
               "short_launch_api_ns": int(sums[2].sum()), "idle_before_short_ns": int(sums[3].sum())}
     top = [i for i in np.argsort(-sums[0], kind="stable")[:5] if sums[0][i] > 0]
-    names = export.strings(distinct[top])
-    totals["top"] = [{"name": names.get(int(distinct[i])), "launches": int(sums[0][i]),
+    names = export.strings(name_keys[top])
+    totals["top"] = [{"name": names.get(int(name_keys[i])), "launches": int(sums[0][i]),
                       "mean_kernel_ns": sums[1][i] / sums[0][i], "mean_launch_ns": sums[2][i] / sums[0][i]}
                      for i in top]
     return totals
@@ -559,7 +560,7 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     steps = find_steps(export, nvtx_range)
     window = choose_window(export, skip_first_ns, nvtx_range, mode, steps)
     activity = read_activity(export, (window.start, window.end))
-    call_names = export.strings(np.unique(activity.calls.name_id))
+    call_names = export.strings(distinct(activity.calls.name_id))
     comm_ids = np.array([r[0] for r in export.query("SELECT id FROM StringIds WHERE value LIKE ?",
                                                     (COMMUNICATION_PATTERN,))], dtype=np.int64)
     budgets = build_budgets(activity, call_names, set(comm_ids.tolist()))
@@ -594,6 +595,7 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     timeline = Timeline(window=window, summary=summary, devices=devices, streams=_streams(wa), ranges=ranges,
                         gaps=_gaps(export, wa), syncs=_syncs(wa), launches=_launches(export, wa), copies=_copies(wa))
     timeline.budget = overall
+    timeline.activity = activity
     timeline.steps = _steps_section(steps, budgets) if steps is not None else None
     timeline.host_stretches = _host_stretches(export, budgets)
     # GPU metrics are sampled from the capture's start; outside the span of GPU work they only dilute.
