@@ -24,25 +24,45 @@ PID_SHIFT = 24           # nsys globalTid / globalPid: the process id sits above
 CALL_LOOKBACK_NS = 1_000_000
 
 
-@dataclass
 class Columns:
-    """Columns of equal length, by name."""
+    """Columns of equal length, by name. A selection (`where`) copies a column only when it is first
+    read: most selections read few of a table's columns, and a table can hold millions of rows."""
 
-    data: dict[str, np.ndarray]
+    def __init__(self, data: dict[str, np.ndarray], mask: np.ndarray | None = None):
+        self._source, self._mask, self._taken = data, mask, {}
 
     def __getattr__(self, name: str) -> np.ndarray:
-        try:
-            return self.__dict__["data"][name]
-        except KeyError:
-            raise AttributeError(name) from None
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in self._taken:
+            if name not in self._source:
+                raise AttributeError(name)
+            values = self._source[name]
+            self._taken[name] = values if self._mask is None else values[self._mask]
+        return self._taken[name]
 
     def __len__(self) -> int:
-        return len(next(iter(self.data.values()))) if self.data else 0
+        if self._mask is not None:
+            return int(np.count_nonzero(self._mask))
+        return len(next(iter(self._source.values()))) if self._source else 0
+
+    def names(self) -> list[str]:
+        return list(self._source)
+
+    def replace(self, name: str, values: np.ndarray) -> None:
+        """Sets a column of an unselected table (a conversion done once after reading)."""
+        assert self._mask is None
+        self._source[name] = values
+        self._taken.pop(name, None)
 
     def where(self, mask: np.ndarray) -> "Columns":
         if mask.all():  # the usual case for a steady window: no copy
             return self
-        return Columns({name: values[mask] for name, values in self.data.items()})
+        if self._mask is not None:  # a selection of a selection: one mask over the source
+            combined = self._mask.copy()
+            combined[combined] = mask
+            mask = combined
+        return Columns(self._source, mask)
 
 
 def process_of(global_id: np.ndarray) -> np.ndarray:
@@ -72,13 +92,19 @@ KERNEL_SHAPE = {"grid_x": NO_MIN, "grid_y": NO_MIN, "grid_z": NO_MIN, "block_x":
                 "block_z": NO_MIN, "registers_per_thread": NO_MAX, "shared_mem_bytes": NO_MAX}
 
 
+# Ids and launch shape: kept as int32 where every value fits (half the memory of a table of millions
+# of kernels). Columns used in key arithmetic (device, stream, pid, correlation id) stay int64.
+NARROW_COLUMNS = frozenset({"short_name_id", "demangled_id", "name_id", *KERNEL_SHAPE, "copy_kind", "src_kind", "dst_kind",
+                            "memset"})
+
+
 def kernels_query(where: str, params: dict) -> IntQuery:
     """Kernels (from the `kernels` view) matching `where`, with their ids and launch shape."""
     return IntQuery({"start": ("start", None), "end": ("end", None), "device_id": ("device_id", None),
                      "stream_id": ("stream_id", -1), "correlation_id": ("correlation_id", -1), "pid": ("global_pid", -1),
                      "short_name_id": ("short_name_id", -1), "demangled_id": ("demangled_id", -1),
                      **{name: (name, absent) for name, absent in KERNEL_SHAPE.items()}},
-                    f"FROM kernels WHERE {where}", params)
+                    f"FROM kernels WHERE {where}", params, NARROW_COLUMNS)
 
 
 def read_kernels(export: NsysExport, where: str, params: dict) -> Columns:
@@ -92,10 +118,10 @@ def read_activity(export: NsysExport, window: tuple[int, int]) -> Activity:
                        "stream_id": ("stream_id", -1), "correlation_id": ("correlation_id", -1),
                        "pid": ("global_pid", -1), "bytes": ("bytes", 0), "memset": ("operation = 'memset'", None),
                        "copy_kind": ("copy_kind", -1), "src_kind": ("src_kind", -1), "dst_kind": ("dst_kind", -1)},
-                      "FROM copies WHERE end >= :ws AND start < :we", params)
+                      "FROM copies WHERE end >= :ws AND start < :we", params, NARROW_COLUMNS)
     calls = IntQuery({"start": ("start", None), "end": ("end", None), "pid": ("global_tid", -1),
                       "correlation_id": ("correlation_id", -1), "name_id": ("name_id", -1)},
-                     f"FROM api_raw WHERE end > :ws - {CALL_LOOKBACK_NS} AND start < :we", params)
+                     f"FROM api_raw WHERE end > :ws - {CALL_LOOKBACK_NS} AND start < :we", params, NARROW_COLUMNS)
     tables = export.read_columns([kernels_query("end >= :ws AND start < :we", params), calls, copies])
     kernels, calls, copies = (_with_processes(Columns(table)) for table in tables)
     return Activity(start, end, kernels, copies, calls)
@@ -103,7 +129,7 @@ def read_activity(export: NsysExport, window: tuple[int, int]) -> Activity:
 
 def _with_processes(table: Columns) -> Columns:
     """The `pid` column read as nsys global ids, turned into process ids in place."""
-    table.data["pid"] = process_of(table.pid)
+    table.replace("pid", process_of(table.pid))
     return table
 
 

@@ -84,7 +84,7 @@ def _rows(export: NsysExport, sql: str, params: dict) -> list[dict]:
 def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str | None,
                   mode: str = "steady", steps: Steps | None = None) -> Window:
     """The analysis window: the user's NVTX range or skip, else the steady steps, else the capture."""
-    first = export.scalar("SELECT MIN(start) FROM (SELECT start FROM kernels UNION ALL SELECT start FROM copies)")
+    first = export.first_gpu_ns
     if first is None:
         first = export.scalar("SELECT MIN(start) FROM nvtx") or 0
     start, end, parts, kind = -FOREVER, FOREVER, [], "capture"
@@ -109,7 +109,7 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
                           f"(no step-like NVTX range; the loop read off its most launched kernel); "
                           f"{max(0, pattern.start - first) / 1e9:.2f} s of GPU start-up before it left out", "steady")
     if kind == "capture" and mode == "steady" and steps is not None:
-        capture_start = export.scalar("SELECT MIN(start) FROM api_raw")
+        capture_start = export.first_call_ns
         capture_start = min(capture_start, first) if capture_start is not None else first
         start, end = int(steps.starts[0]), int(steps.ends[-1])
         startup = max(0, start - capture_start)
