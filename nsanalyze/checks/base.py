@@ -18,6 +18,7 @@ Instead / Known problems / Options; a registry test fails when one is missing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,7 @@ class Finding:
     severity: str = "info"
     estimated_savings_ns: float = 0.0
     rank: int = 0
-    source: list[dict[str, Any]] = field(default_factory=list)
+    source: "list[dict[str, Any]] | SourceLines" = field(default_factory=list)
     device_id: int | None = None
     notes: list[str] = field(default_factory=list)
     relieves: str | None = None
@@ -64,7 +65,7 @@ class Finding:
             "estimated_speedup": round(self.estimated_speedup, 4),
             "estimated_savings_ns": round(self.estimated_savings_ns, 1),
             "advice": self.advice,
-            "source": self.source,
+            "source": list(self.source),
             "device_id": self.device_id,
             "notes": self.notes,
             **({"budget_part": self.budget_part} if self.budget_part else {}),
@@ -143,20 +144,44 @@ class KernelView:
     def missing(self, concepts) -> list[str]:
         return [c for c in concepts if self.get(c) is None]
 
-    def top_spots(self, metric: str, ideal_metric: str | None = None, limit: int = 3) -> list[dict[str, Any]]:
-        """The source lines with the most of `metric` (minus `ideal_metric` at the same PC, when given)."""
-        spots = self.source_spots.get(metric) or []
-        ideal = {s.pc: s.value for s in self.source_spots.get(ideal_metric) or []} if ideal_metric else {}
-        by_line: dict[tuple, dict[str, Any]] = {}
-        for spot in spots:
-            excess = spot.value - ideal.get(spot.pc, 0.0)
-            if excess <= 0 or not spot.file:
-                continue
-            key = (spot.file, spot.line)
-            entry = by_line.setdefault(key, {"file": spot.file, "line": spot.line, "value": 0.0, "sass": spot.sass})
-            entry["value"] += excess
-        ranked = sorted(by_line.values(), key=lambda e: -e["value"])[:limit]
-        return [{**e, "value": _round(e["value"])} for e in ranked]
+    def top_spots(self, metric: str, ideal_metric: str | None = None, limit: int = 3) -> "SourceLines":
+        """The source lines with the most of `metric` (minus `ideal_metric` at the same PC, when given),
+        found when first read: a report's per-PC data is large, and most findings are merged away."""
+        return SourceLines(self.source_spots, metric, ideal_metric, limit)
+
+
+class SourceLines(Sequence):
+    """A finding's source lines, computed on first use (see KernelView.top_spots)."""
+
+    def __init__(self, source_spots, metric: str, ideal_metric: str | None, limit: int):
+        self._arguments = (source_spots, metric, ideal_metric, limit)
+        self._lines: list[dict[str, Any]] | None = None
+
+    def _resolve(self) -> list[dict[str, Any]]:
+        if self._lines is None:
+            source_spots, metric, ideal_metric, limit = self._arguments
+            spots = source_spots.get(metric) or []
+            ideal = {s.pc: s.value for s in source_spots.get(ideal_metric) or []} if ideal_metric else {}
+            by_line: dict[tuple, dict[str, Any]] = {}
+            for spot in spots:
+                excess = spot.value - ideal.get(spot.pc, 0.0)
+                if excess <= 0 or not spot.file:
+                    continue
+                key = (spot.file, spot.line)
+                entry = by_line.setdefault(key, {"file": spot.file, "line": spot.line, "value": 0.0, "sass": spot.sass})
+                entry["value"] += excess
+            ranked = sorted(by_line.values(), key=lambda e: -e["value"])[:limit]
+            self._lines = [{**e, "value": _round(e["value"])} for e in ranked]
+        return self._lines
+
+    def __getitem__(self, index):
+        return self._resolve()[index]
+
+    def __len__(self) -> int:
+        return len(self._resolve())
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other)
 
 
 def memory_bound_share(kernel: KernelView) -> float | None:

@@ -33,15 +33,57 @@ SOURCE_COUNTERS = (
 )
 
 
-@dataclass
 class SourceSpot:
-    """One SASS instruction: where it comes from and its value for one source counter."""
+    """One SASS instruction: where it comes from and its value for one source counter. Its SASS text
+    is looked up when first read (a lookup costs about 0.4 ms; most spots are only summed by line)."""
 
-    pc: int
-    value: float
-    file: str | None
-    line: int | None
-    sass: str | None
+    __slots__ = ("pc", "value", "file", "line", "_sass", "_action")
+
+    def __init__(self, pc: int, value: float, file: str | None, line: int | None, sass=None, action=None):
+        self.pc, self.value, self.file, self.line = pc, value, file, line
+        self._sass, self._action = sass, action
+
+    @property
+    def sass(self) -> str | None:
+        if self._sass is None and self._action is not None:
+            text = self._action.sass_by_pc(self.pc)
+            self._sass, self._action = (text.strip() if text else ""), None
+        return self._sass or None
+
+
+class SourceCounters:
+    """The per-PC values of one launch's SOURCE_COUNTERS, read on first use: a `--set full` report holds
+    thousands of PCs per kernel, and only kernels with a finding show source lines. Behaves as a
+    read-only mapping metric -> [SourceSpot]; the loaded report stays alive with it."""
+
+    def __init__(self, action, available: list[str], keep_alive=None):
+        self._action, self._available, self._keep_alive = action, available, keep_alive
+        self._read: dict[str, list[SourceSpot]] = {}
+        self._pc_cache: dict = {}
+
+    def get(self, metric: str | None, default=None):
+        if metric not in self._available:
+            return default
+        if metric not in self._read:
+            try:
+                self._read[metric] = _source_spots(self._action, self._action.metric_by_name(metric), self._pc_cache)
+            except Exception:  # noqa: BLE001 - a damaged source section costs the source lines only
+                self._read[metric] = []
+        return self._read[metric]
+
+    def __contains__(self, metric) -> bool:
+        return metric in self._available
+
+    def __iter__(self):
+        return iter(self._available)
+
+    def __len__(self) -> int:
+        return len(self._available)
+
+    def __getitem__(self, metric: str) -> list[SourceSpot]:
+        if metric not in self._available:
+            raise KeyError(metric)
+        return self.get(metric)
 
 
 @dataclass
@@ -55,7 +97,7 @@ class NcuLaunch:
     mangled: str
     metrics: dict[str, float]
     strings: dict[str, str]
-    source: dict[str, list[SourceSpot]] = field(default_factory=dict)
+    source: "SourceCounters | dict[str, list[SourceSpot]]" = field(default_factory=dict)
     nvtx: list[str] = field(default_factory=list)
     nvidia_rules: list[dict] = field(default_factory=list)
 
@@ -116,22 +158,16 @@ def _source_spots(action, metric, pc_cache: dict) -> list[SourceSpot]:
         pc = correlation.as_uint64(i)
         if pc not in pc_cache:
             info = action.source_info(pc)
-            sass = action.sass_by_pc(pc)
-            pc_cache[pc] = (
-                info.file_name() if info is not None else None,
-                info.line() if info is not None else None,
-                sass.strip() if sass else None,
-            )
-        file, line, sass = pc_cache[pc]
-        spots.append(SourceSpot(pc=pc, value=value, file=file, line=line, sass=sass))
+            pc_cache[pc] = (info.file_name() if info is not None else None, info.line() if info is not None else None)
+        file, line = pc_cache[pc]
+        spots.append(SourceSpot(pc=pc, value=value, file=file, line=line, action=action))
     return spots
 
 
-def _read_action(ncu_report, action, index: int, range_index: int, units: dict) -> NcuLaunch:
+def _read_action(ncu_report, action, index: int, range_index: int, units: dict, context=None) -> NcuLaunch:
     metrics: dict[str, float] = {}
     strings: dict[str, str] = {}
-    source: dict[str, list[SourceSpot]] = {}
-    pc_cache: dict = {}
+    with_source: list[str] = []
     string_kind = ncu_report.IMetric.ValueKind_STRING
     for name in action.metric_names():
         metric = action.metric_by_name(name)
@@ -147,7 +183,7 @@ def _read_action(ncu_report, action, index: int, range_index: int, units: dict) 
         if name not in units:
             units[name] = metric.unit()
         if name in SOURCE_COUNTERS and metric.has_correlation_ids():
-            source[name] = _source_spots(action, metric, pc_cache)
+            with_source.append(name)
     base = ncu_report.IAction
     return NcuLaunch(
         index=index,
@@ -157,7 +193,7 @@ def _read_action(ncu_report, action, index: int, range_index: int, units: dict) 
         mangled=action.name(base.NameBase_MANGLED),
         metrics=metrics,
         strings=strings,
-        source=source,
+        source=SourceCounters(action, with_source, context) if with_source else {},
         nvtx=_nvtx_ranges(action),
         nvidia_rules=list(action.rule_results_as_dicts() or []),
     )
@@ -205,7 +241,7 @@ def read_ncu(path, display_path=None) -> NcuReport:
             profile_range = context.range_by_idx(range_index)
             for action_index in range(profile_range.num_actions()):
                 action = profile_range.action_by_idx(action_index)
-                launches.append(_read_action(ncu_report, action, len(launches), range_index, units))
+                launches.append(_read_action(ncu_report, action, len(launches), range_index, units, context))
     except Exception as exc:
         raise InputError(display, f"corrupt Nsight Compute report ({exc})") from None
     if not launches:
