@@ -297,3 +297,42 @@ def test_blob_kernel_name(tmp_path):
         con.execute("UPDATE StringIds SET value = ? WHERE id = ?", (b"\x00\xffbinary", short))
     out = tmp_path / "r"
     assert_handled(run_cli("report", path, "-o", f"{out}.md", "-o", f"{out}.html", "-o", f"{out}.json"))
+
+
+@pytest.fixture
+def small_mount(tmp_path):
+    """A 256 KiB tmpfs at tmp_path/mnt (needs root, as CI runs); unmounted after the test."""
+    mount_point = tmp_path / "mnt"
+    mount_point.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], capture_output=True)
+
+
+def test_wal_export_on_read_only_storage_is_read(tmp_path, small_mount):
+    """An export left in WAL mode on a read-only mount: SQLite cannot create its -shm file there, so
+    the export is opened immutably and analysed like any other."""
+    source = _copy(tmp_path, "wal.sqlite", DEV_INFER_NSYS)
+    with sqlite3.connect(source) as con:
+        assert con.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+    subprocess.run(["umount", str(small_mount)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={source.stat().st_size * 2}", "tmpfs", str(small_mount)],
+                   check=True)
+    shutil.copy(source, small_mount / "wal.sqlite")
+    subprocess.run(["mount", "-o", "remount,ro", str(small_mount)], check=True)
+    result = assert_handled(run_cli("report", small_mount / "wal.sqlite", "-o", "-"))
+    assert result.returncode == 0 and '"kernels": ' in result.stdout
+    assert os.listdir(small_mount) == ["wal.sqlite"]
+
+
+def test_disk_full_is_one_line_and_leaves_nothing(tmp_path, small_mount):
+    """A report larger than the space left: exit 2, one line naming the output, no partial file."""
+    subprocess.run(["mount", "-o", "remount,size=8k", str(small_mount)], check=True)
+    target = small_mount / "report.html"
+    result = run_cli("report", DEV_SUITE_NSYS, "-o", target)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(target) in lines[0] and "space" in lines[0].lower(), result.stderr
+    assert os.listdir(small_mount) == []
