@@ -165,7 +165,7 @@ class SourceLines(Sequence):
             by_line: dict[tuple, dict[str, Any]] = {}
             for spot in spots:
                 excess = spot.value - ideal.get(spot.pc, 0.0)
-                if excess <= 0 or not spot.file:
+                if excess <= 0 or not spot.file:  # the value first: file and line cost a lookup each
                     continue
                 key = (spot.file, spot.line)
                 entry = by_line.setdefault(key, {"file": spot.file, "line": spot.line, "value": 0.0, "sass": spot.sass})
