@@ -147,6 +147,15 @@ class NsysExport:
         self.connection.close()
 
 
+def _buffer_values(column, pyarrow) -> np.ndarray:
+    """An Arrow integer array without nulls as numpy, read off its data buffer (pyarrow's to_numpy
+    imports pandas: 0.2 s of every run)."""
+    if not len(column):
+        return np.zeros(0, dtype=np.int64)
+    dtype = np.dtype(column.type.to_pandas_dtype()) if column.type != pyarrow.int64() else np.dtype(np.int64)
+    return np.frombuffer(column.buffers()[1], dtype=dtype, count=len(column), offset=column.offset * dtype.itemsize)
+
+
 def _narrowed(values: np.ndarray) -> np.ndarray:
     """int32 when every value fits (half the memory), else int64."""
     if len(values) and (values.min() < np.iinfo(np.int32).min or values.max() > np.iinfo(np.int32).max):
@@ -230,7 +239,7 @@ class ArrowReader:
                 for name, column in zip(query.columns, batch.columns):
                     if len(column) and (column.null_count or not self._pyarrow.types.is_integer(column.type)):
                         return None
-                    values = column.to_numpy(zero_copy_only=False) if len(column) else np.zeros(0, dtype=np.int64)
+                    values = _buffer_values(column, self._pyarrow)
                     chunks[name].append(_narrowed(values) if name in query.narrow else values.astype(np.int64))
         finally:
             reader.close()
@@ -388,7 +397,7 @@ def _device(row) -> Device:
     return Device(row[0], name, _number(row[2]), _number(row[3]), _number(row[4]), cc)
 
 
-def _devices(export: NsysExport, active_devices: list[int]) -> list[Device]:
+def _devices(export: NsysExport) -> list[Device]:
     devices: dict[int, Device] = {}
     if export.has("TARGET_INFO_GPU", "id", "name", "smCount"):  # nsys 2021+
         cc = "computeMajor || '.' || computeMinor" if export.has("TARGET_INFO_GPU", "computeMajor") else "NULL"
@@ -403,42 +412,37 @@ def _devices(export: NsysExport, active_devices: list[int]) -> list[Device]:
     elif export.has("TARGET_INFO_GPU", "deviceId", "name"):
         for row in export.query("SELECT deviceId, name FROM TARGET_INFO_GPU WHERE typeof(deviceId) = 'integer'"):
             devices[row[0]] = Device(row[0], row[1])
-    # Devices seen in the activity but not described (e.g. exports without TARGET_INFO_GPU).
-    for device_id in active_devices:
-        devices.setdefault(device_id, Device(device_id, None))
+    # Without a description of the GPUs (exports without TARGET_INFO_GPU): the ones that ran kernels.
+    if not devices:
+        for (device_id,) in export.query("SELECT DISTINCT device_id FROM kernels"):
+            devices.setdefault(device_id, Device(device_id, None))
     return [devices[k] for k in sorted(devices)]
 
 
-def _survey(export: NsysExport) -> list[int]:
-    """One scan of each activity table, side by side: rows left out as invalid (export.dropped_rows),
-    where GPU work and CUDA calls begin, and the GPUs that ran kernels (returned)."""
+def _survey(export: NsysExport) -> None:
+    """One scan of each activity table, side by side, without sorting: rows left out as invalid
+    (export.dropped_rows) and where GPU work and CUDA calls begin."""
     queries, names = [], []
     for table in (*COUNTED_TABLES, "CUPTI_ACTIVITY_KIND_DRIVER"):
         if not export.has(table, "start", "end"):
             continue
-        gpu = table != "CUPTI_ACTIVITY_KIND_RUNTIME" and table != "CUPTI_ACTIVITY_KIND_DRIVER"
-        valid = f"({VALID_INTERVAL}" + (" AND typeof(deviceId) = 'integer')" if gpu else ")")
-        columns = {"device": ("deviceId" if table == KERNEL_TABLE else "-1", -1),
-                   "valid": (f"SUM({valid})", 0), "first": (f"MIN(CASE WHEN {valid} THEN start END)", -1),
-                   "invalid": (f"SUM(NOT ({VALID_INTERVAL}))", 0)}
-        group = " GROUP BY deviceId" if table == KERNEL_TABLE else ""
-        queries.append(IntQuery(columns, f'FROM "{table}"{group}'))
+        gpu = table not in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
+        on_device = "typeof(deviceId) = 'integer'" if gpu else "1"
+        grade = f"CASE WHEN NOT ({VALID_INTERVAL}) THEN 0 WHEN {on_device} THEN 2 ELSE 1 END"
+        queries.append(IntQuery({"invalid": ("COALESCE(SUM(grade = 0), 0)", None),
+                                 "first": ("MIN(CASE WHEN grade = 2 THEN start END)", -1)},
+                                f'FROM (SELECT {grade} AS grade, start FROM "{table}")'))
         names.append((table, gpu))
-    devices = []
     for (table, gpu), result in zip(names, export.read_columns(queries)):
         invalid = int(result["invalid"].sum())
         if invalid and table in COUNTED_TABLES:
             export.dropped_rows[table] = invalid
-        starts = result["first"][result["valid"] > 0]
-        if len(starts):
-            first = int(starts.min())
+        if len(result["first"]) and result["first"][0] != -1:
+            first = int(result["first"][0])
             if gpu:
                 export.first_gpu_ns = min(first, export.first_gpu_ns if export.first_gpu_ns is not None else first)
             else:
                 export.first_call_ns = min(first, export.first_call_ns if export.first_call_ns is not None else first)
-        if table == KERNEL_TABLE:
-            devices = sorted(int(d) for d, n in zip(result["device"], result["valid"]) if n > 0 and d != -1)
-    return devices
 
 
 SQL_TIME_LIMIT_S = float(os.environ.get("NSANALYZE_SQL_TIME_LIMIT_S", "900"))
@@ -487,8 +491,8 @@ def read_nsys(path, display_path=None) -> NsysExport:
     except sqlite3.DatabaseError as exc:
         raise InputError(display, f"unexpected Nsight Systems schema ({exc})") from None
     export.arrow = _arrow_reader(export, connection_uri)
-    active_devices = _survey(export)
-    export.devices = _devices(export, active_devices)
+    _survey(export)
+    export.devices = _devices(export)
     if export.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
         export.session_start_utc_ns = export.scalar("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
     return export
