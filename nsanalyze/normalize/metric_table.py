@@ -66,6 +66,12 @@ def _compile(source: str, known_concepts: set[str], where: str):
 
 
 @lru_cache(maxsize=1)
+def raw_metric_names() -> frozenset[str]:
+    """Every raw ncu metric some row of the table reads: what a reader needs to keep."""
+    return frozenset(name for rule in load_rules() for name in rule.raw_metrics)
+
+
+@lru_cache(maxsize=1)
 def load_rules() -> tuple[Rule, ...]:
     rules = []
     known: set[str] = set()

@@ -7,9 +7,10 @@ from nsanalyze.read.nsys import NsysExport, read_nsys
 __all__ = ["ProfileKind", "detect_kind", "open_local", "NcuReport", "read_ncu", "NsysExport", "read_nsys", "read_profile"]
 
 
-def read_profile(path):
-    """Open any supported profile and return an NcuReport or an NsysExport."""
+def read_profile(path, ncu_metrics=None):
+    """Open any supported profile and return an NcuReport or an NsysExport. `ncu_metrics`: the raw
+    ncu metric names the caller uses (None: all)."""
     kind, local = open_local(path)
     if kind is ProfileKind.NCU:
-        return read_ncu(local, display_path=path)
+        return read_ncu(local, display_path=path, metrics=ncu_metrics)
     return read_nsys(local, display_path=path)

@@ -178,12 +178,22 @@ def _source_spots(action, metric, lines: dict) -> list[SourceSpot]:
     return spots
 
 
-def _read_action(ncu_report, action, index: int, range_index: int, units: dict, context=None) -> NcuLaunch:
+# Read whatever metrics a caller asks for: launch identity, duration and the source counters.
+ALWAYS_READ = frozenset({"gpu__time_duration.sum", "gpu__time_duration", "device__attribute_display_name",
+                         "device__attribute_compute_capability_major", "device__attribute_compute_capability_minor",
+                         *SOURCE_COUNTERS})
+
+
+def _read_action(ncu_report, action, index: int, range_index: int, units: dict, context=None,
+                 wanted: frozenset | None = None) -> NcuLaunch:
     metrics: dict[str, float] = {}
     strings: dict[str, str] = {}
     with_source: list[str] = []
     string_kind = ncu_report.IMetric.ValueKind_STRING
-    for name in action.metric_names():
+    names = action.metric_names()
+    if wanted is not None:  # a `--set full` launch holds over 2,000 metrics; the analysis reads a few hundred
+        names = [name for name in names if name in wanted]
+    for name in names:
         metric = action.metric_by_name(name)
         if metric is None or not metric.has_value():
             continue
@@ -234,8 +244,10 @@ def set_aside_unmeasured(launches: list[NcuLaunch], display: str) -> tuple[list[
 NCU_SIGNATURE = b"NVR\x00"  # the first bytes of every .ncu-rep
 
 
-def read_ncu(path, display_path=None) -> NcuReport:
-    """Loads every range and action of a .ncu-rep. Raises InputError for an unreadable report."""
+def read_ncu(path, display_path=None, metrics=None) -> NcuReport:
+    """Loads every range and action of a .ncu-rep. Raises InputError for an unreadable report.
+    `metrics`: the raw metric names to keep (besides ALWAYS_READ); None keeps them all."""
+    wanted = None if metrics is None else frozenset(metrics) | ALWAYS_READ
     display = str(display_path or path)
     with open(path, "rb") as handle:
         if handle.read(len(NCU_SIGNATURE)) != NCU_SIGNATURE:
@@ -255,7 +267,7 @@ def read_ncu(path, display_path=None) -> NcuReport:
             profile_range = context.range_by_idx(range_index)
             for action_index in range(profile_range.num_actions()):
                 action = profile_range.action_by_idx(action_index)
-                launches.append(_read_action(ncu_report, action, len(launches), range_index, units, context))
+                launches.append(_read_action(ncu_report, action, len(launches), range_index, units, context, wanted))
     except Exception as exc:
         raise InputError(display, f"corrupt Nsight Compute report ({exc})") from None
     if not launches:
