@@ -93,6 +93,9 @@ class SourceCounters:
     def __contains__(self, metric) -> bool:
         return metric in self._available
 
+    def __deepcopy__(self, memo):  # read-only data behind a live report handle: shared, not copied
+        return self
+
     def __iter__(self):
         return iter(self._available)
 
