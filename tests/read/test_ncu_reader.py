@@ -41,3 +41,26 @@ def test_nvtx_state():
 def test_every_public_report_loads(path):
     report = read_profile(path)
     assert report.launches and all(l.metrics.get("gpu__time_duration.sum", 0) > 0 for l in report.launches)
+
+
+def test_reading_only_the_table_metrics_changes_no_concept():
+    """The report path keeps only the raw metrics metrics.csv reads: the normalized table is the same
+    as from a read of every metric, on a --set full report."""
+    from nsanalyze.normalize import normalize_ncu
+    from nsanalyze.normalize.metric_table import raw_metric_names
+    from tests.conftest import REAL
+
+    path = REAL / "gpt_bf16_full.ncu-rep.xz"
+    everything, subset = read_profile(path), read_profile(path, ncu_metrics=raw_metric_names())
+    assert len(subset.launches[0].metrics) < len(everything.launches[0].metrics) / 4
+    assert normalize_ncu(subset).rows == normalize_ncu(everything).rows
+
+
+def test_source_counters_are_read_when_asked(dev_suite_report):
+    """Per-PC values are read on first use, once; a counter the launch lacks reads as absent."""
+    reduce = next(l for l in dev_suite_report.launches if l.name == "reduce_interleaved")
+    assert "memory_l1_wavefronts_shared" in reduce.source
+    first = reduce.source.get("memory_l1_wavefronts_shared")
+    assert first is reduce.source.get("memory_l1_wavefronts_shared") and first
+    assert sum(s.value for s in first) == reduce.metrics["memory_l1_wavefronts_shared"] == 9928704  # all PCs
+    assert reduce.source.get("no_such_counter") is None

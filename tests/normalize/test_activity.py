@@ -1,0 +1,56 @@
+"""The array joins and groupings the timeline is built from, against SQL over the same real export."""
+
+import numpy as np
+
+from nsanalyze.normalize.activity import Columns, distinct, first_by_key, group_sums, lookup, read_activity
+from nsanalyze.read import read_profile
+from tests.conftest import REAL, sql
+
+EXPORT = REAL / "graphs_eager_nsys.sqlite.xz"
+
+
+def _activity():
+    return read_activity(read_profile(EXPORT), (-(2**62), 2**62))
+
+
+def test_group_sums_equal_group_by():
+    kernels = _activity().kernels
+    keys, (sums,), counts = group_sums(kernels.short_name_id, kernels.end - kernels.start)
+    expected = sql(EXPORT, "SELECT shortName, SUM(end - start), COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                           "GROUP BY shortName ORDER BY shortName")
+    assert [(int(k), int(s), int(n)) for k, s, n in zip(keys, sums, counts)] == [tuple(r) for r in expected]
+
+
+def test_lookup_by_correlation_id_finds_each_kernels_launch():
+    activity = _activity()
+    kernels, calls = activity.kernels, activity.calls
+    found = lookup(first_by_key(calls.correlation_id), kernels.correlation_id)
+    assert (found >= 0).all()
+    assert np.array_equal(calls.correlation_id[found], kernels.correlation_id)
+    # A launch call starts before its kernel does (it may return after the kernel started).
+    assert (calls.start[found] <= kernels.start).all()
+    expected = sql(EXPORT, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                              WHERE EXISTS (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+                                            WHERE r.correlationId = k.correlationId)""")[0][0]
+    assert len(kernels) == expected
+
+
+def test_lookup_misses_absent_and_unknown_keys():
+    table = first_by_key(np.array([5, 3, 3, 9]))
+    assert lookup(table, np.array([3, 4, -1, 9])).tolist() == [1, -1, -1, 3]   # the first row of 3
+
+
+def test_distinct_is_sorted_unique():
+    values = _activity().calls.name_id
+    assert distinct(values).tolist() == sorted(set(values.tolist()))
+
+
+def test_selection_copies_columns_only_when_read():
+    kernels = _activity().kernels
+    late = kernels.where(kernels.start > np.median(kernels.start))
+    assert late._taken == {}
+    assert len(late) == int((kernels.start > np.median(kernels.start)).sum())
+    assert late.start.min() > np.median(kernels.start) and set(late._taken) == {"start"}
+    again = late.where(late.end > late.end.min())
+    assert len(again) == len(late) - int((late.end == late.end.min()).sum())
+    assert isinstance(again, Columns)
