@@ -336,3 +336,31 @@ def test_disk_full_is_one_line_and_leaves_nothing(tmp_path, small_mount):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(target) in lines[0] and "space" in lines[0].lower(), result.stderr
     assert os.listdir(small_mount) == []
+
+
+def test_read_only_output_target_is_one_line(tmp_path, small_mount):
+    subprocess.run(["mount", "-o", "remount,ro", str(small_mount)], check=True)
+    target = small_mount / "report.html"
+    result = run_cli("report", DEV_SUITE_NSYS, "-o", target)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(target) in lines[0], result.stderr
+
+
+def test_internal_error_is_exit_3_with_the_traceback_saved(tmp_path):
+    """A bug (here: the analysis raising ZeroDivisionError) is not bad input: exit 3, one line that
+    names the file holding the traceback; exit 1 stays the gate's."""
+    code = ("import sys, nsanalyze.cli as cli, nsanalyze.analyze as analysis\n"
+            "def broken(*args, **kwargs):\n    return 1 / 0\n"
+            "analysis.analyze = broken\ncli.analyze = broken\n"
+            f"sys.argv = ['nsanalyze', 'report', {str(DEV_SUITE_NSYS)!r}, '-o', {str(tmp_path / 'r.json')!r}]\n"
+            "cli.main()\n")
+    env = {key: value for key, value in os.environ.items() if key != "NSANALYZE_DEBUG"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "internal error (ZeroDivisionError" in lines[0], result.stderr
+    saved = lines[0].rsplit("traceback saved to ", 1)[1]
+    assert "ZeroDivisionError" in open(saved).read()
+    os.unlink(saved)
+    assert not (tmp_path / "r.json").exists()
