@@ -245,6 +245,14 @@ def test_output_that_is_a_directory_is_one_line(tmp_path):
     assert result.returncode == 2 and "is a directory" in result.stderr and len(result.stderr.splitlines()) == 1
 
 
+def test_output_under_a_file_is_one_line(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    target = tmp_path / "afile" / "report.html"
+    result = run_cli("report", DEV_SUITE_NSYS, "-o", target)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"nsanalyze: {target}: {tmp_path / 'afile'} is a file, not a folder"
+
+
 def test_fifo_is_not_read_as_an_empty_file(tmp_path):
     fifo = tmp_path / "pipe.sqlite"
     os.mkfifo(fifo)

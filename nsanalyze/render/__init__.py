@@ -61,6 +61,9 @@ def check_target(target: str) -> None:
     if path.is_dir():
         raise InputError(target, "is a directory: give a file name for the report")
     folder = path.parent if str(path.parent) else Path(".")
+    blocking = next((p for p in [folder, *folder.parents] if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise InputError(target, f"{blocking} is a file, not a folder")
     if folder.exists() and not os.access(folder, os.W_OK):
         raise InputError(target, f"cannot write in {folder} (permission denied)")
     if path.exists() and not os.access(path, os.W_OK):
