@@ -53,9 +53,11 @@ def clock_control(rows: list[dict]) -> dict:
         return {**result, "mode": "free", "reason": f"kernels ran at {clock / 1e6:.0f} MHz, near the "
                                                     f"{maximum / 1e6:.0f} MHz maximum"}
     if model and abs(clock - model["base_hz"]) <= BASE_TOLERANCE * model["base_hz"]:
-        return {**result, "mode": "locked", "reason": f"kernels ran at {clock / 1e6:.0f} MHz, the base clock of "
-                                                      f"this GPU ({model['base_hz'] / 1e6:.0f} MHz, {model['source']})"}
+        off = abs(clock - model["base_hz"]) / model["base_hz"]
+        return {**result, "mode": "locked", "reason": f"kernels ran at {clock / 1e6:.0f} MHz, within {max(off, 0.01):.0%} "
+                                                      f"of this GPU's {model['base_hz'] / 1e6:.0f} MHz base clock "
+                                                      f"({model['source']})"}
     if len(long_enough) >= 3 and (max(long_enough) - min(long_enough)) <= LOCKED_SPREAD * clock:
         return {**result, "mode": "locked", "reason": f"{len(long_enough)} kernels ran at one clock, "
                                                       f"{clock / 1e6:.0f} MHz, below the maximum (a locked clock)"}
-    return {**result, "mode": "free", "reason": "kernels ran at varying clocks below the maximum (a locked clock)"}
+    return {**result, "mode": "free", "reason": "kernels ran at varying clocks below the maximum (free-running)"}
