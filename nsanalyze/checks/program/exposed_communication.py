@@ -69,7 +69,7 @@ def run(timeline, limits) -> Finding | None:
     least = min(timeline.devices, key=lambda d: d.get("exposed_communication_ns") or 0)
     waiting = (worst["exposed_communication_ns"] - (least.get("exposed_communication_ns") or 0)) \
         / worst["exposed_communication_ns"] if least is not worst else 0.0
-    cause = (f"it waits in its collectives for GPU {least['device_id']}, a straggler (see rank-imbalance)"
+    cause = (f"it waits in its collectives for GPU {least['device_id']}, a straggler that reaches them later"
              if waiting > 0.5 else "collectives not overlapped with compute")
     finding = Finding(
         check=ID,
