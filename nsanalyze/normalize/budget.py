@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity, distinct
+from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity, distinct, first_by_key, lookup
 
 PARTS = ("gpu_compute", "gpu_communication", "gpu_copy", "idle_other", "idle_sync", "idle_launch", "idle_host")
 IDLE_PARTS = PARTS[3:]
@@ -42,7 +42,7 @@ SYNC_PREFIXES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSyn
 # Copies the host waits for: the runtime's and driver's synchronous memcpy calls.
 SYNC_COPY_PREFIXES = ("cudaMemcpy", "cuMemcpy")
 COMMUNICATION_PATTERN = "nccl%"
-PEER_COPY_KIND = 10  # CUPTI's Peer-to-Peer memcpy kind
+PEER_COPY_KIND = 10  # CUPTI's Peer-to-Peer memcpy kind, where the export has no ENUM table to say
 
 
 @dataclass
@@ -155,10 +155,11 @@ def wait_name_ids(names: dict[int, str | None]) -> set[int]:
     return waits
 
 
-def build_budgets(activity: Activity, call_names: dict[int, str | None],
-                  communication_ids: set[int]) -> list[DeviceBudget]:
+def build_budgets(activity: Activity, call_names: dict[int, str | None], communication_ids: set[int],
+                  peer_copy_kinds: set[int] = frozenset({PEER_COPY_KIND})) -> list[DeviceBudget]:
     """One budget per GPU with activity in the window. `call_names` names the calls' name ids;
-    `communication_ids` are the kernel name ids of communication (NCCL) kernels."""
+    `communication_ids` are the kernel name ids of communication (NCCL) kernels, `peer_copy_kinds`
+    the memcpy kinds of peer-to-peer copies."""
     start, end = activity.start, activity.end
     kernels = activity.kernels.where(activity.kernels.end > start)
     copies = activity.copies.where(activity.copies.end > start)
@@ -168,17 +169,15 @@ def build_budgets(activity: Activity, call_names: dict[int, str | None],
     act_start = np.concatenate((kernels.start, copies.start))
     act_end = np.concatenate((kernels.end, copies.end))
     kind = np.concatenate((np.isin(kernels.short_name_id, list(communication_ids)).astype(np.int64) * 1,
-                           np.where(copies.copy_kind == PEER_COPY_KIND, 1, 2)))
+                           np.where(np.isin(copies.copy_kind, list(peer_copy_kinds)), 1, 2)))
     act_pid = np.maximum(np.concatenate((kernels.pid, copies.pid)), 0)
     act_corr = np.concatenate((kernels.correlation_id, copies.correlation_id))
     calls = activity.calls
     api_start, api_end, api_corr = calls.start, calls.end, calls.correlation_id
     api_pid = np.maximum(calls.pid, 0)
     api_wait = np.isin(calls.name_id, list(wait_name_ids(call_names)))
-    # Launch call end per (process, correlation id): when the host handed over each piece of GPU work.
-    key = api_pid * (1 << 32) + api_corr
-    order = np.argsort(key, kind="stable")
-    sorted_keys, sorted_ends = key[order], api_end[order]
+    # Launch call per (process, correlation id): its end is when the host handed over that GPU work.
+    launches = first_by_key(api_pid * (1 << 32) + api_corr)
 
     budgets = []
     for device_id in distinct(device):
@@ -189,7 +188,7 @@ def build_budgets(activity: Activity, call_names: dict[int, str | None],
         last = min(end, int(on(act_end).max())) if end >= (1 << 61) else end
         labelled = _device_labels(
             (on(act_start), on(act_end), on(kind), on(act_pid) * (1 << 32) + on(act_corr)),
-            (mine(api_start), mine(api_end), mine(api_wait)), (sorted_keys, sorted_ends), (first, last),
+            (mine(api_start), mine(api_end), mine(api_wait)), (launches, api_end), (first, last),
             host_traced=bool(len(mine(api_start))))
         budgets.append(DeviceBudget(int(device_id), first, last, labelled, [int(p) for p in pids]))
     return budgets
@@ -219,13 +218,10 @@ def _device_labels(activity, host, launch_ends, window, host_traced: bool = True
     at = np.searchsorted(sorted_starts, gap_e, side="left")
     has_next = (at < len(sorted_starts))
     next_key[has_next] = act_key[by_start][at[has_next]]
-    sorted_keys, sorted_ends = launch_ends
-    found = np.searchsorted(sorted_keys, next_key)
-    found = np.minimum(found, max(len(sorted_keys) - 1, 0))
-    matched = has_next & (len(sorted_keys) > 0)
-    if len(sorted_keys):
-        matched &= sorted_keys[found] == next_key
-    launched = np.where(matched, sorted_ends[found] if len(sorted_ends) else 0, np.iinfo(np.int64).max)
+    launches, call_ends = launch_ends
+    found = lookup(launches, next_key)
+    matched = has_next & (found >= 0)
+    launched = np.where(matched, call_ends[np.maximum(found, 0)] if len(call_ends) else 0, np.iinfo(np.int64).max)
     queued = matched & (launched < gap_e - LAUNCH_LATENCY_NS)
     other_s = np.maximum(gap_s, np.where(queued, launched, gap_e))[queued]
     other_e = gap_e[queued]

@@ -15,17 +15,16 @@ import numpy as np
 
 from nsanalyze.normalize.activity import (Activity, Columns, distinct, first_by_key, group_sums, lookup,
                                           process_of, read_activity)
-from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
+from nsanalyze.normalize.budget import (COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, SYNC_PREFIXES, as_parts,
+                                        build_budgets, union)
 from nsanalyze.normalize.steps import Steps, find_launch_pattern, find_steps
 from nsanalyze.read.nsys import NsysExport
 
 FOREVER = 2**62
 TOP_GAPS = 10
 MAX_RANGES = 200  # range names kept, by wall time (PyTorch's emit_nvtx makes one name per op)
-SYNC_APIS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent",
-             "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize")
+SYNC_APIS = SYNC_PREFIXES  # the calls the host waits in (one list with the budget's)
 # Communication kernels (NCCL's device kernels across versions) and peer copies.
-COMMUNICATION_KERNEL_PATTERNS = ("nccl%",)
 PEER_COPY_KINDS = ("Peer-to-Peer",)
 # CUDA calls that put work on the GPU or wait for it (prefixes, matched as SQL's LIKE would).
 WORK_CALL_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy",
@@ -563,8 +562,9 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     call_names = export.strings(distinct(activity.calls.name_id))
     comm_ids = np.array([r[0] for r in export.query("SELECT id FROM StringIds WHERE value LIKE ?",
                                                     (COMMUNICATION_PATTERN,))], dtype=np.int64)
-    budgets = build_budgets(activity, call_names, set(comm_ids.tolist()))
     wa = window_activity(export, activity, call_names)
+    peer_kinds = {k for k, label in wa.copy_kinds.items() if label in PEER_COPY_KINDS}
+    budgets = build_budgets(activity, call_names, set(comm_ids.tolist()), peer_kinds)
     devices = _devices(export, wa, comm_ids, {b.device_id: b.labelled.totals()["gpu_communication"] for b in budgets})
     kernel_ns, copy_ns = wa.kernels.end - wa.kernels.start, wa.copies.end - wa.copies.start
     totals = (int(kernel_ns.sum()), len(wa.kernels), int(copy_ns[wa.copies.memset == 0].sum()),
