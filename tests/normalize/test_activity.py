@@ -9,8 +9,8 @@ from tests.conftest import REAL, sql
 EXPORT = REAL / "graphs_eager_nsys.sqlite.xz"
 
 
-def _activity():
-    return read_activity(read_profile(EXPORT), (-(2**62), 2**62))
+def _activity(path=EXPORT):
+    return read_activity(read_profile(path), (-(2**62), 2**62))
 
 
 def test_group_sums_equal_group_by():
@@ -36,8 +36,17 @@ def test_lookup_by_correlation_id_finds_each_kernels_launch():
 
 
 def test_lookup_misses_absent_and_unknown_keys():
-    table = first_by_key(np.array([5, 3, 3, 9]))
-    assert lookup(table, np.array([3, 4, -1, 9])).tolist() == [1, -1, -1, 3]   # the first row of 3
+    """Graph nodes share their launch's correlation id: the look-up takes the first kernel of each, and an
+    id no kernel has, or the unknown id -1, finds nothing."""
+    graphs = REAL / "graphs_after_nsys.sqlite.xz"
+    kernels = _activity(graphs).kernels
+    table = first_by_key(kernels.correlation_id)
+    (shared,) = sql(graphs, "SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY correlationId "
+                            "HAVING COUNT(*) > 1 ORDER BY correlationId LIMIT 1")[0]
+    absent = int(kernels.correlation_id.max()) + 1
+    found = lookup(table, np.array([shared, absent, -1]))
+    assert found[1:].tolist() == [-1, -1]
+    assert found[0] == np.flatnonzero(kernels.correlation_id == shared)[0]
 
 
 def test_distinct_is_sorted_unique():
