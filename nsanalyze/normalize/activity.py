@@ -80,6 +80,33 @@ class Activity:
     copies: Columns    # ... bytes, memset (0/1), copy_kind, src_kind, dst_kind
     calls: Columns     # start, end, pid, correlation_id, name_id
 
+    def within(self, start: int, end: int, calls_from: int | None = None) -> "Activity":
+        """The part of a wider read that bears on the window [start, end): work overlapping it, and the
+        calls from `calls_from` (default: just before the window) that may have launched or delayed it."""
+        calls_from = start if calls_from is None else min(start, calls_from)
+        kernels = self.kernels.where((self.kernels.end >= start) & (self.kernels.start < end))
+        copies = self.copies.where((self.copies.end >= start) & (self.copies.start < end))
+        calls = self.calls.where((self.calls.end > calls_from - CALL_LOOKBACK_NS) & (self.calls.start < end))
+        return Activity(start, end, kernels, copies, calls)
+
+    def launch_call_starts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(start, end, launch call start, launch call pid) of every kernel and copy, in that order: the
+        call found by (process, correlation id), or by correlation id alone where the work's process is
+        unknown; -1 where no call is found."""
+        calls = self.calls
+        work_pid = np.concatenate((self.kernels.pid, self.copies.pid))
+        work_corr = np.concatenate((self.kernels.correlation_id, self.copies.correlation_id))
+        by_key = lookup(first_by_key(np.maximum(calls.pid, 0) * (1 << 32) + calls.correlation_id),
+                        np.where(work_corr >= 0, np.maximum(work_pid, 0) * (1 << 32) + work_corr, -1))
+        by_corr = lookup(first_by_key(calls.correlation_id), work_corr)
+        call = np.where((work_pid < 0) & (by_key < 0), by_corr, by_key)
+        found = call >= 0
+        safe = np.maximum(call, 0)
+        starts = np.where(found, calls.start[safe] if len(calls) else -1, -1)
+        pids = np.where(found, calls.pid[safe] if len(calls) else -1, -1)
+        return (np.concatenate((self.kernels.start, self.copies.start)),
+                np.concatenate((self.kernels.end, self.copies.end)), starts, pids)
+
     def in_window(self, table: Columns) -> Columns:
         """Rows that start inside the window (how kernel and copy totals are counted)."""
         return table.where((table.start >= self.start) & (table.start < self.end))

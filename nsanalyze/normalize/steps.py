@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nsanalyze.normalize.activity import PID_SHIFT
 from nsanalyze.read.nsys import NsysExport
 
 MIN_STEPS = 3
@@ -26,27 +27,126 @@ WARMUP_SLOWER = 1.25
 
 @dataclass
 class Steps:
+    """The instances of the step range, and the steady ones on the clock that tells their length.
+
+    Host ranges say when the host enqueued a step, not when the GPU ran it: an asynchronous host runs
+    ahead until the launch queue fills, an `.item()` drains it in one long range, a graphed step is one
+    short `cudaGraphLaunch`. So each instance is projected on the GPU (the first and last GPU work that
+    the calls made inside it launched, any thread of its process) and a step lasts from its first GPU
+    work to the next step's: the GPU's period. Runs whose steps launch no GPU work keep the host clock."""
+
     name: str
     global_tid: int | None
-    starts: np.ndarray     # steady steps only
-    ends: np.ndarray
-    warmup: int
-    first_index: int       # index of the first steady step among all instances
-    total: int
+    host_starts: np.ndarray    # every instance, in order
+    host_ends: np.ndarray
+    gpu_starts: np.ndarray | None = None   # per instance: first GPU work it launched (-1: none)
+    gpu_ends: np.ndarray | None = None     # per instance: end of the last GPU work it launched
+    warmup: int = 0
+    clock: str = "host"                    # "gpu" once projected with enough GPU work, else "host"
+
+    @property
+    def total(self) -> int:
+        return len(self.host_starts)
+
+    @property
+    def first_index(self) -> int:
+        return self.warmup
+
+    def _timed(self) -> np.ndarray:
+        """Indices of the instances that carry a time on the chosen clock."""
+        if self.clock == "gpu":
+            return np.flatnonzero(self.gpu_starts >= 0)
+        return np.arange(self.total)
+
+    def _all_intervals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        timed = self._timed()
+        if self.clock != "gpu":
+            return timed, self.host_starts[timed], self.host_ends[timed]
+        starts = self.gpu_starts[timed]
+        ends = np.concatenate((starts[1:], [self.gpu_ends[timed[-1]]])) if len(timed) else starts
+        return timed, starts, np.maximum(ends, starts)
+
+    @property
+    def starts(self) -> np.ndarray:   # the steady steps, on the chosen clock
+        index, starts, _ = self._all_intervals()
+        return starts[index >= self.warmup]
+
+    @property
+    def ends(self) -> np.ndarray:
+        index, _, ends = self._all_intervals()
+        return ends[index >= self.warmup]
 
     @property
     def durations(self) -> np.ndarray:
         return self.ends - self.starts
 
+    @property
+    def steady(self) -> np.ndarray:
+        """Instance indices of the steady steps (aligned with starts/ends)."""
+        index = self._all_intervals()[0]
+        return index[index >= self.warmup]
+
+    def host_durations(self) -> np.ndarray:
+        index = self.steady
+        return self.host_ends[index] - self.host_starts[index]
+
     def summary(self) -> dict:
         durations = self.durations
-        return {"name": self.name, "count": int(len(durations)), "warmup": self.warmup,
-                "first_step": self.first_index, "last_step": self.total - 1,
-                "median_ns": float(np.median(durations)), "p95_ns": float(np.percentile(durations, 95)),
-                "stddev_ns": float(np.std(durations)),
-                "mad_ns": float(np.median(np.abs(durations - np.median(durations)))),
-                "min_ns": int(durations.min()), "max_ns": int(durations.max()),
-                "start_ns": int(self.starts[0]), "end_ns": int(self.ends[-1])}
+        host = self.host_durations()
+        median = float(np.median(durations))
+        out = {"name": self.name, "count": int(len(durations)), "warmup": self.warmup,
+               "first_step": self.first_index, "last_step": self.total - 1, "clock": self.clock,
+               "median_ns": median, "p95_ns": float(np.percentile(durations, 95)),
+               "stddev_ns": float(np.std(durations)),
+               "mad_ns": float(np.median(np.abs(durations - median))),
+               "min_ns": int(durations.min()), "max_ns": int(durations.max()),
+               "start_ns": int(self.starts[0]), "end_ns": int(self.ends[-1]),
+               "host_median_ns": float(np.median(host)), "host_p95_ns": float(np.percentile(host, 95)),
+               "host_min_ns": int(host.min()), "host_max_ns": int(host.max())}
+        if self.clock == "gpu":
+            lag = self.gpu_starts[self.steady] - self.host_starts[self.steady]
+            out["host_lead_ns"] = float(np.median(lag))
+            out["host_relation"] = host_relation(median, out["host_median_ns"], out["host_lead_ns"])
+        return out
+
+
+# The host is "ahead" when the GPU starts a step's work more than this many steps after the host began it.
+AHEAD_STEPS = 1.0
+
+
+def host_relation(gpu_median: float, host_median: float, lead: float) -> str:
+    """How the host's step ranges relate to the GPU's: `ahead` (the host enqueues steps faster than the
+    GPU runs them: the GPU is the bound), `in step` (host and GPU take turns, e.g. a sync each step)."""
+    if gpu_median > 0 and lead > AHEAD_STEPS * gpu_median:
+        return "ahead"
+    return "in step"
+
+
+def project_on_gpu(steps: Steps, work_starts: np.ndarray, work_ends: np.ndarray, call_starts: np.ndarray,
+                   call_pids: np.ndarray) -> Steps:
+    """Puts the steps on the GPU's clock: per instance, the first start and the last end of the GPU work
+    (kernels, copies, graph executions) whose launch call began inside the instance's host range, by a
+    thread of the step thread's process. `call_starts` is, per work item, the start of the call that
+    launched it (-1 when unknown); warm-up is then counted on the GPU periods."""
+    pid = steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
+    known = call_starts >= 0
+    if pid is not None:
+        known &= (call_pids == pid) | (call_pids < 0)
+    index = np.searchsorted(steps.host_starts, call_starts, side="right") - 1
+    inside = known & (index >= 0)
+    inside[inside] = call_starts[inside] < steps.host_ends[index[inside]]
+    first = np.full(steps.total, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(steps.total, -1, dtype=np.int64)
+    np.minimum.at(first, index[inside], work_starts[inside])
+    np.maximum.at(last, index[inside], work_ends[inside])
+    first[last < 0] = -1
+    steps.gpu_starts, steps.gpu_ends = first, last
+    with_work = int(np.count_nonzero(first >= 0))
+    steps.clock = "gpu" if with_work >= max(MIN_STEPS, steps.total // 2) else "host"
+    steps.warmup = 0
+    _, starts, ends = steps._all_intervals()
+    steps.warmup = int(steps._timed()[count_warmup(ends - starts)]) if len(starts) else 0
+    return steps
 
 
 @dataclass
@@ -132,8 +232,7 @@ def find_steps(export: NsysExport, nvtx_name: str | None = None) -> Steps | None
     starts, ends = _instances(export, tid, names)
     if len(starts) < MIN_STEPS:
         return None
-    warmup = count_warmup(ends - starts)
-    return Steps(normalized, tid, starts[warmup:], ends[warmup:], warmup, warmup, len(starts))
+    return Steps(normalized, tid, starts, ends, warmup=count_warmup(ends - starts))
 
 
 def _instances(export: NsysExport, tid, names: list[str]) -> tuple[np.ndarray, np.ndarray]:

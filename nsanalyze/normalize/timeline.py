@@ -17,7 +17,7 @@ from nsanalyze.normalize.activity import (Activity, Columns, distinct, first_by_
                                           process_of, read_activity)
 from nsanalyze.normalize.budget import (COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, SYNC_PREFIXES, as_parts,
                                         build_budgets, union)
-from nsanalyze.normalize.steps import Steps, find_launch_pattern, find_steps
+from nsanalyze.normalize.steps import Steps, find_launch_pattern, find_steps, project_on_gpu
 from nsanalyze.read.nsys import NsysExport
 
 FOREVER = 2**62
@@ -113,7 +113,8 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         start, end = int(steps.starts[0]), int(steps.ends[-1])
         startup = max(0, start - capture_start)
         warm = f" and {steps.warmup} warm-up step{'s' if steps.warmup != 1 else ''}" if steps.warmup else ""
-        return Window(start, end, f"steady state: steps {steps.first_index}-{steps.total - 1} of '{steps.name}'; "
+        clock = " on the GPU's clock" if steps.clock == "gpu" else " (host ranges: the steps launched no GPU work)"
+        return Window(start, end, f"steady state: steps {steps.first_index}-{steps.total - 1} of '{steps.name}'{clock}; "
                                   f"{startup / 1e9:.2f} s before them (start-up{warm}) left out", "steady")
     if kind == "capture":
         parts.append("the whole capture" + (" (no repeating step-like NVTX range found)" if mode == "steady" else ""))
@@ -557,8 +558,12 @@ def _series_params(export: NsysExport, window: Window, points: int = 400) -> dic
 
 def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode: str = "steady") -> Timeline:
     steps = find_steps(export, nvtx_range)
+    capture = read_activity(export, (-FOREVER, FOREVER))  # once: steps, phases and the window read from it
+    if steps is not None:
+        project_on_gpu(steps, *capture.launch_call_starts())
     window = choose_window(export, skip_first_ns, nvtx_range, mode, steps)
-    activity = read_activity(export, (window.start, window.end))
+    host_from = int(steps.host_starts[steps.first_index]) if steps is not None and window.kind == "steady" else None
+    activity = capture.within(window.start, window.end, host_from)
     call_names = export.strings(distinct(activity.calls.name_id))
     comm_ids = np.array([r[0] for r in export.query("SELECT id FROM StringIds WHERE value LIKE ?",
                                                     (COMMUNICATION_PATTERN,))], dtype=np.int64)

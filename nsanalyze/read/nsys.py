@@ -52,6 +52,8 @@ NVTX_RANGE_EVENT_TYPES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
 MAX_INTERVAL_NS = 86_400 * 10**9
 VALID_INTERVAL = (f"typeof(start) = 'integer' AND typeof(end) = 'integer' AND end >= start "
                   f"AND end - start < {MAX_INTERVAL_NS}")
+GRAPH_TRACE_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+GRAPH_NAME_BASE = 1 << 30  # StringIds ids of the names given to whole-graph executions (above any real id; fits int32)
 COUNTED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                   "CUPTI_ACTIVITY_KIND_RUNTIME")
 
@@ -80,6 +82,7 @@ class NsysExport:
     arrow: "ArrowReader | None" = None  # a second, Arrow-native reader of the same file (bulk columns)
     first_gpu_ns: int | None = None     # start of the first kernel, copy or memset
     first_call_ns: int | None = None    # start of the first CUDA runtime or driver call
+    graph_level_trace: bool = False     # whole-graph executions are kernel rows (their nodes untraced)
 
     def query(self, sql: str, params=()) -> list[sqlite3.Row]:
         try:
@@ -261,7 +264,7 @@ def _arrow_reader(export: "NsysExport", uri: str) -> ArrowReader | None:
     kinds = dict(export.connection.execute("SELECT name, type FROM sqlite_master"))
     temp = export.connection.execute("SELECT type, sql FROM sqlite_temp_master WHERE sql IS NOT NULL "
                                      "ORDER BY rowid").fetchall()
-    read = {KERNEL_TABLE, *COUNTED_TABLES, "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "StringIds",
+    read = {KERNEL_TABLE, *COUNTED_TABLES, "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "StringIds", GRAPH_TRACE_TABLE,
             "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND", "ENUM_CUPTI_SYNC_TYPE"}
     if any(kinds.get(name, "table") != "table" for name in read) or any(t != "view" for t, _ in temp):
         return None
@@ -299,6 +302,33 @@ def _col(export: NsysExport, table: str, column: str, default: str = "NULL") -> 
     return column if export.has(table, column) else default
 
 
+def _graph_rows(export: NsysExport) -> str:
+    """Whole-graph executions of a graph-level trace (nsys's default `--cuda-graph-trace=graph`: one row
+    per graph launch, no kernel rows for its nodes) as rows of the kernels view, so that they are GPU work
+    everywhere: busy time, budget, streams, steps, the launch that issued them (by correlation id). Each
+    graph gets a name of its own (GRAPH_NAME_BASE + graphId in the StringIds view)."""
+    g = GRAPH_TRACE_TABLE
+    if not export.has(g, "start", "end", "deviceId", "streamId", "graphId"):
+        return ""
+    graph_ids = [r[0] for r in export.connection.execute(
+        f"SELECT DISTINCT graphId FROM {g} WHERE typeof(graphId) = 'integer' ORDER BY graphId LIMIT 10000")]
+    if not graph_ids:
+        return ""
+    names = ", ".join(f"({GRAPH_NAME_BASE + i}, '{graph_name(i)}')" for i in graph_ids)
+    export.connection.execute("CREATE TEMP VIEW StringIds(id, value) AS SELECT id, value FROM main.StringIds "
+                              f"UNION ALL SELECT * FROM (VALUES {names})")
+    export.graph_level_trace = True
+    return f"""
+        UNION ALL SELECT start, end, end - start, deviceId, {_col(export, g, 'contextId')}, streamId,
+        {_col(export, g, 'correlationId')}, {_col(export, g, 'globalPid')}, {GRAPH_NAME_BASE} + graphId,
+        {GRAPH_NAME_BASE} + graphId, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL
+        FROM {g} WHERE {VALID_INTERVAL} AND typeof(deviceId) = 'integer' AND typeof(graphId) = 'integer'"""
+
+
+def graph_name(graph_id: int) -> str:
+    return f"CUDA graph {graph_id} (graph-level trace)"
+
+
 def _create_views(export: NsysExport) -> None:
     con = export.connection
     k = KERNEL_TABLE
@@ -317,7 +347,7 @@ def _create_views(export: NsysExport) -> None:
         {_col(export, k, 'registersPerThread')} AS registers_per_thread,
         {_col(export, k, 'staticSharedMemory', '0')} + {_col(export, k, 'dynamicSharedMemory', '0')} AS shared_mem_bytes,
         {_col(export, k, 'localMemoryPerThread')} AS local_mem_per_thread
-        FROM {k} WHERE {VALID_INTERVAL} AND typeof(deviceId) = 'integer'""")
+        FROM {k} WHERE {VALID_INTERVAL} AND typeof(deviceId) = 'integer'{_graph_rows(export)}""")
 
     _enum_view(export, "memcpy_kinds", "ENUM_CUDA_MEMCPY_OPER", MEMCPY_KINDS)
     _enum_view(export, "memory_kinds", "ENUM_CUDA_MEM_KIND", MEMORY_KINDS)
@@ -423,7 +453,7 @@ def _survey(export: NsysExport) -> None:
     """One scan of each activity table, side by side, without sorting: rows left out as invalid
     (export.dropped_rows) and where GPU work and CUDA calls begin."""
     queries, names = [], []
-    for table in (*COUNTED_TABLES, "CUPTI_ACTIVITY_KIND_DRIVER"):
+    for table in (*COUNTED_TABLES, "CUPTI_ACTIVITY_KIND_DRIVER", GRAPH_TRACE_TABLE):
         if not export.has(table, "start", "end"):
             continue
         gpu = table not in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
