@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from nsanalyze.checks import global_settings, limits_for, program_checks
 from nsanalyze.checks.base import Finding, NotJudged, budget_part, severity_for
-from nsanalyze.normalize import normalize_nsys_kernels
+from nsanalyze.normalize import normalize_nsys_kernels, work
 from nsanalyze.normalize.timeline import Timeline, build_timeline
 from nsanalyze.numbers import finite
 from nsanalyze.read.nsys import NsysExport, sqlite_input_error
@@ -96,6 +96,7 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
                    "description": timeline.window.description, "kind": timeline.window.kind},
         **timeline.summary,
         "budget": timeline.budget,
+        "work": getattr(timeline, "work", None),
         "steps": timeline.steps,
         "host_stretches": timeline.host_stretches,
         "dropped_rows": export.dropped_rows,
@@ -211,7 +212,8 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
             timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range, options.window)
         except sqlite3.DatabaseError as exc:
             raise sqlite_input_error(export.path, exc) from None
-        table = normalize_nsys_kernels(export, (timeline.window.start, timeline.window.end), timeline.activity.kernels)
+        window_kernels = timeline.activity.kernels if timeline.activity is not None else None
+        table = normalize_nsys_kernels(export, (timeline.window.start, timeline.window.end), window_kernels)
         timeline.activity = None  # the arrays are not needed past here
         rows = table.rows
         for row in rows:
@@ -225,6 +227,7 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
             })
         summary += rows
         timeline.kernel_summary = rows
+        work.attach(export, timeline, rows, window_kernels)
         timelines.append(timeline)
         f, n = run_program_checks(timeline, options.thresholds)
         per_rank.append(f)
