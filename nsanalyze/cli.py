@@ -158,6 +158,59 @@ def trend_command(db_path, outputs, fail_on_regression):
         sys.exit(1)
 
 
+@cli.command(name="stats")
+@click.argument("export_path", metavar="EXPORT")
+@click.option("--report", "reports", default=",".join(("cuda_api_sum", "cuda_gpu_kern_sum", "cuda_gpu_mem_time_sum",
+                                                        "cuda_gpu_mem_size_sum", "nvtx_sum", "osrt_sum")),
+              show_default=True, help="comma-separated nsys stats reports")
+@click.option("--format", "fmt", type=click.Choice(["csv", "json", "table"]),
+              help="output format (default: from -o's extension, else a table on the terminal)")
+@click.option("-o", "--output", help="file to write (.csv or .json); with several CSV reports, one file per report "
+                                     "named FILE_REPORT.csv as nsys stats does")
+@click.option("--window", type=click.Choice(["capture", "steady"]), default="capture", show_default=True,
+              help="the whole capture (nsys stats' figures) or the steady steps `report` analyses")
+def stats_command(export_path, reports, fmt, output, window):
+    """The tables of `nsys stats` (CUDA API, GPU kernels, memcpy time and size, NVTX, OS runtime) from an export."""
+    from nsanalyze import stats as nsstats
+    from nsanalyze.read import read_profile
+    from nsanalyze.render import write_bytes
+
+    names = [name.strip() for name in reports.split(",") if name.strip()]
+    unknown = [name for name in names if name not in nsstats.REPORTS]
+    if unknown or not names:
+        raise click.BadParameter(f"{', '.join(unknown) or reports!r}: known reports are {', '.join(nsstats.REPORTS)}",
+                                 param_hint="--report")
+    if fmt is None:
+        suffix = Path(output).suffix.lower() if output and output != "-" else ""
+        fmt = {".csv": "csv", ".json": "json"}.get(suffix, "table" if not output else None)
+        if fmt is None:
+            raise InputError(output, "stats files are .csv or .json (or give --format)")
+    if fmt == "table" and output and output != "-":
+        raise InputError(output, "a table is for the terminal; write .csv or .json")
+    export = read_profile(export_path)
+    if getattr(export, "kind", None) != "nsys":
+        raise InputError(export_path, "stats reads Nsight Systems exports (.sqlite), not Nsight Compute reports")
+    chosen = nsstats.steady_window(export) if window == "steady" else None
+    description = chosen.description if chosen else "the whole capture"
+    tables = nsstats.stats(export, names, chosen)
+    if fmt == "table":
+        nsstats.print_tables(tables, export_path, description)
+    elif output and output != "-" and fmt == "csv" and len(names) > 1:
+        stem = output[:-4] if output.lower().endswith(".csv") else output
+        written = []
+        for name, rows in tables.items():
+            write_bytes(nsstats.to_csv(name, rows).encode(), f"{stem}_{name}.csv")
+            written.append(f"{stem}_{name}.csv")
+        click.echo(f"wrote {', '.join(written)}", err=True)
+    else:
+        text = nsstats.render(tables, fmt, export_path, description)
+        if output and output != "-":
+            write_bytes(text.encode(), output)
+            click.echo(f"wrote {output}", err=True)
+        else:
+            click.echo(text, nl=False)
+
+
 @cli.command()
 @click.argument("profile")
 @click.option("-o", "--output", help="file to write: .csv, .parquet or .json (default: CSV on stdout)")
