@@ -4,11 +4,18 @@ The report does not store ncu's `--clock-control` option, but the clocks show it
 (`base`) every kernel runs at one fixed SM clock, the GPU's base clock; under `--clock-control none`
 kernels run near the boost clock, and real throttling varies between kernels. A locked report says
 nothing about throttling, so clock-throttling is not judged on it.
+
+Only evidence decides: a clock near the maximum is free-running; a clock at the model's datasheet base
+clock (device names matched as whole model names: a laptop part is not its desktop namesake) is
+locked; one clock seen once, or one clock shared by every launch, below the maximum is probably
+locked (a throttled GPU does not hold one clock to the MHz); only clocks that vary below the maximum
+are free-running and judged.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 import statistics
 from functools import lru_cache
 from pathlib import Path
@@ -26,11 +33,25 @@ def _models() -> list[dict]:
         return list(csv.DictReader(line for line in handle if not line.startswith("#")))
 
 
+# Words after a model name that make it another part with other clocks (RTX 3080 Ti, RTX 3080 Laptop GPU).
+VARIANT_WORDS = re.compile(r"(?<![a-z0-9])(ti|super|laptop|mobile|max-q|notebook|nvl)(?![a-z0-9])", re.I)
+
+
+def _matches(pattern: str, name: str) -> bool:
+    """The model name appears as whole words (`L4` is not `L40`, `A10` not `A100`) and nothing after it
+    names a variant of the part."""
+    found = re.search(r"(?<![a-z0-9])" + re.escape(pattern.lower()) + r"(?![a-z0-9])", name.lower())
+    if found is None:
+        return False
+    rest = name[found.end():]
+    return not (VARIANT_WORDS.search(rest) and not VARIANT_WORDS.search(pattern))
+
+
 def model_clocks(device_name: str | None) -> dict | None:
     """Base and boost clocks (Hz) of a GPU model, from the datasheet table; None when unknown."""
-    name = (device_name or "").lower()
+    name = device_name or ""
     for row in _models():
-        if row["pattern"].lower() in name:
+        if _matches(row["pattern"], name):
             return {"base_hz": float(row["base_mhz"]) * 1e6, "boost_hz": float(row["boost_mhz"]) * 1e6,
                     "source": row["source"]}
     return None
@@ -57,7 +78,16 @@ def clock_control(rows: list[dict]) -> dict:
         return {**result, "mode": "locked", "reason": f"kernels ran at {clock / 1e6:.0f} MHz, within {max(off, 0.01):.0%} "
                                                       f"of this GPU's {model['base_hz'] / 1e6:.0f} MHz base clock "
                                                       f"({model['source']})"}
-    if len(long_enough) >= 3 and (max(long_enough) - min(long_enough)) <= LOCKED_SPREAD * clock:
+    spread = (max(long_enough) - min(long_enough)) / clock if clock else 0.0
+    below = f", below the {maximum / 1e6:.0f} MHz maximum" if maximum else ""
+    if len(long_enough) == 1:
+        which = ("the one kernel measured" if len(measured) == 1 else
+                 f"the one kernel long enough to measure its clock ({MIN_KERNEL_NS / 1000:.0f} us or more)")
+        return {**result, "mode": "locked", "reason": f"{which} ran at {clock / 1e6:.0f} MHz{below}: "
+                                                      "probably a locked clock (one clock is no evidence of throttling)"}
+    if spread <= LOCKED_SPREAD:
+        where = "" if model else " (a GPU not in the clock table)"
         return {**result, "mode": "locked", "reason": f"{len(long_enough)} kernels ran at one clock, "
-                                                      f"{clock / 1e6:.0f} MHz, below the maximum (a locked clock)"}
-    return {**result, "mode": "free", "reason": "kernels ran at varying clocks below the maximum (free-running)"}
+                                                      f"{clock / 1e6:.0f} MHz{below}{where}: probably a locked clock"}
+    return {**result, "mode": "free", "reason": f"kernels ran at clocks from {min(long_enough) / 1e6:.0f} to "
+                                                f"{max(long_enough) / 1e6:.0f} MHz{below} (free-running)"}

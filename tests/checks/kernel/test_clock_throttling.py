@@ -60,3 +60,45 @@ def test_free_running_a100_still_judged(analyzed):
     model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__Final_128_128_Comparison__48x48_Warp_MaxReg_128_Pipeline_of_1_Pmsampling.ncu-rep.xz")
     assert model["profiles"][0]["clock_control"]["mode"] == "free"
     assert CHECK in {f["check"] for f in model["findings"]}          # kernels at 1087 of 1410 MHz
+
+
+def test_device_names_match_whole_models():
+    from nsanalyze.normalize.clocks import model_clocks
+
+    assert model_clocks("NVIDIA GeForce RTX 3080 Laptop GPU") is None       # not the desktop RTX 3080
+    assert model_clocks("NVIDIA GeForce RTX 3080")["base_hz"] == 1440e6
+    assert model_clocks("NVIDIA GeForce RTX 3080 Ti")["base_hz"] == 1365e6
+    assert model_clocks("NVIDIA L40")["base_hz"] == 735e6                    # not the L4
+    assert model_clocks("NVIDIA GeForce GTX 1660 SUPER")["base_hz"] == 1530e6
+    assert model_clocks("NVIDIA GH200 480GB") is None
+
+
+def _rows(clocks_mhz, device="NVIDIA GH200 480GB", maximum_mhz=1980, duration_ns=100_000):
+    return [{"sm_frequency_hz": c * 1e6, "max_sm_frequency_hz": maximum_mhz * 1e6, "device_name": device,
+             "duration_ns": duration_ns} for c in clocks_mhz]
+
+
+def test_one_clock_is_not_free_running():
+    from nsanalyze.normalize.clocks import clock_control
+
+    one = clock_control(_rows([1485]))                          # one launch on a GPU not in the table, 75%
+    assert one["mode"] == "locked" and "probably" in one["reason"]
+    shared = clock_control(_rows([1184.99, 1184.99], device="NVIDIA GeForce RTX 3080 Laptop GPU", maximum_mhz=1710))
+    assert shared["mode"] == "locked" and "free" not in shared["reason"]
+    gtx = clock_control(_rows([1534], device="NVIDIA GeForce GTX 1660 SUPER", maximum_mhz=1785))
+    assert gtx["mode"] == "locked" and "base clock" in gtx["reason"]
+    varying = clock_control(_rows([1100, 1300, 1500]))
+    assert varying["mode"] == "free" and "from 1100 to 1500 MHz" in varying["reason"]
+
+
+def test_clock_from_cycles_when_the_rate_is_missing(analyzed):
+    """ncu 2023.3's default set on an RTX 4050 Laptop GPU keeps only smsp__cycles_elapsed.sum: the clock is
+    cycles over the duration, and one kernel's clock is no evidence of throttling."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / "Alaric617R__COALDA__examples__rgb__profile__report__origin.ncu-rep.xz")
+    clock = model["profiles"][0]["clock_control"]
+    assert clock["mode"] == "locked" and 1.0e9 < clock["clock_hz"] < 1.3e9
+    assert model["kernels"][0]["metrics"]["sm_frequency_hz"] == pytest.approx(clock["clock_hz"])
+    assert CHECK not in {f["check"] for f in model["findings"]}
+    assert CHECK in {n["check"] for n in model["not_judged"]}
