@@ -245,6 +245,7 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["nsanalyze._forkserver_guard", "nsanalyze.analyze", "nsanalyze.batch"])
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_die_with_parent)
+        safe_path = _safe_import_path()
         try:
             futures = {pool.submit(analyze_for_history, str(p)): (p, c) for p, c in todo}
             for future in as_completed(futures):
@@ -256,8 +257,28 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
             raise
         else:
             pool.shutdown(wait=True)
+        finally:
+            safe_path.close()
     db.conn.close()
     return outcomes
+
+
+class _safe_import_path:
+    """While the pool runs, PYTHONSAFEPATH=1 (Python 3.11+) in the environment the fork server starts
+    with: the server is `python -c ...`, which would otherwise put the working directory first on its
+    sys.path, so a folder named `nsanalyze` there (the folder holding a clone) would be imported as the
+    package instead of the installed one. The workers are forked from that server and get the CLI's own
+    sys.path. The variable is put back as it was once the pool is done."""
+
+    def __init__(self):
+        self.before = os.environ.get("PYTHONSAFEPATH")
+        os.environ["PYTHONSAFEPATH"] = "1"
+
+    def close(self) -> None:
+        if self.before is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = self.before
 
 
 def _die_with_parent() -> None:
