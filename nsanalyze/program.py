@@ -99,6 +99,8 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
         "work": getattr(timeline, "work", None),
         "steps": timeline.steps,
         "host_stretches": timeline.host_stretches,
+        "phases": timeline.phases,
+        "notes": timeline.notes,
         "dropped_rows": export.dropped_rows,
         "devices": timeline.devices,
         "streams": timeline.streams,

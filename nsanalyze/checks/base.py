@@ -87,6 +87,13 @@ class NotJudged:
         return {"check": self.check, "kernel_name": self.kernel_name, "missing": self.missing, "collect": self.collect}
 
 
+def unjudged(*missing: str, collect: str = "") -> NotJudged:
+    """What a check's run() returns when the kernel lacks what it judges by, beyond its REQUIRES (e.g. any
+    one of several ways to measure coalescing): the check is then listed as not judged, never silent.
+    The registry fills in the check, the kernel and, when `collect` is empty, the check's COLLECT."""
+    return NotJudged("", None, list(missing), collect)
+
+
 def evidence(value, threshold=None, *, unit: str = "", compare: str | None = None) -> dict[str, Any]:
     """One evidence entry: the measured value and the limit it was held against."""
     entry: dict[str, Any] = {"value": _round(value)}
@@ -235,4 +242,9 @@ def per_step_phrase(timeline, part: str) -> str:
     per_step = median_step_part(timeline, part)
     if per_step is None:
         return ""
-    return f" ({per_step / 1e6:.2f} ms of each {timeline.steps['median_ns'] / 1e6:.2f} ms step)"
+    text = f"{per_step / 1e6:.2f} ms of each {timeline.steps['median_ns'] / 1e6:.2f} ms step"
+    window_ns, window_share = budget_part(timeline, part)
+    steps_ns = per_step * timeline.steps.get("count", 0)
+    if window_ns > 2 * steps_ns:  # most of it lies between the steps (a phase, the steps' outliers)
+        text += f"; {max(0.0, window_ns - steps_ns) / 1e6:.0f} ms of it between or around the median steps"
+    return f" ({text})"

@@ -107,6 +107,7 @@ class Steps:
             lag = self.gpu_starts[self.steady] - self.host_starts[self.steady]
             out["host_lead_ns"] = float(np.median(lag))
             out["host_relation"] = host_relation(median, out["host_median_ns"], out["host_lead_ns"])
+            out["host_relation_text"] = host_relation_text(out)
         return out
 
 
@@ -120,6 +121,16 @@ def host_relation(gpu_median: float, host_median: float, lead: float) -> str:
     if gpu_median > 0 and lead > AHEAD_STEPS * gpu_median:
         return "ahead"
     return "in step"
+
+
+def host_relation_text(summary: dict) -> str:
+    ms = lambda ns: f"{ns / 1e6:.3g} ms"  # noqa: E731
+    figures = (f"host ranges: median {ms(summary['host_median_ns'])}, {ms(summary['host_min_ns'])} to "
+               f"{ms(summary['host_max_ns'])}; the GPU's period: median {ms(summary['median_ns'])}")
+    if summary["host_relation"] == "ahead":
+        return (f"The host runs ahead: it enqueues steps faster than the GPU runs them and the GPU starts a step "
+                f"{ms(summary['host_lead_ns'])} after the host began it: the GPU is the bound ({figures}).")
+    return f"Host and GPU take turns each step ({figures})."
 
 
 def project_on_gpu(steps: Steps, work_starts: np.ndarray, work_ends: np.ndarray, call_starts: np.ndarray,
@@ -200,8 +211,9 @@ def find_launch_pattern(export: NsysExport) -> LaunchPattern | None:
 
 
 def normalize_name(name: str) -> str:
-    """`step 12` -> `step N`: instances of one loop share a name."""
-    return re.sub(r"\d+", "N", name)
+    """`step 12` -> `step N`, `epoch3` -> `epochN`: instances of one loop share a name. Digits inside a
+    word stay (`bf16_autocast`, `layer3.conv`): they name a thing, not an instance."""
+    return re.sub(r"(?<![A-Za-z0-9])\d+|\d+$", "N", name)
 
 
 def is_step_like(normalized: str) -> bool:

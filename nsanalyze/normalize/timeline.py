@@ -17,8 +17,9 @@ from nsanalyze.normalize.activity import (Activity, Columns, distinct, first_by_
                                           process_of, read_activity)
 from nsanalyze.normalize.budget import (COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, SYNC_PREFIXES, as_parts,
                                         build_budgets, union)
+from nsanalyze.normalize.phases import find_phases
 from nsanalyze.normalize.steps import Steps, find_launch_pattern, find_steps, project_on_gpu
-from nsanalyze.read.nsys import NsysExport
+from nsanalyze.read.nsys import GRAPH_NAME_BASE, NsysExport
 
 FOREVER = 2**62
 TOP_GAPS = 10
@@ -73,6 +74,8 @@ class Timeline:
     budget: list[dict] | None = None       # [{part, ns, share}] over the window (mean over GPUs)
     steps: dict | None = None              # the steady steps (normalize.steps) and their median budget
     host_stretches: list[dict] = field(default_factory=list)  # longest idle_host stretches, with context
+    notes: list[str] = field(default_factory=list)  # what the export cannot show (graph-level traces)
+    phases: list[dict] = field(default_factory=list)  # top-level NVTX range groups over the capture (normalize.phases)
     activity: Activity | None = None       # the arrays read (for the kernel summary; dropped after it)
 
 
@@ -564,7 +567,7 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     window = choose_window(export, skip_first_ns, nvtx_range, mode, steps)
     host_from = int(steps.host_starts[steps.first_index]) if steps is not None and window.kind == "steady" else None
     activity = capture.within(window.start, window.end, host_from)
-    call_names = export.strings(distinct(activity.calls.name_id))
+    call_names = export.strings(distinct(capture.calls.name_id))
     comm_ids = np.array([r[0] for r in export.query("SELECT id FROM StringIds WHERE value LIKE ?",
                                                     (COMMUNICATION_PATTERN,))], dtype=np.int64)
     wa = window_activity(export, activity, call_names)
@@ -601,8 +604,12 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
                         gaps=_gaps(export, wa), syncs=_syncs(wa), launches=_launches(export, wa), copies=_copies(wa))
     timeline.budget = overall
     timeline.activity = activity
-    timeline.steps = _steps_section(steps, budgets) if steps is not None else None
+    timeline.steps = _steps_section(steps, budgets, capture, call_names) if steps is not None else None
+    timeline.notes = _graph_notes(export, wa)
     timeline.host_stretches = _host_stretches(export, budgets)
+    capture_budgets = lambda: build_budgets(capture, call_names, set(comm_ids.tolist()), peer_kinds)  # noqa: E731
+    timeline.phases = find_phases(export, capture_budgets, (window.start, window.end),
+                                  steps.name if steps is not None else None)
     # GPU metrics are sampled from the capture's start; outside the span of GPU work they only dilute.
     active = Window(max(window.start, min((d["first_ns"] for d in devices), default=window.start)),
                     min(window.end, max((d["last_ns"] for d in devices), default=window.end)), window.description)
@@ -624,9 +631,60 @@ def _mean_budget(budgets) -> list[dict] | None:
     return as_parts(totals, window_ns)
 
 
-def _steps_section(steps: Steps, budgets) -> dict:
+def _graph_notes(export: NsysExport, wa: WindowActivity) -> list[str]:
+    """What a graph-level trace cannot show: the kernels inside the graphs."""
+    if not export.graph_level_trace:
+        return []
+    graphs = wa.kernels.short_name_id >= GRAPH_NAME_BASE
+    if not graphs.any():
+        return []
+    ns = (wa.kernels.end - wa.kernels.start)[graphs]
+    return [f"CUDA graphs: {int(graphs.sum())} whole-graph executions in the window ({ns.sum() / 1e6:.1f} ms of GPU "
+            f"time, {ns.mean() / 1e6:.3g} ms each), traced at graph level: the kernels inside the graphs are not in "
+            "this export (`nsys profile --cuda-graph-trace=node` records them)."]
+
+
+# A step whose host range is this many times the median host range is an outlier worth naming.
+HOST_OUTLIER_FACTOR = 3.0
+
+
+def _host_outliers(steps: Steps, capture: Activity, call_names: dict, limit: int = 3) -> list[dict]:
+    """Steps whose host range is far longer than the others' and the wait inside it (an `.item()` that
+    drains the queue): on the GPU's clock they are ordinary steps, on the host's they look unstable."""
+    index = steps.steady
+    host = steps.host_ends[index] - steps.host_starts[index]
+    if not len(host):
+        return []
+    long = np.flatnonzero(host > HOST_OUTLIER_FACTOR * np.median(host))
+    calls = capture.calls
+    waits = np.isin(calls.name_id, _ids(call_names, lambda n: _like(n, SYNC_APIS) or (
+        _like(n, ("cudaMemcpy", "cuMemcpy")) and "async" not in str(n).lower())))
+    wait_start, wait_end, wait_name = calls.start[waits], calls.end[waits], calls.name_id[waits]
+    out = []
+    for i in long[np.argsort(-host[long])][:limit]:
+        start, end = steps.host_starts[index[i]], steps.host_ends[index[i]]
+        inside = (wait_start >= start) & (wait_end <= end)
+        row = {"step": int(index[i]), "host_ns": int(host[i]), "wait": None, "wait_ns": 0}
+        if inside.any():
+            longest = np.argmax(np.where(inside, wait_end - wait_start, -1))
+            name = call_names.get(int(wait_name[longest]))
+            row["wait"] = name.replace("_v3020", "").replace("_v2", "") if isinstance(name, str) else name
+            row["wait_ns"] = int(wait_end[longest] - wait_start[longest])
+        out.append(row)
+    return out
+
+
+def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -> dict:
     """The steady steps' figures and the budget of a median step (mean shares of the steps, times the median)."""
     section = steps.summary()
+    section["host_outliers"] = _host_outliers(steps, capture, call_names)
+    if section["host_outliers"] and steps.clock == "gpu":
+        top = section["host_outliers"][0]
+        wait = f", {top['wait_ns'] / 1e6:.3g} ms of it in {top['wait']} (the host waits for the queued steps)" \
+            if top["wait"] else ""
+        section["host_relation_text"] = (section.get("host_relation_text", "") + f" {len(section['host_outliers'])} "
+                                         f"host range(s) stand out: step {top['step']} took {top['host_ns'] / 1e6:.3g} ms"
+                                         f"{wait}; on the GPU's clock it is an ordinary step.").strip()
     if budgets:
         durations = np.maximum(steps.durations, 1)
         shares = np.mean([np.mean(b.labelled.totals_many(steps.starts, steps.ends) / durations[:, None], axis=0)

@@ -73,8 +73,18 @@ def window_lines(timeline: dict) -> list[str]:
                                                "than a day)" for t, n in timeline["dropped_rows"].items()))
     steps = timeline.get("steps")
     if steps:
-        lines.append(f"Steps: {steps['count']} of '{steps['name']}', median {duration(steps['median_ns'])} "
+        clock = " on the GPU's clock" if steps.get("clock") == "gpu" else ""
+        lines.append(f"Steps: {steps['count']} of '{steps['name']}'{clock}, median {duration(steps['median_ns'])} "
                      f"(p95 {duration(steps['p95_ns'])}, min {duration(steps['min_ns'])}, max {duration(steps['max_ns'])})")
+        if steps.get("host_relation_text"):
+            lines.append(steps["host_relation_text"])
+    for note in timeline.get("notes") or []:
+        lines.append(note)
+    phases = timeline.get("phases") or []
+    if phases:
+        lines.append("Phases: " + ", ".join(
+            f"{visible(p['name'])} ×{p['count']} ({duration(p['duration_ns'])}"
+            + (", outside the window" if not p["in_window_ns"] else "") + ")" for p in phases))
     if timeline.get("budget"):
         scope = "a median step" if steps and steps.get("budget") else f"the window ({duration(timeline['span_ns'])})"
         lines.append(f"Time budget of {scope}: {budget_text((steps or {}).get('budget') or timeline['budget'])}")

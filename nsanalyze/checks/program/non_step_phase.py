@@ -1,0 +1,106 @@
+"""A phase that is not the steps holds the window: checkpoints, evaluation, data loading between epochs.
+
+## What it detects
+The run's phases (normalize.phases: its top-level NVTX ranges over the whole capture, grouped by
+name) that are not the step range, that lie inside the analysis window for a large share of it, and
+in which the GPU does little compute: their instances (the `checkpoint` after every epoch, an `eval`
+loop) take the window's time away from the steps the rest of the report measures per step.
+
+## Why it is slow
+Training throughput is steps per second of wall time. A checkpoint that copies the weights to the
+host through pageable memory and writes them in the training process, or an evaluation that runs
+every few steps, stops the steps for as long as it lasts; per-step figures never show it.
+
+## Example
+```python
+for epoch in range(epochs):
+    train_one_epoch()
+    torch.save(model.state_dict(), f"ckpt{epoch}.pt")   # blocks training while it copies and writes
+```
+
+## Instead
+```python
+import torch.distributed.checkpoint as dcp
+future = dcp.async_save(model.state_dict(), checkpoint_id=f"ckpt{epoch}")   # writes in the background
+# or: save every N epochs; evaluate on a subset, or less often
+```
+
+## Known problems
+The phase's cause is read off its own budget (where its GPU idles); a phase whose GPU computes is
+judged by the kernel checks instead. Phases are found by NVTX ranges: an unmarked checkpoint shows up
+as host-compute or host-sync time between steps.
+
+## Options
+- `min_window_share`: the phase's time inside the window before the check speaks.
+- `min_idle_share`: the share of the phase in which the GPU does not compute.
+"""
+
+from nsanalyze.checks.base import Finding, Threshold, evidence
+
+ID = "non-step-phase"
+NAME = "program.phase"
+TITLE = "A phase that is not the steps holds the window"
+SECTION = "busy"
+REQUIRES = ("budget",)
+THRESHOLDS = {
+    "min_window_share": Threshold(0.10, "a tenth of the window outside the steps changes the run's throughput"),
+    "min_idle_share": Threshold(0.50, "a phase whose GPU computes most of its time is GPU work, judged by kernels"),
+}
+SPEEDUP_MODEL = ("the phase's time inside the window in which its GPU does not compute: made asynchronous, "
+                 "less frequent or overlapped, the steps would not wait for it")
+# Where the phase's time goes, in words, by budget part.
+CAUSES = {
+    "gpu_copy": "copies between host and GPU",
+    "gpu_communication": "communication",
+    "idle_sync": "host waits on the GPU in synchronizations",
+    "idle_host": "the host's own code (serialization, file I/O, Python)",
+    "idle_launch": "kernel launches",
+    "idle_other": "waits on queued work",
+}
+ADVICE = """Take the phase off the steps' path.
+
+- Checkpoints: save asynchronously (`torch.distributed.checkpoint.async_save`, or copy to pinned host
+  buffers with `non_blocking=True` and write from a thread), save every N epochs, keep only what resumes.
+- Evaluation: run it less often, on a subset, under `torch.inference_mode()` with a larger batch.
+- Data loading between epochs: `DataLoader(persistent_workers=True)` keeps workers across epochs.
+
+```python
+import torch.distributed.checkpoint as dcp
+pending = dcp.async_save(model.state_dict(), checkpoint_id=f"ckpt/{epoch}")
+...
+pending.result()   # before the next save
+```"""
+
+
+def run(timeline, limits) -> Finding | None:
+    window_ns = timeline.summary.get("span_ns") or 0
+    candidates = []
+    for phase in timeline.phases or []:
+        if phase["is_steps"] or not phase.get("budget") or not phase["duration_ns"] or not window_ns:
+            continue
+        parts = {p["part"]: p["ns"] for p in phase["budget"]}
+        idle_share = 1.0 - parts.get("gpu_compute", 0) / phase["duration_ns"]
+        window_share = phase["in_window_ns"] / window_ns
+        if window_share >= limits["min_window_share"] and idle_share >= limits["min_idle_share"]:
+            candidates.append((phase["in_window_ns"] * idle_share, phase, parts, idle_share, window_share))
+    if not candidates:
+        return None
+    savings, phase, parts, idle_share, window_share = max(candidates, key=lambda c: c[0])
+    cause_part = max(CAUSES, key=lambda part: parts.get(part, 0))
+    cause_share = parts.get(cause_part, 0) / phase["duration_ns"]
+    each = phase["duration_ns"] / phase["count"]
+    finding = Finding(
+        check=ID,
+        title=(f"The '{phase['name']}' phase holds {window_share:.0%} of the window ({phase['count']} instance"
+               f"{'s' if phase['count'] != 1 else ''}, {each / 1e6:.1f} ms each); its GPU does not compute "
+               f"{idle_share:.0%} of it, mostly {CAUSES[cause_part]} ({cause_share:.0%})"),
+        estimated_speedup=savings / window_ns,
+        evidence={"phase": phase["name"], "instances": phase["count"],
+                  "phase_ns": evidence(phase["duration_ns"], unit="ns"),
+                  "window_share": evidence(window_share, limits["min_window_share"], unit="ratio"),
+                  "idle_share": evidence(idle_share, limits["min_idle_share"], unit="ratio"),
+                  "cause": cause_part, "budget": phase["budget"]},
+        advice=ADVICE,
+    )
+    finding.estimated_savings_ns = min(savings, window_ns)
+    return finding
