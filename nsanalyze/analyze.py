@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from nsanalyze import __version__
 from nsanalyze.checks import global_settings, run_kernel_checks, validate_overrides
 from nsanalyze.checks.base import Finding, KernelView, NotJudged
-from nsanalyze.checks.libraries import library_advice, library_of
+from nsanalyze.checks.libraries import cap_code_level, library_advice, library_of
 from nsanalyze.errors import InputError
 from nsanalyze.normalize import normalize_ncu
 from nsanalyze.numbers import finite
@@ -108,6 +108,7 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
     findings = merge_per_kernel(findings, groups, group_of, durations)
     for finding in findings:
         finding.advice = library_advice(kernels[finding.kernel_id], finding.check) + finding.advice
+        cap_code_level(finding, kernels[finding.kernel_id])
     not_judged = _not_judged_per_kernel(not_judged, clock)
     rules = _nvidia_rules(report)
     seen = set()
@@ -183,7 +184,11 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
             join_kernel_times(kernels, program.kernel_summary, kernel_time)
         else:
             model["kernels"] = program.kernels
-    model["findings"] = [f.to_json() for f in rank(findings, kernel_time)]
+    launches = {k["id"]: k["launches"] for k in kernels if k.get("launches")}
+    identity = {k["id"]: (k.get("profile"), k.get("demangled") or k["name"]) for k in kernels}
+    ranked = rank(findings, kernel_time, kernel_launches=launches, kernel_keys=identity,
+                  total_ns=sum(kernel_time.values()) or None)
+    model["findings"] = [f.to_json() for f in ranked]
     for profile in nsys_exports:
         profile.close()
     return model

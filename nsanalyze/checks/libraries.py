@@ -62,3 +62,21 @@ def library_advice(kernel: dict, check: str) -> str:
     where = f" in NVTX range `{kernel['nvtx_range']}`" if kernel.get("nvtx_range") else ""
     return (f"**{library} kernel** ({kernel['launches']} launch{'es' if kernel['launches'] != 1 else ''}{where}): "
             f"{lever}.\n\n")
+
+
+# Checks about how a kernel's own code touches memory and schedules its work: advice for the kernel's author.
+CODE_LEVEL_CHECKS = frozenset({"uncoalesced-global", "bank-conflicts", "warp-divergence", "low-ilp",
+                               "local-memory-spill", "atomic-contention"})
+# Libraries whose kernels the user cannot edit (CUTLASS and Triton kernels are configured or written by them).
+CLOSED_LIBRARIES = frozenset({"cuBLAS", "cuBLASLt", "cuDNN", "PyTorch", "NCCL"})
+
+
+def cap_code_level(finding, kernel: dict) -> None:
+    """A code-level finding on a closed library's kernel drops to info: its access pattern is the library's,
+    and what the user can change (the call, fusion, layout) is the program finding about its role."""
+    if finding.check not in CODE_LEVEL_CHECKS or kernel.get("library") not in CLOSED_LIBRARIES:
+        return
+    if finding.severity != "info":
+        finding.notes.append(f"capped at info: a {kernel['library']} kernel, whose code you do not write; "
+                             "change the call (see the advice and the program findings)")
+    finding.severity = "info"

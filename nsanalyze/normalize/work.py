@@ -25,6 +25,9 @@ ROLE_TABLE = Path(__file__).with_name("kernel_roles.csv")
 MATMUL = ("matmul_tensor", "matmul_simt")
 # Memory-bound kernels that a compiler fuses into one pass (torch.compile, a hand-written kernel).
 GLUE = ("elementwise", "normalization", "reduction", "cast", "copy")
+# ... of which one operation each: what code written out op by op launches (a library's normalization
+# kernel or a copy is not an operation written out).
+SINGLE_OPS = ("elementwise", "reduction", "cast")
 # The scores path: the softmax's neighbours that read or write the scores (the mask, the scale, casts, copies).
 SCORES_GLUE = ("elementwise", "cast", "copy")
 # A launch over the scores runs about as many threads as the softmax over them: PyTorch's kernels give each
@@ -72,6 +75,7 @@ class Chain:
     """Memory-bound kernels run back to back on one stream between other work (one instance)."""
 
     kernels: int
+    ops: int               # of them, single operations written out (elementwise, reduction, cast kernels)
     ns: int
     longest_ns: int
     names: tuple[int, ...]  # demangled ids, in launch order
@@ -85,6 +89,8 @@ class WorkAnalysis:
     devices: dict = field(default_factory=dict)        # device id -> [{role, ns, share}]
     chains: list[Chain] = field(default_factory=list)
     scores_glue: list[dict] = field(default_factory=list)  # kernels moved to attention_unfused by context
+    names: dict = field(default_factory=dict)  # demangled id -> name, for the chains
+    scores_gemm_ns: int = 0  # the batched GEMMs that open and close the softmax's stretches (QK^T, PV, ...)
 
     def role_ns(self, *roles: str) -> float:
         return float(sum(e["ns"] for e in self.work if e["role"] in roles))
@@ -120,7 +126,7 @@ def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kern
     analysis = WorkAnalysis(work=[], kernel_ns=int(sum(role_ns.values())))
     launches = _launch_roles(export, kernels)
     if launches is not None:
-        moved = _scores_context(launches)
+        moved, analysis.scores_gemm_ns = _scores_context(launches)
         for name_id, ns, count in moved:
             name = launches["names"].get(name_id)
             base = roles_by_name.get(name, "other")
@@ -134,6 +140,7 @@ def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kern
                     break
             analysis.scores_glue.append({"name": name, "role": base, "ns": ns, "launches": count})
         analysis.chains = _chains(launches)
+        analysis.names = launches["names"]
         if len(np.unique(launches["device"])) > 1:
             analysis.devices = _per_device(launches)
     analysis.work = _split({k: max(v, 0.0) for k, v in role_ns.items()})
@@ -178,14 +185,15 @@ def _segments(launches: dict, breaks: np.ndarray) -> np.ndarray:
     return np.cumsum(breaks | new_stream)
 
 
-def _scores_context(launches: dict) -> list[tuple[int, int, int]]:
+def _scores_context(launches: dict) -> tuple[list[tuple[int, int, int]], int]:
     """(name id, ns, launches) of the elementwise, cast and copy launches over attention's scores: in a
-    stretch between two GEMMs on one stream that holds a softmax, of about the softmax's launch size."""
+    stretch between two GEMMs on one stream that holds a softmax, of about the softmax's launch size;
+    and the time of the GEMMs around those stretches."""
     role = launches["role"]
     matmul = np.isin(role, [ROLES.index(r) for r in MATMUL])
     softmax = role == ROLES.index("attention_unfused")
     if not softmax.any() or not matmul.any():
-        return []
+        return [], 0
     segment = _segments(launches, matmul)
     # a stretch counts when a GEMM opens it and the next stretch (same stream) opens with one too
     count = segment[-1] + 1
@@ -201,13 +209,18 @@ def _scores_context(launches: dict) -> list[tuple[int, int, int]]:
     candidate = np.isin(role, [ROLES.index(r) for r in SCORES_GLUE]) & ~launches["fused"]
     inside = candidate & opens[segment] & closes[segment] & np.isfinite(smallest[segment]) & \
         (launches["threads"] * SCORES_THREADS_FACTOR >= smallest[segment])
+    scored = opens & closes & np.isfinite(smallest)  # stretches of attention's scores
+    first = np.flatnonzero(np.concatenate(([True], segment[1:] != segment[:-1])))  # each stretch's opening GEMM
+    around = scored.copy()  # a GEMM opens a scored stretch, or closes one (it opens the next stretch)
+    around[1:] |= scored[:-1]
+    gemm_ns = int(launches["ns"][first[matmul[first] & around[segment[first]]]].sum())
     if not inside.any():
-        return []
+        return [], gemm_ns
     ids, inverse = np.unique(launches["name_id"][inside], return_inverse=True)
     ns = np.bincount(inverse, weights=launches["ns"][inside])
     counts = np.bincount(inverse)
     launches["role"] = np.where(inside, ROLES.index("attention_unfused"), role)
-    return [(int(i), int(n), int(c)) for i, n, c in zip(ids, ns, counts)]
+    return [(int(i), int(n), int(c)) for i, n, c in zip(ids, ns, counts)], gemm_ns
 
 
 def _chains(launches: dict) -> list[Chain]:
@@ -219,12 +232,14 @@ def _chains(launches: dict) -> list[Chain]:
         return []
     segment = _segments(launches, ~glue)[glue]
     ns, names = launches["ns"][glue], launches["name_id"][glue]
+    single = np.isin(role[glue], [ROLES.index(r) for r in SINGLE_OPS]).astype(np.int64)
     starts = np.flatnonzero(np.concatenate(([True], segment[1:] != segment[:-1])))
     lengths = np.diff(np.concatenate((starts, [len(segment)])))
+    ops = np.add.reduceat(single, starts)
     totals = np.add.reduceat(ns, starts)
     longest = np.maximum.reduceat(ns, starts)
-    return [Chain(int(n), int(t), int(m), tuple(int(x) for x in names[s:s + n]))
-            for s, n, t, m in zip(starts, lengths, totals, longest) if n > 1]
+    return [Chain(int(n), int(o), int(t), int(m), tuple(int(x) for x in names[s:s + n]))
+            for s, n, o, t, m in zip(starts, lengths, ops, totals, longest) if n > 1]
 
 
 def _per_device(launches: dict) -> dict:

@@ -1,0 +1,96 @@
+"""Busy by GPU-Util, but the SMs barely issue: the GPU-Util illusion.
+
+## What it detects
+From nsys GPU metrics over the analysis window (the steady steps, or the NVTX range given with
+`--nvtx-range`): GR Active, what `nvidia-smi` reports as GPU utilization, is high while the SMs issue an
+instruction on few of their cycles and the tensor cores idle. It names the kernels that hold the GPU in
+that time, by the work split, and says to profile them with Nsight Compute. When the kernel names show
+matrix products on the CUDA cores, `low-tensor-activity` names that cause instead.
+
+## Why it is slow
+GPU-Util only says that some kernel was resident on the GPU. A kernel that waits (on memory latency,
+on a spin loop, on atomics, on too few warps) keeps GPU-Util at 100% while the SMs do almost nothing.
+
+## Example
+```python
+torch.cuda._sleep(10_000_000)        # a kernel that spins: GR Active ~85%, SM issue ~2%
+```
+
+## Instead
+```text
+ncu -k regex:<kernel> --set full -o busy python train.py   # what the resident kernel waits on
+```
+
+## Known problems
+Needs an export taken with `--gpu-metrics-devices`; memory-bound work (embedding lookups, optimizers)
+legitimately issues little; a sampled metric over a short window is noisy.
+
+## Options
+- `min_gr_active_pct`: GR Active above which the GPU counts as busy.
+- `max_sm_issue_pct`: SM issue below which the busy time does little; also the issue rate a healthy
+  kernel reaches, for the savings.
+- `max_tensor_active_pct`: tensor activity below which the tensor cores count as idle.
+- `max_simt_matrix_share`: CUDA-core matrix products' share of kernel time above which low-tensor-activity
+  speaks for this cause.
+"""
+
+from nsanalyze.checks.base import Finding, Threshold, clamp01, evidence
+
+ID = "gpu-util-illusion"
+NAME = "program.utilization.illusion"
+TITLE = "Busy by GPU-Util, but the SMs barely issue"
+SECTION = "busy"  # the report section its findings appear in
+REQUIRES = ("gpu_metrics", "work")
+BUDGET_PART = "gpu_compute"
+THRESHOLDS = {
+    "min_gr_active_pct": Threshold(50.0, "GPU-Util over half the window reads as a busy GPU to its user"),
+    "max_sm_issue_pct": Threshold(30.0, "tuned kernels issue on well over 30% of SM cycles"),
+    "max_tensor_active_pct": Threshold(5.0, "matrix-heavy work keeps tensor cores active far above 5%"),
+    "max_simt_matrix_share": Threshold(0.15, "low-tensor-activity's min_matrix_share: above it the cause is "
+                                              "matrix products on the CUDA cores, one finding for one cause"),
+}
+SPEEDUP_MODEL = ("the kernels' time in the window x (1 - SM issue / max_sm_issue_pct): what they would take issuing "
+                 "at a tuned kernel's rate; at most their time")
+ADVICE = """Find out what the resident kernels wait on; GPU-Util cannot say.
+
+- Profile the kernels named here with Nsight Compute:
+  `ncu -k regex:<kernel> --set full -o busy <your program>`, then run nsanalyze on the report.
+- Typical causes: memory latency with few warps (raise occupancy or work per thread), spin-waits
+  and polling kernels, serialized atomics, a grid too small for the GPU.
+
+```text
+# before: nvidia-smi says 100%, the step is slow
+# after: ncu names the stall (long scoreboard, barrier, ...) and the source line
+ncu -k regex:spin_kernel --set full -o busy python train.py
+```"""
+
+
+def run(timeline, limits) -> Finding | None:
+    metrics, analysis = timeline.gpu_metrics, getattr(timeline, "work_analysis", None)
+    gr, issue, tensor = (metrics.get(k) for k in ("gr_active_pct", "sm_issue_pct", "tensor_active_pct"))
+    if analysis is None or not gr or not issue or gr["mean"] < limits["min_gr_active_pct"]:
+        return None
+    gr, issue = gr["mean"], issue["mean"]
+    tensor = tensor["mean"] if tensor else None
+    if issue >= limits["max_sm_issue_pct"] or (tensor is not None and tensor >= limits["max_tensor_active_pct"]):
+        return None
+    kernel_ns = analysis.kernel_ns
+    if not kernel_ns or analysis.role_ns("matmul_simt") / kernel_ns >= limits["max_simt_matrix_share"]:
+        return None
+    holding = analysis.by_kernel[:3]
+    names = ", ".join(f"{k['name']} ({k['ns'] / kernel_ns:.0%})" for k in holding)
+    tensor_text = f", tensor cores {tensor:.1f}%" if tensor is not None else ""
+    finding = Finding(
+        check=ID,
+        title=f"GPU-Util {gr:.0f}% but SMs issue on {issue:.0f}% of cycles{tensor_text}: the GPU is held by "
+              f"{names}; profile them with ncu",
+        estimated_speedup=0.0,
+        evidence={"gr_active_pct": evidence(gr, limits["min_gr_active_pct"], unit="%"),
+                  "sm_issue_pct": evidence(issue, limits["max_sm_issue_pct"], unit="%", compare="<"),
+                  "tensor_active_pct": evidence(tensor, limits["max_tensor_active_pct"], unit="%", compare="<"),
+                  "kernels": [{"name": k["name"], "role": k["role"], "duration_ns": k["ns"], "launches": k["launches"],
+                               "ncu": f"ncu -k regex:{k['name']} --set full"} for k in holding]},
+        advice=ADVICE,
+    )
+    finding.estimated_savings_ns = kernel_ns * clamp01(1 - issue / limits["max_sm_issue_pct"])
+    return finding

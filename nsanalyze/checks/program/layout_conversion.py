@@ -1,0 +1,94 @@
+"""Convolutions in NCHW: the library converts every tensor to NHWC and back.
+
+## What it detects
+Layout conversion kernels between NCHW and NHWC (cuDNN's `nchwToNhwcKernel` / `nhwcToNchwKernel`, and
+the like by name) in a program that runs convolutions (cuDNN or CUTLASS fprop, dgrad, wgrad, implicit
+GEMM kernels).
+
+## Why it is slow
+Tensor-core convolutions work on NHWC (channels last). Given NCHW tensors, cuDNN transposes each input
+to NHWC and each output back: passes through memory that do no math, forward and backward. PyTorch's
+NCHW batch-norm and pooling kernels are slower than their channels-last ones too.
+
+## Example
+```python
+model = torchvision.models.resnet50().cuda()
+y = model(x)                                   # NCHW, PyTorch's default
+```
+
+## Instead
+```python
+model = model.to(memory_format=torch.channels_last)
+y = model(x.to(memory_format=torch.channels_last))
+```
+
+## Known problems
+The savings count the conversion kernels only; the NCHW normalization kernels that channels-last
+also speeds up are not counted.
+
+## Options
+- `min_share`: the conversion kernels' share of the window before the check speaks.
+"""
+
+import re
+
+from nsanalyze.checks.base import Finding, Threshold, evidence
+
+ID = "layout-conversion"
+NAME = "program.work.layout_conversion"
+TITLE = "Convolutions in NCHW: layout conversion kernels around them"
+SECTION = "busy"  # the report section its findings appear in
+REQUIRES = ("work",)
+BUDGET_PART = "gpu_compute"
+THRESHOLDS = {"min_share": Threshold(0.03, "the low-severity cut: 3% of the window in layout conversions "
+                                             "is worth a memory-format change")}
+SPEEDUP_MODEL = "the conversion kernels' time: channels_last for model and input removes them"
+# NCHW <-> NHWC conversions as cuDNN, TensorRT and CUTLASS name them.
+CONVERSION = re.compile(r"(?:nchw|nhwc|ncdhw|ndhwc)\w*?To\w*?(?:nchw|nhwc|ncdhw|ndhwc)|nchw_?to_?nhwc|nhwc_?to_?nchw",
+                        re.I)
+CONVOLUTION = re.compile(r"fprop|dgrad|wgrad|conv|implicit_gemm|winograd|implicit_convolve", re.I)
+ADVICE = """Keep the tensors channels-last (NHWC) end to end.
+
+- `model = model.to(memory_format=torch.channels_last)` and
+  `x = x.to(memory_format=torch.channels_last)` for every input batch.
+- With autocast (bf16/fp16), channels-last also picks the NHWC batch-norm and pooling kernels.
+
+```python
+# before
+y = model(x)
+# after
+model = model.to(memory_format=torch.channels_last)
+y = model(x.to(memory_format=torch.channels_last))
+```"""
+
+
+def run(timeline, limits) -> Finding | None:
+    analysis = getattr(timeline, "work_analysis", None)
+    window_ns = timeline.summary.get("span_ns") or 0
+    if analysis is None or not window_ns:
+        return None
+    convolutions = [k for k in analysis.by_kernel if k["role"] in ("matmul_tensor", "matmul_simt")
+                    and CONVOLUTION.search(k["demangled"] or k["name"] or "")]
+    conversions = [k for k in analysis.by_kernel if k["role"] == "layout"
+                   and CONVERSION.search(k["demangled"] or k["name"] or "")]
+    if not convolutions or not conversions:
+        return None
+    layout_ns = float(sum(k["ns"] for k in conversions))
+    if layout_ns / window_ns < limits["min_share"]:
+        return None
+    conv_ns = float(sum(k["ns"] for k in convolutions))
+    finding = Finding(
+        check=ID,
+        title=f"Convolutions in NCHW: NCHW<->NHWC conversion kernels take {layout_ns / (analysis.kernel_ns or 1):.0%} "
+              f"of GPU kernel time ({layout_ns / 1e6:.1f} ms, convolutions {conv_ns / 1e6:.1f} ms); "
+              "use channels_last for model and input",
+        estimated_speedup=0.0,
+        evidence={"layout_ns": evidence(layout_ns, unit="ns"),
+                  "layout_share": evidence(layout_ns / window_ns, limits["min_share"], unit="ratio"),
+                  "convolution_ns": evidence(conv_ns, unit="ns"),
+                  "kernels": [{"name": k["name"], "duration_ns": k["ns"], "launches": k["launches"]}
+                              for k in conversions[:5]]},
+        advice=ADVICE,
+    )
+    finding.estimated_savings_ns = layout_ns
+    return finding

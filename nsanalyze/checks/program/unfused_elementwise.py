@@ -1,0 +1,98 @@
+"""Elementwise code written out op by op: a chain of memory-bound kernels where one would do.
+
+## What it detects
+Runs of memory-bound kernels back to back on one stream between other work (matrix products,
+attention), from the work split: at least `min_ops` single operations each (PyTorch's elementwise,
+reduction and cast kernels; normalization kernels and copies may sit in the chain but do not count
+as written-out operations). Kernels a compiler generated (Triton) are already fused and left out.
+
+## Why it is slow
+Each kernel of the chain reads its inputs from memory and writes its result back, to be read again by
+the next. A fused kernel reads the chain's inputs once and writes its output once: one pass, about the
+traffic of the chain's largest kernel.
+
+## Example
+```python
+def gelu(x):
+    return 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x * x * x)))   # 8 kernels
+```
+
+## Instead
+```python
+gelu = torch.compile(gelu)                      # one fused kernel
+# or the library's fused op: torch.nn.functional.gelu(x, approximate="tanh")
+```
+
+## Known problems
+The model counts a chain's bytes by its kernels' time at the bandwidth each measured; a reduction in
+the middle of a chain (a mean) may need a second pass in the fused kernel too.
+
+## Options
+- `min_ops`: written-out operations in a chain before it counts as code written out op by op.
+- `min_share`: the chains' saving as a share of the window before the check speaks.
+"""
+
+from nsanalyze.checks.base import Finding, Threshold, evidence
+
+ID = "unfused-elementwise"
+NAME = "program.work.unfused_elementwise"
+TITLE = "Elementwise code written out: chains of memory-bound kernels"
+SECTION = "busy"  # the report section its findings appear in
+REQUIRES = ("work",)
+BUDGET_PART = "gpu_compute"
+THRESHOLDS = {
+    "min_ops": Threshold(8, "a PyTorch module launches 1 to 3 kernels, a loss written out with its backward 6 or 7; "
+                            "8 or more in a row are a function written out op by op (a tanh GELU: 8, a LayerNorm: 10)"),
+    "min_share": Threshold(0.03, "the low-severity cut: 3% of the window is worth a torch.compile"),
+}
+SPEEDUP_MODEL = ("per chain, the bytes it moves beyond one pass: its kernels' time (each at the bandwidth it "
+                 "measured) less its largest kernel's, the one pass a fused kernel still makes")
+ADVICE = """Fuse the chain into one kernel.
+
+- `torch.compile(model)` (or of the function holding the chain) fuses elementwise and
+  normalization code into Triton kernels, forward and backward.
+- Or call the library's fused op: `F.gelu(x, approximate="tanh")`, `F.layer_norm`, `F.rms_norm`,
+  `F.silu`; or write one fused kernel (Triton, CUDA).
+
+```python
+# before: LayerNorm and GELU written out, ~20 kernels per block
+y = x + down(gelu(up(layer_norm(x, w, b))))
+# after
+block = torch.compile(block)
+```"""
+
+
+def run(timeline, limits) -> Finding | None:
+    analysis = getattr(timeline, "work_analysis", None)
+    window_ns = timeline.summary.get("span_ns") or 0
+    if analysis is None or not window_ns:
+        return None
+    chains = [c for c in analysis.chains if c.ops >= limits["min_ops"]]
+    savings = float(sum(c.ns - c.longest_ns for c in chains))
+    if savings / window_ns < limits["min_share"]:
+        return None
+    chain_ns = float(sum(c.ns for c in chains))
+    by_name: dict[int, int] = {}
+    for chain in chains:
+        for name_id in chain.names:
+            by_name[name_id] = by_name.get(name_id, 0) + 1
+    common = sorted(by_name.items(), key=lambda item: -item[1])[:5]
+    steps = (timeline.steps or {}).get("count")
+    per_step = f" ({len(chains) / steps:.0f} chains per step)" if steps else ""
+    mean_length = sum(c.kernels for c in chains) / len(chains)
+    finding = Finding(
+        check=ID,
+        title=f"Elementwise code written out: {len(chains)} chains of {mean_length:.0f} memory-bound kernels on "
+              f"average{per_step} take {chain_ns / 1e6:.1f} ms of the {window_ns / 1e6:.1f} ms window; "
+              "fuse them with torch.compile",
+        estimated_speedup=0.0,
+        evidence={"chains": evidence(len(chains)),
+                  "chain_kernels_mean": evidence(mean_length, limits["min_ops"]),
+                  "chain_ns": evidence(chain_ns, unit="ns"),
+                  "beyond_one_pass_ns": evidence(savings, unit="ns"),
+                  "saving_share": evidence(savings / window_ns, limits["min_share"], unit="ratio"),
+                  "kernels": [{"name": analysis.names.get(i), "launches_in_chains": n} for i, n in common]},
+        advice=ADVICE,
+    )
+    finding.estimated_savings_ns = savings
+    return finding
