@@ -120,6 +120,11 @@ def batch_command(paths, db_path, jobs, label, git_revision, scheduler):
 
     from nsanalyze.batch import batch, default_jobs, find_profiles
 
+    if scheduler:
+        import importlib.util
+
+        if importlib.util.find_spec("distributed") is None:
+            raise InputError("--scheduler", "needs Dask, an optional part: pip install 'nsanalyze[dask]'")
     total = len(find_profiles(list(paths)))
     with Progress(transient=not sys.stderr.isatty()) as progress:
         task = progress.add_task("analyzing", total=total)
