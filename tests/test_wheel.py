@@ -24,6 +24,13 @@ def test_wheel_in_a_clean_venv_renders_every_format_from_elsewhere(tmp_path):
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import nsanalyze; print(nsanalyze.__file__)"],
                            env=env, cwd=work, capture_output=True, text=True, check=True).stdout
     assert where.startswith(str(venv))
+    # A lean install: Dask only with the extra (pip install 'nsanalyze[dask]'), and --scheduler says so.
+    lean = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.util as u; print(u.find_spec('distributed'))"],
+                          env=env, cwd=work, capture_output=True, text=True, check=True).stdout
+    assert lean.strip() == "None"
+    refused = subprocess.run([str(venv / "bin" / "nsanalyze"), "batch", str(work), "--db", "h.sqlite", "--scheduler",
+                              "tcp://127.0.0.1:8786"], env=env, cwd=work, capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "nsanalyze[dask]" in refused.stderr
     for profile in (DEV_SUITE_NCU, REAL / "ddp_gpu_all_nsys.sqlite.xz"):
         outputs = [f"{profile.name}.{ext}" for ext in ("html", "pdf", "md", "sarif", "json")]
         result = subprocess.run([str(venv / "bin" / "nsanalyze"), "report", str(profile),
