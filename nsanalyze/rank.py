@@ -4,6 +4,9 @@
   an ncu report alone; the kernel's total time in the nsys timeline when one is joined).
 - A kernel near a roof keeps only findings that take load off that roof; others drop to `info`
   (a copy at 90% of DRAM bandwidth is doing its job).
+- A kernel's findings overlap (1 - prod(1 - s_i)), a grid sized by a small problem counts after the
+  kernel's own findings, and no kernel saves below its launch floor (about 2 us a launch).
+- Launch shapes of one kernel are one finding; severity is the savings' share of the report's time.
 - Rank 1 is the most time to win.
 """
 
@@ -49,39 +52,135 @@ def merge_per_kernel(findings: list[Finding], groups, group_of: dict[int, int], 
     return out
 
 
-def combine_per_kernel(findings: list[Finding]) -> None:
-    """A kernel's findings overlap: together they promise 1 - prod(1 - s_i) of its time, never the sum."""
+def _secondary_checks() -> frozenset[str]:
+    from nsanalyze.checks import kernel_checks
+
+    return frozenset(c.ID for c in kernel_checks() if getattr(c, "SECONDARY", False))
+
+
+def launch_floor_ns() -> float:
+    return float(global_settings()["savings"]["launch_floor_ns"])
+
+
+def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = None,
+                       kernel_launches: dict | None = None) -> None:
+    """A kernel's findings overlap: together they promise 1 - prod(1 - s_i) of its time, never the sum.
+    Secondary findings (a grid sized by a small problem) count only the time the kernel's own findings
+    leave. No kernel runs faster than its launch floor (launch_floor_ns a launch): together its findings
+    never save more than its time less that floor."""
     by_kernel: dict[int, list[Finding]] = {}
     for finding in findings:
         if finding.kernel_id is not None:
             by_kernel.setdefault(finding.kernel_id, []).append(finding)
-    cuts = global_settings()["severity"]
-    for group in by_kernel.values():
-        total = sum(f.estimated_speedup for f in group)
-        remaining = 1.0
+    secondary = _secondary_checks()
+    floor = launch_floor_ns()
+    for kernel_id, group in by_kernel.items():
         for finding in group:
-            remaining *= 1.0 - finding.estimated_speedup
-        combined = 1.0 - remaining
-        if len(group) < 2 or total <= combined:
-            continue
+            finding.potential = finding.estimated_speedup  # before overlaps and the floor: breaks ties
+        primary = [f for f in group if f.check not in secondary]
+        later = [f for f in group if f.check in secondary]
+        combined = _share_overlap(primary, 1.0)
+        left = 1.0 - combined
+        later_combined = _share_overlap(later, left)
+        for finding in later:
+            if primary and finding.estimated_speedup > 0:
+                finding.notes.append(f"counted after {', '.join(f.check for f in primary)}: of the "
+                                     f"{left:.0%} of the kernel's time they leave")
+            finding.estimated_speedup *= left
+        combined += later_combined * left
+        time_ns, launches = (kernel_time_ns or {}).get(kernel_id), (kernel_launches or {}).get(kernel_id)
+        if time_ns and launches:
+            cap = max(0.0, 1.0 - launches * floor / time_ns)
+            if combined > cap:
+                for finding in group:
+                    finding.estimated_speedup *= cap / combined if combined else 0.0
+                    finding.notes.append(f"at most {cap:.0%} of the kernel's time can go: {launches} launch"
+                                         f"{'es' if launches != 1 else ''} of {time_ns / launches / 1e3:.1f} us "
+                                         f"each keep a launch floor of about {floor / 1e3:.1f} us")
+
+
+def _share_overlap(group: list[Finding], scale: float) -> float:
+    """Scales overlapping findings so that they sum to 1 - prod(1 - s_i); returns that sum (per unit of
+    `scale`, the part of the kernel's time they act on)."""
+    total = sum(f.estimated_speedup for f in group)
+    remaining = 1.0
+    for finding in group:
+        remaining *= 1.0 - finding.estimated_speedup
+    combined = 1.0 - remaining
+    if len(group) >= 2 and total > combined:
         for finding in group:
             finding.estimated_speedup *= combined / total
             finding.notes.append(f"overlaps with {', '.join(f.check for f in group if f is not finding)}: "
-                                 f"fixed together they save at most {combined:.0%} of the kernel's time")
-            if finding.severity != "info":
-                finding.severity = severity_for(finding.estimated_speedup, cuts)
+                                 f"fixed together they save at most {combined * scale:.0%} of the kernel's time")
+    return min(total, combined)
 
 
-def rank(findings: list[Finding], kernel_time_ns: dict) -> list[Finding]:
-    """Sets savings and rank; `kernel_time_ns` maps a kernel id (or None for program findings) to time."""
-    combine_per_kernel(findings)
+def merge_launch_shapes(findings: list[Finding], kernel_keys: dict, kernel_time_ns: dict) -> list[Finding]:
+    """One row per (check, kernel): the launch shapes and NVTX ranges of one kernel are evidence of one
+    finding. The shape that saves most speaks; savings add up; the speedup is over all the shapes' time."""
+    merged: dict[tuple, list[Finding]] = {}
+    out = []
+    for finding in findings:
+        key = kernel_keys.get(finding.kernel_id) if finding.kernel_id is not None else None
+        if key is None:
+            out.append(finding)
+        else:
+            merged.setdefault((finding.check, key), []).append(finding)
+    for fired in merged.values():
+        best = max(fired, key=lambda f: (f.estimated_savings_ns, f.estimated_speedup))
+        if len(fired) > 1:
+            time_ns = sum(kernel_time_ns.get(f.kernel_id, 0.0) for f in fired)
+            best.estimated_savings_ns = sum(f.estimated_savings_ns for f in fired)
+            best.estimated_speedup = clamp01(best.estimated_savings_ns / time_ns) if time_ns else best.estimated_speedup
+            best.evidence = {**best.evidence, "launch_shapes": {
+                "value": len(fired), "kernel_ids": sorted(f.kernel_id for f in fired)}}
+            best.notes.append(f"the kernel ran with {len(fired)} launch shapes or NVTX ranges that show this; the "
+                              "evidence is that of the one that saves most, the savings those of all")
+            order = ("high", "medium", "low", "info")
+            best.severity = min((f.severity for f in fired), key=order.index)
+        out.append(best)
+    return out
+
+
+def report_severity(finding: Finding, total_ns: float) -> str:
+    """Severity of a kernel finding from its savings as a share of the report's time, with absolute
+    minimums: the ranked table reads in order, and nothing saving a few microseconds is `high`."""
+    if finding.severity == "info" or not total_ns:
+        return finding.severity
+    cuts = global_settings()["report_severity"]
+    share, saved = finding.estimated_savings_ns / total_ns, finding.estimated_savings_ns
+    if share >= cuts["high"] and saved >= cuts["min_high_ns"]:
+        return "high"
+    if share >= cuts["medium"] and saved >= cuts["min_medium_ns"]:
+        return "medium"
+    if share >= cuts["low"] and saved > 0:
+        return "low"
+    return "info"
+
+
+def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | None = None,
+         kernel_keys: dict | None = None, total_ns: float | None = None) -> list[Finding]:
+    """Sets savings and rank; `kernel_time_ns` maps a kernel id (or None for program findings) to time,
+    `kernel_launches` its launches (for the launch floor), `kernel_keys` its identity across launch
+    shapes, `total_ns` the report's time (kernel severities are shares of it)."""
+    combine_per_kernel(findings, kernel_time_ns, kernel_launches)
     for finding in findings:
         if finding.kernel_id is not None or finding.estimated_savings_ns == 0.0:
             time_ns = kernel_time_ns.get(finding.kernel_id, 0.0)
             finding.estimated_savings_ns = finding.estimated_speedup * time_ns
+    if kernel_keys:
+        findings = merge_launch_shapes(findings, kernel_keys, kernel_time_ns)
+    if total_ns is None:
+        total_ns = sum(t for k, t in kernel_time_ns.items() if k is not None)
+    cuts = global_settings()["severity"]
+    for finding in findings:
+        if finding.kernel_id is not None:
+            if finding.severity != "info" and finding.estimated_speedup < cuts["low"]:
+                finding.severity = "info"  # under 3% of its kernel after overlaps and the floor
+            finding.severity = report_severity(finding, total_ns)
     severity_order = {"high": 0, "medium": 1, "low": 2, "info": 3}
-    ordered = sorted(findings, key=lambda f: (f.severity == "info", -f.estimated_savings_ns,
-                                              severity_order[f.severity], f.check))
+    ordered = sorted(findings, key=lambda f: (f.severity == "info", -round(f.estimated_savings_ns, 1),
+                                              severity_order[f.severity], -getattr(f, "potential", 0.0), f.check))
     for position, finding in enumerate(ordered, start=1):
         finding.rank = position
     return ordered

@@ -76,6 +76,10 @@ def run_kernel_checks(kernels: list[KernelView], overrides=None) -> tuple[list[F
             finding = check.run(kernel, limits)
             if finding is None:
                 continue
+            if isinstance(finding, NotJudged):  # the check had no way to judge this kernel: say so
+                not_judged.append(NotJudged(check.ID, kernel.name, finding.missing,
+                                            finding.collect or getattr(check, "COLLECT", "--set full")))
+                continue
             finding.check = check.ID
             finding.kernel_name = kernel.name
             finding.kernel_id = kernel.id

@@ -5,7 +5,7 @@ import pytest
 
 from nsanalyze.analyze import analyze
 from nsanalyze.render import render_bytes
-from tests.conftest import PUBLIC, PUBLIC_NCU
+from tests.conftest import DEV_SUITE_NCU, PUBLIC, PUBLIC_NCU, REAL
 
 
 @pytest.mark.parametrize("path", PUBLIC_NCU, ids=lambda p: p.name[:60])
@@ -46,3 +46,17 @@ def test_export_without_gpu_activity_says_how_to_capture_it():
     model = analyze([str(PUBLIC / "quasiben__nvtx-examples__quickstart.sqlite.xz")])
     assert model["timeline"]["kernels"] == 0
     assert health_line(model).startswith("No GPU activity recorded") and "nsys profile -t cuda" in health_line(model)
+
+
+@pytest.mark.parametrize("path", PUBLIC_NCU + [DEV_SUITE_NCU, REAL / "gpt_fp32_full.ncu-rep.xz"], ids=lambda p: p.name[:60])
+def test_savings_and_severities_read_in_rank_order(path, analyzed):
+    """Severity follows savings (its share of the report's time), so the ranked table reads in order;
+    nothing saving under 10 us is high, and one (check, kernel) is one row whatever its launch shapes."""
+    model = analyzed(path)
+    order = ("high", "medium", "low", "info")
+    severities = [order.index(f["severity"]) for f in model["findings"]]
+    assert severities == sorted(severities)
+    assert all(f["estimated_savings_ns"] >= 10_000 for f in model["findings"] if f["severity"] == "high")
+    identity = {k["id"]: (k["demangled"] or k["name"]) for k in model["kernels"]}
+    rows = [(f["check"], identity[f["kernel_id"]]) for f in model["findings"] if f["kernel_id"] is not None]
+    assert len(rows) == len(set(rows))

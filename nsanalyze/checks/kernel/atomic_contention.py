@@ -30,7 +30,7 @@ atomic share and from how far the kernel sits below its roofs.
 - `max_roof_share`: speed of light below which the atomics are taken to serialize.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
 from nsanalyze.checks.kernel.low_ilp import atomic_share
 
 ID = "atomic-contention"
@@ -81,7 +81,9 @@ def run(kernel: KernelView, limits) -> Finding | None:
     if share_of_atomics < limits["min_atomic_share"]:
         return None
     share = roof_share(kernel)
-    if share is None or share >= limits["max_roof_share"]:
+    if share is None:
+        return unjudged("sm_throughput_pct", "memory_throughput_pct", collect="--section SpeedOfLight")
+    if share >= limits["max_roof_share"]:
         return None
     speedup = clamp01(clamp01(1 - share / limits["target_roof_share"]) * clamp01(2 * share_of_atomics))
     atomics = kernel.get("global_atomic_instructions") or kernel.get("global_atomic_requests")

@@ -33,7 +33,7 @@ Atomic-heavy kernels look the same; the check leaves them to `atomic-contention`
 - `min_theoretical_occupancy_pct`: below this the launch itself caps the warps: low-occupancy instead.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
 
 ID = "low-ilp"
 NAME = "latency.ilp"
@@ -80,7 +80,9 @@ def atomic_share(kernel: KernelView) -> float:
 
 def run(kernel: KernelView, limits) -> Finding | None:
     share = roof_share(kernel)
-    if share is None or share >= limits["max_roof_share"]:
+    if share is None:
+        return unjudged("sm_throughput_pct", "memory_throughput_pct", collect="--section SpeedOfLight")
+    if share >= limits["max_roof_share"]:
         return None
     eligible = kernel.get("eligible_warps_per_scheduler")
     if eligible is not None and eligible >= limits["max_eligible_warps"]:

@@ -28,7 +28,7 @@ well at low occupancy, which is why the check only speaks when the kernel is lat
 - `target_occupancy_pct`: occupancy where latency hiding usually suffices.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
 
 ID = "low-occupancy"
 NAME = "latency.occupancy"
@@ -80,7 +80,9 @@ def run(kernel: KernelView, limits) -> Finding | None:
     if achieved >= limits["max_achieved_occupancy_pct"]:
         return None
     share = roof_share(kernel)
-    if share is None or share >= limits["max_roof_share"]:
+    if share is None:
+        return unjudged("sm_throughput_pct", "memory_throughput_pct", collect="--section SpeedOfLight")
+    if share >= limits["max_roof_share"]:
         return None
     issue = kernel.get("issue_active_pct")  # when measured: a busy scheduler is not starved of warps
     if issue is not None and issue >= limits["max_issue_active_pct"]:

@@ -1,8 +1,9 @@
 """The grid is too small to fill the GPU.
 
 ## What it detects
-Launches whose grid holds fewer blocks than the SMs can run at once (SMs x resident blocks per SM,
-less than one wave), so some SMs get no block at all and the rest run below their occupancy limit.
+Launches whose grid holds fewer blocks than the GPU has SMs, so some SMs get no block at all and
+idle for the whole kernel, whatever limits the blocks per SM (registers, shared memory, threads).
+A grid with a block for every SM but few blocks per SM is an occupancy question (low-occupancy).
 
 ## Why it is slow
 Each SM runs the blocks it is given; an SM without a block idles for the whole kernel. A 10-block
@@ -24,8 +25,11 @@ row_softmax_split<<<dim3(64, 8), 256>>>(x, cols);   // 512 blocks: every SM busy
 Small problems (batch-1 inference, the last layers of a network) cannot always be split; batching
 requests, fusing kernels or running independent work on other streams fills the GPU instead.
 
+A kernel with its own inefficiency (bank conflicts, uncoalesced access) gets that first: the
+small-grid savings count only the time left after its other findings.
+
 ## Options
-- `max_waves`: the share of one wave below which the grid counts as too small.
+- `min_idle_sm_share`: the share of SMs without a block before the check speaks.
 """
 
 from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
@@ -38,12 +42,15 @@ REQUIRES = ("grid_size", "sm_count")
 OPTIONAL = ("blocks_per_sm_limit", "waves_per_sm", "block_size")
 COLLECT = "--section LaunchStats --section Occupancy"
 RELIEVES = None
+SECONDARY = True  # its savings count after the kernel's other findings (rank.combine_per_kernel)
 THRESHOLDS = {
-    "max_waves": Threshold(0.5, "a grid of under half a wave leaves most of the GPU's block slots empty"),
+    "min_idle_sm_share": Threshold(0.10, "a tenth of the SMs without a block is more than launch-to-launch noise "
+                                         "in how blocks land on SMs"),
     "parallel_efficiency": Threshold(0.5, "splitting the work over more blocks recovers about half the idle "
                                           "share: the split adds reductions and the kernel may be latency-bound"),
 }
-SPEEDUP_MODEL = "(1 - blocks / SMs, the share of SMs left without a block) x parallel_efficiency"
+SPEEDUP_MODEL = ("(1 - blocks / SMs, the share of SMs left without a block) x parallel_efficiency, "
+                 "of the time left after the kernel's other findings")
 ADVICE = """Give every SM work.
 
 - Launch more, smaller blocks: split each block's work (rows over several blocks, a split-K
@@ -61,21 +68,19 @@ reduce<<<numSMs * 4, 256>>>(x, partial, n); reduce<<<1, 1024>>>(partial, out, nu
 
 def run(kernel: KernelView, limits) -> Finding | None:
     grid, sms = kernel.get("grid_size"), kernel.get("sm_count")
-    per_sm = kernel.get("blocks_per_sm_limit") or 1.0
-    waves = kernel.get("waves_per_sm")
-    if waves is None:
-        waves = grid / (sms * per_sm) if sms else None
-    if not grid or not sms or waves is None or waves >= limits["max_waves"]:
+    if not grid or not sms:
         return None
-    idle_sms = clamp01(1 - grid / sms)
+    idle_sms = clamp01(1 - grid / sms)  # SMs without a block, whatever limits the blocks per SM
+    if idle_sms < limits["min_idle_sm_share"]:
+        return None
+    waves = kernel.get("waves_per_sm")
     return Finding(
         check=ID,
-        title=f"{grid:.0f} blocks on {sms:.0f} SMs ({waves:.2f} waves): "
-              + (f"{idle_sms:.0%} of the SMs get no block" if idle_sms > 0 else
-                 f"each SM holds {grid / sms:.1f} of the {per_sm:.0f} blocks it could run"),
+        title=f"{grid:.0f} blocks on {sms:.0f} SMs: {idle_sms:.0%} of the SMs get no block",
         estimated_speedup=idle_sms * limits["parallel_efficiency"],
-        evidence={"waves_per_sm": evidence(waves, limits["max_waves"], compare="<"),
+        evidence={"idle_sm_share": evidence(idle_sms, limits["min_idle_sm_share"], unit="ratio"),
                   "grid_size": evidence(grid, unit="blocks"), "sm_count": evidence(sms),
+                  "waves_per_sm": evidence(waves),
                   "blocks_per_sm_limit": evidence(kernel.get("blocks_per_sm_limit")),
                   "block_size": evidence(kernel.get("block_size"), unit="threads")},
         advice=ADVICE,

@@ -28,7 +28,7 @@ sectors per request assuming 4-byte accesses; wider accesses (float4) then look 
 - `min_excess_share`: the part of sectors that is excess before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share, unjudged
 
 ID = "uncoalesced-global"
 NAME = "memory.global.uncoalesced"
@@ -85,8 +85,9 @@ def run(kernel: KernelView, limits) -> Finding | None:
         measured_by = "bytes used per sector of the global loads and stores"
     if excess_share is None:
         per_request = kernel.get("sectors_per_request_global_load")
-        if per_request is None:
-            return None
+        if per_request is None:  # none of the three ways to measure coalescing: not judged, never silent
+            return unjudged("global_sectors_excess_share", "global_load_bytes_per_sector",
+                            "sectors_per_request_global_load")
         ideal = limits["ideal_sectors_per_request"]
         excess_share = clamp01(1 - ideal / per_request) if per_request > ideal else 0.0
         measured_by = f"load sectors per request against {ideal:g} (the access width is not in the report)"
