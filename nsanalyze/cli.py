@@ -44,14 +44,25 @@ def cli():
 @click.option("--set", "settings", multiple=True, metavar="CHECK.KEY=VALUE", help="override a check threshold")
 @click.option("--skip-first-ns", type=click.IntRange(min=0), help="nsys: ignore the first N ns (warm-up)")
 @click.option("--nvtx-range", help="nsys: analyze only the time inside the NVTX ranges of this name")
-@click.option("--window", "window", type=click.Choice(["steady", "capture"]), default="steady", show_default=True,
-              help="nsys: analyze the steady steps (start-up and warm-up left out) or the whole capture")
+@click.option("--window", "window", type=click.Choice(["steady", "capture"]),
+              help="nsys: analyze the steady steps (start-up and warm-up left out; the default) or the whole capture")
 @click.option("--fail-on", type=click.Choice(SEVERITY_CHOICES), help="exit 1 when a finding has this severity or worse")
+@click.option("--skip", "skip", multiple=True, metavar="CHECK", help="leave this check's findings out (repeatable)")
 @click.option("--annotations", type=click.Choice(["github"]), help="also print CI annotations for findings with source lines")
-def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_on, annotations):
-    """Analyze PROFILES (.ncu-rep, nsys .sqlite, either as .xz/.gz) and write reports."""
+def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_on, skip, annotations):
+    """Analyze PROFILES (.ncu-rep, nsys .sqlite, either as .xz/.gz) and write reports.
+
+    Defaults for --set, --window, --fail-on and --skip come from [tool.nsanalyze] in the nearest
+    pyproject.toml (from the working directory up); flags given here win."""
     from nsanalyze.analyze import Options, analyze
+    from nsanalyze.config import apply_skip, check_skip, load_settings
     from nsanalyze.render import check_target, format_for, write_report
+
+    config = load_settings()
+    check_skip(skip, "--skip")
+    thresholds = {**config.thresholds, **_parse_settings(settings)}
+    window = window or config.window or "steady"
+    fail_on = fail_on or config.fail_on
 
     inputs = {Path(p).resolve() for p in profiles if Path(p).exists()}
     for target in outputs:
@@ -59,7 +70,8 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
         check_target(target)
         if target != "-" and Path(target).resolve() in inputs:
             raise InputError(target, "is one of the input profiles: refusing to write a report over it")
-    model = analyze(list(profiles), Options(_parse_settings(settings), skip_first_ns, nvtx_range, window))
+    model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window))
+    apply_skip(model, (*config.skip, *skip))
     for target in outputs:
         write_report(model, target)
     if not outputs:
@@ -94,7 +106,11 @@ def diff_command(base, new, outputs, fail_on_regression, force):
     for target in outputs:
         if format_for(target) not in ("json", "markdown", "html"):
             raise InputError(target, "diff reports are .html, .md or .json")
-    result = diff(base, new, force=force)
+    from nsanalyze.analyze import Options
+    from nsanalyze.config import load_settings
+
+    config = load_settings()
+    result = diff(base, new, Options(dict(config.thresholds), window=config.window or "steady"), force=force)
     for target in outputs:
         write_bytes(render_diff(result, format_for(target)).encode(), target)
     if not outputs:
@@ -228,11 +244,24 @@ def metrics(profile, output):
 
 @cli.command()
 @click.option("--markdown", is_flag=True, help="print the full documentation of every check as Markdown")
-def checks(markdown):
-    """Document every check: id, what it reads, thresholds and advice."""
-    from nsanalyze.render.checks_doc import checks_markdown, checks_summary
+@click.option("--set", "settings", multiple=True, metavar="CHECK.KEY=VALUE", help="show with this threshold overridden")
+def checks(markdown, settings):
+    """Document every check: id, what it reads, thresholds in effect here (pyproject.toml's
+    [tool.nsanalyze] and --set applied) and advice."""
+    from nsanalyze.render.checks_doc import checks_markdown
 
-    click.echo(checks_markdown() if markdown else checks_summary())
+    if markdown:
+        click.echo(checks_markdown())
+        return
+    from nsanalyze.checks import validate_overrides
+    from nsanalyze.config import effective_summary, load_settings
+
+    overrides = _parse_settings(settings)
+    try:
+        validate_overrides(overrides)
+    except ValueError as exc:
+        raise InputError("--set", str(exc)) from None
+    click.echo(effective_summary(load_settings(), overrides))
 
 
 def _save_traceback() -> str | None:
