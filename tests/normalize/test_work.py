@@ -1,0 +1,121 @@
+"""The work split (timeline.work) on real runs, against SQL over the kernel names in each window.
+
+The SQL oracles are written independently of kernel_roles.csv: plain LIKE patterns on the library names
+(cuBLAS/CUTLASS GEMMs, cuDNN's layout kernels, PyTorch's softmax) over the window's kernels."""
+
+import pytest
+
+from nsanalyze.normalize.work import ROLES, role_of
+from tests.conftest import PUBLIC, REAL, sql
+
+RUNS = ["attn_naive", "attn_sdpa", "cnn_nchw", "cnn_cl", "mlp_eager", "mlp_compile", "spin_gpumetrics",
+        "gpt_fp32", "matmul_async", "matmul_sync", "graphs_graphtrace"]
+NAME = "COALESCE(d.value, s.value)"
+GEMM = f"({NAME} LIKE '%gemm%' OR {NAME} LIKE 'nvjet%' OR {NAME} LIKE '%xmma%' OR {NAME} LIKE '%cutlass%')"
+SIMT_GEMM = f"({NAME} LIKE '%simt%' OR {NAME} LIKE '%sgemm%' OR {NAME} LIKE '%ffma%' OR {NAME} LIKE '%gemv%')"
+LAYOUT = f"({NAME} LIKE '%nchwToNhwc%' OR {NAME} LIKE '%nhwcToNchw%')"
+SOFTMAX = f"({NAME} LIKE '%softmax%' AND {NAME} NOT LIKE '%LogSoftMax%')"
+FUSED_ATTENTION = f"({NAME} LIKE '%flash%' OR {NAME} LIKE '%sdpa%' OR {NAME} LIKE '%fmha%')"
+
+
+def _window_kernels(path, model) -> str:
+    window = model["timeline"]["window"]
+    return (f"FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN StringIds d ON d.id = k.demangledName "
+            f"LEFT JOIN StringIds s ON s.id = k.shortName "
+            f"WHERE k.start >= {window['start_ns'] or -(2**62)} AND k.start < {window['end_ns'] or 2**62}")
+
+
+def _sql_share(path, model, condition: str) -> float:
+    where = _window_kernels(path, model)
+    part, total = sql(path, f"SELECT SUM(CASE WHEN {condition} THEN k.end - k.start ELSE 0 END), "
+                            f"SUM(k.end - k.start) {where}")[0]
+    return (part or 0) / total
+
+
+def _share(model, *roles) -> float:
+    return sum(w["share"] for w in model["timeline"]["work"] if w["role"] in roles)
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_work_adds_up_to_the_kernel_time(analyzed, run):
+    model = analyzed(REAL / f"{run}_nsys.sqlite.xz")
+    work = model["timeline"]["work"]
+    assert work and {w["role"] for w in work} <= set(ROLES)
+    assert sum(w["share"] for w in work) == pytest.approx(1.0)
+    assert sum(w["ns"] for w in work) == pytest.approx(sum(k["duration_ns"] for k in model["kernels"]), rel=1e-6)
+
+
+@pytest.mark.parametrize("run", [r for r in RUNS if r != "graphs_graphtrace"])
+def test_matrix_products_agree_with_sql(analyzed, run):
+    path = REAL / f"{run}_nsys.sqlite.xz"
+    model = analyzed(path)
+    assert _share(model, "matmul_tensor", "matmul_simt") == pytest.approx(_sql_share(path, model, GEMM), abs=0.05)
+    assert _share(model, "matmul_simt") == pytest.approx(_sql_share(path, model, SIMT_GEMM), abs=0.05)
+    assert _share(model, "attention_fused") == pytest.approx(_sql_share(path, model, FUSED_ATTENTION), abs=0.05)
+
+
+def test_fp32_gpt_gemms_run_on_the_cuda_cores(analyzed):
+    path = REAL / "gpt_fp32_nsys.sqlite.xz"
+    model = analyzed(path)
+    simt = _sql_share(path, model, SIMT_GEMM)
+    assert simt > 0.5 and _share(model, "matmul_simt") == pytest.approx(simt, abs=0.05)
+    assert _share(model, "matmul_tensor") < 0.05
+
+
+def test_nchw_cnn_layout_kernels_within_two_points(analyzed):
+    for run, expect_layout in (("cnn_nchw", True), ("cnn_cl", False)):
+        path = REAL / f"{run}_nsys.sqlite.xz"
+        model = analyzed(path)
+        layout = _sql_share(path, model, LAYOUT)
+        assert (layout > 0.05) is expect_layout
+        assert _share(model, "layout") == pytest.approx(layout, abs=0.02)
+
+
+def test_naive_attention_scores_path_agrees_with_sql(analyzed):
+    """SQL's scores path: the softmax launches and the elementwise launches at least as large (threads) as
+    the smallest softmax launch: those over the T x T scores."""
+    for run in ("attn_naive", "attn_sdpa"):
+        path = REAL / f"{run}_nsys.sqlite.xz"
+        model = analyzed(path)
+        where = _window_kernels(path, model)
+        threads = "(k.gridX * k.gridY * k.gridZ * k.blockX * k.blockY * k.blockZ)"
+        smallest = sql(path, f"SELECT MIN({threads}) {where} AND {SOFTMAX}")[0][0]
+        scores = SOFTMAX if smallest is None else (
+            f"({SOFTMAX} OR ({NAME} LIKE '%elementwise%' AND {threads} >= {smallest}))")
+        expected = _sql_share(path, model, scores)
+        assert _share(model, "attention_unfused") == pytest.approx(expected, abs=0.05)
+    assert _share(analyzed(REAL / "attn_naive_nsys.sqlite.xz"), "attention_unfused") > 0.5
+    assert _share(analyzed(REAL / "attn_sdpa_nsys.sqlite.xz"), "attention_unfused") == 0
+
+
+def test_graph_level_trace_is_all_graph(analyzed):
+    model = analyzed(REAL / "graphs_graphtrace_nsys.sqlite.xz")
+    assert [w["role"] for w in model["timeline"]["work"]] == ["graph"]
+
+
+def test_two_gpus_get_a_split_each(analyzed):
+    model = analyzed(PUBLIC / "GindaChen__nsys-ai__tests__fixtures__mfu_2gpu_before.sqlite.xz")
+    devices = [d for d in model["timeline"]["devices"] if d.get("work")]
+    assert len(devices) == 2
+    for device in devices:
+        assert sum(w["share"] for w in device["work"]) == pytest.approx(1.0)
+        assert {"attention_fused", "communication"} <= {w["role"] for w in device["work"]}
+
+
+@pytest.mark.parametrize("path", sorted(PUBLIC.glob("*.sqlite.xz")) + sorted(REAL.glob("*_nsys.sqlite.xz")))
+def test_library_kernels_get_a_role(path):
+    """Every GEMM, convolution, NCCL, softmax or PyTorch elementwise kernel name in the fixtures gets a role."""
+    tables = {r[0] for r in sql(path, "SELECT name FROM sqlite_master")}
+    if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
+        pytest.skip("no kernels")
+    names = sql(path, "SELECT DISTINCT s.value, d.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                      "LEFT JOIN StringIds s ON s.id = k.shortName LEFT JOIN StringIds d ON d.id = k.demangledName")
+    for short, demangled in names:
+        role = role_of(short, demangled)
+        text = (demangled or short or "").lower()
+        if any(word in text for word in ("gemm", "nvjet", "fprop", "dgrad", "wgrad")) and "reduce" not in text:
+            assert role.startswith("matmul") or role == "attention_fused", (text, role)
+        if "nccl" in text:
+            assert role == "communication", text
+        if "at::native" in text and "elementwise_kernel" in text:
+            assert role != "other", text
