@@ -1,0 +1,106 @@
+"""What the busy GPU does: each waste check fires on its real case and not on its fixed twin.
+
+Cases and twins are real H200 recordings (fixtures/real/README.md): attention written out vs
+scaled_dot_product_attention, ResNet-50 in NCHW vs channels_last, an elementwise MLP eager vs
+torch.compile, a spin kernel with GPU metrics, healthy bf16 GEMM loops and a graph-level trace."""
+
+import pytest
+
+from nsanalyze.normalize.work import GLUE
+from tests.conftest import REAL, program_findings, sql
+
+BUSY_CHECKS = {"attention-unfused", "layout-conversion", "unfused-elementwise", "gpu-util-illusion"}
+TWINS = ["attn_sdpa", "cnn_cl", "mlp_compile", "matmul_async", "matmul_sync", "matmul_graph", "graphs_graphtrace"]
+ROLES_OF = {"attention-unfused": ("attention_unfused",), "layout-conversion": ("layout",),
+            "unfused-elementwise": GLUE, "low-tensor-activity": ("matmul_simt",)}
+
+
+def _model(analyzed, run):
+    return analyzed(REAL / f"{run}_nsys.sqlite.xz")
+
+
+def _finding(model, check):
+    return next((f for f in program_findings(model) if f["check"] == check), None)
+
+
+def _role_ns(model, roles) -> float:
+    return sum(w["ns"] for w in model["timeline"]["work"] if w["role"] in roles)
+
+
+def test_attention_written_out_comes_first_at_high(analyzed):
+    model = _model(analyzed, "attn_naive")
+    first = program_findings(model)[0]
+    window = model["timeline"]["span_ns"]
+    assert first["check"] == "attention-unfused" and first["severity"] == "high"
+    assert "scaled_dot_product_attention" in first["title"] + first["advice"]
+    assert 0.5 * window <= first["estimated_savings_ns"] <= window
+
+
+def test_attention_stays_first_with_the_ncu_report_joined(analyzed):
+    from nsanalyze.analyze import analyze
+
+    model = analyze([str(REAL / "attn_naive_full.ncu-rep.xz"), str(REAL / "attn_naive_nsys.sqlite.xz")])
+    first = model["findings"][0]
+    assert first["check"] == "attention-unfused" and first["severity"] == "high"
+    library = {k["id"]: k["library"] for k in model["kernels"]}
+    code_level = [f for f in model["findings"] if f["kernel_id"] is not None and library.get(f["kernel_id"])
+                  in ("PyTorch", "cuDNN", "cuBLAS", "cuBLASLt") and f["check"] in ("uncoalesced-global", "low-ilp")]
+    assert code_level and all(f["severity"] == "info" for f in code_level)
+
+
+def test_nchw_cnn_names_channels_last(analyzed):
+    model = _model(analyzed, "cnn_nchw")
+    finding = _finding(model, "layout-conversion")
+    assert finding and "channels_last" in finding["title"] + finding["advice"]
+    assert finding["estimated_savings_ns"] == pytest.approx(_role_ns(model, ("layout",)), rel=0.01)
+
+
+def _gpu_ns_per_step(path) -> float:
+    """SQL: kernel time of the work launched inside the steady steps (NVTX `step N` after the first), per step."""
+    starts_ends = sql(path, "SELECT start, end FROM NVTX_EVENTS WHERE text LIKE 'step %' ORDER BY start")[1:]
+    first, last = starts_ends[0][0], starts_ends[-1][1]
+    kernel_ns = sql(path, f"""SELECT SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+        WHERE r.start >= {first} AND r.start < {last}""")[0][0]
+    return kernel_ns / len(starts_ends)
+
+
+def test_elementwise_written_out_predicts_the_compiled_step(analyzed):
+    model = _model(analyzed, "mlp_eager")
+    finding = _finding(model, "unfused-elementwise")
+    assert finding and finding["severity"] in ("high", "medium")
+    assert "torch.compile" in finding["title"] + finding["advice"]
+    predicted = finding["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+    actual = _gpu_ns_per_step(REAL / "mlp_eager_nsys.sqlite.xz") - _gpu_ns_per_step(REAL / "mlp_compile_nsys.sqlite.xz")
+    assert actual > 0 and abs(predicted - actual) <= 0.3 * actual
+
+
+def test_spin_kernel_is_the_gpu_util_illusion(analyzed):
+    model = _model(analyzed, "spin_gpumetrics")
+    finding = _finding(model, "gpu-util-illusion")
+    assert finding and finding["severity"] in ("high", "medium")
+    assert "spin_kernel" in finding["title"] and "ncu" in finding["title"] + finding["advice"]
+    assert model["gpu_metrics"]["gr_active_pct"]["mean"] > 50 and model["gpu_metrics"]["sm_issue_pct"]["mean"] < 30
+
+
+def test_cuda_core_gemms_are_one_finding(analyzed):
+    """The fp32 GPT: low-tensor-activity from the CUDA-core GEMMs' names, and no second finding for it."""
+    model = _model(analyzed, "gpt_fp32")
+    checks = [f["check"] for f in program_findings(model)]
+    assert checks[0] == "low-tensor-activity" and "gpu-util-illusion" not in checks
+
+
+@pytest.mark.parametrize("run", ["attn_naive", "cnn_nchw", "mlp_eager", "gpt_fp32", "spin_gpumetrics"])
+def test_savings_stay_within_their_roles_and_the_window(analyzed, run):
+    model = _model(analyzed, run)
+    window = model["timeline"]["span_ns"]
+    for finding in program_findings(model):
+        assert finding["estimated_savings_ns"] <= window
+        if finding["check"] in ROLES_OF:
+            assert finding["estimated_savings_ns"] <= _role_ns(model, ROLES_OF[finding["check"]]) * 1.0001
+
+
+@pytest.mark.parametrize("run", TWINS)
+def test_fixed_twins_get_no_busy_gpu_finding(analyzed, run):
+    model = _model(analyzed, run)
+    assert not [f["check"] for f in program_findings(model) if f["check"] in BUSY_CHECKS | {"low-tensor-activity"}]
