@@ -48,8 +48,10 @@ def cli():
               help="nsys: analyze the steady steps (start-up and warm-up left out; the default) or the whole capture")
 @click.option("--fail-on", type=click.Choice(SEVERITY_CHOICES), help="exit 1 when a finding has this severity or worse")
 @click.option("--skip", "skip", multiple=True, metavar="CHECK", help="leave this check's findings out (repeatable)")
+@click.option("-k", "--kernel", metavar="NAME|regex:PATTERN",
+              help="analyze only these kernels (function name or demangled signature; regex: searches either), as ncu's -k")
 @click.option("--annotations", type=click.Choice(["github"]), help="also print CI annotations for findings with source lines")
-def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_on, skip, annotations):
+def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_on, skip, kernel, annotations):
     """Analyze PROFILES (.ncu-rep, nsys .sqlite, either as .xz/.gz) and write reports.
 
     Defaults for --set, --window, --fail-on and --skip come from [tool.nsanalyze] in the nearest
@@ -70,7 +72,10 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
         check_target(target)
         if target != "-" and Path(target).resolve() in inputs:
             raise InputError(target, "is one of the input profiles: refusing to write a report over it")
-    model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window))
+    from nsanalyze.kernel_filter import only_kernels
+
+    with only_kernels(kernel):
+        model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window))
     apply_skip(model, (*config.skip, *skip))
     for target in outputs:
         write_report(model, target)
@@ -97,7 +102,9 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
 @click.option("-o", "--output", "outputs", multiple=True, help="report file: .html .md .json, or - for JSON on stdout")
 @click.option("--fail-on-regression", type=float, metavar="PCT", help="exit 1 when a kernel or range is PCT% slower")
 @click.option("--force", is_flag=True, help="compare profiles of different kinds or GPUs anyway")
-def diff_command(base, new, outputs, fail_on_regression, force):
+@click.option("-k", "--kernel", metavar="NAME|regex:PATTERN",
+              help="analyze only these kernels (function name or demangled signature; regex: searches either), as ncu's -k")
+def diff_command(base, new, outputs, fail_on_regression, force, kernel):
     """Compare two profiles of the same program: per kernel and NVTX range, before, after, and why."""
     from nsanalyze.diff import diff, regressions
     from nsanalyze.render import format_for, write_bytes
@@ -110,7 +117,10 @@ def diff_command(base, new, outputs, fail_on_regression, force):
     from nsanalyze.config import load_settings
 
     config = load_settings()
-    result = diff(base, new, Options(dict(config.thresholds), window=config.window or "steady"), force=force)
+    from nsanalyze.kernel_filter import only_kernels
+
+    with only_kernels(kernel):
+        result = diff(base, new, Options(dict(config.thresholds), window=config.window or "steady"), force=force)
     for target in outputs:
         write_bytes(render_diff(result, format_for(target)).encode(), target)
     if not outputs:
@@ -235,11 +245,16 @@ def stats_command(export_path, reports, fmt, output, window):
 @cli.command()
 @click.argument("profile")
 @click.option("-o", "--output", help="file to write: .csv, .parquet or .json (default: CSV on stdout)")
-def metrics(profile, output):
+@click.option("-k", "--kernel", metavar="NAME|regex:PATTERN",
+              help="analyze only these kernels (function name or demangled signature; regex: searches either), as ncu's -k")
+def metrics(profile, output, kernel):
     """Write the normalized metrics table of PROFILE, one row per kernel launch."""
+    from nsanalyze.kernel_filter import only_kernels
     from nsanalyze.metrics_export import metrics_frame, write_frame
 
-    write_frame(metrics_frame(profile), output)
+    with only_kernels(kernel):
+        frame = metrics_frame(profile)
+    write_frame(frame, output)
 
 
 @cli.command()

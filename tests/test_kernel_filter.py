@@ -1,0 +1,72 @@
+"""-k/--kernel NAME|regex:PATTERN on report, metrics and diff, for ncu reports and nsys exports."""
+
+import csv
+import io
+import json
+
+import pytest
+
+from nsanalyze.cli import main
+from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, DEV_SUITE_V2_NCU, FIXTURES
+
+NIGHTLY = FIXTURES / "real" / "nightly1_nsys.sqlite.xz"
+
+
+def run(args) -> int:
+    try:
+        main(args)
+    except SystemExit as exc:
+        return exc.code
+    return 0
+
+
+def report(tmp_path, *args) -> dict:
+    target = tmp_path / "r.json"
+    assert run(["report", *args, "-o", str(target)]) == 0
+    return json.loads(target.read_text())
+
+
+def test_ncu_by_function_name(tmp_path):
+    model = report(tmp_path, str(DEV_SUITE_NCU), "-k", "sgemm_tiled")
+    assert [k["name"] for k in model["kernels"]] == ["sgemm_tiled"]
+    assert {f["check"] for f in model["findings"]} == {"missing-tensor-cores"}
+    assert all(n["kernel_name"] == "sgemm_tiled" for n in model["not_judged"])
+
+
+def test_ncu_by_regex_and_by_demangled_signature(tmp_path):
+    model = report(tmp_path, str(DEV_SUITE_NCU), "--kernel", "regex:^reduce_")
+    assert sorted(k["name"] for k in model["kernels"]) == ["reduce_interleaved", "reduce_sequential"]
+    model = report(tmp_path, str(DEV_SUITE_NCU), "-k", "reduce_sequential(const float *, float *, unsigned long)")
+    assert [k["name"] for k in model["kernels"]] == ["reduce_sequential"]
+
+
+def test_nsys_sees_only_the_matching_kernels(tmp_path):
+    model = report(tmp_path, str(DEV_SUITE_NSYS), "-k", "regex:sgemm")
+    assert [k["name"] for k in model["kernels"]] == ["sgemm_tiled"]
+    assert model["timeline"]["kernel_ns"] == 1858426  # nsys stats: sgemm_tiled's total (fixtures/oracle)
+    model = report(tmp_path, str(NIGHTLY), "-k", "regex:^nvjet_")
+    (gemm,) = model["kernels"]
+    assert gemm["name"] == "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
+    assert model["timeline"]["steps"]["count"] == 149  # the steps are still found: they are NVTX ranges
+    assert gemm["launches"] == 2980 and model["timeline"]["kernel_ns"] == gemm["duration_ns"] == 572372335
+
+
+def test_metrics_and_diff(tmp_path, capsys):
+    assert run(["metrics", str(DEV_SUITE_NCU), "-k", "regex:reduce"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert sorted(r["name"] for r in rows) == ["reduce_interleaved", "reduce_sequential"]
+    target = tmp_path / "d.json"
+    assert run(["diff", str(DEV_SUITE_NCU), str(DEV_SUITE_V2_NCU), "-k", "regex:reduce", "-o", str(target)]) == 0
+    assert sorted(k["name"] for k in json.loads(target.read_text())["kernels"]) == ["reduce_interleaved",
+                                                                                   "reduce_sequential"]
+
+
+@pytest.mark.parametrize("profile,spec,expected", [
+    (DEV_SUITE_NCU, "nope", "dev_suite_full.ncu-rep.xz: no kernel matches -k nope (kernels: aos_update,"),
+    (DEV_SUITE_NSYS, "regex:^cublas", "dev_suite_nsys.sqlite.xz: no kernel matches -k regex:^cublas (kernels: "),
+    (DEV_SUITE_NCU, "regex:(", "--kernel: 'regex:(' is not a regular expression"),
+])
+def test_no_match_is_one_line_exit_2(capsys, profile, spec, expected):
+    assert run(["report", str(profile), "-k", spec]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
