@@ -86,6 +86,7 @@ def _ranges_per_instance(ranges: list[dict]) -> list[dict]:
 def analyze_for_history(path: str) -> dict:
     """Worker: analyzes one profile and returns the rows to store (plain data, picklable)."""
     from nsanalyze.analyze import analyze
+    from nsanalyze.normalize.steps import median_noise, steps_in_window
 
     try:
         model = analyze([path])
@@ -96,7 +97,7 @@ def analyze_for_history(path: str) -> dict:
     steps = timeline.get("steps")
     # nsys kernel times are totals over the window: per steady step, a nightly run with more
     # iterations is not slower (ncu durations are per launch already)
-    per_step = float(steps["count"]) if steps and profile["kind"] == "nsys" else 1.0
+    per_step = steps_in_window(timeline) if profile["kind"] == "nsys" else 1.0
     kernels = [{"name": k["name"], "demangled": k["demangled"], "launches": k["launches"],
                 "duration_ns": (k["duration_ns"] or 0) / per_step if k["duration_ns"] is not None else None,
                 "time_share": k["time_share"], "bound": k["bound"],
@@ -109,7 +110,8 @@ def analyze_for_history(path: str) -> dict:
     ranges = _ranges_per_instance(timeline.get("ranges", []))
     if steps:  # the steady step's median wall time, the figure a nightly dashboard follows
         ranges.append({"name": f"median step: {steps['name']}", "instances": steps["count"],
-                       "wall_ns": steps["median_ns"], "kernel_ns": steps["median_ns"]})
+                       "wall_ns": steps.get("host_median_ns", steps["median_ns"]), "kernel_ns": steps["median_ns"],
+                       "noise": median_noise(steps)})
     return {"kind": profile["kind"], "gpu": profile["gpu"], "kernels": kernels, "findings": findings,
             "ranges": ranges}
 
@@ -162,7 +164,7 @@ def open_history(db_path: str) -> sqlite_utils.Database:
                                    "kernel_name": str, "title": str, "estimated_speedup": float,
                                    "estimated_savings_ns": float}, if_not_exists=True)
             db["ranges"].create({"content_hash": str, "name": str, "instances": int, "wall_ns": float,
-                                 "kernel_ns": float}, if_not_exists=True)
+                                 "kernel_ns": float, "noise": float}, if_not_exists=True)
             for table in ("kernels", "findings", "ranges"):
                 db[table].create_index(["content_hash"], if_not_exists=True)
         connection.execute("COMMIT")
@@ -187,7 +189,7 @@ def store(db: sqlite_utils.Database, content: str, path: Path, rows: dict, label
                            "nsanalyze_version": __version__})
         for table in ("kernels", "findings", "ranges"):
             if rows[table]:
-                db[table].insert_all([{"content_hash": content, **row} for row in rows[table]])
+                db[table].insert_all([{"content_hash": content, **row} for row in rows[table]], alter=True)
         db.conn.execute("COMMIT")
         return True
     except BaseException:

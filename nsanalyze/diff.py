@@ -14,6 +14,7 @@ import math
 from nsanalyze import __version__
 from nsanalyze.analyze import Options, analyze
 from nsanalyze.errors import InputError
+from nsanalyze.normalize.steps import median_noise, steps_in_window
 
 DIFF_SCHEMA = "nsanalyze/diff@1"
 # Two ncu runs of unchanged code on the H200 dev suite differed by up to 6.3% per kernel
@@ -56,15 +57,8 @@ def _findings_by_kernel(model: dict) -> dict:
     return out
 
 
-def _per_step(model: dict) -> float:
-    """nsys kernel times are totals over the window: with steps, compare them per step, so a capture
-    with more steps is not slower."""
-    steps = (model.get("timeline") or {}).get("steps")
-    return float(steps["count"]) if steps and model.get("timeline") else 1.0
-
-
 def _kernel_rows(base: dict, new: dict) -> list[dict]:
-    base_steps, new_steps = _per_step(base), _per_step(new)
+    base_steps, new_steps = steps_in_window(base.get("timeline")), steps_in_window(new.get("timeline"))
     if base_steps == 1.0 or new_steps == 1.0:
         base_steps = new_steps = 1.0
     new_by_key = {}
@@ -125,11 +119,13 @@ def _nsys_ranges(model: dict) -> dict[str, dict]:
     ranges: dict[str, dict] = {}
     for r in (model.get("timeline") or {}).get("ranges", []):
         name = normalize_name(str(r["name"]))
-        entry = ranges.setdefault(name, {"name": name, "kernel_ns": 0.0, "instances": 0})
-        entry["kernel_ns"] += r["kernel_ns"] or 0
+        entry = ranges.setdefault(name, {"name": name, "kernel_ns": 0.0, "host_ns": 0.0, "instances": 0})
+        entry["kernel_ns"] += (r["kernel_ns"] or 0) + (r.get("copy_ns") or 0)  # the GPU projection
+        entry["host_ns"] += r.get("wall_ns") or 0
         entry["instances"] += r["instances"] or 0
     for entry in ranges.values():
         entry["kernel_ns"] /= max(entry["instances"], 1)
+        entry["host_ns"] /= max(entry["instances"], 1)
     return ranges
 
 
@@ -142,8 +138,10 @@ def _range_rows(base: dict, new: dict) -> list[dict]:
     for name in before.keys() & after.keys():
         b, a = before[name]["kernel_ns"], after[name]["kernel_ns"]
         change = (a - b) / b if b else None
+        host = {"host_before_ns": before[name]["host_ns"], "host_after_ns": after[name]["host_ns"]} \
+            if "host_ns" in before[name] else {}
         rows.append({"name": name, "before_ns": b, "after_ns": a, "change": change, "noise": DEFAULT_NOISE,
-                     "verdict": _verdict(change, DEFAULT_NOISE) if b else "no GPU work",
+                     "verdict": _verdict(change, DEFAULT_NOISE) if b else "no GPU work", **host,
                      **({"kernels_before": sorted(set(before[name]["kernel_names"])),
                          "kernels_after": sorted(set(after[name]["kernel_names"]))}
                         if "kernel_names" in before[name] else {})})
@@ -169,9 +167,13 @@ def diff(base_path: str, new_path: str, options: Options | None = None, force: b
     before_program, after_program = _program_findings(base), _program_findings(new)
     gone = [c for c in before_program if c not in after_program]
     appeared = [c for c in after_program if c not in before_program]
+    program_predictions = _program_predictions(before_program, steps)
+    predictions += program_predictions
     return {"schema": DIFF_SCHEMA, "version": __version__, "base": base["profiles"], "new": new["profiles"],
-            "summary": _summary(steps, budget, gone, appeared, new), "steps": steps, "budget": budget,
-            "program": {"findings_gone": gone, "findings_appeared": appeared},
+            "summary": _summary(steps, budget, gone, appeared, new, program_predictions), "steps": steps,
+            "budget": budget,
+            "program": {"findings_gone": gone, "findings_appeared": appeared,
+                        "findings_changed": _findings_changed(before_program, after_program, steps)},
             "kernels": sorted(kernels, key=lambda k: -abs((k["after_ns"] or 0) - (k["before_ns"] or 0))),
             "ranges": ranges, "predictions": predictions}
 
@@ -182,10 +184,7 @@ def _steps_row(base: dict, new: dict) -> dict | None:
     before, after = ((m.get("timeline") or {}).get("steps") for m in (base, new))
     if not before or not after:
         return None
-    def relative_error(steps):  # standard error of a median, 1.2533 sigma / sqrt(n), sigma from the MAD
-        sigma = 1.4826 * steps.get("mad_ns", 0.0)   # robust: one 11 ms outlier among 0.15 ms steps is not noise
-        return 1.2533 * sigma / math.sqrt(max(steps["count"], 1)) / steps["median_ns"]
-    noise = max(MIN_NOISE, 2 * math.hypot(relative_error(before), relative_error(after)))
+    noise = max(MIN_NOISE, math.hypot(median_noise(before), median_noise(after)))
     change = (after["median_ns"] - before["median_ns"]) / before["median_ns"] if before["median_ns"] else None
     return {"name": before["name"] if before["name"] == after["name"] else f"{before['name']} -> {after['name']}",
             "before_median_ns": before["median_ns"], "after_median_ns": after["median_ns"],
@@ -204,11 +203,42 @@ def _budget_rows(base: dict, new: dict) -> list[dict]:
             for part in dict.fromkeys([*before, *after])]
 
 
+def _per_step_savings(finding: dict, median_ns: float) -> float:
+    """A program finding's savings in a median step: its share of the window, of the step."""
+    return float(finding.get("estimated_speedup") or 0.0) * median_ns
+
+
+def _program_predictions(before: dict[str, dict], steps: dict | None) -> list[dict]:
+    """Each base program finding's predicted saving per median step beside the step time the new
+    profile actually saved, both on the GPU's clock: how far the model's promises held."""
+    if not steps or not steps.get("before_median_ns") or steps.get("after_median_ns") is None:
+        return []
+    actual = steps["before_median_ns"] - steps["after_median_ns"]
+    return [{"check": check, "kernel_name": None, "predicted_savings_ns": _per_step_savings(f, steps["before_median_ns"]),
+             "actual_savings_ns": actual, "per": "median step"} for check, f in before.items()]
+
+
+def _findings_changed(before: dict[str, dict], after: dict[str, dict], steps: dict | None) -> list[dict]:
+    """Program findings in both profiles whose severity or time changed: shrunk is not gone."""
+    rows = []
+    for check in before.keys() & after.keys():
+        b, a = before[check], after[check]
+        row = {"check": check, "severity_before": b["severity"], "severity_after": a["severity"],
+               "savings_before_ns": b["estimated_savings_ns"], "savings_after_ns": a["estimated_savings_ns"]}
+        if steps:
+            row["per_step_before_ns"] = _per_step_savings(b, steps["before_median_ns"])
+            row["per_step_after_ns"] = _per_step_savings(a, steps["after_median_ns"])
+        if b["severity"] != a["severity"] or abs((a.get("estimated_speedup") or 0) - (b.get("estimated_speedup") or 0)) >= 0.05:
+            rows.append(row)
+    return sorted(rows, key=lambda r: r["check"])
+
+
 def _program_findings(model: dict) -> dict[str, dict]:
     return {f["check"]: f for f in model["findings"] if f["kernel_id"] is None and f["severity"] != "info"}
 
 
-def _summary(steps: dict | None, budget: list[dict], gone: list[str], appeared: list[str], new: dict) -> str | None:
+def _summary(steps: dict | None, budget: list[dict], gone: list[str], appeared: list[str], new: dict,
+             predictions: list[dict] = ()) -> str | None:
     """What changed, in one sentence: the step time, the causes gone, and the bottleneck now."""
     if not steps:
         return None
@@ -218,6 +248,10 @@ def _summary(steps: dict | None, budget: list[dict], gone: list[str], appeared: 
             f" ({steps['change']:+.0%}, {steps['verdict']})")
     if gone:
         text += f": {', '.join(gone)} {'is' if len(gone) == 1 else 'are'} gone"
+    if predictions:
+        first = predictions[0]
+        text += (f"; {first['check']} predicted {duration(first['predicted_savings_ns'])} a step, the new profile "
+                 f"saved {duration(first['actual_savings_ns'])}")
     idle = [b for b in budget if b["part"].startswith("idle_") and (b["after_share"] or 0) >= 0.05]
     first = next(iter(_program_findings(new).values()), None)
     if first:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+import math
 import statistics
 from collections import defaultdict
 
@@ -20,6 +21,9 @@ from nsanalyze.errors import InputError
 TREND_SCHEMA = "nsanalyze/trend@1"
 BASELINE_RUNS = 5
 MIN_NOISE = 0.05
+# The median step's band never drops below this, however steady the runs: clocks and placement differ
+# between runs of unchanged code by about a percent (two nightly runs on an H200: 1.0%).
+STEP_MIN_NOISE = 0.02
 DEFAULT_NOISE = 0.10
 
 
@@ -32,13 +36,22 @@ def _noise(previous: list[float]) -> float:
 
 
 def _mark(points: list[dict]) -> list[dict]:
+    """Each point against the median of the runs before it. Where the runs measured their own noise (the
+    median step: from its steps' spread), the band is theirs combined, at least STEP_MIN_NOISE, and the
+    runs' spread once three came before; elsewhere the runs' spread or DEFAULT_NOISE."""
     for i, point in enumerate(points):
-        previous = [p["duration_ns"] for p in points[max(0, i - BASELINE_RUNS):i] if p["duration_ns"]]
+        window = [p for p in points[max(0, i - BASELINE_RUNS):i] if p["duration_ns"]]
+        previous = [p["duration_ns"] for p in window]
         if not previous or not point["duration_ns"]:
             point.update(baseline_ns=None, noise=None, change=None, regression=False)
             continue
         baseline = statistics.median(previous)
-        noise = _noise(previous)
+        own = [p.get("own_noise") for p in window]
+        if point.get("own_noise") is not None and all(n is not None for n in own):
+            spread = _noise(previous) if len(previous) >= 3 else 0.0
+            noise = max(STEP_MIN_NOISE, math.hypot(point["own_noise"], statistics.median(own)), spread)
+        else:
+            noise = _noise(previous)
         change = point["duration_ns"] / baseline - 1
         point.update(baseline_ns=baseline, noise=noise, change=change, regression=change > noise)
     return points
@@ -67,8 +80,10 @@ def _trend(db_path: str) -> dict:
         kernels[(kind, name)].append({"run": order[content], **info[content], "duration_ns": duration,
                                       "launches": launches})
     ranges: dict[str, list] = defaultdict(list)
-    for content, name, kernel_ns in con.execute("SELECT content_hash, name, kernel_ns FROM ranges"):
-        ranges[name].append({"run": order[content], **info[content], "duration_ns": kernel_ns})
+    noise_column = "noise" if any(r[1] == "noise" for r in con.execute("PRAGMA table_info(ranges)")) else "NULL"
+    for content, name, kernel_ns, own_noise in con.execute(
+            f"SELECT content_hash, name, kernel_ns, {noise_column} FROM ranges"):
+        ranges[name].append({"run": order[content], **info[content], "duration_ns": kernel_ns, "own_noise": own_noise})
 
     series = []
     for (kind, name), points in kernels.items():
