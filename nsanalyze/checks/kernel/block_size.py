@@ -18,6 +18,10 @@ scale<<<n, 1>>>(x);            // one thread per block
 scale<<<(n + 255) / 256, 256>>>(x, n);   // 256 threads: 8 full warps, guard the tail with if (i < n)
 ```
 
+The empty lanes cost time only when the warps compete for the schedulers: a launch with no more
+warps than the GPU has schedulers (four per SM), or a kernel whose time is one long chain of
+instructions per warp (printf, a serial loop), runs as fast with full warps: no finding.
+
 ## Known problems
 Kernels that launch a single block on purpose (a final reduction) are cheap; rank by time decides.
 
@@ -27,18 +31,20 @@ Kernels that launch a single block on purpose (a final reduction) are cheap; ran
 
 import math
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, evidence
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
 
 ID = "block-size"
 NAME = "scheduling.block.size"
 TITLE = "Block size wastes warp lanes"
 SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("block_size",)
-OPTIONAL = ("grid_size",)
+OPTIONAL = ("grid_size", "sm_count", "issue_active_pct", "sm_throughput_pct")
 COLLECT = "--section LaunchStats"
 RELIEVES = None
 THRESHOLDS = {"min_wasted_lanes": Threshold(0.10, "a tenth of every warp's lanes idle is worth a one-line change")}
-SPEEDUP_MODEL = "the share of warp lanes the block size leaves empty: 1 - threads / (warps x 32)"
+SCHEDULERS_PER_SM = 4
+SPEEDUP_MODEL = ("the share of warp lanes the block size leaves empty (1 - threads / (warps x 32)) times the "
+                 "schedulers' issue-slot use; nothing when the launch has no more warps than the GPU has schedulers")
 ADVICE = """Use a block size that is a multiple of 32 (128-256 threads is a good default).
 
 ```cuda
@@ -57,13 +63,23 @@ def run(kernel: KernelView, limits) -> Finding | None:
     wasted = 1 - threads / lanes
     if wasted < limits["min_wasted_lanes"]:
         return None
+    grid, sms = kernel.get("grid_size"), kernel.get("sm_count")
+    warps = grid * lanes / 32 if grid else None
+    if warps is not None and sms and warps <= sms * SCHEDULERS_PER_SM:
+        return None  # every warp has a scheduler to itself: fuller warps would not finish sooner
+    issue = kernel.get("issue_active_pct")
+    if issue is None:
+        issue = kernel.get("sm_throughput_pct")
+    issue_share = clamp01(issue / 100.0) if issue is not None else 0.5
     return Finding(
         check=ID,
         title=f"{threads:.0f}-thread blocks fill {threads / lanes:.0%} of their warps' lanes "
               f"(block size not a multiple of 32)",
-        estimated_speedup=wasted,
+        estimated_speedup=wasted * issue_share,
         evidence={"block_size": evidence(threads, unit="threads"),
                   "wasted_lane_share": evidence(wasted, limits["min_wasted_lanes"], unit="ratio"),
-                  "grid_size": evidence(kernel.get("grid_size"), unit="blocks")},
+                  "grid_size": evidence(grid, unit="blocks"),
+                  "warps_launched": evidence(warps, (sms or 0) * SCHEDULERS_PER_SM or None, unit="warps"),
+                  "issue_active_pct": evidence(issue, unit="%")},
         advice=ADVICE,
     )

@@ -1,9 +1,11 @@
 """Latency-bound: too little independent work in flight.
 
 ## What it detects
-A kernel far below both its compute and its memory roof whose warps mostly wait on the result
-of an earlier instruction (long and short scoreboard, wait stalls), with almost no warp ready
-to issue: dependent loads, pointer chasing, serial reductions.
+A kernel below 60% of both its compute and its memory roof whose warps mostly wait (on the result
+of an earlier instruction: long and short scoreboard, wait stalls; or at barriers) with fewer than
+one warp ready to issue per scheduler. The finding names the cause: dependent chains (pointer
+chasing, serial loops), barriers (reductions that sync every step), or small blocks that cap the
+warps per SM (32-thread blocks hit the SM's block limit at half occupancy).
 
 ## Why it is slow
 Each dependent load waits its full latency (hundreds of cycles from DRAM) before the next can
@@ -28,7 +30,7 @@ Atomic-heavy kernels look the same; the check leaves them to `atomic-contention`
 ## Options
 - `max_roof_share`: speed of light below which a kernel counts as latency-bound.
 - `max_eligible_warps`: ready warps per scheduler below which issue starves.
-- `min_dependency_stall_share`: share of warp latency spent on dependencies.
+- `min_dependency_stall_share`: share of warp latency spent on dependencies and barriers.
 - `target_roof_share`: where a latency fix is expected to stop (the roofs in practice).
 - `min_theoretical_occupancy_pct`: below this the launch itself caps the warps: low-occupancy instead.
 """
@@ -42,16 +44,23 @@ SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("issue_active_pct", "warp_latency_cycles", "stall_long_scoreboard_cycles")
 OPTIONAL = ("achieved_occupancy_pct", "theoretical_occupancy_pct",
             "eligible_warps_per_scheduler", "stall_short_scoreboard_cycles", "stall_wait_cycles",
-            "global_atomic_instructions", "achieved_occupancy_pct")
+            "stall_barrier_cycles", "stall_membar_cycles", "global_atomic_instructions", "block_size",
+            "blocks_per_sm_limit", "blocks_per_sm_limit_warps", "blocks_per_sm_limit_registers",
+            "blocks_per_sm_limit_shared_mem")
 COLLECT = "--set full (WarpStateStats and SchedulerStats sections)"
 RELIEVES = None
 DEPENDENCY_STALLS = ("stall_long_scoreboard_cycles", "stall_short_scoreboard_cycles", "stall_wait_cycles")
+BARRIER_STALLS = ("stall_barrier_cycles", "stall_membar_cycles")
 THRESHOLDS = {
     "min_theoretical_occupancy_pct": Threshold(25.0, "below a quarter of the warp slots by launch limits, "
                                                      "occupancy is the limiter: low-occupancy speaks instead"),
-    "max_roof_share": Threshold(0.40, "a kernel at 40%+ of a roof is limited by that roof, not by latency"),
+    "max_roof_share": Threshold(0.60, "a kernel at 60%+ of a roof is near what tuned code sustains; below it, with "
+                                     "few ready warps, latency holds it back (reductions at 40-50% of a roof still "
+                                     "wait on barriers)"),
     "max_eligible_warps": Threshold(1.0, "with fewer than one ready warp per scheduler, issue slots go unused"),
-    "min_dependency_stall_share": Threshold(0.5, "dependency stalls must explain most of the latency"),
+    "min_dependency_stall_share": Threshold(0.5, "dependency and barrier stalls must explain most of the latency"),
+    "small_block_threads": Threshold(64.0, "blocks of one or two warps reach the SM's block limit before its warp "
+                                           "limit: the launch caps the warps per SM"),
     "max_atomic_share": Threshold(0.2, "above this share of memory instructions, atomics explain the latency"),
     "target_roof_share": Threshold(0.6, "well-overlapped kernels reach about 60% of a roof"),
 }
@@ -78,6 +87,35 @@ def atomic_share(kernel: KernelView) -> float:
     return atomics / accesses if accesses else 0.0
 
 
+CAUSES = {
+    "dependent chains": "warps wait on the result of an earlier instruction",
+    "barriers": "warps wait at barriers (`__syncthreads`) for the rest of their block",
+    "small blocks": "blocks of few threads hit the SM's block limit and cap the warps per SM",
+}
+CAUSE_ADVICE = {
+    "barriers": ("**Cause: barriers.** Sync less often: reduce within a warp with `__shfl_down_sync` (or "
+                 "`cg::reduce`) and use shared memory and `__syncthreads()` only between warps; give each thread "
+                 "several elements before the block-wide step; use `cub::BlockReduce`.\n\n"),
+    "small blocks": ("**Cause: small blocks.** The SM runs a limited number of blocks at once: 32-thread blocks "
+                     "fill a fraction of its warp slots. Use 128-256 threads per block (the same total threads, "
+                     "fewer blocks), so that each SM holds enough warps to hide latency.\n\n"),
+    "dependent chains": "",
+}
+
+
+def _small_block_cap(kernel: KernelView, limits) -> bool:
+    """The launch caps the warps per SM through the block limit: few threads per block, and the hardware
+    block limit binds before the warp, register and shared-memory limits."""
+    threads = kernel.get("block_size")
+    if threads is None or threads > limits["small_block_threads"]:
+        return False
+    block_limit = kernel.get("blocks_per_sm_limit")
+    others = [kernel.get(c) for c in ("blocks_per_sm_limit_warps", "blocks_per_sm_limit_registers",
+                                      "blocks_per_sm_limit_shared_mem")]
+    others = [v for v in others if v is not None]
+    return block_limit is not None and (not others or block_limit < min(others))
+
+
 def run(kernel: KernelView, limits) -> Finding | None:
     share = roof_share(kernel)
     if share is None:
@@ -89,7 +127,8 @@ def run(kernel: KernelView, limits) -> Finding | None:
         return None
     latency = kernel.get("warp_latency_cycles")
     dependency = sum(kernel.get(c) or 0.0 for c in DEPENDENCY_STALLS)
-    dependency_share = dependency / latency if latency else 0.0
+    barrier = sum(kernel.get(c) or 0.0 for c in BARRIER_STALLS)
+    dependency_share = (dependency + barrier) / latency if latency else 0.0
     if dependency_share < limits["min_dependency_stall_share"]:
         return None
     if atomic_share(kernel) >= limits["max_atomic_share"]:
@@ -97,18 +136,29 @@ def run(kernel: KernelView, limits) -> Finding | None:
     achieved, theoretical = kernel.get("achieved_occupancy_pct"), kernel.get("theoretical_occupancy_pct")
     if achieved is not None and theoretical is not None and theoretical < limits["min_theoretical_occupancy_pct"]:
         return None  # the launch caps the warps per SM: more warps first (low-occupancy), not more ILP per warp
+    if _small_block_cap(kernel, limits):
+        cause = "small blocks"
+    else:
+        cause = "barriers" if barrier > dependency else "dependent chains"
+    waiting = "at barriers" if cause == "barriers" else "on dependent instructions and barriers" if barrier else \
+        "on dependent instructions"
     return Finding(
         check=ID,
-        title=f"Latency-bound at {share:.0%} of its nearest roof: warps wait on dependent instructions "
-              f"{dependency_share:.0%} of the time",
+        title=f"Latency-bound at {share:.0%} of its nearest roof ({cause}): warps wait {waiting} "
+              f"{dependency_share:.0%} of the time"
+              + (f", {eligible:.1f} ready warps per scheduler" if eligible is not None else ""),
         estimated_speedup=clamp01(1 - share / limits["target_roof_share"]),
         evidence={
             "roof_share": evidence(share, limits["max_roof_share"], unit="ratio", compare="<"),
             "eligible_warps_per_scheduler": evidence(eligible, limits["max_eligible_warps"], compare="<"),
             "dependency_stall_share": evidence(dependency_share, limits["min_dependency_stall_share"], unit="ratio"),
+            "barrier_stall_share": evidence(barrier / latency if latency else None, unit="ratio"),
+            "cause": {"value": cause, "why": CAUSES[cause]},
+            "block_size": evidence(kernel.get("block_size"), unit="threads"),
             "issue_active_pct": evidence(kernel.get("issue_active_pct"), unit="%"),
             "warp_latency_cycles": evidence(latency, unit="cycles"),
         },
-        advice=ADVICE,
-        source=kernel.top_spots("smsp__pcsamp_warps_issue_stalled_long_scoreboard"),
+        advice=CAUSE_ADVICE[cause] + ADVICE,
+        source=kernel.top_spots("smsp__pcsamp_warps_issue_stalled_barrier" if cause == "barriers"
+                                else "smsp__pcsamp_warps_issue_stalled_long_scoreboard"),
     )

@@ -36,18 +36,21 @@ TITLE = "Too few warps per SM to hide latency"
 SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("achieved_occupancy_pct",)
 OPTIONAL = ("issue_active_pct", "theoretical_occupancy_pct", "waves_per_sm", "blocks_per_sm_limit_registers",
-            "blocks_per_sm_limit_shared_mem", "blocks_per_sm_limit_warps", "blocks_per_sm_limit", "block_size")
+            "blocks_per_sm_limit_shared_mem", "blocks_per_sm_limit_warps", "blocks_per_sm_limit", "block_size",
+            "eligible_warps_per_scheduler")
 COLLECT = "--set full (Occupancy and LaunchStats sections)"
 RELIEVES = None
 THRESHOLDS = {
     "max_achieved_occupancy_pct": Threshold(30.0, "below 30% of the SM's warp slots latency hiding usually fails"),
-    "max_roof_share": Threshold(0.40, "a kernel at 40%+ of a roof is limited by that roof, not by latency"),
+    "max_roof_share": Threshold(0.60, "a kernel at 60%+ of a roof is near what tuned code sustains; below it, "
+                                     "too few warps leave latency exposed"),
     "max_issue_active_pct": Threshold(50.0, "a scheduler issuing half the cycles is not starved"),
     "target_occupancy_pct": Threshold(50.0, "about half the warp slots hide DRAM latency for typical code"),
     "target_roof_share": Threshold(0.6, "well-overlapped kernels reach about 60% of a roof"),
 }
 SPEEDUP_MODEL = ("(1 - speed of light / target_roof_share) x (1 - achieved / target occupancy): "
                  "the latency-bound time more warps could overlap")
+LATENCY_BAND = 0.40  # from here up to max_roof_share the kernel must also lack ready warps
 LIMITERS = {"blocks_per_sm_limit_registers": "registers per thread",
             "blocks_per_sm_limit_shared_mem": "shared memory per block",
             "blocks_per_sm_limit_warps": "threads per block",
@@ -84,6 +87,9 @@ def run(kernel: KernelView, limits) -> Finding | None:
         return unjudged("sm_throughput_pct", "memory_throughput_pct", collect="--section SpeedOfLight")
     if share >= limits["max_roof_share"]:
         return None
+    eligible = kernel.get("eligible_warps_per_scheduler")
+    if share >= LATENCY_BAND and (eligible is None or eligible >= 1.0):
+        return None  # at 40-60% of a roof only a scheduler short of ready warps shows the latency
     issue = kernel.get("issue_active_pct")  # when measured: a busy scheduler is not starved of warps
     if issue is not None and issue >= limits["max_issue_active_pct"]:
         return None

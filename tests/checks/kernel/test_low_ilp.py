@@ -14,3 +14,29 @@ def test_labelled_kernel_gets_it_first(dev_suite_model, kernel):
 
 def test_atomics_are_left_to_atomic_contention(dev_suite_model):
     assert "low-ilp" not in {f["check"] for f in findings_for(dev_suite_model, "histogram_global")}
+
+
+def test_reduction_at_44_percent_of_a_roof_waits_on_barriers(analyzed):
+    """FaSTED's SquaredSumsKernel (A100): a block reduction at 44% of its memory roof, 0.3 ready warps per
+    scheduler, warps at barriers most of the time: latency-bound below 60% of both roofs, cause barriers."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__Padded_Bounds_Checking__Without_Bounds_Checking.ncu-rep.xz")
+    finding = next(f for f in model["findings"] if f["check"] == CHECK and f["kernel_name"] == "SquaredSumsKernel")
+    assert 0.4 <= finding["evidence"]["roof_share"]["value"] < 0.6
+    assert finding["evidence"]["cause"]["value"] == "barriers"
+    assert "__shfl_down_sync" in finding["advice"] and finding["estimated_speedup"] > 0
+
+
+def test_small_blocks_that_cap_the_warps_are_named():
+    from nsanalyze.checks import limits_for
+    from nsanalyze.checks.base import KernelView
+    from nsanalyze.checks.kernel import low_ilp
+
+    view = KernelView({"sm_throughput_pct": 45.0, "memory_throughput_pct": 30.0, "eligible_warps_per_scheduler": 0.4,
+                       "issue_active_pct": 30.0, "warp_latency_cycles": 40.0, "stall_long_scoreboard_cycles": 30.0,
+                       "achieved_occupancy_pct": 48.0, "theoretical_occupancy_pct": 50.0, "block_size": 32.0,
+                       "blocks_per_sm_limit": 32.0, "blocks_per_sm_limit_warps": 64.0,
+                       "blocks_per_sm_limit_registers": 64.0})
+    finding = low_ilp.run(view, limits_for(low_ilp))
+    assert finding.evidence["cause"]["value"] == "small blocks" and "128-256 threads" in finding.advice
