@@ -65,6 +65,19 @@ def budget_text(budget: list[dict] | None, min_share: float = 0.01) -> str:
     return ", ".join(f"{BUDGET_LABELS.get(p['part'], p['part'])} {percent(p['share'])}" for p in parts)
 
 
+WORK_LABELS = {"matmul_tensor": "tensor-core GEMM", "matmul_simt": "CUDA-core GEMM", "attention_fused": "fused attention",
+               "attention_unfused": "attention written out", "normalization": "normalization",
+               "elementwise": "elementwise", "reduction": "reductions", "layout": "layout changes", "cast": "casts",
+               "copy": "copies", "communication": "communication", "optimizer": "optimizer", "graph": "CUDA graphs",
+               "other": "other"}
+
+
+def work_text(work: list[dict] | None, min_share: float = 0.01) -> str:
+    """`attention written out 78%, tensor-core GEMM 14%, ...`: the roles of 1% or more, largest first."""
+    parts = sorted((w for w in work or [] if (w.get("share") or 0) >= min_share), key=lambda w: -w["share"])
+    return ", ".join(f"{WORK_LABELS.get(w['role'], w['role'])} {percent(w['share'])}" for w in parts)
+
+
 def window_lines(timeline: dict) -> list[str]:
     """The header lines every renderer shows for an nsys timeline: window, steps, budget."""
     lines = [f"Window: {timeline['window']['description']}"]
@@ -88,6 +101,8 @@ def window_lines(timeline: dict) -> list[str]:
     if timeline.get("budget"):
         scope = "a median step" if steps and steps.get("budget") else f"the window ({duration(timeline['span_ns'])})"
         lines.append(f"Time budget of {scope}: {budget_text((steps or {}).get('budget') or timeline['budget'])}")
+    if timeline.get("work"):
+        lines.append(f"GPU kernel time by role: {work_text(timeline['work'])}")
     return lines
 
 

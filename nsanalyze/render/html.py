@@ -20,7 +20,7 @@ from nsanalyze.render import charts
 from nsanalyze.render.format import (duration, evidence_value, health_line, percent, quantity, shorten,
                                      window_lines)
 
-SECTIONS = ("busy", "memory", "tensor", "kernel")
+SECTIONS = ("busy", "work", "memory", "tensor", "kernel")
 SUMMARY_ROWS = 15  # "What to fix first" lists these; every finding still has its card below  # an expert's order of diagnosis
 
 
@@ -77,6 +77,7 @@ def view(model: dict) -> dict:
         "kernels_left": max(0, len(kernels) - 100),
         "charts": {
             "budget": Markup(charts.budget_svg(model.get("timeline")) or ""),
+            "work": Markup(charts.work_svg(model.get("timeline")) or ""),
             "roofline": Markup(charts.roofline_svg(kernels, list(dict.fromkeys(
                 f["kernel_id"] for f in shown if f["kernel_id"] is not None))) or ""),
             "top_kernels": Markup(charts.top_kernels_svg(kernels) or ""),

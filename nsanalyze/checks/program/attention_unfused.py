@@ -38,7 +38,7 @@ from nsanalyze.checks.base import Finding, Threshold, evidence
 ID = "attention-unfused"
 NAME = "program.work.attention_unfused"
 TITLE = "Attention written out: the scores go through memory"
-SECTION = "busy"  # the report section its findings appear in
+SECTION = "work"  # the report section its findings appear in
 REQUIRES = ("work",)
 BUDGET_PART = "gpu_compute"
 THRESHOLDS = {

@@ -39,7 +39,7 @@ from nsanalyze.checks.base import Finding, Threshold, clamp01, evidence
 ID = "gpu-util-illusion"
 NAME = "program.utilization.illusion"
 TITLE = "Busy by GPU-Util, but the SMs barely issue"
-SECTION = "busy"  # the report section its findings appear in
+SECTION = "work"  # the report section its findings appear in
 REQUIRES = ("gpu_metrics", "work")
 BUDGET_PART = "gpu_compute"
 THRESHOLDS = {

@@ -37,7 +37,7 @@ from nsanalyze.checks.base import Finding, Threshold, evidence
 ID = "layout-conversion"
 NAME = "program.work.layout_conversion"
 TITLE = "Convolutions in NCHW: layout conversion kernels around them"
-SECTION = "busy"  # the report section its findings appear in
+SECTION = "work"  # the report section its findings appear in
 REQUIRES = ("work",)
 BUDGET_PART = "gpu_compute"
 THRESHOLDS = {"min_share": Threshold(0.03, "the low-severity cut: 3% of the window in layout conversions "

@@ -35,7 +35,7 @@ from nsanalyze.checks.base import Finding, Threshold, evidence
 ID = "low-tensor-activity"
 NAME = "program.utilization.tensor"
 TITLE = "Matrix products on the CUDA cores, not the tensor cores"
-SECTION = "busy"  # the report section its findings appear in
+SECTION = "work"  # the report section its findings appear in
 REQUIRES = ("work",)
 OPTIONAL = ("gpu_metrics",)
 BUDGET_PART = "gpu_compute"

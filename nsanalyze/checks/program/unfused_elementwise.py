@@ -37,7 +37,7 @@ from nsanalyze.checks.base import Finding, Threshold, evidence
 ID = "unfused-elementwise"
 NAME = "program.work.unfused_elementwise"
 TITLE = "Elementwise code written out: chains of memory-bound kernels"
-SECTION = "busy"  # the report section its findings appear in
+SECTION = "work"  # the report section its findings appear in
 REQUIRES = ("work",)
 BUDGET_PART = "gpu_compute"
 THRESHOLDS = {
