@@ -86,6 +86,23 @@ def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:
                 finding.estimated_savings_ns *= combined / total
 
 
+def _phase_first_findings(timeline: Timeline, findings: list[Finding]) -> None:
+    """Each phase's first cause, read off its own budget: the part that holds most of it, told by the
+    check that speaks for that part (budget parts are the checks' BUDGET_PART); the steps' phase is the
+    window's and takes the report's first program finding."""
+    by_part = {getattr(c, "BUDGET_PART", None): c.ID for c in program_checks() if getattr(c, "BUDGET_PART", None)}
+    by_part["gpu_compute"] = None  # GPU work: judged kernel by kernel (ncu), not by a program check
+    ranked = sorted(findings, key=lambda f: -f.estimated_savings_ns)
+    for phase in timeline.phases:
+        if phase["is_steps"] and ranked:
+            phase["first_finding"] = {"check": ranked[0].check, "title": ranked[0].title}
+            continue
+        if not phase.get("budget") or not phase["duration_ns"]:
+            continue
+        top = max(phase["budget"], key=lambda p: p["ns"])
+        phase["first_finding"] = {"check": by_part.get(top["part"]), "part": top["part"], "share": top["share"]}
+
+
 def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
     return {
         "profile": export.path,
@@ -232,6 +249,7 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
         work.attach(export, timeline, rows, window_kernels)
         timelines.append(timeline)
         f, n = run_program_checks(timeline, options.thresholds)
+        _phase_first_findings(timeline, f)
         per_rank.append(f)
         not_judged += [entry for entry in n if entry.check not in {j.check for j in not_judged}]
         if "timeline" not in sections:  # the first export's timeline is the report's; more exports: see issue on ranks

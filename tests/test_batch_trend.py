@@ -154,3 +154,18 @@ def test_a_night_with_more_steps_is_not_slower(tmp_path):
     names = {s["name"] for s in result["ranges"]}
     assert "median step: step N" in names and "step N" in names
     assert regressions_in_last_run(result) == []
+
+
+def test_trend_trips_only_on_the_slower_night(tmp_path):
+    """Three dated nights of one benchmark: two of unchanged code, then one 5% slower step. The median
+    step's band comes from each run's own steps: the identical night passes, the slower one fails."""
+    from nsanalyze.trend import regressions_in_last_run, trend
+    from tests.conftest import REAL
+
+    db = tmp_path / "history.sqlite"
+    for night, name in (("2026-11-01", "nightly1"), ("2026-11-02", "nightly2"), ("2026-11-03", "nightly3_slow")):
+        (tmp_path / night).mkdir()
+        shutil.copy(REAL / f"{name}_nsys.sqlite.xz", tmp_path / night)
+        batch([str(tmp_path / night)], str(db), jobs=1)
+        last = {r["name"] for r in regressions_in_last_run(trend(str(db)))}
+        assert ("median step: step N" in last) == (name == "nightly3_slow"), (night, last)

@@ -137,3 +137,36 @@ def test_a_shorter_capture_of_the_same_loop_is_no_regression(tmp_path):
     assert regressions(result, 10) == []
     runner = CliRunner().invoke(cli, ["diff", str(cut), str(full), "--fail-on-regression", "10", "-o", str(tmp_path / "d.md")])
     assert runner.exit_code == 0, runner.output
+
+
+def test_identical_runs_pass_and_a_planted_slowdown_fails():
+    """Three runs of one nightly benchmark (H200): two of unchanged code (GPU periods 4.19 and 4.15 ms) and
+    one with an extra matrix product a step (+5%). The step band comes from the runs' own steps."""
+    from tests.conftest import REAL
+
+    runs = [str(REAL / f"{name}_nsys.sqlite.xz") for name in ("nightly1", "nightly2", "nightly3_slow")]
+    same = diff(runs[0], runs[1])
+    assert same["steps"]["verdict"] == "within noise" and regressions(same, 3) == []
+    slower = diff(runs[0], runs[2])
+    assert slower["steps"]["verdict"] == "regression" and 0.04 < slower["steps"]["change"] < 0.07
+    assert slower["steps"] in regressions(slower, 3)
+    for args, code in (((runs[0], runs[1]), 0), ((runs[0], runs[2]), 1)):
+        result = CliRunner().invoke(cli, ["diff", *args, "--fail-on-regression", "3"])
+        assert result.exit_code == code, result.output
+
+
+def test_a_sync_bubble_fix_is_predicted_on_the_gpu_clock():
+    """matmul_sync (a .item() and 2 ms of host work every step) -> matmul_async (no sync): the base's first
+    finding predicted the per-step saving within 30% of the actual, which is the GPU-clock step difference."""
+    import statistics
+
+    from tests.conftest import REAL, sql_gpu_step_periods
+
+    base, new = REAL / "matmul_sync_nsys.sqlite.xz", REAL / "matmul_async_nsys.sqlite.xz"
+    result = diff(str(base), str(new))
+    first = result["predictions"][0]
+    assert first["check"] == "host-sync" and first["kernel_name"] is None
+    assert first["predicted_savings_ns"] == pytest.approx(first["actual_savings_ns"], rel=0.3)
+    sql_difference = statistics.median(sql_gpu_step_periods(base)) - statistics.median(sql_gpu_step_periods(new))
+    assert first["actual_savings_ns"] == pytest.approx(sql_difference, rel=0.05)
+    assert "host-sync predicted" in result["summary"]

@@ -16,6 +16,7 @@ from nsanalyze.normalize.steps import normalize_name
 from nsanalyze.read.nsys import NsysExport
 
 MAX_PHASES = 8
+MAX_INSTANCES_SHOWN = 500  # per phase, the longest, for the time line picture
 MIN_PHASE_SHARE = 0.01  # of the capture's span: shorter top-level ranges are detail, not phases
 
 
@@ -65,7 +66,9 @@ def find_phases(export: NsysExport, capture_budgets_of, window: tuple[int, int],
         mine = code == index
         s, e = starts[mine], ends[mine]
         inside = np.clip(np.minimum(e, window_end) - np.maximum(s, window_start), 0, None)
+        keep = np.argsort(-(e - s), kind="stable")[:MAX_INSTANCES_SHOWN]
         phase = {"name": name, "start_ns": int(s.min()), "end_ns": int(e.max()), "count": int(mine.sum()),
+                 "instances": [[int(a), int(b)] for a, b in sorted(zip(s[keep].tolist(), e[keep].tolist()))],
                  "duration_ns": int(durations[mine].sum()), "in_window_ns": int(inside.sum()),
                  "is_steps": name == step_name, "budget": None, "first_finding": None}
         if capture_budgets:

@@ -189,3 +189,26 @@ def work_svg(timeline: dict | None) -> str | None:
     axes.set_xlabel("% of GPU kernel time")
     axes.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.45))
     return _svg(figure)
+
+
+def phases_svg(timeline: dict | None) -> str | None:
+    """The run's phases on one time line: a row per phase, its instances as bars coloured by the budget
+    part that holds most of the phase, the analysis window shaded."""
+    phases = (timeline or {}).get("phases") or []
+    if not phases:
+        return None
+    origin = min(p["start_ns"] for p in phases)
+    figure, axes = plt.subplots(figsize=(7, 0.4 * len(phases) + 1.0))
+    window = timeline.get("window") or {}
+    if window.get("start_ns") is not None and window.get("end_ns") is not None:
+        axes.axvspan((window["start_ns"] - origin) / 1e9, (window["end_ns"] - origin) / 1e9, color="#eef3fa",
+                     label="analysis window")
+    for row, phase in enumerate(reversed(phases)):
+        top = max(phase.get("budget") or [{"part": "gpu_compute", "ns": 0}], key=lambda p: p["ns"])["part"]
+        spans = [((a - origin) / 1e9, max((b - a) / 1e9, 1e-6)) for a, b in phase.get("instances") or []]
+        axes.broken_barh(spans, (row - 0.35, 0.7), color=BUDGET_COLORS.get(top, "#888888"))
+    axes.set_yticks(range(len(phases)))
+    axes.set_yticklabels([literal(p["name"]) for p in reversed(phases)])
+    axes.set_xlabel("s since the first phase")
+    axes.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    return _svg(figure)

@@ -77,6 +77,7 @@ def view(model: dict) -> dict:
         "kernels_left": max(0, len(kernels) - 100),
         "charts": {
             "budget": Markup(charts.budget_svg(model.get("timeline")) or ""),
+            "phases": Markup(charts.phases_svg(model.get("timeline")) or ""),
             "work": Markup(charts.work_svg(model.get("timeline")) or ""),
             "roofline": Markup(charts.roofline_svg(kernels, list(dict.fromkeys(
                 f["kernel_id"] for f in shown if f["kernel_id"] is not None))) or ""),

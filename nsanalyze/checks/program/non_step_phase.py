@@ -74,6 +74,8 @@ pending.result()   # before the next save
 
 def run(timeline, limits) -> Finding | None:
     window_ns = timeline.summary.get("span_ns") or 0
+    if not timeline.steps:  # without steps the window is one phase or the other: the budget's checks speak
+        return None
     candidates = []
     for phase in timeline.phases or []:
         if phase["is_steps"] or not phase.get("budget") or not phase["duration_ns"] or not window_ns:
@@ -92,8 +94,8 @@ def run(timeline, limits) -> Finding | None:
     finding = Finding(
         check=ID,
         title=(f"The '{phase['name']}' phase holds {window_share:.0%} of the window ({phase['count']} instance"
-               f"{'s' if phase['count'] != 1 else ''}, {each / 1e6:.1f} ms each); its GPU does not compute "
-               f"{idle_share:.0%} of it, mostly {CAUSES[cause_part]} ({cause_share:.0%})"),
+               f"{'s' if phase['count'] != 1 else ''}, {each / 1e6:.1f} ms each); the GPU computes in only "
+               f"{1 - idle_share:.0%} of it, the rest mostly {CAUSES[cause_part]} ({cause_share:.0%})"),
         estimated_speedup=savings / window_ns,
         evidence={"phase": phase["name"], "instances": phase["count"],
                   "phase_ns": evidence(phase["duration_ns"], unit="ns"),

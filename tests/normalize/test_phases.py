@@ -1,0 +1,51 @@
+"""Phases (normalize.phases): top-level NVTX range groups over the whole capture, with their budgets."""
+
+import pytest
+
+from tests.conftest import DEV_INFER_NSYS, REAL, program_findings, sql
+
+NVTX_NAMED = """SELECT {what} FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+                WHERE n.eventType = 59 AND COALESCE(n.text, s.value) = '{name}'"""
+
+
+def test_a_phase_outside_the_window_is_kept(analyzed):
+    """dev_infer's batch-1 request loop lies wholly before the steady window: it is still a phase, with
+    its own budget that adds up to its time and its first cause."""
+    timeline = analyzed(DEV_INFER_NSYS)["timeline"]
+    phases = {p["name"]: p for p in timeline["phases"]}
+    per_request = phases["per_request"]
+    start, end = sql(DEV_INFER_NSYS, NVTX_NAMED.format(what="n.start, n.end", name="per_request"))[0]
+    assert (per_request["start_ns"], per_request["end_ns"], per_request["count"]) == (start, end, 1)
+    assert per_request["in_window_ns"] == 0
+    assert sum(p["ns"] for p in per_request["budget"]) == pytest.approx(end - start, rel=0.01)
+    assert per_request["first_finding"]["check"] == "host-compute"
+    assert "bf16_autocast" in phases      # digits inside a word are part of the name
+
+
+def test_the_header_names_the_phases(analyzed):
+    from nsanalyze.render.format import window_lines
+
+    lines = window_lines(analyzed(DEV_INFER_NSYS)["timeline"])
+    assert any(line.startswith("Phases: ") and "per_request ×1" in line and "outside the window" in line
+               for line in lines)
+
+
+def test_checkpoints_that_hold_the_run_come_first(analyzed):
+    """Epochs of 20 train steps, 5 eval steps and a 1 GB torch.save: the checkpoints take most of the
+    window between the first and the last step; the first finding names that phase, its share and cause."""
+    model = analyzed(REAL / "phases_nsys.sqlite.xz")
+    phases = {p["name"]: p for p in model["timeline"]["phases"]}
+    checkpoint = phases["checkpoint"]
+    durations = [d for (d,) in sql(REAL / "phases_nsys.sqlite.xz", NVTX_NAMED.format(what="n.end - n.start",
+                                                                                     name="checkpoint"))]
+    assert checkpoint["count"] == 3 and checkpoint["duration_ns"] == sum(durations)
+    first = program_findings(model)[0]
+    assert first["check"] == "non-step-phase" and first["severity"] == "high"
+    assert "'checkpoint' phase" in first["title"]
+    share = checkpoint["in_window_ns"] / model["timeline"]["span_ns"]
+    assert f"holds {share:.0%} of the window" in first["title"] and share > 0.5
+    assert first["estimated_savings_ns"] <= checkpoint["in_window_ns"]
+
+
+def test_steps_alone_are_no_phases(analyzed):
+    assert analyzed(REAL / "matmul_sync_nsys.sqlite.xz")["timeline"]["phases"] == []

@@ -1,0 +1,81 @@
+"""Steps on the GPU's clock (normalize.steps.project_on_gpu) on real H200 runs: synchronous, host-runs-ahead,
+queue-draining and graphed loops (graph-level and node-level traces), each against SQL over the export."""
+
+import statistics
+
+import pytest
+
+from tests.conftest import REAL, program_findings, sql, sql_gpu_step_periods
+
+LOOPS = [
+    "matmul_sync_nsys.sqlite.xz",          # .item() + 2 ms of host work every step: host and GPU take turns
+    "matmul_async_nsys.sqlite.xz",         # no sync: the host runs ahead until the queue is full
+    "nightly1_nsys.sqlite.xz",             # .item() every tenth step drains the queue
+    "attn_naive_nsys.sqlite.xz",           # 17.5 ms GPU steps, host ranges of 5 to 121 ms
+    "matmul_graph_nsys.sqlite.xz",         # one CUDA graph a step, graph-level trace
+    "matmul_graph_node_nsys.sqlite.xz",    # the same, node-level trace
+    "graphs_graphtrace_nsys.sqlite.xz",    # a tiny graphed MLP step, graph-level trace
+    "graphs_after_nsys.sqlite.xz",         # the same, node-level trace
+    "graphs_eager_nsys.sqlite.xz",         # launch-bound eager loop
+]
+
+
+@pytest.mark.parametrize("name", LOOPS)
+def test_median_step_is_the_gpu_period(analyzed, name):
+    steps = analyzed(REAL / name)["timeline"]["steps"]
+    periods = sql_gpu_step_periods(REAL / name)
+    assert steps["clock"] == "gpu"
+    assert steps["median_ns"] == pytest.approx(statistics.median(periods), rel=0.03)
+
+
+def test_the_host_range_is_kept_beside_it(analyzed):
+    """The graphed loop's host range is the g.replay() call: 44 µs against a 4.15 ms GPU step."""
+    steps = analyzed(REAL / "matmul_graph_nsys.sqlite.xz")["timeline"]["steps"]
+    host = [d for (d,) in sql(REAL / "matmul_graph_nsys.sqlite.xz",
+                              "SELECT end - start FROM NVTX_EVENTS WHERE text LIKE 'step %' ORDER BY start")]
+    assert steps["host_median_ns"] == pytest.approx(statistics.median(host[steps["first_step"]:]), rel=0.01)
+    assert steps["host_median_ns"] < 0.05 * steps["median_ns"]
+    assert steps["host_relation"] == "ahead" and "runs ahead" in steps["host_relation_text"]
+
+
+def test_a_queue_draining_step_is_named_not_counted(analyzed):
+    """nightly1: every tenth host range waits in cudaStreamSynchronize for the queued steps (37 ms against
+    0.7 ms); on the GPU's clock those steps are ordinary, the outlier is named with its wait."""
+    steps = analyzed(REAL / "nightly1_nsys.sqlite.xz")["timeline"]["steps"]
+    assert steps["max_ns"] < 1.2 * steps["median_ns"]
+    top = steps["host_outliers"][0]
+    assert top["host_ns"] > 20 * steps["host_median_ns"] and top["wait"] == "cudaStreamSynchronize"
+    assert top["wait_ns"] > 0.9 * top["host_ns"]
+
+
+def test_steps_in_turn_with_the_host(analyzed):
+    steps = analyzed(REAL / "matmul_sync_nsys.sqlite.xz")["timeline"]["steps"]
+    assert steps["host_relation"] == "in step"
+    assert steps["host_median_ns"] == pytest.approx(steps["median_ns"], rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["matmul_graph_nsys.sqlite.xz", "graphs_graphtrace_nsys.sqlite.xz"])
+def test_graph_executions_are_gpu_work(analyzed, name):
+    """A graph-level trace has no kernel rows for the graphs' nodes: the budget counts the graph executions
+    as GPU busy time (within 5 points of SQL over the window), no launch, idle, host or sync cause speaks
+    at medium or above, and the report says the kernels inside the graphs are not in the export."""
+    model = analyzed(REAL / name)
+    timeline = model["timeline"]
+    start, end = timeline["window"]["start_ns"], timeline["window"]["end_ns"]
+    busy = sql(REAL / name, f"""
+        WITH w AS (SELECT MAX(start, {start}) AS s, MIN(end, {end}) AS e FROM (
+            SELECT start, end FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL
+            UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY) WHERE end > {start} AND start < {end})
+        SELECT SUM(e - s) FROM w""")[0][0]
+    computed = sum(p["ns"] for p in timeline["budget"] if p["part"] in ("gpu_compute", "gpu_copy"))
+    assert computed / (end - start) == pytest.approx(min(1.0, busy / (end - start)), abs=0.05)
+    for finding in program_findings(model):
+        if finding["check"] in ("launch-overhead", "gpu-idle", "host-compute", "host-sync"):
+            assert finding["severity"] in ("low", "info"), finding["title"]
+    assert any("cuda-graph-trace=node" in note for note in timeline["notes"])
+    assert any(k["name"].startswith("CUDA graph ") for k in model["kernels"])
+
+
+def test_a_node_level_trace_needs_no_note(analyzed):
+    timeline = analyzed(REAL / "matmul_graph_node_nsys.sqlite.xz")["timeline"]
+    assert timeline["notes"] == []
