@@ -124,7 +124,9 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
     for target in outputs:
         write_bytes(render_diff(result, format_for(target)).encode(), target)
     if not outputs:
-        click.echo(render_diff(result, "markdown"))
+        from nsanalyze.render.terminal import print_diff
+
+        print_diff(result)
     if fail_on_regression is not None:
         slower = regressions(result, fail_on_regression)
         for row in slower:
@@ -184,7 +186,9 @@ def trend_command(db_path, outputs, fail_on_regression):
     for target in outputs:
         write_bytes(render_trend(result, format_for(target)).encode(), target)
     if not outputs:
-        click.echo(render_trend(result, "markdown"))
+        from nsanalyze.render.terminal import print_trend
+
+        print_trend(result)
     if fail_on_regression and regressions_in_last_run(result):
         sys.exit(1)
 

@@ -23,6 +23,32 @@ def escape(text) -> str:
     return re.sub(r"(?i)\b(https?|ftp|www)(:|\.)", lambda m: m.group(1) + "&#8203;" + m.group(2), text)
 
 
+def _one_line(text) -> str:
+    return visible(str(text).replace("\r\n", " ").replace("\n", " ").replace("\r", " "))
+
+
+def code(text, in_table: bool = False) -> str:
+    """A code span: no backslash escapes inside (GitHub would show them), fenced by more backticks than
+    the text holds in a row; `|` escaped only in a table cell, where GFM needs it even in code."""
+    if text is None:
+        return ""
+    text = _one_line(text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or (text.startswith(" ") and text.strip()) else ""
+    if in_table:
+        text = text.replace("|", "\\|")
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def html_text(text) -> str:
+    """Text inside an HTML block such as <summary>: Markdown is not read there, so HTML escapes only."""
+    if text is None:
+        return ""
+    text = _one_line(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    text = text.replace("@", "&#64;")
+    return re.sub(r"(?i)\b(https?|ftp|www)(:|\.)", lambda m: m.group(1) + "&#8203;" + m.group(2), text)
+
+
 def _table(findings: list[dict]) -> list[str]:
     lines = ["| # | severity | check | kernel / scope | saves | finding |", "|---|---|---|---|---|---|"]
     for f in findings:
@@ -36,16 +62,16 @@ def _details(f: dict) -> str:
                                                                     f"{escape(evidence_value({**v, 'value': v['threshold']}))})"
                                                            if "threshold" in v else "")
                          for k, v in f["evidence"].items() if isinstance(v, dict))
-    source = "\n".join(f"- `{escape(s['file'])}:{s['line']}`" for s in f.get("source") or [])
-    return (f"<details><summary>{f['rank']}. <code>{f['check']}</code> on {escape(f['kernel_name'] or 'the program')}"
-            f": {escape(f['title'])}</summary>\n\n{evidence}\n\n" + (f"Source:\n{source}\n\n" if source else "")
+    source = "\n".join("- " + code(f"{s['file']}:{s['line']}") for s in f.get("source") or [])
+    return (f"<details><summary>{f['rank']}. <code>{html_text(f['check'])}</code> on "
+            f"{html_text(f['kernel_name'] or 'the program')}: {html_text(f['title'])}</summary>\n\n{evidence}\n\n" + (f"Source:\n{source}\n\n" if source else "")
             + f"{f['advice']}\n\n</details>")
 
 
 def render(model: dict) -> str:
     head = ["## nsanalyze report", ""]
     for p in model["profiles"]:
-        head.append(f"- {p['kind']}: `{escape(p['path'])}` ({escape(p['gpu'] or 'unknown GPU')}, "
+        head.append(f"- {p['kind']}: {code(p['path'])} ({escape(p['gpu'] or 'unknown GPU')}, "
                     f"CC {p['compute_capability'] or '?'})")
     timeline = model.get("timeline")
     if timeline:

@@ -55,3 +55,121 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
         checks = sorted({n["check"] for n in model["not_judged"]})
         console.print(Text(f"Not judged for lack of metrics: {', '.join(checks)} "
                            "(the report's 'not judged' section names the profiler options that collect them)", style="dim"))
+
+
+VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "within noise": "dim", "new kernel": "yellow",
+                 "unmatched": "yellow"}
+
+
+def _console(console: Console | None) -> Console:
+    return console or Console(width=None if sys.stdout.isatty() else 140)
+
+
+def _change(value) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _text(value, width: int | None = None) -> Text:
+    text = visible(value if value is not None else "")
+    return Text(shorten(text, width) if width else text)
+
+
+def print_diff(result: dict, console: Console | None = None, limit: int = 25) -> None:
+    """`nsanalyze diff` without -o: the comparison as tables on the terminal (plain text, no Markdown)."""
+    console = _console(console)
+    console.print(Text(f"base: {visible(result['base'][0]['path'])} → new: {visible(result['new'][0]['path'])}",
+                       style="bold"))
+    if result.get("summary"):
+        console.print(Text(visible(result["summary"])))
+    steps = result.get("steps")
+    if steps:
+        table = Table(title="Steps (median)", title_justify="left")
+        for column in ("steps", "before", "after", "change", "noise band", "verdict"):
+            table.add_column(column, overflow="fold")
+        table.add_row(_text(f"{steps['name']} ({steps['before_count']} / {steps['after_count']})"),
+                      duration(steps["before_median_ns"]), duration(steps["after_median_ns"]), _change(steps["change"]),
+                      f"±{steps['noise']:.0%}", Text(steps["verdict"], style=VERDICT_STYLE.get(steps["verdict"], "")))
+        console.print(table)
+    if result.get("budget"):
+        from nsanalyze.render.format import BUDGET_LABELS
+
+        table = Table(title="Time budget (median step)", title_justify="left")
+        for column in ("part", "before", "after"):
+            table.add_column(column)
+        for part in result["budget"]:
+            if (part["before_share"] or 0) >= 0.005 or (part["after_share"] or 0) >= 0.005:
+                table.add_row(BUDGET_LABELS.get(part["part"], part["part"]),
+                              *[("-" if part[k] is None else f"{part[k]:.0%}") for k in ("before_share", "after_share")])
+        console.print(table)
+    program = result.get("program") or {}
+    if program.get("findings_gone") or program.get("findings_appeared"):
+        console.print(Text(f"Program findings gone: {', '.join(program['findings_gone']) or 'none'}; "
+                           f"appeared: {', '.join(program['findings_appeared']) or 'none'}"))
+    for title, rows, name_column, extra in (("NVTX ranges", result.get("ranges") or [], "NVTX range", False),
+                                             ("Kernels", result.get("kernels") or [], "kernel", True)):
+        if not rows:
+            continue
+        table = Table(title=title, title_justify="left")
+        table.add_column(name_column, overflow="fold", ratio=3)
+        for column in ("before", "after", "change", "verdict"):
+            table.add_column(column, no_wrap=True)
+        if extra:
+            table.add_column("findings gone", overflow="fold")
+            table.add_column("findings new", overflow="fold")
+        for row in rows[:limit]:
+            cells = [_text(row["name"], 60), duration(row["before_ns"]), duration(row["after_ns"]), _change(row["change"]),
+                     Text(row["verdict"], style=VERDICT_STYLE.get(row["verdict"], ""))]
+            if extra:
+                cells += [", ".join(row.get("findings_gone") or []), ", ".join(row.get("findings_appeared") or [])]
+            table.add_row(*cells)
+        console.print(table)
+        if len(rows) > limit:
+            console.print(f"... and {len(rows) - limit} more (write a report with -o for all)")
+    if result.get("predictions"):
+        table = Table(title="Predictions checked (findings of the base gone in the new profile)", title_justify="left")
+        for column in ("kernel", "check", "predicted savings", "actual savings"):
+            table.add_column(column, overflow="fold")
+        for p in result["predictions"][:limit]:
+            table.add_row(_text(p.get("kernel_name") or "program", 50), p["check"], duration(p["predicted_savings_ns"]),
+                          duration(p["actual_savings_ns"]))
+        console.print(table)
+
+
+def print_trend(result: dict, console: Console | None = None, limit: int = 20) -> None:
+    """`nsanalyze trend` without -o: the latest run of each series against its baseline, as tables."""
+    from nsanalyze.render.format import percent
+
+    console = _console(console)
+    runs = result["runs"]
+    console.print(Text(f"{len(runs)} runs from {runs[0]['date'] if runs else '-'} to {runs[-1]['date'] if runs else '-'}",
+                       style="bold"))
+    for title, series in (("Kernels", result.get("kernels") or []), ("NVTX ranges", result.get("ranges") or [])):
+        if not series:
+            continue
+        table = Table(title=title, title_justify="left")
+        table.add_column("series", overflow="fold", ratio=3)
+        for column in ("runs", "last", "baseline", "change", "noise band", "regression"):
+            table.add_column(column, no_wrap=True)
+        for s in series[:limit]:
+            last = s["points"][-1]
+            label = f"{s['name']} ({s['kind']})" if s.get("kind") else s["name"]
+            if s.get("gpu"):
+                label += f" on {s['gpu']}"
+            table.add_row(_text(label, 70), str(len(s["points"])), duration(last.get("duration_ns")),
+                          duration(last.get("baseline_ns")),
+                          percent(last["change"]) if last.get("change") is not None else "-",
+                          percent(last["noise"]) if last.get("noise") else "-",
+                          Text("yes", style="bold red") if last.get("regression") else "")
+        console.print(table)
+        if len(series) > limit:
+            console.print(f"... and {len(series) - limit} more (write a report with -o for all)")
+    accuracy = result.get("prediction_accuracy") or []
+    if accuracy:
+        table = Table(title="Prediction accuracy", title_justify="left")
+        for column in ("check", "findings gone", "predicted", "actual", "actual / predicted"):
+            table.add_column(column)
+        for a in accuracy:
+            ratio = a.get("actual_over_predicted")
+            table.add_row(a["check"], str(a["cases"]), duration(a.get("predicted_ns")), duration(a.get("actual_ns")),
+                          "-" if ratio is None else f"{ratio:.2f}")
+        console.print(table)
