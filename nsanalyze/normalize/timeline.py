@@ -1,10 +1,10 @@
 """The nsys timeline within an analysis window: busy and idle time, gaps, streams, NVTX ranges,
-synchronization, launches, copies and GPU metrics.
+synchronization, launches, copies; GPU metrics come from normalize.gpu_metrics.
 
 The window's kernels, copies and CUDA calls are read once into arrays (normalize.activity); each
 figure below is a sort, a prefix sum or a `searchsorted` join by correlation id over them, linear or
 n log n in the export's size. What comes back as Python objects is sized by names, streams, ranges
-or the top-N gaps, never by the number of kernels. Sampled GPU metrics stay aggregated in SQLite.
+or the top-N gaps, never by the number of kernels.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from nsanalyze.normalize.activity import (Activity, Columns, distinct, first_by_
                                           process_of, read_activity)
 from nsanalyze.normalize.budget import (COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, SYNC_PREFIXES, as_parts,
                                         build_budgets, union)
+from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.phases import find_phases
 from nsanalyze.normalize.steps import Steps, find_launch_pattern, find_steps, project_on_gpu
 from nsanalyze.read.nsys import GRAPH_NAME_BASE, NsysExport
@@ -32,17 +33,6 @@ WORK_CALL_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunc
                       "cudaMemset", "cuMemset", "cudaMemPrefetch", "cuMemPrefetch", *SYNC_APIS)
 LONG_CALL_NS = 50_000  # calls this long count whatever they are: they show where the host was
 HOST_COPY_KINDS = ("Host-to-Device", "Device-to-Host", "Unified Host-to-Device", "Unified Device-to-Host")
-GPU_METRIC_NAMES = {  # contract key -> nsys metric name prefix (names carry their unit in brackets)
-    "gr_active_pct": "GR Active",
-    "sm_active_pct": "SMs Active",
-    "sm_issue_pct": "SM Issue",
-    "tensor_active_pct": "Tensor Active",
-    "dram_read_pct": "DRAM Read Bandwidth",
-    "dram_write_pct": "DRAM Write Bandwidth",
-    "pcie_rx_pct": "PCIe RX Throughput",
-    "pcie_tx_pct": "PCIe TX Throughput",
-    "gpc_clock_mhz": "GPC Clock Frequency",
-}
 
 
 @dataclass
@@ -480,85 +470,6 @@ def _copies(wa: WindowActivity) -> dict:
             "sync": {"copies": len(sync), "duration_ns": sum(r["duration_ns"] for r in sync), "top": longest(sync)}}
 
 
-def _percentiles(histogram: list[tuple[float, int]], quantiles=(0.5, 0.95)) -> dict:
-    total = sum(count for _, count in histogram)
-    result = {}
-    for q in quantiles:
-        target, seen = q * total, 0
-        for value, count in histogram:
-            seen += count
-            if seen >= target:
-                result[f"p{int(q * 100)}"] = value
-                break
-    return result
-
-
-def gpu_metrics(export: NsysExport, window: Window, ranges: list[dict]) -> dict | None:
-    """Mean and percentiles of each sampled GPU metric, over the window and per top-level NVTX range.
-
-    Values are integers from a small set (percent, MHz), so a GROUP BY value histogram gives
-    exact percentiles without sorting millions of samples."""
-    if not export.has_gpu_metrics:
-        return None
-    ids = {}
-    for metric_id, name in export.query("SELECT DISTINCT metricId, metricName FROM TARGET_INFO_GPU_METRICS"):
-        for key, prefix in GPU_METRIC_NAMES.items():
-            if name.startswith(prefix + " [") and key not in ids:
-                ids[key] = metric_id
-    if not ids:
-        return None
-
-    def summarize(start, end) -> dict:
-        placeholders = ",".join(str(i) for i in ids.values())
-        rows = export.query(f"""SELECT metricId, value, COUNT(*) FROM GPU_METRICS
-                                WHERE metricId IN ({placeholders}) AND timestamp >= ? AND timestamp < ?
-                                GROUP BY metricId, value ORDER BY metricId, value""", (start, end))
-        by_id: dict[int, list] = {}
-        for metric_id, value, count in rows:
-            by_id.setdefault(metric_id, []).append((value, count))
-        out = {}
-        for key, metric_id in ids.items():
-            hist = by_id.get(metric_id)
-            if not hist:
-                out[key] = None
-                continue
-            n = sum(c for _, c in hist)
-            scale = _unit_scale(key, hist)
-            hist = [(v * scale, c) for v, c in hist]
-            out[key] = {"mean": sum(v * c for v, c in hist) / n, **_percentiles(hist), "samples": n}
-        return out
-
-    overall = summarize(window.start, window.end)
-    top_level = [r for r in ranges if r.get("depth") == 0]
-    per_range = []
-    for r in top_level:
-        entry = summarize(max(window.start, r["first_start"]), min(window.end, r["last_end"]))
-        per_range.append({"name": r["name"], **entry})
-    timeline_rows = export.query(f"""SELECT (timestamp - :s) / :bucket AS b, metricId, AVG(value)
-        FROM GPU_METRICS WHERE metricId IN ({','.join(str(ids[k]) for k in ('gr_active_pct', 'sm_issue_pct', 'tensor_active_pct') if k in ids)})
-        AND timestamp >= :s AND timestamp < :e GROUP BY b, metricId ORDER BY b""",
-        _series_params(export, window))
-    series: dict[str, list] = {}
-    names_by_id = {v: k for k, v in ids.items()}
-    params = _series_params(export, window)
-    for bucket, metric_id, mean in timeline_rows:
-        series.setdefault(names_by_id[metric_id], []).append([params["s"] + bucket * params["bucket"], mean])
-    return {**overall, "ranges": per_range, "series": series, "series_bucket_ns": params["bucket"]}
-
-
-def _unit_scale(key: str, histogram) -> float:
-    """nsys 2025 stores "GPC Clock Frequency [MHz]" samples in Hz; bring them to MHz."""
-    if key.endswith("_mhz") and histogram and histogram[-1][0] > 100_000:
-        return 1e-6
-    return 1.0
-
-
-def _series_params(export: NsysExport, window: Window, points: int = 400) -> dict:
-    first, last = export.query("SELECT MIN(timestamp), MAX(timestamp) FROM GPU_METRICS")[0]
-    start, end = max(first, window.start), min(last, window.end)
-    return {"s": start, "e": end + 1, "bucket": max(1, (end - start) // points + 1)}
-
-
 def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode: str = "steady") -> Timeline:
     steps = find_steps(export, nvtx_range)
     capture = read_activity(export, (-FOREVER, FOREVER))  # once: steps, phases and the window read from it
@@ -614,8 +525,10 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     active = Window(max(window.start, min((d["first_ns"] for d in devices), default=window.start)),
                     min(window.end, max((d["last_ns"] for d in devices), default=window.end)), window.description)
     timeline.device_kernels = device_kernel_breakdown(export, wa) if len(devices) > 1 else []
-    timeline.gpu_metrics = gpu_metrics(export, active, ranges)
-    timeline.busy_clock = busy_clock(export, active)
+    samples = read_samples(export)
+    timeline.gpu_metrics = gpu_metrics(samples, active.start, active.end, ranges)
+    timeline.busy_clock = busy_clock(samples, active.start, active.end,
+                                     next((d.clock_hz for d in export.devices if d.clock_hz), None))
     return timeline
 
 
@@ -715,26 +628,3 @@ def _host_stretches(export: NsysExport, budgets, limit: int = 5) -> list[dict]:
                      AND o.globalTid / 16777216 IN ({pids})
                 GROUP BY o.nameId ORDER BY overlap_ns DESC LIMIT 3""", {"s": start, "e": end})]
     return stretches
-
-
-def busy_clock(export: NsysExport, window: Window, min_gr_active_pct: int = 50) -> dict | None:
-    """Median GPC clock over the samples in which the GPU was busy (GR Active >= min)."""
-    if not export.has_gpu_metrics:
-        return None
-    ids = dict(export.query("SELECT metricName, metricId FROM TARGET_INFO_GPU_METRICS"))
-    clock = next((v for k, v in ids.items() if k.startswith(GPU_METRIC_NAMES["gpc_clock_mhz"])), None)
-    active = next((v for k, v in ids.items() if k.startswith(GPU_METRIC_NAMES["gr_active_pct"])), None)
-    if clock is None or active is None:
-        return None
-    histogram = [(v, c) for v, c in export.query("""
-        SELECT c.value, COUNT(*) FROM GPU_METRICS c JOIN GPU_METRICS g
-            ON g.timestamp = c.timestamp AND g.metricId = ? AND g.value >= ?
-        WHERE c.metricId = ? AND c.timestamp >= ? AND c.timestamp < ?
-        GROUP BY c.value ORDER BY c.value""", (active, min_gr_active_pct, clock, window.start, window.end))]
-    if not histogram:
-        return None
-    scale = _unit_scale("gpc_clock_mhz", histogram)
-    median = _percentiles([(v * scale, c) for v, c in histogram], (0.5,))["p50"]
-    device_hz = next((d.clock_hz for d in export.devices if d.clock_hz), None)
-    maximum = device_hz / 1e6 if device_hz else histogram[-1][0] * scale
-    return {"median_mhz": median, "max_mhz": maximum, "samples": sum(c for _, c in histogram)}
