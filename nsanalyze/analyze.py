@@ -18,7 +18,7 @@ from nsanalyze.normalize import normalize_ncu
 from nsanalyze.numbers import finite
 from nsanalyze.normalize.clocks import clock_control
 from nsanalyze.normalize.kernel_groups import group_launches
-from nsanalyze.normalize.kernels import CLOCK_CYCLE_METRICS, IDENTITY_COLUMNS
+from nsanalyze.normalize.kernels import CLOCK_CYCLE_METRICS, EXTRA_RAW_METRICS, IDENTITY_COLUMNS
 from nsanalyze.normalize.metric_table import raw_metric_names
 from nsanalyze.normalize.roofline import roofline
 from nsanalyze.rank import apply_roof_gate, merge_per_kernel, rank
@@ -141,7 +141,7 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
         validate_overrides(options.thresholds)
     except ValueError as exc:
         raise InputError("--set", str(exc)) from None
-    profiles = [read_profile(path, ncu_metrics=raw_metric_names() | CLOCK_CYCLE_METRICS) for path in paths]
+    profiles = [read_profile(path, ncu_metrics=raw_metric_names() | CLOCK_CYCLE_METRICS | EXTRA_RAW_METRICS) for path in paths]
     ncu_reports = [p for p in profiles if isinstance(p, NcuReport)]
     nsys_exports = [p for p in profiles if isinstance(p, NsysExport)]
 

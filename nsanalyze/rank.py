@@ -77,8 +77,8 @@ def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = No
     for kernel_id, group in by_kernel.items():
         for finding in group:
             finding.potential = finding.estimated_speedup  # before overlaps and the floor: breaks ties
-        primary = [f for f in group if f.check not in secondary]
-        later = [f for f in group if f.check in secondary]
+        primary = [f for f in group if f.check not in secondary and not f.after_others]
+        later = [f for f in group if f.check in secondary or f.after_others]
         combined = _share_overlap(primary, 1.0)
         left = 1.0 - combined
         later_combined = _share_overlap(later, left)

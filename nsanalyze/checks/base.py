@@ -52,6 +52,7 @@ class Finding:
     budget_part: str | None = None  # program findings: the part of the time budget their savings come from
     budget_device: Any = None       # ... and the GPU whose budget it is, when one GPU's time is saved
     gpu: dict | None = None         # program findings about one GPU: {rank, device} as integers
+    after_others: bool = False      # kernel findings: savings count after the kernel's other findings
 
     def to_json(self) -> dict[str, Any]:
         return {

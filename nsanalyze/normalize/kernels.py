@@ -60,6 +60,7 @@ def _cc_tuple(cc: str | None) -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
+DERIVED_UNITS = {"fp_fma_share": "ratio", "fp16_fma_share": "ratio", "tensor_mma_ops": "operations"}
 TENSOR_PEAKS_PATH = Path(__file__).with_name("tensor_peaks.csv")
 TENSOR_CONCEPTS = ("tf32_peak_flops_per_s", "bf16_peak_flops_per_s")
 
@@ -84,6 +85,17 @@ def tensor_peaks(cc: tuple[int, int] | None, fp32_peak: float | None) -> dict[st
 
 CLOCK_CYCLE_METRICS = frozenset({"sm__cycles_elapsed.sum", "smsp__cycles_elapsed.sum", "sm__cycles_elapsed.avg",
                                  "smsp__cycles_elapsed.avg", "device__attribute_multiprocessor_count"})
+FP_OPS = {op: (f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum",
+              f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum.per_cycle_elapsed")
+          for op in ("fadd", "fmul", "ffma", "hadd", "hmul", "hfma")}
+# Operations that ran on the tensor paths (the hierarchical tensor roofline's counters, ncu 2023+). On GPUs
+# whose FP16 pipe shares the tensor pipe (V100, A100, H100), the tensor pipe's busy cycles include plain
+# HFMA2; these count MMA operations only.
+TENSOR_OPS_METRICS = tuple(f"sm__ops_path_tensor_src_{kind}.sum" for kind in (
+    "fp16", "bf16_dst_fp32", "tf32_dst_fp32", "fp64", "int8", "int4", "int1", "fp8", "fp8_sparsity_off",
+    "fp8_sparsity_on", "fp16_sparsity_off", "fp16_sparsity_on", "bf16_dst_fp32_sparsity_off",
+    "tf32_dst_fp32_sparsity_off"))
+EXTRA_RAW_METRICS = frozenset({name for pair in FP_OPS.values() for name in pair} | set(TENSOR_OPS_METRICS))
 SMSP_PER_SM = 4  # every SM from Volta to Blackwell has four sub-partitions (schedulers)
 
 
@@ -106,6 +118,27 @@ def clock_from_cycles(metrics: dict, values: dict) -> float | None:
         per_sm += [sm_sum / sms if sm_sum else None, smsp_sum / (sms * SMSP_PER_SM) if smsp_sum else None]
     cycles = next((c for c in per_sm if c), None)
     return cycles / (duration * 1e-9) if cycles else None
+
+
+def fp_instruction_mix(metrics: dict) -> dict[str, float]:
+    """FMA share of the floating-point thread instructions (FFMA, HFMA/HFMA2 over all adds, muls and FMAs,
+    FP32 and FP16): a matrix product's inner loop is nearly all FMA; element-wise and normalization kernels
+    are not. Either the plain sums or the per-cycle rates (same ratio)."""
+    for which in (0, 1):
+        counts = {op: metrics.get(names[which]) for op, names in FP_OPS.items()}
+        if all(isinstance(v, (int, float)) and math.isfinite(v) for v in counts.values()):
+            total = sum(counts.values())
+            if total <= 0:
+                return {}
+            return {"fp_fma_share": (counts["ffma"] + counts["hfma"]) / total,
+                    "fp16_fma_share": counts["hfma"] / total}
+    return {}
+
+
+def tensor_mma_ops(metrics: dict) -> float | None:
+    values = [metrics.get(name) for name in TENSOR_OPS_METRICS]
+    values = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return float(sum(values)) if values else None
 
 
 def normalize_ncu(report: NcuReport) -> KernelTable:
@@ -132,12 +165,16 @@ def normalize_ncu(report: NcuReport) -> KernelTable:
             maximum = _finite(row.get("max_sm_frequency_hz"))
             if maximum and _finite(row.get("sm_clock_ratio")) is None:
                 row["sm_clock_ratio"] = clock / maximum
+        row.update(fp_instruction_mix(launch.metrics))
+        if (ops := tensor_mma_ops(launch.metrics)) is not None:
+            row["tensor_mma_ops"] = ops
         row.update(tensor_peaks(cc, evaluation.values.get("fp32_peak_flops_per_s")))
         rows.append(row)
         sources.append(evaluation.sources)
         undefined.append(evaluation.undefined)
-    units = concept_units() | {concept: "FLOP/s" for concept in TENSOR_CONCEPTS}
-    return KernelTable(report.path, "ncu", rows, IDENTITY_COLUMNS + concepts, units, sources, undefined)
+    units = concept_units() | {concept: "FLOP/s" for concept in TENSOR_CONCEPTS} | DERIVED_UNITS
+    return KernelTable(report.path, "ncu", rows, IDENTITY_COLUMNS + concepts + list(DERIVED_UNITS), units, sources,
+                       undefined)
 
 
 # nsys: per kernel name, the figures `nsys stats -r cuda_gpu_kern_sum` gives, computed in SQLite.

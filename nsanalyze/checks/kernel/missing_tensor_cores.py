@@ -22,6 +22,13 @@ with torch.autocast("cuda", dtype=torch.bfloat16):
     y = x @ w
 ```
 
+Only GEMM-like work counts: FMAs (FP32 FFMA, FP16 HFMA and half2 HFMA2) are most of the
+floating-point instructions, and operands come from shared-memory tiles with reuse (FLOP per DRAM
+byte). On GPUs whose FP16 pipe is the tensor pipe (V100, A100, H100) the tensor pipe's busy cycles
+include plain HFMA2: the MMA operation counters decide when the report holds them. When shared
+memory is the bottleneck (L1 near its roof with heavy bank-conflict replays), that is fixed first:
+the tensor-core savings count after bank-conflicts.
+
 ## Known problems
 It cannot see that the arithmetic is a matrix product; it looks for FMA-dominated FP work that
 reads operands from shared memory, at scale. A stencil with the same shape can trip it. FP32
@@ -33,7 +40,7 @@ results on tensor cores (TF32) carry a 10-bit mantissa: check that the model tol
 - `tensor_efficiency`: the share of the tensor roof a library kernel reaches, for the estimate.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, unjudged
 
 ID = "missing-tensor-cores"
 NAME = "compute.tensor.missing"
@@ -43,7 +50,8 @@ REQUIRES = ("duration_ns", "fp32_flops", "fp32_peak_flops_per_s")
 OPTIONAL = ("tensor_pipe_pct", "tensor_hmma_pipe_pct", "tensor_gmma_pipe_pct", "fp16_flops",
             "shared_load_requests", "shared_wavefronts", "warp_execution_efficiency", "dram_bytes",
             "fma_pipe_pct", "fp16_pipe_pct",
-            "tf32_peak_flops_per_s", "bf16_peak_flops_per_s")
+            "tf32_peak_flops_per_s", "bf16_peak_flops_per_s", "fp_fma_share", "fp16_fma_share", "tensor_mma_ops",
+            "l1_throughput_pct", "bank_conflict_share")
 COLLECT = "--set full (ComputeWorkloadAnalysis and the roofline sections)"
 RELIEVES = "compute"
 THRESHOLDS = {
@@ -53,6 +61,11 @@ THRESHOLDS = {
                                                 "kernels do 0.1-8"),
     "max_tensor_pipe_pct": Threshold(1.0, "a kernel on tensor cores keeps the pipe busy well above 1%"),
     "min_warp_efficiency": Threshold(0.8, "divergent code is not a matrix product; fix divergence first"),
+    "min_fma_share": Threshold(0.6, "a matrix product's inner loop is almost all FMA (FFMA, HFMA, HFMA2); softmax, "
+                                    "norms and element-wise math are adds, multiplies and special functions"),
+    "shared_bottleneck_l1_pct": Threshold(90.0, "L1/shared memory this busy sets the kernel's time"),
+    "shared_bottleneck_conflict_share": Threshold(0.4, "with this many bank-conflict replays the shared-memory "
+                                                       "pipe is the bottleneck: tensor cores would wait on it too"),
     "tensor_efficiency": Threshold(0.5, "cuBLAS/CUTLASS GEMMs of moderate size reach about half the dense roof"),
 }
 SPEEDUP_MODEL = ("1 - (the kernel's FLOPs at tensor_efficiency of the device's dense TF32 roof, or its "
@@ -78,8 +91,16 @@ wmma::mma_sync(acc, a, b, acc);
 
 
 def _tensor_activity(kernel: KernelView) -> float | None:
+    """Tensor-pipe activity that is matrix math. Where the report counts MMA operations, none means none,
+    whatever the pipe's busy cycles (which include plain HFMA2 on V100/A100/H100). Without that counter,
+    an FP16 FMA kernel's tensor-pipe cycles may be its own HFMA2: not evidence of tensor-core use."""
+    ops = kernel.get("tensor_mma_ops")
+    if ops is not None and ops <= 0:
+        return 0.0
     values = [kernel.get(c) for c in ("tensor_hmma_pipe_pct", "tensor_gmma_pipe_pct", "tensor_pipe_pct")]
     values = [v for v in values if v is not None]
+    if ops is None and (kernel.get("fp16_fma_share") or 0.0) >= 0.5:
+        return None
     return max(values) if values else None
 
 
@@ -92,6 +113,9 @@ def run(kernel: KernelView, limits) -> Finding | None:
     roof_share = flops / duration_s / fp32_peak
     if roof_share < limits["min_fp_roof_share"]:
         return None
+    fma_share = kernel.get("fp_fma_share")
+    if fma_share is not None and fma_share < limits["min_fma_share"]:
+        return None  # not FMA-dominated: not the arithmetic of a matrix product
     dram_bytes = kernel.get("dram_bytes")
     intensity = flops / dram_bytes if dram_bytes else None
     if intensity is not None and intensity < limits["min_arithmetic_intensity"]:
@@ -103,34 +127,48 @@ def run(kernel: KernelView, limits) -> Finding | None:
     if efficiency is not None and efficiency < limits["min_warp_efficiency"]:
         return None
     shared_loads = kernel.get("shared_load_requests") or kernel.get("shared_wavefronts")
+    if shared_loads is None and kernel.get("shared_load_requests") is None and kernel.get("shared_wavefronts") is None:
+        return unjudged("shared_load_requests", "shared_wavefronts",
+                        collect="--set full (MemoryWorkloadAnalysis_Tables and InstructionStats sections)")
     if not shared_loads:  # no operand tiles in shared memory: not the shape of a matrix product
         return None
     tensor_peak = kernel.get("tf32_peak_flops_per_s") or kernel.get("bf16_peak_flops_per_s")
     if tensor_peak is None:
-        return None
-    tensor_time_s = flops / (tensor_peak * limits["tensor_efficiency"])
-    speedup = clamp01(1 - tensor_time_s / duration_s)
-    path = "TF32" if kernel.get("tf32_peak_flops_per_s") else "FP16/BF16"
+        return unjudged("tf32_peak_flops_per_s", collect="a tensor-core roof for this compute capability "
+                                                         "(normalize/tensor_peaks.csv)")
     half = kernel.get("fp16_flops") or 0.0
     precision = "FP16" if half > kernel.get("fp32_flops") else "FP32"
-    pipe = "FP16 pipe (HFMA2)" if precision == "FP16" else "FMA pipe"
+    path = "TF32" if kernel.get("tf32_peak_flops_per_s") else "FP16/BF16"
     if precision == "FP16" and kernel.get("bf16_peak_flops_per_s"):
         tensor_peak, path = kernel.get("bf16_peak_flops_per_s"), "FP16/BF16"
-        tensor_time_s = flops / (tensor_peak * limits["tensor_efficiency"])
-        speedup = clamp01(1 - tensor_time_s / duration_s)
+    tensor_time_s = flops / (tensor_peak * limits["tensor_efficiency"])
+    speedup = clamp01(1 - tensor_time_s / duration_s)
+    pipe = "FP16 pipe (HFMA/HFMA2)" if precision == "FP16" else "FMA pipe"
+    l1, conflicts = kernel.get("l1_throughput_pct"), kernel.get("bank_conflict_share")
+    shared_bound = (l1 is not None and conflicts is not None and l1 >= limits["shared_bottleneck_l1_pct"]
+                    and conflicts >= limits["shared_bottleneck_conflict_share"])
+    notes = [f"estimate: the same FLOPs at {limits['tensor_efficiency']:.0%} of the {path} tensor roof "
+             f"take {tensor_time_s * 1e6:.1f} us instead of {duration_s * 1e6:.1f} us"]
+    if shared_bound:  # replays stay whatever pipe does the math: only the rest of the time is the FMA pipe's
+        speedup *= 1 - conflicts
+        notes.append(f"shared memory is the bottleneck (L1 at {l1:.0f}%, {conflicts:.0%} bank-conflict replays): "
+                     "fix the conflicts first; the tensor-core savings count after them")
+    facts = {
+        "fp_flops": evidence(flops, unit="FLOP"),
+        "fp32_roof_share": evidence(roof_share, limits["min_fp_roof_share"], unit="ratio"),
+        "tensor_pipe_pct": evidence(tensor, limits["max_tensor_pipe_pct"], unit="%", compare="<"),
+        f"{path.lower().replace('/', '_')}_peak_flops_per_s": evidence(tensor_peak, unit="FLOP/s"),
+        "shared_load_instructions": evidence(shared_loads),
+        "arithmetic_intensity": evidence(intensity, limits["min_arithmetic_intensity"], unit="FLOP/byte"),
+    }
+    if fma_share is not None:
+        facts["fma_share"] = evidence(fma_share, limits["min_fma_share"], unit="ratio")
     return Finding(
         check=ID,
         title=f"{precision} matrix math runs on the {pipe} at {roof_share:.0%} of its roof while the tensor cores idle",
         estimated_speedup=speedup,
-        evidence={
-            "fp_flops": evidence(flops, unit="FLOP"),
-            "fp32_roof_share": evidence(roof_share, limits["min_fp_roof_share"], unit="ratio"),
-            "tensor_pipe_pct": evidence(tensor, limits["max_tensor_pipe_pct"], unit="%", compare="<"),
-            f"{path.lower().replace('/', '_')}_peak_flops_per_s": evidence(tensor_peak, unit="FLOP/s"),
-            "shared_load_instructions": evidence(shared_loads),
-            "arithmetic_intensity": evidence(intensity, limits["min_arithmetic_intensity"], unit="FLOP/byte"),
-        },
+        evidence=facts,
         advice=ADVICE,
-        notes=[f"estimate: the same FLOPs at {limits['tensor_efficiency']:.0%} of the {path} tensor roof "
-               f"take {tensor_time_s * 1e6:.1f} us instead of {duration_s * 1e6:.1f} us"],
+        notes=notes,
+        after_others=shared_bound,
     )

@@ -55,3 +55,51 @@ def test_memory_bound_softmax_is_not_a_gemm(analyzed):
     softmax = [k["id"] for k in model["kernels"] if k["name"] == "cunn_SoftMaxForwardReg"]
     assert softmax
     assert not [f for f in model["findings"] if f["check"] == CHECK and f["kernel_id"] in softmax]
+
+
+def _sgemm_row(dev_suite_table, **changes):
+    row = dev_suite_table.frame.set_index("name").loc["sgemm_tiled"].to_dict()
+    return {**row, "name": "sgemm_tiled", **changes}
+
+
+def test_half2_gemm_whose_hfma2_busies_the_shared_tensor_pipe(dev_suite_table):
+    """On H200 the tensor pipe's busy cycles include plain HFMA2 (lane_switch: 9.6% 'tensor' busy, no MMA
+    operation): an FP16 FMA GEMM is judged by the MMA operation counters, not the pipe's cycles."""
+    from nsanalyze.checks import limits_for
+    from nsanalyze.checks.base import KernelView
+    from nsanalyze.checks.kernel import missing_tensor_cores as check
+
+    flops = dev_suite_table.frame.set_index("name").loc["sgemm_tiled", "fp32_flops"]
+    half2 = dict(fp32_flops=0.0, fp16_flops=flops, fp_fma_share=0.97, fp16_fma_share=0.97,
+                 tensor_pipe_pct=38.0, tensor_hmma_pipe_pct=38.0)
+    finding = check.run(KernelView(_sgemm_row(dev_suite_table, tensor_mma_ops=0.0, **half2)), limits_for(check))
+    assert finding is not None and "FP16" in finding.title and "HFMA2" in finding.title
+    # an older report without MMA counters: an FP16 FMA kernel's tensor-pipe cycles are no evidence either
+    assert check.run(KernelView(_sgemm_row(dev_suite_table, tensor_mma_ops=None, **half2)), limits_for(check))
+    # real MMA operations: the tensor cores are used
+    assert check.run(KernelView(_sgemm_row(dev_suite_table, tensor_mma_ops=1e9, **half2)), limits_for(check)) is None
+
+
+def test_not_fma_dominated_is_not_a_gemm(dev_suite_table):
+    from nsanalyze.checks import limits_for
+    from nsanalyze.checks.base import KernelView
+    from nsanalyze.checks.kernel import missing_tensor_cores as check
+
+    assert check.run(KernelView(_sgemm_row(dev_suite_table, fp_fma_share=0.42)), limits_for(check)) is None
+
+
+def test_shared_memory_bottleneck_comes_first(dev_suite_table):
+    """A convolution at L1 99% with 49% bank-conflict replays: bank-conflicts ranks before tensor cores."""
+    from nsanalyze.checks import limits_for
+    from nsanalyze.checks.base import KernelView
+    from nsanalyze.checks.kernel import bank_conflicts, missing_tensor_cores as check
+    from nsanalyze.rank import rank
+
+    view = KernelView(_sgemm_row(dev_suite_table, l1_throughput_pct=99.0, bank_conflict_share=0.49))
+    tensor = check.run(view, limits_for(check))
+    bank = bank_conflicts.run(view, limits_for(bank_conflicts))
+    assert tensor.after_others and any("bottleneck" in n for n in tensor.notes)
+    for finding, check_id in ((tensor, check.ID), (bank, bank_conflicts.ID)):
+        finding.check, finding.kernel_id, finding.severity = check_id, 0, "high"
+    ranked = rank([tensor, bank], {0: view.get("duration_ns")}, {0: 1})
+    assert [f.check for f in ranked] == ["bank-conflicts", "missing-tensor-cores"]
