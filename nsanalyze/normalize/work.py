@@ -26,8 +26,12 @@ MATMUL = ("matmul_tensor", "matmul_simt")
 # Memory-bound kernels that a compiler fuses into one pass (torch.compile, a hand-written kernel).
 GLUE = ("elementwise", "normalization", "reduction", "cast", "copy")
 # ... of which one operation each: what code written out op by op launches (a library's normalization
-# kernel or a copy is not an operation written out).
-SINGLE_OPS = ("elementwise", "reduction", "cast")
+# kernel is not an operation written out, nor a cast or copy: autocast casts each weight on its own).
+SINGLE_OPS = ("elementwise", "reduction")
+# ... and whose intermediate results a fused kernel keeps on chip; a cast or a copy of another tensor
+# (a weight, an input) is no intermediate of the chain and moves its bytes fused or not.
+FUSABLE = ("elementwise", "reduction", "normalization")
+BOUNDS = ("matmul_tensor", "matmul_simt", "attention_fused", "attention_unfused")  # what a chain runs between
 # The scores path: the softmax's neighbours that read or write the scores (the mask, the scale, casts, copies).
 SCORES_GLUE = ("elementwise", "cast", "copy")
 # A launch over the scores runs about as many threads as the softmax over them: PyTorch's kernels give each
@@ -75,9 +79,9 @@ class Chain:
     """Memory-bound kernels run back to back on one stream between other work (one instance)."""
 
     kernels: int
-    ops: int               # of them, single operations written out (elementwise, reduction, cast kernels)
-    ns: int
-    longest_ns: int
+    ops: int               # of them, single operations written out (elementwise and reduction kernels)
+    ns: int                # of its fusable kernels (elementwise, reduction, normalization)
+    longest_ns: int        # the longest of those: the one pass a fused kernel still makes
     names: tuple[int, ...]  # demangled ids, in launch order
 
 
@@ -230,8 +234,28 @@ def _chains(launches: dict) -> list[Chain]:
     glue = np.isin(role, [ROLES.index(r) for r in GLUE]) & ~launches["fused"]
     if not glue.any():
         return []
-    segment = _segments(launches, ~glue)[glue]
-    ns, names = launches["ns"][glue], launches["name_id"][glue]
+    segments = _segments(launches, ~glue)
+    # between matrix products: the launch before a chain and the one after it, on its stream, are GEMMs
+    # or attention (a chain that opens the stream or a loop without them has no bound a fusion keeps)
+    bound = np.isin(role, [ROLES.index(r) for r in BOUNDS])
+    stream = launches["device"] * (2**32) + launches["stream"]
+    joined = glue[1:] & glue[:-1] & (stream[1:] == stream[:-1])  # launch i+1 continues i's chain
+    first = np.flatnonzero(glue & np.concatenate(([True], ~joined)))
+    last = np.flatnonzero(glue & np.concatenate((~joined, [True])))
+    before, after = np.maximum(first - 1, 0), np.minimum(last + 1, len(role) - 1)
+    opened = (first > 0) & bound[before] & (stream[before] == stream[first])
+    closed = (last + 1 < len(role)) & bound[after] & (stream[after] == stream[last])
+    marks = np.zeros(len(role) + 1, dtype=np.int64)  # +1 where a kept chain starts, -1 after it ends
+    np.add.at(marks, first[opened & closed], 1)
+    np.add.at(marks, last[opened & closed] + 1, -1)
+    keep = np.cumsum(marks[:-1]) > 0
+    glue &= keep
+    if not glue.any():
+        return []
+    segment = segments[glue]
+    names = launches["name_id"][glue]
+    fusable = np.isin(role[glue], [ROLES.index(r) for r in FUSABLE])
+    ns = np.where(fusable, launches["ns"][glue], 0)
     single = np.isin(role[glue], [ROLES.index(r) for r in SINGLE_OPS]).astype(np.int64)
     starts = np.flatnonzero(np.concatenate(([True], segment[1:] != segment[:-1])))
     lengths = np.diff(np.concatenate((starts, [len(segment)])))
