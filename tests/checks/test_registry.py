@@ -4,7 +4,7 @@ import re
 
 from nsanalyze.checks import DOC_HEADINGS, REQUIRED_ATTRIBUTES, all_checks, kernel_checks
 from nsanalyze.normalize.metric_table import concept_units
-from nsanalyze.normalize.kernels import TENSOR_CONCEPTS
+from nsanalyze.normalize.kernels import TENSOR_CONCEPTS, DERIVED_UNITS
 
 
 def test_metadata_and_headings():
@@ -19,7 +19,7 @@ def test_metadata_and_headings():
 
 
 def test_kernel_checks_read_known_concepts():
-    known = set(concept_units()) | set(TENSOR_CONCEPTS)
+    known = set(concept_units()) | set(TENSOR_CONCEPTS) | set(DERIVED_UNITS)
     for check in kernel_checks():
         assert set(check.REQUIRES) | set(getattr(check, "OPTIONAL", ())) <= known, check.ID
 
