@@ -51,7 +51,10 @@ def cli():
 @click.option("-k", "--kernel", metavar="NAME|regex:PATTERN",
               help="analyze only these kernels (function name or demangled signature; regex: searches either), as ncu's -k")
 @click.option("--annotations", type=click.Choice(["github"]), help="also print CI annotations for findings with source lines")
-def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_on, skip, kernel, annotations):
+@click.option("--path-map", "path_map", multiple=True, metavar="OLD=NEW",
+              help="SARIF/annotations: replace the build prefix OLD of source paths with NEW (repeatable)")
+def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_on, skip, kernel, annotations,
+           path_map):
     """Analyze PROFILES (.ncu-rep, nsys .sqlite, either as .xz/.gz) and write reports.
 
     Defaults for --set, --window, --fail-on and --skip come from [tool.nsanalyze] in the nearest
@@ -60,6 +63,10 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
     from nsanalyze.config import apply_skip, check_skip, load_settings
     from nsanalyze.render import check_target, format_for, write_report
 
+    from nsanalyze.render.locations import parse_path_map
+    from nsanalyze.render.sarif import set_paths
+
+    set_paths(parse_path_map(path_map))
     config = load_settings()
     check_skip(skip, "--skip")
     thresholds = {**config.thresholds, **_parse_settings(settings)}

@@ -6,14 +6,28 @@ import json
 
 from nsanalyze import __version__
 
+from nsanalyze.render.locations import Locator, placed_locations
+
 LEVEL = {"high": "error", "medium": "warning", "low": "note", "info": "note"}
+_path_map: list[tuple[str, str]] = []
+
+
+def set_paths(path_map=()) -> None:
+    """`--path-map OLD=NEW` pairs for the locations of the reports written next (the CLI sets them)."""
+    _path_map[:] = list(path_map)
 
 
 def _located(model: dict):
-    for finding in model["findings"]:
-        for spot in finding.get("source") or []:
-            if spot.get("file") and spot.get("line"):
-                yield finding, spot
+    """(finding, relative path, line, note): locations relative to the working directory, CUDA and system
+    headers attributed to the user's calling line or left out (render/locations.py)."""
+    from pathlib import Path
+
+    yield from placed_locations(model, Locator(root=Path.cwd(), path_map=list(_path_map)))
+
+
+def _message(finding: dict, note: str | None) -> str:
+    text = f"{finding['kernel_name'] or 'program'}: {finding['title']}"
+    return text + (f" ({note})" if note else "")
 
 
 def project_urls() -> dict[str, str]:
@@ -39,10 +53,10 @@ def render(model: dict) -> str:
     index = {rule["id"]: i for i, rule in enumerate(rules)}
     results = [{
         "ruleId": f["check"], "ruleIndex": index.get(f["check"], 0), "level": LEVEL[f["severity"]],
-        "message": {"text": f"{f['kernel_name']}: {f['title']} (estimated {f['estimated_speedup']:.0%} of the kernel)"},
-        "locations": [{"physicalLocation": {"artifactLocation": {"uri": spot["file"].lstrip("/")},
-                                            "region": {"startLine": int(spot["line"])}}}],
-    } for f, spot in _located(model)]
+        "message": {"text": f"{_message(f, note)} (estimated {f['estimated_speedup']:.0%} of the kernel)"},
+        "locations": [{"physicalLocation": {"artifactLocation": {"uri": path},
+                                            "region": {"startLine": line}}}],
+    } for f, path, line, note in _located(model)]
     sarif = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
              "runs": [{"tool": {"driver": {"name": "nsanalyze", "version": __version__, "rules": rules,
                                            **({"informationUri": urls["Homepage"]} if "Homepage" in urls else {})}},
@@ -60,6 +74,6 @@ def _escape_data(text: str) -> str:
 
 def github_annotations(model: dict) -> list[str]:
     kind = {"high": "error", "medium": "warning", "low": "notice", "info": "notice"}
-    return [f"::{kind[f['severity']]} file={_escape_property(spot['file'])},line={int(spot['line'])},"
-            f"title={_escape_property(f['check'])}::{_escape_data(f['kernel_name'] + ': ' + f['title'])}"
-            for f, spot in _located(model)]
+    return [f"::{kind[f['severity']]} file={_escape_property(path)},line={line},"
+            f"title={_escape_property(f['check'])}::{_escape_data(_message(f, note))}"
+            for f, path, line, note in _located(model)]

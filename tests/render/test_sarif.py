@@ -21,7 +21,10 @@ def test_valid_against_the_published_schema(joined_model):
 
 def test_github_annotations(joined_model):
     lines = github_annotations(joined_model)
-    assert any(l.startswith("::error file=") and ",line=16,title=uncoalesced-global::aos_update" in l for l in lines)
+    assert any(l.startswith(("::error file=", "::warning file=")) and ",line=16,title=uncoalesced-global::aos_update" in l
+               for l in lines)
+    # paths relative to the working directory (the tests run in the checkout: fixtures/dev_suite.cu)
+    assert all(" file=fixtures/dev_suite.cu," in l for l in lines)
 
 
 def test_no_made_up_links(dev_suite_model):
