@@ -56,7 +56,7 @@ def test_export_missing_a_table(tmp_path, infer_local, table):
         model = json.loads(result.stdout)
         if table in ("GPU_METRICS", "TARGET_INFO_GPU_METRICS"):
             assert "gpu_metrics" not in model
-            assert {"gpu-util-illusion", "clock-throttling"} <= {n["check"] for n in model["not_judged"]}
+            assert {"low-tensor-activity", "gpu-util-illusion", "clock-throttling"} <= {n["check"] for n in model["not_judged"]}
 
 
 def test_export_with_zero_kernels(tmp_path):

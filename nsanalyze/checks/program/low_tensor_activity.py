@@ -3,8 +3,8 @@
 ## What it detects
 From the work split: the kernels whose names say they are GEMMs or convolutions on the CUDA cores
 (role `matmul_simt`: CUTLASS `simt`, cuBLAS `sgemm`/`_ffma_`/`gemv`) take a good share of the GPU's
-kernel time. nsys GPU metrics, when the export has them, show the same thing as evidence: the GPU
-busy by GPU-Util (GR Active) while the tensor cores barely run.
+kernel time, and nsys GPU metrics agree: the tensor cores barely run. Without GPU metrics the work
+split still shows the CUDA-core GEMMs' share (`timeline.work`), but no finding is raised.
 
 ## Why it is slow
 FP32 matrix math runs on the CUDA cores at a fraction of the tensor cores' rate (TF32 and BF16 peaks
@@ -36,8 +36,7 @@ ID = "low-tensor-activity"
 NAME = "program.utilization.tensor"
 TITLE = "Matrix products on the CUDA cores, not the tensor cores"
 SECTION = "work"  # the report section its findings appear in
-REQUIRES = ("work",)
-OPTIONAL = ("gpu_metrics",)
+REQUIRES = ("gpu_metrics", "work")
 BUDGET_PART = "gpu_compute"
 THRESHOLDS = {
     "max_tensor_active_pct": Threshold(5.0, "matrix-heavy work keeps tensor cores active far above 5%"),
@@ -73,6 +72,8 @@ def run(timeline, limits) -> Finding | None:
     metrics = timeline.gpu_metrics or {}
     gr, issue, tensor = (metrics.get(k, {}).get("mean") if metrics.get(k) else None
                          for k in ("gr_active_pct", "sm_issue_pct", "tensor_active_pct"))
+    if tensor is not None and tensor >= limits["max_tensor_active_pct"]:
+        return None  # the tensor cores run: the names' CUDA-core GEMMs are not where the time goes
     measured = "".join([f", GPU-Util {gr:.0f}%" if gr is not None else "",
                         f", SMs issue on {issue:.0f}% of cycles" if issue is not None else "",
                         f", tensor cores active {tensor:.1f}%" if tensor is not None else ""])
