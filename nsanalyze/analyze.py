@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from nsanalyze import __version__
 from nsanalyze.checks import global_settings, run_kernel_checks, validate_overrides
 from nsanalyze.checks.base import Finding, KernelView, NotJudged
-from nsanalyze.checks.libraries import cap_code_level, library_advice, library_of
+from nsanalyze.checks.libraries import cap_code_level, hot_source_files, library_advice, library_of
 from nsanalyze.errors import InputError
 from nsanalyze.normalize import normalize_ncu
 from nsanalyze.numbers import finite
@@ -77,6 +77,7 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
             row.pop("sm_clock_ratio", None)
     settings = global_settings()["roofline"]
     views, roofs, by_launch = [], {}, {}
+    launch_by_id = {record["id"]: launch for record, launch in zip(table.rows, report.launches)}
     for record, launch, undefined in zip(table.rows, report.launches, table.undefined):
         roofs[record["id"]] = roofline(record, settings["near_roof_share"], settings["latency_share"])
         views.append(KernelView(record, launch.source, undefined))
@@ -99,7 +100,7 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
             "duration_ns": finite(spread["mean_ns"]), "launches": spread["launches"],
             "total_ns": finite(spread["total_ns"]), "launch_ids": spread["launch_ids"],
             "time_share": finite(group.total_ns / total) if total else None,
-            "library": library_of(group.demangled or group.name),
+            "library": _library(group, launch_by_id),
             "bound": roof["bound"],
             "roofline": {k: finite(v) for k, v in roof.items() if finite(v) is not None},
             "metrics": metrics,
@@ -118,6 +119,16 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
     facts = {"clock_control": clock, "unmeasured_launches": [{"index": launch.index, "name": launch.name}
                                                              for launch in report.unmeasured]}
     return kernels, findings, not_judged, rules, facts
+
+
+def _library(group, launch_by_id: dict) -> str | None:
+    """The kernel's library by its name's marks, unless its hot source lines are in the user's files (looked
+    up only for kernels a name marks as a library's: a few file look-ups each)."""
+    name = group.demangled or group.name
+    if library_of(name) is None:
+        return None
+    launch = launch_by_id.get(group.representative)
+    return library_of(name, hot_source_files(launch.source) if launch is not None else ())
 
 
 def _not_judged_per_kernel(not_judged: list[NotJudged], clock: dict) -> list[NotJudged]:

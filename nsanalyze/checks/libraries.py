@@ -1,4 +1,10 @@
-"""Library kernels: recognized by name, advised at the level the user controls.
+"""Library kernels: recognized by the library, advised at the level the user controls.
+
+A kernel belongs to a library by the library's marks: its namespace in the demangled name (`at::native::`,
+`cutlass::`, `cub::`), or the naming scheme of a closed library's kernels (cuBLAS's `sm80_xmma_gemm_...`,
+`ampere_sgemm_128x64_nn`), never by a word anywhere in the name: `sgemm_tiled` is as likely the
+user's. A kernel whose most executed source lines are in the user's own files (a build with
+`-lineinfo`) is the user's, whatever its name.
 
 A finding on `sm80_xmma_gemm_f32f32...` is no use as "rewrite the kernel": nobody edits cuBLAS. What
 the user controls is the call: the precision flags, autocast, the shapes and their alignment,
@@ -10,16 +16,27 @@ from __future__ import annotations
 
 import re
 
-# (pattern on the demangled or function name, library); the first match wins.
+# (pattern on the demangled or function name, library); the first match wins. Namespaces, and the naming
+# schemes of closed libraries' kernels (an architecture prefix, the library's own words), not bare words.
+ARCH = r"(?:maxwell|pascal|volta|turing|ampere|ada|hopper|blackwell|sm\d{2,3}a?)"
 LIBRARIES = (
-    (re.compile(r"nvjet|cublasLt", re.I), "cuBLASLt"),
-    (re.compile(r"cublas|xmma_gemm|sgemm|hgemm|gemv2?T?_kernel|gemmk1|splitKreduce|Kernel2<cutlass_80_simt", re.I), "cuBLAS"),
-    (re.compile(r"cudnn|xmma_fprop|xmma_dgrad|xmma_wgrad|implicit_convolve|winograd", re.I), "cuDNN"),
-    (re.compile(r"cutlass", re.I), "CUTLASS"),
-    (re.compile(r"triton_|^triton", re.I), "Triton"),
-    (re.compile(r"^at::|at::native|at::cuda|cunn_|elementwise_kernel|reduce_kernel|multi_tensor_apply", re.I), "PyTorch"),
+    (re.compile(r"^nvjet_|cublasLt", re.I), "cuBLASLt"),
+    (re.compile(r"cublas|xmma_gemm|^" + ARCH + r"_[a-z0-9]*gemm|^[sdhcz]gemm_(?:largek|lds\d|\d+x\d+)|"
+                r"^gemv2?[NT]?_kernel|^gemmk1_kernel|^splitKreduce_kernel|Kernel2?<cutlass_\d+_", re.I), "cuBLAS"),
+    (re.compile(r"cudnn|xmma_fprop|xmma_dgrad|xmma_wgrad|^" + ARCH + r"_[a-z0-9]*(?:scudnn|fprop|dgrad|wgrad)|"
+                r"^implicit_convolve_|^winograd\w*<|^fft2d_", re.I), "cuDNN"),
+    (re.compile(r"(?:^|[^a-z0-9_])cutlass::|^cutlass_|^Kernel2?<cutlass", re.I), "CUTLASS"),
+    (re.compile(r"^triton_|^triton::", re.I), "Triton"),
+    (re.compile(r"(?:^|[^a-z0-9_])(?:at::|c10::)|^cunn_|^(?:vectorized|unrolled)_elementwise_kernel|"
+                r"^multi_tensor_apply_kernel", re.I), "PyTorch"),
+    (re.compile(r"(?:^|[^a-z0-9_])(?:cub|thrust)::|^(?:cub|thrust)_|^Device(?:Radix|Merge|Segmented|Reduce|Scan|"
+                r"Select|Histogram|Partition)\w*Kernel", re.I), "CUB/Thrust"),
     (re.compile(r"nccl", re.I), "NCCL"),
 )
+# Source files that belong to libraries (headers compiled into the user's kernels, framework sources).
+LIBRARY_FILES = re.compile(r"(?:^|[/\\])(?:cutlass|cute|cub|thrust|libcudacxx|cuda[/\\]std|ATen|c10|torch|triton|"
+                           r"cublas|cudnn|nccl|flash_attn)(?:[/\\]|$)|[/\\]cuda(?:-[\d.]+)?[/\\]include[/\\]|"
+                           r"site-packages|dist-packages", re.I)
 
 # What to change instead of the kernel, per library and check; "*" for any check.
 LEVERS = {
@@ -40,15 +57,38 @@ LEVERS = {
         "`F.scaled_dot_product_attention`)",
     ("Triton", "*"): "a Triton kernel (often from torch.compile): tune its block sizes (`mode='max-autotune'`) "
         "or change the code that generated it",
+    ("CUB/Thrust", "*"): "a CUB/Thrust device-wide algorithm, whose launch shapes the library picks for the input "
+        "size: give it fewer, larger inputs (one call over a batch, `cub::DeviceSegmented*` for many small segments)",
     ("NCCL", "*"): "a communication kernel: see the nsys program checks (exposed-communication, rank-imbalance)",
 }
 
 
-def library_of(name: str | None) -> str | None:
+def user_source(files) -> bool:
+    """The kernel's most executed source lines are in the user's files (not a library's headers)."""
+    files = [f for f in files if f]
+    return bool(files) and any(not LIBRARY_FILES.search(f) for f in files)
+
+
+def library_of(name: str | None, source_files=()) -> str | None:
+    """The library a kernel comes from, or None for the user's. `source_files`: the files of its most
+    executed source lines, when the report holds them: user files make it the user's kernel."""
+    if user_source(source_files):
+        return None
+    name = re.sub(r"^(?:void|static|__global__)\s+", "", name or "")  # demangled: `void ns::kernel<...>(...)`
     for pattern, library in LIBRARIES:
         if name and pattern.search(name):
             return library
     return None
+
+
+def hot_source_files(source_spots, limit: int = 3) -> list[str]:
+    """The files of a launch's most executed instructions (each file lookup costs ~0.5 ms: a few only)."""
+    try:
+        spots = (source_spots or {}).get("inst_executed") or []
+    except Exception:  # noqa: BLE001 - a damaged source section: no evidence, not an error
+        return []
+    top = sorted(spots, key=lambda s: -s.value)[:limit]
+    return [s.file for s in top if s.file]
 
 
 def library_advice(kernel: dict, check: str) -> str:
