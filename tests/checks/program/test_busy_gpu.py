@@ -11,7 +11,7 @@ from tests.conftest import REAL, program_findings, sql
 
 BUSY_CHECKS = {"attention-unfused", "layout-conversion", "unfused-elementwise", "gpu-util-illusion"}
 TWINS = ["attn_sdpa", "cnn_cl", "mlp_compile", "matmul_async", "matmul_sync", "matmul_graph", "graphs_graphtrace"]
-ROLES_OF = {"attention-unfused": ("attention_unfused",), "layout-conversion": ("layout",),
+ROLES_OF = {"attention-unfused": ("attention_unfused",), "layout-conversion": ("layout", "normalization", "reduction"),
             "unfused-elementwise": GLUE, "low-tensor-activity": ("matmul_simt",)}
 
 
@@ -52,7 +52,8 @@ def test_nchw_cnn_names_channels_last(analyzed):
     model = _model(analyzed, "cnn_nchw")
     finding = _finding(model, "layout-conversion")
     assert finding and "channels_last" in finding["title"] + finding["advice"]
-    assert finding["estimated_savings_ns"] == pytest.approx(_role_ns(model, ("layout",)), rel=0.01)
+    assert finding["severity"] in ("high", "medium")
+    assert finding["estimated_savings_ns"] >= _role_ns(model, ("layout",))
 
 
 def _gpu_ns_per_step(path) -> float:
@@ -65,14 +66,29 @@ def _gpu_ns_per_step(path) -> float:
     return kernel_ns / len(starts_ends)
 
 
-def test_elementwise_written_out_predicts_the_compiled_step(analyzed):
-    model = _model(analyzed, "mlp_eager")
-    finding = _finding(model, "unfused-elementwise")
+def test_elementwise_written_out_names_torch_compile(analyzed):
+    finding = _finding(_model(analyzed, "mlp_eager"), "unfused-elementwise")
     assert finding and finding["severity"] in ("high", "medium")
     assert "torch.compile" in finding["title"] + finding["advice"]
-    predicted = finding["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
-    actual = _gpu_ns_per_step(REAL / "mlp_eager_nsys.sqlite.xz") - _gpu_ns_per_step(REAL / "mlp_compile_nsys.sqlite.xz")
+
+
+@pytest.mark.parametrize("case, twin, check", [("mlp_eager", "mlp_compile", "unfused-elementwise"),
+                                               ("attn_naive", "attn_sdpa", "attention-unfused")])
+def test_predicted_step_saving_within_30_percent_of_the_twin(analyzed, case, twin, check):
+    """The finding's saving per steady step against the GPU work per step the fix removed (SQL on both)."""
+    model = _model(analyzed, case)
+    predicted = _finding(model, check)["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+    actual = _gpu_ns_per_step(REAL / f"{case}_nsys.sqlite.xz") - _gpu_ns_per_step(REAL / f"{twin}_nsys.sqlite.xz")
     assert actual > 0 and abs(predicted - actual) <= 0.3 * actual
+
+
+def test_channels_last_saving_between_the_conversions_and_the_twin(analyzed):
+    """At least the conversion kernels' time, at most the GPU work per step that channels_last removed."""
+    model = _model(analyzed, "cnn_nchw")
+    steps = model["timeline"]["steps"]["count"]
+    predicted = _finding(model, "layout-conversion")["estimated_savings_ns"] / steps
+    actual = _gpu_ns_per_step(REAL / "cnn_nchw_nsys.sqlite.xz") - _gpu_ns_per_step(REAL / "cnn_cl_nsys.sqlite.xz")
+    assert _role_ns(model, ("layout",)) / steps <= predicted <= actual
 
 
 def test_spin_kernel_is_the_gpu_util_illusion(analyzed):
