@@ -70,6 +70,10 @@ def clock_control(rows: list[dict]) -> dict:
     long_enough = [f for f, d in measured if d >= MIN_KERNEL_NS] or [f for f, _ in measured]
     clock = statistics.median(long_enough)
     result["clock_hz"] = clock
+    if maximum and clock >= BELOW_BOOST * maximum and len(measured) == 1:
+        return {**result, "reason": f"the one kernel measured ran at {clock / 1e6:.0f} MHz, near the "
+                                    f"{maximum / 1e6:.0f} MHz maximum (one clock does not show how clocks were "
+                                    "controlled)"}
     if maximum and clock >= BELOW_BOOST * maximum:
         return {**result, "mode": "free", "reason": f"kernels ran at {clock / 1e6:.0f} MHz, near the "
                                                     f"{maximum / 1e6:.0f} MHz maximum"}

@@ -60,3 +60,16 @@ def test_savings_and_severities_read_in_rank_order(path, analyzed):
     identity = {k["id"]: (k["demangled"] or k["name"]) for k in model["kernels"]}
     rows = [(f["check"], identity[f["kernel_id"]]) for f in model["findings"] if f["kernel_id"] is not None]
     assert len(rows) == len(set(rows))
+
+
+def test_basic_set_lists_every_check_it_cannot_judge(analyzed):
+    """An RTX 4050 Laptop report of ncu's default set: no sector or stall counters, no clock rate. Every check that
+    cannot judge says so (uncoalesced-global was silent), and the headline counts them; the clock is read
+    off elapsed cycles (one kernel: probably locked, not judged)."""
+    from nsanalyze.render.format import health_line
+
+    model = analyzed(PUBLIC / "Alaric617R__COALDA__examples__rgb__profile__report__origin.ncu-rep.xz")
+    unjudged = {n["check"] for n in model["not_judged"]}
+    assert {"uncoalesced-global", "bank-conflicts", "low-ilp", "clock-throttling"} <= unjudged
+    if not [f for f in model["findings"] if f["severity"] != "info"]:
+        assert f"{len(unjudged)} could not" in health_line(model)

@@ -77,6 +77,8 @@ def _atomic_spots(kernel: KernelView) -> list[dict]:
 
 
 def run(kernel: KernelView, limits) -> Finding | None:
+    if kernel.get("global_atomic_instructions") is None and kernel.get("global_atomic_requests") is None:
+        return unjudged("global_atomic_instructions", "global_atomic_requests")  # no atomic counters: cannot tell
     share_of_atomics = atomic_share(kernel)
     if share_of_atomics < limits["min_atomic_share"]:
         return None

@@ -102,3 +102,10 @@ def test_clock_from_cycles_when_the_rate_is_missing(analyzed):
     assert model["kernels"][0]["metrics"]["sm_frequency_hz"] == pytest.approx(clock["clock_hz"])
     assert CHECK not in {f["check"] for f in model["findings"]}
     assert CHECK in {n["check"] for n in model["not_judged"]}
+
+
+def test_one_clock_near_the_maximum_claims_no_clock_control():
+    from nsanalyze.normalize.clocks import clock_control
+
+    one = clock_control(_rows([1975]))
+    assert one["mode"] == "unknown" and "free" not in one["reason"]
