@@ -162,7 +162,7 @@ def budget_svg(timeline: dict | None) -> str | None:
 
 
 WORK_COLORS = {"matmul_tensor": "#2e6da4", "matmul_simt": "#8fb3d9", "attention_fused": "#1f8a70",
-               "attention_unfused": "#c0392b", "normalization": "#e8a33d", "elementwise": "#f0c27b",
+               "attention_unfused": "#c0392b", "normalization": "#d98cb3", "elementwise": "#f0c27b",
                "reduction": "#d68910", "layout": "#8e6fb5", "cast": "#b39ddb", "copy": "#9bc49b",
                "communication": "#5d6d7e", "optimizer": "#a3c4a0", "graph": "#7f8c8d", "other": "#dddddd"}
 
@@ -175,7 +175,7 @@ def work_svg(timeline: dict | None) -> str | None:
 
     rows = [(f"window ({duration(timeline.get('kernel_ns'))} of kernels)", timeline["work"])]
     rows += [(f"GPU {d['device_id']}", d["work"]) for d in timeline.get("devices") or [] if d.get("work")]
-    figure, axes = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.1))
+    figure, axes = plt.subplots(figsize=(7, 0.35 * len(rows) + 0.9))
     labels = [literal(label) for label, _ in rows][::-1]
     works = [work for _, work in rows][::-1]
     left = [0.0] * len(rows)
@@ -183,7 +183,7 @@ def work_svg(timeline: dict | None) -> str | None:
         values = [100 * (next((w["share"] for w in work if w["role"] == role), 0) or 0) for work in works]
         if not any(v >= 0.5 for v in values):
             continue
-        axes.barh(labels, values, left=left, color=color, label=WORK_LABELS[role])
+        axes.barh(labels, values, left=left, color=color, label=WORK_LABELS[role], height=0.6)
         left = [a + b for a, b in zip(left, values)]
     axes.set_xlim(0, 100)
     axes.set_xlabel("% of GPU kernel time")
