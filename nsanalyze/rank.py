@@ -79,29 +79,38 @@ def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = No
             finding.potential = finding.estimated_speedup  # before overlaps and the floor: breaks ties
         primary = [f for f in group if f.check not in secondary and not f.after_others]
         later = [f for f in group if f.check in secondary or f.after_others]
-        combined = _share_overlap(primary, 1.0)
+        combined, overlapped = _share_overlap(primary)
         left = 1.0 - combined
-        later_combined = _share_overlap(later, left)
+        later_combined, later_overlapped = _share_overlap(later)
         for finding in later:
             if primary and finding.estimated_speedup > 0:
                 finding.notes.append(f"counted after {', '.join(f.check for f in primary)}: of the "
                                      f"{left:.0%} of the kernel's time they leave")
             finding.estimated_speedup *= left
         combined += later_combined * left
+        floor_note = ""
         time_ns, launches = (kernel_time_ns or {}).get(kernel_id), (kernel_launches or {}).get(kernel_id)
         if time_ns and launches:
             cap = max(0.0, 1.0 - launches * floor / time_ns)
             if combined > cap:
                 for finding in group:
                     finding.estimated_speedup *= cap / combined if combined else 0.0
-                    finding.notes.append(f"at most {cap:.0%} of the kernel's time can go: {launches} launch"
-                                         f"{'es' if launches != 1 else ''} of {time_ns / launches / 1e3:.1f} us "
-                                         f"each keep a launch floor of about {floor / 1e3:.1f} us")
+                combined = cap
+                floor_note = (f"at most {cap:.0%} of the kernel's time can go: {launches} launch"
+                              f"{'es' if launches != 1 else ''} of {time_ns / launches / 1e3:.1f} us each keep a "
+                              f"launch floor of about {floor / 1e3:.1f} us")
+        for finding in group:
+            if len(group) >= 2 and (overlapped or later_overlapped or primary and later):
+                finding.notes.append(f"overlaps with {', '.join(f.check for f in group if f is not finding)}: "
+                                     f"fixed together they save at most {combined:.0%} of the kernel's time"
+                                     + (f" ({floor_note})" if floor_note else ""))
+            elif floor_note:
+                finding.notes.append(floor_note)
 
 
-def _share_overlap(group: list[Finding], scale: float) -> float:
-    """Scales overlapping findings so that they sum to 1 - prod(1 - s_i); returns that sum (per unit of
-    `scale`, the part of the kernel's time they act on)."""
+def _share_overlap(group: list[Finding]) -> tuple[float, bool]:
+    """Scales overlapping findings so that they sum to 1 - prod(1 - s_i); returns that sum and whether
+    they had to be scaled."""
     total = sum(f.estimated_speedup for f in group)
     remaining = 1.0
     for finding in group:
@@ -110,9 +119,8 @@ def _share_overlap(group: list[Finding], scale: float) -> float:
     if len(group) >= 2 and total > combined:
         for finding in group:
             finding.estimated_speedup *= combined / total
-            finding.notes.append(f"overlaps with {', '.join(f.check for f in group if f is not finding)}: "
-                                 f"fixed together they save at most {combined * scale:.0%} of the kernel's time")
-    return min(total, combined)
+        return combined, True
+    return min(total, combined), False
 
 
 def merge_launch_shapes(findings: list[Finding], kernel_keys: dict, kernel_time_ns: dict) -> list[Finding]:
