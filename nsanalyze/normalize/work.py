@@ -54,6 +54,8 @@ def role_patterns() -> tuple[Pattern, ...]:
         rows = list(csv.DictReader(handle))
     patterns = []
     for row in rows:
+        if None in row or any(value is None for value in row.values()):
+            raise ValueError(f"{ROLE_TABLE.name}: a row without 4 fields (a comma in a pattern needs quotes): {row}")
         if row["role"] not in ROLES:
             raise ValueError(f"{ROLE_TABLE.name}: unknown role {row['role']!r}")
         if row["kind"] != "regex":
