@@ -51,6 +51,7 @@ THRESHOLDS = {
 }
 SPEEDUP_MODEL = ("the kernels' time in the window x (1 - SM issue / max_sm_issue_pct): what they would take issuing "
                  "at a tuned kernel's rate; at most their time")
+HOLDING_SHARE = 0.05  # kernels named as holding the GPU: at least this share of its kernel time (the top one always)
 ADVICE = """Find out what the resident kernels wait on; GPU-Util cannot say.
 
 - Profile the kernels named here with Nsight Compute:
@@ -77,7 +78,7 @@ def run(timeline, limits) -> Finding | None:
     kernel_ns = analysis.kernel_ns
     if not kernel_ns or analysis.role_ns("matmul_simt") / kernel_ns >= limits["max_simt_matrix_share"]:
         return None
-    holding = analysis.by_kernel[:3]
+    holding = [k for k in analysis.by_kernel[:3] if k["ns"] >= HOLDING_SHARE * kernel_ns] or analysis.by_kernel[:1]
     names = ", ".join(f"{k['name']} ({k['ns'] / kernel_ns:.0%})" for k in holding)
     tensor_text = f", tensor cores {tensor:.1f}%" if tensor is not None else ""
     finding = Finding(
