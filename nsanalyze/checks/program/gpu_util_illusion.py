@@ -84,7 +84,7 @@ def run(timeline, limits) -> Finding | None:
     finding = Finding(
         check=ID,
         title=f"GPU-Util {gr:.0f}% but SMs issue on {issue:.0f}% of cycles{tensor_text}: the GPU is held by "
-              f"{names}; profile them with ncu",
+              f"{names}; profile {'it' if len(holding) == 1 else 'them'} with ncu",
         estimated_speedup=0.0,
         evidence={"gr_active_pct": evidence(gr, limits["min_gr_active_pct"], unit="%"),
                   "sm_issue_pct": evidence(issue, limits["max_sm_issue_pct"], unit="%", compare="<"),
