@@ -85,6 +85,9 @@ def run(kernel: KernelView, limits) -> Finding | None:
         measured_by = "bytes used per sector of the global loads and stores"
     if excess_share is None:
         per_request = kernel.get("sectors_per_request_global_load")
+        traffic = [kernel.get(c) for c in ("global_load_sectors", "global_store_sectors", "global_sectors")]
+        if per_request is None and any(v is not None for v in traffic) and not any(traffic):
+            return None  # no global loads or stores through L1 at all (TMA, or none): nothing to coalesce
         if per_request is None:  # none of the three ways to measure coalescing: not judged, never silent
             return unjudged("global_sectors_excess_share", "global_load_bytes_per_sector",
                             "sectors_per_request_global_load")
