@@ -5,6 +5,11 @@ BASELINE_RUNS of them) by more than the noise band: twice the relative median ab
 of those runs, at least MIN_NOISE, or DEFAULT_NOISE while fewer than three runs came before.
 The trend also measures the estimated-speedup models: for each finding present in one run and
 gone in the next, the savings it predicted beside the time actually saved.
+
+Like is compared with like: a series is one kernel (or NVTX range) of one program on one GPU, the
+program being the run's label (`batch --label`) and the GPU the device the profile names, so an A10G
+run never becomes the baseline of an A100 run. Runs are in date order; runs of one date by the time
+their file was last written (when it is still there), then by path.
 """
 
 from __future__ import annotations
@@ -67,31 +72,36 @@ def trend(db_path: str) -> dict:
 def _trend(db_path: str) -> dict:
     try:
         con = sqlite3.connect(f"{Path(db_path).resolve().as_uri()}?mode=ro", uri=True)
-        runs = con.execute("SELECT content_hash, date, path, kind, label FROM runs ORDER BY date, path").fetchall()
+        gpu_column = "gpu" if any(r[1] == "gpu" for r in con.execute("PRAGMA table_info(runs)")) else "NULL"
+        runs = con.execute(f"SELECT content_hash, date, path, kind, label, {gpu_column} FROM runs "
+                           "ORDER BY date, path").fetchall()
     except sqlite3.Error as exc:
         raise InputError(db_path, f"not an nsanalyze history database ({exc})") from None
+    runs.sort(key=lambda row: (row[1] or "", _written_at(row[2]), row[2] or ""))
     order = {row[0]: i for i, row in enumerate(runs)}
-    info = {row[0]: {"date": row[1], "path": row[2], "kind": row[3], "label": row[4]} for row in runs}
+    info = {row[0]: {"date": row[1], "path": row[2], "kind": row[3], "label": row[4], "gpu": row[5]} for row in runs}
 
     kernels: dict[tuple, list] = defaultdict(list)
     for content, name, duration, launches in con.execute(
             "SELECT content_hash, name, SUM(duration_ns), SUM(launches) FROM kernels GROUP BY content_hash, name"):
         kind = info[content]["kind"]
-        kernels[(kind, name)].append({"run": order[content], **info[content], "duration_ns": duration,
+        kernels[(kind, info[content]["label"], info[content]["gpu"], name)].append({"run": order[content], **info[content], "duration_ns": duration,
                                       "launches": launches})
     ranges: dict[str, list] = defaultdict(list)
     noise_column = "noise" if any(r[1] == "noise" for r in con.execute("PRAGMA table_info(ranges)")) else "NULL"
     for content, name, kernel_ns, own_noise in con.execute(
             f"SELECT content_hash, name, kernel_ns, {noise_column} FROM ranges"):
-        ranges[name].append({"run": order[content], **info[content], "duration_ns": kernel_ns, "own_noise": own_noise})
+        ranges[(info[content]["label"], info[content]["gpu"], name)].append(
+            {"run": order[content], **info[content], "duration_ns": kernel_ns, "own_noise": own_noise})
 
     series = []
-    for (kind, name), points in kernels.items():
+    for (kind, program, gpu, name), points in kernels.items():
         points = _mark(sorted(points, key=lambda p: p["run"]))
-        series.append({"kind": kind, "name": name, "points": points,
+        series.append({"kind": kind, "name": name, "program": program, "gpu": gpu, "points": points,
                        "regressions": sum(p["regression"] for p in points)})
-    range_series = [{"name": name, "points": _mark(sorted(points, key=lambda p: p["run"])),
-                     } for name, points in ranges.items()]
+    range_series = [{"name": name, "program": program, "gpu": gpu,
+                     "points": _mark(sorted(points, key=lambda p: p["run"]))}
+                    for (program, gpu, name), points in ranges.items()]
     for entry in range_series:
         entry["regressions"] = sum(p["regression"] for p in entry["points"])
 
@@ -103,11 +113,19 @@ def _trend(db_path: str) -> dict:
             "kernels": series, "ranges": range_series, "prediction_accuracy": accuracy}
 
 
+def _written_at(path: str | None) -> float:
+    """When a run's file was last written, to order runs of one date; 0 when it is gone."""
+    try:
+        return Path(path).stat().st_mtime if path else 0.0
+    except OSError:
+        return 0.0
+
+
 def _prediction_accuracy(con, runs) -> list[dict]:
     """Per check: findings of a kernel that went away in the next run holding that kernel (same profile
     kind), the savings they predicted beside the time the kernel actually saved."""
     order = {row[0]: i for i, row in enumerate(runs)}
-    kind = {row[0]: row[3] for row in runs}
+    kind = {row[0]: (row[3], row[4], row[5]) for row in runs}  # kind, program (label), GPU: like with like
     findings = defaultdict(set)
     predicted = {}
     for content, check, kernel, savings in con.execute(
