@@ -145,7 +145,7 @@ def _aggregate_sql(source: str, extra: str, window) -> str:
     SELECT g.*, m.med, CASE WHEN g.n > 1 THEN sqrt(s.ss / (g.n - 1)) ELSE 0.0 END AS stddev,
            g.total * 100.0 / (SELECT SUM(total) FROM groups) AS pct
     FROM groups g JOIN medians m ON m.key = g.key JOIN spread s ON s.key = g.key
-    ORDER BY g.total DESC, g.label"""
+    ORDER BY g.total DESC, g.key"""
 
 
 def _ensure_sqrt(connection: sqlite3.Connection) -> None:
