@@ -55,6 +55,10 @@ def test_metrics_and_diff(tmp_path, capsys):
     assert run(["metrics", str(DEV_SUITE_NCU), "-k", "regex:reduce"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert sorted(r["name"] for r in rows) == ["reduce_interleaved", "reduce_sequential"]
+    assert run(["metrics", str(DEV_SUITE_NSYS), "-k", "regex:reduce"]) == 0
+    rows = {r["name"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert sorted(rows) == ["reduce_interleaved", "reduce_sequential"]
+    assert float(rows["reduce_interleaved"]["duration_ns"]) == 138048  # nsys stats' figure (fixtures/oracle)
     target = tmp_path / "d.json"
     assert run(["diff", str(DEV_SUITE_NCU), str(DEV_SUITE_V2_NCU), "-k", "regex:reduce", "-o", str(target)]) == 0
     assert sorted(k["name"] for k in json.loads(target.read_text())["kernels"]) == ["reduce_interleaved",
