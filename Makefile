@@ -39,6 +39,7 @@ $(SARIF_SCHEMA): $(TEST_SYSTEM_STAMP)
 		rm -f microsoft-jest-sarif-1.0.0-beta.0.tgz
 
 bench: setup
+	$(BIN)/python bench/lean.py
 	$(BIN)/python bench/run.py
 
 setup: $(SYSTEM_STAMP) $(STAMP)
