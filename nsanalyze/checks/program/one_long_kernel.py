@@ -1,0 +1,77 @@
+"""GPU-bound in one long kernel: the program is that kernel.
+
+## What it detects
+A window in which a few launches (one to three kernels) fill most of the time: nothing on the
+host or in the launch path holds the program back; the kernel itself does. nsys cannot say why a
+kernel is slow: the finding says so and points to Nsight Compute.
+
+## Why it is slow
+Whatever limits the kernel (memory access, occupancy, divergence, its algorithm) limits the
+program; the timeline shows only that it runs.
+
+## Example
+```
+nsys profile -o run ./solver       # one 50 s kernel: the timeline is one bar
+```
+
+## Instead
+```
+ncu --set full --import-source yes -k regex:<kernel> -c 1 -o kernel ./solver
+nsanalyze report kernel.ncu-rep     # what holds the kernel back, with its source lines
+```
+
+## Known problems
+The savings are unknown until the kernel is profiled: the finding carries none and ranks by
+the kernel's share of the window.
+
+## Options
+- `min_kernel_share`: the window's share the few kernels fill before the check speaks.
+- `max_kernels`: at most this many kernel launches count as "one long kernel".
+"""
+
+from nsanalyze.checks.base import Finding, Threshold, evidence, plural
+
+ID = "one-long-kernel"
+NAME = "program.kernel.one_long"
+TITLE = "GPU-bound in one long kernel: profile it with Nsight Compute"
+SECTION = "busy"  # the report section its findings appear in
+REQUIRES = ("summary", "launches")
+THRESHOLDS = {
+    "min_kernel_share": Threshold(0.5, "a kernel filling half the window is where the time goes"),
+    "max_kernels": Threshold(3, "a handful of launches is one computation, not a loop of steps"),
+}
+SPEEDUP_MODEL = "none: what the kernel could save needs a kernel profile (ncu); the finding names it"
+ADVICE = """Profile the kernel with Nsight Compute; the timeline cannot show what limits it.
+
+```
+ncu --set full --import-source yes -k regex:KERNEL -c 1 -o kernel ./app
+nsanalyze report kernel.ncu-rep
+```
+
+Build with `-lineinfo` so the findings point at source lines; for a kernel of many seconds, add
+`--replay-mode application` or shrink the input, since ncu replays the kernel once per metric pass."""
+
+
+def run(timeline, limits) -> Finding | None:
+    summary = timeline.summary or {}
+    kernels, span = summary.get("kernels") or 0, summary.get("span_ns") or 0
+    kernel_ns = summary.get("kernel_ns") or 0
+    if not kernels or kernels > limits["max_kernels"] or not span:
+        return None
+    share = kernel_ns / span
+    if share < limits["min_kernel_share"]:
+        return None
+    top = (timeline.launches or {}).get("top") or []
+    name = top[0]["name"] if top else None
+    finding = Finding(
+        check=ID,
+        title=f"GPU-bound in {plural(kernels, 'kernel launch')}"
+              + (f" (`{name}`)" if name else "")
+              + f": {kernel_ns / 1e9:.2f} s of the {span / 1e9:.2f} s window; profile it with ncu to see what limits it",
+        estimated_speedup=0.0,
+        evidence={"kernel_share": evidence(share, limits["min_kernel_share"], unit="ratio"),
+                  "kernel_launches": evidence(kernels, limits["max_kernels"], compare="<="),
+                  "kernel_ns": evidence(kernel_ns, unit="ns")},
+        advice=ADVICE.replace("KERNEL", name or "KERNEL"),
+    )
+    return finding

@@ -1,0 +1,52 @@
+"""Transfer-bound programs, programs that are one long kernel, and start-up that is not launch overhead
+(issue 24, item 9), on real exports."""
+
+import copy
+from types import SimpleNamespace
+
+from nsanalyze.analyze import analyze
+from nsanalyze.checks import limits_for
+from nsanalyze.checks.program import launch_overhead, one_long_kernel, transfer_bound
+from tests.conftest import PUBLIC
+
+H100_COPIES = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__h100_2gpu_1s.sqlite.xz"
+
+
+def test_transfer_bound_program_gets_a_copy_finding_first():
+    """Two H100s spend 97% of the window copying 50 GB host-to-device (pinned, ~28 GB/s); the report
+    said nothing above info."""
+    model = analyze([str(H100_COPIES)])
+    top = model["findings"][0]
+    assert top["check"] == "transfer-bound" and top["severity"] in ("medium", "high")
+    assert top["evidence"]["copy_share"]["value"] > 0.9
+    direction = top["evidence"]["directions"][0]
+    assert direction["copy_kind"] == "Host-to-Device" and 20 < direction["gb_per_s"] < 40
+    assert "pin_memory" in top["advice"] and "GB/s" in top["title"]
+
+
+def test_compute_bound_program_is_not_transfer_bound(dev_suite_timeline):
+    timeline = copy.copy(dev_suite_timeline)
+    timeline.budget = [{**p, "share": 0.6} if p["part"] == "gpu_compute" else
+                       {**p, "share": 0.35} if p["part"] == "gpu_copy" else p for p in dev_suite_timeline.budget]
+    assert transfer_bound.run(timeline, limits_for(transfer_bound)) is None
+
+
+def test_a_handful_of_launches_is_start_up(dev_suite_timeline):
+    """A program of 1-4 launches: the first launch call (module load, 141-157 us) is start-up, not
+    launch overhead; 212 launches (the dev suite) still are judged."""
+    limits = limits_for(launch_overhead)
+    few = copy.copy(dev_suite_timeline)
+    few.launches = {**dev_suite_timeline.launches, "launches": 3}
+    assert launch_overhead.run(few, limits) is None
+    finding = launch_overhead.run(dev_suite_timeline, limits)
+    assert finding is not None and any("load their module" in n for n in finding.notes)
+
+
+def test_one_long_kernel_points_to_ncu():
+    timeline = SimpleNamespace(summary={"kernels": 1, "span_ns": 50_300_000_000, "kernel_ns": 50_100_000_000},
+                               launches={"launches": 1, "top": [{"name": "solve", "launches": 1}]})
+    finding = one_long_kernel.run(timeline, limits_for(one_long_kernel))
+    assert finding is not None and "solve" in finding.title and "ncu" in finding.title
+    assert "ncu --set full" in finding.advice and "regex:solve" in finding.advice
+    busy = SimpleNamespace(summary={"kernels": 3000, "span_ns": 1e9, "kernel_ns": 9e8}, launches={"top": []})
+    assert one_long_kernel.run(busy, limits_for(one_long_kernel)) is None
