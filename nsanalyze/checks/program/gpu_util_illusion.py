@@ -5,7 +5,8 @@ From nsys GPU metrics over the analysis window (the steady steps, or the NVTX ra
 `--nvtx-range`): GR Active, what `nvidia-smi` reports as GPU utilization, is high while the SMs issue an
 instruction on few of their cycles and the tensor cores idle. It names the kernels that hold the GPU in
 that time, by the work split, and says to profile them with Nsight Compute. When the kernel names show
-matrix products on the CUDA cores, `low-tensor-activity` names that cause instead.
+matrix products on the CUDA cores, `low-tensor-activity` names that cause instead; when most of the
+time is attention written out, layout conversions or long elementwise chains, their checks do.
 
 ## Why it is slow
 GPU-Util only says that some kernel was resident on the GPU. A kernel that waits (on memory latency,
@@ -32,9 +33,12 @@ legitimately issues little; a sampled metric over a short window is noisy.
 - `max_tensor_active_pct`: tensor activity below which the tensor cores count as idle.
 - `max_simt_matrix_share`: CUDA-core matrix products' share of kernel time above which low-tensor-activity
   speaks for this cause.
+- `min_unexplained_share`: the kernel time no other busy-GPU check explains (attention's scores path,
+  layout conversions, long elementwise chains), as a share, before this check speaks for it.
 """
 
 from nsanalyze.checks.base import Finding, Threshold, clamp01, evidence
+from nsanalyze.checks.program import unfused_elementwise
 
 ID = "gpu-util-illusion"
 NAME = "program.utilization.illusion"
@@ -48,9 +52,12 @@ THRESHOLDS = {
     "max_tensor_active_pct": Threshold(5.0, "matrix-heavy work keeps tensor cores active far above 5%"),
     "max_simt_matrix_share": Threshold(0.15, "low-tensor-activity's min_matrix_share: above it the cause is "
                                               "matrix products on the CUDA cores, one finding for one cause"),
+    "min_unexplained_share": Threshold(0.5, "below half the kernel time left unexplained, the busy GPU is the waste "
+                                             "another check names (attention written out, layout, fusion)"),
 }
-SPEEDUP_MODEL = ("the kernels' time in the window x (1 - SM issue / max_sm_issue_pct): what they would take issuing "
-                 "at a tuned kernel's rate; at most their time")
+SPEEDUP_MODEL = ("the kernels' time in the window that no other busy-GPU check explains x (1 - SM issue / "
+                 "max_sm_issue_pct): what they would take issuing at a tuned kernel's rate; at most their time")
+EXPLAINED_ROLES = ("attention_unfused", "layout")  # roles whose waste attention-unfused, layout-conversion name
 HOLDING_SHARE = 0.05  # kernels named as holding the GPU: at least this share of its kernel time (the top one always)
 ADVICE = """Find out what the resident kernels wait on; GPU-Util cannot say.
 
@@ -66,6 +73,14 @@ ncu -k regex:spin_kernel --set full -o busy python train.py
 ```"""
 
 
+def _explained_ns(analysis) -> float:
+    """Kernel time another busy-GPU check names a cause for: attention's scores path, layout conversions,
+    and the fusable kernels of chains long enough for unfused-elementwise."""
+    min_ops = unfused_elementwise.THRESHOLDS["min_ops"].default
+    chains = sum(c.ns for c in analysis.chains if c.ops >= min_ops)
+    return analysis.role_ns(*EXPLAINED_ROLES) + chains
+
+
 def run(timeline, limits) -> Finding | None:
     metrics, analysis = timeline.gpu_metrics, getattr(timeline, "work_analysis", None)
     gr, issue, tensor = (metrics.get(k) for k in ("gr_active_pct", "sm_issue_pct", "tensor_active_pct"))
@@ -78,7 +93,12 @@ def run(timeline, limits) -> Finding | None:
     kernel_ns = analysis.kernel_ns
     if not kernel_ns or analysis.role_ns("matmul_simt") / kernel_ns >= limits["max_simt_matrix_share"]:
         return None
-    holding = [k for k in analysis.by_kernel[:3] if k["ns"] >= HOLDING_SHARE * kernel_ns] or analysis.by_kernel[:1]
+    explained_ns = _explained_ns(analysis)
+    held_ns = kernel_ns - explained_ns
+    if held_ns < limits["min_unexplained_share"] * kernel_ns:
+        return None  # the busy time is the waste another check names (attention, layout, elementwise chains)
+    unexplained = [k for k in analysis.by_kernel if k["role"] not in EXPLAINED_ROLES]
+    holding = [k for k in unexplained[:3] if k["ns"] >= HOLDING_SHARE * kernel_ns] or unexplained[:1]
     names = ", ".join(f"{k['name']} ({k['ns'] / kernel_ns:.0%})" for k in holding)
     tensor_text = f", tensor cores {tensor:.1f}%" if tensor is not None else ""
     finding = Finding(
@@ -93,5 +113,5 @@ def run(timeline, limits) -> Finding | None:
                                "ncu": f"ncu -k regex:{k['name']} --set full"} for k in holding]},
         advice=ADVICE,
     )
-    finding.estimated_savings_ns = kernel_ns * clamp01(1 - issue / limits["max_sm_issue_pct"])
+    finding.estimated_savings_ns = held_ns * clamp01(1 - issue / limits["max_sm_issue_pct"])
     return finding
