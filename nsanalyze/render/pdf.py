@@ -4,7 +4,8 @@ The HTML is the on-screen report; for print it gets its own stylesheet (PRINT_CS
 layout that wrap long kernel names inside the margins instead of running off the page, a smaller
 type, finding cards that may break across pages rather than leave half pages empty), and a model
 shaped for reading on paper: "Not judged" is one row per check (the kernels it covers, counted and
-named) instead of one row per kernel and check, and NVIDIA's rule messages are cut to two lines.
+named) instead of one row per kernel and check, and NVIDIA's second opinion keeps each kernel's two
+rules of largest estimated speedup, their messages cut to two lines (the HTML holds them all).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ pre { white-space: pre-wrap; padding: .35em .5em; margin: .3em 0; }
 tr, pre { break-inside: avoid; page-break-inside: avoid; }
 figure { margin: .5em 0; break-inside: avoid; } figure svg { max-width: 100%; max-height: 95mm; height: auto; }
 </style>"""
-RULE_MESSAGE_CHARS = 180
+RULE_MESSAGE_CHARS = 140
+RULES_PER_KERNEL = 2
 NAMED_KERNELS = 6
 
 
@@ -70,8 +72,12 @@ def print_model(model: dict) -> dict:
     """The report model as the PDF shows it (the caller's model is left as it is)."""
     shaped = copy.copy(model)
     shaped["not_judged"] = not_judged_by_check(model.get("not_judged") or [])
-    rules = []
-    for rule in model.get("nvidia_rules") or []:
+    rules, per_kernel = [], {}
+    ranked = sorted(model.get("nvidia_rules") or [], key=lambda r: -(r.get("estimated_speedup_pct") or 0))
+    for rule in ranked:
+        per_kernel[rule.get("kernel_id")] = per_kernel.get(rule.get("kernel_id"), 0) + 1
+        if per_kernel[rule.get("kernel_id")] > RULES_PER_KERNEL:
+            continue
         message = rule.get("message") or ""
         if len(message) > RULE_MESSAGE_CHARS:
             message = message[:RULE_MESSAGE_CHARS].rsplit(" ", 1)[0] + " …"
