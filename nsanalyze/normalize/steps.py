@@ -196,7 +196,7 @@ def find_launch_pattern(export: NsysExport) -> LaunchPattern | None:
         return None
     middle = first + (last - first) // 2
     startup_names = " OR ".join(f"s.value LIKE '{name}%'" for name in STARTUP_CALLS)
-    startup_end = export.scalar(f"""SELECT MAX(a.end) FROM api_raw a JOIN StringIds s ON s.id = a.name_id
+    startup_end = export.scalar(f"""SELECT MAX(a.end) FROM api_raw a JOIN main.StringIds s ON s.id = a.name_id
                                     WHERE a.start < {middle} AND a.duration_ns >= {MIN_STARTUP_CALL_NS}
                                       AND ({startup_names})""")
     start = first

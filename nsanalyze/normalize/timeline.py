@@ -621,10 +621,15 @@ def _host_stretches(export: NsysExport, budgets, limit: int = 5) -> list[dict]:
         inner = export.query("""SELECT name FROM nvtx WHERE start <= :s AND end >= :e AND name IS NOT NULL
                                 ORDER BY duration_ns LIMIT 1""", {"s": start, "e": end})
         stretch["nvtx_range"] = inner[0][0] if inner else None
-        if osrt:
-            stretch["os_calls"] = [dict(r) for r in export.query(f"""
-                SELECT s.value AS name, COUNT(*) AS calls, SUM(MIN(o.end, :e) - MAX(o.start, :s)) AS overlap_ns
-                FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId WHERE o.start < :e AND o.end > :s
-                     AND o.globalTid / 16777216 IN ({pids})
-                GROUP BY o.nameId ORDER BY overlap_ns DESC LIMIT 3""", {"s": start, "e": end})]
+    if osrt and stretches:  # one scan of the OS runtime calls for all stretches (the table has no index)
+        windows = ", ".join(f"({i}, {r['start_ns']}, {r['start_ns'] + r['duration_ns']})" for i, r in enumerate(stretches))
+        rows = export.query(f"""
+            WITH w(i, s, e) AS (VALUES {windows})
+            SELECT w.i, str.value AS name, COUNT(*) AS calls, SUM(MIN(o.end, w.e) - MAX(o.start, w.s)) AS overlap_ns
+            FROM OSRT_API o JOIN w ON o.start < w.e AND o.end > w.s JOIN main.StringIds str ON str.id = o.nameId
+            WHERE o.globalTid / 16777216 IN ({pids})
+            GROUP BY w.i, o.nameId""")
+        for index, stretch in enumerate(stretches):
+            mine = sorted((r for r in rows if r[0] == index), key=lambda r: -r[3])[:3]
+            stretch["os_calls"] = [{"name": r[1], "calls": r[2], "overlap_ns": r[3]} for r in mine]
     return stretches

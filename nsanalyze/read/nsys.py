@@ -382,7 +382,7 @@ def _create_views(export: NsysExport) -> None:
     con.execute("CREATE TEMP VIEW api_raw(start, end, duration_ns, global_tid, correlation_id, name_id) AS "
                 + " UNION ALL ".join(api_parts))
     con.execute("""CREATE TEMP VIEW api AS SELECT a.start, a.end, a.duration_ns, a.global_tid, a.correlation_id,
-        s.value AS name FROM api_raw a LEFT JOIN StringIds s ON s.id = a.name_id""")
+        s.value AS name FROM api_raw a LEFT JOIN main.StringIds s ON s.id = a.name_id""")
 
     nv = "NVTX_EVENTS"
     if export.has(nv, "start", "end", "eventType"):
@@ -390,7 +390,7 @@ def _create_views(export: NsysExport) -> None:
         con.execute(f"""CREATE TEMP VIEW nvtx AS SELECT n.start, n.end, n.end - n.start AS duration_ns,
             {_col(export, nv, 'globalTid')} AS global_tid,
             COALESCE(n.text, s.value) AS name, {_col(export, nv, 'domainId', '0')} AS domain_id
-            FROM {nv} n LEFT JOIN StringIds s ON s.id = {text_id}
+            FROM {nv} n LEFT JOIN main.StringIds s ON s.id = {text_id}
             WHERE n.eventType IN {NVTX_RANGE_EVENT_TYPES} AND typeof(n.start) = 'integer'
               AND typeof(n.end) = 'integer' AND n.end >= n.start""")
     else:
