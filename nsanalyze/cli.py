@@ -207,8 +207,8 @@ def trend_command(db_path, outputs, fail_on_regression):
               show_default=True, help="comma-separated nsys stats reports")
 @click.option("--format", "fmt", type=click.Choice(["csv", "json", "table"]),
               help="output format (default: from -o's extension, else a table on the terminal)")
-@click.option("-o", "--output", help="file to write (.csv or .json); with several CSV reports, one file per report "
-                                     "named FILE_REPORT.csv as nsys stats does")
+@click.option("-o", "--output", help="file to write (.csv or .json; - for JSON on stdout); several CSV reports go to "
+                                     "one file per report, FILE_REPORT.csv, as nsys stats names them")
 @click.option("--window", type=click.Choice(["capture", "steady"]), default="capture", show_default=True,
               help="the whole capture (nsys stats' figures) or the steady steps `report` analyses")
 def stats_command(export_path, reports, fmt, output, window):
@@ -224,7 +224,7 @@ def stats_command(export_path, reports, fmt, output, window):
                                  param_hint="--report")
     if fmt is None:
         suffix = Path(output).suffix.lower() if output and output != "-" else ""
-        fmt = {".csv": "csv", ".json": "json"}.get(suffix, "table" if not output else None)
+        fmt = "json" if output == "-" else {".csv": "csv", ".json": "json"}.get(suffix, "table" if not output else None)
         if fmt is None:
             raise InputError(output, "stats files are .csv or .json (or give --format)")
     if fmt == "table" and output and output != "-":

@@ -116,6 +116,8 @@ def test_cli_json_and_table(tmp_path, capsys):
     assert kernels["columns"][:2] == ["Time (%)", "Total Time (ns)"]
     assert kernels["rows"][0]["Name"] == "one_block_too_many(float *, int)"
     capsys.readouterr()
+    main(["stats", str(DEV_SUITE_NSYS), "--report", "nvtx_sum", "-o", "-"])
+    assert json.loads(capsys.readouterr().out)["reports"][0]["rows"][0]["Range"] == ":launches"
     main(["stats", str(DEV_SUITE_NSYS), "--report", "nvtx_sum"])
     out = capsys.readouterr().out
     assert ":launches" in out and "1519706" in out
