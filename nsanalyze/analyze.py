@@ -197,8 +197,9 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
             model["kernels"] = program.kernels
     launches = {k["id"]: k["launches"] for k in kernels if k.get("launches")}
     identity = {k["id"]: (k.get("profile"), k.get("demangled") or k["name"]) for k in kernels}
+    program_ns = (model.get("timeline") or {}).get("span_ns") if nsys_exports else None
     ranked = rank(findings, kernel_time, kernel_launches=launches, kernel_keys=identity,
-                  total_ns=sum(kernel_time.values()) or None)
+                  total_ns=program_ns or sum(kernel_time.values()) or None)  # the program's time, else the report's
     model["findings"] = [f.to_json() for f in ranked]
     for profile in nsys_exports:
         profile.close()

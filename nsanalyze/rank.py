@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from nsanalyze.checks import global_settings
-from nsanalyze.checks.base import Finding, clamp01, severity_for
+from nsanalyze.checks.base import SEVERITIES, Finding, clamp01, severity_for
 
 
 def apply_roof_gate(findings: list[Finding], roofline_by_kernel: dict) -> None:
@@ -181,14 +181,22 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
     if total_ns is None:
         total_ns = sum(t for k, t in kernel_time_ns.items() if k is not None)
     cuts = global_settings()["severity"]
+    joined = any(f.kernel_id is None for f in findings) and any(f.kernel_id is not None for f in findings)
     for finding in findings:
         if finding.kernel_id is not None:
             if finding.severity != "info" and finding.estimated_speedup < cuts["low"]:
                 finding.severity = "info"  # under 3% of its kernel after overlaps and the floor
             finding.severity = report_severity(finding, total_ns)
+        elif joined:  # program and kernel findings in one table: one scale, the program's time
+            finding.severity = report_severity(finding, total_ns)
     severity_order = {"high": 0, "medium": 1, "low": 2, "info": 3}
     ordered = sorted(findings, key=lambda f: (f.severity == "info", -round(f.estimated_savings_ns, 1),
                                               severity_order[f.severity], -getattr(f, "potential", 0.0), f.check))
+    floor_index = 0  # a kernel finding is never more severe than a finding ranked above it (mixed reports)
     for position, finding in enumerate(ordered, start=1):
         finding.rank = position
+        if finding.kernel_id is not None and severity_order[finding.severity] < floor_index:
+            finding.notes.append(f"shown as {SEVERITIES[floor_index]}: findings that save more rank above it")
+            finding.severity = SEVERITIES[floor_index]
+        floor_index = max(floor_index, severity_order[finding.severity])
     return ordered

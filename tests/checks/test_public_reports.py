@@ -60,6 +60,13 @@ def test_savings_and_severities_read_in_rank_order(path, analyzed):
     identity = {k["id"]: (k["demangled"] or k["name"]) for k in model["kernels"]}
     rows = [(f["check"], identity[f["kernel_id"]]) for f in model["findings"] if f["kernel_id"] is not None]
     assert len(rows) == len(set(rows))
+    saved: dict[str, float] = {}   # no kernel saves below its launch floor (2 us a launch)
+    for finding in model["findings"]:
+        if finding["kernel_id"] is not None:
+            saved[identity[finding["kernel_id"]]] = saved.get(identity[finding["kernel_id"]], 0.0) + finding["estimated_savings_ns"]
+    for name, ns in saved.items():
+        room = sum(max(0.0, k["total_ns"] - 2000 * k["launches"]) for k in model["kernels"] if identity[k["id"]] == name)
+        assert ns <= room * 1.0001 + 1, name
 
 
 def test_basic_set_lists_every_check_it_cannot_judge(analyzed):
@@ -73,3 +80,15 @@ def test_basic_set_lists_every_check_it_cannot_judge(analyzed):
     assert {"uncoalesced-global", "bank-conflicts", "low-ilp", "clock-throttling"} <= unjudged
     if not [f for f in model["findings"] if f["severity"] != "info"]:
         assert f"{len(unjudged)} could not" in health_line(model)
+
+
+def test_joined_report_reads_in_order_on_one_scale():
+    """The dev suite's ncu report joined with its nsys export: program and kernel findings share one
+    severity scale (savings over the program's time), so the table reads in order."""
+    from tests.conftest import DEV_SUITE_NSYS
+
+    model = analyze([str(DEV_SUITE_NCU), str(DEV_SUITE_NSYS)])
+    order = ("high", "medium", "low", "info")
+    severities = [order.index(f["severity"]) for f in model["findings"]]
+    assert severities == sorted(severities)
+    assert {f["kernel_id"] is None for f in model["findings"] if f["severity"] == "high"} == {True, False}
