@@ -1,0 +1,114 @@
+"""What each GPU and stream did in the window: busy time, kernels, copies, communication, idle gaps."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nsanalyze.normalize.activity import group_sums
+from nsanalyze.normalize.window import WindowActivity
+from nsanalyze.read.nsys import NsysExport
+
+TOP_GAPS = 10
+# Communication kernels (NCCL's device kernels across versions) and peer copies.
+PEER_COPY_KINDS = ("Peer-to-Peer",)
+
+
+def devices(export: NsysExport, wa: WindowActivity, comm_ids: np.ndarray, exposed_ns: dict[int, int]) -> list[dict]:
+    """Per GPU: busy time, kernels, copies, communication; `exposed_ns` is each GPU's exposed
+    communication, the budget's gpu_communication part (found by its sweep in linear time)."""
+    names = {d.device_id: d.name for d in export.devices}
+    kernels, copies = wa.kernels, wa.copies
+    nccl = np.isin(kernels.short_name_id, comm_ids)
+    peer = np.isin(copies.copy_kind, [k for k, label in wa.copy_kinds.items() if label in PEER_COPY_KINDS]) \
+        & (copies.memset == 0)
+    rows = []
+    for device_id, (starts, ends) in sorted(wa.islands.items()):
+        on_k, on_c = kernels.device_id == device_id, copies.device_id == device_id
+        k_ns, c_ns = kernels.end - kernels.start, copies.end - copies.start
+        comm_kernels, comm_copies = on_k & nccl, on_c & peer
+        kernel_comm_ns = int(k_ns[comm_kernels].sum())
+        has_comm = bool(comm_kernels.any() or comm_copies.any())
+        row = {"device_id": device_id, "first_ns": int(starts[0]), "last_ns": int(ends[-1]),
+               "gpu_busy_ns": int((ends - starts).sum()), "kernel_ns": int(k_ns[on_k].sum()),
+               "memcpy_ns": int(c_ns[on_c & (copies.memset == 0)].sum()),
+               "memset_ns": int(c_ns[on_c & (copies.memset == 1)].sum()), "name": names.get(device_id)}
+        row["span_ns"] = row["last_ns"] - row["first_ns"]
+        row["gpu_idle_ns"] = row["span_ns"] - row["gpu_busy_ns"]
+        row["communication_ns"] = kernel_comm_ns + int(c_ns[comm_copies].sum())
+        row["exposed_communication_ns"] = exposed_ns.get(device_id, 0) if has_comm else 0
+        row["communication_kernels"] = int(comm_kernels.sum() + comm_copies.sum())
+        row["compute_kernel_ns"] = row["kernel_ns"] - kernel_comm_ns
+        rows.append(row)
+    return rows
+
+
+def device_kernel_breakdown(export: NsysExport, wa: WindowActivity) -> list[dict]:
+    """Per device and kernel name: time, for finding where a slow device spends its extra time."""
+    kernels = wa.kernels
+    key = kernels.device_id * (1 << 32) + kernels.short_name_id
+    keys, (ns,), counts = group_sums(key, kernels.end - kernels.start)
+    names = export.strings(keys & 0xFFFFFFFF)
+    return [{"device_id": int(k >> 32), "name": names[int(k & 0xFFFFFFFF)], "launches": int(n),
+             "duration_ns": int(t)} for k, t, n in zip(keys, ns, counts) if int(k & 0xFFFFFFFF) in names]
+
+
+def _gap_arrays(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(device id, start, end) of the idle gaps between islands: per GPU, or over the one GPU."""
+    devices, starts, ends = [], [], []
+    groups = wa.islands.items() if len(wa.islands) > 1 else [(next(iter(wa.islands), None), wa.busy)]
+    for device_id, (s, e) in groups:
+        if len(s) > 1:
+            starts.append(e[:-1])
+            ends.append(s[1:])
+            devices.append(np.full(len(s) - 1, -1 if device_id is None else device_id))
+    if not starts:
+        return (np.zeros(0, np.int64),) * 3
+    return np.concatenate(devices), np.concatenate(starts), np.concatenate(ends)
+
+
+def gaps(export: NsysExport, wa: WindowActivity) -> list[dict]:
+    device, starts, ends = _gap_arrays(wa)
+    top = np.argsort(-(ends - starts), kind="stable")[:TOP_GAPS]
+    calls = wa.calls
+    gaps = []
+    for i in top:
+        gap = {"device_id": None if device[i] == -1 else int(device[i]), "start": int(starts[i]),
+               "end": int(ends[i]), "duration_ns": int(ends[i] - starts[i])}
+        # What the host was doing: the CUDA calls overlapping the gap, longest overlap first.
+        during = (calls.start < ends[i]) & (calls.end > starts[i])
+        overlap = np.minimum(calls.end[during], ends[i]) - np.maximum(calls.start[during], starts[i])
+        by_name: dict = {}
+        for name_id, ns in zip(calls.name_id[during].tolist(), overlap.tolist()):
+            entry = by_name.setdefault(wa.call_names.get(name_id), [0, 0])
+            entry[0] += 1
+            entry[1] += ns
+        gap["host_calls"] = [{"name": name, "calls": n, "overlap_ns": ns} for name, (n, ns) in
+                             sorted(by_name.items(), key=lambda item: -item[1][1])[:3]]
+        enclosing = export.query("""SELECT name FROM nvtx WHERE start <= :gap_start AND end >= :gap_end
+                                    ORDER BY duration_ns ASC LIMIT 1""", {"gap_start": gap["start"], "gap_end": gap["end"]})
+        gap["nvtx_range"] = enclosing[0][0] if enclosing else None
+        gaps.append(gap)
+    return gaps
+
+
+def gap_histogram(wa: WindowActivity, bucket_edges_ns=(1_000, 10_000, 100_000, 1_000_000)) -> dict:
+    _, starts, ends = _gap_arrays(wa)
+    buckets = np.searchsorted(np.array(bucket_edges_ns), ends - starts, side="right")
+    labels = [f"< {e / 1000:g} us" for e in bucket_edges_ns] + [f">= {bucket_edges_ns[-1] / 1000:g} us"]
+    counts = np.bincount(buckets, minlength=len(labels))
+    idle = np.bincount(buckets, weights=ends - starts, minlength=len(labels))
+    return {label: {"gaps": int(counts[i]), "idle_ns": int(idle[i])} for i, label in enumerate(labels)}
+
+
+def streams(wa: WindowActivity) -> list[dict]:
+    kernels, copies = wa.kernels, wa.copies
+    rows: dict = {}
+    for table, count_key, ns_key in ((kernels, "kernels", "kernel_ns"), (copies, "copies", "copy_ns")):
+        key = table.device_id * (1 << 32) + (table.stream_id & 0xFFFFFFFF)
+        keys, (ns,), counts = group_sums(key, table.end - table.start)
+        for k, t, n in zip(keys.tolist(), ns, counts):
+            stream = k & 0xFFFFFFFF
+            row = rows.setdefault(k, {"device_id": k >> 32, "stream_id": None if stream == 0xFFFFFFFF else stream,
+                                      "kernels": 0, "kernel_ns": 0, "copies": 0, "copy_ns": 0})
+            row[count_key], row[ns_key] = int(n), int(t)
+    return sorted(rows.values(), key=lambda r: -(r["kernel_ns"] + r["copy_ns"]))

@@ -1,0 +1,218 @@
+"""What the host's calls did in the window: NVTX ranges with the GPU work launched inside them,
+synchronizations and what they cost, launches shorter than their call, host<->device copies.
+
+Each figure is a sort, a prefix sum or a `searchsorted` join by correlation id over the window's arrays
+(normalize.activity), linear or n log n in the export's size; what comes back is sized by names and
+ranges, never by launches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nsanalyze.normalize.activity import distinct, first_by_key, group_sums, lookup, process_of
+from nsanalyze.normalize.window import SYNC_APIS, WindowActivity, _ids, _like
+from nsanalyze.read.nsys import NsysExport
+
+MAX_RANGES = 200  # range names kept, by wall time (PyTorch's emit_nvtx makes one name per op)
+HOST_COPY_KINDS = ("Host-to-Device", "Device-to-Host", "Unified Host-to-Device", "Unified Device-to-Host")
+
+
+def _work_per_call(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per call of `wa.calls`: the GPU time of the kernels and copies it launched, and the kernel count
+    (graph nodes share their launch's correlation id). A call of an unknown process matches any."""
+    calls = wa.calls
+    unknown = calls.pid == -1
+    out = []
+    for table in (wa.kernels, wa.copies):
+        ns = (table.end - table.start).astype(np.float64)
+        valid = table.correlation_id != -1
+        per_key = group_sums(table.pid[valid] * (1 << 32) + table.correlation_id[valid], ns[valid])
+        per_corr = group_sums(table.correlation_id[valid], ns[valid])
+        own_ns, own_n = _gather(per_key, calls.pid * (1 << 32) + calls.correlation_id)
+        anon_ns, anon_n = _gather(per_key, -(1 << 32) + calls.correlation_id)
+        any_ns, any_n = _gather(per_corr, calls.correlation_id)
+        out.append((np.where(unknown, any_ns, own_ns + anon_ns), np.where(unknown, any_n, own_n + anon_n)))
+    (kernel_ns, kernels), (copy_ns, _) = out
+    no_corr = calls.correlation_id == -1
+    return tuple(np.where(no_corr, 0, v) for v in (kernel_ns, kernels, copy_ns))
+
+
+def _gather(grouped, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sum, count) of a group_sums result at each key, 0 where the key has no group."""
+    group_keys, (sums,), counts = grouped
+    index = lookup((group_keys, np.arange(len(group_keys))), keys)
+    found = index >= 0
+    return (np.where(found, sums[np.maximum(index, 0)] if len(sums) else 0, 0),
+            np.where(found, counts[np.maximum(index, 0)] if len(counts) else 0, 0))
+
+
+def ranges(export: NsysExport, wa: WindowActivity) -> list[dict]:
+    """Per NVTX range name: wall time, and the GPU time of the work its CPU calls launched (calls made
+    while the range was open, by any thread of its process)."""
+    rows = export.query("SELECT start, end, global_tid, name FROM nvtx WHERE end >= :ws AND start < :we",
+                        {"ws": wa.activity.start, "we": wa.activity.end})
+    if not rows:
+        return []
+    starts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+    ends = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+    tids = np.fromiter((r[2] if isinstance(r[2], int) else -1 for r in rows), np.int64, len(rows))
+    codes: dict = {}
+    name_code = np.fromiter((codes.setdefault(r[3], len(codes)) for r in rows), np.int64, len(rows))
+    pids = process_of(tids)
+    # GPU work launched by the calls of each range's process while it was open: prefix sums per process.
+    kernel_ns, kernels, copy_ns = np.zeros(len(rows)), np.zeros(len(rows)), np.zeros(len(rows))
+    call_kernel_ns, call_kernels, call_copy_ns = _work_per_call(wa)
+    for pid in distinct(pids):
+        mine = wa.calls.pid == pid
+        order = np.argsort(wa.calls.start[mine], kind="stable")
+        call_starts = wa.calls.start[mine][order]
+        at = pids == pid
+        low = np.searchsorted(call_starts, starts[at], side="left")
+        high = np.searchsorted(call_starts, ends[at], side="right")
+        for target, values in ((kernel_ns, call_kernel_ns), (kernels, call_kernels), (copy_ns, call_copy_ns)):
+            cumulative = np.concatenate(([0], np.cumsum(values[mine][order])))
+            target[at] = cumulative[high] - cumulative[low]
+    # Depth: ranges open on the same thread when this one starts (ends before starts at one time).
+    n = len(rows)
+    t = np.concatenate((starts, ends))
+    delta = np.concatenate((np.ones(n, np.int64), -np.ones(n, np.int64)))
+    thread = np.concatenate((tids, tids))
+    order = np.lexsort((np.concatenate((np.arange(n), np.arange(n))), delta, t, thread))
+    running = np.empty(2 * n, np.int64)
+    sorted_thread, sorted_delta = thread[order], delta[order]
+    cumulative = np.cumsum(sorted_delta)
+    first = np.concatenate(([True], sorted_thread[1:] != sorted_thread[:-1]))
+    base = np.maximum.accumulate(np.where(first, np.arange(2 * n), 0))
+    running[order] = cumulative - np.concatenate(([0], cumulative))[base]
+    depth = running[:n] - 1
+    by_code = {code: name for name, code in codes.items()}
+    out = []
+    _, inverse = None, name_code  # codes are 0..n-1
+    groups = np.arange(len(codes))
+    wall = np.bincount(inverse, weights=ends - starts)
+    for index in np.argsort(-wall, kind="stable")[:MAX_RANGES]:
+        members = inverse == index
+        out.append({"name": by_code[int(groups[index])], "instances": int(members.sum()),
+                    "wall_ns": int(wall[index]), "first_start": int(starts[members].min()),
+                    "last_end": int(ends[members].max()), "kernel_ns": int(kernel_ns[members].sum()),
+                    "kernels": int(kernels[members].sum()), "copy_ns": int(copy_ns[members].sum()),
+                    "depth": int(depth[members].min())})
+    return out
+
+
+def syncs(wa: WindowActivity) -> dict:
+    """Host waits: explicit synchronization calls, and what each cost the GPU afterwards."""
+    calls, names = wa.calls, wa.call_names
+    explicit_mask = np.isin(calls.name_id, _ids(names, lambda n: _like(n, SYNC_APIS)))
+    # Implicit syncs: a synchronous device-to-host copy (what `.item()`/`.cpu()` do) blocks the host too.
+    copy_kind, dst_kind = _copy_call_kinds(wa)
+    d2h = [k for k, label in wa.copy_kinds.items() if label == "Device-to-Host"]
+    asynchronous = np.isin(calls.name_id, _ids(names, lambda n: isinstance(n, str) and "async" in n.lower()))
+    named = np.isin(calls.name_id, _ids(names, lambda n: n is not None))
+    implicit_mask = np.isin(copy_kind, d2h) & ((named & ~asynchronous) | (dst_kind == 0))
+    idle_after = wa.idle_after(calls.end)
+    duration = calls.end - calls.start
+
+    def grouped(mask, label) -> list[dict]:
+        rows: dict = {}
+        for name_id, wait, gap in zip(calls.name_id[mask].tolist(), duration[mask].tolist(), idle_after[mask].tolist()):
+            row = rows.setdefault(label(names.get(name_id)), {"calls": 0, "wait_ns": 0, "relaunch_gap_ns": 0})
+            row["calls"] += 1
+            row["wait_ns"] += wait
+            row["relaunch_gap_ns"] += gap
+        return [{"name": name, **row, "relaunch_gap_ns": max(0, row["relaunch_gap_ns"])} for name, row in rows.items()]
+
+    explicit = sorted(grouped(explicit_mask, lambda n: n.replace("_v3020", "").replace("_v2", "")),
+                      key=lambda r: -r["wait_ns"])
+    implicit = sorted(grouped(implicit_mask, lambda n: n), key=lambda r: (r["name"] is not None, str(r["name"])))
+    # Several syncs in a row share one idle stretch: count each stretch once, from the first sync's return.
+    wait_ends = np.concatenate((calls.end[explicit_mask], calls.end[implicit_mask]))
+    next_start = wait_ends + np.concatenate((idle_after[explicit_mask], idle_after[implicit_mask]))
+    idle = next_start > wait_ends
+    order = np.lexsort((wait_ends[idle], next_start[idle]))
+    stretch, first_end = next_start[idle][order], wait_ends[idle][order]
+    first = np.concatenate(([True], stretch[1:] != stretch[:-1])) if len(stretch) else np.zeros(0, bool)
+    total = int((stretch[first] - first_end[first]).sum())
+    return {"explicit": explicit, "implicit": implicit, "relaunch_gap_ns": total}
+
+
+def _copy_call_kinds(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray]:
+    """Per call: the (least) copy kind and destination memory kind of the copies it issued, -1 for none."""
+    copies = wa.copies
+    keep = copies.correlation_id != -1
+    corr = copies.correlation_id[keep]
+    big = np.iinfo(np.int64).max
+    kinds = []
+    for values in (copies.copy_kind[keep], copies.dst_kind[keep]):
+        order = np.lexsort((np.where(values == -1, big, values), corr))
+        table = first_by_key(corr[order])
+        index = lookup((table[0], order[table[1]]), wa.calls.correlation_id)
+        kinds.append(np.where(index >= 0, values[np.maximum(index, 0)] if len(values) else -1, -1))
+    return kinds[0], kinds[1]
+
+
+def launches(export: NsysExport, wa: WindowActivity) -> dict:
+    """Kernel launches whose GPU time is shorter than the CPU time of their launch call, per kernel
+    name in one pass: how many, their time, and the GPU idle time in front of them."""
+    kernels, calls = wa.kernels, wa.calls
+    call = lookup(first_by_key(calls.correlation_id), kernels.correlation_id)  # one call per id, the first
+    launch_ids = _ids(wa.call_names, lambda n: _like(n, ("cudaLaunch", "cuLaunch")))
+    matched = call >= 0
+    matched[matched] = np.isin(calls.name_id[call[matched]], launch_ids)
+    k_ns = (kernels.end - kernels.start)[matched]
+    a_ns = (calls.end - calls.start)[call[matched]]
+    short = k_ns < a_ns
+    starts, ends = wa.busy
+    idle_before = np.zeros(len(k_ns), dtype=np.int64)
+    if len(starts) > 1:
+        at = np.minimum(np.searchsorted(starts, kernels.start[matched]), len(starts) - 1)
+        exact = (starts[at] == kernels.start[matched]) & (at > 0)
+        idle_before = np.where(exact, starts[at] - ends[np.maximum(at - 1, 0)], 0)
+    name_ids = kernels.short_name_id[matched]
+    name_keys, sums, counts = group_sums(name_ids, short, np.where(short, k_ns, 0), np.where(short, a_ns, 0),
+                                        np.where(short, np.minimum(a_ns, idle_before), 0))
+    totals = {"launches": int(counts.sum()), "short_kernels": int(sums[0].sum()), "short_kernel_ns": int(sums[1].sum()),
+              "short_launch_api_ns": int(sums[2].sum()), "idle_before_short_ns": int(sums[3].sum())}
+    top = [i for i in np.argsort(-sums[0], kind="stable")[:5] if sums[0][i] > 0]
+    names = export.strings(name_keys[top])
+    totals["top"] = [{"name": names.get(int(name_keys[i])), "launches": int(sums[0][i]),
+                      "mean_kernel_ns": sums[1][i] / sums[0][i], "mean_launch_ns": sums[2][i] / sums[0][i]}
+                     for i in top]
+    return totals
+
+
+def copies(wa: WindowActivity) -> dict:
+    """Host<->device copies by memory kind and issuing API, with the pageable and synchronous ones listed."""
+    copies = wa.copies
+    host_kinds = [k for k, label in wa.copy_kinds.items() if label in HOST_COPY_KINDS]
+    copies = copies.where((copies.memset == 0) & np.isin(copies.copy_kind, host_kinds))
+    call = lookup(first_by_key(wa.calls.correlation_id), copies.correlation_id)
+    api = [wa.call_names.get(n) if i >= 0 else None
+           for i, n in zip(call.tolist(), wa.calls.name_id[np.maximum(call, 0)].tolist() if len(wa.calls) else [])]
+    duration = copies.end - copies.start
+    rows = [{"start": s, "duration_ns": d, "bytes": b, "copy_kind": wa.copy_kinds.get(k),
+             "src_kind": wa.memory_kinds.get(src), "dst_kind": wa.memory_kinds.get(dst), "api": a,
+             "device_id": dev, "stream_id": None if stream == -1 else stream}
+            for s, d, b, k, src, dst, a, dev, stream in zip(
+                copies.start.tolist(), duration.tolist(), copies.bytes.tolist(), copies.copy_kind.tolist(),
+                copies.src_kind.tolist(), copies.dst_kind.tolist(), api, copies.device_id.tolist(),
+                copies.stream_id.tolist())]
+    by_kind: dict = {}
+    for row in rows:
+        entry = by_kind.setdefault((row["copy_kind"], row["src_kind"], row["dst_kind"]), [0, 0, 0])
+        entry[0] += 1
+        entry[1] += row["bytes"]
+        entry[2] += row["duration_ns"]
+    by_kind_rows = sorted(({"copy_kind": k[0], "src_kind": k[1], "dst_kind": k[2], "copies": n, "bytes": b,
+                            "duration_ns": d} for k, (n, b, d) in by_kind.items()), key=lambda r: -r["duration_ns"])
+    pageable = [r for r in rows if "Pageable" in (r["src_kind"], r["dst_kind"])]
+    pageable_async = [r for r in pageable if r["api"] is not None and "async" in r["api"].lower()]
+    # nsys analyze's cuda_memcpy_sync: synchronous copies, except host-to-device ones of 64 KB or less.
+    sync = [r for r in rows if r["api"] is not None and "async" not in r["api"].lower()
+            and not (r["copy_kind"] == "Host-to-Device" and r["bytes"] <= 65536)]
+    longest = lambda rs: sorted(rs, key=lambda r: -r["duration_ns"])[:50]  # noqa: E731
+    return {"by_kind": by_kind_rows,
+            "pageable": {"copies": len(pageable), "duration_ns": sum(r["duration_ns"] for r in pageable),
+                         "bytes": sum(r["bytes"] for r in pageable), "async_top": longest(pageable_async)},
+            "sync": {"copies": len(sync), "duration_ns": sum(r["duration_ns"] for r in sync), "top": longest(sync)}}

@@ -1,0 +1,134 @@
+"""The analysis window and the work and calls that bear on it.
+
+The window is the user's NVTX range or skip, else the steady steps (on the GPU's clock when the steps
+launch GPU work, normalize.steps), else the loop read off its most launched kernel, else the capture.
+WindowActivity holds what every projection shares: the window's work and calls as arrays and the
+islands of GPU work per GPU and over all GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nsanalyze.normalize.activity import Activity, Columns, distinct
+from nsanalyze.normalize.budget import SYNC_PREFIXES, union
+from nsanalyze.normalize.steps import Steps, find_launch_pattern
+from nsanalyze.read.nsys import NsysExport
+
+FOREVER = 2**62
+SYNC_APIS = SYNC_PREFIXES  # the calls the host waits in (one list with the budget's)
+# CUDA calls that put work on the GPU or wait for it (prefixes, matched as SQL's LIKE would).
+WORK_CALL_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy",
+                      "cudaMemset", "cuMemset", "cudaMemPrefetch", "cuMemPrefetch", *SYNC_APIS)
+LONG_CALL_NS = 50_000  # calls this long count whatever they are: they show where the host was
+
+
+@dataclass
+class Window:
+    start: int
+    end: int
+    description: str
+    kind: str = "capture"  # steady | capture | nvtx-range | skip-first
+
+    def params(self) -> dict:
+        return {"window_start": self.start, "window_end": self.end}
+
+
+def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str | None,
+                  mode: str = "steady", steps: Steps | None = None) -> Window:
+    """The analysis window: the user's NVTX range or skip, else the steady steps, else the capture."""
+    first = export.first_gpu_ns
+    if first is None:
+        first = export.scalar("SELECT MIN(start) FROM nvtx") or 0
+    start, end, parts, kind = -FOREVER, FOREVER, [], "capture"
+    if nvtx_range:
+        row = export.query("SELECT MIN(start), MAX(end), COUNT(*) FROM nvtx WHERE name = ?", (nvtx_range,))[0]
+        if not row[2]:
+            from nsanalyze.errors import InputError
+            names = [r[0] for r in export.query("SELECT DISTINCT name FROM nvtx ORDER BY name LIMIT 20")]
+            raise InputError(export.path, f"no NVTX range named {nvtx_range!r} (ranges: {', '.join(map(str, names)) or 'none'})")
+        start, end = row[0], row[1]
+        parts.append(f"NVTX range '{nvtx_range}' ({row[2]} instance(s))")
+        kind = "nvtx-range"
+    if skip_first_ns:
+        start = max(start, min(first + skip_first_ns, FOREVER - 1))  # a huge skip leaves an empty window
+        parts.append(f"skipping the first {skip_first_ns / 1e6:g} ms of GPU activity")
+        kind = "nvtx-range" if nvtx_range else "skip-first"
+    if kind == "capture" and mode == "steady" and steps is None:
+        pattern = find_launch_pattern(export)
+        if pattern is not None:
+            return Window(pattern.start, pattern.end,
+                          f"steady state: from the first of {pattern.launches} launches of '{pattern.kernel}' "
+                          f"(no step-like NVTX range; the loop read off its most launched kernel); "
+                          f"{max(0, pattern.start - first) / 1e9:.2f} s of GPU start-up before it left out", "steady")
+    if kind == "capture" and mode == "steady" and steps is not None:
+        capture_start = export.first_call_ns
+        capture_start = min(capture_start, first) if capture_start is not None else first
+        start, end = int(steps.starts[0]), int(steps.ends[-1])
+        startup = max(0, start - capture_start)
+        warm = f" and {steps.warmup} warm-up step{'s' if steps.warmup != 1 else ''}" if steps.warmup else ""
+        clock = " on the GPU's clock" if steps.clock == "gpu" else " (host ranges: the steps launched no GPU work)"
+        return Window(start, end, f"steady state: steps {steps.first_index}-{steps.total - 1} of '{steps.name}'{clock}; "
+                                  f"{startup / 1e9:.2f} s before them (start-up{warm}) left out", "steady")
+    if kind == "capture":
+        parts.append("the whole capture" + (" (no repeating step-like NVTX range found)" if mode == "steady" else ""))
+    return Window(start, end, "; ".join(parts), kind)
+
+
+@dataclass
+class WindowActivity:
+    """What the projections below share: the window's work and calls as arrays, and the islands of
+    GPU work (the union of kernel and copy intervals) per GPU and over all GPUs."""
+
+    activity: Activity
+    kernels: Columns           # kernels that start in the window
+    copies: Columns            # copies and memsets that start in the window
+    calls: Columns             # the calls that matter: work, waits and long calls overlapping the window
+    call_names: dict           # name id -> name of every call read
+    copy_kinds: dict           # memcpy kind id -> label
+    memory_kinds: dict         # memory kind id -> label
+    islands: dict              # device id -> (starts, ends)
+    busy: tuple                # (starts, ends) of the islands over all GPUs
+
+    def idle_after(self, t: np.ndarray) -> np.ndarray:
+        """GPU idle time after host time t: 0 when some GPU work runs at t, else the wait for the next."""
+        starts, ends = self.busy
+        if not len(starts):
+            return np.zeros(len(t), dtype=np.int64)
+        before = np.searchsorted(starts, t, side="right") - 1
+        running = (before >= 0) & (ends[np.maximum(before, 0)] > t)
+        after = np.searchsorted(starts, t, side="left")
+        wait = np.where(after < len(starts), starts[np.minimum(after, len(starts) - 1)] - t, 0)
+        return np.where(running, 0, wait)
+
+
+def _like(name, prefixes) -> bool:
+    """SQL's LIKE 'prefix%': case-insensitive for ASCII."""
+    return isinstance(name, str) and name.lower().startswith(tuple(p.lower() for p in prefixes))
+
+
+def _ids(names: dict, test) -> np.ndarray:
+    return np.array([i for i, name in names.items() if test(name)], dtype=np.int64)
+
+
+def window_activity(export: NsysExport, activity: Activity, call_names: dict) -> WindowActivity:
+    kernels, copies = activity.in_window(activity.kernels), activity.in_window(activity.copies)
+    calls = activity.calls
+    wanted = np.isin(calls.name_id, _ids(call_names, lambda n: _like(n, WORK_CALL_PREFIXES)))
+    calls = calls.where((calls.end >= activity.start) & (wanted | (calls.end - calls.start >= LONG_CALL_NS)))
+    copy_kinds = {r[0]: r[1] for r in export.query("SELECT id, label FROM memcpy_kinds")}
+    memory_kinds = {r[0]: r[1] for r in export.query("SELECT id, label FROM memory_kinds")}
+    device = np.concatenate((kernels.device_id, copies.device_id))
+    starts = np.concatenate((kernels.start, copies.start))
+    ends = np.concatenate((kernels.end, copies.end))
+    islands = {int(d): union(starts[device == d], ends[device == d]) for d in distinct(device)}
+    if len(islands) == 1:
+        busy = next(iter(islands.values()))
+    else:
+        busy = union(np.concatenate([s for s, _ in islands.values()] or [np.zeros(0, np.int64)]),
+                     np.concatenate([e for _, e in islands.values()] or [np.zeros(0, np.int64)]))
+    return WindowActivity(activity, kernels, copies, calls, call_names, copy_kinds, memory_kinds, islands, busy)
+
+
