@@ -52,10 +52,19 @@ def merge_per_kernel(findings: list[Finding], groups, group_of: dict[int, int], 
     return out
 
 
-def _secondary_checks() -> frozenset[str]:
+def _yields_to() -> dict[str, frozenset[str]]:
+    """Checks whose findings count after some others' on the same kernel (check id -> those checks)."""
     from nsanalyze.checks import kernel_checks
 
-    return frozenset(c.ID for c in kernel_checks() if getattr(c, "SECONDARY", False))
+    return {c.ID: frozenset(c.AFTER) for c in kernel_checks() if getattr(c, "AFTER", None)}
+
+
+def _later(finding: Finding, group: list[Finding], yields: dict) -> bool:
+    """The finding counts after others present on its kernel: a small grid after the kernel's own code
+    problems, tensor cores after a shared-memory bottleneck."""
+    if finding.after_others:
+        return any(not f.after_others for f in group if f is not finding)
+    return any(f.check in yields.get(finding.check, ()) for f in group if f is not finding)
 
 
 def launch_floor_ns() -> float:
@@ -65,20 +74,20 @@ def launch_floor_ns() -> float:
 def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = None,
                        kernel_launches: dict | None = None) -> None:
     """A kernel's findings overlap: together they promise 1 - prod(1 - s_i) of its time, never the sum.
-    Secondary findings (a grid sized by a small problem) count only the time the kernel's own findings
-    leave. No kernel runs faster than its launch floor (launch_floor_ns a launch): together its findings
+    Findings that yield to others (a grid sized by a small problem, to the kernel's own code problems)
+    count only the time those leave. No kernel runs faster than its launch floor (launch_floor_ns a launch): together its findings
     never save more than its time less that floor."""
     by_kernel: dict[int, list[Finding]] = {}
     for finding in findings:
         if finding.kernel_id is not None:
             by_kernel.setdefault(finding.kernel_id, []).append(finding)
-    secondary = _secondary_checks()
+    yields = _yields_to()
     floor = launch_floor_ns()
     for kernel_id, group in by_kernel.items():
         for finding in group:
             finding.potential = finding.estimated_speedup  # before overlaps and the floor: breaks ties
-        primary = [f for f in group if f.check not in secondary and not f.after_others]
-        later = [f for f in group if f.check in secondary or f.after_others]
+        later = [f for f in group if _later(f, group, yields)]
+        primary = [f for f in group if f not in later]
         combined, overlapped = _share_overlap(primary)
         left = 1.0 - combined
         later_combined, later_overlapped = _share_overlap(later)

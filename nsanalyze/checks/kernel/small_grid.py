@@ -25,8 +25,8 @@ row_softmax_split<<<dim3(64, 8), 256>>>(x, cols);   // 512 blocks: every SM busy
 Small problems (batch-1 inference, the last layers of a network) cannot always be split; batching
 requests, fusing kernels or running independent work on other streams fills the GPU instead.
 
-A kernel with its own inefficiency (bank conflicts, uncoalesced access) gets that first: the
-small-grid savings count only the time left after its other findings.
+A kernel with its own inefficiency (bank conflicts, uncoalesced access, divergence, spills,
+atomics) gets that first: the small-grid savings count only the time left after those findings.
 
 ## Options
 - `min_idle_sm_share`: the share of SMs without a block before the check speaks.
@@ -42,7 +42,10 @@ REQUIRES = ("grid_size", "sm_count")
 OPTIONAL = ("blocks_per_sm_limit", "waves_per_sm", "block_size")
 COLLECT = "--section LaunchStats --section Occupancy"
 RELIEVES = None
-SECONDARY = True  # its savings count after the kernel's other findings (rank.combine_per_kernel)
+# Its savings count after the kernel's own code problems (rank.combine_per_kernel); latency findings that
+# the small grid itself causes (low-occupancy: "the grid fills less than one wave") overlap with it instead.
+AFTER = ("bank-conflicts", "uncoalesced-global", "warp-divergence", "local-memory-spill", "atomic-contention",
+         "missing-tensor-cores")
 THRESHOLDS = {
     "min_idle_sm_share": Threshold(0.10, "a tenth of the SMs without a block is more than launch-to-launch noise "
                                          "in how blocks land on SMs"),
@@ -50,7 +53,7 @@ THRESHOLDS = {
                                           "share: the split adds reductions and the kernel may be latency-bound"),
 }
 SPEEDUP_MODEL = ("(1 - blocks / SMs, the share of SMs left without a block) x parallel_efficiency, "
-                 "of the time left after the kernel's other findings")
+                 "of the time left after the kernel's code-level findings")
 ADVICE = """Give every SM work.
 
 - Launch more, smaller blocks: split each block's work (rows over several blocks, a split-K

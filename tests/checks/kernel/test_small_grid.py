@@ -43,3 +43,22 @@ def test_idle_sms_whatever_the_block_limit():
         assert finding is not None and abs(finding.evidence["idle_sm_share"]["value"] - 0.2) < 1e-9
     assert small_grid.run(KernelView({"grid_size": 128, "sm_count": 80, "blocks_per_sm_limit": 16,
                                       "waves_per_sm": 0.1}), limits) is None
+
+
+def _finding(check, speedup):
+    from nsanalyze.checks.base import Finding
+
+    return Finding(check=check, title=check, estimated_speedup=speedup, evidence={}, advice="", kernel_id=0,
+                   severity="high")
+
+
+def test_a_small_grid_counts_after_the_kernels_own_code_problems():
+    """A one-block teaching kernel with 88% bank-conflict replays: the conflicts are the lesson and rank
+    first; next to latency findings that the small grid itself causes, small-grid simply overlaps."""
+    from nsanalyze.rank import rank
+
+    ranked = rank([_finding("small-grid", 0.5), _finding("bank-conflicts", 0.45)], {0: 1_000_000}, {0: 1})
+    assert [f.check for f in ranked] == ["bank-conflicts", "small-grid"]
+    assert any(n.startswith("counted after bank-conflicts") for n in ranked[1].notes)
+    ranked = rank([_finding("small-grid", 0.5), _finding("low-occupancy", 0.3)], {0: 1_000_000}, {0: 1})
+    assert ranked[0].check == "small-grid" and not any(n.startswith("counted after") for n in ranked[0].notes)
