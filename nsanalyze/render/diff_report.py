@@ -50,10 +50,18 @@ def render_markdown(result: dict) -> str:
         lines.append(f"| {escape(k['name'])} | {duration(k['before_ns'])} | {duration(k['after_ns'])} | {_change(k['change'])} "
                      f"| {k['verdict']} | {', '.join(k['findings_gone'])} | {', '.join(k['findings_appeared'])} |")
     if result["predictions"]:
-        lines += ["", "Predictions checked (findings of the base that are gone in the new profile):", "",
+        lines += ["", "Predictions checked (kernel findings of the base that are gone; program findings per median "
+                  "step on the GPU's clock):", "",
                   "| kernel | check | predicted savings | actual savings |", "|---|---|---|---|"]
-        lines += [f"| {escape(p['kernel_name'])} | `{p['check']}` | {duration(p['predicted_savings_ns'])} | "
-                  f"{duration(p['actual_savings_ns'])} |" for p in result["predictions"]]
+        lines += [f"| {escape(p['kernel_name']) if p['kernel_name'] else 'program, per step'} | `{p['check']}` | "
+                  f"{duration(p['predicted_savings_ns'])} | {duration(p['actual_savings_ns'])} |"
+                  for p in result["predictions"]]
+    changed = (result.get("program") or {}).get("findings_changed") or []
+    if changed:
+        lines += ["", "Program findings that changed:", "", "| check | severity before → after | per step before → after |",
+                  "|---|---|---|"]
+        lines += [f"| `{c['check']}` | {c['severity_before']} → {c['severity_after']} | "
+                  f"{duration(c.get('per_step_before_ns'))} → {duration(c.get('per_step_after_ns'))} |" for c in changed]
     return "\n".join(lines) + "\n"
 
 

@@ -126,11 +126,12 @@ def print_diff(result: dict, console: Console | None = None, limit: int = 25) ->
         if len(rows) > limit:
             console.print(f"... and {len(rows) - limit} more (write a report with -o for all)")
     if result.get("predictions"):
-        table = Table(title="Predictions checked (findings of the base gone in the new profile)", title_justify="left")
+        table = Table(title="Predictions checked (kernel findings of the base gone; program findings per median step)",
+                      title_justify="left")
         for column in ("kernel", "check", "predicted savings", "actual savings"):
             table.add_column(column, overflow="fold")
         for p in result["predictions"][:limit]:
-            table.add_row(_text(p.get("kernel_name") or "program", 50), p["check"], duration(p["predicted_savings_ns"]),
+            table.add_row(_text(p.get("kernel_name") or "program, per step", 50), p["check"], duration(p["predicted_savings_ns"]),
                           duration(p["actual_savings_ns"]))
         console.print(table)
 
