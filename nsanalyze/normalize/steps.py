@@ -19,7 +19,8 @@ from nsanalyze.read.nsys import NsysExport
 MIN_STEPS = 3
 # Words that mark a range as one iteration of a loop.
 STEP_WORDS = {"step", "steps", "iter", "iteration", "it", "batch", "token", "tok", "decode", "train", "training",
-              "request", "req", "microbatch", "sample", "epoch", "update", "generate", "inference", "infer"}
+              "request", "req", "microbatch", "sample", "epoch", "update", "generate", "inference", "infer",
+              "profilerstep"}  # torch.profiler's ProfilerStep#N
 # A warm-up step is slower than the steady steps by more than this factor (first-step autotuning,
 # allocator growth, lazy module loading); the steady reference is the median of the second half.
 WARMUP_SLOWER = 1.25

@@ -13,4 +13,8 @@ def read_profile(path, ncu_metrics=None):
     kind, local = open_local(path)
     if kind is ProfileKind.NCU:
         return read_ncu(local, display_path=path, metrics=ncu_metrics)
+    if kind is ProfileKind.KINETO:
+        from nsanalyze.read.kineto import read_kineto
+
+        return read_kineto(local, display_path=path)
     return read_nsys(local, display_path=path)

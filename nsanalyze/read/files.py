@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from nsanalyze.errors import InputError
+from nsanalyze.read.kineto import looks_like_json
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -26,6 +27,7 @@ NSYS_REP_MAGIC_NAMES = (".nsys-rep", ".qdrep")
 class ProfileKind(enum.Enum):
     NCU = "ncu"
     NSYS = "nsys"
+    KINETO = "kineto"  # a PyTorch profiler (Kineto) Chrome-trace JSON, read through the nsys pipeline
 
 
 # Limits on what a compressed input may expand to: a 472 KB .xz can hold gigabytes of zeros.
@@ -144,6 +146,8 @@ def detect_kind(path: Path, display: Path | None = None) -> ProfileKind:
         name = name.removesuffix(suffix)
     if name.endswith(".ncu-rep"):
         return ProfileKind.NCU
+    if name.endswith(".json") or looks_like_json(head):
+        return ProfileKind.KINETO
     if name.endswith((".sqlite", ".sqlite3", ".db")):
         raise InputError(path, "not an SQLite database (wrong file signature)")
     if name.endswith(NSYS_REP_MAGIC_NAMES):
@@ -152,7 +156,8 @@ def detect_kind(path: Path, display: Path | None = None) -> ProfileKind:
             "an Nsight Systems report must be exported first: "
             f"nsys export --type sqlite -o {Path(name).stem}.sqlite {path}",
         )
-    raise InputError(path, "unknown profile type: expected .ncu-rep or an Nsight Systems .sqlite export")
+    raise InputError(path, "unknown profile type: expected .ncu-rep, an Nsight Systems .sqlite export "
+                           "or a PyTorch profiler trace (.json)")
 
 
 def open_local(path) -> tuple[ProfileKind, Path]:
