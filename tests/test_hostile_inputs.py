@@ -372,3 +372,37 @@ def test_internal_error_is_exit_3_with_the_traceback_saved(tmp_path):
     assert "ZeroDivisionError" in open(saved).read()
     os.unlink(saved)
     assert not (tmp_path / "r.json").exists()
+
+
+# Round three (issue 26): bad values inside good files, output injection, the history database,
+# interrupts, the environment.
+
+def _real(tmp_path, name, fixture="graphs_after_nsys.sqlite.xz"):
+    from tests.conftest import REAL
+
+    return _copy(tmp_path, name, REAL / fixture)
+
+
+@pytest.mark.parametrize("where", ["gpu", "step"])
+def test_markdown_with_a_70_kb_name_ends(tmp_path, where):
+    """A GPU or step name of 70 KB: the Markdown writer used to drop table rows forever (the header never fit)."""
+    path = _real(tmp_path, f"{where}.sqlite")
+    with sqlite3.connect(path) as con:
+        if where == "gpu":
+            con.execute("UPDATE TARGET_INFO_GPU SET name = ?", ("G" * 70_000,))
+        else:
+            con.execute("UPDATE NVTX_EVENTS SET text = ? || text WHERE text LIKE 'step %'", ("S" * 70_000,))
+    out = tmp_path / "r.md"
+    assert_handled(run_cli("report", path, "-o", out, "-o", tmp_path / "r.json", timeout=120))
+    text = out.read_text()
+    assert len(text) <= 65_536 and ("G" * 200 if where == "gpu" else "S" * 200) in text
+    assert ("G" if where == "gpu" else "S") * 70_000 in (tmp_path / "r.json").read_text()   # kept whole in JSON
+
+
+def test_markdown_header_too_long_for_a_comment_is_cut():
+    from nsanalyze.render import markdown
+
+    model = {"profiles": [{"kind": "nsys", "path": f"p{i}" + "x" * 250, "gpu": "G" * 290, "compute_capability": "9.0"}
+                          for i in range(400)], "findings": [], "kernels": [], "timeline": None}
+    text = markdown.render(model)
+    assert len(text) <= markdown.LIMIT and text.endswith("cut to fit a comment._\n")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 
-from nsanalyze.render.format import duration, evidence_value, health_line, visible, window_lines
+from nsanalyze.render.format import duration, evidence_value, health_line, shorten, visible, window_lines
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
 DETAILED = 10           # findings with their advice folded in <details>
+NAME_LIMIT = 300        # a GPU, path or kernel name shown in a line or a cell (the JSON keeps it whole)
+LINE_LIMIT = 2_000      # a header line (window, steps, phases) before escaping
 
 
 def escape(text) -> str:
@@ -52,7 +54,8 @@ def html_text(text) -> str:
 def _table(findings: list[dict]) -> list[str]:
     lines = ["| # | severity | check | kernel / scope | saves | finding |", "|---|---|---|---|---|---|"]
     for f in findings:
-        lines.append(f"| {f['rank']} | {f['severity']} | `{f['check']}` | {escape(f['kernel_name'] or 'program')} | "
+        lines.append(f"| {f['rank']} | {f['severity']} | `{f['check']}` | "
+                     f"{escape(shorten(f['kernel_name'] or 'program', NAME_LIMIT))} | "
                      f"{duration(f['estimated_savings_ns'])} | {escape(f['title'])} |")
     return lines
 
@@ -64,18 +67,19 @@ def _details(f: dict) -> str:
                          for k, v in f["evidence"].items() if isinstance(v, dict))
     source = "\n".join("- " + code(f"{s['file']}:{s['line']}") for s in f.get("source") or [])
     return (f"<details><summary>{f['rank']}. <code>{html_text(f['check'])}</code> on "
-            f"{html_text(f['kernel_name'] or 'the program')}: {html_text(f['title'])}</summary>\n\n{evidence}\n\n" + (f"Source:\n{source}\n\n" if source else "")
+            f"{html_text(shorten(f['kernel_name'] or 'the program', NAME_LIMIT))}: {html_text(f['title'])}</summary>\n\n{evidence}\n\n" + (f"Source:\n{source}\n\n" if source else "")
             + f"{f['advice']}\n\n</details>")
 
 
 def render(model: dict) -> str:
     head = ["## nsanalyze report", ""]
     for p in model["profiles"]:
-        head.append(f"- {p['kind']}: {code(p['path'])} ({escape(p['gpu'] or 'unknown GPU')}, "
-                    f"CC {p['compute_capability'] or '?'})")
+        head.append(f"- {p['kind']}: {code(shorten(str(p['path']), NAME_LIMIT))} "
+                    f"({escape(shorten(p['gpu'] or 'unknown GPU', NAME_LIMIT))}, "
+                    f"CC {escape(shorten(str(p['compute_capability'] or '?'), 20))})")
     timeline = model.get("timeline")
     if timeline:
-        head += [f"- {escape(line)}" for line in window_lines(timeline)]
+        head += [f"- {escape(shorten(line, LINE_LIMIT))}" for line in window_lines(timeline)]
     if model.get("gpu_metrics", {}).get("headline"):
         head.append(f"- {model['gpu_metrics']['headline']}")
     findings = [f for f in model["findings"] if f["severity"] != "info"]
@@ -89,10 +93,12 @@ def render(model: dict) -> str:
         text += block
         shown += 1
     left = len(findings) - shown
-    while len(text) > LIMIT - 200:   # a table too long on its own: drop rows from the end
+    while len(text) > LIMIT - 200 and findings:   # a table too long on its own: drop rows from the end
         findings = findings[:-1]
         left += 1
         text = "\n".join(head + [""] + _table(findings) + [""])
+    if len(text) > LIMIT - 200:   # the header alone too long (many profiles): cut at a line, always ends
+        text = text[: text.rfind("\n", 0, LIMIT - 400) + 1] + "\n_The header was cut to fit a comment._\n"
     if left > 0:
         text += f"\n_{left} more finding(s) left out of this comment; see the HTML or JSON report._\n"
     return text
