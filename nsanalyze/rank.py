@@ -75,8 +75,8 @@ def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = No
                        kernel_launches: dict | None = None) -> None:
     """A kernel's findings overlap: together they promise 1 - prod(1 - s_i) of its time, never the sum.
     Findings that yield to others (a grid sized by a small problem, to the kernel's own code problems)
-    count only the time those leave. No kernel runs faster than its launch floor (launch_floor_ns a launch): together its findings
-    never save more than its time less that floor."""
+    count only the time those leave. No kernel runs faster than its launch floor (launch_floor_ns a
+    launch): together its findings never save more than its time less that floor."""
     by_kernel: dict[int, list[Finding]] = {}
     for finding in findings:
         if finding.kernel_id is not None:
