@@ -1,0 +1,133 @@
+"""PyTorch profiler (Kineto) traces as a third input, on real traces of our own programs
+(fixtures/real/*_kineto.json.gz, recorded beside nsys exports of the same programs)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import REAL, program_findings
+
+ATTN = REAL / "attn_naive_kineto.json.gz"
+MLP = REAL / "mlp_eager_kineto.json.gz"
+PAIRS = [(ATTN, REAL / "attn_naive_nsys.sqlite.xz", "attention-unfused"),
+         (MLP, REAL / "mlp_eager_nsys.sqlite.xz", "unfused-elementwise")]
+
+
+def events(path: Path) -> list[dict]:
+    return json.load(gzip.open(path))["traceEvents"]
+
+
+def write_trace(path: Path, trace: dict) -> Path:
+    path.write_text(json.dumps(trace))
+    return path
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "nsanalyze", *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("path", [ATTN, MLP], ids=["attn", "mlp"])
+def test_trace_loads_with_the_traces_kernels(path):
+    from nsanalyze.read import read_profile
+
+    export = read_profile(path)
+    assert export.kind == "kineto" and export.device_name == "NVIDIA H200" and export.compute_capability == "9.0"
+    kernels = [e for e in events(path) if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    count, total = export.scalar("SELECT COUNT(*) FROM kernels"), export.scalar("SELECT SUM(duration_ns) FROM kernels")
+    assert count == len(kernels)
+    assert total == pytest.approx(sum(e["dur"] for e in kernels) * 1000, abs=len(kernels))  # rounding: < 1 ns each
+    copies = [e for e in events(path) if e.get("cat") in ("gpu_memcpy", "gpu_memset")]
+    assert export.scalar("SELECT COUNT(*) FROM copies") == len(copies)
+    # kernels are joined to the CUDA call that launched them by correlation id; those without one in the
+    # trace were launched before it began (the host runs ahead) and all run before the first joined one
+    joined = "FROM kernels k LEFT JOIN api a ON a.correlation_id = k.correlation_id"
+    first_joined = export.scalar(f"SELECT MIN(k.start) {joined} WHERE a.correlation_id IS NOT NULL")
+    assert export.scalar(f"SELECT MAX(k.start) {joined} WHERE a.correlation_id IS NULL") < first_joined
+    assert export.rank == 0  # no distributedInfo in these traces
+    # no two rows of one stream overlap (Kineto's rounded float microseconds)
+    rows = export.query("SELECT device_id, stream_id, start, end FROM kernels ORDER BY device_id, stream_id, start")
+    assert not any(a[:2] == b[:2] and a[3] > b[2] for a, b in zip(rows, rows[1:]))
+
+
+@pytest.mark.parametrize("path", [ATTN, MLP], ids=["attn", "mlp"])
+def test_steps_are_the_profiler_steps_on_the_traces_own_gpu_projection(path, analyzed):
+    """Kineto projects ProfilerStep#N on the GPU itself (`gpu_user_annotation`). Its `dur` misses the
+    backward kernels, launched from the autograd thread outside the annotation; its starts are the step
+    boundaries on the GPU, so the step's GPU period is start to next start."""
+    steps = analyzed(path)["timeline"]["steps"]
+    assert steps["name"] == "ProfilerStep#N" and steps["clock"] == "gpu" and steps["count"] == 6
+    projected = sorted((e["ts"], e["dur"]) for e in events(path)
+                       if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("ProfilerStep#"))
+    starts = np.array([ts for ts, _ in projected]) * 1000
+    periods = np.diff(starts)
+    assert steps["median_ns"] == pytest.approx(float(np.median(periods)), rel=0.05)
+    assert steps["median_ns"] == pytest.approx(float(np.median(periods)), rel=0.002)  # measured: within 0.01%
+    assert steps["start_ns"] == pytest.approx(starts[0], abs=1000)
+
+
+@pytest.mark.parametrize("kineto, nsys, first", PAIRS, ids=["attn", "mlp"])
+def test_first_finding_equals_the_nsys_exports(kineto, nsys, first, analyzed):
+    from_kineto, from_nsys = program_findings(analyzed(kineto)), program_findings(analyzed(nsys))
+    assert from_kineto[0]["check"] == from_nsys[0]["check"] == first
+    assert analyzed(kineto)["profiles"][0]["kind"] == "kineto"
+    # the same steady step on either input
+    assert analyzed(kineto)["timeline"]["steps"]["median_ns"] == pytest.approx(
+        analyzed(nsys)["timeline"]["steps"]["median_ns"], rel=0.05)
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["json", "json.gz"])
+def test_a_truncated_trace_is_bad_input(tmp_path, compress):
+    data = gzip.open(ATTN).read()
+    path = tmp_path / ("cut.pt.trace.json.gz" if compress else "cut.pt.trace.json")
+    path.write_bytes(gzip.compress(data)[: len(gzip.compress(data)) // 2] if compress else data[: len(data) // 2])
+    result = run_cli("report", path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "Traceback" not in result.stderr, result.stderr
+    assert ("truncated" in lines[0]) or ("invalid JSON" in lines[0])
+
+
+def test_json_that_is_not_a_trace_is_bad_input(tmp_path):
+    path = write_trace(tmp_path / "config.json", {"lr": 0.1})
+    result = run_cli("report", path)
+    assert result.returncode == 2 and "no traceEvents" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_quirks_flows_without_ends_and_a_rank(tmp_path):
+    """Flow starts whose ends are missing, a distributedInfo rank, and no baseTimeNanoseconds."""
+    from nsanalyze.read import read_profile
+
+    trace = json.load(gzip.open(MLP))
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if e.get("ph") != "f"]
+    trace["distributedInfo"] = {"backend": "nccl", "rank": 3, "world_size": 4}
+    del trace["baseTimeNanoseconds"]
+    export = read_profile(write_trace(tmp_path / "rank3.pt.trace.json", trace))
+    assert export.rank == 3 and export.session_start_utc_ns is None
+    assert export.scalar("SELECT COUNT(*) FROM kernels") == sum(1 for e in trace["traceEvents"] if e.get("cat") == "kernel")
+
+
+def test_cuda_graph_kernels(tmp_path, analyzed):
+    """Kernels of one graph launch share the cudaGraphLaunch's correlation id: one launch, many kernels."""
+    trace = json.load(gzip.open(MLP))
+    evs = trace["traceEvents"]
+    kernels = sorted((e for e in evs if e.get("cat") == "kernel"), key=lambda e: e["ts"])[200:260]
+    graph_corr = kernels[0]["args"]["correlation"]
+    gone = {k["args"]["correlation"] for k in kernels} - {graph_corr}
+    for k in kernels:
+        k["args"]["correlation"] = graph_corr
+        k["args"]["graph node id"] = k["args"].get("graph node id", 1)
+    trace["traceEvents"] = [e for e in evs if not (e.get("cat") == "cuda_runtime" and e["args"].get("correlation") in gone)]
+    for e in trace["traceEvents"]:
+        if e.get("cat") == "cuda_runtime" and e["args"].get("correlation") == graph_corr:
+            e["name"] = "cudaGraphLaunch"
+    path = write_trace(tmp_path / "graphed.pt.trace.json", trace)
+    model = analyzed(path)
+    assert model["timeline"]["kernels"] > 0 and program_findings(model)
