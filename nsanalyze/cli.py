@@ -19,16 +19,36 @@ SEVERITY_CHOICES = ("high", "medium", "low", "info")
 
 
 def _parse_settings(values: tuple[str, ...]) -> dict[str, float]:
+    import math
+
     settings = {}
     for item in values:
         key, sep, value = item.partition("=")
         try:
-            if not sep:
+            if not sep or not math.isfinite(float(value)):   # nan compares false: a gate that never fires
                 raise ValueError
             settings[key.strip()] = float(value)
         except ValueError:
-            raise click.BadParameter(f"{item!r}: expected CHECK.KEY=NUMBER", param_hint="--set") from None
+            raise click.BadParameter(f"{item!r}: expected CHECK.KEY=NUMBER (a finite number)",
+                                     param_hint="--set") from None
     return settings
+
+
+class FiniteFloat(click.ParamType):
+    """A number that can be compared: nan and ±inf are refused (a gate on nan never fails)."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -107,7 +127,7 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
 @click.argument("base")
 @click.argument("new")
 @click.option("-o", "--output", "outputs", multiple=True, help="report file: .html .md .json, or - for JSON on stdout")
-@click.option("--fail-on-regression", type=float, metavar="PCT", help="exit 1 when a kernel or range is PCT% slower")
+@click.option("--fail-on-regression", type=FiniteFloat(), metavar="PCT", help="exit 1 when a kernel or range is PCT% slower")
 @click.option("--force", is_flag=True, help="compare profiles of different kinds or GPUs anyway")
 @click.option("-k", "--kernel", metavar="NAME|regex:PATTERN",
               help="analyze only these kernels (function name or demangled signature; regex: searches either), as ncu's -k")
@@ -331,6 +351,13 @@ def main(argv=None):
     except click.exceptions.Abort:
         click.echo("nsanalyze: interrupted", err=True)
         sys.exit(130)
+    except click.exceptions.NoArgsIsHelpError as exc:   # `nsanalyze` alone: the help, as before
+        exc.show()
+        sys.exit(2)
+    except click.UsageError as exc:   # one line, like every other bad input
+        command = exc.ctx.command_path if exc.ctx is not None else "nsanalyze"
+        click.echo(f"nsanalyze: {_one_line(exc.format_message())} (see {command} --help)", err=True)
+        sys.exit(2)
     except click.ClickException as exc:
         exc.show()
         sys.exit(2)

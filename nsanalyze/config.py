@@ -12,6 +12,8 @@ pyproject.toml with a `[tool.nsanalyze]` table, from the working directory up. C
 
 from __future__ import annotations
 
+import math
+
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,8 +89,8 @@ def load_settings(start: Path | None = None) -> Settings:
     if not isinstance(thresholds, dict):
         raise InputError(where, "[tool.nsanalyze.thresholds] must be a table of \"CHECK.KEY\" = number")
     for key, value in thresholds.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(where, f"[tool.nsanalyze.thresholds] {key!r} = {value!r}: expected a number")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InputError(where, f"[tool.nsanalyze.thresholds] {key!r} = {value!r}: expected a finite number")
         settings.thresholds[key] = float(value)
     from nsanalyze.checks import validate_overrides
 

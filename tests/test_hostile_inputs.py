@@ -9,6 +9,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -406,3 +407,29 @@ def test_markdown_header_too_long_for_a_comment_is_cut():
                           for i in range(400)], "findings": [], "kernels": [], "timeline": None}
     text = markdown.render(model)
     assert len(text) <= markdown.LIMIT and text.endswith("cut to fit a comment._\n")
+
+
+@pytest.mark.parametrize("args", [("diff", "{a}", "{b}", "--fail-on-regression", "nan"),
+                                  ("diff", "{a}", "{b}", "--fail-on-regression", "inf"),
+                                  ("report", "{a}", "--set", "launch-overhead.max_launch_share=nan"),
+                                  ("report", "{a}", "--set", "launch-overhead.max_launch_share=-inf"),
+                                  ("checks", "--set", "launch-overhead.max_launch_share=nan")])
+def test_gates_refuse_nan_thresholds(args):
+    """A nan threshold compares false with everything: a gate that never fails. Refused, one line, exit 2."""
+    from tests.conftest import REAL
+
+    a, b = REAL / "nightly1_nsys.sqlite.xz", REAL / "nightly3_slow_nsys.sqlite.xz"
+    result = run_cli(*(arg.format(a=a, b=b) for arg in args))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "finite number" in result.stderr
+
+
+def test_nan_threshold_in_pyproject_is_refused(tmp_path):
+    from tests.conftest import REAL
+
+    (tmp_path / "pyproject.toml").write_text('[tool.nsanalyze.thresholds]\n"launch-overhead.max_launch_share" = nan\n')
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(REAL / "nightly1_nsys.sqlite.xz")],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert result.returncode == 2 and "pyproject.toml" in result.stderr and "finite number" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
