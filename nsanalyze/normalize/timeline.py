@@ -94,6 +94,11 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     timeline.budget = overall
     timeline.activity = activity
     timeline.steps = _steps_section(steps, budgets, capture, call_names) if steps is not None else None
+    if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
+        from nsanalyze.read.kineto import launch_attribution
+
+        count = timeline.steps.get("count") if timeline.steps and window.kind == "steady" else None
+        timeline.launches.update(launch_attribution(export, window.start, window.end, count) or {})
     timeline.notes = _graph_notes(export, wa)
     timeline.host_stretches = _host_stretches(export, budgets)
     capture_budgets = lambda: build_budgets(capture, call_names, set(comm_ids.tolist()), peer_kinds)  # noqa: E731

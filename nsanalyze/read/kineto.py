@@ -463,6 +463,7 @@ def launch_attribution(export, start_ns: int, end_ns: int, steps: int | None) ->
               "per_step": n / per if per else None} for op, n in rows[:10]]
     ops = int(meta.get("cpu_ops") or 0)
     calls = int(meta.get("launch_calls") or 0)
-    return {"by_op": by_op, "launches": int(total), "per_step": total / per if per else None,
-            "profiler": {"cpu_ops": ops, "launch_calls": calls, "record_shapes": bool(int(meta.get("record_shapes") or 0)),
+    return {"by_op": by_op,
+            "profiler": {"launches": int(total), "launches_per_step": total / per if per else None,
+                         "cpu_ops": ops, "launch_calls": calls, "record_shapes": bool(int(meta.get("record_shapes") or 0)),
                          "cpu_ops_per_launch": ops / calls if calls else None}}

@@ -131,3 +131,33 @@ def test_cuda_graph_kernels(tmp_path, analyzed):
     path = write_trace(tmp_path / "graphed.pt.trace.json", trace)
     model = analyzed(path)
     assert model["timeline"]["kernels"] > 0 and program_findings(model)
+
+
+def test_launches_by_framework_op_equal_a_count_over_the_trace(analyzed):
+    """The launches of Optimizer.step#AdamW.step, counted straight off the JSON: the kernels whose launch
+    call lies inside the annotation on its thread."""
+    evs = events(ATTN)
+    launches = analyzed(ATTN)["timeline"]["launches"]
+    by_op = {row["op"]: row for row in launches["by_op"]}
+    spans = [(e["tid"], e["ts"], e["ts"] + e["dur"]) for e in evs
+             if e.get("cat") == "user_annotation" and e["name"] == "Optimizer.step#AdamW.step"]
+    inside = {e["args"]["correlation"] for e in evs if e.get("cat") in ("cuda_runtime", "cuda_driver")
+              and any(t == e["tid"] and s <= e["ts"] <= end for t, s, end in spans)}
+    kernels = {e["args"]["correlation"] for e in evs if e.get("cat") == "kernel"}
+    assert by_op["Optimizer.step#AdamW.step"]["launches"] == len(inside & kernels) == 48
+    assert by_op["Optimizer.step#AdamW.step"]["per_step"] == 8
+    profiler = launches["profiler"]
+    assert profiler["launches_per_step"] == pytest.approx(103)  # 618 launches over 6 steps
+    assert sum(row["launches"] for row in launches["by_op"]) <= profiler["launches"]
+    assert not profiler["record_shapes"] and profiler["cpu_ops"] == sum(1 for e in evs if e.get("cat") == "cpu_op")
+
+
+def test_launch_overhead_names_the_op_and_the_profilers_own_cost():
+    """The wiring on a real trace: with the idle threshold at 0 the launch finding speaks and names the op."""
+    from nsanalyze.analyze import Options, analyze
+
+    model = analyze([str(ATTN)], Options(thresholds={"launch-overhead.min_idle_share": 0.0}))
+    finding = next(f for f in model["findings"] if f["check"] == "launch-overhead")
+    assert finding["title"].endswith("aten::linear issues 14 of 103 launches a step")
+    assert finding["evidence"]["launches_by_op"][0]["op"] == "aten::linear"
+    assert any("profiler's own CPU-side work" in note for note in finding["notes"])  # 7.5 CPU ops a launch
