@@ -109,6 +109,9 @@ def window_lines(timeline: dict) -> list[str]:
 def health_line(model: dict) -> str:
     """What to say when nothing is above info: claim health only for what could be judged."""
     timeline = model.get("timeline")
+    untraced = next((f for f in model.get("findings") or [] if f["check"] == "gpu-not-traced"), None)
+    if untraced is not None:  # CUDA API rows without GPU activity (WSL2): say what they show
+        return untraced["title"] + "."
     if timeline is not None and not timeline.get("budget") and not model["kernels"]:
         return ("No GPU activity recorded (no kernels or copies in the export): profile with CUDA tracing on, "
                 "e.g. nsys profile -t cuda,nvtx,osrt, and export with nsys export --type sqlite.")

@@ -50,3 +50,25 @@ def test_one_long_kernel_points_to_ncu():
     assert "ncu --set full" in finding.advice and "regex:solve" in finding.advice
     busy = SimpleNamespace(summary={"kernels": 3000, "span_ns": 1e9, "kernel_ns": 9e8}, launches={"top": []})
     assert one_long_kernel.run(busy, limits_for(one_long_kernel)) is None
+
+
+def test_export_without_gpu_tables_reads_its_api_table(tmp_path):
+    """dev_infer's export with its GPU activity tables dropped (as WSL2 records: CUDA API rows only): the
+    synchronization waits are still reported, with the fact that GPU activity was not recorded."""
+    import shutil
+    import sqlite3
+
+    from nsanalyze.read.files import open_local
+    from tests.conftest import DEV_INFER_NSYS
+
+    _, local = open_local(DEV_INFER_NSYS)
+    path = tmp_path / "api_only.sqlite"
+    shutil.copy(local, path)
+    with sqlite3.connect(path) as connection:
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                      "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "GPU_METRICS"):
+            connection.execute(f"DROP TABLE IF EXISTS {table}")
+    model = analyze([str(path)])
+    finding = next(f for f in model["findings"] if f["check"] == "gpu-not-traced")
+    assert "not recorded" in finding["title"] and "cudaStreamSynchronize" in finding["title"]
+    assert finding["evidence"]["sync_calls"]["value"] == 908

@@ -1,0 +1,78 @@
+"""GPU activity not recorded: what the CUDA API table still shows.
+
+## What it detects
+An export with CUDA API calls but no GPU activity (no kernels, copies or memsets): WSL2, or a driver
+that does not report GPU activity to nsys, records the calls only. The host's synchronization calls
+still show how long it waited for the GPU; long waits mean the program is GPU-bound there.
+
+## Why it is slow
+Without the GPU's side nothing can be said about kernels or copies, but a host that spends most of
+its time inside `cudaEventSynchronize`/`cudaStreamSynchronize` is waiting on GPU work: the GPU,
+not the host, sets the pace.
+
+## Example
+```
+nsys profile -t cuda,nvtx ./app      # on WSL2: CUDA API rows, no CUPTI kernel or memcpy rows
+```
+
+## Instead
+```
+nsys profile -t cuda,nvtx,osrt ./app       # on native Linux (or a driver with WSL2 GPU tracing)
+ncu --set full -o kernels ./app            # kernel metrics do not need the timeline
+```
+
+## Known problems
+Copy sizes and kernel durations are not in the API table; the finding carries no savings.
+
+## Options
+- `min_wait_ns`: synchronization waits before the check speaks.
+"""
+
+from nsanalyze.checks.base import Finding, Threshold, evidence, plural
+
+ID = "gpu-not-traced"
+NAME = "program.trace.no_gpu_activity"
+TITLE = "GPU activity not recorded: what the CUDA API table shows"
+SECTION = "busy"  # the report section its findings appear in
+REQUIRES = ("summary", "syncs")
+THRESHOLDS = {
+    "min_wait_ns": Threshold(1_000_000, "a millisecond of synchronization waits is work the GPU held the host for"),
+}
+SPEEDUP_MODEL = "none: without GPU activity nothing is measured to save; the finding states what the API shows"
+ADVICE = """Record the GPU's side, or profile the kernels directly.
+
+- Profile on native Linux, or with a driver and nsys that trace GPU activity under WSL2.
+- `ncu --set full` measures kernels without a timeline: what holds each kernel back.
+- Meanwhile: long synchronization waits mean the GPU is the bottleneck there; short waits with a
+  long wall time mean the host (data loading, Python) is.
+
+```
+# before: WSL2, API rows only
+nsys profile -t cuda,nvtx -o run ./app
+# after: native Linux for the timeline, and the kernels measured directly
+nsys profile -t cuda,nvtx,osrt -o run ./app
+ncu --set full --import-source yes -o kernels ./app
+```"""
+
+
+def run(timeline, limits) -> Finding | None:
+    summary = timeline.summary or {}
+    if summary.get("kernels") or summary.get("memcpy_ns") or summary.get("memset_ns"):
+        return None  # GPU activity is recorded: the other checks read it
+    waits = [s for s in (timeline.syncs or {}).get("explicit") or [] if s.get("wait_ns")]
+    total = sum(s["wait_ns"] for s in waits)
+    if total < limits["min_wait_ns"]:
+        return None
+    top = max(waits, key=lambda s: s["wait_ns"])
+    calls = sum(s["calls"] for s in waits)
+    return Finding(
+        check=ID,
+        title=f"GPU activity was not recorded (WSL2 or an old driver); the CUDA API table shows the host "
+              f"waiting {total / 1e6:.1f} ms in {plural(calls, 'synchronize call')} "
+              f"({top['wait_ns'] / 1e6:.1f} ms in {top['name']}): the GPU sets the pace there",
+        estimated_speedup=0.0,
+        evidence={"sync_wait_ns": evidence(total, limits["min_wait_ns"], unit="ns"),
+                  "sync_calls": evidence(calls), "by_call": waits[:5]},
+        advice=ADVICE,
+        notes=["GPU activity was not recorded: kernel and copy checks cannot judge this export"],
+    )
