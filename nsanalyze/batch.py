@@ -26,7 +26,7 @@ import sqlite_utils
 from nsanalyze import __version__
 from nsanalyze.errors import InputError
 
-PROFILE_SUFFIXES = (".ncu-rep", ".sqlite")
+PROFILE_SUFFIXES = (".ncu-rep", ".sqlite", ".pt.trace.json")  # the last: torch.profiler's trace handler's names
 DATE_IN_PATH = re.compile(r"(20\d\d)[-_]?(\d\d)[-_]?(\d\d)")
 
 
@@ -97,7 +97,7 @@ def analyze_for_history(path: str) -> dict:
     steps = timeline.get("steps")
     # nsys kernel times are totals over the window: per steady step, a nightly run with more
     # iterations is not slower (ncu durations are per launch already)
-    per_step = steps_in_window(timeline) if profile["kind"] == "nsys" else 1.0
+    per_step = steps_in_window(timeline) if profile["kind"] in ("nsys", "kineto") else 1.0
     kernels = [{"name": k["name"], "demangled": k["demangled"], "launches": k["launches"],
                 "duration_ns": (k["duration_ns"] or 0) / per_step if k["duration_ns"] is not None else None,
                 "time_share": k["time_share"], "bound": k["bound"],

@@ -250,7 +250,7 @@ def stats_command(export_path, reports, fmt, output, window):
     if fmt == "table" and output and output != "-":
         raise InputError(output, "a table is for the terminal; write .csv or .json")
     export = read_profile(export_path)
-    if getattr(export, "kind", None) != "nsys":
+    if getattr(export, "kind", None) not in ("nsys", "kineto"):
         raise InputError(export_path, "stats reads Nsight Systems exports (.sqlite), not Nsight Compute reports")
     chosen = nsstats.steady_window(export) if window == "steady" else None
     description = chosen.description if chosen else "the whole capture"
