@@ -22,7 +22,7 @@ from nsanalyze.normalize.kernels import CLOCK_CYCLE_METRICS, EXTRA_RAW_METRICS, 
 from nsanalyze.normalize.metric_table import raw_metric_names
 from nsanalyze.normalize.roofline import roofline
 from nsanalyze.rank import apply_roof_gate, merge_per_kernel, rank
-from nsanalyze.read import NcuReport, NsysExport, read_profile
+from nsanalyze.read import NcuReport, NsysExport, read_profile, read_profiles
 
 SCHEMA = "nsanalyze/report@1"
 
@@ -152,7 +152,8 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
         validate_overrides(options.thresholds)
     except ValueError as exc:
         raise InputError("--set", str(exc)) from None
-    profiles = [read_profile(path, ncu_metrics=raw_metric_names() | CLOCK_CYCLE_METRICS | EXTRA_RAW_METRICS) for path in paths]
+    profiles = [profile for path in paths  # a folder of per-rank PyTorch profiler traces is several
+                for profile in read_profiles(path, raw_metric_names() | CLOCK_CYCLE_METRICS | EXTRA_RAW_METRICS, read_profile)]
     ncu_reports = [p for p in profiles if isinstance(p, NcuReport)]
     nsys_exports = [p for p in profiles if isinstance(p, NsysExport)]
 

@@ -4,7 +4,8 @@ from nsanalyze.read.files import ProfileKind, detect_kind, open_local
 from nsanalyze.read.ncu import NcuReport, read_ncu
 from nsanalyze.read.nsys import NsysExport, read_nsys
 
-__all__ = ["ProfileKind", "detect_kind", "open_local", "NcuReport", "read_ncu", "NsysExport", "read_nsys", "read_profile"]
+__all__ = ["ProfileKind", "detect_kind", "open_local", "NcuReport", "read_ncu", "NsysExport", "read_nsys", "read_profile",
+           "read_profiles"]
 
 
 def read_profile(path, ncu_metrics=None):
@@ -18,3 +19,19 @@ def read_profile(path, ncu_metrics=None):
 
         return read_kineto(local, display_path=path)
     return read_nsys(local, display_path=path)
+
+
+def read_profiles(path, ncu_metrics=None, reader=None) -> list:
+    """The profiles a command-line path names: a folder of PyTorch profiler traces (one per rank) is
+    its traces in rank order (`distributedInfo.rank`); any other path is one profile. `reader`: the
+    function that reads one (read_profile, or the caller's wrapper of it)."""
+    from pathlib import Path
+
+    from nsanalyze.read.kineto import trace_files
+
+    reader = reader or read_profile
+    traces = trace_files(Path(path)) if Path(path).is_dir() else None
+    if not traces:
+        return [reader(path, ncu_metrics=ncu_metrics)]
+    exports = [reader(str(trace), ncu_metrics=ncu_metrics) for trace in traces]
+    return sorted(exports, key=lambda e: (getattr(e, 'rank', 0), e.path))

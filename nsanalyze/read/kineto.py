@@ -63,6 +63,11 @@ def is_kineto_name(name: str) -> bool:
     return name.endswith(".json")
 
 
+def trace_files(folder: Path) -> list[Path]:
+    """The Kineto traces directly in a folder (one per rank), by name."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and is_kineto_name(p.name))
+
+
 def looks_like_json(head: bytes) -> bool:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
 

@@ -161,3 +161,27 @@ def test_launch_overhead_names_the_op_and_the_profilers_own_cost():
     assert finding["title"].endswith("aten::linear issues 14 of 103 launches a step")
     assert finding["evidence"]["launches_by_op"][0]["op"] == "aten::linear"
     assert any("profiler's own CPU-side work" in note for note in finding["notes"])  # 7.5 CPU ops a launch
+
+
+def test_a_folder_of_per_rank_traces_reads_in_rank_order(tmp_path):
+    """Two ranks' traces (the real trace, given distributedInfo ranks, names in the other order)."""
+    from nsanalyze.analyze import analyze
+
+    trace = json.load(gzip.open(MLP))
+    for name, rank in (("a.pt.trace.json", 1), ("b.pt.trace.json", 0)):
+        write_trace(tmp_path / name, {**trace, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2}})
+    (tmp_path / "notes.txt").write_text("not a trace")
+    model = analyze([str(tmp_path)])
+    ranks = model["timeline"]["merged"]["ranks"]
+    assert [(r["rank"], Path(r["profile"]).name) for r in ranks] == [(0, "b.pt.trace.json"), (1, "a.pt.trace.json")]
+    assert [p["kind"] for p in model["profiles"]] == ["kineto", "kineto"]
+    assert program_findings(model)[0]["check"] == "unfused-elementwise"
+
+
+def test_kernel_filter_on_a_trace():
+    from nsanalyze.analyze import analyze
+    from nsanalyze.kernel_filter import only_kernels
+
+    with only_kernels("regex:gemm"):
+        model = analyze([str(MLP)])
+    assert model["kernels"] and all("gemm" in k["name"] for k in model["kernels"])
