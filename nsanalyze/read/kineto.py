@@ -92,23 +92,47 @@ def _load(path: Path, display: str) -> dict:
     return trace
 
 
+INT_LIMIT = 1 << 62     # ids and sizes beyond this are not real (SQLite holds 64 bits)
+MAX_TS_US = 1e17        # timestamps: microseconds, about 3000 years
+MAX_DUR_US = 86_400e6   # an event over a day long is corrupt (as nsanalyze.read.nsys.MAX_INTERVAL_NS)
+
+
 def _int(value, default=None):
     if isinstance(value, bool):
         return default
-    if isinstance(value, int):
-        return value
     if isinstance(value, float) and math.isfinite(value) and value == int(value):
-        return int(value)
-    if isinstance(value, str):
-        digits = re.search(r"-?\d+", value)
-        return int(digits.group()) if digits else default
+        value = int(value)
+    elif isinstance(value, str):
+        digits = re.search(r"-?\d{1,18}", value)
+        value = int(digits.group()) if digits else default
+    if isinstance(value, int):
+        return value if -INT_LIMIT < value < INT_LIMIT else default
     return default
 
 
 def _num(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        value = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _text(value) -> str:
+    """Text SQLite can store: a lone surrogate (a `\\ud800` escape in the JSON) becomes U+FFFD."""
+    text = value if isinstance(value, str) else str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _global(pid: int, tid: int = 0) -> int:
+    """nsys's globalTid (globalPid with tid 0): the process id above bit 24."""
+    return ((pid & 0xFFFFFFFF) << PID_SHIFT) | (tid & TID_MASK)
 
 
 def _ns(micros: list[float]) -> np.ndarray:
@@ -121,6 +145,7 @@ class _Strings:
         self.ids: dict[str, int] = {}
 
     def __call__(self, value: str) -> int:
+        value = _text(value)
         if value not in self.ids:
             self.ids[value] = len(self.ids)
         return self.ids[value]
@@ -205,18 +230,18 @@ def convert(trace: dict, target: Path) -> dict:
             pid, tid = _int(e.get("pid")), _int(e.get("tid"), 0)
             if pid is not None and isinstance(args.get("name"), str):
                 if e.get("name") == "thread_name":
-                    threads[(pid, tid)] = args["name"]
+                    threads[(pid, tid)] = _text(args["name"])
                 elif e.get("name") == "process_name":
-                    processes.setdefault(pid, args["name"])
+                    processes.setdefault(pid, _text(args["name"]))
             continue
         if ph != "X":
             continue  # flows (ac2g, fwdbwd), instants, counters: the correlation ids in args join calls to GPU work
         ts, dur = _num(e.get("ts")), _num(e.get("dur"))
-        if ts is None:
+        if ts is None or abs(ts) > MAX_TS_US or (dur is not None and dur > MAX_DUR_US):
             continue
         dur = max(dur or 0.0, 0.0)
         cat = str(e.get("cat") or "").lower()
-        name = e.get("name") if isinstance(e.get("name"), str) else str(e.get("name"))
+        name = _text(e.get("name"))
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         pid, tid = _int(e.get("pid")), _int(e.get("tid"), 0)
         if cat in KERNEL_CATS or cat in MEMCPY_CATS or cat in MEMSET_CATS or cat in SYNC_CATS:
@@ -269,7 +294,7 @@ def convert(trace: dict, target: Path) -> dict:
         block = args.get("block") if isinstance(args.get("block"), list) else []
         g = [_int(v, 1) for v in (grid + [1, 1, 1])[:3]]
         b = [_int(v, 1) for v in (block + [1, 1, 1])[:3]]
-        kernels.rows.append((int(s), int(t), device, ctx, stream, corr, corr_pid.get(corr, main_pid) << PID_SHIFT,
+        kernels.rows.append((int(s), int(t), device, ctx, stream, corr, _global(corr_pid.get(corr, main_pid)),
                              strings(name), strings(short_name(name)), strings(name),
                              _int(args.get("registers per thread")), *g, *b,
                              _int(args.get("shared memory"), 0), 0, None,
@@ -282,7 +307,7 @@ def convert(trace: dict, target: Path) -> dict:
     starts, ends = gpu_rows(gpu["memcpy"])
     for (ts, dur, device, stream, corr, ctx, name, args), s, t in zip(gpu["memcpy"], starts, ends):
         kind, src, dst = _memcpy_kinds(name)
-        memcpy.rows.append((int(s), int(t), device, ctx, stream, corr, corr_pid.get(corr, main_pid) << PID_SHIFT,
+        memcpy.rows.append((int(s), int(t), device, ctx, stream, corr, _global(corr_pid.get(corr, main_pid)),
                             _int(args.get("bytes"), 0), kind, src, dst))
     tables.append(memcpy)
 
@@ -292,7 +317,7 @@ def convert(trace: dict, target: Path) -> dict:
     starts, ends = gpu_rows(gpu["memset"])
     for (ts, dur, device, stream, corr, ctx, name, args), s, t in zip(gpu["memset"], starts, ends):
         kind = re.search(r"\(([^()]*)\)", name)
-        memset.rows.append((int(s), int(t), device, ctx, stream, corr, corr_pid.get(corr, main_pid) << PID_SHIFT,
+        memset.rows.append((int(s), int(t), device, ctx, stream, corr, _global(corr_pid.get(corr, main_pid)),
                             0, _int(args.get("bytes"), 0),
                             MEMORY_KINDS.get(kind.group(1).strip().lower()) if kind else None))
     tables.append(memset)
@@ -310,7 +335,7 @@ def convert(trace: dict, target: Path) -> dict:
 
     call_starts = _ns([c[1] for c in calls])
     call_ends = call_starts + _ns([c[2] for c in calls])
-    gtid = [(c[3] << PID_SHIFT) | (c[4] & TID_MASK) for c in calls]
+    gtid = [_global(c[3], c[4]) for c in calls]
     for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
         t = _Table(table, ("start", "end", "eventClass", "globalTid", "correlationId", "nameId", "returnValue",
                            "callchainId"))
@@ -323,7 +348,7 @@ def convert(trace: dict, target: Path) -> dict:
     nvtx = _Table("NVTX_EVENTS", ("start", "end", "eventType", "rangeId", "category", "color", "text", "globalTid",
                                   "endGlobalTid", "textId", "domainId"))
     nvtx.rows = [(int(mark_starts[i]), int(mark_ends[i]), 59, None, None, None, m[4],
-                  (m[2] << PID_SHIFT) | (m[3] & TID_MASK), None, None, 0) for i, m in enumerate(marks)]
+                  _global(m[2], m[3]), None, None, 0) for i, m in enumerate(marks)]
     tables.append(nvtx)
 
     call_ops = _Table("KINETO_CALL_OPS", ("correlationId", "globalTid", "start", "op"))
@@ -346,11 +371,11 @@ def convert(trace: dict, target: Path) -> dict:
     tables.append(gpus)
 
     names = _Table("ThreadNames", ("nameId", "priority", "globalTid"))
-    names.rows = [(strings(n), 0, (pid << PID_SHIFT) | (tid & TID_MASK)) for (pid, tid), n in threads.items()]
+    names.rows = [(strings(n), 0, _global(pid, tid)) for (pid, tid), n in threads.items()]
     tables.append(names)
     cpu_pids = sorted({c[3] for c in calls} | {m[2] for m in marks} | {o[2] for o in ops})
     procs = _Table("PROCESSES", ("globalPid", "pid", "name"))
-    procs.rows = [(pid << PID_SHIFT, pid, processes.get(pid)) for pid in cpu_pids]
+    procs.rows = [(_global(pid), pid, processes.get(pid)) for pid in cpu_pids]
     tables.append(procs)
 
     base = _int(trace.get("baseTimeNanoseconds"))
@@ -387,7 +412,7 @@ def _call_ops(calls, call_starts, gtid, ops, marks) -> list[tuple]:
         return []
     starts = _ns([f[0] for f in frames])
     ends = starts + _ns([f[1] for f in frames])
-    threads = np.array([(f[2] << PID_SHIFT) | (f[3] & TID_MASK) for f in frames], dtype=np.int64)
+    threads = np.array([_global(f[2], f[3]) for f in frames], dtype=np.int64)
     call_tid = np.array(gtid, dtype=np.int64)
     rows = []
     for thread in np.unique(threads):
@@ -431,8 +456,8 @@ def read_kineto(path, display_path=None):
                 raise InputError(display, "a PyTorch profiler trace without CUDA activity (kernels, copies or "
                                           "CUDA calls): record with activities=[CPU, CUDA]")
             os.replace(tmp, target)
-        except sqlite3.DatabaseError as exc:
-            raise InputError(display, f"cannot convert the trace ({exc})") from None
+        except (sqlite3.Error, OverflowError, ValueError) as exc:
+            raise InputError(display, f"cannot convert the PyTorch profiler trace ({exc.__class__.__name__}: {exc})") from None
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)

@@ -185,3 +185,27 @@ def test_kernel_filter_on_a_trace():
     with only_kernels("regex:gemm"):
         model = analyze([str(MLP)])
     assert model["kernels"] and all("gemm" in k["name"] for k in model["kernels"])
+
+
+def test_hostile_values_in_a_real_trace(tmp_path):
+    """Values no profiler writes, put into the real trace: timestamps as text, infinite and huge numbers, an
+    id beyond 64 bits, a lone surrogate in a name, events that are not objects. The rest still reads."""
+    trace = json.load(gzip.open(MLP))
+    evs = trace["traceEvents"]
+    kernels = [e for e in evs if e.get("cat") == "kernel"]
+    kernels[0]["ts"] = "soon"
+    kernels[1]["dur"] = 1e300
+    kernels[2]["args"]["correlation"] = 10 ** 30
+    kernels[3]["name"] = "bad\ud800name"
+    kernels[4]["ts"] = -1e200
+    kernels[5]["args"]["grid"] = ["x", None, 10 ** 40]
+    runtime = next(e for e in evs if e.get("cat") == "cuda_runtime")
+    runtime["pid"] = 10 ** 25
+    evs += [17, None, "text", [], {"ph": "X"}, {"ph": "X", "ts": 1.0, "cat": "kernel", "args": None, "pid": "GPU"}]
+    path = tmp_path / "hostile.pt.trace.json"
+    path.write_text(json.dumps(trace))
+    result = run_cli("report", path, "-o", tmp_path / "r.json")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "Warning" not in result.stderr
+    model = json.loads((tmp_path / "r.json").read_text())
+    assert model["profiles"][0]["kind"] == "kineto" and model["timeline"]["kernels"] > 0
