@@ -118,6 +118,7 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
         "host_stretches": timeline.host_stretches,
         "phases": timeline.phases,
         "notes": timeline.notes,
+        "api_calls": timeline.api_calls,
         "dropped_rows": export.dropped_rows,
         "devices": timeline.devices,
         "streams": timeline.streams,

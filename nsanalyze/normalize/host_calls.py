@@ -216,3 +216,19 @@ def copies(wa: WindowActivity) -> dict:
             "pageable": {"copies": len(pageable), "duration_ns": sum(r["duration_ns"] for r in pageable),
                          "bytes": sum(r["bytes"] for r in pageable), "async_top": longest(pageable_async)},
             "sync": {"copies": len(sync), "duration_ns": sum(r["duration_ns"] for r in sync), "top": longest(sync)}}
+
+
+def api_calls(wa: WindowActivity, limit: int = 10) -> list[dict]:
+    """The CUDA calls that took the host's time in the window, by name (version suffixes dropped):
+    calls, total and longest time. What an export without GPU activity (WSL2) still tells."""
+    calls = wa.calls
+    inside = (calls.start >= wa.activity.start) & (calls.start < wa.activity.end)
+    keys, (total,), counts = group_sums(calls.name_id[inside], (calls.end - calls.start)[inside])
+    rows: dict = {}
+    for key, ns, n in zip(keys.tolist(), total.tolist(), counts.tolist()):
+        name = wa.call_names.get(int(key))
+        name = name.split("_v")[0] if isinstance(name, str) and "_v" in name else name
+        row = rows.setdefault(name, {"name": name, "calls": 0, "total_ns": 0})
+        row["calls"] += int(n)
+        row["total_ns"] += int(ns)
+    return sorted(rows.values(), key=lambda r: -r["total_ns"])[:limit]

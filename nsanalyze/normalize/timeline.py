@@ -44,6 +44,7 @@ class Timeline:
     steps: dict | None = None              # the steady steps (normalize.steps) and their median budget
     host_stretches: list[dict] = field(default_factory=list)  # longest idle_host stretches, with context
     notes: list[str] = field(default_factory=list)  # what the export cannot show (graph-level traces)
+    api_calls: list[dict] = field(default_factory=list)  # CUDA calls by host time in the window
     phases: list[dict] = field(default_factory=list)  # top-level NVTX range groups over the capture (normalize.phases)
     activity: Activity | None = None       # the arrays read (for the kernel summary; dropped after it)
 
@@ -100,6 +101,7 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
         count = timeline.steps.get("count") if timeline.steps and window.kind == "steady" else None
         timeline.launches.update(launch_attribution(export, window.start, window.end, count) or {})
     timeline.notes = _graph_notes(export, wa)
+    timeline.api_calls = host_calls.api_calls(wa)
     timeline.host_stretches = _host_stretches(export, budgets)
     capture_budgets = lambda: build_budgets(capture, call_names, set(comm_ids.tolist()), peer_kinds)  # noqa: E731
     timeline.phases = find_phases(export, capture_budgets, (window.start, window.end),

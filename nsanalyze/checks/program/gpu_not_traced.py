@@ -61,18 +61,24 @@ def run(timeline, limits) -> Finding | None:
         return None  # GPU activity is recorded: the other checks read it
     waits = [s for s in (timeline.syncs or {}).get("explicit") or [] if s.get("wait_ns")]
     total = sum(s["wait_ns"] for s in waits)
-    if total < limits["min_wait_ns"]:
+    api = [c for c in getattr(timeline, "api_calls", None) or [] if c.get("name")]
+    if total < limits["min_wait_ns"] and sum(c["total_ns"] for c in api) < limits["min_wait_ns"]:
         return None
-    top = max(waits, key=lambda s: s["wait_ns"])
     calls = sum(s["calls"] for s in waits)
+    shown = ", ".join(f"{c['name']} {c['total_ns'] / 1e6:.1f} ms ({plural(c['calls'], 'call')})" for c in api[:4])
+    if total >= limits["min_wait_ns"]:
+        top = max(waits, key=lambda s: s["wait_ns"])
+        said = (f"the host waiting {total / 1e6:.1f} ms in {plural(calls, 'synchronize call')} "
+                f"({top['wait_ns'] / 1e6:.1f} ms in {top['name']}): the GPU sets the pace there")
+    else:
+        said = "the host's time in CUDA calls"
     return Finding(
         check=ID,
-        title=f"GPU activity was not recorded (WSL2 or an old driver); the CUDA API table shows the host "
-              f"waiting {total / 1e6:.1f} ms in {plural(calls, 'synchronize call')} "
-              f"({top['wait_ns'] / 1e6:.1f} ms in {top['name']}): the GPU sets the pace there",
+        title=f"GPU activity was not recorded (WSL2 or an old driver); the CUDA API table shows {said}"
+              + (f"; longest calls by total time: {shown}" if shown else ""),
         estimated_speedup=0.0,
         evidence={"sync_wait_ns": evidence(total, limits["min_wait_ns"], unit="ns"),
-                  "sync_calls": evidence(calls), "by_call": waits[:5]},
+                  "sync_calls": evidence(calls), "by_call": waits[:5], "api_calls": api[:10]},
         advice=ADVICE,
         notes=["GPU activity was not recorded: kernel and copy checks cannot judge this export"],
     )

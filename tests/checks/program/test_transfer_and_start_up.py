@@ -72,3 +72,10 @@ def test_export_without_gpu_tables_reads_its_api_table(tmp_path):
     finding = next(f for f in model["findings"] if f["check"] == "gpu-not-traced")
     assert "not recorded" in finding["title"] and "cudaStreamSynchronize" in finding["title"]
     assert finding["evidence"]["sync_calls"]["value"] == 908
+    # the host's time by CUDA call, against SQL over the API table (version suffixes dropped)
+    api = {c["name"]: c for c in finding["evidence"]["api_calls"]}
+    with sqlite3.connect(path) as connection:
+        memcpy = connection.execute("""SELECT COUNT(*), SUM(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+            JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE 'cudaMemcpyAsync%'""").fetchone()
+    assert (api["cudaMemcpyAsync"]["calls"], api["cudaMemcpyAsync"]["total_ns"]) == memcpy
+    assert "longest calls by total time" in finding["title"]
