@@ -90,7 +90,8 @@ def load_settings(start: Path | None = None) -> Settings:
         raise InputError(where, "[tool.nsanalyze.thresholds] must be a table of \"CHECK.KEY\" = number")
     for key, value in thresholds.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InputError(where, f"[tool.nsanalyze.thresholds] {key!r} = {value!r}: expected a finite number")
+            raise InputError(where, f"[tool.nsanalyze.thresholds] {key!r} = {value!r}: "
+                                    "expected a number (finite: not nan or inf)")
         settings.thresholds[key] = float(value)
     from nsanalyze.checks import validate_overrides
 

@@ -25,12 +25,25 @@ def metrics_frame(path) -> pd.DataFrame:
     return frame
 
 
+def _csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text cells that a spreadsheet would run as a formula (`=`, `+`, `-`, `@` first) get a leading `'`."""
+    from nsanalyze.render.format import csv_text
+
+    text_columns = [c for c in frame.columns if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c])]
+    if not text_columns:
+        return frame
+    frame = frame.copy()
+    for column in text_columns:
+        frame[column] = frame[column].map(csv_text)
+    return frame
+
+
 def write_frame(frame: pd.DataFrame, target: str | None) -> None:
     if not target or target == "-":
-        frame.to_csv(sys.stdout, index=False)
+        _csv_safe(frame).to_csv(sys.stdout, index=False)
         return
     suffix = Path(target).suffix.lower()
-    writers = {".csv": lambda f, p: f.to_csv(p, index=False),
+    writers = {".csv": lambda f, p: _csv_safe(f).to_csv(p, index=False),
                ".parquet": lambda f, p: f.to_parquet(p, index=False),
                ".json": lambda f, p: f.to_json(p, orient="records", indent=1)}
     if suffix not in writers:

@@ -207,6 +207,10 @@ def _cell(name: str, value) -> str:
         return ""
     if name in DECIMALS:
         return f"{value:.{DECIMALS[name]}f}"
+    if isinstance(value, str):   # profile text: never a spreadsheet formula
+        from nsanalyze.render.format import csv_text
+
+        return csv_text(value)
     return str(value)
 
 

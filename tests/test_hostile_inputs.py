@@ -431,5 +431,92 @@ def test_nan_threshold_in_pyproject_is_refused(tmp_path):
     result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(REAL / "nightly1_nsys.sqlite.xz")],
                             capture_output=True, text=True, timeout=120, cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    assert result.returncode == 2 and "pyproject.toml" in result.stderr and "finite number" in result.stderr
+    assert result.returncode == 2 and "pyproject.toml" in result.stderr and "finite" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _ncu_with(tmp_path, name, fixture, old: bytes, new: str):
+    """A real ncu report with one string replaced by another of the same length in UTF-8 (NVTX names are
+    plain length-prefixed strings in the report)."""
+    from tests.conftest import REAL
+
+    data = open_local(REAL / fixture)[1].read_bytes()
+    assert len(new.encode()) == len(old) and old in data
+    path = tmp_path / name
+    path.write_bytes(data.replace(old, new.encode()))
+    return path
+
+
+def test_nvtx_name_in_library_advice_is_not_a_link(tmp_path):
+    """GPT's `train_step` range renamed ``a`[x](//e)``: library advice names the range in a code span the
+    name cannot close, so neither HTML nor Markdown holds a live link."""
+    path = _ncu_with(tmp_path, "link.ncu-rep", "gpt_fp32_full.ncu-rep.xz", b"train_step", "a`[x](//e)")
+    out = tmp_path / "r"
+    assert_handled(run_cli("report", path, "-o", f"{out}.html", "-o", f"{out}.md", timeout=300))
+    html, markdown = (tmp_path / "r.html").read_text(), (tmp_path / "r.md").read_text()
+    assert "NVTX range <code>a`[x](//e)</code>" in html and 'href="//e"' not in html
+    assert "NVTX range ``a`[x](//e)``" in markdown
+
+
+BIDI = "\u202e\u200b\u2066\u200f"
+
+
+def test_bidi_and_zero_width_characters_are_shown_as_escapes(tmp_path):
+    """Step names and a kernel name holding U+202E, U+200B, U+2066, U+200F: escapes on the terminal, in
+    Markdown and HTML, never the characters themselves."""
+    path = _real(tmp_path, "bidi.sqlite")
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE NVTX_EVENTS SET text = ? || text WHERE text LIKE 'step %'", (BIDI,))
+        short = con.execute("SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()[0]
+        con.execute("UPDATE StringIds SET value = ? || value WHERE id = ?", (BIDI,  short))
+    out = tmp_path / "r"
+    terminal = assert_handled(run_cli("report", path))
+    assert_handled(run_cli("report", path, "-o", f"{out}.html", "-o", f"{out}.md"))
+    for text in (terminal.stdout, (tmp_path / "r.html").read_text(), (tmp_path / "r.md").read_text()):
+        assert not any(c in text for c in BIDI)
+        assert "u202e" in text and "u200b" in text
+
+
+def test_annotations_and_sarif_carry_text_and_relative_uris(dev_suite_model, tmp_path, monkeypatch):
+    """The dev suite's findings with a bidi kernel name and hostile source paths: annotations show escapes
+    on one line; SARIF URIs are percent-encoded and relative, a path leading outside is left out."""
+    import copy
+    import json
+
+    from nsanalyze.render import sarif
+
+    model = copy.deepcopy(dev_suite_model)
+    located = [f for f in model["findings"] if f.get("source")]
+    for f in located:
+        f["kernel_name"] = "lane" + BIDI + "\x1b[2J"
+    located[0]["source"] = [{**s, "file": "src/a b/x\r\n::e d#%0A?.cu"} for s in located[0]["source"]]
+    for f in located[1:]:
+        f["source"] = [{**s, "file": "../../etc/passwd"} for s in f["source"]]
+    monkeypatch.chdir(tmp_path)
+    lines = sarif.github_annotations(model)
+    assert lines and all("\n" not in line and "\r" not in line and "\x1b" not in line for line in lines)
+    assert not any(c in "".join(lines) for c in BIDI) and "\\u202e" in lines[0]
+    uris = {loc["physicalLocation"]["artifactLocation"]["uri"]
+            for result in json.loads(sarif.render(model))["runs"][0]["results"] for loc in result["locations"]}
+    assert uris == {"src/a%20b/x%0D%0A%3A%3Ae%20d%23%250A%3F.cu"}
+
+
+def test_csv_cells_never_start_a_formula(tmp_path):
+    """Kernel names `=HYPERLINK(...)`, `@SUM(1)`, `+1`, `-1+1` in a real export: `'`-quoted in `stats` and
+    `metrics` CSV (a spreadsheet shows them as text)."""
+    import csv
+
+    path = _real(tmp_path, "formula.sqlite")
+    names = ['=HYPERLINK("http://e","x")', "@SUM(1)", "+1", "-1+1"]
+    with sqlite3.connect(path) as con:
+        ids = sorted({r[0] for r in con.execute("SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL")})[:len(names)]
+        ids += sorted({r[0] for r in con.execute("SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL")})[:len(names)]
+        for i, string_id in enumerate(ids):
+            con.execute("UPDATE StringIds SET value = ? WHERE id = ?", (names[i % len(names)], string_id))
+    stats_out, metrics_out = tmp_path / "s.csv", tmp_path / "m.csv"
+    assert_handled(run_cli("stats", path, "--report", "cuda_gpu_kern_sum", "-o", stats_out))
+    assert_handled(run_cli("metrics", path, "-o", metrics_out))
+    for out in (stats_out, metrics_out):
+        cells = [c for row in csv.reader(out.read_text().splitlines()) for c in row]
+        assert not [c for c in cells if c[:1] in ("=", "+", "@") or (c[:1] == "-" and not c[1:2].isdigit())]
+        assert any(c == "'=HYPERLINK(\"http://e\",\"x\")" for c in cells) and "'-1+1" in cells

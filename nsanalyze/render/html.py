@@ -18,7 +18,7 @@ from pygments.util import ClassNotFound
 from nsanalyze.checks import kernel_checks, program_checks
 from nsanalyze.render import charts
 from nsanalyze.render.format import (duration, evidence_value, health_line, percent, quantity, shorten,
-                                     window_lines)
+                                     show_invisible, window_lines)
 
 SECTIONS = ("busy", "work", "memory", "tensor", "kernel")
 SUMMARY_ROWS = 15  # "What to fix first" lists these; every finding still has its card below  # an expert's order of diagnosis
@@ -45,13 +45,22 @@ def _markdown() -> MarkdownIt:
 
 
 def markdown_filter(text: str) -> Markup:
-    return Markup(_markdown().render(text or ""))  # html=False: raw HTML in the text is escaped
+    # html=False: raw HTML in the text is escaped; bidi and zero-width characters shown as escapes
+    return Markup(_markdown().render(show_invisible(text or "")))
+
+
+def _finalize(value):
+    """Every `{{ value }}` of the template: text from the profile with bidi and zero-width characters
+    (U+202E, U+200B) shown as escapes; Markup (charts, rendered advice) is already safe."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return show_invisible(value)
+    return value
 
 
 @lru_cache(maxsize=1)
 def environment() -> Environment:
     env = Environment(loader=PackageLoader("nsanalyze.render", "templates"), autoescape=select_autoescape(["html", "j2"]),
-                      trim_blocks=True, lstrip_blocks=True)
+                      trim_blocks=True, lstrip_blocks=True, finalize=_finalize)
     env.filters.update(duration=duration, percent=percent, quantity=quantity, shorten=shorten,
                        markdown=markdown_filter)
     env.globals.update(window_lines=window_lines, evidence_value=evidence_value, health_line=health_line)

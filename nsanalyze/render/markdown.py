@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from nsanalyze.render.format import duration, evidence_value, health_line, shorten, visible, window_lines
+from nsanalyze.render.format import (duration, evidence_value, health_line, shorten, show_invisible, visible,
+                                     window_lines)
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
 DETAILED = 10           # findings with their advice folded in <details>
@@ -68,7 +69,7 @@ def _details(f: dict) -> str:
     source = "\n".join("- " + code(f"{s['file']}:{s['line']}") for s in f.get("source") or [])
     return (f"<details><summary>{f['rank']}. <code>{html_text(f['check'])}</code> on "
             f"{html_text(shorten(f['kernel_name'] or 'the program', NAME_LIMIT))}: {html_text(f['title'])}</summary>\n\n{evidence}\n\n" + (f"Source:\n{source}\n\n" if source else "")
-            + f"{f['advice']}\n\n</details>")
+            + f"{show_invisible(f['advice'])}\n\n</details>")
 
 
 def render(model: dict) -> str:

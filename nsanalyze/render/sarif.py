@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 
 from nsanalyze import __version__
-
+from nsanalyze.render.format import visible
 from nsanalyze.render.locations import Locator, placed_locations
 
 LEVEL = {"high": "error", "medium": "warning", "low": "note", "info": "note"}
@@ -22,12 +23,37 @@ def _located(model: dict):
     headers attributed to the user's calling line or left out (render/locations.py)."""
     from pathlib import Path
 
-    yield from placed_locations(model, Locator(root=Path.cwd(), path_map=list(_path_map)))
+    for finding, path, line, note in placed_locations(model, Locator(root=Path.cwd(), path_map=list(_path_map))):
+        path = inside(path)
+        if path is not None:
+            yield finding, path, line, note
+
+
+def inside(path: str) -> str | None:
+    """A location's path as one relative to the repository, or None when it leads outside it (`../`,
+    an absolute or drive path): CI would place it on a file that is not the one the profile names."""
+    import posixpath
+
+    path = str(path).replace("\\", "/")
+    if not path or path.startswith("/") or re.match(r"^[A-Za-z]:", path) or "\x00" in path:
+        return None
+    normal = posixpath.normpath(path)
+    if normal == ".." or normal.startswith("../") or normal == ".":
+        return None
+    return normal
+
+
+def uri(path: str) -> str:
+    """A relative URI reference (RFC 3986): every character but unreserved ones and `/` percent-encoded,
+    so spaces, `#`, `?`, `%` and line breaks in a path stay part of the path."""
+    from urllib.parse import quote
+
+    return quote(path, safe="/")
 
 
 def _message(finding: dict, note: str | None) -> str:
     text = f"{finding['kernel_name'] or 'program'}: {finding['title']}"
-    return text + (f" ({note})" if note else "")
+    return visible(text + (f" ({note})" if note else ""))
 
 
 def project_urls() -> dict[str, str]:
@@ -54,7 +80,7 @@ def render(model: dict) -> str:
     results = [{
         "ruleId": f["check"], "ruleIndex": index.get(f["check"], 0), "level": LEVEL[f["severity"]],
         "message": {"text": f"{_message(f, note)} (estimated {f['estimated_speedup']:.0%} of the kernel)"},
-        "locations": [{"physicalLocation": {"artifactLocation": {"uri": path},
+        "locations": [{"physicalLocation": {"artifactLocation": {"uri": uri(path)},
                                             "region": {"startLine": line}}}],
     } for f, path, line, note in _located(model)]
     sarif = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
@@ -74,6 +100,6 @@ def _escape_data(text: str) -> str:
 
 def github_annotations(model: dict) -> list[str]:
     kind = {"high": "error", "medium": "warning", "low": "notice", "info": "notice"}
-    return [f"::{kind[f['severity']]} file={_escape_property(path)},line={line},"
+    return [f"::{kind[f['severity']]} file={_escape_property(visible(path))},line={line},"
             f"title={_escape_property(f['check'])}::{_escape_data(_message(f, note))}"
             for f, path, line, note in _located(model)]

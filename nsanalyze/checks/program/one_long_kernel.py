@@ -52,6 +52,18 @@ Build with `-lineinfo` so the findings point at source lines; for a kernel of ma
 `--replay-mode application` or shrink the input, since ncu replays the kernel once per metric pass."""
 
 
+def _advice(name: str | None) -> str:
+    """The ncu command with the kernel's name, in a fence longer than any run of backticks in the name
+    (a name cannot close the block and become Markdown)."""
+    import re
+
+    from nsanalyze.render.format import visible
+
+    name = visible(name) if name else "KERNEL"
+    fence = "`" * max(3, max((len(r) for r in re.findall(r"`+", name)), default=0) + 1)
+    return ADVICE.replace("```", fence).replace("KERNEL", name)
+
+
 def run(timeline, limits) -> Finding | None:
     summary = timeline.summary or {}
     kernels, span = summary.get("kernels") or 0, summary.get("span_ns") or 0
@@ -72,6 +84,6 @@ def run(timeline, limits) -> Finding | None:
         evidence={"kernel_share": evidence(share, limits["min_kernel_share"], unit="ratio"),
                   "kernel_launches": evidence(kernels, limits["max_kernels"], compare="<="),
                   "kernel_ns": evidence(kernel_ns, unit="ns")},
-        advice=ADVICE.replace("KERNEL", name or "KERNEL"),
+        advice=_advice(name),
     )
     return finding
