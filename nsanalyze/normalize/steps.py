@@ -236,6 +236,8 @@ def normalize_name(name: str) -> str:
 
 
 def is_step_like(normalized: str) -> bool:
+    if normalized.startswith("Optimizer."):  # torch.optim's record_function ranges (Optimizer.step#AdamW.step)
+        return False                         # repeat once per optimizer a step: not the loop's iterations
     return any(word in STEP_WORDS for word in re.split(r"[^a-z]+", normalized.lower()))
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from nsanalyze.errors import InputError
 
-FORMAT_VERSION = 1  # bump when the conversion changes: cached conversions of older versions are not reused
+FORMAT_VERSION = 2  # bump when the conversion changes: cached conversions of older versions are not reused
 PID_SHIFT = 24      # as nsys: globalTid = pid << 24 | tid (nsanalyze.normalize.activity.PID_SHIFT)
 TID_MASK = (1 << PID_SHIFT) - 1
 

@@ -209,3 +209,17 @@ def test_hostile_values_in_a_real_trace(tmp_path):
     assert "Traceback" not in result.stderr and "Warning" not in result.stderr
     model = json.loads((tmp_path / "r.json").read_text())
     assert model["profiles"][0]["kind"] == "kineto" and model["timeline"]["kernels"] > 0
+
+
+def test_optimizer_annotations_are_not_the_steps(tmp_path, analyzed):
+    """Two optimizers a step (a GAN, an encoder and a decoder) give Optimizer.step#... twice as many
+    instances as ProfilerStep#N: the steps stay ProfilerStep#N."""
+    trace = json.load(gzip.open(MLP))
+    first = [e for e in trace["traceEvents"]
+             if e.get("cat") == "user_annotation" and e["name"].startswith("Optimizer.step")]
+    for e in first:
+        e["dur"] /= 2
+    extra = [{**e, "ts": e["ts"] + e["dur"] + 0.001} for e in first]  # a second AdamW, named alike
+    trace["traceEvents"] += extra
+    model = analyzed(write_trace(tmp_path / "two_optimizers.pt.trace.json", trace))
+    assert model["timeline"]["steps"]["name"] == "ProfilerStep#N"
