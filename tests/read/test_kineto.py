@@ -223,3 +223,37 @@ def test_optimizer_annotations_are_not_the_steps(tmp_path, analyzed):
     trace["traceEvents"] += extra
     model = analyzed(write_trace(tmp_path / "two_optimizers.pt.trace.json", trace))
     assert model["timeline"]["steps"]["name"] == "ProfilerStep#N"
+
+
+def launch_bound(trace: dict) -> dict:
+    """The real trace with its GPU work made tiny: each kernel, copy and memset runs 1 us, 5 us after its
+    launch call ends (or when the one before it on the stream ends). The host's calls, ops and annotations
+    stay as recorded: the loop becomes launch-bound, as a small model's is."""
+    evs = trace["traceEvents"]
+    call_end = {e["args"]["correlation"]: e["ts"] + e["dur"] for e in evs
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    gpu = sorted((e for e in evs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                  and e["args"].get("correlation") in call_end), key=lambda e: call_end[e["args"]["correlation"]])
+    free = 0.0
+    for e in gpu:
+        e["ts"] = max(call_end[e["args"]["correlation"]] + 5.0, free)
+        e["dur"] = 1.0
+        free = e["ts"] + e["dur"]
+    keep = {id(e) for e in gpu}
+    trace["traceEvents"] = [e for e in evs if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+                            or id(e) in keep]
+    return trace
+
+
+def test_a_launch_bound_trace_names_the_op_that_launches_most(tmp_path, analyzed):
+    trace = launch_bound(json.load(gzip.open(ATTN)))
+    model = analyzed(write_trace(tmp_path / "launch_bound.pt.trace.json", trace))
+    first = program_findings(model)[0]
+    assert first["check"] == "launch-overhead"
+    by_op = model["timeline"]["launches"]["by_op"]
+    assert first["title"].endswith(f"{by_op[0]['op']} issues {by_op[0]['per_step']:.0f} of "
+                                   f"{model['timeline']['launches']['profiler']['launches_per_step']:.0f} launches a step")
+    assert first["advice"].startswith(by_op[0]["op"])
+    budget = {p["part"]: p["ns"] for p in model["timeline"]["budget"]}
+    assert sum(budget.values()) == pytest.approx(model["timeline"]["span_ns"], rel=1e-6)  # a budget that adds up
+    assert first["estimated_savings_ns"] <= budget["idle_launch"] + 1
