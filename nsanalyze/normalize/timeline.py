@@ -19,7 +19,7 @@ from nsanalyze.normalize.activity import Activity, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.phases import find_phases
-from nsanalyze.normalize.steps import Steps, find_steps, project_on_gpu
+from nsanalyze.normalize.steps import Steps, find_steps, is_step_like, normalize_name, project_on_gpu
 from nsanalyze.normalize.window import (FOREVER, SYNC_APIS, Window, WindowActivity, _ids, _like,  # noqa: F401
                                         choose_window, window_activity)
 from nsanalyze.read.nsys import GRAPH_NAME_BASE, NsysExport
@@ -99,7 +99,8 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
         from nsanalyze.read.kineto import launch_attribution
 
         count = timeline.steps.get("count") if timeline.steps and window.kind == "steady" else None
-        timeline.launches.update(launch_attribution(export, window.start, window.end, count) or {})
+        timeline.launches.update(launch_attribution(export, window.start, window.end, count,
+                                                    lambda name: is_step_like(normalize_name(name))) or {})
     timeline.notes = _graph_notes(export, wa)
     timeline.api_calls = host_calls.api_calls(wa)
     timeline.host_stretches = _host_stretches(export, budgets)

@@ -14,7 +14,8 @@ integer nanoseconds (rounded; a duration is rounded on its own so lengths stay e
 GPU work of one stream that overlaps its predecessor by the rounding is clipped to start where the
 predecessor ends. Extra tables the checks may read, for Kineto only:
 
-    KINETO_CALL_OPS(correlationId, globalTid, start, op)   -- the top-level CPU op or annotation of each CUDA call
+    KINETO_CALL_OPS(correlationId, globalTid, start, depth, op)  -- the CPU ops and annotations around each
+                                                                    CUDA call, outermost (depth 0) first, 3 at most
     KINETO_META(key, value)                                -- rank, world size, CPU ops, record_shapes
 """
 
@@ -34,7 +35,7 @@ import numpy as np
 
 from nsanalyze.errors import InputError
 
-FORMAT_VERSION = 2  # bump when the conversion changes: cached conversions of older versions are not reused
+FORMAT_VERSION = 3  # bump when the conversion changes: cached conversions of older versions are not reused
 PID_SHIFT = 24      # as nsys: globalTid = pid << 24 | tid (nsanalyze.normalize.activity.PID_SHIFT)
 TID_MASK = (1 << PID_SHIFT) - 1
 
@@ -45,7 +46,8 @@ RUNTIME_CATS = {"cuda_runtime", "runtime"}
 DRIVER_CATS = {"cuda_driver"}
 SYNC_CATS = {"cuda_sync"}
 ANNOTATION_CATS = {"user_annotation"}
-CPU_OP_CATS = {"cpu_op", "operator", "python_function"}
+CPU_OP_CATS = {"cpu_op", "operator"}  # python_function frames (with_stack) would make `<module>` the top op
+CALL_OP_DEPTH = 3
 STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 
 # CUPTI's enums as nsys stores them (nsanalyze.read.nsys.MEMCPY_KINDS, MEMORY_KINDS, SYNC_TYPES)
@@ -199,17 +201,6 @@ class _Table:
         self.name, self.columns, self.rows = name, columns, []
 
 
-def _top_level(starts: np.ndarray, ends: np.ndarray, slack: int = 2) -> np.ndarray:
-    """Indices (into arrays sorted by start, longest first) of the events not inside an earlier one
-    (`slack` ns of rounding allowed)."""
-    if not len(starts):
-        return np.zeros(0, dtype=np.int64)
-    reach = np.maximum.accumulate(ends)
-    outer = np.ones(len(starts), dtype=bool)
-    outer[1:] = starts[1:] + slack >= reach[:-1]
-    return np.flatnonzero(outer)
-
-
 def convert(trace: dict, target: Path) -> dict:
     """Writes the trace's activity as an nsys-shaped SQLite file; returns facts about the trace."""
     strings = _Strings()
@@ -351,7 +342,7 @@ def convert(trace: dict, target: Path) -> dict:
                   _global(m[2], m[3]), None, None, 0) for i, m in enumerate(marks)]
     tables.append(nvtx)
 
-    call_ops = _Table("KINETO_CALL_OPS", ("correlationId", "globalTid", "start", "op"))
+    call_ops = _Table("KINETO_CALL_OPS", ("correlationId", "globalTid", "start", "depth", "op"))
     call_ops.rows = _call_ops(calls, call_starts, gtid, ops, marks)
     tables.append(call_ops)
 
@@ -406,7 +397,8 @@ def convert(trace: dict, target: Path) -> dict:
 
 
 def _call_ops(calls, call_starts, gtid, ops, marks) -> list[tuple]:
-    """Each CUDA call's top-level CPU op or annotation on its thread (ProfilerStep#N, the steps, left out)."""
+    """Per CUDA call, the CPU ops and annotations open around it on its thread, outermost first
+    (ProfilerStep#N, the steps, left out): one sweep over the thread's frames and calls in time order."""
     frames = [o for o in ops] + [m for m in marks if not STEP_NAME.match(m[4])]
     if not frames or not calls:
         return []
@@ -415,17 +407,26 @@ def _call_ops(calls, call_starts, gtid, ops, marks) -> list[tuple]:
     threads = np.array([_global(f[2], f[3]) for f in frames], dtype=np.int64)
     call_tid = np.array(gtid, dtype=np.int64)
     rows = []
+    slack = 2  # ns of rounding: a child may end just after its parent
     for thread in np.unique(threads):
         mine = np.flatnonzero(threads == thread)
         mine = mine[np.lexsort((-ends[mine], starts[mine]))]
-        top = mine[_top_level(starts[mine], ends[mine])]
         on_thread = np.flatnonzero(call_tid == thread)
-        if not len(top) or not len(on_thread):
-            continue
-        at = np.searchsorted(starts[top], call_starts[on_thread], side="right") - 1
-        for i, a in zip(on_thread, at):
-            if a >= 0 and call_starts[i] <= ends[top[a]]:
-                rows.append((calls[i][5], int(call_tid[i]), int(call_starts[i]), frames[top[a]][4]))
+        on_thread = on_thread[np.argsort(call_starts[on_thread], kind="stable")]
+        stack: list[int] = []
+        f = 0
+        for i in on_thread:
+            at = call_starts[i]
+            while f < len(mine) and starts[mine[f]] <= at:
+                frame = mine[f]
+                while stack and ends[stack[-1]] + slack < starts[frame]:
+                    stack.pop()
+                stack.append(frame)
+                f += 1
+            while stack and ends[stack[-1]] + slack < at:
+                stack.pop()
+            for depth, frame in enumerate(stack[:CALL_OP_DEPTH]):
+                rows.append((calls[i][5], int(call_tid[i]), int(at), depth, frames[frame][4]))
     return rows
 
 
@@ -477,20 +478,33 @@ def _has_gpu_work(path: Path) -> bool:
         con.close()
 
 
-def launch_attribution(export, start_ns: int, end_ns: int, steps: int | None) -> dict | None:
-    """Kernel launches in the window by the top-level CPU op or annotation that issued them (each
-    launch counted once, a graph launch once however many kernels it ran), and the profiler's own load."""
-    if not export.has("KINETO_CALL_OPS", "correlationId", "op"):
+def launch_attribution(export, start_ns: int, end_ns: int, steps: int | None, is_loop=lambda name: False) -> dict | None:
+    """Kernel launches in the window by the outermost CPU op or annotation around their launch call that
+    is not the loop itself (`is_loop`: a step-like range such as `train_step`), each launch counted once
+    (a graph launch once however many kernels it ran), and the profiler's own load."""
+    if not export.has("KINETO_CALL_OPS", "correlationId", "depth", "op"):
         return None
-    rows = export.query("""SELECT o.op, COUNT(DISTINCT k.correlation_id) FROM kernels k
-        JOIN KINETO_CALL_OPS o ON o.correlationId = k.correlation_id
-        WHERE k.start >= :s AND k.start < :e GROUP BY o.op ORDER BY 2 DESC, 1""", {"s": start_ns, "e": end_ns})
+    window = {"s": start_ns, "e": end_ns}
+    rows = export.query("""SELECT o.correlationId, o.depth, o.op FROM KINETO_CALL_OPS o
+        WHERE o.correlationId IN (SELECT correlation_id FROM kernels WHERE start >= :s AND start < :e)
+        ORDER BY o.correlationId, o.depth""", window)
+    chosen: dict[int, str] = {}
+    loop = {}
+    for corr, _, op in rows:
+        if corr in chosen:
+            continue
+        if op not in loop:
+            loop[op] = bool(is_loop(op))
+        if not loop[op]:
+            chosen[corr] = op
+    counts = Counter(chosen.values())
     total = export.scalar("SELECT COUNT(DISTINCT correlation_id) FROM kernels WHERE start >= :s AND start < :e",
-                          {"s": start_ns, "e": end_ns}) or 0
+                          window) or 0
     meta = dict(export.query("SELECT key, value FROM KINETO_META"))
     per = steps if steps else None
     by_op = [{"op": op, "launches": int(n), "share": n / total if total else None,
-              "per_step": n / per if per else None} for op, n in rows[:10]]
+              "per_step": n / per if per else None}
+             for op, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:10]]
     ops = int(meta.get("cpu_ops") or 0)
     calls = int(meta.get("launch_calls") or 0)
     return {"by_op": by_op,

@@ -257,3 +257,13 @@ def test_a_launch_bound_trace_names_the_op_that_launches_most(tmp_path, analyzed
     budget = {p["part"]: p["ns"] for p in model["timeline"]["budget"]}
     assert sum(budget.values()) == pytest.approx(model["timeline"]["span_ns"], rel=1e-6)  # a budget that adds up
     assert first["estimated_savings_ns"] <= budget["idle_launch"] + 1
+
+
+def test_a_step_annotation_around_everything_is_not_the_op(tmp_path, analyzed):
+    """record_function("train_step") around each step's body: launches go to the ops inside it."""
+    trace = json.load(gzip.open(ATTN))
+    steps = [e for e in trace["traceEvents"] if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    trace["traceEvents"] += [{**e, "name": "train_step", "ts": e["ts"] + 0.001, "dur": e["dur"] - 0.002} for e in steps]
+    model = analyzed(write_trace(tmp_path / "train_step.pt.trace.json", trace))
+    by_op = {row["op"]: row["launches"] for row in model["timeline"]["launches"]["by_op"]}
+    assert "train_step" not in by_op and by_op["Optimizer.step#AdamW.step"] == 48 and by_op["aten::linear"] == 84
