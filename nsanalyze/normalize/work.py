@@ -264,8 +264,10 @@ def _chains(launches: dict) -> list[Chain]:
     ops = np.add.reduceat(single, starts)
     totals = np.add.reduceat(ns, starts)
     longest = np.maximum.reduceat(ns, starts)
-    return [Chain(int(n), int(o), int(t), int(m), tuple(int(x) for x in names[s:s + n]))
-            for s, n, o, t, m in zip(starts, lengths, ops, totals, longest) if n > 1]
+    names = names.tolist()  # one conversion, then slices: chains are many on long captures
+    return [Chain(n, o, t, m, tuple(names[s:s + n]))
+            for s, n, o, t, m in zip(starts.tolist(), lengths.tolist(), ops.tolist(), totals.tolist(),
+                                     longest.tolist()) if n > 1]
 
 
 def _per_device(launches: dict) -> dict:
