@@ -27,7 +27,7 @@ from nsanalyze import __version__
 from nsanalyze.errors import InputError
 
 PROFILE_SUFFIXES = (".ncu-rep", ".sqlite", ".pt.trace.json")  # the last: torch.profiler's trace handler's names
-DATE_IN_PATH = re.compile(r"(20\d\d)[-_]?(\d\d)[-_]?(\d\d)")
+DATE_IN_PATH = re.compile(r"(?<!\d)(20\d\d)([-_]?)(\d\d)\2(\d\d)(?!\d)")   # not inside a longer number
 
 
 @dataclass
@@ -37,8 +37,21 @@ class Outcome:
     detail: str = ""
 
 
-def find_profiles(paths: list[str]) -> list[Path]:
-    """Every profile under the given files and folders, in a stable order."""
+def _file_keys(paths) -> set[tuple[int, int]]:
+    keys = set()
+    for path in paths:
+        try:
+            info = os.stat(path)
+            keys.add((info.st_dev, info.st_ino))
+        except OSError:
+            pass
+    return keys
+
+
+def find_profiles(paths: list[str], exclude=()) -> list[Path]:
+    """Every profile under the given files and folders, in a stable order; `exclude`: files to pass
+    over (batch's own history database and its -wal, -shm and -journal files, when they lie there)."""
+    excluded = _file_keys(exclude)
     found = []
     for given in paths:
         root = Path(given)
@@ -49,9 +62,14 @@ def find_profiles(paths: list[str]) -> list[Path]:
             name = path.name.lower()
             for suffix in (".xz", ".gz"):
                 name = name.removesuffix(suffix)
-            if name.endswith(PROFILE_SUFFIXES):
+            if name.endswith(PROFILE_SUFFIXES) and not (excluded and _file_keys([path]) & excluded):
                 found.append(path)
     return found
+
+
+def own_files(db_path: str) -> list[str]:
+    """The history database and the files SQLite keeps beside it."""
+    return [db_path, *(f"{db_path}{suffix}" for suffix in ("-wal", "-shm", "-journal"))]
 
 
 def content_hash(path: Path) -> str:
@@ -64,9 +82,13 @@ def content_hash(path: Path) -> str:
 
 def run_date(path: Path) -> str:
     """The night a profile belongs to: a date in its path (nightly/2026-11-02/...), else its mtime."""
-    match = DATE_IN_PATH.search(str(path))
-    if match:
-        return f"{match.group(1)}-{match.group(2)}-{match.group(3)}"
+    from datetime import date
+
+    for match in DATE_IN_PATH.finditer(str(path)):   # a calendar date only: build_2099123456 is none
+        try:
+            return date(int(match.group(1)), int(match.group(3)), int(match.group(4))).isoformat()
+        except ValueError:
+            continue
     return datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).strftime("%Y-%m-%d")
 
 
@@ -203,7 +225,7 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
     db = open_history(db_path)
     known = {row[0] for row in db.execute("SELECT content_hash FROM runs")}
     todo, outcomes = [], []
-    for path in find_profiles(paths):
+    for path in find_profiles(paths, exclude=own_files(db_path)):
         content = content_hash(path)
         if content in known:
             outcomes.append(Outcome(str(path), "skipped", "already stored"))

@@ -81,7 +81,7 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
     pyproject.toml (from the working directory up); flags given here win."""
     from nsanalyze.analyze import Options, analyze
     from nsanalyze.config import apply_skip, check_skip, load_settings
-    from nsanalyze.render import check_target, format_for, write_report
+    from nsanalyze.render import check_target, format_for, refuse_inputs, write_report
 
     from nsanalyze.render.locations import parse_path_map
     from nsanalyze.render.sarif import set_paths
@@ -93,12 +93,10 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
     window = window or config.window or "steady"
     fail_on = fail_on or config.fail_on
 
-    inputs = {Path(p).resolve() for p in profiles if Path(p).exists()}
     for target in outputs:
         format_for(target)  # reject unknown formats and unwritable targets before the work
         check_target(target)
-        if target != "-" and Path(target).resolve() in inputs:
-            raise InputError(target, "is one of the input profiles: refusing to write a report over it")
+    refuse_inputs(outputs, profiles, "the input profiles")
     from nsanalyze.kernel_filter import only_kernels
 
     with only_kernels(kernel):
@@ -134,12 +132,13 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
 def diff_command(base, new, outputs, fail_on_regression, force, kernel):
     """Compare two profiles of the same program: per kernel and NVTX range, before, after, and why."""
     from nsanalyze.diff import diff, regressions
-    from nsanalyze.render import format_for, write_bytes
+    from nsanalyze.render import format_for, refuse_inputs, write_bytes
     from nsanalyze.render.diff_report import render_diff
 
     for target in outputs:
         if format_for(target) not in ("json", "markdown", "html"):
             raise InputError(target, "diff reports are .html, .md or .json")
+    refuse_inputs(outputs, (base, new), "the profiles compared")
     from nsanalyze.analyze import Options
     from nsanalyze.config import load_settings
 
@@ -173,14 +172,14 @@ def batch_command(paths, db_path, jobs, label, git_revision, scheduler):
     """Analyze every profile under PATHS into a history database, skipping those already stored."""
     from rich.progress import Progress
 
-    from nsanalyze.batch import batch, default_jobs, find_profiles
+    from nsanalyze.batch import batch, default_jobs, find_profiles, own_files
 
     if scheduler:
         import importlib.util
 
         if importlib.util.find_spec("distributed") is None:
             raise InputError("--scheduler", "needs Dask, an optional part: pip install 'nsanalyze[dask]'")
-    total = len(find_profiles(list(paths)))
+    total = len(find_profiles(list(paths), exclude=own_files(db_path)))
     with Progress(transient=not sys.stderr.isatty()) as progress:
         task = progress.add_task("analyzing", total=total)
         outcomes = batch(list(paths), db_path, jobs or default_jobs(), label, git_revision, scheduler,
@@ -200,7 +199,7 @@ def batch_command(paths, db_path, jobs, label, git_revision, scheduler):
 @click.option("--fail-on-regression", is_flag=True, help="exit 1 when the latest run of a kernel or range regressed")
 def trend_command(db_path, outputs, fail_on_regression):
     """Per-kernel and per-range time across the runs in a history database, regressions marked."""
-    from nsanalyze.render import format_for, write_bytes
+    from nsanalyze.render import format_for, refuse_inputs, write_bytes
     from nsanalyze.render.trend_report import render_trend
     from nsanalyze.trend import regressions_in_last_run, trend
 
@@ -209,6 +208,7 @@ def trend_command(db_path, outputs, fail_on_regression):
     for target in outputs:
         if format_for(target) not in ("json", "markdown", "html"):
             raise InputError(target, "trend reports are .html, .md or .json")
+    refuse_inputs(outputs, (db_path, f"{db_path}-wal", f"{db_path}-shm"), "the history database's files")
     result = trend(db_path)
     for target in outputs:
         write_bytes(render_trend(result, format_for(target)).encode(), target)
@@ -235,7 +235,7 @@ def stats_command(export_path, reports, fmt, output, window):
     """The tables of `nsys stats` (CUDA API, GPU kernels, memcpy time and size, NVTX, OS runtime) from an export."""
     from nsanalyze import stats as nsstats
     from nsanalyze.read import read_profile
-    from nsanalyze.render import write_bytes
+    from nsanalyze.render import refuse_inputs, write_bytes
 
     names = [name.strip() for name in reports.split(",") if name.strip()]
     unknown = [name for name in names if name not in nsstats.REPORTS]
@@ -249,6 +249,11 @@ def stats_command(export_path, reports, fmt, output, window):
             raise InputError(output, "stats files are .csv or .json (or give --format)")
     if fmt == "table" and output and output != "-":
         raise InputError(output, "a table is for the terminal; write .csv or .json")
+    if output and output != "-":
+        stem = output[:-4] if output.lower().endswith(".csv") else output
+        several = fmt == "csv" and len(names) > 1
+        refuse_inputs([f"{stem}_{name}.csv" for name in names] if several else [output], (export_path,),
+                      "the inputs (the export)")
     export = read_profile(export_path)
     if getattr(export, "kind", None) not in ("nsys", "kineto"):
         raise InputError(export_path, "stats reads Nsight Systems exports (.sqlite), not Nsight Compute reports")
@@ -282,7 +287,9 @@ def metrics(profile, output, kernel):
     """Write the normalized metrics table of PROFILE, one row per kernel launch."""
     from nsanalyze.kernel_filter import only_kernels
     from nsanalyze.metrics_export import metrics_frame, write_frame
+    from nsanalyze.render import refuse_inputs
 
+    refuse_inputs([output], (profile,), "the inputs (the profile)")
     with only_kernels(kernel):
         frame = metrics_frame(profile)
     write_frame(frame, output)

@@ -520,3 +520,59 @@ def test_csv_cells_never_start_a_formula(tmp_path):
         cells = [c for row in csv.reader(out.read_text().splitlines()) for c in row]
         assert not [c for c in cells if c[:1] in ("=", "+", "@") or (c[:1] == "-" and not c[1:2].isdigit())]
         assert any(c == "'=HYPERLINK(\"http://e\",\"x\")" for c in cells) and "'-1+1" in cells
+
+
+@pytest.mark.parametrize("command", ["diff-base", "diff-new", "metrics", "stats", "stats-several", "trend",
+                                     "report-hard-link"])
+def test_no_command_writes_over_its_inputs(tmp_path, command):
+    """`-o` naming an input (itself, a symlink or a hard link to it): one line, exit 2, the input untouched."""
+    from tests.conftest import REAL
+
+    base, new = _real(tmp_path, "a.json", "nightly1_nsys.sqlite.xz"), _real(tmp_path, "b.json", "nightly2_nsys.sqlite.xz")
+    if command == "trend":
+        db = tmp_path / "h.json"
+        assert run_cli("batch", REAL / "nightly1_nsys.sqlite.xz", "--db", db).returncode == 0
+        victim, args = db, ("trend", "--db", db, "-o", tmp_path / "link.json")
+        (tmp_path / "link.json").symlink_to(db)
+    elif command == "stats-several":
+        victim = tmp_path / "s_nvtx_sum.csv"
+        os.replace(base, victim)
+        args = ("stats", victim, "--report", "cuda_gpu_kern_sum,nvtx_sum", "-o", tmp_path / "s.csv")
+    elif command == "report-hard-link":
+        victim = base
+        os.link(base, tmp_path / "r.json")
+        args = ("report", base, "-o", tmp_path / "r.json")
+    else:
+        victim = new if command == "diff-new" else base
+        args = {"diff-base": ("diff", base, new, "-o", base), "diff-new": ("diff", base, new, "-o", new),
+                "metrics": ("metrics", base, "-o", base), "stats": ("stats", base, "-o", base)}[command]
+    digest = _digest(victim)
+    result = run_cli(*args)
+    assert result.returncode == 2 and "refusing to write over it" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and _digest(victim) == digest
+
+
+def test_batch_passes_over_its_own_database_in_the_folder(tmp_path):
+    folder = tmp_path / "nightly"
+    folder.mkdir()
+    _real(folder, "run.sqlite", "nightly1_nsys.sqlite.xz")
+    db = folder / "history.sqlite"
+    for _ in range(2):
+        result = run_cli("batch", folder, "--db", db)
+        assert result.returncode == 0 and "0 failed" in result.stderr and "history" not in result.stderr, result.stderr
+    assert "0 stored, 1 already there, 0 failed" in result.stderr
+
+
+def test_dates_from_folder_names_are_calendar_dates(tmp_path):
+    from nsanalyze.batch import run_date
+
+    folder = tmp_path / "build_2099123456"
+    folder.mkdir()
+    path = _real(folder, "run.sqlite", "nightly1_nsys.sqlite.xz")
+    os.utime(path, (86400 * 365 * 56, 86400 * 365 * 56))              # mtime: 2025-12-18
+    assert run_date(path) == "2025-12-18"                              # not 2099-12-34
+    for name, day in (("nightly/2026-11-02", "2026-11-02"), ("n_20261102", "2026-11-02"),
+                      ("2026-02-30/2026-03-01", "2026-03-01"), ("x20261102999", "2025-12-18")):
+        (tmp_path / name).mkdir(parents=True)
+        os.link(path, tmp_path / name / "run.sqlite")
+        assert run_date(tmp_path / name / "run.sqlite") == day, name

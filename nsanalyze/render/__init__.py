@@ -70,6 +70,38 @@ def check_target(target: str) -> None:
         raise InputError(target, "cannot write over it (read-only)")
 
 
+def refuse_inputs(targets, inputs, what: str = "the inputs") -> None:
+    """No command writes over what it reads: a target naming an input (the same path, a symlink or a
+    hard link to it) is refused before any work, one line naming it."""
+    seen, resolved = set(), set()
+    for source in inputs:
+        if not source or source == "-":
+            continue
+        try:
+            info = os.stat(source)
+            seen.add((info.st_dev, info.st_ino))
+        except OSError:
+            pass
+        try:
+            resolved.add(Path(source).resolve())
+        except (OSError, RuntimeError):
+            pass
+    for target in targets:
+        if not target or target == "-":
+            continue
+        try:
+            info = os.stat(target)
+            same = (info.st_dev, info.st_ino) in seen
+        except OSError:
+            same = False
+        try:
+            same = same or Path(target).resolve() in resolved
+        except (OSError, RuntimeError):
+            pass
+        if same:
+            raise InputError(target, f"is one of {what}: refusing to write over it")
+
+
 def write_bytes(data: bytes, target: str) -> None:
     """Writes to stdout (`-`) or to a file, atomically."""
     if target == "-":
