@@ -18,8 +18,7 @@ from nsanalyze.normalize import normalize_ncu
 from nsanalyze.numbers import finite
 from nsanalyze.normalize.clocks import clock_control
 from nsanalyze.normalize.kernel_groups import group_launches
-from nsanalyze.normalize.kernels import CLOCK_CYCLE_METRICS, EXTRA_RAW_METRICS, IDENTITY_COLUMNS
-from nsanalyze.normalize.metric_table import raw_metric_names
+from nsanalyze.normalize.kernels import IDENTITY_COLUMNS, metrics_to_read
 from nsanalyze.normalize.roofline import roofline
 from nsanalyze.rank import apply_roof_gate, merge_per_kernel, rank
 from nsanalyze.read import NcuReport, NsysExport, read_profile, read_profiles
@@ -36,8 +35,11 @@ class Options:
 
 
 def _profile_entry(profile) -> dict:
-    return {"path": profile.path, "kind": profile.kind, "gpu": profile.device_name,
-            "compute_capability": profile.compute_capability}
+    entry = {"path": profile.path, "kind": profile.kind, "gpu": profile.device_name,
+             "compute_capability": profile.compute_capability}
+    if getattr(profile, "set_aside", None):   # impossible values read past (read/ncu.py, read/nsys.py)
+        entry["set_aside_values"] = dict(profile.set_aside)
+    return entry
 
 
 NVIDIA_LINK = re.compile(r"@(?:section|url):([^:@]*):?([^@]*)@")
@@ -153,7 +155,7 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
     except ValueError as exc:
         raise InputError("--set", str(exc)) from None
     profiles = [profile for path in paths  # a folder of per-rank PyTorch profiler traces is several
-                for profile in read_profiles(path, raw_metric_names() | CLOCK_CYCLE_METRICS | EXTRA_RAW_METRICS, read_profile)]
+                for profile in read_profiles(path, metrics_to_read(), read_profile)]
     ncu_reports = [p for p in profiles if isinstance(p, NcuReport)]
     nsys_exports = [p for p in profiles if isinstance(p, NsysExport)]
 

@@ -9,12 +9,12 @@ import pandas as pd
 
 from nsanalyze.errors import InputError
 from nsanalyze.normalize import normalize_ncu, normalize_nsys_kernels
-from nsanalyze.normalize.metric_table import raw_metric_names
+from nsanalyze.normalize.kernels import metrics_to_read
 from nsanalyze.read import NcuReport, read_profile
 
 
 def metrics_frame(path) -> pd.DataFrame:
-    profile = read_profile(path, ncu_metrics=raw_metric_names())
+    profile = read_profile(path, ncu_metrics=metrics_to_read())
     if isinstance(profile, NcuReport):
         table = normalize_ncu(profile)
     else:

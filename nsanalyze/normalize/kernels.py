@@ -96,6 +96,14 @@ TENSOR_OPS_METRICS = tuple(f"sm__ops_path_tensor_src_{kind}.sum" for kind in (
     "fp8_sparsity_on", "fp16_sparsity_off", "fp16_sparsity_on", "bf16_dst_fp32_sparsity_off",
     "tf32_dst_fp32_sparsity_off"))
 EXTRA_RAW_METRICS = frozenset({name for pair in FP_OPS.values() for name in pair} | set(TENSOR_OPS_METRICS))
+
+
+def metrics_to_read() -> frozenset[str]:
+    """Every raw ncu metric the normalized table reads (metrics.csv's rows, the clock cycles, the FP and
+    tensor op counts): what a reader keeps of a launch's thousands. One list for every command."""
+    from nsanalyze.normalize.metric_table import raw_metric_names
+
+    return raw_metric_names() | CLOCK_CYCLE_METRICS | EXTRA_RAW_METRICS
 SMSP_PER_SM = 4  # every SM from Volta to Blackwell has four sub-partitions (schedulers)
 
 

@@ -47,11 +47,11 @@ def test_reading_only_the_table_metrics_changes_no_concept():
     """The report path keeps only the raw metrics metrics.csv reads: the normalized table is the same
     as from a read of every metric, on a --set full report."""
     from nsanalyze.normalize import normalize_ncu
-    from nsanalyze.normalize.metric_table import raw_metric_names
+    from nsanalyze.normalize.kernels import metrics_to_read
     from tests.conftest import REAL
 
     path = REAL / "gpt_bf16_full.ncu-rep.xz"
-    everything, subset = read_profile(path), read_profile(path, ncu_metrics=raw_metric_names())
+    everything, subset = read_profile(path), read_profile(path, ncu_metrics=metrics_to_read())
     assert len(subset.launches[0].metrics) < len(everything.launches[0].metrics) / 4
     assert normalize_ncu(subset).rows == normalize_ncu(everything).rows
 
