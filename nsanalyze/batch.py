@@ -106,14 +106,23 @@ def _ranges_per_instance(ranges: list[dict]) -> list[dict]:
 
 
 def analyze_for_history(path: str) -> dict:
-    """Worker: analyzes one profile and returns the rows to store (plain data, picklable)."""
+    """Worker: analyzes one profile and returns the rows to store (plain data, picklable), or
+    {"error": reason}: one bad profile is reported failed, never the end of the batch."""
+    try:
+        return _history_rows(path)
+    except InputError as exc:
+        return {"error": exc.reason}
+    except MemoryError:
+        return {"error": "out of memory while analyzing it"}
+    except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen value: this profile fails, not the batch
+        return {"error": f"internal error ({exc.__class__.__name__}: {exc})"}
+
+
+def _history_rows(path: str) -> dict:
     from nsanalyze.analyze import analyze
     from nsanalyze.normalize.steps import median_noise, steps_in_window
 
-    try:
-        model = analyze([path])
-    except InputError as exc:
-        return {"error": exc.reason}
+    model = analyze([path])
     profile = model["profiles"][0]
     timeline = model.get("timeline") or {}
     steps = timeline.get("steps")
@@ -226,7 +235,13 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
     known = {row[0] for row in db.execute("SELECT content_hash FROM runs")}
     todo, outcomes = [], []
     for path in find_profiles(paths, exclude=own_files(db_path)):
-        content = content_hash(path)
+        try:
+            content = content_hash(path)
+        except OSError as exc:   # a link into /proc, a device, a file gone: this one fails, the rest go on
+            outcomes.append(Outcome(str(path), "failed", f"cannot read it ({exc.strerror or exc})"))
+            if progress:
+                progress(outcomes[-1])
+            continue
         if content in known:
             outcomes.append(Outcome(str(path), "skipped", "already stored"))
             if progress:
@@ -273,7 +288,13 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
         try:
             futures = {pool.submit(analyze_for_history, str(p)): (p, c) for p, c in todo}
             for future in as_completed(futures):
-                record(*futures[future], future.result())
+                try:
+                    rows = future.result()
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - its worker died (killed, out of memory): this profile failed
+                    rows = {"error": f"its worker ended ({exc.__class__.__name__}: {exc})"}
+                record(*futures[future], rows)
         except BaseException:  # Ctrl-C, SIGTERM (raised as SystemExit by the CLI), an error: stop the workers now
             pool.shutdown(wait=False, cancel_futures=True)
             for process in list((getattr(pool, "_processes", None) or {}).values()):

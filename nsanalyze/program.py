@@ -15,6 +15,7 @@ from nsanalyze.normalize import normalize_nsys_kernels, work
 from nsanalyze.normalize.timeline import Timeline, build_timeline
 from nsanalyze.numbers import finite
 from nsanalyze.read.nsys import NsysExport, sqlite_input_error
+from nsanalyze.render.format import set_aside_note
 
 
 @dataclass
@@ -117,7 +118,7 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
         "steps": timeline.steps,
         "host_stretches": timeline.host_stretches,
         "phases": timeline.phases,
-        "notes": timeline.notes,
+        "notes": timeline.notes + [note for note in [set_aside_note(export.set_aside)] if note],
         "api_calls": timeline.api_calls,
         "dropped_rows": export.dropped_rows,
         "devices": timeline.devices,

@@ -4,6 +4,7 @@ No silent wrong answer, no write to an input, no hang, no injection (docs/reliab
 
 import hashlib
 import os
+import re
 import shutil
 import sqlite3
 import stat
@@ -576,3 +577,138 @@ def test_dates_from_folder_names_are_calendar_dates(tmp_path):
         (tmp_path / name).mkdir(parents=True)
         os.link(path, tmp_path / name / "run.sqlite")
         assert run_date(tmp_path / name / "run.sqlite") == day, name
+
+
+def _poisoned_ncu(monkeypatch, poison: dict):
+    """NVIDIA's reader of a real report made to return `poison[(launch, metric)]` for those metrics (an
+    ncu value of -1e12, a duration of ±inf, a clock of -1: what a damaged or hostile report holds)."""
+    from nsanalyze.read import ncu
+
+    real = ncu._read_action
+
+    class Metric:
+        def __init__(self, metric, value):
+            self._metric, self._value = metric, value
+
+        def as_double(self, *args):
+            return self._value if not args else self._metric.as_double(*args)
+
+        def __getattr__(self, name):
+            return getattr(self._metric, name)
+
+    class Action:
+        def __init__(self, action, index):
+            self._action, self._index = action, index
+
+        def metric_by_name(self, name):
+            metric = self._action.metric_by_name(name)
+            key = next((k for k in ((self._index, name), ("*", name)) if k in poison), None)
+            return metric if key is None or metric is None else Metric(metric, poison[key])
+
+        def __getattr__(self, name):
+            return getattr(self._action, name)
+
+    def poisoned(ncu_report, action, index, *args, **kwargs):
+        return real(ncu_report, Action(action, index), index, *args, **kwargs)
+
+    monkeypatch.setattr(ncu, "_read_action", poisoned)
+
+
+def _run_in_process(*args) -> int:
+    from nsanalyze import cli
+
+    try:
+        cli.main([str(a) for a in args])
+    except SystemExit as exc:
+        return exc.code or 0
+    return 0
+
+
+def test_impossible_ncu_values_are_set_aside_and_counted(tmp_path, monkeypatch, capsys):
+    """The dev suite's ncu report with a duration of +inf and of -inf, DRAM bytes of -1e12 and a boost
+    clock of -1 kHz on every launch: a report in every format, those values counted, never shown as
+    numbers (no "0 ns" for ±inf, no clock-throttling percentage from a negative clock)."""
+    import json
+
+    from tests.conftest import DEV_SUITE_NCU
+
+    _poisoned_ncu(monkeypatch, {(0, "gpu__time_duration.sum"): float("inf"),
+                                (1, "gpu__time_duration.sum"): float("-inf"),
+                                (2, "dram__bytes_read.sum"): -1e12,
+                                ("*", "device__attribute_max_gpu_frequency_khz"): -1.0})
+    out = tmp_path / "r"
+    code = _run_in_process("report", DEV_SUITE_NCU, *(x for f in ("json", "md", "html") for x in ("-o", f"{out}.{f}")))
+    assert code == 0, capsys.readouterr().err
+    model = json.loads((tmp_path / "r.json").read_text())
+    counts = model["profiles"][0]["set_aside_values"]
+    assert counts["gpu__time_duration.sum"] == 2 and counts["dram__bytes_read.sum"] == 1
+    assert counts["device__attribute_max_gpu_frequency_khz"] == 12
+    assert len(model["profiles"][0]["unmeasured_launches"]) == 2     # the two launches without a duration
+    assert not [f["title"] for f in model["findings"] if re.search(r"-\d[\d.]*%|inf|nan", f["title"])]
+    assert not [f for f in model["findings"] if f["check"] == "clock-throttling"]
+    assert all(k["duration_ns"] is None or k["duration_ns"] > 0 for k in model["kernels"])
+    for suffix in ("md", "html"):
+        assert "Set aside: 15 values" in (tmp_path / f"r.{suffix}").read_text()
+
+
+@pytest.mark.parametrize("value", [-1, 0, float("inf"), "fast"])
+def test_impossible_gpu_clock_in_an_export_is_set_aside(tmp_path, value):
+    """A clock rate of -1 in TARGET_INFO_GPU made clock-throttling say "runs at -198000000000% of its maximum"."""
+    import json
+
+    path = _real(tmp_path, "clock.sqlite", "spin_gpumetrics_nsys.sqlite.xz")
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE TARGET_INFO_GPU SET clockRate = ?", (value,))
+    out = tmp_path / "r.json"
+    assert_handled(run_cli("report", path, "-o", out, "-o", tmp_path / "r.md"))
+    model = json.loads(out.read_text())
+    assert not [f for f in model["findings"] if f["check"] == "clock-throttling"]
+    assert any(n.startswith("Set aside: 1 value") and "TARGET_INFO_GPU.clockRate" in n for n in model["timeline"]["notes"])
+    assert "Set aside: 1 value" in (tmp_path / "r.md").read_text()
+
+
+def test_impossible_copy_sizes_and_launch_shapes_are_set_aside(tmp_path):
+    """A real export's copies of -1e12 bytes, text or a real number, and kernels with a grid of -5 and
+    -1e12 bytes of shared memory: kept without those values, which are counted in the notes."""
+    import json
+
+    for case, sql in (("bytes", "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = CASE rowid % 3 WHEN 0 THEN -1000000000000 "
+                                "WHEN 1 THEN 'many' ELSE 1.5 END"),
+                      ("shape", "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = -5, staticSharedMemory = -1e12")):
+        path = _real(tmp_path, f"{case}.sqlite", "matmul_sync_nsys.sqlite.xz")
+        with sqlite3.connect(path) as con:
+            con.execute(sql)
+        out = tmp_path / f"{case}.json"
+        assert_handled(run_cli("report", path, "-o", out))
+        text = out.read_text()
+        model = json.loads(text)
+        assert any(n.startswith("Set aside: ") for n in model["timeline"]["notes"]), model["timeline"]["notes"]
+        assert "-1000000000000" not in text and "-1e+12" not in text and '"grid_x": -5' not in text
+
+
+def test_one_bad_profile_never_aborts_a_batch(tmp_path, monkeypatch):
+    """A profile whose analysis fails with an internal error, and a link to /proc/self/mem, among good ones:
+    those two reported failed, the good ones stored."""
+    from nsanalyze import analyze as analyze_module
+    from nsanalyze.batch import batch
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    for name in ("a", "b", "c"):
+        _real(folder, f"{name}_nsys.sqlite", f"nightly{ {'a': 1, 'b': 2, 'c': '3_slow'}[name]}_nsys.sqlite.xz")
+    (folder / "mem.sqlite").symlink_to("/proc/self/mem")
+    real = analyze_module.analyze
+
+    def failing(paths, *args, **kwargs):
+        if "b_nsys" in str(paths[0]):
+            raise ZeroDivisionError("a bug")
+        return real(paths, *args, **kwargs)
+
+    monkeypatch.setattr(analyze_module, "analyze", failing)
+    outcomes = batch([str(folder)], str(tmp_path / "h.sqlite"), jobs=1)
+    status = {Path(o.path).name: o.status for o in outcomes}
+    assert status == {"a_nsys.sqlite": "stored", "b_nsys.sqlite": "failed", "c_nsys.sqlite": "stored",
+                      "mem.sqlite": "failed"}, outcomes
+    assert "internal error (ZeroDivisionError" in next(o.detail for o in outcomes if "b_nsys" in o.path)
+    with sqlite3.connect(tmp_path / "h.sqlite") as con:
+        assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2

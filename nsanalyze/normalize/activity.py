@@ -135,7 +135,25 @@ def kernels_query(where: str, params: dict) -> IntQuery:
 
 
 def read_kernels(export: NsysExport, where: str, params: dict) -> Columns:
-    return _with_processes(Columns(export.read_columns([kernels_query(where, params)])[0]))
+    return _with_valid_shape(_with_processes(Columns(export.read_columns([kernels_query(where, params)])[0])))
+
+
+def _with_valid_shape(table: Columns, set_aside: dict | None = None) -> Columns:
+    """A negative grid, block, register or shared-memory size is no launch shape: read as absent (and
+    counted in `set_aside` under the kernel table, when given)."""
+    bad = 0
+    for name, absent in KERNEL_SHAPE.items():
+        values = getattr(table, name, None)
+        if values is None:
+            continue
+        wrong = values < (0 if absent == NO_MIN else -1)
+        if wrong.any():
+            bad += int(np.count_nonzero(wrong))
+            table.replace(name, np.where(wrong, values.dtype.type(absent) if absent == NO_MAX else NO_MIN, values))
+    if bad and set_aside is not None:
+        key = "CUPTI_ACTIVITY_KIND_KERNEL launch shape"
+        set_aside[key] = set_aside.get(key, 0) + bad
+    return table
 
 
 def read_activity(export: NsysExport, window: tuple[int, int]) -> Activity:
@@ -151,7 +169,7 @@ def read_activity(export: NsysExport, window: tuple[int, int]) -> Activity:
                      f"FROM api_raw WHERE end > :ws - {CALL_LOOKBACK_NS} AND start < :we", params, NARROW_COLUMNS)
     tables = export.read_columns([kernels_query("end >= :ws AND start < :we", params), calls, copies])
     kernels, calls, copies = (_with_processes(Columns(table)) for table in tables)
-    return Activity(start, end, kernels, copies, calls)
+    return Activity(start, end, _with_valid_shape(kernels, export.set_aside), copies, calls)
 
 
 def _with_processes(table: Columns) -> Columns:

@@ -9,6 +9,7 @@ Interpretation happens downstream, in `nsanalyze.normalize`.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from nsanalyze.errors import InputError
@@ -131,6 +132,7 @@ class NcuReport:
     units: dict[str, str]
     kind: str = "ncu"
     unmeasured: list[NcuLaunch] = field(default_factory=list)  # launches the report holds no metrics for
+    set_aside: dict[str, int] = field(default_factory=dict)   # metric -> values set aside (±inf, -1e12, clock <= 0)
 
     @property
     def device_name(self) -> str | None:
@@ -187,8 +189,25 @@ ALWAYS_READ = frozenset({"gpu__time_duration.sum", "gpu__time_duration", "device
                          *SOURCE_COUNTERS})
 
 
+# Values that must be above zero: a clock, a rate, an SM count, a duration of 0 or less is no measurement.
+POSITIVE = re.compile(r"frequency|clock_rate|cycles_elapsed\.\w+\.per_second|multiprocessor_count|^gpu__time_duration")
+
+
+FAR_BELOW_ZERO = -1e9
+
+
+def impossible(name: str, value: float) -> bool:
+    """A value no measurement gives: not finite; a billion or more below zero; or a clock, rate, SM count
+    or duration of zero or less. ncu's own counters, derived by subtraction, can be a little below zero
+    (-746 shared-memory bank conflicts, -2 L2 sectors in real reports; pct metrics a hundredth below zero,
+    maxima above 100%): those are kept, as read."""
+    if not math.isfinite(value):
+        return True
+    return value <= FAR_BELOW_ZERO or (value <= 0 and bool(POSITIVE.search(name)))
+
+
 def _read_action(ncu_report, action, index: int, range_index: int, units: dict, context=None,
-                 wanted: frozenset | None = None) -> NcuLaunch:
+                 wanted: frozenset | None = None, set_aside: dict | None = None) -> NcuLaunch:
     metrics: dict[str, float] = {}
     strings: dict[str, str] = {}
     with_source: list[str] = []
@@ -205,6 +224,10 @@ def _read_action(ncu_report, action, index: int, range_index: int, units: dict, 
             continue
         value = metric.as_double()
         if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        if impossible(name, value):   # set aside and counted (NcuReport.set_aside), never used
+            if set_aside is not None:
+                set_aside[name] = set_aside.get(name, 0) + 1
             continue
         metrics[name] = value
         if name not in units:
@@ -264,16 +287,18 @@ def read_ncu(path, display_path=None, metrics=None) -> NcuReport:
     if context is None:
         raise InputError(display, "not a readable Nsight Compute report")
     units: dict[str, str] = {}
+    set_aside: dict[str, int] = {}
     launches: list[NcuLaunch] = []
     try:
         for range_index in range(context.num_ranges()):
             profile_range = context.range_by_idx(range_index)
             for action_index in range(profile_range.num_actions()):
                 action = profile_range.action_by_idx(action_index)
-                launches.append(_read_action(ncu_report, action, len(launches), range_index, units, context, wanted))
+                launches.append(_read_action(ncu_report, action, len(launches), range_index, units, context, wanted,
+                                             set_aside))
     except Exception as exc:
         raise InputError(display, f"corrupt Nsight Compute report ({exc})") from None
     if not launches:
         raise InputError(display, "not a usable Nsight Compute report: it holds no kernel launches")
     measured, unmeasured = set_aside_unmeasured(launches, display)
-    return NcuReport(path=display, launches=measured, units=units, unmeasured=unmeasured)
+    return NcuReport(path=display, launches=measured, units=units, unmeasured=unmeasured, set_aside=set_aside)

@@ -18,6 +18,7 @@ aggregates in SQLite:
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import time
@@ -54,6 +55,8 @@ VALID_INTERVAL = (f"typeof(start) = 'integer' AND typeof(end) = 'integer' AND en
                   f"AND end - start < {MAX_INTERVAL_NS}")
 GRAPH_TRACE_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 GRAPH_NAME_BASE = 1 << 30  # StringIds ids of the names given to whole-graph executions (above any real id; fits int32)
+# A copy's size: a non-negative integer, else none (NULL, text, a real, -1e12: set aside and counted).
+VALID_BYTES = "CASE WHEN typeof(bytes) = 'integer' AND bytes >= 0 THEN bytes END"
 COUNTED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                   "CUPTI_ACTIVITY_KIND_RUNTIME")
 
@@ -78,6 +81,7 @@ class NsysExport:
     devices: list[Device] = field(default_factory=list)
     session_start_utc_ns: int | None = None
     dropped_rows: dict[str, int] = field(default_factory=dict)  # table -> rows without a valid interval
+    set_aside: dict[str, int] = field(default_factory=dict)     # "TABLE.column" -> values no GPU has (clock <= 0)
     kind: str = "nsys"
     arrow: "ArrowReader | None" = None  # a second, Arrow-native reader of the same file (bulk columns)
     first_gpu_ns: int | None = None     # start of the first kernel, copy or memset
@@ -358,14 +362,14 @@ def _create_views(export: NsysExport) -> None:
     if mc in export.tables:
         parts.append(f"""SELECT start, end, end - start AS duration_ns, deviceId AS device_id, streamId AS stream_id,
             {_col(export, mc, 'correlationId')} AS correlation_id, {_col(export, mc, 'globalPid')} AS global_pid,
-            bytes, 'memcpy' AS operation, copyKind AS copy_kind,
+            {VALID_BYTES} AS bytes, 'memcpy' AS operation, copyKind AS copy_kind,
             {_col(export, mc, 'srcKind')} AS src_kind, {_col(export, mc, 'dstKind')} AS dst_kind FROM {mc}
             WHERE {VALID_INTERVAL} AND typeof(deviceId) = 'integer'""")
     ms = "CUPTI_ACTIVITY_KIND_MEMSET"
     if ms in export.tables:
         parts.append(f"""SELECT start, end, end - start, deviceId, streamId,
             {_col(export, ms, 'correlationId')}, {_col(export, ms, 'globalPid')},
-            bytes, 'memset', NULL, NULL, {_col(export, ms, 'memKind')} FROM {ms}
+            {VALID_BYTES}, 'memset', NULL, NULL, {_col(export, ms, 'memKind')} FROM {ms}
             WHERE {VALID_INTERVAL} AND typeof(deviceId) = 'integer'""")
     if not parts:
         parts.append("SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0")
@@ -420,11 +424,28 @@ def _number(value):
     return finite_float(value)
 
 
-def _device(row) -> Device:
-    """A device from TARGET_INFO_*: numbers that are not numbers, and names that are not text, become None."""
+def _positive(value, where: str, set_aside: dict | None):
+    """A count, clock or bandwidth: a finite number above zero, else None; a value that is there but is
+    no such number (text, NaN, ±inf, 0, -1) is counted in `set_aside` under `where`."""
+    number = _number(value)
+    if number is not None and number > 0:
+        return number
+    if value is not None and set_aside is not None:
+        set_aside[where] = set_aside.get(where, 0) + 1
+    return None
+
+
+DEVICE_COLUMNS = ("smCount", "clockRate", "memoryBandwidth")
+
+
+def _device(row, table: str = "TARGET_INFO_GPU", set_aside: dict | None = None) -> Device:
+    """A device from TARGET_INFO_*: numbers that are not positive numbers, and names that are not text,
+    become None (and are counted in `set_aside`: a clock rate of -1 is no clock)."""
     name = row[1] if isinstance(row[1], str) else None
     cc = row[5] if isinstance(row[5], str) and row[5].replace(".", "").isdigit() else None
-    return Device(row[0], name, _number(row[2]), _number(row[3]), _number(row[4]), cc)
+    sm, clock, bandwidth = (_positive(row[i], f"{table}.{column}", set_aside)
+                            for i, column in zip((2, 3, 4), DEVICE_COLUMNS))
+    return Device(row[0], name, sm, clock, bandwidth, cc)
 
 
 def _devices(export: NsysExport) -> list[Device]:
@@ -433,12 +454,12 @@ def _devices(export: NsysExport) -> list[Device]:
         cc = "computeMajor || '.' || computeMinor" if export.has("TARGET_INFO_GPU", "computeMajor") else "NULL"
         for row in export.query(f"""SELECT id, name, smCount, clockRate, memoryBandwidth, {cc} FROM TARGET_INFO_GPU
                                      WHERE typeof(id) = 'integer'"""):
-            devices[row[0]] = _device(row)
+            devices[row[0]] = _device(row, "TARGET_INFO_GPU", export.set_aside)
     elif export.has("TARGET_INFO_CUDA_GPU", "deviceId", "name"):  # nsys 2020.x
         for row in export.query("""SELECT deviceId, name, numMultiprocessors, coreClockRate * 1000,
                 globalMemoryBandwidth * 1000, computeCapabilityMajor || '.' || computeCapabilityMinor
                 FROM TARGET_INFO_CUDA_GPU WHERE typeof(deviceId) = 'integer'"""):
-            devices[row[0]] = _device(row)
+            devices[row[0]] = _device(row, "TARGET_INFO_CUDA_GPU", export.set_aside)
     elif export.has("TARGET_INFO_GPU", "deviceId", "name"):
         for row in export.query("SELECT deviceId, name FROM TARGET_INFO_GPU WHERE typeof(deviceId) = 'integer'"):
             devices[row[0]] = Device(row[0], row[1])
@@ -459,11 +480,17 @@ def _survey(export: NsysExport) -> None:
         gpu = table not in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
         on_device = "typeof(deviceId) = 'integer'" if gpu else "1"
         grade = f"CASE WHEN NOT ({VALID_INTERVAL}) THEN 0 WHEN {on_device} THEN 2 ELSE 1 END"
+        sized = table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") and export.has(table, "bytes")
+        bad_bytes = f"bytes IS NOT NULL AND ({VALID_BYTES}) IS NULL" if sized else "0"
         queries.append(IntQuery({"invalid": ("COALESCE(SUM(grade = 0), 0)", None),
-                                 "first": ("MIN(CASE WHEN grade = 2 THEN start END)", -1)},
-                                f'FROM (SELECT {grade} AS grade, start FROM "{table}")'))
+                                 "first": ("MIN(CASE WHEN grade = 2 THEN start END)", -1),
+                                 "bad_bytes": ("COALESCE(SUM(grade != 0 AND bad_bytes), 0)", None)},
+                                f'FROM (SELECT {grade} AS grade, start, {bad_bytes} AS bad_bytes FROM "{table}")'))
         names.append((table, gpu))
     for (table, gpu), result in zip(names, export.read_columns(queries)):
+        bad_bytes = int(result["bad_bytes"].sum())
+        if bad_bytes:   # sizes that are no size: the copy is kept, its bytes read as none
+            export.set_aside[f"{table}.bytes"] = bad_bytes
         invalid = int(result["invalid"].sum())
         if invalid and table in COUNTED_TABLES:
             export.dropped_rows[table] = invalid
@@ -475,21 +502,62 @@ def _survey(export: NsysExport) -> None:
                 export.first_call_ns = min(first, export.first_call_ns if export.first_call_ns is not None else first)
 
 
-SQL_TIME_LIMIT_S = float(os.environ.get("NSANALYZE_SQL_TIME_LIMIT_S", "900"))
+# SQLite's time on one export: 60 s and 3 s per MB (a 3 MB export 69 s, a 1 GB one 50 minutes, where
+# reading it takes about 30 s); NSANALYZE_SQL_TIME_LIMIT_S sets one limit for every export.
+SQL_TIME_BASE_S, SQL_TIME_PER_MB_S = 60.0, 3.0
 
 
-def sqlite_input_error(path: str, exc: sqlite3.DatabaseError) -> InputError:
+def _limit_from_environment() -> float | None:
+    try:
+        value = float(os.environ.get("NSANALYZE_SQL_TIME_LIMIT_S", "0"))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+SQL_TIME_LIMIT_S = _limit_from_environment()
+
+
+def time_limit_s(path) -> float:
+    """The SQLite time limit of an export: NSANALYZE_SQL_TIME_LIMIT_S when set, else scaled with its size."""
+    if SQL_TIME_LIMIT_S is not None:
+        return SQL_TIME_LIMIT_S
+    try:
+        size_mb = os.stat(path).st_size / 1e6
+    except OSError:
+        size_mb = 0.0
+    return SQL_TIME_BASE_S + SQL_TIME_PER_MB_S * size_mb
+
+
+_TIMED_OUT: dict[str, float] = {}   # exports whose SQLite work was stopped by their time limit -> the limit
+
+
+def sqlite_input_error(path: str, exc: sqlite3.DatabaseError) -> BaseException:
+    """The exception for a failed SQLite read. "interrupted" is the time limit only when the limit
+    stopped it; else it was Ctrl-C (SIGINT arrives in the progress handler, which SQLite turns into
+    "interrupted"): a KeyboardInterrupt, exit 130, not bad input."""
     if "interrupted" in str(exc):
-        return InputError(path, f"reading the export took over {SQL_TIME_LIMIT_S:g} s in SQLite (a recursive view or "
+        if path not in _TIMED_OUT:
+            return KeyboardInterrupt()
+        return InputError(path, f"reading the export took over {_TIMED_OUT[path]:g} s in SQLite (a recursive view or "
                                 "an exploding join?); NSANALYZE_SQL_TIME_LIMIT_S raises the limit")
     return InputError(path, f"SQLite error while reading the export ({exc})")
 
 
-def _limit_time(connection: sqlite3.Connection, display: str) -> None:
+def _limit_time(connection: sqlite3.Connection, display: str, limit_s: float | None = None) -> None:
     """A hostile export (a recursive view, a join that explodes) must end, not hang: SQLite work on
-    one export stops after SQL_TIME_LIMIT_S (NSANALYZE_SQL_TIME_LIMIT_S), and the read fails as bad input."""
-    deadline = time.monotonic() + SQL_TIME_LIMIT_S
-    connection.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 200_000)
+    one export stops after `limit_s` (time_limit_s: scaled with its size), and the read fails as bad input."""
+    limit = SQL_TIME_LIMIT_S or SQL_TIME_BASE_S if limit_s is None else limit_s
+    deadline = time.monotonic() + limit
+    _TIMED_OUT.pop(display, None)
+
+    def progress() -> int:
+        if time.monotonic() > deadline:
+            _TIMED_OUT[display] = limit
+            return 1
+        return 0
+
+    connection.set_progress_handler(progress, 200_000)
 
 
 def read_nsys(path, display_path=None) -> NsysExport:
@@ -508,7 +576,7 @@ def read_nsys(path, display_path=None) -> NsysExport:
         connection.row_factory = sqlite3.Row
     except sqlite3.DatabaseError as exc:
         raise InputError(display, f"not a readable SQLite database ({exc})") from None
-    _limit_time(connection, display)
+    _limit_time(connection, display, time_limit_s(path))
     export = NsysExport(path=display, connection=connection, tables=tables)
     if "StringIds" not in tables or not (set(tables) & NSYS_MARKER_TABLES):
         raise InputError(display, "not an Nsight Systems export (no StringIds and target-info tables)")

@@ -160,3 +160,15 @@ def csv_text(value):
     if isinstance(value, str) and value.startswith(FORMULA_START):
         return "'" + value
     return value
+
+
+def set_aside_note(counts: dict | None) -> str | None:
+    """`Set aside: 2 values that no measurement gives (clockRate ×2): not used`: values read from a good
+    file that are not finite, far below zero, or a clock, count or duration not above zero."""
+    if not counts:
+        return None
+    total = sum(counts.values())
+    parts = ", ".join(f"{name} ×{n}" for name, n in sorted(counts.items(), key=lambda item: -item[1])[:5])
+    more = f" and {len(counts) - 5} more" if len(counts) > 5 else ""
+    return (f"Set aside: {total} value{'s' if total != 1 else ''} that no measurement gives (not finite, far below "
+            f"zero, or a clock, count or duration of zero or less) in {parts}{more}: not used")

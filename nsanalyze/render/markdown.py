@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from nsanalyze.render.format import (duration, evidence_value, health_line, shorten, show_invisible, visible,
-                                     window_lines)
+from nsanalyze.render.format import (duration, evidence_value, health_line, set_aside_note, shorten, show_invisible,
+                                     visible, window_lines)
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
 DETAILED = 10           # findings with their advice folded in <details>
@@ -78,6 +78,8 @@ def render(model: dict) -> str:
         head.append(f"- {p['kind']}: {code(shorten(str(p['path']), NAME_LIMIT))} "
                     f"({escape(shorten(p['gpu'] or 'unknown GPU', NAME_LIMIT))}, "
                     f"CC {escape(shorten(str(p['compute_capability'] or '?'), 20))})")
+        if p.get("set_aside_values") and p["kind"] == "ncu":
+            head.append(f"- {escape(shorten(set_aside_note(p['set_aside_values']), LINE_LIMIT))}")
     timeline = model.get("timeline")
     if timeline:
         head += [f"- {escape(shorten(line, LINE_LIMIT))}" for line in window_lines(timeline)]

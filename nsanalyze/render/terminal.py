@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nsanalyze.render.format import budget_text, duration, health_line, shorten, visible, window_lines
+from nsanalyze.render.format import (budget_text, duration, health_line, set_aside_note, shorten, visible,
+                                     window_lines)
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -26,6 +27,8 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
             names = visible(", ".join(sorted({str(u["name"]) for u in profile["unmeasured_launches"]})))
             console.print(Text(f"  {len(profile['unmeasured_launches'])} launches hold no metrics and are left out: "
                                f"{shorten(names, 100)}"))
+        if profile.get("set_aside_values") and profile["kind"] == "ncu":
+            console.print(Text("  " + visible(set_aside_note(profile["set_aside_values"]))))
     timeline = model.get("timeline")
     if timeline:
         for line in window_lines(timeline):
