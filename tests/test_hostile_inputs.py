@@ -712,3 +712,77 @@ def test_one_bad_profile_never_aborts_a_batch(tmp_path, monkeypatch):
     assert "internal error (ZeroDivisionError" in next(o.detail for o in outcomes if "b_nsys" in o.path)
     with sqlite3.connect(tmp_path / "h.sqlite") as con:
         assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 2
+
+
+def _recursive_export(tmp_path, name="recursive.sqlite"):
+    path = _copy(tmp_path, name)
+    with sqlite3.connect(path) as con:
+        con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO k_real")
+        con.execute("""CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL
+                       SELECT n + 1 FROM r) SELECT k.* FROM k_real k, r""")
+    return path
+
+
+def _interrupt_after(args, seconds: float, cwd=None):
+    """Runs nsanalyze, sends SIGINT (Ctrl-C) after `seconds`; (result code, stderr, seconds to exit)."""
+    import signal
+    import time
+
+    process = subprocess.Popen([sys.executable, "-m", "nsanalyze", *map(str, args)], stderr=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, text=True, cwd=cwd,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(seconds)
+    sent = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    stderr = process.communicate(timeout=60)[1]
+    return process.returncode, stderr, time.monotonic() - sent
+
+
+def test_ctrl_c_while_sqlite_reads_is_an_interrupt(tmp_path):
+    """Ctrl-C inside SQLite's work on an endless view: exit 130 "interrupted" at once, no report written
+    (it said "reading the export took over 900 s", exit 2)."""
+    path = _recursive_export(tmp_path)
+    code, stderr, took = _interrupt_after(["report", path, "-o", tmp_path / "r.json"], 4)
+    assert code == 130 and stderr.strip() == "nsanalyze: interrupted" and took < 10, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["recursive.sqlite"]
+
+
+def test_ctrl_c_in_a_batch_of_one_job_ends_it(tmp_path):
+    """`batch --jobs 1` used to mark the profile being read failed and carry on (exit 0): now exit 130,
+    the database holding only the profiles stored before, intact."""
+    from tests.conftest import REAL
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    _real(folder, "a_nsys.sqlite", "nightly1_nsys.sqlite.xz")
+    _recursive_export(folder, "b_recursive.sqlite")
+    _real(folder, "c_nsys.sqlite", "nightly2_nsys.sqlite.xz")
+    db = tmp_path / "h.sqlite"
+    code, stderr, took = _interrupt_after(["batch", folder, "--db", db, "--jobs", "1"], 8)
+    assert code == 130 and "interrupted" in stderr and took < 10, stderr
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert [Path(p).name for (p,) in con.execute("SELECT path FROM runs")] == ["a_nsys.sqlite"]
+
+
+def test_sql_time_limit_scales_with_the_export(tmp_path, monkeypatch):
+    """60 s and 3 s per MB (a small hostile export is refused in about a minute, a 1 GB one has 50
+    minutes); NSANALYZE_SQL_TIME_LIMIT_S still sets one limit, and an endless view ends under it."""
+    from nsanalyze.read import nsys
+
+    path = _copy(tmp_path, "run.sqlite")
+    monkeypatch.setattr(nsys, "SQL_TIME_LIMIT_S", None)
+    size_mb = path.stat().st_size / 1e6
+    assert nsys.time_limit_s(path) == pytest.approx(60 + 3 * size_mb)
+    with open(tmp_path / "big.sqlite", "wb") as handle:
+        handle.truncate(1_000_000_000)                             # sparse: 1 GB
+    assert nsys.time_limit_s(tmp_path / "big.sqlite") == pytest.approx(3060)
+    monkeypatch.setattr(nsys, "SQL_TIME_LIMIT_S", 5.0)
+    assert nsys.time_limit_s(tmp_path / "big.sqlite") == 5.0
+    for bad in ("soon", "nan", "-3", "0"):
+        monkeypatch.setenv("NSANALYZE_SQL_TIME_LIMIT_S", bad)
+        assert nsys._limit_from_environment() is None              # ignored, the scaled limit stays
+    env = {**os.environ, "NSANALYZE_SQL_TIME_LIMIT_S": "2"}
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(_recursive_export(tmp_path))],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2 and "took over 2 s" in result.stderr
