@@ -786,3 +786,36 @@ def test_sql_time_limit_scales_with_the_export(tmp_path, monkeypatch):
     result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(_recursive_export(tmp_path))],
                             capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 2 and "took over 2 s" in result.stderr
+
+
+def test_damaged_ncu_report_keeps_nvidia_logging_off_stderr(tmp_path):
+    """The dev suite's report with its file header zeroed: NVIDIA's library logged two lines of its own
+    to stderr (absl). Now stderr is nsanalyze's one line, the library's words folded into it."""
+    from tests.conftest import DEV_SUITE_NCU
+
+    data = bytearray(open_local(DEV_SUITE_NCU)[1].read_bytes())
+    data[4:400] = bytes(396)
+    path = tmp_path / "header.ncu-rep"
+    path.write_bytes(bytes(data))
+    result = run_cli("report", path, "-o", "-")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"nsanalyze: {path}: ") and "absl" not in result.stderr
+
+
+def test_read_only_home_gives_no_matplotlib_warnings(tmp_path):
+    """HOME where nothing can be written (under a file: even root cannot): a report with charts, HTML and
+    PDF, and nothing on stderr but the "wrote" line; the temporary matplotlib folder is removed."""
+    from tests.conftest import REAL
+
+    (tmp_path / "file").write_text("")
+    env = {**os.environ, "HOME": str(tmp_path / "file" / "home"), "NSANALYZE_CACHE": str(tmp_path / "cache"),
+           "TMPDIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for variable in ("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"):
+        env.pop(variable, None)
+    out = tmp_path / "r"
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(REAL / "nightly1_nsys.sqlite.xz"),
+                             "-o", f"{out}.html", "-o", f"{out}.pdf"], capture_output=True, text=True, timeout=300,
+                            env=env, cwd=tmp_path)
+    assert result.returncode == 0 and result.stderr.strip().splitlines() == [f"wrote {out}.html, {out}.pdf"], \
+        result.stderr
+    assert "<svg" in (tmp_path / "r.html").read_text() and not list(tmp_path.glob("nsanalyze-matplotlib-*"))

@@ -3,8 +3,36 @@
 from __future__ import annotations
 
 import io
+import os
 
-import matplotlib
+
+def _writable_matplotlib_dirs() -> None:
+    """Matplotlib keeps its config and font cache under ~/.config and ~/.cache; where HOME is read-only
+    (a CI container, a sandbox) it warns on stderr twice. Then it gets a temporary folder (MPLCONFIGDIR,
+    removed at exit); a MPLCONFIGDIR the user set is left alone."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    home = os.path.expanduser("~")
+    for variable, default in (("XDG_CONFIG_HOME", ".config"), ("XDG_CACHE_HOME", ".cache")):
+        folder = os.path.join(os.environ.get(variable) or os.path.join(home, default), "matplotlib")
+        try:
+            os.makedirs(folder, exist_ok=True)
+            if os.access(folder, os.W_OK):
+                continue
+        except OSError:
+            pass
+        import atexit
+        import shutil
+        import tempfile
+
+        temporary = tempfile.mkdtemp(prefix="nsanalyze-matplotlib-")
+        atexit.register(shutil.rmtree, temporary, ignore_errors=True)
+        os.environ["MPLCONFIGDIR"] = temporary
+        return
+
+
+_writable_matplotlib_dirs()
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 from nsanalyze.render.format import visible  # noqa: E402
