@@ -67,6 +67,37 @@ def find_profiles(paths: list[str], exclude=()) -> list[Path]:
     return found
 
 
+def _profile_name(path: Path) -> bool:
+    name = path.name.lower()
+    for suffix in (".xz", ".gz"):
+        name = name.removesuffix(suffix)
+    return name.endswith(PROFILE_SUFFIXES)
+
+
+def special_files(paths: list[str]) -> list[tuple[Path, str]]:
+    """Entries under the folders named like profiles that are not regular files: a dangling link, a
+    link loop, a device, a FIFO, a socket. Each is reported (a line), never opened."""
+    import stat
+
+    found = []
+    for given in paths:
+        root = Path(given)
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*")):
+            if not _profile_name(path) or path.is_file():
+                continue
+            try:
+                mode = os.stat(path).st_mode
+            except OSError as exc:
+                found.append((path, "a link that leads nowhere (dangling or a loop)" if path.is_symlink()
+                              else f"cannot read it ({exc.strerror or exc})"))
+                continue
+            if not stat.S_ISDIR(mode):
+                found.append((path, "not a regular file (a device, FIFO or socket): skipped"))
+    return found
+
+
 def own_files(db_path: str) -> list[str]:
     """The history database and the files SQLite keeps beside it."""
     return [db_path, *(f"{db_path}{suffix}" for suffix in ("-wal", "-shm", "-journal"))]
@@ -234,6 +265,10 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
     db = open_history(db_path)
     known = {row[0] for row in db.execute("SELECT content_hash FROM runs")}
     todo, outcomes = [], []
+    for path, reason in special_files(paths):
+        outcomes.append(Outcome(str(path), "failed", reason))
+        if progress:
+            progress(outcomes[-1])
     for path in find_profiles(paths, exclude=own_files(db_path)):
         try:
             content = content_hash(path)

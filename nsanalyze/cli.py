@@ -172,14 +172,14 @@ def batch_command(paths, db_path, jobs, label, git_revision, scheduler):
     """Analyze every profile under PATHS into a history database, skipping those already stored."""
     from rich.progress import Progress
 
-    from nsanalyze.batch import batch, default_jobs, find_profiles, own_files
+    from nsanalyze.batch import batch, default_jobs, find_profiles, own_files, special_files
 
     if scheduler:
         import importlib.util
 
         if importlib.util.find_spec("distributed") is None:
             raise InputError("--scheduler", "needs Dask, an optional part: pip install 'nsanalyze[dask]'")
-    total = len(find_profiles(list(paths), exclude=own_files(db_path)))
+    total = len(find_profiles(list(paths), exclude=own_files(db_path))) + len(special_files(list(paths)))
     with Progress(transient=not sys.stderr.isatty()) as progress:
         task = progress.add_task("analyzing", total=total)
         outcomes = batch(list(paths), db_path, jobs or default_jobs(), label, git_revision, scheduler,

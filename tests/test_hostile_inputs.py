@@ -819,3 +819,20 @@ def test_read_only_home_gives_no_matplotlib_warnings(tmp_path):
     assert result.returncode == 0 and result.stderr.strip().splitlines() == [f"wrote {out}.html, {out}.pdf"], \
         result.stderr
     assert "<svg" in (tmp_path / "r.html").read_text() and not list(tmp_path.glob("nsanalyze-matplotlib-*"))
+
+
+def test_special_files_in_a_batch_folder_are_a_line_each(tmp_path):
+    """A link loop, a dangling link, a link to /dev/zero and a FIFO named like profiles beside a real
+    export: each one line, never opened; the export stored."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    _real(folder, "good_nsys.sqlite", "nightly1_nsys.sqlite.xz")
+    (folder / "loop.sqlite").symlink_to(folder / "loop.sqlite")
+    (folder / "gone.ncu-rep").symlink_to(folder / "nowhere")
+    (folder / "zero.sqlite").symlink_to("/dev/zero")
+    os.mkfifo(folder / "fifo.sqlite")
+    result = run_cli("batch", folder, "--db", tmp_path / "h.sqlite", timeout=120)
+    assert result.returncode == 0 and "1 stored, 0 already there, 4 failed" in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("nsanalyze: ")]
+    assert sorted(Path(line.split(": ")[1]).name for line in lines) == ["fifo.sqlite", "gone.ncu-rep", "loop.sqlite",
+                                                                       "zero.sqlite"]
