@@ -254,9 +254,23 @@ def store(db: sqlite_utils.Database, content: str, path: Path, rows: dict, label
                 db[table].insert_all([{"content_hash": content, **row} for row in rows[table]], alter=True)
         db.conn.execute("COMMIT")
         return True
-    except BaseException:
-        db.conn.execute("ROLLBACK")
+    except BaseException as exc:
+        if db.conn.in_transaction:   # SQLite rolls back by itself on some errors (a full disk)
+            try:
+                db.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        if isinstance(exc, sqlite3.OperationalError) and ("full" in str(exc) or "I/O" in str(exc)):
+            raise InputError(_database_file(db), f"cannot store {path.name} ({exc}): what was stored before "
+                                                 "is intact") from None
         raise
+
+
+def _database_file(db: sqlite_utils.Database) -> str:
+    try:
+        return db.execute("PRAGMA database_list").fetchone()[2] or "the history database"
+    except sqlite3.Error:
+        return "the history database"
 
 
 def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | None = None,

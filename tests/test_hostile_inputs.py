@@ -836,3 +836,23 @@ def test_special_files_in_a_batch_folder_are_a_line_each(tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.startswith("nsanalyze: ")]
     assert sorted(Path(line.split(": ")[1]).name for line in lines) == ["fifo.sqlite", "gone.ncu-rep", "loop.sqlite",
                                                                        "zero.sqlite"]
+
+
+def test_disk_full_on_the_history_database_is_one_line(tmp_path, small_mount):
+    """The history database on a disk that fills while a batch stores: one line naming it, exit 2 (it
+    was "cannot rollback - no transaction is active", exit 3); the runs stored before are intact."""
+    from tests.conftest import REAL
+
+    db = small_mount / "h.sqlite"
+    assert run_cli("batch", REAL / "nightly1_nsys.sqlite.xz", "--db", db).returncode == 0
+    with sqlite3.connect(db) as con:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    used = sum(f.stat().st_size for f in small_mount.iterdir())
+    subprocess.run(["mount", "-o", f"remount,size={(used // 4096 + 2) * 4}k", str(small_mount)], check=True)
+    result = run_cli("batch", DEV_SUITE_NSYS, REAL / "gpt_fp32_nsys.sqlite.xz", "--db", db)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and str(db) in result.stderr, result.stderr
+    assert "full" in result.stderr and "intact" in result.stderr, result.stderr
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] >= 1
