@@ -351,6 +351,12 @@ def main(argv=None):
 
     signal.signal(signal.SIGTERM, terminated)
     try:
+        os.getcwd()
+    except OSError:   # the working directory was deleted: relative paths and pyproject.toml mean nothing
+        click.echo("nsanalyze: .: the working directory no longer exists (deleted?); run it from an existing "
+                   "folder", err=True)
+        sys.exit(2)
+    try:
         cli.main(args=argv, prog_name="nsanalyze", standalone_mode=False)
     except InputError as exc:
         click.echo(f"nsanalyze: {_one_line(exc.path)}: {_one_line(exc.reason)}", err=True)

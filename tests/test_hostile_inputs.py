@@ -856,3 +856,16 @@ def test_disk_full_on_the_history_database_is_one_line(tmp_path, small_mount):
     with sqlite3.connect(db) as con:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] >= 1
+
+
+def test_deleted_working_directory_is_one_line(tmp_path):
+    """Run from a folder deleted meanwhile, with a relative `-o`: one line, exit 2 (it was exit 3)."""
+    from tests.conftest import REAL
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    result = subprocess.run(f"cd {gone} && rmdir {gone} && {sys.executable} -m nsanalyze report "
+                            f"{REAL / 'nightly1_nsys.sqlite.xz'} -o r.json", shell=True, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert result.returncode == 2 and "working directory no longer exists" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
