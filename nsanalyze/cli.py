@@ -350,6 +350,14 @@ def main(argv=None):
         sys.exit(143)
 
     signal.signal(signal.SIGTERM, terminated)
+    for stream in (sys.stdout, sys.stderr):   # LC_ALL=C: an ASCII terminal shows "µ" as \xb5, not a crash
+        try:
+            "µ…×→".encode(stream.encoding or "ascii")
+        except (UnicodeEncodeError, LookupError):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (AttributeError, ValueError):
+                pass
     try:
         os.getcwd()
     except OSError:   # the working directory was deleted: relative paths and pyproject.toml mean nothing

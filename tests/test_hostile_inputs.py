@@ -869,3 +869,21 @@ def test_deleted_working_directory_is_one_line(tmp_path):
                             text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert result.returncode == 2 and "working directory no longer exists" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_ascii_locale_terminal_is_not_a_crash(tmp_path):
+    """LC_ALL=C without UTF-8 mode: the terminal summary's "µs" used to be an internal error (exit 3);
+    now it prints, "µ" as \\xb5, and Markdown files stay UTF-8."""
+    from tests.conftest import DEV_SUITE_NCU
+
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("PYTHONIOENCODING", None)
+    result = subprocess.run([sys.executable, "-X", "utf8=0", "-m", "nsanalyze", "report", str(DEV_SUITE_NCU)],
+                            capture_output=True, timeout=300, env=env)
+    assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr
+    assert b"\\xb5s" in result.stdout
+    out = tmp_path / "r.md"
+    result = subprocess.run([sys.executable, "-X", "utf8=0", "-m", "nsanalyze", "report", str(DEV_SUITE_NCU), "-o",
+                             str(out)], capture_output=True, timeout=300, env=env)
+    assert result.returncode == 0 and "µs" in out.read_text(encoding="utf-8")
