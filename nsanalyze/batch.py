@@ -140,13 +140,24 @@ def analyze_for_history(path: str) -> dict:
     """Worker: analyzes one profile and returns the rows to store (plain data, picklable), or
     {"error": reason}: one bad profile is reported failed, never the end of the batch."""
     try:
-        return _history_rows(path)
+        rows = _history_rows(path)
+        rows["content"] = _decompressed_hash(path)
+        return rows
     except InputError as exc:
         return {"error": exc.reason}
     except MemoryError:
         return {"error": "out of memory while analyzing it"}
     except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen value: this profile fails, not the batch
         return {"error": f"internal error ({exc.__class__.__name__}: {exc})"}
+
+
+def _decompressed_hash(path: str) -> str | None:
+    """The hash of what a compressed profile holds (its copy in the cache, made by the analysis): a
+    `.xz` and a `.gz` of one export are one run. None for a file read as it is (its own hash is that)."""
+    from nsanalyze.read.files import open_local
+
+    local = open_local(path)[1]
+    return None if Path(local) == Path(path) else content_hash(Path(local))
 
 
 def _history_rows(path: str) -> dict:
@@ -229,6 +240,9 @@ def open_history(db_path: str) -> sqlite_utils.Database:
                                  "kernel_ns": float, "noise": float}, if_not_exists=True)
             for table in ("kernels", "findings", "ranges"):
                 db[table].create_index(["content_hash"], if_not_exists=True)
+        if "seen" not in db.table_names():   # every file a run was seen as (copies, .xz and .gz of one export)
+            db["seen"].create({"file_hash": str, "content_hash": str, "path": str}, pk=("file_hash", "path"),
+                              if_not_exists=True)
         connection.execute("COMMIT")
     except BaseException:
         connection.execute("ROLLBACK")
@@ -238,11 +252,16 @@ def open_history(db_path: str) -> sqlite_utils.Database:
 
 def store(db: sqlite_utils.Database, content: str, path: Path, rows: dict, label: str | None,
           git_revision: str | None) -> bool:
-    """Writes one profile's rows in one transaction; False when another writer stored it first."""
+    """Writes one profile's rows in one transaction; False when its content is stored already (by another
+    batch, or as another file: a copy, the `.xz` of a `.gz`), then only the path it was seen under is added.
+    `content`: the file's hash; rows["content"], when given, the hash of what it decompresses to."""
+    file_hash, content = content, rows.get("content") or content
     db.conn.execute("BEGIN IMMEDIATE")   # one writer at a time; the hash check and the inserts are one unit
     try:
+        db.execute("INSERT OR IGNORE INTO seen (file_hash, content_hash, path) VALUES (?, ?, ?)",
+                   [file_hash, content, str(path)])
         if db.execute("SELECT 1 FROM runs WHERE content_hash = ?", [content]).fetchone():
-            db.conn.execute("ROLLBACK")
+            db.conn.execute("COMMIT")
             return False
         db["runs"].insert({"content_hash": content, "path": str(path), "folder": str(path.parent),
                            "date": run_date(path), "label": label, "git_revision": git_revision,
@@ -277,8 +296,8 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
           git_revision: str | None = None, scheduler: str | None = None, progress=None) -> list[Outcome]:
     """Analyzes every new profile under `paths` into `db_path`. `progress(outcome)` is called per profile."""
     db = open_history(db_path)
-    known = {row[0] for row in db.execute("SELECT content_hash FROM runs")}
-    todo, outcomes = [], []
+    known = {row[0] for row in db.execute("SELECT content_hash FROM runs UNION SELECT file_hash FROM seen")}
+    todo, outcomes, seen_again = [], [], []
     for path, reason in special_files(paths):
         outcomes.append(Outcome(str(path), "failed", reason))
         if progress:
@@ -293,11 +312,25 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
             continue
         if content in known:
             outcomes.append(Outcome(str(path), "skipped", "already stored"))
+            seen_again.append((content, str(path)))
             if progress:
                 progress(outcomes[-1])
             continue
         known.add(content)
         todo.append((path, content))
+
+    if seen_again:   # a stored file under a new path: the path is kept with its run
+        db.conn.execute("BEGIN IMMEDIATE")
+        try:
+            for file_hash, seen_path in seen_again:
+                db.execute("""INSERT OR IGNORE INTO seen (file_hash, content_hash, path) SELECT ?, COALESCE(
+                              (SELECT content_hash FROM seen WHERE file_hash = ? LIMIT 1), ?), ?""",
+                           [file_hash, file_hash, file_hash, seen_path])
+            db.conn.execute("COMMIT")
+        except BaseException:
+            if db.conn.in_transaction:
+                db.conn.execute("ROLLBACK")
+            raise
 
     def record(path: Path, content: str, rows: dict) -> None:
         if "error" in rows:
@@ -305,7 +338,8 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
         elif store(db, content, path, rows, label, git_revision):
             outcome = Outcome(str(path), "stored")
         else:
-            outcome = Outcome(str(path), "skipped", "stored meanwhile by another batch")
+            outcome = Outcome(str(path), "skipped", "its content is stored already (a copy, or another "
+                                                    "compression of it, or another batch stored it meanwhile)")
         outcomes.append(outcome)
         if progress:
             progress(outcome)

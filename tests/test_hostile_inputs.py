@@ -887,3 +887,29 @@ def test_ascii_locale_terminal_is_not_a_crash(tmp_path):
     result = subprocess.run([sys.executable, "-X", "utf8=0", "-m", "nsanalyze", "report", str(DEV_SUITE_NCU), "-o",
                              str(out)], capture_output=True, timeout=300, env=env)
     assert result.returncode == 0 and "µs" in out.read_text(encoding="utf-8")
+
+
+def test_copies_and_compressed_copies_are_one_run(tmp_path):
+    """One real export as `.xz`, plain, `.gz` and a second plain copy: one run, with the four paths it
+    was seen under (trend counted three runs)."""
+    import gzip
+    import lzma
+
+    from tests.conftest import REAL
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    data = lzma.decompress((REAL / "nightly1_nsys.sqlite.xz").read_bytes())
+    shutil.copy(REAL / "nightly1_nsys.sqlite.xz", folder / "a_nsys.sqlite.xz")
+    (folder / "b_nsys.sqlite").write_bytes(data)
+    (folder / "c_nsys.sqlite.gz").write_bytes(gzip.compress(data, compresslevel=1))
+    (folder / "d_nsys.sqlite").write_bytes(data)
+    db = tmp_path / "h.sqlite"
+    for jobs in ("1", "2"):
+        result = run_cli("batch", folder, "--db", db, "--jobs", jobs)
+        assert result.returncode == 0, result.stderr
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
+        assert sorted(Path(p).name for (p,) in con.execute("SELECT path FROM seen")) == [
+            "a_nsys.sqlite.xz", "b_nsys.sqlite", "c_nsys.sqlite.gz", "d_nsys.sqlite"]
+        assert con.execute("SELECT COUNT(DISTINCT content_hash) FROM seen").fetchone()[0] == 1
