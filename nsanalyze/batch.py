@@ -140,15 +140,27 @@ def analyze_for_history(path: str) -> dict:
     """Worker: analyzes one profile and returns the rows to store (plain data, picklable), or
     {"error": reason}: one bad profile is reported failed, never the end of the batch."""
     try:
+        before = _identity(path)
+        file_hash = content_hash(Path(path))   # what is read here, not what the batch hashed a moment before
         rows = _history_rows(path)
         rows["content"] = _decompressed_hash(path)
+        if _identity(path) != before:
+            return {"error": "it changed while it was read (replaced, or still being written): run batch again"}
+        rows["file_hash"] = file_hash
         return rows
+    except OSError as exc:
+        return {"error": f"cannot read it ({exc.strerror or exc})"}
     except InputError as exc:
         return {"error": exc.reason}
     except MemoryError:
         return {"error": "out of memory while analyzing it"}
     except Exception as exc:  # noqa: BLE001 - a bug or an unforeseen value: this profile fails, not the batch
         return {"error": f"internal error ({exc.__class__.__name__}: {exc})"}
+
+
+def _identity(path: str) -> tuple[int, int, int]:
+    info = os.stat(path)
+    return info.st_ino, info.st_size, info.st_mtime_ns
 
 
 def _decompressed_hash(path: str) -> str | None:
@@ -255,7 +267,8 @@ def store(db: sqlite_utils.Database, content: str, path: Path, rows: dict, label
     """Writes one profile's rows in one transaction; False when its content is stored already (by another
     batch, or as another file: a copy, the `.xz` of a `.gz`), then only the path it was seen under is added.
     `content`: the file's hash; rows["content"], when given, the hash of what it decompresses to."""
-    file_hash, content = content, rows.get("content") or content
+    file_hash = rows.get("file_hash") or content
+    content = rows.get("content") or file_hash
     db.conn.execute("BEGIN IMMEDIATE")   # one writer at a time; the hash check and the inserts are one unit
     try:
         db.execute("INSERT OR IGNORE INTO seen (file_hash, content_hash, path) VALUES (?, ?, ?)",

@@ -913,3 +913,43 @@ def test_copies_and_compressed_copies_are_one_run(tmp_path):
         assert sorted(Path(p).name for (p,) in con.execute("SELECT path FROM seen")) == [
             "a_nsys.sqlite.xz", "b_nsys.sqlite", "c_nsys.sqlite.gz", "d_nsys.sqlite"]
         assert con.execute("SELECT COUNT(DISTINCT content_hash) FROM seen").fetchone()[0] == 1
+
+
+def test_a_profile_replaced_while_a_batch_reads_it_is_not_stored_under_the_old_key(tmp_path, monkeypatch):
+    """A profile replaced by another real export while its analysis runs: reported failed ("changed while
+    it was read"), nothing stored under a key of content that was not the content read; replaced before
+    the worker reads it: stored under the hash of what was read."""
+    from nsanalyze import batch as batch_module
+    from tests.conftest import REAL
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    path = _real(folder, "a_nsys.sqlite", "nightly1_nsys.sqlite.xz")
+    other = _real(tmp_path, "other.sqlite", "nightly2_nsys.sqlite.xz")
+    real = batch_module._history_rows
+
+    def replaced_meanwhile(profile):
+        rows = real(profile)
+        os.replace(shutil.copy(other, tmp_path / "swap.sqlite"), profile)
+        return rows
+
+    monkeypatch.setattr(batch_module, "_history_rows", replaced_meanwhile)
+    outcomes = batch_module.batch([str(folder)], str(tmp_path / "h.sqlite"), jobs=1)
+    assert [o.status for o in outcomes] == ["failed"] and "changed while it was read" in outcomes[0].detail
+    monkeypatch.setattr(batch_module, "_history_rows", real)
+    original_hash = batch_module.content_hash
+
+    def hashed_then_replaced(p):      # the batch hashes nightly1; the worker then reads nightly2
+        digest = original_hash(p)
+        if Path(p) == path and not (tmp_path / "swapped").exists():
+            (tmp_path / "swapped").touch()
+            os.replace(shutil.copy(open_local(REAL / "nightly1_nsys.sqlite.xz")[1], tmp_path / "n1.sqlite"), p)
+        return digest
+
+    os.replace(shutil.copy(other, tmp_path / "n2.sqlite"), path)          # the folder holds nightly2 now
+    monkeypatch.setattr(batch_module, "content_hash", hashed_then_replaced)
+    outcomes = batch_module.batch([str(folder)], str(tmp_path / "h2.sqlite"), jobs=1)
+    assert [o.status for o in outcomes] == ["stored"], outcomes
+    with sqlite3.connect(tmp_path / "h2.sqlite") as con:
+        (stored,) = con.execute("SELECT content_hash FROM runs").fetchone()
+    assert stored == original_hash(path) != original_hash(other)          # nightly1's hash: what was read
