@@ -392,8 +392,9 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
                     rows = {"error": f"its worker ended ({exc.__class__.__name__}: {exc})"}
                 record(*futures[future], rows)
         except BaseException:  # Ctrl-C, SIGTERM (raised as SystemExit by the CLI), an error: stop the workers now
+            workers = list((getattr(pool, "_processes", None) or {}).values())   # shutdown() forgets them
             pool.shutdown(wait=False, cancel_futures=True)
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
+            for process in workers:
                 process.terminate()
             raise
         else:

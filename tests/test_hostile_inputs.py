@@ -747,9 +747,11 @@ def test_ctrl_c_while_sqlite_reads_is_an_interrupt(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["recursive.sqlite"]
 
 
-def test_ctrl_c_in_a_batch_of_one_job_ends_it(tmp_path):
-    """`batch --jobs 1` used to mark the profile being read failed and carry on (exit 0): now exit 130,
-    the database holding only the profiles stored before, intact."""
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_in_a_batch_ends_it(tmp_path, jobs):
+    """`batch --jobs 1` used to mark the profile being read failed and carry on (exit 0), `--jobs 2` to
+    wait a minute for its workers (it forgot them on shutdown): now exit 130 within seconds, the database
+    holding only the profiles stored before, intact."""
     from tests.conftest import REAL
 
     folder = tmp_path / "runs"
@@ -758,11 +760,12 @@ def test_ctrl_c_in_a_batch_of_one_job_ends_it(tmp_path):
     _recursive_export(folder, "b_recursive.sqlite")
     _real(folder, "c_nsys.sqlite", "nightly2_nsys.sqlite.xz")
     db = tmp_path / "h.sqlite"
-    code, stderr, took = _interrupt_after(["batch", folder, "--db", db, "--jobs", "1"], 8)
+    code, stderr, took = _interrupt_after(["batch", folder, "--db", db, "--jobs", jobs], 8)
     assert code == 130 and "interrupted" in stderr and took < 10, stderr
     with sqlite3.connect(db) as con:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        assert [Path(p).name for (p,) in con.execute("SELECT path FROM runs")] == ["a_nsys.sqlite"]
+        stored = [Path(p).name for (p,) in con.execute("SELECT path FROM runs")]
+    assert stored == ["a_nsys.sqlite"] if jobs == "1" else "a_nsys.sqlite" in stored and "b_recursive.sqlite" not in stored
 
 
 def test_sql_time_limit_scales_with_the_export(tmp_path, monkeypatch):
