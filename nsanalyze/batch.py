@@ -423,11 +423,22 @@ class _safe_import_path:
             os.environ["PYTHONSAFEPATH"] = self.before
 
 
+def _worker_terminated(signum, frame):
+    """SIGTERM in a worker (the batch stopping it on Ctrl-C or SIGTERM) unwinds, so the partial copy it
+    was decompressing is removed (read/files.py); a second SIGTERM ends it at once."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise SystemExit(143)
+
+
 def _die_with_parent() -> None:
     """Pool workers end when the process that forked them ends, even by SIGKILL (Linux prctl)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _worker_terminated)
     try:
         import ctypes
-        import signal
 
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
