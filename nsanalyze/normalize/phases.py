@@ -9,6 +9,8 @@ so its share of idle time and its cause can be told. Names are normalized (`eval
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from nsanalyze.normalize.budget import IDLE_PARTS, PARTS, as_parts
@@ -16,6 +18,9 @@ from nsanalyze.normalize.steps import normalize_name
 from nsanalyze.read.nsys import NsysExport
 
 MAX_PHASES = 8
+# Ranges named after code, not after a phase of the run: PyTorch's emit_nvtx op ranges (`aten::linear,
+# seq = 12, op_id = 40`) and C++ function scopes (`FSDP::pre_forward`). Phases are named by their authors.
+CODE_RANGE = re.compile(r"::|, (seq|op_id) = ")
 MAX_INSTANCES_SHOWN = 500  # per phase, the longest, for the time line picture
 MIN_PHASE_SHARE = 0.01  # of the capture's span: shorter top-level ranges are detail, not phases
 
@@ -61,7 +66,7 @@ def find_phases(export: NsysExport, capture_budgets_of, window: tuple[int, int],
     capture_budgets = capture_budgets_of()  # built only when the run has phases
     phases = []
     for name, index in sorted(codes.items(), key=lambda item: -total[item[1]]):
-        if total[index] < MIN_PHASE_SHARE * capture_span and name != step_name:
+        if name != step_name and (total[index] < MIN_PHASE_SHARE * capture_span or CODE_RANGE.search(name)):
             continue
         mine = code == index
         s, e = starts[mine], ends[mine]
@@ -79,4 +84,6 @@ def find_phases(export: NsysExport, capture_budgets_of, window: tuple[int, int],
         phases.append(phase)
         if len(phases) == MAX_PHASES:
             break
+    if all(p["is_steps"] for p in phases):
+        return []  # nothing beside the steps: the window already says it all
     return phases

@@ -49,3 +49,14 @@ def test_checkpoints_that_hold_the_run_come_first(analyzed):
 
 def test_steps_alone_are_no_phases(analyzed):
     assert analyzed(REAL / "matmul_sync_nsys.sqlite.xz")["timeline"]["phases"] == []
+
+
+def test_ranges_named_after_code_are_no_phases(analyzed):
+    """PyTorch's emit_nvtx op ranges (`aten::to, seq = N, op_id = N`) and C++ scopes (`FSDP::...`) in a
+    public two-GPU export are code, not phases of the run."""
+    from tests.conftest import PUBLIC
+
+    path = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__mfu_2gpu_after.sqlite.xz"
+    names = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE text LIKE '%::%'")
+    assert names[0][0] > 0
+    assert analyzed(path)["timeline"]["phases"] == []
