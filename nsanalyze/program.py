@@ -114,7 +114,7 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
                    "description": timeline.window.description, "kind": timeline.window.kind},
         **timeline.summary,
         "budget": timeline.budget,
-        "work": getattr(timeline, "work", None),
+        "work": timeline.work,
         "steps": timeline.steps,
         "host_stretches": timeline.host_stretches,
         "phases": timeline.phases,

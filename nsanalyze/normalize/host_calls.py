@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from nsanalyze.normalize.activity import distinct, first_by_key, group_sums, lookup, process_of
-from nsanalyze.normalize.window import SYNC_APIS, WindowActivity, _ids, _like
+from nsanalyze.normalize.window import SYNC_APIS, WindowActivity, ids_where, name_like
 from nsanalyze.read.nsys import NsysExport
 
 MAX_RANGES = 200  # range names kept, by wall time (PyTorch's emit_nvtx makes one name per op)
@@ -104,12 +104,12 @@ def ranges(export: NsysExport, wa: WindowActivity) -> list[dict]:
 def syncs(wa: WindowActivity) -> dict:
     """Host waits: explicit synchronization calls, and what each cost the GPU afterwards."""
     calls, names = wa.calls, wa.call_names
-    explicit_mask = np.isin(calls.name_id, _ids(names, lambda n: _like(n, SYNC_APIS)))
+    explicit_mask = np.isin(calls.name_id, ids_where(names, lambda n: name_like(n, SYNC_APIS)))
     # Implicit syncs: a synchronous device-to-host copy (what `.item()`/`.cpu()` do) blocks the host too.
     copy_kind, dst_kind = _copy_call_kinds(wa)
     d2h = [k for k, label in wa.copy_kinds.items() if label == "Device-to-Host"]
-    asynchronous = np.isin(calls.name_id, _ids(names, lambda n: isinstance(n, str) and "async" in n.lower()))
-    named = np.isin(calls.name_id, _ids(names, lambda n: n is not None))
+    asynchronous = np.isin(calls.name_id, ids_where(names, lambda n: isinstance(n, str) and "async" in n.lower()))
+    named = np.isin(calls.name_id, ids_where(names, lambda n: n is not None))
     implicit_mask = np.isin(copy_kind, d2h) & ((named & ~asynchronous) | (dst_kind == 0))
     idle_after = wa.idle_after(calls.end)
     duration = calls.end - calls.start
@@ -157,7 +157,7 @@ def launches(export: NsysExport, wa: WindowActivity) -> dict:
     name in one pass: how many, their time, and the GPU idle time in front of them."""
     kernels, calls = wa.kernels, wa.calls
     call = lookup(first_by_key(calls.correlation_id), kernels.correlation_id)  # one call per id, the first
-    launch_ids = _ids(wa.call_names, lambda n: _like(n, ("cudaLaunch", "cuLaunch")))
+    launch_ids = ids_where(wa.call_names, lambda n: name_like(n, ("cudaLaunch", "cuLaunch")))
     matched = call >= 0
     matched[matched] = np.isin(calls.name_id[call[matched]], launch_ids)
     k_ns = (kernels.end - kernels.start)[matched]

@@ -20,7 +20,7 @@ from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS,
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.phases import find_phases
 from nsanalyze.normalize.steps import Steps, find_steps, is_step_like, normalize_name, project_on_gpu
-from nsanalyze.normalize.window import (FOREVER, SYNC_APIS, Window, WindowActivity, _ids, _like,  # noqa: F401
+from nsanalyze.normalize.window import (FOREVER, SYNC_APIS, Window, WindowActivity, ids_where, name_like,  # noqa: F401
                                         choose_window, window_activity)
 from nsanalyze.read.nsys import GRAPH_NAME_BASE, NsysExport
 
@@ -46,6 +46,8 @@ class Timeline:
     notes: list[str] = field(default_factory=list)  # what the export cannot show (graph-level traces)
     api_calls: list[dict] = field(default_factory=list)  # CUDA calls by host time in the window
     phases: list[dict] = field(default_factory=list)  # top-level NVTX range groups over the capture (normalize.phases)
+    work: list[dict] | None = None         # GPU kernel time by role (normalize.work), set after the kernel summary
+    work_analysis: object | None = None    # normalize.work.WorkAnalysis: what the busy-GPU checks read
     activity: Activity | None = None       # the arrays read (for the kernel summary; dropped after it)
 
 
@@ -156,8 +158,8 @@ def _host_outliers(steps: Steps, capture: Activity, call_names: dict, limit: int
         return []
     long = np.flatnonzero(host > HOST_OUTLIER_FACTOR * np.median(host))
     calls = capture.calls
-    waits = np.isin(calls.name_id, _ids(call_names, lambda n: _like(n, SYNC_APIS) or (
-        _like(n, ("cudaMemcpy", "cuMemcpy")) and "async" not in str(n).lower())))
+    waits = np.isin(calls.name_id, ids_where(call_names, lambda n: name_like(n, SYNC_APIS) or (
+        name_like(n, ("cudaMemcpy", "cuMemcpy")) and "async" not in str(n).lower())))
     wait_start, wait_end, wait_name = calls.start[waits], calls.end[waits], calls.name_id[waits]
     out = []
     for i in long[np.argsort(-host[long])][:limit]:

@@ -104,19 +104,19 @@ class WindowActivity:
         return np.where(running, 0, wait)
 
 
-def _like(name, prefixes) -> bool:
+def name_like(name, prefixes) -> bool:
     """SQL's LIKE 'prefix%': case-insensitive for ASCII."""
     return isinstance(name, str) and name.lower().startswith(tuple(p.lower() for p in prefixes))
 
 
-def _ids(names: dict, test) -> np.ndarray:
+def ids_where(names: dict, test) -> np.ndarray:
     return np.array([i for i, name in names.items() if test(name)], dtype=np.int64)
 
 
 def window_activity(export: NsysExport, activity: Activity, call_names: dict) -> WindowActivity:
     kernels, copies = activity.in_window(activity.kernels), activity.in_window(activity.copies)
     calls = activity.calls
-    wanted = np.isin(calls.name_id, _ids(call_names, lambda n: _like(n, WORK_CALL_PREFIXES)))
+    wanted = np.isin(calls.name_id, ids_where(call_names, lambda n: name_like(n, WORK_CALL_PREFIXES)))
     calls = calls.where((calls.end >= activity.start) & (wanted | (calls.end - calls.start >= LONG_CALL_NS)))
     copy_kinds = {r[0]: r[1] for r in export.query("SELECT id, label FROM memcpy_kinds")}
     memory_kinds = {r[0]: r[1] for r in export.query("SELECT id, label FROM memory_kinds")}

@@ -68,7 +68,7 @@ y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 def run(timeline, limits) -> Finding | None:
-    analysis = getattr(timeline, "work_analysis", None)
+    analysis = timeline.work_analysis
     window_ns = timeline.summary.get("span_ns") or 0
     if analysis is None or not window_ns:
         return None

@@ -82,7 +82,7 @@ def _explained_ns(analysis) -> float:
 
 
 def run(timeline, limits) -> Finding | None:
-    metrics, analysis = timeline.gpu_metrics, getattr(timeline, "work_analysis", None)
+    metrics, analysis = timeline.gpu_metrics, timeline.work_analysis
     gr, issue, tensor = (metrics.get(k) for k in ("gr_active_pct", "sm_issue_pct", "tensor_active_pct"))
     if analysis is None or not gr or not issue or gr["mean"] < limits["min_gr_active_pct"]:
         return None

@@ -70,7 +70,7 @@ y = model(x.to(memory_format=torch.channels_last))
 
 
 def run(timeline, limits) -> Finding | None:
-    analysis = getattr(timeline, "work_analysis", None)
+    analysis = timeline.work_analysis
     window_ns = timeline.summary.get("span_ns") or 0
     if analysis is None or not window_ns:
         return None

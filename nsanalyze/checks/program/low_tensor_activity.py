@@ -62,7 +62,7 @@ with torch.autocast("cuda", dtype=torch.bfloat16): y = model(x)
 
 
 def run(timeline, limits) -> Finding | None:
-    analysis = getattr(timeline, "work_analysis", None)
+    analysis = timeline.work_analysis
     if analysis is None or not analysis.kernel_ns:
         return None
     simt_ns = analysis.role_ns("matmul_simt")

@@ -63,7 +63,7 @@ block = torch.compile(block)
 
 
 def run(timeline, limits) -> Finding | None:
-    analysis = getattr(timeline, "work_analysis", None)
+    analysis = timeline.work_analysis
     window_ns = timeline.summary.get("span_ns") or 0
     if analysis is None or not window_ns:
         return None
