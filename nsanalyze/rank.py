@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from nsanalyze.checks import global_settings
-from nsanalyze.checks.base import SEVERITIES, Finding, clamp01, severity_for
+from nsanalyze.checks.base import SEVERITIES, Finding, clamp01
 
 
 def apply_roof_gate(findings: list[Finding], roofline_by_kernel: dict) -> None:
