@@ -203,6 +203,7 @@ def _history_rows(path: str) -> dict:
 
 HISTORY_TABLES = {"runs", "kernels", "findings", "ranges"}
 SCHEDULER_TIMEOUT_S = 10
+WORKER_STOP_S = 5   # how long a stopped batch waits for a worker to unwind before it kills it
 
 
 def _check_history(db_path: str) -> None:
@@ -382,7 +383,7 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_die_with_parent)
         safe_path = _safe_import_path()
         try:
-            futures = {pool.submit(analyze_for_history, str(p)): (p, c) for p, c in todo}
+            futures = {pool.submit(_analyze_in_worker, str(p)): (p, c) for p, c in todo}
             for future in as_completed(futures):
                 try:
                     rows = future.result()
@@ -396,6 +397,10 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
             pool.shutdown(wait=False, cancel_futures=True)
             for process in workers:
                 process.terminate()
+            for process in workers:   # one stuck in C code past its SIGTERM still ends with the batch
+                process.join(timeout=WORKER_STOP_S)
+                if process.is_alive():
+                    process.kill()
             raise
         else:
             pool.shutdown(wait=True)
@@ -421,6 +426,16 @@ class _safe_import_path:
             os.environ.pop("PYTHONSAFEPATH", None)
         else:
             os.environ["PYTHONSAFEPATH"] = self.before
+
+
+def _analyze_in_worker(path: str) -> dict:
+    """One profile in a pool worker. A SIGTERM (raised as SystemExit by `_worker_terminated`) ends the
+    worker once the analysis has unwound: the pool's own loop would catch it as the task's result and
+    take the next profile from its queue, so a stopped batch kept analysing for as long as that took."""
+    try:
+        return analyze_for_history(path)
+    except (SystemExit, KeyboardInterrupt):
+        os._exit(143)
 
 
 def _worker_terminated(signum, frame):
