@@ -106,12 +106,17 @@ def window_lines(timeline: dict) -> list[str]:
     return lines
 
 
+VERDICT_CHECKS = ("gpu-not-traced", "one-long-kernel")
+
+
 def health_line(model: dict) -> str:
     """What to say when nothing is above info: claim health only for what could be judged."""
     timeline = model.get("timeline")
-    untraced = next((f for f in model.get("findings") or [] if f["check"] == "gpu-not-traced"), None)
-    if untraced is not None:  # CUDA API rows without GPU activity (WSL2): say what they show
-        return untraced["title"] + "."
+    # info findings that are the verdict when nothing else speaks: CUDA API rows without GPU activity
+    # (WSL2) say what they show; a program that is one long kernel says so and points to ncu
+    verdict = next((f for check in VERDICT_CHECKS for f in model.get("findings") or [] if f["check"] == check), None)
+    if verdict is not None:
+        return verdict["title"] + "."
     if timeline is not None and not timeline.get("budget") and not model["kernels"]:
         return ("No GPU activity recorded (no kernels or copies in the export): profile with CUDA tracing on, "
                 "e.g. nsys profile -t cuda,nvtx,osrt, and export with nsys export --type sqlite.")
