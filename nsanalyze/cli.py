@@ -63,7 +63,7 @@ def cli():
               help="report file: .html .pdf .md .json .sarif, or - for JSON on stdout (repeatable)")
 @click.option("--set", "settings", multiple=True, metavar="CHECK.KEY=VALUE", help="override a check threshold")
 @click.option("--skip-first-ns", type=click.IntRange(min=0), help="nsys: ignore the first N ns (warm-up)")
-@click.option("--nvtx-range", help="nsys: analyze only the time inside the NVTX ranges of this name")
+@click.option("--nvtx-range", help="nsys: analyze only the GPU work launched inside the NVTX ranges of this name")
 @click.option("--window", "window", type=click.Choice(["steady", "capture"]),
               help="nsys: analyze the steady steps (start-up and warm-up left out; the default) or the whole capture")
 @click.option("--fail-on", type=click.Choice(SEVERITY_CHOICES), help="exit 1 when a finding has this severity or worse")

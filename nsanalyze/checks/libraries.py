@@ -99,7 +99,7 @@ def library_advice(kernel: dict, check: str) -> str:
     lever = LEVERS.get((library, check)) or LEVERS.get((library, "*"))
     if not lever:
         return ""
-    from nsanalyze.render.format import code_span
+    from nsanalyze.text import code_span
 
     where = f" in NVTX range {code_span(kernel['nvtx_range'])}" if kernel.get("nvtx_range") else ""
     return (f"**{library} kernel** ({kernel['launches']} launch{'es' if kernel['launches'] != 1 else ''}{where}): "

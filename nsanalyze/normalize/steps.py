@@ -87,6 +87,17 @@ class Steps:
         index = self._all_intervals()[0]
         return index[index >= self.warmup]
 
+    def inside(self, start: int, end: int) -> "Steps | None":
+        """The instances that begin in [start, end) on their clock, all counted (no warm-up: the user's
+        window says which steps count), or None when too few remain to be steps."""
+        begins = self.gpu_starts if self.clock == "gpu" else self.host_starts
+        keep = (begins >= start) & (begins < end)
+        if int(keep.sum()) < MIN_STEPS:
+            return None
+        gpu = (self.gpu_starts[keep], self.gpu_ends[keep]) if self.gpu_starts is not None else (None, None)
+        return Steps(self.name, self.global_tid, self.host_starts[keep], self.host_ends[keep], *gpu,
+                     warmup=0, clock=self.clock)
+
     def host_durations(self) -> np.ndarray:
         index = self.steady
         return self.host_ends[index] - self.host_starts[index]
@@ -266,6 +277,21 @@ def find_steps(export: NsysExport, nvtx_name: str | None = None) -> Steps | None
     if len(starts) < MIN_STEPS:
         return None
     return Steps(normalized, tid, starts, ends, warmup=count_warmup(ends - starts))
+
+
+def named_range(export: NsysExport, name: str) -> Steps | None:
+    """Every instance of the NVTX range `name` (any thread, one or many), outermost ones only, as Steps
+    to project on the GPU: the `--nvtx-range` window is the GPU work those instances launched."""
+    rows = export.query("SELECT start, end, global_tid FROM nvtx WHERE name = ? AND end IS NOT NULL "
+                        "ORDER BY start, end DESC", (name,))
+    if not rows:
+        return None
+    starts = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    ends = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+    outer = np.ones(len(starts), dtype=bool)
+    outer[1:] = starts[1:] >= np.maximum.accumulate(ends)[:-1]
+    tids = {r[2] for r in rows}
+    return Steps(name, next(iter(tids)) if len(tids) == 1 else None, starts[outer], ends[outer])
 
 
 def _instances(export: NsysExport, tid, names: list[str]) -> tuple[np.ndarray, np.ndarray]:

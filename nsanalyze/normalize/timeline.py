@@ -19,7 +19,8 @@ from nsanalyze.normalize.activity import Activity, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.phases import find_phases
-from nsanalyze.normalize.steps import Steps, find_steps, is_step_like, normalize_name, project_on_gpu
+from nsanalyze.normalize.steps import (Steps, find_steps, is_step_like, named_range, normalize_name,
+                                      project_on_gpu)
 from nsanalyze.normalize.window import (FOREVER, SYNC_APIS, Window, WindowActivity, ids_where, name_like,  # noqa: F401
                                         choose_window, window_activity)
 from nsanalyze.read.nsys import GRAPH_NAME_BASE, NsysExport
@@ -56,8 +57,15 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     capture = read_activity(export, (-FOREVER, FOREVER))  # once: steps, phases and the window read from it
     if steps is not None:
         project_on_gpu(steps, *capture.launch_call_starts())
-    window = choose_window(export, skip_first_ns, nvtx_range, mode, steps)
+    named = named_range(export, nvtx_range) if nvtx_range else None
+    if named is not None:
+        project_on_gpu(named, *capture.launch_call_starts())
+    window = choose_window(export, skip_first_ns, nvtx_range, mode, steps, named)
     host_from = int(steps.host_starts[steps.first_index]) if steps is not None and window.kind == "steady" else None
+    if named is not None and window.kind == "nvtx-range":
+        host_from = int(named.host_starts[0])  # the calls made inside the range launched the window's work
+    if steps is not None and window.kind in ("nvtx-range", "skip-first"):
+        steps = steps.inside(window.start, window.end)  # the steps of the user's window, not of the capture
     activity = capture.within(window.start, window.end, host_from)
     call_names = export.strings(distinct(capture.calls.name_id))
     comm_ids = np.array([r[0] for r in export.query("SELECT id FROM StringIds WHERE value LIKE ?",

@@ -37,8 +37,11 @@ class Window:
 
 
 def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str | None,
-                  mode: str = "steady", steps: Steps | None = None) -> Window:
-    """The analysis window: the user's NVTX range or skip, else the steady steps, else the capture."""
+                  mode: str = "steady", steps: Steps | None = None, named: Steps | None = None) -> Window:
+    """The analysis window: the user's NVTX range or skip, else the steady steps, else the capture.
+    The NVTX range is taken on the GPU's clock (`named`, projected: from the first GPU work its instances
+    launched to the end of the last) where they launched any; an asynchronous host's range says only
+    when the work was enqueued. A range that launched nothing keeps its host times."""
     first = export.first_gpu_ns
     if first is None:
         first = export.scalar("SELECT MIN(start) FROM nvtx") or 0
@@ -50,7 +53,13 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
             names = [r[0] for r in export.query("SELECT DISTINCT name FROM nvtx ORDER BY name LIMIT 20")]
             raise InputError(export.path, f"no NVTX range named {nvtx_range!r} (ranges: {', '.join(map(str, names)) or 'none'})")
         start, end = row[0], row[1]
-        parts.append(f"NVTX range '{nvtx_range}' ({row[2]} instance(s))")
+        on_gpu = named is not None and named.gpu_starts is not None and bool((named.gpu_starts >= 0).any())
+        if on_gpu:
+            launched = named.gpu_starts >= 0
+            start, end = int(named.gpu_starts[launched].min()), int(named.gpu_ends[launched].max())
+        parts.append(f"NVTX range '{nvtx_range}' ({row[2]} instance(s))"
+                     + (" on the GPU's clock (the GPU work launched inside it)" if on_gpu else
+                        " on the host's clock (it launched no GPU work)"))
         kind = "nvtx-range"
     if skip_first_ns:
         start = max(start, min(first + skip_first_ns, FOREVER - 1))  # a huge skip leaves an empty window

@@ -127,33 +127,7 @@ def health_line(model: dict) -> str:
     return "No findings above info: nothing here holds the program back by the checks' thresholds."
 
 
-# Characters that reorder or hide text (Trojan Source): bidi embeddings, overrides and isolates, marks,
-# zero-width spaces and joiners, the byte-order mark, line and paragraph separators.
-INVISIBLE = {c: f"\\u{c:04x}" for c in [0x061c, 0x200b, 0x200c, 0x200d, 0x200e, 0x200f, 0x2028, 0x2029,
-                                         *range(0x202a, 0x202f), 0x2060, *range(0x2066, 0x206a), 0xfeff]}
-CONTROL = {**{c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7f, *range(0x80, 0xa0)]}, **INVISIBLE}
-
-
-def visible(text) -> str:
-    """Profile text (kernel, NVTX, API names) for a terminal: control characters (ESC sequences, \\r)
-    and characters that reorder or hide text (U+202E, U+200B) shown as escapes, never interpreted."""
-    return "" if text is None else str(text).translate(CONTROL)
-
-
-def show_invisible(text) -> str:
-    """Text of many lines (advice, notes): bidi and zero-width characters shown as escapes, lines kept."""
-    return "" if text is None else str(text).translate(INVISIBLE)
-
-
-def code_span(text) -> str:
-    """Profile text inside Markdown the checks write (advice): a code span fenced by more backticks than
-    the text holds in a row, on one line, so no name can close it and become a link or markup."""
-    import re
-
-    text = visible(text)
-    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") or (text.startswith(" ") and text.strip()) else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
+from nsanalyze.text import CONTROL, INVISIBLE, code_span, show_invisible, visible  # noqa: E402,F401 - the renderers' names
 
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")

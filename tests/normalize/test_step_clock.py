@@ -79,3 +79,32 @@ def test_graph_executions_are_gpu_work(analyzed, name):
 def test_a_node_level_trace_needs_no_note(analyzed):
     timeline = analyzed(REAL / "matmul_graph_node_nsys.sqlite.xz")["timeline"]
     assert timeline["notes"] == []
+
+
+def _range_work_sql(path, text: str) -> tuple[int, int, int]:  # text: a plain range name, no quotes
+    """First start and last end of the GPU work whose launch call began inside the named NVTX range, and
+    the kernel time of that work, by SQL over the export."""
+    return sql(path, """
+        WITH r AS (SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+                   WHERE n.eventType = 59 AND COALESCE(n.text, s.value) = '""" + text + """')
+        SELECT MIN(k.start), MAX(k.end), SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME c ON c.correlationId = k.correlationId
+        JOIN r ON c.start >= r.start AND c.start < r.end""")[0]
+
+
+def test_a_named_range_is_the_gpu_work_it_launched():
+    """`--nvtx-range 'step 5'` on the loop whose host runs ahead: the host range is when step 5 was
+    enqueued (~88 ms before the GPU ran it), the window is the GPU work it launched, so the kernel time
+    fits in the window and the budget is that of the step (3.65 ms of bf16 products)."""
+    from nsanalyze.analyze import Options, analyze
+
+    path = REAL / "matmul_async_nsys.sqlite.xz"
+    timeline = analyze([str(path)], Options(nvtx_range="step 5"))["timeline"]
+    first, last, kernel_ns = _range_work_sql(path, "step 5")
+    assert "on the GPU's clock" in timeline["window"]["description"]
+    assert timeline["span_ns"] == pytest.approx(last - first, rel=0.01)
+    assert timeline["kernel_ns"] == pytest.approx(kernel_ns, rel=0.01)
+    assert timeline["kernel_ns"] <= timeline["span_ns"]
+    assert timeline["steps"] is None            # one step: the window is the step, no 'steps' of the capture
+    compute = next(p for p in timeline["budget"] if p["part"] == "gpu_compute")
+    assert compute["share"] > 0.9

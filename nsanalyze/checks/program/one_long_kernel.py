@@ -57,11 +57,15 @@ def _advice(name: str | None) -> str:
     (a name cannot close the block and become Markdown)."""
     import re
 
-    from nsanalyze.render.format import visible
+    from nsanalyze.text import visible
 
     name = visible(name) if name else "KERNEL"
     fence = "`" * max(3, max((len(r) for r in re.findall(r"`+", name)), default=0) + 1)
     return ADVICE.replace("```", fence).replace("KERNEL", name)
+
+
+def _time(ns: float) -> str:
+    return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.3g} ms"
 
 
 def run(timeline, limits) -> Finding | None:
@@ -70,6 +74,8 @@ def run(timeline, limits) -> Finding | None:
     kernel_ns = summary.get("kernel_ns") or 0
     if not kernels or kernels > limits["max_kernels"] or not span:
         return None
+    if any(part["role"] == "graph" and part["ns"] for part in timeline.work or []):
+        return None  # a whole-graph execution is many kernels: the graph note says how to see them
     share = kernel_ns / span
     if share < limits["min_kernel_share"]:
         return None
@@ -79,7 +85,7 @@ def run(timeline, limits) -> Finding | None:
         check=ID,
         title=f"GPU-bound in {plural(kernels, 'kernel launch')}"
               + (f" (`{name}`)" if name else "")
-              + f": {kernel_ns / 1e9:.2f} s of the {span / 1e9:.2f} s window; profile it with ncu to see what limits it",
+              + f": {_time(kernel_ns)} of the {_time(span)} window; profile it with ncu to see what limits it",
         estimated_speedup=0.0,
         evidence={"kernel_share": evidence(share, limits["min_kernel_share"], unit="ratio"),
                   "kernel_launches": evidence(kernels, limits["max_kernels"], compare="<="),
