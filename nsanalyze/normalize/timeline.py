@@ -64,6 +64,7 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     host_from = int(steps.host_starts[steps.first_index]) if steps is not None and window.kind == "steady" else None
     if named is not None and window.kind == "nvtx-range":
         host_from = int(named.host_starts[0])  # the calls made inside the range launched the window's work
+    step_name = steps.name if steps is not None else None   # a phase of its own only when no steps repeat
     if steps is not None and window.kind in ("nvtx-range", "skip-first"):
         steps = steps.inside(window.start, window.end)  # the steps of the user's window, not of the capture
     activity = capture.within(window.start, window.end, host_from)
@@ -116,7 +117,7 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     timeline.host_stretches = _host_stretches(export, budgets)
     capture_budgets = lambda: build_budgets(capture, call_names, set(comm_ids.tolist()), peer_kinds)  # noqa: E731
     timeline.phases = find_phases(export, capture_budgets, (window.start, window.end),
-                                  steps.name if steps is not None else None)
+                                  step_name)
     # GPU metrics are sampled from the capture's start; outside the span of GPU work they only dilute.
     active = Window(max(window.start, min((d["first_ns"] for d in devices), default=window.start)),
                     min(window.end, max((d["last_ns"] for d in devices), default=window.end)), window.description)
