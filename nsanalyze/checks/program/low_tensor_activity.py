@@ -2,9 +2,13 @@
 
 ## What it detects
 From the work split: the kernels whose names say they are GEMMs or convolutions on the CUDA cores
-(role `matmul_simt`: CUTLASS `simt`, cuBLAS `sgemm`/`_ffma_`/`gemv`) take a good share of the GPU's
-kernel time, and nsys GPU metrics agree: the tensor cores barely run. Without GPU metrics the work
-split still shows the CUDA-core GEMMs' share (`timeline.work`), but no finding is raised.
+(role `matmul_simt`: CUTLASS `simt`, cuBLAS `sgemm`/`_ffma_`) take a good share of the GPU's
+kernel time, and nsys GPU metrics agree: the tensor cores barely run. Without GPU metrics (an nsys
+export recorded without `--gpu-metrics-devices`, a PyTorch profiler trace) the kernel names are the
+evidence, and only the names a library gives its kernels count: cuBLAS, cuDNN and CUTLASS spell the
+instruction and types into them (`sm80_xmma_gemm_f32f32_..._ffma_`, `cutlass_80_simt_sgemm_...`),
+while a name the user chose (`sgemm_tiled`, `matmul`) says nothing certain about the instruction. The
+finding says that tensor activity was not measured.
 
 ## Why it is slow
 FP32 matrix math runs on the CUDA cores at a fraction of the tensor cores' rate (TF32 and BF16 peaks
@@ -22,21 +26,29 @@ with torch.autocast("cuda", dtype=torch.bfloat16):
 ```
 
 ## Known problems
-FP64 and integer matrix products that have no tensor-core path on the GPU count too.
+FP64 and integer matrix products that have no tensor-core path on the GPU count too. Matrix-vector
+products (`gemv`) are left out: they read each matrix element once, are bound by memory, and run no
+faster on tensor cores. Without GPU metrics a user's own GEMM kernel is not judged (its name is no
+evidence of its instructions); Nsight Compute's `missing-tensor-cores` judges it from its instruction mix.
 
 ## Options
-- `max_tensor_active_pct`: tensor activity (GPU metrics) below which the tensor cores count as idle.
+- `max_tensor_active_pct`: tensor activity (GPU metrics) below which the tensor cores count as idle;
+  without GPU metrics the check reads the library kernels' names alone.
 - `min_matrix_share`: CUDA-core matrix products' share of GPU kernel time before the check speaks.
 - `tensor_speedup`: how much faster those kernels run on tensor cores (conservative).
 """
 
+import re
+
 from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.libraries import library_of
 
 ID = "low-tensor-activity"
 NAME = "program.utilization.tensor"
 TITLE = "Matrix products on the CUDA cores, not the tensor cores"
 SECTION = "work"  # the report section its findings appear in
-REQUIRES = ("gpu_metrics", "work")
+REQUIRES = ("work",)
+OPTIONAL = ("gpu_metrics",)  # tensor activity; without it the library kernels' names are the evidence
 BUDGET_PART = "gpu_compute"
 THRESHOLDS = {
     "max_tensor_active_pct": Threshold(5.0, "matrix-heavy work keeps tensor cores active far above 5%"),
@@ -44,7 +56,10 @@ THRESHOLDS = {
     "tensor_speedup": Threshold(2.0, "TF32/BF16 tensor-core peaks are 7-16x FP32 on Ampere and Hopper; "
                                       "real GEMMs on them run at least 2x faster"),
 }
-SPEEDUP_MODEL = ("the CUDA-core matrix products' time (role matmul_simt, by kernel name) x (1 - 1/tensor_speedup)")
+SPEEDUP_MODEL = ("the CUDA-core matrix products' time (role matmul_simt, by kernel name, matrix-vector products "
+                 "left out; without GPU metrics only library kernels) x (1 - 1/tensor_speedup): within that time")
+# Matrix-vector products: one multiply-add per matrix element read, bound by memory whatever unit multiplies.
+MATRIX_VECTOR = re.compile(r"gemv", re.I)
 ADVICE = """Put the matrix math on the tensor cores, then make the busy time do more work.
 
 - FP32 matrix products: enable TF32 (`torch.backends.cuda.matmul.allow_tf32 = True`,
@@ -61,35 +76,77 @@ with torch.autocast("cuda", dtype=torch.bfloat16): y = model(x)
 
 
 
+def _judged(analysis, by_name_only: bool) -> list[dict]:
+    """The CUDA-core matrix kernels the check speaks for: role matmul_simt, no matrix-vector products;
+    from names alone (no GPU metrics), only the kernels a library named after their instructions."""
+    kernels = analysis.kernels_of("matmul_simt", limit=len(analysis.by_kernel))
+    kernels = [k for k in kernels if not MATRIX_VECTOR.search(f"{k.get('demangled') or ''} {k.get('name') or ''}")]
+    if by_name_only:
+        kernels = [k for k in kernels if library_of(k.get("demangled") or k.get("name"))
+                   or library_of(k.get("name"))]
+    return kernels
+
+
 def run(timeline, limits) -> Finding | None:
     analysis = timeline.work_analysis
     if analysis is None or not analysis.kernel_ns:
         return None
-    simt_ns = analysis.role_ns("matmul_simt")
-    matrix_share = simt_ns / analysis.kernel_ns
-    if matrix_share < limits["min_matrix_share"]:
-        return None
     metrics = timeline.gpu_metrics or {}
     gr, issue, tensor = (metrics.get(k, {}).get("mean") if metrics.get(k) else None
                          for k in ("gr_active_pct", "sm_issue_pct", "tensor_active_pct"))
+    by_name_only = tensor is None
+    kernels = _judged(analysis, by_name_only)
+    simt_ns = float(sum(k["ns"] for k in kernels))
+    matrix_share = simt_ns / analysis.kernel_ns
+    if matrix_share < limits["min_matrix_share"]:
+        return None
     if tensor is not None and tensor >= limits["max_tensor_active_pct"]:
         return None  # the tensor cores run: the names' CUDA-core GEMMs are not where the time goes
     measured = "".join([f", GPU-Util {gr:.0f}%" if gr is not None else "",
                         f", SMs issue on {issue:.0f}% of cycles" if issue is not None else "",
-                        f", tensor cores active {tensor:.1f}%" if tensor is not None else ""])
-    kernels = analysis.kernels_of("matmul_simt")
+                        f", tensor cores active {tensor:.1f}%" if tensor is not None else
+                        " (by their library names; tensor activity was not measured)"])
+    libraries = sorted({library_of(k.get("demangled") or k.get("name")) or library_of(k.get("name")) or "?"
+                        for k in kernels} - {"?"})
+    notes = []
+    if by_name_only:
+        notes.append("tensor-core activity was not measured (no GPU metrics in this profile: nsys profile "
+                     "--gpu-metrics-devices=all measures it); the evidence is the kernel names, which "
+                     f"{', '.join(libraries) or 'the libraries'} give after the instruction they run "
+                     "(ffma, simt: FP32 multiply-adds on the CUDA cores)")
     finding = Finding(
         check=ID,
         title=f"Matrix products on the CUDA cores: FP32 GEMM kernels ({matrix_share:.0%} of GPU kernel time) do not "
               f"use the tensor cores{measured}",
         estimated_speedup=0.0,
         evidence={"matrix_kernel_share": evidence(matrix_share, limits["min_matrix_share"], unit="ratio"),
+                  "matrix_kernel_ns": evidence(simt_ns, unit="ns"),
                   "gr_active_pct": evidence(gr, unit="%"),
                   "sm_issue_pct": evidence(issue, unit="%"),
                   "tensor_active_pct": evidence(tensor, limits["max_tensor_active_pct"], unit="%", compare="<"),
                   "matrix_kernels": [{"name": k["name"], "duration_ns": k["ns"], "launches": k["launches"]}
-                                     for k in kernels]},
+                                     for k in kernels[:5]]},
         advice=ADVICE,
+        notes=notes,
     )
-    finding.estimated_savings_ns = simt_ns * (1 - 1 / limits["tensor_speedup"])
+    wall_ns, device = _wall_gemm_ns(analysis, simt_ns)
+    if device is not None:  # GPUs run side by side: wall time is saved on the GPU with most GEMM time
+        finding.budget_device = device
+        finding.evidence["busiest_gpu_matrix_ns"] = evidence(wall_ns, unit="ns")
+    # the GEMMs get faster, never more than their own time goes
+    finding.estimated_savings_ns = min(wall_ns, wall_ns * (1 - 1 / limits["tensor_speedup"]))
     return finding
+
+
+def _wall_gemm_ns(analysis, judged_ns: float) -> tuple[float, object]:
+    """The judged GEMM time in wall-clock terms: with several GPUs in the window their kernel times add
+    up, but they run at the same time; the GPU with the most CUDA-core GEMM time bounds what is saved.
+    Per GPU, the role's time scaled by the judged share of it (names judged, matrix-vector left out)."""
+    if len(analysis.devices) < 2:
+        return judged_ns, None
+    role_ns = analysis.role_ns("matmul_simt")
+    scale = judged_ns / role_ns if role_ns else 0.0
+    per_device = {device: sum(e["ns"] for e in split if e["role"] == "matmul_simt") * scale
+                  for device, split in analysis.devices.items()}
+    device = max(per_device, key=per_device.get)
+    return per_device[device], device

@@ -79,8 +79,11 @@ def run(timeline, limits) -> Finding | None:
     share = kernel_ns / span
     if share < limits["min_kernel_share"]:
         return None
+    # the longest kernel of the window's summary; the launch checks' list holds short kernels only
+    longest = max(getattr(timeline, "kernel_summary", None) or [], key=lambda r: r.get("duration_ns") or 0,
+                  default=None)
     top = (timeline.launches or {}).get("top") or []
-    name = top[0]["name"] if top else None
+    name = (longest or {}).get("name") or (top[0]["name"] if top else None)
     finding = Finding(
         check=ID,
         title=f"GPU-bound in {plural(kernels, 'kernel launch')}"

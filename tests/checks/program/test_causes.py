@@ -50,9 +50,12 @@ def test_loader_workers_shorten_the_step(analyzed):
 
 
 def test_item_then_short_bookkeeping_is_host_sync(analyzed):
+    """~7 ms of fp32 GEMMs a step (cuBLAS/CUTLASS CUDA-core kernels, 96% of GPU time), then the sync: the
+    host's first cause is the sync; the GEMMs' own cause (TF32/BF16, low-tensor-activity) saves more."""
     model = analyzed(REAL / "item_sync_nsys.sqlite.xz")
-    first = program_findings(model)[0]
+    first = next(f for f in program_findings(model) if f["check"] in HOST_CAUSES)
     assert first["check"] == "host-sync" and first["severity"] in ("high", "medium")
+    assert [f["check"] for f in program_findings(model)][0] in ("host-sync", "low-tensor-activity")
     assert _share(model, "idle_host") < _share(model, "idle_sync")
 
 

@@ -2,12 +2,13 @@
 (issue 24, item 9), on real exports."""
 
 import copy
-from types import SimpleNamespace
 
-from nsanalyze.analyze import analyze
+import pytest
+
+from nsanalyze.analyze import Options, analyze
 from nsanalyze.checks import limits_for
 from nsanalyze.checks.program import launch_overhead, one_long_kernel, transfer_bound
-from tests.conftest import PUBLIC
+from tests.conftest import PUBLIC, REAL, sql
 
 H100_COPIES = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__h100_2gpu_1s.sqlite.xz"
 
@@ -42,14 +43,38 @@ def test_a_handful_of_launches_is_start_up(dev_suite_timeline):
     assert finding is not None and any("load their module" in n for n in finding.notes)
 
 
-def test_one_long_kernel_points_to_ncu():
-    timeline = SimpleNamespace(summary={"kernels": 1, "span_ns": 50_300_000_000, "kernel_ns": 50_100_000_000},
-                               launches={"launches": 1, "top": [{"name": "solve", "launches": 1}]})
-    finding = one_long_kernel.run(timeline, limits_for(one_long_kernel))
-    assert finding is not None and "solve" in finding.title and "ncu" in finding.title
-    assert "ncu --set full" in finding.advice and "regex:solve" in finding.advice
-    busy = SimpleNamespace(summary={"kernels": 3000, "span_ns": 1e9, "kernel_ns": 9e8}, launches={"top": []})
-    assert one_long_kernel.run(busy, limits_for(one_long_kernel)) is None
+@pytest.fixture(scope="module")
+def one_kernel(analyzed):
+    return analyzed(REAL / "one_kernel_nsys.sqlite.xz")
+
+
+def test_one_long_kernel_points_to_ncu(one_kernel):
+    """one_kernel.py: PyTorch's spin kernel launched once, 2.02 s. The headline says the program is that
+    kernel and names the ncu command for it; the window is the kernel (SQL over the export)."""
+    (name, duration), = sql(REAL / "one_kernel_nsys.sqlite.xz", """SELECT s.value, k.end - k.start
+        FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName""")
+    finding = next(f for f in one_kernel["findings"] if f["check"] == "one-long-kernel")
+    assert finding["evidence"]["kernel_ns"]["value"] == duration == one_kernel["timeline"]["kernel_ns"]
+    assert finding["evidence"]["kernel_launches"]["value"] == 1
+    assert finding["evidence"]["kernel_share"]["value"] > 0.99
+    assert f"{duration / 1e9:.2f} s of the" in finding["title"] and name in finding["title"]
+    assert "ncu --set full" in finding["advice"] and f"regex:{name}" in finding["advice"]
+    assert finding["estimated_savings_ns"] == 0      # unknown until the kernel is profiled: no promise
+
+
+def test_a_loop_of_launches_is_not_one_long_kernel(dev_suite_timeline):
+    assert dev_suite_timeline.summary["kernels"] > 100
+    assert one_long_kernel.run(dev_suite_timeline, limits_for(one_long_kernel)) is None
+
+
+def test_one_time_first_launch_is_not_launch_overhead(one_kernel):
+    """The one cudaLaunchKernel of that program takes 332 us (module loading, once): not launch overhead."""
+    (call_ns,), = sql(REAL / "one_kernel_nsys.sqlite.xz", """SELECT r.end - r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE 'cudaLaunchKernel%'""")
+    assert call_ns > 100_000                            # far above an ordinary launch's few microseconds
+    assert not [f for f in one_kernel["findings"] if f["check"] == "launch-overhead"]
+    captured = analyze([str(REAL / "one_kernel_nsys.sqlite.xz")], Options(window="capture"))
+    assert not [f for f in captured["findings"] if f["check"] == "launch-overhead"]
 
 
 def test_export_without_gpu_tables_reads_its_api_table(tmp_path):

@@ -1,0 +1,86 @@
+"""low-tensor-activity with and without GPU metrics, on real H200 recordings (fixtures/real/README.md).
+
+The fp32 GPT recorded twice: nsys with GPU metrics (tensor cores active 0.6%) and a PyTorch profiler
+trace (no metrics). Both must name the CUDA-core GEMMs first; the trace's finding says that tensor
+activity was not measured. The graphed fp32 MLP (nsys, no metrics) said 'no findings above info'.
+bf16/fp16/TF32 programs get no finding."""
+
+import pytest
+
+from tests.conftest import REAL, program_findings
+
+WITH_METRICS = "gpt_fp32_nsys.sqlite.xz"
+NO_METRICS = ["gpt_fp32_kineto.json.gz", "graphs_after_nsys.sqlite.xz"]
+# tensor-core programs: bf16 GEMMs, bf16 attention, bf16 ResNet-50, an fp16 token loop, TF32 in a CNN loader
+TENSOR_CORE = ["matmul_async_nsys.sqlite.xz", "attn_naive_nsys.sqlite.xz", "attn_sdpa_nsys.sqlite.xz",
+               "attn_naive_kineto.json.gz", "cnn_nchw_nsys.sqlite.xz", "cnn_cl_nsys.sqlite.xz",
+               "mlp_eager_nsys.sqlite.xz", "token_gen_nsys.sqlite.xz", "nightly1_nsys.sqlite.xz"]
+
+
+def _finding(model):
+    return next((f for f in model["findings"] if f["check"] == "low-tensor-activity"), None)
+
+
+def _simt_ns(model) -> float:
+    return sum(w["ns"] for w in model["timeline"]["work"] if w["role"] == "matmul_simt")
+
+
+@pytest.fixture(scope="module")
+def gpt(analyzed):
+    return analyzed(REAL / WITH_METRICS), analyzed(REAL / "gpt_fp32_kineto.json.gz")
+
+
+def test_trace_without_metrics_names_the_same_first_cause(gpt):
+    measured, traced = gpt
+    assert "gpu_metrics" in measured and "gpu_metrics" not in traced
+    first = [program_findings(m)[0] for m in gpt]
+    assert [f["check"] for f in first] == ["low-tensor-activity"] * 2
+    assert [f["severity"] for f in first] == ["high", "high"]
+    with_metrics, by_names = first
+    # the same kernels' share either way (81% measured on both)
+    assert by_names["evidence"]["matrix_kernel_share"]["value"] == pytest.approx(
+        with_metrics["evidence"]["matrix_kernel_share"]["value"], abs=0.03)
+    assert "tensor cores active" in with_metrics["title"]
+    assert "not measured" in by_names["title"] and by_names["evidence"]["tensor_active_pct"]["value"] is None
+    assert any("not measured" in n and "kernel names" in n for n in by_names["notes"])
+    assert not any("not measured" in n for n in with_metrics["notes"])
+
+
+def test_no_metrics_graphed_mlp_gets_the_finding(analyzed):
+    """graphs_after: the whole step is one CUDA graph of fp32 cuBLAS/CUTLASS GEMMs (56% of GPU time)."""
+    model = analyzed(REAL / "graphs_after_nsys.sqlite.xz")
+    finding = _finding(model)
+    assert finding is not None and finding["severity"] in ("medium", "high")
+    assert program_findings(model)[0]["check"] == "low-tensor-activity"
+    share = _simt_ns(model) / model["timeline"]["kernel_ns"]
+    assert finding["evidence"]["matrix_kernel_share"]["value"] == pytest.approx(share, abs=0.01)
+    assert 0.5 < share < 0.6
+
+
+@pytest.mark.parametrize("name", [WITH_METRICS] + NO_METRICS)
+def test_savings_stay_within_the_gemm_time(analyzed, name):
+    model = analyzed(REAL / name)
+    finding = _finding(model)
+    gemm_ns = finding["evidence"]["matrix_kernel_ns"]["value"]
+    assert gemm_ns <= _simt_ns(model) * 1.0001
+    assert 0 < finding["estimated_savings_ns"] <= gemm_ns
+    assert finding["estimated_savings_ns"] <= model["timeline"]["span_ns"]
+    names = {k["name"] for k in finding["evidence"]["matrix_kernels"]}
+    assert names and not any("gemv" in n for n in names)
+
+
+@pytest.mark.parametrize("name", TENSOR_CORE)
+def test_tensor_core_programs_get_no_finding(analyzed, name):
+    model = analyzed(REAL / name)
+    assert "gpu_metrics" not in model               # judged from the names alone
+    assert _finding(model) is None
+
+
+def test_user_kernel_named_sgemm_is_not_judged_by_name(analyzed):
+    """The dev suite's own sgemm_tiled (20% of its GPU time): a name the user chose says nothing certain
+    about its instructions; without GPU metrics it is left to ncu's missing-tensor-cores."""
+    from tests.conftest import DEV_SUITE_NSYS
+
+    model = analyzed(DEV_SUITE_NSYS)
+    assert "gpu_metrics" not in model and _simt_ns(model) / model["timeline"]["kernel_ns"] > 0.15
+    assert _finding(model) is None
