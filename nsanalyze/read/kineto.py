@@ -35,7 +35,7 @@ import numpy as np
 
 from nsanalyze.errors import InputError
 
-FORMAT_VERSION = 3  # bump when the conversion changes: cached conversions of older versions are not reused
+FORMAT_VERSION = 4  # bump when the conversion changes: cached conversions of older versions are not reused
 PID_SHIFT = 24      # as nsys: globalTid = pid << 24 | tid (nsanalyze.normalize.activity.PID_SHIFT)
 TID_MASK = (1 << PID_SHIFT) - 1
 
@@ -46,6 +46,11 @@ RUNTIME_CATS = {"cuda_runtime", "runtime"}
 DRIVER_CATS = {"cuda_driver"}
 SYNC_CATS = {"cuda_sync"}
 ANNOTATION_CATS = {"user_annotation"}
+# Kineto's GPU projection of each annotation (`gpu_user_annotation`, on the GPU's pid and stream): not a host
+# range. Read as one, ProfilerStep#N there (longer than the host's own when a graph replay is the step) won
+# the choice of steps and the steps "launched no GPU work". The steps are projected on the GPU from the
+# host's ranges instead (normalize.steps), which gives the same periods.
+GPU_ANNOTATION_CATS = {"gpu_user_annotation"}
 CPU_OP_CATS = {"cpu_op", "operator"}  # python_function frames (with_stack) would make `<module>` the top op
 CALL_OP_DEPTH = 3
 STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
@@ -249,6 +254,8 @@ def convert(trace: dict, target: Path) -> dict:
                 continue
             table = "CUPTI_ACTIVITY_KIND_DRIVER" if cat in DRIVER_CATS else "CUPTI_ACTIVITY_KIND_RUNTIME"
             calls.append((table, ts, dur, pid, tid, _int(args.get("correlation")), name))
+        elif cat in GPU_ANNOTATION_CATS:
+            continue
         elif pid is not None and (cat in ANNOTATION_CATS or STEP_NAME.match(name)):
             marks.append((ts, dur, pid, tid, name))
         elif pid is not None and cat in CPU_OP_CATS:

@@ -7,6 +7,7 @@ import gzip
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,19 @@ from tests.conftest import REAL, program_findings
 
 ATTN = REAL / "attn_naive_kineto.json.gz"
 MLP = REAL / "mlp_eager_kineto.json.gz"
+# round four (record_round4.sh): the launch-bound MLP of graphs_train.py eager, the same with record_shapes,
+# its step as one CUDA graph replay, and the fp32 GPT of gpt_train.py (CUDA-core GEMMs)
+EAGER = REAL / "graphs_eager_kineto.json.gz"
+EAGER_SHAPES = REAL / "graphs_eager_shapes_kineto.json.gz"
+GRAPHED = REAL / "graphs_after_kineto.json.gz"
+GPT_FP32 = REAL / "gpt_fp32_kineto.json.gz"
+EAGER_NSYS = REAL / "graphs_eager_nsys.sqlite.xz"
 PAIRS = [(ATTN, REAL / "attn_naive_nsys.sqlite.xz", "attention-unfused"),
-         (MLP, REAL / "mlp_eager_nsys.sqlite.xz", "unfused-elementwise")]
+         (MLP, REAL / "mlp_eager_nsys.sqlite.xz", "unfused-elementwise"),
+         (EAGER, EAGER_NSYS, "launch-overhead"),
+         (EAGER_SHAPES, EAGER_NSYS, "launch-overhead")]
+TRACES = [ATTN, MLP, EAGER, EAGER_SHAPES, GRAPHED, GPT_FP32]
+TRACE_IDS = ["attn", "mlp", "eager", "eager_shapes", "graphed", "gpt_fp32"]
 
 
 def events(path: Path) -> list[dict]:
@@ -57,7 +69,7 @@ def test_trace_loads_with_the_traces_kernels(path):
     assert not any(a[:2] == b[:2] and a[3] > b[2] for a, b in zip(rows, rows[1:]))
 
 
-@pytest.mark.parametrize("path", [ATTN, MLP], ids=["attn", "mlp"])
+@pytest.mark.parametrize("path", TRACES, ids=TRACE_IDS)
 def test_steps_are_the_profiler_steps_on_the_traces_own_gpu_projection(path, analyzed):
     """Kineto projects ProfilerStep#N on the GPU itself (`gpu_user_annotation`). Its `dur` misses the
     backward kernels, launched from the autograd thread outside the annotation; its starts are the step
@@ -69,18 +81,83 @@ def test_steps_are_the_profiler_steps_on_the_traces_own_gpu_projection(path, ana
     starts = np.array([ts for ts, _ in projected]) * 1000
     periods = np.diff(starts)
     assert steps["median_ns"] == pytest.approx(float(np.median(periods)), rel=0.05)
-    assert steps["median_ns"] == pytest.approx(float(np.median(periods)), rel=0.002)  # measured: within 0.01%
+    if path in (ATTN, MLP, GRAPHED, GPT_FP32):  # measured: within 0.01%; the eager MLPs within 0.5% (5 periods
+        assert steps["median_ns"] == pytest.approx(float(np.median(periods)), rel=0.002)  # of 6 steps' spread)
     assert steps["start_ns"] == pytest.approx(starts[0], abs=1000)
 
 
-@pytest.mark.parametrize("kineto, nsys, first", PAIRS, ids=["attn", "mlp"])
+@pytest.mark.parametrize("kineto, nsys, first", PAIRS, ids=["attn", "mlp", "eager", "eager_shapes"])
 def test_first_finding_equals_the_nsys_exports(kineto, nsys, first, analyzed):
     from_kineto, from_nsys = program_findings(analyzed(kineto)), program_findings(analyzed(nsys))
     assert from_kineto[0]["check"] == from_nsys[0]["check"] == first
     assert analyzed(kineto)["profiles"][0]["kind"] == "kineto"
-    # the same steady step on either input
-    assert analyzed(kineto)["timeline"]["steps"]["median_ns"] == pytest.approx(
-        analyzed(nsys)["timeline"]["steps"]["median_ns"], rel=0.05)
+    k_steps, n_steps = analyzed(kineto)["timeline"]["steps"], analyzed(nsys)["timeline"]["steps"]
+    if first != "launch-overhead":  # the GPU is the bound: the same steady step on either input
+        assert k_steps["median_ns"] == pytest.approx(n_steps["median_ns"], rel=0.05)
+    else:  # the host is: its speed and each profiler's own cost set the step (3.10-4.59 ms against 3.49 ms
+        # under nsys); the loop itself is the same, 73 kernel launches a step on either input
+        k_launches, n_launches = analyzed(kineto)["timeline"]["launches"], analyzed(nsys)["timeline"]["launches"]
+        assert k_launches["launches"] / k_steps["count"] == n_launches["launches"] / n_steps["count"] == 73
+
+
+def test_a_graphed_step_is_busy_on_either_input(analyzed):
+    """graphs_train.py graph: each step one cudaGraphLaunch whose 73 kernels carry its correlation id. The
+    steps are on the GPU's clock (not the host's 89 us ranges), as long as under nsys (node-level and
+    graph-level traces), mostly compute, and the first cause is the node-level nsys export's."""
+    model = analyzed(GRAPHED)
+    steps = model["timeline"]["steps"]
+    assert steps["clock"] == "gpu" and "launched no GPU work" not in model["timeline"]["window"]["description"]
+    assert steps["host_median_ns"] < steps["median_ns"] / 3  # the host runs ahead: one launch a step
+    for nsys in ("graphs_after_nsys.sqlite.xz", "graphs_graphtrace_nsys.sqlite.xz"):
+        other = analyzed(REAL / nsys)
+        assert steps["median_ns"] == pytest.approx(other["timeline"]["steps"]["median_ns"], rel=0.05)
+    first = [f["check"] for f in program_findings(model)][:1]
+    assert first == [f["check"] for f in program_findings(analyzed(REAL / "graphs_after_nsys.sqlite.xz"))][:1]
+    assert "launch-overhead" not in {f["check"] for f in program_findings(model)}
+    budget = {p["part"]: p["share"] for p in model["timeline"]["budget"]}
+    nsys_budget = {p["part"]: p["share"] for p in analyzed(REAL / "graphs_after_nsys.sqlite.xz")["timeline"]["budget"]}
+    assert max(budget, key=budget.get) == max(nsys_budget, key=nsys_budget.get) == "gpu_compute"
+    assert budget["gpu_compute"] == pytest.approx(nsys_budget["gpu_compute"], abs=0.05)  # measured 87% / 86%
+    assert sum(p["ns"] for p in model["timeline"]["budget"]) == pytest.approx(model["timeline"]["span_ns"], rel=1e-6)
+    # one launch a step, however many kernels it ran
+    assert model["timeline"]["launches"]["profiler"]["launches_per_step"] == 1
+    evs = events(GRAPHED)
+    graph_corr = {e["args"]["correlation"] for e in evs if e.get("name") == "cudaGraphLaunch"}
+    per_launch = Counter(e["args"]["correlation"] for e in evs if e.get("cat") == "kernel"
+                         and e["args"]["correlation"] in graph_corr)
+    assert len(per_launch) == 6 and set(per_launch.values()) == {73}
+
+
+@pytest.mark.xfail(reason="low-tensor-activity still needs GPU metrics (nsanalyze/checks/program/"
+                          "low_tensor_activity.py); the work-role judgement for traces without them is another "
+                          "engineer's change, not landed yet", strict=False)
+def test_cuda_core_gemms_first_on_either_input(analyzed):
+    """gpt_train.py fp32: the nsys export (GPU metrics) says low-tensor-activity first; the trace has no
+    GPU metrics but the same work split (CUDA-core GEMM 81%)."""
+    from_nsys = program_findings(analyzed(REAL / "gpt_fp32_nsys.sqlite.xz"))
+    assert from_nsys[0]["check"] == "low-tensor-activity"
+    assert program_findings(analyzed(GPT_FP32))[0]["check"] == "low-tensor-activity"
+
+
+def test_the_fp32_gpt_has_the_nsys_exports_step_and_work_split(analyzed):
+    model, nsys = analyzed(GPT_FP32), analyzed(REAL / "gpt_fp32_nsys.sqlite.xz")
+    assert model["timeline"]["steps"]["median_ns"] == pytest.approx(nsys["timeline"]["steps"]["median_ns"], rel=0.01)
+    work = {w["role"]: w["share"] for w in model["timeline"]["work"]}
+    nsys_work = {w["role"]: w["share"] for w in nsys["timeline"]["work"]}
+    assert set(work) == set(nsys_work)
+    for role in ("matmul_simt", "attention_unfused"):  # measured 81% and 7% on both
+        assert work[role] == pytest.approx(nsys_work[role], abs=0.01)
+
+
+@pytest.mark.parametrize("path", [EAGER, EAGER_SHAPES, GRAPHED], ids=["eager", "eager_shapes", "graphed"])
+def test_an_mlp_has_no_attention(path, analyzed):
+    """cross_entropy's log-softmax (softmax_warp_forward<..., 4, true, false>: is_log_softmax spelled
+    `true` by the demangler Kineto uses, `(bool)1` by nsys's) is a reduction, not attention: the work
+    roles of the trace are those of the nsys export of the same program."""
+    roles = {w["role"] for w in analyzed(path)["timeline"]["work"]}
+    assert "attention_unfused" not in roles and "attention_fused" not in roles
+    nsys = {w["role"] for w in analyzed(EAGER_NSYS)["timeline"]["work"]}
+    assert roles == nsys
 
 
 @pytest.mark.parametrize("compress", [False, True], ids=["json", "json.gz"])
@@ -267,3 +344,85 @@ def test_a_step_annotation_around_everything_is_not_the_op(tmp_path, analyzed):
     model = analyzed(write_trace(tmp_path / "train_step.pt.trace.json", trace))
     by_op = {row["op"]: row["launches"] for row in model["timeline"]["launches"]["by_op"]}
     assert "train_step" not in by_op and by_op["Optimizer.step#AdamW.step"] == 48 and by_op["aten::linear"] == 84
+
+
+def _launch_finding(model: dict) -> dict:
+    return next(f for f in model["findings"] if f["check"] == "launch-overhead")
+
+
+def test_the_profilers_own_host_time_is_noted_and_savings_stay_within_the_trace(analyzed):
+    """The launch-bound MLP under torch.profiler (with and without record_shapes) and under nsys: the
+    trace's note gives its host time a launch, off its own ProfilerStep#N host ranges and launch calls;
+    the saving is the window's idle_launch, within the traced steps. Measured: 62.6 us a launch under
+    torch.profiler, 42.7 us with record_shapes (a run whose CUDA calls were all faster), 47.8 us under nsys."""
+    per_launch = {}
+    for path in (EAGER, EAGER_SHAPES):
+        model = analyzed(path)
+        finding = _launch_finding(model)
+        evs = events(path)
+        host = np.median([e["dur"] for e in evs if e.get("cat") == "user_annotation"
+                          and e["name"].startswith("ProfilerStep#")]) * 1000
+        calls = sum(1 for e in evs if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                    and e["name"].startswith(("cudaLaunch", "cuLaunch")))
+        steps = sum(1 for e in evs if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+        per_launch[path] = finding["evidence"]["host_ns_per_launch"]["value"]
+        assert per_launch[path] == pytest.approx(host / (calls / steps), rel=0.01)
+        note = next(n for n in finding["notes"] if "profiler's own CPU-side work" in n)
+        assert f"{per_launch[path] / 1e3:.1f} us of host time a launch" in note
+        assert ("record_shapes=True" in note) == (path == EAGER_SHAPES)
+        assert finding["evidence"]["cpu_ops_per_launch"]["value"] == pytest.approx(
+            sum(1 for e in evs if e.get("cat") == "cpu_op") / calls, rel=1e-3)  # 5.6 on both
+        budget = {p["part"]: p["ns"] for p in model["timeline"]["budget"]}
+        assert sum(budget.values()) == pytest.approx(model["timeline"]["span_ns"], rel=1e-6)
+        assert finding["estimated_savings_ns"] <= budget["idle_launch"] + 1 <= model["timeline"]["span_ns"]
+        traced = model["timeline"]["steps"]["count"] * model["timeline"]["steps"]["median_ns"]
+        assert model["timeline"]["span_ns"] == pytest.approx(traced, rel=0.1)  # the window is the traced steps
+    nsys = analyzed(EAGER_NSYS)
+    finding = _launch_finding(nsys)
+    assert not any("profiler" in n for n in finding["notes"]) and "host_ns_per_launch" not in finding["evidence"]
+    nsys_per_launch = nsys["timeline"]["steps"]["host_median_ns"] / 73
+    assert per_launch[EAGER] == pytest.approx(62.6e3, rel=0.01)
+    assert per_launch[EAGER_SHAPES] == pytest.approx(42.7e3, rel=0.01)
+    assert nsys_per_launch == pytest.approx(47.8e3, rel=0.01)
+
+
+def test_a_launch_bound_trace_names_the_backward_op_that_launches_most(analyzed):
+    """graphs_train.py eager: the Linear layers' backward (on the autograd thread) launches most; its count is
+    the kernels whose launch call lies inside that op's events on their thread, counted off the JSON."""
+    evs = events(EAGER)
+    launches = analyzed(EAGER)["timeline"]["launches"]
+    top = launches["by_op"][0]
+    spans = [(e["tid"], e["ts"], e["ts"] + e["dur"]) for e in evs if e.get("cat") == "cpu_op" and e["name"] == top["op"]]
+    inside = {e["args"]["correlation"] for e in evs if e.get("cat") in ("cuda_runtime", "cuda_driver")
+              and any(t == e["tid"] and s <= e["ts"] <= end for t, s, end in spans)}
+    kernels = {e["args"]["correlation"] for e in evs if e.get("cat") == "kernel"}
+    assert top["op"] == "autograd::engine::evaluate_function: AddmmBackward0"
+    assert top["launches"] == len(inside & kernels) == 162 and top["per_step"] == 27
+    assert _launch_finding(analyzed(EAGER))["title"].endswith(f"{top['op']} issues 27 of 73 launches a step")
+
+
+def test_a_truncated_real_trace_of_a_graph_replay_is_bad_input(tmp_path):
+    """Cut inside the event list of the graphed trace (as a killed export leaves it), and cut just
+    before its closing brace: one line, exit status 2."""
+    data = gzip.open(GRAPHED).read()
+    for name, cut in (("mid", data[: len(data) * 2 // 3]), ("end", data.rstrip()[:-1])):
+        path = tmp_path / f"{name}.pt.trace.json.gz"
+        path.write_bytes(gzip.compress(cut))
+        result = run_cli("report", path)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and str(path) in lines[0] and "truncated" in lines[0], result.stderr
+
+
+def test_flows_without_ends_and_without_starts_in_the_graphed_trace(tmp_path, analyzed):
+    """The ac2g flows are not what joins a graph's kernels to its cudaGraphLaunch (the correlation id is):
+    with every flow end, or every flow start, removed, the steps and the first cause are unchanged."""
+    whole = analyzed(GRAPHED)
+    trace = json.load(gzip.open(GRAPHED))
+    for phase in ("f", "s"):
+        cut = {**trace, "traceEvents": [e for e in trace["traceEvents"] if e.get("ph") != phase]}
+        del cut["deviceProperties"]  # and no deviceProperties, no distributedInfo: rank 0, no GPU name
+        model = analyzed(write_trace(tmp_path / f"no_{phase}.pt.trace.json", cut))
+        assert model["timeline"]["steps"]["median_ns"] == whole["timeline"]["steps"]["median_ns"]
+        assert model["timeline"]["steps"]["clock"] == "gpu"
+        assert [f["check"] for f in program_findings(model)][:1] == [f["check"] for f in program_findings(whole)][:1]
