@@ -64,12 +64,23 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
 
 
 def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:
-    """Findings that draw on one budget part share it: scale them to 1 - prod(1 - s_i) of the part."""
+    """Findings that draw on one budget part share it: scale them to 1 - prod(1 - s_i) of the part.
+    A finding counted after the others (after_others: transfer-bound after pageable-memcpy) already holds
+    only what they leave of the part: it is named beside them and not scaled again."""
     by_part: dict[tuple, list[Finding]] = {}
     for finding in findings:
         if finding.budget_part and timeline.budget:
             by_part.setdefault((finding.budget_part, finding.budget_device), []).append(finding)
     for (part, device), group in by_part.items():
+        later = [f for f in group if f.after_others and len(group) > 1]
+        group = [f for f in group if f not in later]
+        for finding in later:
+            finding.notes.append(f"overlaps with {', '.join(f.check for f in group)} (the same {part} time): "
+                                 "counted after them, of what they leave")
+        for finding in group:
+            if later:
+                finding.notes.append(f"{', '.join(f.check for f in later)} counts after this, of the {part} "
+                                     "time it leaves")
         if len(group) < 2:
             continue
         part_ns = budget_part(timeline, part, device)[0]

@@ -212,10 +212,29 @@ def copies(wa: WindowActivity) -> dict:
     sync = [r for r in rows if r["api"] is not None and "async" not in r["api"].lower()
             and not (r["copy_kind"] == "Host-to-Device" and r["bytes"] <= 65536)]
     longest = lambda rs: sorted(rs, key=lambda r: -r["duration_ns"])[:50]  # noqa: E731
+    # pinned copies large enough to run at the link's rate (per-copy latency is ~10 us): what this machine's
+    # link reaches, per direction, as the pageable and transfer checks hold their copies against
+    pinned_large = [r for r in rows if "Pinned" in (r["src_kind"], r["dst_kind"]) and r["bytes"] >= PINNED_RATE_MIN_BYTES]
     return {"by_kind": by_kind_rows,
             "pageable": {"copies": len(pageable), "duration_ns": sum(r["duration_ns"] for r in pageable),
-                         "bytes": sum(r["bytes"] for r in pageable), "async_top": longest(pageable_async)},
+                         "bytes": sum(r["bytes"] for r in pageable), "async_top": longest(pageable_async),
+                         "by_direction": _by_direction(pageable)},
+            "pinned_large": _by_direction(pinned_large),
             "sync": {"copies": len(sync), "duration_ns": sum(r["duration_ns"] for r in sync), "top": longest(sync)}}
+
+
+PINNED_RATE_MIN_BYTES = 1 << 20
+
+
+def _by_direction(rows: list[dict]) -> list[dict]:
+    """Copies, bytes and time per copy kind (Host-to-Device, ...), longest first."""
+    out: dict = {}
+    for row in rows:
+        entry = out.setdefault(row["copy_kind"], {"copy_kind": row["copy_kind"], "copies": 0, "bytes": 0, "duration_ns": 0})
+        entry["copies"] += 1
+        entry["bytes"] += row["bytes"]
+        entry["duration_ns"] += row["duration_ns"]
+    return sorted(out.values(), key=lambda e: -e["duration_ns"])
 
 
 def api_calls(wa: WindowActivity, limit: int = 10) -> list[dict]:

@@ -106,14 +106,15 @@ def window_lines(timeline: dict) -> list[str]:
     return lines
 
 
-VERDICT_CHECKS = ("gpu-not-traced", "one-long-kernel")
+VERDICT_CHECKS = ("gpu-not-traced", "one-long-kernel", "transfer-bound")
 
 
 def health_line(model: dict) -> str:
     """What to say when nothing is above info: claim health only for what could be judged."""
     timeline = model.get("timeline")
     # info findings that are the verdict when nothing else speaks: CUDA API rows without GPU activity
-    # (WSL2) say what they show; a program that is one long kernel says so and points to ncu
+    # (WSL2) say what they show; a program that is one long kernel says so and points to ncu; copies at
+    # the link's rate filling the window say that the link is the limit (only fewer bytes help)
     verdict = next((f for check in VERDICT_CHECKS for f in model.get("findings") or [] if f["check"] == check), None)
     if verdict is not None:
         return verdict["title"] + "."

@@ -27,15 +27,27 @@ for x in data_gpu.split(batch_size):       # the data stays on the GPU
 ```
 
 ## Known problems
-The export does not name the link: the achieved bandwidth is compared with PCIe's in words only.
-Copies a multi-GPU program needs (peer exchange) are counted as copies too.
+The export does not name the link: the reference is the export's own large pinned copies, else a
+practical per-link figure by GPU (`checks/program/_copies.py`). Copies a multi-GPU program needs
+(peer exchange) are counted as copies too. What fewer bytes would save (keeping data on the GPU,
+narrower types) depends on the program and is not promised.
+
+## How much it saves
+Counted after `pageable-memcpy` (which claims what pinning wins, the same copy time) and of the copy
+time that leaves: pinned copies below the link's rate (many small copies) win the gap to it; and
+copies that could run on a side stream while kernels run hide behind at most the window's compute
+time. A program whose copies already run at the link's rate and that computes little saves almost
+nothing this way: only fewer bytes help, and the title says so. On the H200 pinned twin (55.4 GB/s,
+compute 0.3%), it promises what the compute time could hide, not the 46 ms (half the copy time) it
+once did.
 
 ## Options
 - `min_copy_share`: the window's share spent on copies before the check speaks.
-- `reducible_share`: the part of the copy time pinned buffers, overlap and fewer transfers win back.
+- `near_link_share`: pinned copies at this share of the reference rate run at the link's rate.
 """
 
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase, plural
+from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving, pinned_time_ns, reference_rate
 
 ID = "transfer-bound"
 NAME = "program.copies.transfer_bound"
@@ -46,10 +58,12 @@ BUDGET_PART = "gpu_copy"
 THRESHOLDS = {
     "min_copy_share": Threshold(0.30, "copies taking 30% of the window outweigh everything but compute; the "
                                       "check also needs them above the compute share"),
-    "reducible_share": Threshold(0.5, "pinned buffers (about 2x a pageable copy), overlap with compute and keeping "
-                                      "data on the GPU typically win back half of the exposed copy time"),
+    "near_link_share": Threshold(PINNED_SHARE_NEAR_LINK, "copies at 80% of what pinned copies reach on the link "
+                                                          "run at its rate: no rate left to win"),
 }
-SPEEDUP_MODEL = "reducible_share x the budget's gpu_copy (copy time with no kernel running), in the window's time"
+SPEEDUP_MODEL = ("of the exposed copy time (gpu_copy) pageable-memcpy leaves: pinned copies' time over their bytes at "
+                 "the reference rate (when below near_link_share of it), plus what is left, up to the window's "
+                 "compute time (copies on a side stream overlap kernels)")
 ADVICE = """Move fewer bytes, over a faster path, while the GPU computes.
 
 - Keep data on the GPU across steps; copy results back only when needed (not every iteration).
@@ -82,33 +96,76 @@ def _directions(by_kind: list[dict]) -> list[dict]:
     return sorted(out.values(), key=lambda e: -e["duration_ns"])
 
 
+def _rate_gap(timeline, directions: list[dict], near: float) -> tuple[float, list[dict]]:
+    """What the non-pageable copies lose to the link: their time less their bytes at the reference rate,
+    for directions below `near` of it (many small copies, a shared link); with the reference each used."""
+    gap = 0.0
+    for direction in directions:
+        rate, source = reference_rate(timeline, direction["copy_kind"])
+        direction["reference_gb_per_s"], direction["reference"] = round(rate, 2), source
+        pinned_bytes = direction["bytes"] - direction["pageable_bytes"]
+        pinned_ns = direction["duration_ns"] - direction["pageable_ns"]
+        if pinned_ns <= 0 or pinned_bytes <= 0 or pinned_bytes / pinned_ns >= near * rate:
+            continue
+        gap += max(0.0, pinned_ns - pinned_time_ns(direction["copies"] - direction["pageable_copies"],
+                                                   pinned_bytes, rate))
+    return gap, directions
+
+
 def run(timeline, limits) -> Finding | None:
     copy_ns, copy_share = budget_part(timeline, BUDGET_PART)
-    _, compute_share = budget_part(timeline, "gpu_compute")
+    compute_ns, compute_share = budget_part(timeline, "gpu_compute")
     if copy_share < limits["min_copy_share"] or copy_share <= compute_share:
         return None
     directions = _directions(timeline.copies.get("by_kind") or [])
     if not directions:
         return None
+    pageable_by_kind = {d["copy_kind"]: d for d in (timeline.copies.get("pageable") or {}).get("by_direction") or []}
+    for direction in directions:
+        own = pageable_by_kind.get(direction["copy_kind"], {})
+        direction["pageable_ns"], direction["pageable_copies"] = own.get("duration_ns", 0), own.get("copies", 0)
     top = directions[0]
     rate = f" at {top['gb_per_s']:.1f} GB/s" if top["gb_per_s"] else ""
     pageable = sum(d["pageable_bytes"] for d in directions)
     total = sum(d["bytes"] for d in directions)
+    # pinning is pageable-memcpy's saving: this finding counts what the copy time has left after it
+    pinning_ns, _ = pageable_saving(timeline) if pageable else (0.0, [])
+    pinning_ns = min(pinning_ns, copy_ns)
+    left_ns = copy_ns - pinning_ns
+    gap_ns, directions = _rate_gap(timeline, directions, limits["near_link_share"])
+    gap_ns = min(gap_ns, left_ns)
+    overlap_ns = min(left_ns - gap_ns, compute_ns)
+    at_link = not gap_ns and not pinning_ns
+    if pinning_ns:
+        outlook = (f"; the bytes come from pageable memory: pinning them comes first (pageable-memcpy), after it "
+                   f"overlap with compute ({compute_ns / 1e6:.3g} ms in the window) or fewer bytes save time")
+    elif at_link:
+        outlook = (f", near the {top['reference_gb_per_s']:.0f} GB/s pinned copies reach: the link is the limit; "
+                   f"only fewer bytes, or overlap with the {compute_ns / 1e6:.3g} ms of compute, save time")
+    else:
+        outlook = (f", below the {top['reference_gb_per_s']:.0f} GB/s pinned copies reach: larger, fewer copies "
+                   "and overlap with compute save time")
     finding = Finding(
         check=ID,
         title=f"Transfer-bound: copies take {copy_share:.0%} of the window{per_step_phrase(timeline, BUDGET_PART)}, "
               f"the GPU computes {compute_share:.0%}; {plural(top['copies'], 'copy')} {top['copy_kind'].lower()} "
-              f"moved {top['bytes'] / 1e9:.2f} GB{rate}",
+              f"moved {top['bytes'] / 1e9:.2f} GB{rate}{outlook}",
         estimated_speedup=0.0,
         evidence={"copy_share": evidence(copy_share, limits["min_copy_share"], unit="ratio"),
                   "compute_share": evidence(compute_share, unit="ratio"),
                   "copy_ns": evidence(copy_ns, unit="ns"),
                   "copy_bytes": evidence(total, unit="byte"),
                   "pageable_share_of_bytes": evidence(pageable / total if total else None, unit="ratio"),
+                  "pinning_saves_ns": evidence(pinning_ns, unit="ns"),
+                  "rate_gap_ns": evidence(gap_ns, unit="ns"),
+                  "overlap_ns": evidence(overlap_ns, unit="ns"),
                   "directions": directions},
         advice=ADVICE,
-        notes=["achieved bandwidth is bytes over copy time; PCIe 3.0/4.0/5.0 x16 move about 12/25/50 GB/s pinned"]
-              + (["some of the bytes come from pageable memory: pin them first (pageable-memcpy)"] if pageable else []),
+        notes=[f"achieved bandwidth is bytes over copy time; the reference is {top['reference']}",
+               "what fewer bytes would save (data kept on the GPU, narrower types) is not estimated"]
+              + ([f"counted after pageable-memcpy: of the {left_ns / 1e6:.3g} ms of copy time pinning leaves"]
+                 if pinning_ns else []),
     )
-    finding.estimated_savings_ns = limits["reducible_share"] * copy_ns
+    finding.after_others = bool(pinning_ns)
+    finding.estimated_savings_ns = min(left_ns, gap_ns + overlap_ns)
     return finding
