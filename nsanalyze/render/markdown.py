@@ -67,8 +67,10 @@ def _details(f: dict) -> str:
                                                            if "threshold" in v else "")
                          for k, v in f["evidence"].items() if isinstance(v, dict))
     source = "\n".join("- " + code(f"{s['file']}:{s['line']}") for s in f.get("source") or [])
+    notes = "\n".join(f"- {escape(shorten(note, LINE_LIMIT))}" for note in f.get("notes") or [])
     return (f"<details><summary>{f['rank']}. <code>{html_text(f['check'])}</code> on "
             f"{html_text(shorten(f['kernel_name'] or 'the program', NAME_LIMIT))}: {html_text(f['title'])}</summary>\n\n{evidence}\n\n" + (f"Source:\n{source}\n\n" if source else "")
+            + (f"Notes:\n{notes}\n\n" if notes else "")
             + f"{show_invisible(f['advice'])}\n\n</details>")
 
 
