@@ -68,7 +68,7 @@ def budget_text(budget: list[dict] | None, min_share: float = 0.01) -> str:
 WORK_LABELS = {"matmul_tensor": "tensor-core GEMM", "matmul_simt": "CUDA-core GEMM", "attention_fused": "fused attention",
                "attention_unfused": "attention written out", "normalization": "normalization",
                "elementwise": "elementwise", "reduction": "reductions", "layout": "layout changes", "cast": "casts",
-               "copy": "copies", "communication": "communication", "optimizer": "optimizer", "graph": "CUDA graphs",
+               "copy": "copy kernels", "communication": "communication", "optimizer": "optimizer", "graph": "CUDA graphs",
                "other": "other"}
 
 

@@ -87,7 +87,7 @@ def run(timeline, limits) -> Finding | None:
     finding = Finding(
         check=ID,
         title=f"GPU-bound in {plural(kernels, 'kernel launch')}"
-              + (f" (`{name}`)" if name else "")
+              + (f" ('{name}')" if name else "")
               + f": {_time(kernel_ns)} of the {_time(span)} window; profile it with ncu to see what limits it",
         estimated_speedup=0.0,
         evidence={"kernel_share": evidence(share, limits["min_kernel_share"], unit="ratio"),
