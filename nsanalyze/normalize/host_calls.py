@@ -237,7 +237,7 @@ def _by_direction(rows: list[dict]) -> list[dict]:
     return sorted(out.values(), key=lambda e: -e["duration_ns"])
 
 
-def api_calls(wa: WindowActivity, limit: int = 10) -> list[dict]:
+def api_calls(wa: WindowActivity, limit: int = 50) -> list[dict]:
     """The CUDA calls that took the host's time in the window, by name (version suffixes dropped):
     calls, total and longest time. What an export without GPU activity (WSL2) still tells."""
     calls = wa.calls

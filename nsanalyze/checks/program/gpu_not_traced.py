@@ -21,6 +21,10 @@ nsys profile -t cuda,nvtx,osrt ./app       # on native Linux (or a driver with W
 ncu --set full -o kernels ./app            # kernel metrics do not need the timeline
 ```
 
+The finding also gives the host's time in pinned host allocation (`cudaHostAlloc`, `cudaMallocHost`,
+`cudaFreeHost`, `cudaHostRegister`): pinning is slow, a loop that allocates pinned buffers should
+allocate them once. Blocking copy calls are `sync-memcpy`'s, read off the same table.
+
 ## Known problems
 Copy sizes and kernel durations are not in the API table; the finding carries no savings.
 
@@ -28,7 +32,12 @@ Copy sizes and kernel durations are not in the API table; the finding carries no
 - `min_wait_ns`: synchronization waits before the check speaks.
 """
 
+import re
+
 from nsanalyze.checks.base import Finding, Threshold, evidence, plural
+
+HOST_ALLOCATION = re.compile(r"^(?:cudaHostAlloc|cudaMallocHost|cudaFreeHost|cudaHostRegister|cudaHostUnregister|"
+                             r"cuMemHostAlloc|cuMemAllocHost|cuMemFreeHost|cuMemHostRegister|cuMemHostUnregister)$")
 
 ID = "gpu-not-traced"
 NAME = "program.trace.no_gpu_activity"
@@ -72,13 +81,21 @@ def run(timeline, limits) -> Finding | None:
                 f"({top['wait_ns'] / 1e6:.1f} ms in {top['name']}): the GPU sets the pace there")
     else:
         said = "the host's time in CUDA calls"
+    pinning = [c for c in api if HOST_ALLOCATION.match(c["name"])]
+    pinning_ns = sum(c["total_ns"] for c in pinning)
+    if pinning_ns >= limits["min_wait_ns"]:
+        said += (f"; pinned host allocation held it {pinning_ns / 1e6:.1f} ms ("
+                 + ", ".join(f"{c['name']} {plural(c['calls'], 'call')}" for c in pinning)
+                 + ("): allocate pinned buffers once and reuse them" if any(c["calls"] > 1 for c in pinning)
+                    else "), once"))
     return Finding(
         check=ID,
         title=f"GPU activity was not recorded (WSL2 or an old driver); the CUDA API table shows {said}"
               + (f"; longest calls by total time: {shown}" if shown else ""),
         estimated_speedup=0.0,
         evidence={"sync_wait_ns": evidence(total, limits["min_wait_ns"], unit="ns"),
-                  "sync_calls": evidence(calls), "by_call": waits[:5], "api_calls": api[:10]},
+                  "sync_calls": evidence(calls), "by_call": waits[:5], "api_calls": api[:10],
+                  "host_allocation_ns": evidence(pinning_ns, unit="ns"), "host_allocation_calls": pinning},
         advice=ADVICE,
         notes=["GPU activity was not recorded: kernel and copy checks cannot judge this export"],
     )

@@ -20,14 +20,26 @@ cudaMemcpyAsync(d_in, h_in_pinned, bytes, cudaMemcpyHostToDevice, stream);
 kernel<<<g, b, 0, stream>>>(d_in);
 ```
 
+Without GPU activity in the export (WSL2, an old driver: CUDA API rows only), the copy calls of the
+API table are read instead: `cudaMemcpy`, `cudaMemcpy2D/3D`, `...ToSymbol`/`...FromSymbol` and the
+driver's `cuMemcpy*` block the host by design, and an `...Async` call that holds the host for
+`min_blocking_call_ns` on average is blocking too (from pageable memory the driver stages the copy
+before returning; from pinned memory it returns in microseconds). The memory kind and the bytes are
+not in the API table: the finding says so.
+
 ## Known problems
 A synchronous copy at program start (loading weights) is harmless; look at the ones in loops.
+From the API table alone the savings are the host time of the calls, at most: how much of it the
+copy itself needs once asynchronous is not recorded.
 
 ## Options
 - `min_copies`: synchronous copies before the check speaks.
+- `min_blocking_call_ns`: mean host time of an asynchronous copy call (API table only) that makes it blocking.
 """
 
-from nsanalyze.checks.base import Finding, plural, Threshold, evidence
+import re
+
+from nsanalyze.checks.base import Finding, Threshold, evidence, plural
 
 ID = "sync-memcpy"
 NAME = "program.copies.sync"
@@ -35,7 +47,12 @@ TITLE = "Synchronous copies block the host"
 SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("copies",)
 BUDGET_PART = "gpu_copy"
-THRESHOLDS = {"min_copies": Threshold(1, "each one drains the GPU's queue")}
+THRESHOLDS = {"min_copies": Threshold(1, "each one drains the GPU's queue"),
+              "min_blocking_call_ns": Threshold(100_000, "an asynchronous copy from pinned memory returns in ~10 us; "
+                                                         "one that holds the host 10x that waited for the copy")}
+# copy calls of the runtime and driver APIs that return only once the copy is done (API table only)
+BLOCKING_COPY = re.compile(r"^(?:cudaMemcpy(?:2D|3D)?(?:ToArray|FromArray|ToSymbol|FromSymbol|Peer)?|cuMemcpy\w*?)$")
+ASYNC_COPY = re.compile(r"^(?:cudaMemcpy\w*Async|cuMemcpy\w*Async)$")
 SPEEDUP_MODEL = "the copies' own time: done asynchronously on a side stream they overlap compute"
 ADVICE = """Issue copies asynchronously, from pinned memory, on a stream, and synchronize once where the result is needed.
 
@@ -47,8 +64,50 @@ cudaMemcpyAsync(d, h_pinned, bytes, cudaMemcpyHostToDevice, stream);
 ```"""
 
 
+def _gpu_not_traced(timeline) -> bool:
+    summary = timeline.summary or {}
+    return not (summary.get("kernels") or summary.get("memcpy_ns") or summary.get("memset_ns")) and \
+        bool(getattr(timeline, "api_calls", None))
+
+
+def _from_api(timeline, limits) -> Finding | None:
+    """The copy calls of an export without GPU activity that held the host: blocking by name, or
+    asynchronous calls that held it min_blocking_call_ns on average."""
+    calls = []
+    for call in timeline.api_calls:
+        name = call.get("name") or ""
+        if ASYNC_COPY.match(name):
+            if call["calls"] and call["total_ns"] / call["calls"] >= limits["min_blocking_call_ns"]:
+                calls.append({**call, "why": "asynchronous by name, but it held the host "
+                                             f"{call['total_ns'] / call['calls'] / 1e6:.3g} ms a call"})
+        elif BLOCKING_COPY.match(name):
+            calls.append({**call, "why": "synchronous: returns once the copy is done"})
+    count, total = sum(c["calls"] for c in calls), sum(c["total_ns"] for c in calls)
+    if count < limits["min_copies"] or not total:
+        return None
+    shown = ", ".join(f"{c['name']} {c['total_ns'] / 1e6:.1f} ms ({plural(c['calls'], 'call')})" for c in calls[:3])
+    finding = Finding(
+        check=ID,
+        title=f"{plural(count, 'copy call')} blocked the host for {total / 1e6:.1f} ms by the CUDA API table "
+              f"({shown}); GPU activity was not recorded, so their bytes and memory kind are not known",
+        estimated_speedup=0.0,
+        evidence={"blocking_copy_calls": evidence(count, limits["min_copies"], compare=">="),
+                  "blocking_copy_call_ns": evidence(total, unit="ns"),
+                  "calls": calls[:5]},
+        advice=ADVICE,
+        notes=["from the CUDA API table (no GPU activity recorded): host time in the copy calls; the saving is "
+               "at most that time, since what the copy itself needs once asynchronous is not recorded",
+               "a copy call that blocks is synchronous or from pageable memory: pin the buffer and use "
+               "cudaMemcpyAsync / non_blocking=True"],
+    )
+    finding.estimated_savings_ns = float(total)
+    return finding
+
+
 def run(timeline, limits) -> Finding | None:
     sync = timeline.copies["sync"]
+    if not sync["copies"] and _gpu_not_traced(timeline):
+        return _from_api(timeline, limits)
     if sync["copies"] < limits["min_copies"]:
         return None
     finding = Finding(

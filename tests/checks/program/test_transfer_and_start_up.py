@@ -183,3 +183,65 @@ def test_export_without_gpu_tables_reads_its_api_table(tmp_path):
             JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE 'cudaMemcpyAsync%'""").fetchone()
     assert (api["cudaMemcpyAsync"]["calls"], api["cudaMemcpyAsync"]["total_ns"]) == memcpy
     assert "longest calls by total time" in finding["title"]
+
+
+def _api_only(src, path):
+    """A real export with its GPU activity tables dropped, as WSL2 records it: CUDA API rows only."""
+    import shutil
+    import sqlite3
+
+    from nsanalyze.read.files import open_local
+
+    shutil.copy(open_local(src)[1], path)
+    with sqlite3.connect(path) as connection:
+        tables = [name for (name,) in connection.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND (name = 'GPU_METRICS' OR name LIKE "
+            "'CUPTI_ACTIVITY_KIND_%' AND name NOT IN ('CUPTI_ACTIVITY_KIND_RUNTIME', 'CUPTI_ACTIVITY_KIND_DRIVER'))")]
+        for table in tables:
+            connection.execute(f'DROP TABLE "{table}"')
+    return path
+
+
+def test_api_only_export_reports_blocking_copies_from_the_api_table(tmp_path):
+    """transfer_pageable without its GPU tables: the 256 MB pageable copies a step are cudaMemcpyAsync
+    calls that hold the host ~30 ms each. sync-memcpy reads them off the API table, with the host time
+    of those calls (SQL over the steady steps' calls), savings at most that time; gpu-not-traced says
+    that GPU activity was not recorded."""
+    path = _api_only(PAGEABLE, tmp_path / "pageable_api_only.sqlite")
+    model = analyze([str(path)])
+    found = _by_check(model)
+    finding = found["sync-memcpy"]
+    (calls, call_ns), = sql(path, """SELECT COUNT(*), SUM(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        JOIN StringIds s ON s.id = r.nameId
+        JOIN NVTX_EVENTS n ON r.start >= n.start AND r.start < n.end LEFT JOIN StringIds t ON t.id = n.textId
+        WHERE s.value LIKE 'cudaMemcpyAsync%' AND COALESCE(n.text, t.value) LIKE 'step %'
+          AND COALESCE(n.text, t.value) != 'step 0'""")  # the steady steps: step 0 is the warm-up
+    assert finding["evidence"]["blocking_copy_calls"]["value"] == calls == 19
+    assert finding["evidence"]["blocking_copy_call_ns"]["value"] == pytest.approx(call_ns, rel=1e-5)
+    assert call_ns / calls > 1e7                                    # ~30 ms a call: blocking, not asynchronous
+    assert "not recorded" in finding["title"] and "not known" in finding["title"]
+    assert finding["estimated_savings_ns"] <= call_ns <= model["timeline"]["span_ns"]
+    assert finding["severity"] in ("medium", "high")
+    assert "not recorded" in found["gpu-not-traced"]["title"]
+
+
+def test_api_only_export_reports_sync_waits_and_host_allocation(tmp_path):
+    """dev_infer without its GPU tables: the sync waits (908 calls) and the pinned host allocation are
+    told from the API table, with their time (SQL over the same table); no savings are promised."""
+    from tests.conftest import DEV_INFER_NSYS
+
+    path = _api_only(DEV_INFER_NSYS, tmp_path / "infer_api_only.sqlite")
+    model = analyze([str(path)])
+    finding = _by_check(model)["gpu-not-traced"]
+    api = {c["name"]: c for c in model["timeline"]["api_calls"]}
+    allocation = [c for c in finding["evidence"]["host_allocation_calls"]]
+    assert finding["evidence"]["host_allocation_ns"]["value"] == sum(c["total_ns"] for c in allocation)
+    for call in allocation:
+        assert api[call["name"]]["total_ns"] == call["total_ns"]
+    (alloc_ns,), = sql(path, """SELECT COALESCE(SUM(r.end - r.start), 0) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE 'cudaHostAlloc%' OR s.value LIKE 'cudaFreeHost%'""")
+    assert 0 < finding["evidence"]["host_allocation_ns"]["value"] <= alloc_ns     # 2.1 ms, one cudaHostAlloc
+    assert "pinned host allocation" in finding["title"]
+    waits = finding["evidence"]["sync_wait_ns"]["value"]
+    assert waits > 0 and finding["evidence"]["sync_calls"]["value"] == 908
+    assert finding["estimated_savings_ns"] == 0
