@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import REAL, program_findings
 
 WITH_METRICS = "gpt_fp32_nsys.sqlite.xz"
-NO_METRICS = ["gpt_fp32_kineto.json.gz", "graphs_after_nsys.sqlite.xz"]
+NO_METRICS = ["gpt_fp32_kineto.json.gz", "graphs_after_nsys.sqlite.xz", "graphs_after_kineto.json.gz"]
 # tensor-core programs: bf16 GEMMs, bf16 attention, bf16 ResNet-50, an fp16 token loop, TF32 in a CNN loader
 TENSOR_CORE = ["matmul_async_nsys.sqlite.xz", "attn_naive_nsys.sqlite.xz", "attn_sdpa_nsys.sqlite.xz",
                "attn_naive_kineto.json.gz", "cnn_nchw_nsys.sqlite.xz", "cnn_cl_nsys.sqlite.xz",
@@ -46,9 +46,11 @@ def test_trace_without_metrics_names_the_same_first_cause(gpt):
     assert not any("not measured" in n for n in with_metrics["notes"])
 
 
-def test_no_metrics_graphed_mlp_gets_the_finding(analyzed):
-    """graphs_after: the whole step is one CUDA graph of fp32 cuBLAS/CUTLASS GEMMs (56% of GPU time)."""
-    model = analyzed(REAL / "graphs_after_nsys.sqlite.xz")
+@pytest.mark.parametrize("name", ["graphs_after_nsys.sqlite.xz", "graphs_after_kineto.json.gz"])
+def test_no_metrics_graphed_mlp_gets_the_finding(analyzed, name):
+    """graphs_after: the whole step is one CUDA graph of fp32 cuBLAS/CUTLASS GEMMs (56% of GPU time),
+    recorded by nsys and by the PyTorch profiler."""
+    model = analyzed(REAL / name)
     finding = _finding(model)
     assert finding is not None and finding["severity"] in ("medium", "high")
     assert program_findings(model)[0]["check"] == "low-tensor-activity"
