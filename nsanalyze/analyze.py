@@ -37,8 +37,12 @@ class Options:
 def _profile_entry(profile) -> dict:
     entry = {"path": profile.path, "kind": profile.kind, "gpu": profile.device_name,
              "compute_capability": profile.compute_capability}
-    if getattr(profile, "set_aside", None):   # impossible values read past (read/ncu.py, read/nsys.py)
-        entry["set_aside_values"] = dict(profile.set_aside)
+    # Impossible values read past (read/ncu.py; read/nsys.py: those of opening the export, not the
+    # launch shapes its kernel read sets aside, which the timeline's notes count).
+    set_aside = getattr(profile, "opening_set_aside", None) if isinstance(profile, NsysExport) else None
+    set_aside = set_aside if set_aside is not None else getattr(profile, "set_aside", None)
+    if set_aside:
+        entry["set_aside_values"] = dict(set_aside)
     return entry
 
 
@@ -179,7 +183,7 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
     model = {
         "schema": SCHEMA,
         "version": __version__,
-        "profiles": [{**_profile_entry(p), **facts_by_path.get(p.path, {})} for p in profiles],
+        "profiles": None,  # below: after the nsys analysis, whose read of the capture gives the exports' survey
         "kernels": kernels,
         "findings": [],
         "not_judged": [n.to_json() for n in not_judged],
@@ -198,8 +202,11 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
             join_kernel_times(kernels, program.kernel_summary, kernel_time)
         else:
             model["kernels"] = program.kernels
+    model["profiles"] = [{**_profile_entry(p), **facts_by_path.get(p.path, {})} for p in profiles]
     launches = {k["id"]: k["launches"] for k in kernels if k.get("launches")}
-    identity = {k["id"]: (k.get("profile"), k.get("demangled") or k["name"]) for k in kernels}
+    # one row per (check, function): launch shapes, NVTX ranges and template instances of one function
+    # share the fix (the Adam step's multi_tensor_apply_kernel<...> read as four identical rows)
+    identity = {k["id"]: (k.get("profile"), k["name"] or k.get("demangled")) for k in kernels}
     program_ns = (model.get("timeline") or {}).get("span_ns") if nsys_exports else None
     ranked = rank(findings, kernel_time, kernel_launches=launches, kernel_keys=identity,
                   total_ns=program_ns or sum(kernel_time.values()) or None)  # the program's time, else the report's

@@ -149,10 +149,11 @@ def merge_launch_shapes(findings: list[Finding], kernel_keys: dict, kernel_time_
             time_ns = sum(kernel_time_ns.get(f.kernel_id, 0.0) for f in fired)
             best.estimated_savings_ns = sum(f.estimated_savings_ns for f in fired)
             best.estimated_speedup = clamp01(best.estimated_savings_ns / time_ns) if time_ns else best.estimated_speedup
-            best.evidence = {**best.evidence, "launch_shapes": {
-                "value": len(fired), "kernel_ids": sorted(f.kernel_id for f in fired)}}
-            best.notes.append(f"the kernel ran with {len(fired)} launch shapes or NVTX ranges that show this; the "
-                              "evidence is that of the one that saves most, the savings those of all")
+            best.kernel_ids, best.kernel_time_ns = sorted(f.kernel_id for f in fired), time_ns
+            best.evidence = {**best.evidence, "launch_shapes": {"value": len(fired), "kernel_ids": best.kernel_ids}}
+            best.notes.append(f"the kernel ran as {len(fired)} entries (launch shapes, NVTX ranges or template "
+                              f"instances) that show this, {time_ns / 1e3:.4g} us in all; the evidence is that of the "
+                              "one that saves most, the savings those of all")
             order = ("high", "medium", "low", "info")
             best.severity = min((f.severity for f in fired), key=order.index)
         out.append(best)
@@ -185,6 +186,8 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
         if finding.kernel_id is not None or finding.estimated_savings_ns == 0.0:
             time_ns = kernel_time_ns.get(finding.kernel_id, 0.0)
             finding.estimated_savings_ns = finding.estimated_speedup * time_ns
+            if finding.kernel_id is not None:
+                finding.kernel_ids, finding.kernel_time_ns = [finding.kernel_id], time_ns
     if kernel_keys:
         findings = merge_launch_shapes(findings, kernel_keys, kernel_time_ns)
     if total_ns is None:

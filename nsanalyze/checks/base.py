@@ -53,6 +53,8 @@ class Finding:
     budget_device: Any = None       # ... and the GPU whose budget it is, when one GPU's time is saved
     gpu: dict | None = None         # program findings about one GPU: {rank, device} as integers
     after_others: bool = False      # kernel findings: savings count after the kernel's other findings
+    kernel_ids: list[int] = field(default_factory=list)  # kernel findings: every kernel entry the savings cover
+    kernel_time_ns: float | None = None  # kernel findings: their time, what estimated_speedup is a share of
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +74,8 @@ class Finding:
             **({"budget_part": self.budget_part} if self.budget_part else {}),
             **({"budget_device": self.budget_device} if self.budget_device is not None else {}),
             **({"gpu": self.gpu} if self.gpu is not None else {}),
+            **({"kernel_ids": self.kernel_ids, "kernel_time_ns": round(self.kernel_time_ns or 0.0, 1)}
+               if self.kernel_id is not None else {}),
         }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import humanize
 
 
@@ -53,6 +55,23 @@ def shorten(text: str | None, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+
+
+def distinct_names(names: list[str], limit: int) -> list[str]:
+    """Names cut to `limit` that stay apart: where two cut names read the same (cuBLAS kernels that differ
+    only in a tile size in the middle), each keeps its start and shows, after "…", where it differs."""
+    cut = [shorten(n, limit) for n in names]
+    for label in {c for c in cut if cut.count(c) > 1}:
+        group = [i for i, c in enumerate(cut) if c == label]
+        for i in group:
+            others = [names[j] for j in group if names[j] != names[i]]
+            if not others:
+                continue
+            differs = max(len(os.path.commonprefix([names[i], other])) for other in others)
+            head = max(4, limit // 3)
+            start = max(head, differs - 4)
+            cut[i] = shorten(names[i][:head] + "…" + names[i][start:], limit) if start > head else names[i][:limit - 1] + "…"
+    return cut
 
 BUDGET_LABELS = {"gpu_compute": "compute", "gpu_communication": "exposed communication", "gpu_copy": "copies",
                  "idle_other": "idle (queued work waits)", "idle_sync": "idle after syncs",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from nsanalyze.render.format import (duration, evidence_value, health_line, set_aside_note, shorten, show_invisible,
+from nsanalyze.render.format import (distinct_names, duration, evidence_value, health_line, set_aside_note, shorten, show_invisible,
                                      visible, window_lines)
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
@@ -54,9 +54,10 @@ def html_text(text) -> str:
 
 def _table(findings: list[dict]) -> list[str]:
     lines = ["| # | severity | check | kernel / scope | saves | finding |", "|---|---|---|---|---|---|"]
-    for f in findings:
+    names = distinct_names([f["kernel_name"] or "program" for f in findings], NAME_LIMIT)
+    for f, name in zip(findings, names):
         lines.append(f"| {f['rank']} | {f['severity']} | `{f['check']}` | "
-                     f"{escape(shorten(f['kernel_name'] or 'program', NAME_LIMIT))} | "
+                     f"{escape(name)} | "
                      f"{duration(f['estimated_savings_ns'])} | {escape(f['title'])} |")
     return lines
 

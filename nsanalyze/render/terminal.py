@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nsanalyze.render.format import (budget_text, duration, health_line, set_aside_note, shorten, visible,
+from nsanalyze.render.format import (budget_text, distinct_names, duration, health_line, set_aside_note, shorten, visible,
                                      window_lines)
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
@@ -47,9 +47,11 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
         table = Table(title="What to fix first", show_lines=False)
         for column in ("#", "severity", "check", "kernel / scope", "saves", "finding"):
             table.add_column(column, overflow="fold")
-        for finding in findings[:limit]:
+        shown = findings[:limit]
+        names = distinct_names([visible(f["kernel_name"] or "program") for f in shown], 28)
+        for finding, name in zip(shown, names):
             table.add_row(str(finding["rank"]), Text(finding["severity"], style=SEVERITY_STYLE[finding["severity"]]),
-                          Text(finding["check"]), Text(shorten(visible(finding["kernel_name"] or "program"), 28)),
+                          Text(finding["check"]), Text(name),
                           Text(duration(finding["estimated_savings_ns"])), Text(visible(finding["title"])))
         console.print(table)
         if len(findings) > limit:
