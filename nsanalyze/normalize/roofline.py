@@ -8,6 +8,11 @@ issue; DRAM, L2, L1/shared), so that a tiled GEMM starved on shared memory reads
 
 `near_roof` is the classic roofline's verdict: achieved FLOP/s or measured DRAM bytes/s at
 `near_roof_share` of the device's own FP or DRAM peak. Only then is the kernel "doing its job".
+
+A kernel whose tensor-core operations (`tensor_mma_ops`, the ncu tensor-path op counters) outnumber its
+FMA-pipe FLOPs is a tensor-core kernel: its FLOPs are those operations, its peak the dense FP16/BF16
+tensor peak (`precision` "tensor"). The counters are summed over input types: a TF32 kernel (half that
+peak) reads at half its own share, an FP8 one (twice it) at twice; FLOP/s are never 0 for work measured.
 """
 
 from __future__ import annotations
@@ -31,8 +36,11 @@ def roofline(row: dict, near_roof_share: float, latency_share: float) -> dict:
     # No FLOP counters in the report: FLOP figures are unknown (left out), not 0.
     precision = max(present, key=present.get) if present else ("fp32" if measured else None)
     flops = present.get(precision, 0.0) if measured else None
-    dram_bytes = _get(row, "dram_bytes")
     peak_flops = _get(row, f"{precision or 'fp32'}_peak_flops_per_s")
+    tensor_ops, tensor_peak = _get(row, "tensor_mma_ops"), _get(row, "bf16_peak_flops_per_s")
+    if tensor_ops and tensor_peak and tensor_ops > (flops or 0.0):
+        precision, flops, peak_flops = "tensor", tensor_ops, tensor_peak
+    dram_bytes = _get(row, "dram_bytes")
     peak_bytes = _get(row, "dram_peak_bytes_per_s")
     achieved_flops = flops / (duration_ns * 1e-9) if flops is not None and duration_ns else None
     achieved_bytes = dram_bytes / (duration_ns * 1e-9) if dram_bytes is not None and duration_ns else None

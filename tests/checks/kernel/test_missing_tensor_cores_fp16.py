@@ -80,3 +80,17 @@ def test_wmma_gemm_half_sector_loads_are_l1_work_not_wasted_bytes(suite):
     # the saving is the excess share of L1's busy time
     excess = finding["evidence"]["global_sectors_excess_share"]["value"]
     assert finding["estimated_speedup"] <= excess * m["l1_throughput_pct"] / 100 + 1e-3
+
+
+def test_tensor_core_gemm_has_its_flops_on_the_roofline(suite):
+    """hgemm_wmma's work is tensor-core operations (2 x 2048^3 a launch, ncu's tensor-path counters), not
+    FMA-pipe FLOPs: the roofline read 0 FLOP/s, intensity 0, precision fp32. It reads them against the
+    FP16/BF16 tensor peak; the hand-written GEMMs stay on their FP16 pipe's roof."""
+    wmma = _kernel(suite, "hgemm_wmma")
+    roof, m = wmma["roofline"], wmma["metrics"]
+    assert m["tensor_mma_ops"] == 2 * 2048 ** 3 and not m["fp16_flops"]
+    assert roof["precision"] == "tensor" and roof["peak_flops_per_s"] == pytest.approx(m["bf16_peak_flops_per_s"])
+    assert roof["achieved_flops_per_s"] == pytest.approx(m["tensor_mma_ops"] / (m["duration_ns"] * 1e-9), rel=1e-6)
+    assert roof["arithmetic_intensity"] == pytest.approx(m["tensor_mma_ops"] / m["dram_bytes"], rel=1e-6)
+    for name in (n for n, label in LABELS.items() if label.get("expect") == CHECK):
+        assert _kernel(suite, name)["roofline"]["precision"] == "fp16"
