@@ -151,6 +151,32 @@ def _not_judged_per_kernel(not_judged: list[NotJudged], clock: dict) -> list[Not
     return out
 
 
+# Program checks that read only the work split: they also judge a kernel list (ncu) without a timeline.
+KERNEL_LIST_CHECKS = frozenset({"attention-unfused", "layout-conversion", "unfused-elementwise"})
+
+
+def _kernel_list_work(kernels: list[dict], kernel_time: dict, options) -> tuple[list[Finding], list[dict]]:
+    """The work split of an ncu report's kernels (their replayed durations times launches) and the findings
+    of the checks that need nothing else; the "window" they measure against is the report's kernel time."""
+    from nsanalyze.normalize.timeline import Timeline
+    from nsanalyze.normalize.window import Window
+    from nsanalyze.normalize.work import analyze_kernel_rows
+    from nsanalyze.program import run_program_checks
+
+    rows = [{"name": k["name"], "demangled": k.get("demangled"), "duration_ns": kernel_time.get(k["id"], 0.0),
+             "launches": k.get("launches")} for k in kernels]
+    analysis = analyze_kernel_rows(rows)
+    total = float(sum(kernel_time.values()))
+    timeline = Timeline(window=Window(0, int(total), "the report's kernels", "kernels"),
+                        summary={"span_ns": total, "kernel_ns": total}, devices=[], streams=[], ranges=[],
+                        gaps=[], syncs={}, launches={}, copies={}, work=analysis.work, work_analysis=analysis)
+    findings, _ = run_program_checks(timeline, options.thresholds, only=KERNEL_LIST_CHECKS)
+    for finding in findings:
+        finding.notes.append("from the report's kernel list (ncu times each launch alone, replayed): the share is "
+                             "of the profiled kernels' time; an nsys export of the run gives it in wall-clock time")
+    return findings, analysis.work
+
+
 def analyze(paths: list[str], options: Options | None = None) -> dict:
     """Analyzes one or more profiles into the report model."""
     options = options or Options()
@@ -202,6 +228,9 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
             join_kernel_times(kernels, program.kernel_summary, kernel_time)
         else:
             model["kernels"] = program.kernels
+    elif kernels:  # ncu alone: the work checks read the kernel list's split by role (names only)
+        work_findings, model["work"] = _kernel_list_work(kernels, kernel_time, options)
+        findings += work_findings
     model["profiles"] = [{**_profile_entry(p), **facts_by_path.get(p.path, {})} for p in profiles]
     launches = {k["id"]: k["launches"] for k in kernels if k.get("launches")}
     # one row per (check, function): launch shapes, NVTX ranges and template instances of one function

@@ -111,10 +111,8 @@ def _split(role_ns: dict[str, float]) -> list[dict]:
             for role in ROLES if role_ns.get(role)]
 
 
-def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kernels=None) -> WorkAnalysis:
-    """The window's GPU kernel time by role. `summary_rows`: the kernel summary (one row per name, the
-    window's kernels); `kernels`: the window's launches as columns (normalize.activity), read when absent."""
-    start, end = window
+def _by_name(summary_rows: list[dict]) -> tuple[dict, dict, list]:
+    """(role by name, ns by role, per-kernel rows) from the names alone."""
     roles_by_name = {}
     role_ns: dict[str, float] = {}
     by_kernel = []
@@ -124,6 +122,25 @@ def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kern
         role_ns[role] = role_ns.get(role, 0.0) + float(row.get("duration_ns") or 0)
         by_kernel.append({"name": row.get("name"), "demangled": row.get("demangled"), "role": role,
                           "ns": int(row.get("duration_ns") or 0), "launches": int(row.get("launches") or 0)})
+    return roles_by_name, role_ns, by_kernel
+
+
+def analyze_kernel_rows(summary_rows: list[dict]) -> WorkAnalysis:
+    """The work split of a kernel list without a timeline (an ncu report: launches replayed one by one,
+    their order and streams not kept): roles by name only, so the element-wise kernels over attention's
+    scores stay elementwise and the attention time is a lower bound."""
+    _, role_ns, by_kernel = _by_name(summary_rows)
+    analysis = WorkAnalysis(work=_split({k: max(v, 0.0) for k, v in role_ns.items()}),
+                            kernel_ns=int(sum(role_ns.values())))
+    analysis.by_kernel = sorted((k for k in by_kernel if k["ns"] > 0), key=lambda k: -k["ns"])
+    return analysis
+
+
+def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kernels=None) -> WorkAnalysis:
+    """The window's GPU kernel time by role. `summary_rows`: the kernel summary (one row per name, the
+    window's kernels); `kernels`: the window's launches as columns (normalize.activity), read when absent."""
+    start, end = window
+    roles_by_name, role_ns, by_kernel = _by_name(summary_rows)
     if kernels is None:
         from nsanalyze.normalize.activity import read_kernels
         kernels = read_kernels(export, "start >= :ws AND start < :we", {"ws": start, "we": end})

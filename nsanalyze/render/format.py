@@ -97,6 +97,10 @@ def work_text(work: list[dict] | None, min_share: float = 0.01) -> str:
     return ", ".join(f"{WORK_LABELS.get(w['role'], w['role'])} {percent(w['share'])}" for w in parts)
 
 
+def kernel_list_work_line(work: list[dict]) -> str:
+    return f"Profiled kernel time by role (ncu, each launch replayed alone): {work_text(work)}"
+
+
 def window_lines(timeline: dict) -> list[str]:
     """The header lines every renderer shows for an nsys timeline: window, steps, budget."""
     lines = [f"Window: {timeline['window']['description']}"]

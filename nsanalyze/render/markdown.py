@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from nsanalyze.render.format import (distinct_names, duration, evidence_value, health_line, set_aside_note, shorten, show_invisible,
+from nsanalyze.render.format import (distinct_names, duration, kernel_list_work_line, evidence_value, health_line, set_aside_note, shorten, show_invisible,
                                      visible, window_lines)
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
@@ -86,6 +86,8 @@ def render(model: dict) -> str:
     timeline = model.get("timeline")
     if timeline:
         head += [f"- {escape(shorten(line, LINE_LIMIT))}" for line in window_lines(timeline)]
+    elif model.get("work"):
+        head.append(f"- {escape(kernel_list_work_line(model['work']))}")
     if model.get("gpu_metrics", {}).get("headline"):
         head.append(f"- {model['gpu_metrics']['headline']}")
     findings = [f for f in model["findings"] if f["severity"] != "info"]

@@ -120,3 +120,21 @@ def test_savings_stay_within_their_roles_and_the_window(analyzed, run):
 def test_fixed_twins_get_no_busy_gpu_finding(analyzed, run):
     model = _model(analyzed, run)
     assert not [f["check"] for f in program_findings(model) if f["check"] in BUSY_CHECKS | {"low-tensor-activity"}]
+
+
+def test_an_ncu_report_alone_gets_the_work_checks(analyzed):
+    """An ncu report of one naive-attention step, no nsys export: the kernel list's split by role (names only)
+    puts attention written out first, above the kernel findings; its savings are within the softmax
+    kernels' own replayed time; a report without attention kernels (the CUDA suite) gets none."""
+    from tests.conftest import FIXTURES
+
+    model = analyzed(REAL / "attn_naive_full.ncu-rep.xz")
+    first = model["findings"][0]
+    softmax_ns = sum(k["duration_ns"] * k["launches"] for k in model["kernels"] if "softmax" in k["name"].lower())
+    attention = next(w for w in model["work"] if w["role"] == "attention_unfused")
+    assert first["check"] == "attention-unfused" and first["severity"] in ("high", "medium")
+    assert attention["ns"] == pytest.approx(softmax_ns, rel=0.01)
+    assert 0 < first["estimated_savings_ns"] <= attention["ns"]
+    assert sum(w["share"] for w in model["work"]) == pytest.approx(1.0)
+    suite = analyzed(FIXTURES / "dev_suite_full.ncu-rep.xz")
+    assert not [f for f in suite["findings"] if f["check"] in BUSY_CHECKS]
