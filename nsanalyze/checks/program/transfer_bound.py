@@ -33,8 +33,9 @@ practical per-link figure by GPU (`checks/program/_copies.py`). Copies a multi-G
 narrower types) depends on the program and is not promised.
 
 ## How much it saves
-Counted after `pageable-memcpy` (which claims what pinning wins, the same copy time) and of the copy
-time that leaves: pinned copies below the link's rate (many small copies) win the gap to it; and
+Counted after `pageable-memcpy` (which claims what pinning wins, the same copy time) and
+`sync-memcpy` (which claims the synchronous copies' own time, what making them asynchronous overlaps),
+of the copy time they leave: pinned copies below the link's rate (many small copies) win the gap to it; and
 copies that could run on a side stream while kernels run hide behind at most the window's compute
 time. A program whose copies already run at the link's rate and that computes little saves almost
 nothing this way: only fewer bytes help, and the title says so. On the H200 pinned twin (55.4 GB/s,
@@ -128,10 +129,14 @@ def run(timeline, limits) -> Finding | None:
     rate = f" at {top['gb_per_s']:.1f} GB/s" if top["gb_per_s"] else ""
     pageable = sum(d["pageable_bytes"] for d in directions)
     total = sum(d["bytes"] for d in directions)
-    # pinning is pageable-memcpy's saving: this finding counts what the copy time has left after it
+    # pinning is pageable-memcpy's saving, and making the synchronous copies asynchronous sync-memcpy's
+    # (their own time): this finding counts what the copy time has left after both (1 - prod(1 - s_i))
     pinning_ns, _ = pageable_saving(timeline) if pageable else (0.0, [])
     pinning_ns = min(pinning_ns, copy_ns)
-    left_ns = copy_ns - pinning_ns
+    sync_ns = min(float(((timeline.copies or {}).get("sync") or {}).get("duration_ns") or 0), copy_ns)
+    claimed_ns = copy_ns * (1 - (1 - pinning_ns / copy_ns) * (1 - sync_ns / copy_ns)) if copy_ns else 0.0
+    left_ns = max(0.0, copy_ns - claimed_ns)
+    earlier = [c for c, ns in (("pageable-memcpy", pinning_ns), ("sync-memcpy", sync_ns)) if ns]
     gap_ns, directions = _rate_gap(timeline, directions, limits["near_link_share"])
     gap_ns = min(gap_ns, left_ns)
     overlap_ns = min(left_ns - gap_ns, compute_ns)
@@ -163,9 +168,9 @@ def run(timeline, limits) -> Finding | None:
         advice=ADVICE,
         notes=[f"achieved bandwidth is bytes over copy time; the reference is {top['reference']}",
                "what fewer bytes would save (data kept on the GPU, narrower types) is not estimated"]
-              + ([f"counted after pageable-memcpy: of the {left_ns / 1e6:.3g} ms of copy time pinning leaves"]
-                 if pinning_ns else []),
+              + ([f"counted after {' and '.join(earlier)}: of the {left_ns / 1e6:.3g} ms of copy time they leave"]
+                 if earlier else []),
     )
-    finding.after_others = bool(pinning_ns)
+    finding.after_others = bool(earlier)
     finding.estimated_savings_ns = min(left_ns, gap_ns + overlap_ns)
     return finding
