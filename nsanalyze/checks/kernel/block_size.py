@@ -25,6 +25,10 @@ instructions per warp (printf, a serial loop), runs as fast with full warps: no 
 ## Known problems
 Kernels that launch a single block on purpose (a final reduction) are cheap; rank by time decides.
 
+The saving scales with the schedulers' issue-slot use. A report without it (nor the SM throughput
+that stands in for it) does not say how much the empty lanes cost: the finding then names the block
+size, saves nothing (info) and notes what would measure it, rather than assume a busy scheduler.
+
 ## Options
 - `min_wasted_lanes`: wasted lane share before the check speaks.
 """
@@ -44,7 +48,8 @@ RELIEVES = None
 THRESHOLDS = {"min_wasted_lanes": Threshold(0.10, "a tenth of every warp's lanes idle is worth a one-line change")}
 SCHEDULERS_PER_SM = 4
 SPEEDUP_MODEL = ("the share of warp lanes the block size leaves empty (1 - threads / (warps x 32)) times the "
-                 "schedulers' issue-slot use; nothing when the launch has no more warps than the GPU has schedulers")
+                 "schedulers' issue-slot use (else the SM throughput); nothing when the launch has no more warps than the GPU "
+                 "has schedulers; without either measured, no savings (info) and a note naming what measures them")
 ADVICE = """Use a block size that is a multiple of 32 (128-256 threads is a good default).
 
 ```cuda
@@ -67,19 +72,27 @@ def run(kernel: KernelView, limits) -> Finding | None:
     warps = grid * lanes / 32 if grid else None
     if warps is not None and sms and warps <= sms * SCHEDULERS_PER_SM:
         return None  # every warp has a scheduler to itself: fuller warps would not finish sooner
-    issue = kernel.get("issue_active_pct")
+    issue, issue_by = kernel.get("issue_active_pct"), "issue_active_pct"
     if issue is None:
-        issue = kernel.get("sm_throughput_pct")
-    issue_share = clamp01(issue / 100.0) if issue is not None else 0.5
+        issue, issue_by = kernel.get("sm_throughput_pct"), "sm_throughput_pct"
+    notes = []
+    if issue is None:  # how busy the schedulers are is not measured: say so, never assume
+        speedup, issue_by = 0.0, "issue_active_pct"
+        notes.append("no savings estimated: the report measures neither the schedulers' issue-slot use "
+                     "(issue_active_pct) nor the SM throughput that say how much the empty lanes cost; "
+                     "ncu --section SchedulerStats (or --section SpeedOfLight) measures them")
+    else:
+        speedup = wasted * clamp01(issue / 100.0)
     return Finding(
         check=ID,
         title=f"{threads:.0f}-thread blocks fill {threads / lanes:.0%} of their warps' lanes "
               f"(block size not a multiple of 32)",
-        estimated_speedup=wasted * issue_share,
+        estimated_speedup=speedup,
         evidence={"block_size": evidence(threads, unit="threads"),
                   "wasted_lane_share": evidence(wasted, limits["min_wasted_lanes"], unit="ratio"),
                   "grid_size": evidence(grid, unit="blocks"),
                   "warps_launched": evidence(warps, (sms or 0) * SCHEDULERS_PER_SM or None, unit="warps"),
-                  "issue_active_pct": evidence(issue, unit="%")},
+                  issue_by: evidence(issue, unit="%")},
         advice=ADVICE,
+        notes=notes,
     )

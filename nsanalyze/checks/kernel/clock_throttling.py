@@ -22,6 +22,11 @@ nvidia-smi -q -d PERFORMANCE                        # look for power or thermal 
 ## Known problems
 A report taken with `--clock-control base` shows the base clock by design; the advice says so.
 
+How much a faster clock saves depends on how much of the time the SM's pipelines bound (its compute
+speed-of-light share). A report without the SpeedOfLight section does not say: the finding then
+reports the clock, saves nothing (info) and notes what would measure the saving, rather than
+assume the whole kernel scales with the clock.
+
 ## Options
 - `max_clock_ratio`: measured over maximum SM clock below which the check speaks.
 """
@@ -40,7 +45,8 @@ THRESHOLDS = {
     "max_clock_ratio": Threshold(0.85, "boost clocks wander by a few percent under load; 15% below the maximum "
                                        "is throttling or a locked clock"),
 }
-SPEEDUP_MODEL = "(1 - measured / maximum clock) x compute speed-of-light share: only clock-bound time shrinks"
+SPEEDUP_MODEL = ("(1 - measured / maximum clock) x compute speed-of-light share: only clock-bound time shrinks; "
+                 "without a measured compute share, no savings (info) and a note naming --section SpeedOfLight")
 ADVICE = """Find out why the clock is low before tuning the kernel.
 
 - Profiles taken with ncu's default `--clock-control base` run at the base clock: re-profile with
@@ -62,15 +68,24 @@ def run(kernel: KernelView, limits) -> Finding | None:
     if ratio >= limits["max_clock_ratio"]:
         return None
     compute = kernel.get("sm_throughput_pct")
-    compute_share = clamp01(compute / 100.0) if compute is not None else 1.0
     measured, maximum = kernel.get("sm_frequency_hz"), kernel.get("max_sm_frequency_hz")
+    notes = []
+    if compute is None:  # the share of the time the clock bounds is not measured: say so, never assume all of it
+        speedup = 0.0
+        notes.append("no savings estimated: the report does not measure the compute speed-of-light share "
+                     "(sm_throughput_pct) that says how much of the kernel's time a faster clock shortens; "
+                     "ncu --section SpeedOfLight measures it")
+    else:
+        speedup = clamp01((1 - ratio) * clamp01(compute / 100.0))
     return Finding(
         check=ID,
         title=f"SM clock at {ratio:.0%} of the maximum"
               + (f" ({measured / 1e6:.0f} of {maximum / 1e6:.0f} MHz)" if measured and maximum else ""),
-        estimated_speedup=clamp01((1 - ratio) * compute_share),
+        estimated_speedup=speedup,
         evidence={"sm_clock_ratio": evidence(ratio, limits["max_clock_ratio"], unit="ratio", compare="<"),
                   "sm_frequency_hz": evidence(measured, unit="hz"),
-                  "max_sm_frequency_hz": evidence(maximum, unit="hz")},
+                  "max_sm_frequency_hz": evidence(maximum, unit="hz"),
+                  "sm_throughput_pct": evidence(compute, unit="%")},
         advice=ADVICE,
+        notes=notes,
     )

@@ -32,7 +32,7 @@ atomics) gets that first: the small-grid savings count only the time left after 
 - `min_idle_sm_share`: the share of SMs without a block before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, plural
 
 ID = "small-grid"
 NAME = "scheduling.grid.small"
@@ -79,7 +79,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
     waves = kernel.get("waves_per_sm")
     return Finding(
         check=ID,
-        title=f"{grid:.0f} blocks on {sms:.0f} SMs: {idle_sms:.0%} of the SMs get no block",
+        title=f"{plural(grid, 'block')} on {sms:.0f} SMs: {idle_sms:.0%} of the SMs get no block",
         estimated_speedup=idle_sms * limits["parallel_efficiency"],
         evidence={"idle_sm_share": evidence(idle_sms, limits["min_idle_sm_share"], unit="ratio"),
                   "grid_size": evidence(grid, unit="blocks"), "sm_count": evidence(sms),

@@ -31,6 +31,20 @@ is what the hits leave; when L1 absorbs it, no DRAM or L2 byte is wasted and the
 alone: the finding says so, and speaks only when L1 is the busy unit (`min_l1_share`), its saving the
 excess share of that L1 time. The hit rate is L1's over all its traffic, not the global loads' alone.
 
+Two measures of coalescing can disagree, and the source counters win. The source counters
+(`memory_l2_theoretical_sectors_global` against its `_ideal`) are counted per SASS instruction over
+every global memory instruction, `cp.async` (LDGSTS) included; the bytes used per sector
+(`smsp__sass_average_data_bytes_per_sector_mem_global_op_{ld,st}`) average only the LDG/STG
+instructions, while the L1 sector counts they are weighed by include LDGSTS traffic. A kernel that
+moves its tiles with `cp.async` and reads a few scalars with LDG can show "4 of 32 bytes per sector"
+for a sliver of its requests while its bulk traffic is coalesced; a 1-thread block uses 4 bytes of
+each sector however its data is laid out, and the source counters' ideal (the fewest sectors the
+active threads' bytes need) counts that sector as needed. The finding then says the two disagree
+(info, no savings) instead of calling the bytes wasted. A direction whose bytes per sector is 0
+while it moved sectors had no LDG/STG behind those sectors (0/0): it is neither quoted nor counted.
+Without a memory speed-of-light share (or, for excess L1 serves, an L1 throughput) the saving is not
+measured: the finding is info with a note naming the section that measures it.
+
 ## Options
 - `min_excess_share`: the part of sectors that is excess before the check speaks.
 - `min_l1_share`: L1 throughput (share of its peak) above which excess served from L1 still costs time.
@@ -112,22 +126,68 @@ def _past_l1(kernel: KernelView, directions: dict | None, excess_share: float) -
 
 def _by_direction(kernel: KernelView) -> dict[str, float] | None:
     """Wasted share of the sectors loads and stores move: 1 - bytes used per 32-byte sector / 32.
-    Wide (vector) accesses use whole sectors and are not waste."""
+    Wide (vector) accesses use whole sectors and are not waste. A direction counts only when it moved
+    sectors and its LDG/STG instructions used bytes of them: 0 bytes per sector over moved sectors is
+    the SASS counter's 0/0 (no LDG/STG; the sectors came from cp.async or other instructions), not a
+    measurement."""
     shares = {}
     for direction in ("load", "store"):
         used = kernel.get(f"global_{direction}_bytes_per_sector")
-        if used is not None and (kernel.get(f"global_{direction}_sectors") or 0) > 0:
+        if used is not None and used > 0 and (kernel.get(f"global_{direction}_sectors") or 0) > 0:
             shares[direction] = clamp01(1 - used / 32.0)
     return shares or None
+
+
+def _direction_waste(kernel: KernelView, directions: dict[str, float]) -> float:
+    """The directions' wasted shares weighed by the sectors each moved."""
+    sectors = {d: kernel.get(f"global_{d}_sectors") or 0 for d in directions}
+    return sum(directions[d] * sectors[d] for d in directions) / sum(sectors.values())
+
+
+def _which(directions: dict | None) -> str:
+    if not directions:
+        return ""
+    worst = max(directions, key=directions.get)
+    return "; " + ", ".join(f"{d}s use {32 * (1 - share):.0f} of 32 bytes per sector" for d, share in
+                            sorted(directions.items(), key=lambda item: item[0] != worst))
+
+
+def _disagreement(kernel: KernelView, directions: dict, excess_share: float, limits) -> Finding:
+    """Source counters find the accesses coalesced while the LDG/STG bytes per sector say otherwise: said,
+    not counted. The source counters hold each instruction's sectors against the fewest its active threads'
+    bytes need; the bytes per sector also count sectors that no layout could fill (one active thread, a
+    lone 4-byte value) and leave cp.async (LDGSTS) out."""
+    waste = _direction_waste(kernel, directions)
+    return Finding(
+        check=ID,
+        title=f"Global accesses coalesced by the source counters ({excess_share:.0%} excess sectors), though the "
+              f"LDG/STG bytes per sector are low{_which(directions)}: sectors the active threads cannot fill, "
+              "not wasted by the layout",
+        estimated_speedup=0.0,
+        evidence={"global_sectors_excess_share": evidence(excess_share, limits["min_excess_share"], unit="ratio"),
+                  "bytes_per_sector_waste_share": evidence(waste, limits["min_excess_share"], unit="ratio"),
+                  **{c: evidence(kernel.get(c)) for c in ("global_sectors", "global_sectors_ideal",
+                                                           *(f"global_{d}_bytes_per_sector" for d in directions),
+                                                           "sectors_per_request_global_load")
+                     if kernel.get(c) is not None}},
+        advice=ADVICE,
+        notes=["no savings estimated: the two measures disagree and the source counters are the ones that hold each "
+               "instruction's sectors against the fewest its active threads' bytes need, for every global "
+               "instruction; the bytes per sector (NVIDIA's MemoryCacheAccessPattern rule quotes them) also count "
+               "sectors that one active thread or a lone narrow value cannot fill, and average only LDG/STG, not "
+               "cp.async (LDGSTS), while the sectors they are weighed by include its traffic"],
+    )
 
 
 def run(kernel: KernelView, limits) -> Finding | None:
     directions = _by_direction(kernel)
     excess_share = kernel.get("global_sectors_excess_share")
     measured_by = "source counters (actual vs ideal L2 sectors)"
+    if excess_share is not None and directions and excess_share < limits["min_excess_share"] \
+            and _direction_waste(kernel, directions) >= limits["min_excess_share"]:
+        return _disagreement(kernel, directions, excess_share, limits)
     if excess_share is None and directions:
-        sectors = {d: kernel.get(f"global_{d}_sectors") or 0 for d in directions}
-        excess_share = sum(directions[d] * sectors[d] for d in directions) / sum(sectors.values())
+        excess_share = _direction_waste(kernel, directions)
         measured_by = "bytes used per sector of the global loads and stores"
     if excess_share is None:
         per_request = kernel.get("sectors_per_request_global_load")
@@ -142,37 +202,55 @@ def run(kernel: KernelView, limits) -> Finding | None:
         measured_by = f"load sectors per request against {ideal:g} (the access width is not in the report)"
     if excess_share < limits["min_excess_share"]:
         return None
-    memory_share = memory_bound_share(kernel) or 0.0
-    speedup = clamp01(excess_share * memory_share)
+    notes = [f"measured from {measured_by}"]
+    memory_share = memory_bound_share(kernel)
+    if memory_share is None:  # what the wasted traffic costs is not measured: say so, never assume
+        notes.append("no savings estimated: the report has no memory speed-of-light share (memory_throughput_pct) "
+                     "that says how much of the kernel's time the wasted sectors cost; ncu --section SpeedOfLight "
+                     "measures it")
+    speedup = clamp01(excess_share * (memory_share or 0.0))
     past_l1 = _past_l1(kernel, directions, excess_share)
     served_by_l1 = past_l1 is not None and past_l1 < limits["min_excess_share"]
     if served_by_l1:
-        l1_share = clamp01((kernel.get("l1_throughput_pct") or 0.0) / 100.0)
-        if l1_share < limits["min_l1_share"]:
-            return None  # L1 hits serve the excess and L1 has room: nothing wasted that costs time
-        speedup = clamp01((excess_share - past_l1) * l1_share + past_l1 * memory_share)
+        l1_throughput = kernel.get("l1_throughput_pct")
+        if l1_throughput is None:
+            speedup = 0.0
+            notes.append("no savings estimated: L1 hits serve the excess, and the report does not measure how busy "
+                         "L1 is (l1_throughput_pct); ncu --section MemoryWorkloadAnalysis measures it")
+        else:
+            l1_share = clamp01(l1_throughput / 100.0)
+            if l1_share < limits["min_l1_share"]:
+                return None  # L1 hits serve the excess and L1 has room: nothing wasted that costs time
+            speedup = clamp01((excess_share - past_l1) * l1_share + past_l1 * (memory_share or 0.0))
     evidence_table = {
         "global_sectors_excess_share": evidence(excess_share, limits["min_excess_share"], unit="ratio"),
         "memory_throughput_pct": evidence(kernel.get("memory_throughput_pct"), unit="%"),
     }
     if past_l1 is not None:
         evidence_table["excess_share_past_l1"] = evidence(past_l1, limits["min_excess_share"], unit="ratio")
-    for concept in ("sectors_per_request_global_load", "global_sectors", "global_sectors_ideal",
-                    "global_load_bytes_per_sector", "global_store_bytes_per_sector", "l1_hit_rate_pct",
-                    "l1_throughput_pct"):
+    quoted = [f"global_{d}_bytes_per_sector" for d in (directions or {})]  # directions with LDG/STG behind them
+    for concept in ("sectors_per_request_global_load", "global_sectors", "global_sectors_ideal", *quoted,
+                    "l1_hit_rate_pct", "l1_throughput_pct"):
         if kernel.get(concept) is not None:
             evidence_table[concept] = evidence(kernel.get(concept))
-    which = ""
-    if directions:
-        worst = max(directions, key=directions.get)
-        which = "; " + ", ".join(f"{d}s use {32 * (1 - share):.0f} of 32 bytes per sector" for d, share in
-                                 sorted(directions.items(), key=lambda item: item[0] != worst))
+    if directions and kernel.get("global_sectors_excess_share") is not None \
+            and _direction_waste(kernel, directions) < limits["min_excess_share"]:
+        # the LDG/STG bytes per sector find them used while the source counters find excess: the excess lies in
+        # instructions the bytes per sector do not average (cp.async); quoting them would contradict the title
+        notes.append("the LDG/STG bytes per sector find the sectors used (" + _which(directions)[2:] + "); they "
+                     "average only LDG/STG instructions, the source counters every global instruction, cp.async "
+                     "(LDGSTS) included")
+        directions_quoted = None
+    else:
+        directions_quoted = directions
+    which = _which(directions_quoted)
     title = f"{excess_share:.0%} of global-memory sectors are wasted by uncoalesced access{which}"
     if served_by_l1:
         title = (f"Global loads split sectors between requests ({1 / max(1e-9, 1 - excess_share):.1f}x the sector accesses "
                  f"the bytes need{which}); L1 serves the rest ({kernel.get('l1_hit_rate_pct'):.0f}% hit rate), so "
-                 f"no DRAM or L2 bytes are wasted, but L1 ({kernel.get('l1_throughput_pct'):.0f}% busy) does the "
-                 "extra work")
+                 "no DRAM or L2 bytes are wasted, but L1 "
+                 + (f"({kernel.get('l1_throughput_pct'):.0f}% busy) " if kernel.get("l1_throughput_pct") is not None else "")
+                 + "does the extra work")
     return Finding(
         check=ID,
         title=title,
@@ -180,5 +258,5 @@ def run(kernel: KernelView, limits) -> Finding | None:
         evidence=evidence_table,
         advice=L1_ADVICE if served_by_l1 else ADVICE,
         source=kernel.top_spots("memory_l2_theoretical_sectors_global", "memory_l2_theoretical_sectors_global_ideal"),
-        notes=[f"measured from {measured_by}"],
+        notes=notes,
     )

@@ -22,9 +22,19 @@ switch ((threadIdx.x / 32) % 4) { ... }   // decide per warp, not per lane
 Predicated-off instructions from bounds checks also lower the ratio; short tails at the end of a
 grid are harmless.
 
+Lanes a block never fills are not divergence: a 1-thread block runs 1 of 32 lanes on every
+instruction however uniform its branches. The efficiency is judged against the share of lanes the
+block size fills (block-size speaks for the rest), so one cause gives one finding.
+
+The saving scales with the schedulers' issue-slot use (else the SM throughput); a report without
+either does not say what the masked lanes cost: the finding then saves nothing (info) and notes
+what would measure it.
+
 ## Options
 - `max_warp_efficiency`: active threads per instruction over 32, below which the check speaks.
 """
+
+import math
 
 from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
 
@@ -33,15 +43,17 @@ NAME = "compute.control.divergence"
 TITLE = "Warp divergence"
 SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("warp_execution_efficiency",)
-OPTIONAL = ("issue_active_pct", "divergent_branches", "branch_uniform_pct")
+OPTIONAL = ("issue_active_pct", "sm_throughput_pct", "divergent_branches", "branch_uniform_pct", "block_size")
 COLLECT = "--set full (InstructionStats and SourceCounters sections)"
 RELIEVES = "compute"
 THRESHOLDS = {
     "max_warp_efficiency": Threshold(0.70, "below 70% (22 of 32 threads) divergence costs more than bounds "
                                            "checks and grid tails ever do"),
 }
-SPEEDUP_MODEL = ("(1 - warp execution efficiency) times the scheduler's issue-slot use: masked lanes cost "
-                 "time in proportion to how much the kernel is bound by instruction issue")
+SPEEDUP_MODEL = ("(1 - warp execution efficiency / the lane share the block size fills) times the scheduler's "
+                 "issue-slot use (else the SM throughput): masked lanes cost time in proportion to how much the kernel "
+                 "is bound by instruction issue; lanes the block never fills are block-size's; without an issue or "
+                 "throughput measure, no savings (info) and a note")
 ADVICE = """Make the threads of each warp take the same path.
 
 - Branch on values that are uniform per warp (`threadIdx.x / 32`, `blockIdx`), not on the lane.
@@ -56,22 +68,50 @@ switch ((threadIdx.x / warpSize) % 4) { case 0: ...; case 1: ...; }
 ```"""
 
 
+def _block_fill(kernel: KernelView) -> float:
+    """The share of its warps' lanes a block fills (1.0 for a multiple of 32 threads, 1/32 for one thread):
+    the most of 32 threads an instruction can have active without any divergence."""
+    threads = kernel.get("block_size")
+    if not threads or threads <= 0:
+        return 1.0
+    return threads / (math.ceil(threads / 32) * 32)
+
+
 def run(kernel: KernelView, limits) -> Finding | None:
-    efficiency = kernel.get("warp_execution_efficiency")
+    measured = kernel.get("warp_execution_efficiency")
+    fill = _block_fill(kernel)
+    efficiency = clamp01(measured / fill)  # of the lanes the block fills: the rest is the block size, not branches
     if efficiency >= limits["max_warp_efficiency"]:
         return None
-    issue = kernel.get("issue_active_pct")
-    issue_share = clamp01(issue / 100.0) if issue is not None else 0.5
+    issue, issue_by = kernel.get("issue_active_pct"), "issue_active_pct"
+    if issue is None and kernel.get("sm_throughput_pct") is not None:
+        issue, issue_by = kernel.get("sm_throughput_pct"), "sm_throughput_pct"
+    notes = []
+    if issue is None:  # how busy the schedulers are is not measured: say so, never assume
+        speedup = 0.0
+        notes.append("no savings estimated: the report measures neither the schedulers' issue-slot use "
+                     "(issue_active_pct) nor the SM throughput that say how much the masked lanes cost; "
+                     "ncu --section SchedulerStats (or --section SpeedOfLight) measures them")
+    else:
+        speedup = clamp01((1 - efficiency) * clamp01(issue / 100.0))
     facts = {"warp_execution_efficiency": evidence(efficiency, limits["max_warp_efficiency"], unit="ratio", compare="<"),
              "threads_per_instruction": evidence(kernel.get("threads_per_instruction"), unit="threads"),
-             "issue_active_pct": evidence(issue, unit="%")}
+             issue_by: evidence(issue, unit="%")}
+    if fill < 1.0:
+        facts["measured_warp_execution_efficiency"] = evidence(measured, unit="ratio")
+        facts["block_lane_share"] = evidence(fill, unit="ratio")
+        notes.append(f"judged against the {fill * 32:.0f} of 32 lanes its {kernel.get('block_size'):.0f}-thread "
+                     "blocks fill: the empty lanes are the block size's (block-size), not divergence")
     if kernel.get("divergent_branches") is not None:
         facts["divergent_branches"] = evidence(kernel.get("divergent_branches"))
+    lanes = f"{measured * 32:.1f} of the {fill * 32:.0f} threads its blocks fill" if fill < 1.0 else \
+        f"{measured * 32:.1f} of 32 threads"
     return Finding(
         check=ID,
-        title=f"Only {efficiency * 32:.1f} of 32 threads active per instruction: warps diverge",
-        estimated_speedup=clamp01((1 - efficiency) * issue_share),
+        title=f"Only {lanes} active per instruction: warps diverge",
+        estimated_speedup=speedup,
         evidence=facts,
         advice=ADVICE,
         source=kernel.top_spots("smsp__branch_targets_threads_divergent"),
+        notes=notes,
     )

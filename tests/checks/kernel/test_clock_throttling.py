@@ -109,3 +109,45 @@ def test_one_clock_near_the_maximum_claims_no_clock_control():
 
     one = clock_control(_rows([1975]))
     assert one["mode"] == "unknown" and "free" not in one["reason"]
+
+
+FASTED = "bwcurless__FaSTED__profiles__"
+
+
+def test_no_compute_share_means_no_savings_claimed(analyzed):
+    """The Pmsampling report holds no SpeedOfLight section: FindPairsKernel ran at 1087 of 1410 MHz, but how much
+    of its time the clock bounds is not measured. It used to save 1 - 0.7709 of 292 ms (the share taken as 1);
+    now it says the clock, saves nothing and names the section that measures the share."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / (FASTED + "Final_128_128_Comparison__48x48_Warp_MaxReg_128_Pipeline_of_1_Pmsampling.ncu-rep.xz"))
+    finding = next(f for f in model["findings"] if f["check"] == CHECK and f["kernel_name"] == "FindPairsKernel")
+    assert finding["evidence"]["sm_clock_ratio"]["value"] == pytest.approx(0.7709, abs=1e-4)
+    assert finding["evidence"]["sm_throughput_pct"]["value"] is None
+    assert finding["severity"] == "info" and finding["estimated_speedup"] == 0 and finding["estimated_savings_ns"] == 0
+    assert any("--section SpeedOfLight" in n for n in finding["notes"])
+
+
+def test_measured_compute_share_scales_the_savings(analyzed):
+    """The same kernel in the Conventional_Layout report, with SpeedOfLight: 1195 of 1410 MHz, memory-bound."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / (FASTED + "CTA_Layouts__Conventional_Layout.ncu-rep.xz"))
+    finding = next(f for f in model["findings"] if f["check"] == CHECK and f["kernel_name"] == "FindPairsKernel")
+    ratio, compute = finding["evidence"]["sm_clock_ratio"]["value"], finding["evidence"]["sm_throughput_pct"]["value"]
+    assert ratio == pytest.approx(1195 / 1410, abs=2e-3) and compute is not None
+    assert finding["estimated_speedup"] == pytest.approx((1 - ratio) * compute / 100, abs=2e-4)   # 0.0921
+    assert finding["severity"] == "info"                                   # near its memory roof
+
+
+def test_h200_is_in_the_clock_table(analyzed):
+    """The H200's row: 1980 MHz maximum (nvidia-smi, the report's device attribute), and as base the clock that ncu's
+    default --clock-control base held on it. The locked report now names the base clock, not 'a GPU not in the table'."""
+    from nsanalyze.normalize.clocks import model_clocks
+    from tests.conftest import REAL
+
+    assert model_clocks("NVIDIA H200") == {**model_clocks("NVIDIA H200"), "base_hz": 1490e6, "boost_hz": 1980e6}
+    assert model_clocks("NVIDIA H200 NVL") is None and model_clocks("NVIDIA GH200 480GB") is None
+    clock = analyzed(REAL / "gpt_basic_clock_base.ncu-rep.xz")["profiles"][0]["clock_control"]
+    assert clock["mode"] == "locked" and clock["base_hz"] == 1490e6 and clock["max_hz"] == 1980e6
+    assert "base clock" in clock["reason"] and "not in the clock table" not in clock["reason"]

@@ -62,3 +62,12 @@ def test_a_small_grid_counts_after_the_kernels_own_code_problems():
     assert any(n.startswith("counted after bank-conflicts") for n in ranked[1].notes)
     ranked = rank([_finding("small-grid", 0.5), _finding("low-occupancy", 0.3)], {0: 1_000_000}, {0: 1})
     assert ranked[0].check == "small-grid" and not any(n.startswith("counted after") for n in ranked[0].notes)
+
+
+def test_one_block_reads_as_a_sentence(analyzed):
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__Final_128_128_Comparison__48x48_Warp_MaxReg_128_Pipeline_of_1_Pmsampling.ncu-rep.xz")
+    titles = {f["kernel_name"]: f["title"] for f in model["findings"] if f["check"] == "small-grid"}
+    assert titles["DeviceMergeSortPartitionKernel"].startswith("1 block on 108 SMs")
+    assert titles["DeviceMergeSortMergeKernel"].startswith("49 blocks on 108 SMs")

@@ -57,3 +57,36 @@ def test_wide_accesses_are_not_waste(analyzed, without):
 def test_loads_and_stores_are_named(dev_suite_model):
     title = findings_for(dev_suite_model, "random_gather")[0]["title"]
     assert "loads use 7 of 32 bytes" in title and "stores use 32 of 32" in title
+
+
+FASTED = "bwcurless__FaSTED__profiles__"
+
+
+def test_a_direction_without_ldg_is_not_quoted(analyzed):
+    """MmaPtxShared loads its tiles with cp.async only: no LDG, so the SASS bytes per sector of loads reads 0 (0/0) over
+    1.34e9 L1 load sectors. The source counters' 50% excess stands; '0 of 32 bytes' is neither said nor counted."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / (FASTED + "Shared_Memory_Alignment_Specifiers__Pipeline_Depth_1_16B_Align.ncu-rep.xz"))
+    kernel = next(k for k in model["kernels"] if k["name"] == "MmaPtxShared")
+    assert kernel["metrics"]["global_load_bytes_per_sector"] == 0 and kernel["metrics"]["global_load_sectors"] > 0
+    finding = findings_for(model, "MmaPtxShared")[0]
+    assert finding["check"] == CHECK
+    assert finding["evidence"]["global_sectors_excess_share"]["value"] == pytest.approx(0.5, abs=1e-3)
+    assert "bytes per sector" not in finding["title"] and "global_load_bytes_per_sector" not in finding["evidence"]
+    assert finding["notes"][0].startswith("measured from source counters")
+
+
+def test_source_counters_win_when_the_measures_disagree(analyzed):
+    """Conventional_Layout's FindPairsKernel: 99% of its load requests are cp.async (16 sectors a request, coalesced:
+    the source counters' ideal equals the actual 4.01e10 sectors); its LDG instructions average 4 of 32 bytes per
+    sector, which NVIDIA's rule applies to all sectors (52.7%). Said, with no savings: not a 'wasted' finding."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / (FASTED + "CTA_Layouts__Conventional_Layout.ncu-rep.xz"))
+    finding = next(f for f in model["findings"] if f["check"] == CHECK and f["kernel_name"] == "FindPairsKernel")
+    assert finding["evidence"]["global_sectors_excess_share"]["value"] == 0
+    assert finding["evidence"]["global_load_bytes_per_sector"]["value"] == 4
+    assert finding["evidence"]["global_sectors"]["value"] == finding["evidence"]["global_sectors_ideal"]["value"]
+    assert finding["severity"] == "info" and finding["estimated_speedup"] == 0
+    assert "wasted by uncoalesced" not in finding["title"] and "coalesced by the source counters" in finding["title"]
