@@ -16,19 +16,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsanalyze.read.nsys import IntQuery, NsysExport
+from nsanalyze.read.nsys import CALL_TABLES, GRAPH_TRACE_TABLE, KERNEL_TABLE, IntQuery, NsysExport
 
 PID_SHIFT = 24           # nsys globalTid / globalPid: the process id sits above bit 24
 # Calls are read from this long before the window: a call up to this long that began before it may
 # reach into it (longer ones are host work, not dispatch: normalize.budget).
 CALL_LOOKBACK_NS = 1_000_000
+WHOLE_CAPTURE = 2**62    # a window from -this to this is the whole capture (normalize.window.FOREVER)
 
 
 class Columns:
     """Columns of equal length, by name. A selection (`where`) copies a column only when it is first
-    read: most selections read few of a table's columns, and a table can hold millions of rows."""
+    read: most selections read few of a table's columns, and a table can hold millions of rows. A
+    selection that is one run of rows (a window of a capture read in time order: the usual case) is a
+    slice, and its columns are views of the table's, read-only: no copy at all."""
 
-    def __init__(self, data: dict[str, np.ndarray], mask: np.ndarray | None = None):
+    def __init__(self, data: dict[str, np.ndarray], mask: np.ndarray | slice | None = None):
         self._source, self._mask, self._taken = data, mask, {}
 
     def __getattr__(self, name: str) -> np.ndarray:
@@ -38,10 +41,17 @@ class Columns:
             if name not in self._source:
                 raise AttributeError(name)
             values = self._source[name]
-            self._taken[name] = values if self._mask is None else values[self._mask]
+            if isinstance(self._mask, slice):
+                values = values[self._mask]
+                values.flags.writeable = False  # a view of the table's column: never written through
+            elif self._mask is not None:
+                values = values[self._mask]
+            self._taken[name] = values
         return self._taken[name]
 
     def __len__(self) -> int:
+        if isinstance(self._mask, slice):
+            return self._mask.stop - self._mask.start
         if self._mask is not None:
             return int(np.count_nonzero(self._mask))
         return len(next(iter(self._source.values()))) if self._source else 0
@@ -58,11 +68,22 @@ class Columns:
     def where(self, mask: np.ndarray) -> "Columns":
         if mask.all():  # the usual case for a steady window: no copy
             return self
-        if self._mask is not None:  # a selection of a selection: one mask over the source
-            combined = self._mask.copy()
-            combined[combined] = mask
-            mask = combined
-        return Columns(self._source, mask)
+        kept = int(np.count_nonzero(mask))
+        first = int(np.argmax(mask)) if kept else 0
+        run = kept and bool(mask[first:first + kept].all())   # one run of rows: a slice
+        if self._mask is None:
+            return Columns(self._source, slice(first, first + kept) if run else mask)
+        if isinstance(self._mask, slice):
+            base = self._mask.start
+            if run or not kept:
+                return Columns(self._source, slice(base + first, base + first + kept))
+            size = len(next(iter(self._source.values())))
+            combined = np.zeros(size, dtype=bool)
+            combined[self._mask] = mask
+            return Columns(self._source, combined)
+        combined = self._mask.copy()  # a selection of a selection: one mask over the source
+        combined[combined] = mask
+        return Columns(self._source, combined)
 
 
 def process_of(global_id: np.ndarray) -> np.ndarray:
@@ -125,13 +146,13 @@ NARROW_COLUMNS = frozenset({"short_name_id", "demangled_id", "name_id", *KERNEL_
                             "memset"})
 
 
-def kernels_query(where: str, params: dict) -> IntQuery:
+def kernels_query(where: str, params: dict, rows_at_most: int | None = None) -> IntQuery:
     """Kernels (from the `kernels` view) matching `where`, with their ids and launch shape."""
     return IntQuery({"start": ("start", None), "end": ("end", None), "device_id": ("device_id", None),
                      "stream_id": ("stream_id", -1), "correlation_id": ("correlation_id", -1), "pid": ("global_pid", -1),
                      "short_name_id": ("short_name_id", -1), "demangled_id": ("demangled_id", -1),
                      **{name: (name, absent) for name, absent in KERNEL_SHAPE.items()}},
-                    f"FROM kernels WHERE {where}", params, NARROW_COLUMNS)
+                    f"FROM kernels WHERE {where}", params, NARROW_COLUMNS, rows_at_most)
 
 
 def read_kernels(export: NsysExport, where: str, params: dict) -> Columns:
@@ -159,15 +180,27 @@ def _with_valid_shape(table: Columns, set_aside: dict | None = None) -> Columns:
 def read_activity(export: NsysExport, window: tuple[int, int]) -> Activity:
     start, end = window
     params = {"ws": start, "we": end}
+    # Rows at most (the views' tables' counts): the columns are filled in place, never concatenated.
+    counts = export.row_counts()
+    at_most = lambda *tables: sum(counts.get(t, 0) for t in tables)  # noqa: E731
+    graphs = (GRAPH_TRACE_TABLE,) if export.graph_level_trace else ()
     copies = IntQuery({"start": ("start", None), "end": ("end", None), "device_id": ("device_id", None),
                        "stream_id": ("stream_id", -1), "correlation_id": ("correlation_id", -1),
-                       "pid": ("global_pid", -1), "bytes": ("bytes", 0), "memset": ("operation = 'memset'", None),
+                       "pid": ("global_pid", -1), "bytes": ("bytes", -1), "memset": ("operation = 'memset'", None),
                        "copy_kind": ("copy_kind", -1), "src_kind": ("src_kind", -1), "dst_kind": ("dst_kind", -1)},
-                      "FROM copies WHERE end >= :ws AND start < :we", params, NARROW_COLUMNS)
+                      "FROM copies WHERE end >= :ws AND start < :we", params, NARROW_COLUMNS,
+                      at_most("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"))
     calls = IntQuery({"start": ("start", None), "end": ("end", None), "pid": ("global_tid", -1),
                       "correlation_id": ("correlation_id", -1), "name_id": ("name_id", -1)},
-                     f"FROM api_raw WHERE end > :ws - {CALL_LOOKBACK_NS} AND start < :we", params, NARROW_COLUMNS)
-    tables = export.read_columns([kernels_query("end >= :ws AND start < :we", params), calls, copies])
+                     f"FROM api_raw WHERE end > :ws - {CALL_LOOKBACK_NS} AND start < :we", params, NARROW_COLUMNS,
+                     at_most(*CALL_TABLES))
+    tables = export.read_columns([kernels_query("end >= :ws AND start < :we", params, at_most(KERNEL_TABLE, *graphs)),
+                                  calls, copies])
+    if start <= -WHOLE_CAPTURE and end >= WHOLE_CAPTURE:  # the survey from these columns: no second scan
+        export.survey_from_capture(kernels=tables[0], calls=tables[1], copies=tables[2])
+    sizes = tables[2]["bytes"]
+    if (sizes == -1).any():  # no size (NULL, text, a negative): read as 0, as the view's NULL always was
+        tables[2]["bytes"] = np.where(sizes == -1, 0, sizes)
     kernels, calls, copies = (_with_processes(Columns(table)) for table in tables)
     return Activity(start, end, _with_valid_shape(kernels, export.set_aside), copies, calls)
 
@@ -178,13 +211,24 @@ def _with_processes(table: Columns) -> Columns:
     return table
 
 
+def ascending(values: np.ndarray) -> bool:
+    """Whether the values are already in order (an export's tables mostly are, in their row order): a
+    stable sort of them would change nothing, and its index and sorted copies need not be made."""
+    return len(values) < 2 or bool((values[1:] >= values[:-1]).all())
+
+
 def first_by_key(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct keys, index of each key's first row): the lookup table of a join that takes
     one row per key whatever the export repeats."""
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
+    if ascending(keys):
+        order, sorted_keys = np.arange(len(keys)), keys
+    else:
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
     first = np.ones(len(sorted_keys), dtype=bool)
     first[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    if first.all():  # every key once (the usual case): no copies
+        return sorted_keys, order
     return sorted_keys[first], order[first]
 
 
@@ -201,7 +245,7 @@ def lookup(table: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray
 def distinct(values: np.ndarray) -> np.ndarray:
     """Sorted distinct values. np.unique by sorting: numpy 2.4's hash-based unique is 20x slower than a
     sort on millions of integers (40 s against 2 s for 20M here)."""
-    ordered = np.sort(values)
+    ordered = values if ascending(values) else np.sort(values)
     if not len(ordered):
         return ordered
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]

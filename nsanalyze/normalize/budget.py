@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity, distinct, first_by_key, lookup
+from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity, ascending, distinct, first_by_key, lookup
 
 PARTS = ("gpu_compute", "gpu_communication", "gpu_copy", "idle_other", "idle_sync", "idle_launch", "idle_host")
 IDLE_PARTS = PARTS[3:]
@@ -111,8 +111,10 @@ def union(starts: np.ndarray, ends: np.ndarray, tolerance: int = 0) -> tuple[np.
     """Disjoint sorted islands of the intervals; gaps up to `tolerance` are bridged."""
     if len(starts) == 0:
         return starts, ends
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], ends[order]
+    if not ascending(starts):  # in order already (calls, one stream's kernels): no index, no sorted copies
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        del order
     running_end = np.maximum.accumulate(ends)
     new_island = np.empty(len(starts), dtype=bool)
     new_island[0] = True
@@ -122,16 +124,27 @@ def union(starts: np.ndarray, ends: np.ndarray, tolerance: int = 0) -> tuple[np.
     return starts[first], running_end[last]
 
 
-def label_segments(layers: list[tuple[np.ndarray, np.ndarray]], window: tuple[int, int]) -> Labelled:
+def clipped(values: np.ndarray, low: int, high: int) -> np.ndarray:
+    """np.clip, without the copy when every value lies within already (the usual case: work inside its
+    window; a copy of millions of intervals each time is what the budget's peak memory was made of)."""
+    if not len(values) or (values.min() >= low and values.max() <= high):
+        return values
+    return np.clip(values, low, high)
+
+
+def label_segments(layers: list, window: tuple[int, int]) -> Labelled:
     """Cuts the window at every island edge of every layer; labels each segment by the first active
-    layer (layer index = part index), or the last part when none is active. Each layer is first merged
+    layer (layer index = part index), or the last part when none is active. A layer is (starts, ends),
+    or a function that returns them (made when needed, freed once merged). Each layer is first merged
     into disjoint islands, so a segment lies wholly inside or outside each: one `searchsorted` per layer."""
     start, end = window
     islands = []
-    for s, e in layers:
-        s, e = np.clip(s, start, end), np.clip(e, start, end)
+    for layer in layers:
+        s, e = layer() if callable(layer) else layer
+        s, e = clipped(s, start, end), clipped(e, start, end)
         keep = e > s
-        islands.append(union(s[keep], e[keep]))
+        islands.append(union(s, e) if keep.all() else union(s[keep], e[keep]))
+        del s, e, keep
     times = distinct(np.concatenate([np.array([start, end], dtype=np.int64)] + [edge for pair in islands for edge in pair]))
     seg_starts, seg_ends = times[:-1], times[1:]
     label = np.full(len(seg_starts), len(PARTS) - 1, dtype=np.int8)
@@ -168,16 +181,19 @@ def build_budgets(activity: Activity, call_names: dict[int, str | None], communi
         return []
     act_start = np.concatenate((kernels.start, copies.start))
     act_end = np.concatenate((kernels.end, copies.end))
-    kind = np.concatenate((np.isin(kernels.short_name_id, list(communication_ids)).astype(np.int64) * 1,
-                           np.where(np.isin(copies.copy_kind, list(peer_copy_kinds)), 1, 2)))
-    act_pid = np.maximum(np.concatenate((kernels.pid, copies.pid)), 0)
+    kind = np.concatenate((np.isin(kernels.short_name_id, list(communication_ids)).astype(np.int8),
+                           np.where(np.isin(copies.copy_kind, list(peer_copy_kinds)), 1, 2).astype(np.int8)))
+    act_pid = _at_least_zero(np.concatenate((kernels.pid, copies.pid)))
     act_corr = np.concatenate((kernels.correlation_id, copies.correlation_id))
     calls = activity.calls
     api_start, api_end, api_corr = calls.start, calls.end, calls.correlation_id
-    api_pid = np.maximum(calls.pid, 0)
+    api_pid = _at_least_zero(calls.pid)
     api_wait = np.isin(calls.name_id, list(wait_name_ids(call_names)))
     # Launch call per (process, correlation id): its end is when the host handed over that GPU work.
-    launches = first_by_key(api_pid * (1 << 32) + api_corr)
+    launch_keys = api_pid * (1 << 32)
+    launch_keys += api_corr
+    launches = first_by_key(launch_keys)
+    del launch_keys
 
     budgets = []
     for device_id in distinct(device):
@@ -194,6 +210,11 @@ def build_budgets(activity: Activity, call_names: dict[int, str | None], communi
     return budgets
 
 
+def _at_least_zero(values: np.ndarray) -> np.ndarray:
+    """np.maximum(values, 0), without the copy when no value is below zero."""
+    return values if not len(values) or values.min() >= 0 else np.maximum(values, 0)
+
+
 def _subset(mask: np.ndarray):
     """A function that selects the masked rows of an array, without a copy when all are selected."""
     if mask.all():
@@ -206,18 +227,23 @@ def _device_labels(activity, host, launch_ends, window, host_traced: bool = True
     api_start, api_end, api_wait = host
     start, end = window
     # Idle gaps: the complement of all GPU work in the window.
-    busy_s, busy_e = union(np.clip(act_start, start, end), np.clip(act_end, start, end))
+    busy_s, busy_e = union(clipped(act_start, start, end), clipped(act_end, start, end))
     gap_s = np.concatenate(([start], busy_e))
     gap_e = np.concatenate((busy_s, [end]))
     real = gap_e > gap_s
     gap_s, gap_e = gap_s[real], gap_e[real]
     # Work already queued when the gap ended: find the launch of the work that ends each gap.
     next_key = np.full(len(gap_e), -1, dtype=np.int64)
-    by_start = np.argsort(act_start, kind="stable")
-    sorted_starts = act_start[by_start]
+    if ascending(act_start):
+        sorted_starts, sorted_keys = act_start, act_key
+    else:
+        by_start = np.argsort(act_start, kind="stable")
+        sorted_starts, sorted_keys = act_start[by_start], act_key[by_start]
+        del by_start
     at = np.searchsorted(sorted_starts, gap_e, side="left")
     has_next = (at < len(sorted_starts))
-    next_key[has_next] = act_key[by_start][at[has_next]]
+    next_key[has_next] = sorted_keys[at[has_next]]
+    del sorted_starts, sorted_keys
     launches, call_ends = launch_ends
     found = lookup(launches, next_key)
     matched = has_next & (found >= 0)
@@ -242,10 +268,10 @@ def _device_labels(activity, host, launch_ends, window, host_traced: bool = True
     dispatch_s, dispatch_e = union(api_start[short], api_end[short], DISPATCH_GAP_NS)
     if not host_traced:  # no CUDA calls recorded: no host cause can be told, all idle time is "other"
         other_s, other_e = gap_s, gap_e
-    layers = [
-        (act_start[kind == 0], act_end[kind == 0]),
-        (act_start[kind == 1], act_end[kind == 1]),
-        (act_start[kind == 2], act_end[kind == 2]),
+    layers = [  # the work's layers selected when labelled, one at a time (each a copy of millions of intervals)
+        lambda: (act_start[kind == 0], act_end[kind == 0]),
+        lambda: (act_start[kind == 1], act_end[kind == 1]),
+        lambda: (act_start[kind == 2], act_end[kind == 2]),
         (other_s, other_e),
         (sync_s, sync_e),
         (dispatch_s, dispatch_e),

@@ -59,6 +59,8 @@ GRAPH_NAME_BASE = 1 << 30  # StringIds ids of the names given to whole-graph exe
 VALID_BYTES = "CASE WHEN typeof(bytes) = 'integer' AND bytes >= 0 THEN bytes END"
 COUNTED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                   "CUPTI_ACTIVITY_KIND_RUNTIME")
+CALL_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
+SURVEYED_TABLES = (*COUNTED_TABLES, "CUPTI_ACTIVITY_KIND_DRIVER", GRAPH_TRACE_TABLE)  # in the survey's order
 
 
 @dataclass
@@ -80,13 +82,132 @@ class NsysExport:
     tables: dict[str, set[str]]
     devices: list[Device] = field(default_factory=list)
     session_start_utc_ns: int | None = None
-    dropped_rows: dict[str, int] = field(default_factory=dict)  # table -> rows without a valid interval
-    set_aside: dict[str, int] = field(default_factory=dict)     # "TABLE.column" -> values no GPU has (clock <= 0)
     kind: str = "nsys"
     arrow: "ArrowReader | None" = None  # a second, Arrow-native reader of the same file (bulk columns)
-    first_gpu_ns: int | None = None     # start of the first kernel, copy or memset
-    first_call_ns: int | None = None    # start of the first CUDA runtime or driver call
     graph_level_trace: bool = False     # whole-graph executions are kernel rows (their nodes untraced)
+    # The survey (rows left out, where GPU work and calls begin, sizes that are none) is taken when first
+    # asked for: from the columns of the capture when read_activity reads it whole (no second scan of
+    # the big tables), else by its own scan of each table (_survey). See dropped_rows, set_aside,
+    # first_gpu_ns, first_call_ns.
+    _surveyed: dict | None = field(default=None, repr=False)   # table -> (invalid rows, first start, bad sizes)
+    _set_aside: dict[str, int] = field(default_factory=dict, repr=False)
+    _dropped_rows: dict[str, int] = field(default_factory=dict, repr=False)
+    _first_gpu_ns: int | None = field(default=None, repr=False)
+    _first_call_ns: int | None = field(default=None, repr=False)
+    _first_gpu_given: bool = field(default=False, repr=False)
+    _row_counts: dict | None = field(default=None, repr=False)
+    _opening_keys: set = field(default_factory=set, repr=False)   # set_aside keys of opening (devices, sizes)
+
+    @property
+    def dropped_rows(self) -> dict[str, int]:
+        """Table -> rows without a valid interval (left out of the views)."""
+        self.survey()
+        return self._dropped_rows
+
+    @property
+    def set_aside(self) -> dict[str, int]:
+        """"TABLE.column" -> values no GPU has (a clock <= 0, a size that is none)."""
+        self.survey()
+        return self._set_aside
+
+    @property
+    def first_gpu_ns(self) -> int | None:
+        """Start of the first kernel, copy or memset (or graph execution)."""
+        if not self._first_gpu_given:
+            self.survey()
+        return self._first_gpu_ns
+
+    @first_gpu_ns.setter
+    def first_gpu_ns(self, value: int | None) -> None:  # kernel_filter: where the kept kernels begin
+        self._first_gpu_ns, self._first_gpu_given = value, True
+
+    @property
+    def first_call_ns(self) -> int | None:
+        """Start of the first CUDA runtime or driver call."""
+        self.survey()
+        return self._first_call_ns
+
+    def survey(self) -> dict:
+        """The survey's figures per table, scanning each activity table when no read of the whole capture
+        has given them yet."""
+        if self._surveyed is None:
+            self._record_survey(_survey(self, [t for t in SURVEYED_TABLES if self.has(t, "start", "end")]))
+        return self._surveyed
+
+    def survey_from_capture(self, kernels: dict, copies: dict, calls: dict) -> None:
+        """The survey's figures from the columns of the whole capture (normalize.activity.read_activity),
+        where they settle them: a table whose every row is in its view (its COUNT(*), which SQLite takes
+        from the b-tree without reading a row, equals the rows read) has no row left out, its first
+        start is the column's minimum and, for copies, no size read as none (the read marks those -1).
+        A table they do not settle (rows left out, a size that is none, a view narrowed by
+        kernel_filter) gets its own survey scan, as before. The graph-trace table is always scanned:
+        it is small, and its rows may be in the kernels view."""
+        if self._surveyed is not None:
+            return
+        present = [t for t in SURVEYED_TABLES if self.has(t, "start", "end")]
+        if not present:
+            self._record_survey({})
+            return
+        totals = {t: n for t, n in self.row_counts().items() if t in present}
+        results = _survey(self, [GRAPH_TRACE_TABLE]) if GRAPH_TRACE_TABLE in totals else {}
+        graph_rows = results[GRAPH_TRACE_TABLE][3] if results and self.graph_level_trace else 0
+
+        def first(values: np.ndarray) -> int | None:
+            return int(values.min()) if len(values) else None
+
+        scan = []
+        if KERNEL_TABLE in totals:
+            if totals[KERNEL_TABLE] == len(kernels["start"]) - graph_rows:
+                results[KERNEL_TABLE] = (0, first(kernels["start"]), 0, 0)  # graph rows in it: their table's first is lower
+            else:
+                scan.append(KERNEL_TABLE)
+        for table, memset in (("CUPTI_ACTIVITY_KIND_MEMCPY", 0), ("CUPTI_ACTIVITY_KIND_MEMSET", 1)):
+            if table in totals:
+                rows = copies["memset"] == memset
+                if totals[table] == np.count_nonzero(rows) and not (copies["bytes"][rows] == -1).any():
+                    results[table] = (0, first(copies["start"][rows]), 0, 0)
+                else:
+                    scan.append(table)
+        api = [t for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER") if t in totals]
+        if api and all(self.has(t, "nameId") for t in api) and sum(totals[t] for t in api) == len(calls["start"]):
+            results.update({t: (0, first(calls["start"]) if i == 0 else None, 0, 0) for i, t in enumerate(api)})
+        else:
+            scan += api
+        results.update(_survey(self, scan))
+        self._record_survey({t: results[t] for t in present})
+
+    @property
+    def opening_set_aside(self) -> dict[str, int]:
+        """The values set aside in opening the export (sizes that are none, device values), what the
+        report's profile entry lists; launch shapes set aside in reading the kernels are left to the
+        timeline's notes."""
+        self.survey()
+        return {k: v for k, v in self._set_aside.items() if k in self._opening_keys}
+
+    def row_counts(self) -> dict[str, int]:
+        """COUNT(*) of each activity table the export holds (SQLite counts a table's b-tree pages
+        without reading its rows: a few ms at 300k rows); taken once."""
+        if self._row_counts is None:
+            tables = [t for t in SURVEYED_TABLES if t in self.tables]
+            counts = self.query("SELECT " + ", ".join(f'(SELECT COUNT(*) FROM "{t}")' for t in tables))[0] if tables else []
+            self._row_counts = dict(zip(tables, (int(n) for n in counts)))
+        return self._row_counts
+
+    def _record_survey(self, results: dict) -> None:
+        self._surveyed = results
+        bad_bytes = {f"{t}.bytes": r[2] for t, r in results.items() if r[2]}  # sizes that are none: kept, read as none
+        self._opening_keys.update(bad_bytes)
+        if bad_bytes:  # first among the values set aside, as when the survey ran at opening
+            later = dict(self._set_aside)
+            self._set_aside.clear()
+            self._set_aside.update(bad_bytes)
+            self._set_aside.update(later)
+        self._dropped_rows.update({t: r[0] for t, r in results.items() if r[0] and t in COUNTED_TABLES})
+        gpu = [r[1] for t, r in results.items() if r[1] is not None and t not in CALL_TABLES]
+        calls = [r[1] for t, r in results.items() if r[1] is not None and t in CALL_TABLES]
+        if not self._first_gpu_given:
+            self._first_gpu_ns = min(gpu) if gpu else None
+        self._first_call_ns = min(calls) if calls else None
 
     def query(self, sql: str, params=()) -> list[sqlite3.Row]:
         try:
@@ -163,6 +284,9 @@ def _buffer_values(column, pyarrow) -> np.ndarray:
     return np.frombuffer(column.buffers()[1], dtype=dtype, count=len(column), offset=column.offset * dtype.itemsize)
 
 
+INT32 = np.iinfo(np.int32)
+
+
 def _narrowed(values: np.ndarray) -> np.ndarray:
     """int32 when every value fits (half the memory), else int64."""
     if len(values) and (values.min() < np.iinfo(np.int32).min or values.max() > np.iinfo(np.int32).max):
@@ -179,6 +303,7 @@ class IntQuery:
     source: str
     params: dict = field(default_factory=dict)
     narrow: frozenset = frozenset()   # columns kept as int32 where every value fits (ids, launch shape)
+    rows_at_most: int | None = None   # a bound on the rows (the tables' COUNT(*)): columns filled in place
 
     def sql(self, checked: bool) -> str:
         """Checked: each column wrapped in a typeof() test (what Python rows need; 2x slower in SQLite)."""
@@ -238,19 +363,40 @@ class ArrowReader:
         statement.set_sql_query(sql)
         stream, _ = statement.execute_query()
         reader = self._pyarrow.RecordBatchReader._import_from_c(stream.address)
-        # Batch by batch into numpy, each batch freed once copied (and narrowed where asked): the
-        # whole Arrow table is never held beside its numpy copy.
+        # Batch by batch into numpy, each batch freed once copied (and narrowed where asked): the whole
+        # Arrow table is never held beside its numpy copy. With a bound on the rows, into arrays of that
+        # size (no concatenation at the end, which held every column twice for a moment).
+        bound = query.rows_at_most
+        filled, batches = 0, 0
+        arrays = ({name: np.empty(bound, dtype=np.int32 if name in query.narrow else np.int64) for name in query.columns}
+                  if bound is not None else None)
         chunks: dict[str, list[np.ndarray]] = {name: [] for name in query.columns}
         try:
             for batch in reader:
+                rows = batch.num_rows
+                if arrays is not None and filled + rows > bound:  # more rows than the bound said: chunks from here
+                    for name in chunks:
+                        chunks[name].append(arrays[name][:filled])
+                    arrays = None
                 for name, column in zip(query.columns, batch.columns):
                     if len(column) and (column.null_count or not self._pyarrow.types.is_integer(column.type)):
                         return None
                     values = _buffer_values(column, self._pyarrow)
-                    chunks[name].append(_narrowed(values) if name in query.narrow else values.astype(np.int64))
+                    if arrays is None:
+                        chunks[name].append(_narrowed(values) if name in query.narrow else values.astype(np.int64))
+                        continue
+                    target = arrays[name]
+                    if target.dtype == np.int32 and rows and (values.min() < INT32.min or values.max() > INT32.max):
+                        target = arrays[name] = target.astype(np.int64)  # a value past int32: int64 from here
+                    target[filled:filled + rows] = values
+                filled += rows
+                batches += 1
         finally:
             reader.close()
             statement.close()
+        if arrays is not None and batches:  # fewer rows than the bound (rows left out by the view): trimmed, copied when far off
+            return {name: values[:filled] if filled * 10 >= bound * 9 else values[:filled].copy()
+                    for name, values in arrays.items()}
         return {name: np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64) for name, parts in chunks.items()}
 
     def close(self) -> None:
@@ -454,12 +600,12 @@ def _devices(export: NsysExport) -> list[Device]:
         cc = "computeMajor || '.' || computeMinor" if export.has("TARGET_INFO_GPU", "computeMajor") else "NULL"
         for row in export.query(f"""SELECT id, name, smCount, clockRate, memoryBandwidth, {cc} FROM TARGET_INFO_GPU
                                      WHERE typeof(id) = 'integer'"""):
-            devices[row[0]] = _device(row, "TARGET_INFO_GPU", export.set_aside)
+            devices[row[0]] = _device(row, "TARGET_INFO_GPU", export._set_aside)
     elif export.has("TARGET_INFO_CUDA_GPU", "deviceId", "name"):  # nsys 2020.x
         for row in export.query("""SELECT deviceId, name, numMultiprocessors, coreClockRate * 1000,
                 globalMemoryBandwidth * 1000, computeCapabilityMajor || '.' || computeCapabilityMinor
                 FROM TARGET_INFO_CUDA_GPU WHERE typeof(deviceId) = 'integer'"""):
-            devices[row[0]] = _device(row, "TARGET_INFO_CUDA_GPU", export.set_aside)
+            devices[row[0]] = _device(row, "TARGET_INFO_CUDA_GPU", export._set_aside)
     elif export.has("TARGET_INFO_GPU", "deviceId", "name"):
         for row in export.query("SELECT deviceId, name FROM TARGET_INFO_GPU WHERE typeof(deviceId) = 'integer'"):
             devices[row[0]] = Device(row[0], row[1])
@@ -470,36 +616,32 @@ def _devices(export: NsysExport) -> list[Device]:
     return [devices[k] for k in sorted(devices)]
 
 
-def _survey(export: NsysExport) -> None:
-    """One scan of each activity table, side by side, without sorting: rows left out as invalid
-    (export.dropped_rows) and where GPU work and CUDA calls begin."""
+def _survey(export: NsysExport, tables: list[str]) -> dict[str, tuple[int, int | None, int, int]]:
+    """One scan of each of these activity tables, side by side, without sorting: table -> (rows left out
+    as invalid, the first start of a valid row on a device, sizes that are no size, rows of the kernels
+    view (graph executions))."""
     queries, names = [], []
-    for table in (*COUNTED_TABLES, "CUPTI_ACTIVITY_KIND_DRIVER", GRAPH_TRACE_TABLE):
+    for table in tables:
         if not export.has(table, "start", "end"):
             continue
-        gpu = table not in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
+        gpu = table not in CALL_TABLES
         on_device = "typeof(deviceId) = 'integer'" if gpu else "1"
         grade = f"CASE WHEN NOT ({VALID_INTERVAL}) THEN 0 WHEN {on_device} THEN 2 ELSE 1 END"
         sized = table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") and export.has(table, "bytes")
         bad_bytes = f"bytes IS NOT NULL AND ({VALID_BYTES}) IS NULL" if sized else "0"
+        in_view = "typeof(graphId) = 'integer'" if table == GRAPH_TRACE_TABLE and export.has(table, "graphId") else "0"
         queries.append(IntQuery({"invalid": ("COALESCE(SUM(grade = 0), 0)", None),
                                  "first": ("MIN(CASE WHEN grade = 2 THEN start END)", -1),
-                                 "bad_bytes": ("COALESCE(SUM(grade != 0 AND bad_bytes), 0)", None)},
-                                f'FROM (SELECT {grade} AS grade, start, {bad_bytes} AS bad_bytes FROM "{table}")'))
-        names.append((table, gpu))
-    for (table, gpu), result in zip(names, export.read_columns(queries)):
-        bad_bytes = int(result["bad_bytes"].sum())
-        if bad_bytes:   # sizes that are no size: the copy is kept, its bytes read as none
-            export.set_aside[f"{table}.bytes"] = bad_bytes
-        invalid = int(result["invalid"].sum())
-        if invalid and table in COUNTED_TABLES:
-            export.dropped_rows[table] = invalid
-        if len(result["first"]) and result["first"][0] != -1:
-            first = int(result["first"][0])
-            if gpu:
-                export.first_gpu_ns = min(first, export.first_gpu_ns if export.first_gpu_ns is not None else first)
-            else:
-                export.first_call_ns = min(first, export.first_call_ns if export.first_call_ns is not None else first)
+                                 "bad_bytes": ("COALESCE(SUM(grade != 0 AND bad_bytes), 0)", None),
+                                 "in_view": ("COALESCE(SUM(grade = 2 AND in_view), 0)", None)},
+                                f"FROM (SELECT {grade} AS grade, start, {bad_bytes} AS bad_bytes, {in_view} AS in_view "
+                                f'FROM "{table}")'))
+        names.append(table)
+    results = {}
+    for table, result in zip(names, export.read_columns(queries) if queries else []):
+        first = int(result["first"][0]) if len(result["first"]) and result["first"][0] != -1 else None
+        results[table] = (int(result["invalid"].sum()), first, int(result["bad_bytes"].sum()), int(result["in_view"].sum()))
+    return results
 
 
 # SQLite's time on one export: 60 s and 3 s per MB (a 3 MB export 69 s, a 1 GB one 50 minutes, where
@@ -589,8 +731,8 @@ def read_nsys(path, display_path=None) -> NsysExport:
     except sqlite3.DatabaseError as exc:
         raise InputError(display, f"unexpected Nsight Systems schema ({exc})") from None
     export.arrow = _arrow_reader(export, connection_uri)
-    _survey(export)
     export.devices = _devices(export)
+    export._opening_keys.update(export._set_aside)
     if export.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
         export.session_start_utc_ns = export.scalar("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
     return export
