@@ -216,6 +216,46 @@ def _one_per_check(per_rank: list[list[Finding]], rank_devices: list[list[dict]]
     return merged
 
 
+def _after_the_straggler(findings: list[Finding], imbalance: Finding | None, devices: list[dict],
+                         own: list[dict]) -> None:
+    """A straggler slow on the host: its own host time is what the other GPUs wait for, rank-imbalance's saving.
+    A host finding (idle_host, idle_launch, idle_sync) whose budget holds the straggler's GPU is the same cause:
+    it keeps only the host time the straggler's excess over the others does not explain, and says so.
+    `devices`: every GPU; `own`: the GPUs of the export the findings come from (their budget)."""
+    if imbalance is None or imbalance.evidence.get("straggler_side") != "host":
+        return
+    from nsanalyze.checks.program.rank_imbalance import HOST_PARTS, label
+
+    slow = next((d for d in devices if d["device_id"] == imbalance.device_id), None)
+    others = [d for d in devices if d is not slow and d.get("budget")]
+    if slow is None or not others or not slow.get("budget"):
+        return
+    def part(device, name):
+        return next((p["ns"] for p in device["budget"] if p["part"] == name), 0.0)
+    cuts = global_settings()["severity"]
+    for finding in findings:
+        if finding is imbalance or finding.budget_part not in HOST_PARTS:
+            continue
+        budget = [d for d in own if d.get("budget") and (finding.budget_device is None
+                                                         or finding.budget_device in (d["device_id"], d.get("device")))]
+        if slow not in budget:
+            continue
+        name = finding.budget_part
+        excess = max(0.0, part(slow, name) - sum(part(d, name) for d in others) / len(others)) / len(budget)
+        part_ns = sum(part(d, name) for d in budget) / len(budget)
+        if not part_ns or not excess:
+            continue
+        left = max(0.0, part_ns - excess) / part_ns
+        finding.notes.append(f"the same cause as rank-imbalance: {excess / 1e6:.2f} ms of this {name} time is the "
+                             f"straggler's excess over the other GPUs, the host time they wait for, counted there; this "
+                             f"finding keeps the {max(0.0, part_ns - excess) / 1e6:.2f} ms the GPUs share")
+        finding.title += f"; {label(slow)} is the straggler, the others wait for this host time (rank-imbalance)"
+        finding.evidence = {**finding.evidence, "counted_in": "rank-imbalance"}
+        finding.estimated_savings_ns *= left
+        finding.estimated_speedup *= left
+        finding.severity = severity_for(finding.estimated_speedup, cuts)
+
+
 def _fit_the_window(findings: list[Finding], window_ns: float) -> None:
     """Causes on different GPUs or parts can describe one lost stretch of wall time (a straggler's host
     work and the others' wait for it): all program savings together never exceed the window."""
@@ -278,11 +318,16 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
         cross_rank = {"rank-imbalance", "exposed-communication"}
         per_rank = [[f for f in findings if f.check not in cross_rank] for findings in per_rank]
         cross, _ = run_program_checks(merged, options.thresholds, only=cross_rank)
+        imbalance = next((f for f in cross if f.check == "rank-imbalance"), None)
+        for rank, findings in enumerate(per_rank):
+            _after_the_straggler(findings, imbalance, devices, [d for d in devices if d["rank"] == rank])
         findings = _one_per_check(per_rank, [t.devices for t in timelines]) + cross
     else:
         for device in devices:  # one export: its processes are the ranks
             device["rank"], device["device"] = device.get("rank", 0), device["device_id"]
         findings = per_rank[0] if per_rank else []
+        _after_the_straggler(findings, next((f for f in findings if f.check == "rank-imbalance"), None),
+                             devices, devices)
     for finding in findings:
         _rank_and_device(finding, devices)
     _fit_the_window(findings, sections.get("timeline", {}).get("span_ns") or 0)

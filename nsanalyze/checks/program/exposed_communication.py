@@ -20,15 +20,17 @@ model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)   # buckets o
 ```
 
 ## Known problems
-Overlap is judged per GPU from kernel intervals: a compute kernel that runs beside a collective
-but is slowed by it counts as overlap. Send/receive pairs of pipeline parallelism are exposed by design
-when a stage waits for its neighbour.
+With several GPUs, a collective's exposed time is the transfer plus the wait for the last GPU to
+arrive; the transfer is read off the GPU that waits least. Overlap is judged per GPU from kernel
+intervals: a compute kernel that runs beside a collective but is slowed by it counts as overlap.
+Send/receive pairs of pipeline parallelism are exposed by design when a stage waits for its neighbour.
 
 ## Options
 - `min_exposed_share`: exposed communication over the device's span before the check speaks.
 """
 
 from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.program.rank_imbalance import _exposed, label, straggler
 
 ID = "exposed-communication"
 NAME = "program.communication.exposed"
@@ -37,7 +39,9 @@ SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("devices",)
 BUDGET_PART = "gpu_communication"
 THRESHOLDS = {"min_exposed_share": Threshold(0.03, "a few percent of a step in bare collectives is worth overlapping")}
-SPEEDUP_MODEL = "the largest exposed communication time of any device: the step waits for the slowest"
+SPEEDUP_MODEL = ("the transfers: the exposed communication of the GPU that waits least in its collectives (the "
+                 "straggler's, which waits for no one); what the others spend beyond it is waiting for the straggler, "
+                 "which overlap cannot hide (rank-imbalance's saving)")
 ADVICE = """Overlap communication with compute.
 
 - PyTorch DDP: tune `bucket_cap_mb` so that all-reduces start during backward; keep
@@ -59,25 +63,38 @@ def run(timeline, limits) -> Finding | None:
     devices = [d for d in timeline.devices if d.get("communication_ns")]
     if not devices:
         return None
-    worst = max(devices, key=lambda d: d["exposed_communication_ns"])
+    found = straggler(devices)
+    worst = found["worst"] if found else max(devices, key=_exposed)
+    exposed = _exposed(worst)
     window = worst.get("window_ns") or worst["span_ns"]
-    share = worst["exposed_communication_ns"] / window if window else 0.0
+    share = exposed / window if window else 0.0
     if share < limits["min_exposed_share"]:
         return None
     hidden = 1 - worst["exposed_communication_ns"] / worst["communication_ns"]
-    # Collectives end together: a GPU that waits far longer in them than another waits for that one.
-    least = min(timeline.devices, key=lambda d: d.get("exposed_communication_ns") or 0)
-    waiting = (worst["exposed_communication_ns"] - (least.get("exposed_communication_ns") or 0)) \
-        / worst["exposed_communication_ns"] if least is not worst else 0.0
-    cause = (f"it waits in its collectives for GPU {least['device_id']}, a straggler that reaches them later"
-             if waiting > 0.5 else "collectives not overlapped with compute")
+    # Collectives end together: what a GPU spends in them beyond the straggler's own bare collectives is waiting
+    # for it. Overlap hides transfers, never waiting: that is rank-imbalance's, this finding keeps the transfers.
+    transfer = found["transfer_ns"] if found else exposed
+    waiting_ns = max(0.0, exposed - transfer)
+    waiting = waiting_ns / exposed if exposed else 0.0
+    title = (f"{label(worst)}: {exposed / 1e6:.1f} ms of communication ({share:.0%} of its time) runs with no compute "
+             f"beside it, {hidden:.0%} hidden")
+    if found and waiting > 0.5:
+        title += (f"; {waiting_ns / 1e6:.1f} ms of it ({waiting:.0%}) waits for {label(found['straggler'])}, a "
+                  f"straggler that reaches the collectives later: balancing the GPUs removes that, overlap cannot; "
+                  f"the transfers themselves, {transfer / 1e6:.1f} ms, could hide behind compute")
+    elif found and waiting_ns > 0:
+        title += (f": collectives not overlapped with compute, {transfer / 1e6:.1f} ms of transfers; "
+                  f"{waiting_ns / 1e6:.1f} ms more is waiting for {label(found['straggler'])}")
+    else:
+        title += ": collectives not overlapped with compute"
     finding = Finding(
         check=ID,
-        title=f"GPU {worst['device_id']}: {worst['exposed_communication_ns'] / 1e6:.1f} ms of communication "
-              f"({share:.0%} of its time) runs with no compute beside it, {hidden:.0%} hidden: {cause}",
+        title=title,
         estimated_speedup=0.0,
         evidence={"exposed_share": evidence(share, limits["min_exposed_share"], unit="ratio"),
                   "waiting_for_straggler_share": evidence(waiting, unit="ratio"),
+                  "waiting_for_straggler_ns": evidence(waiting_ns, unit="ns"),
+                  "transfer_ns": evidence(transfer, unit="ns"),
                   "exposed_communication_ns": evidence(worst["exposed_communication_ns"], unit="ns"),
                   "communication_ns": evidence(worst["communication_ns"], unit="ns"),
                   "per_device": [{k: d[k] for k in ("device_id", "communication_ns", "exposed_communication_ns",
@@ -85,6 +102,10 @@ def run(timeline, limits) -> Finding | None:
         advice=ADVICE,
         device_id=worst["device_id"],
     )
-    finding.estimated_savings_ns = float(worst["exposed_communication_ns"])
-    finding.budget_device = worst["device_id"]
+    if found and waiting_ns > 0:
+        finding.notes.append(f"saves the transfers only, {transfer / 1e6:.2f} ms (the exposed communication of "
+                             f"{label(found['straggler'])}, which waits for no one); the other {waiting_ns / 1e6:.2f} ms "
+                             "is waiting for the straggler, rank-imbalance's time")
+    finding.estimated_savings_ns = float(transfer)
+    finding.budget_device = (found["straggler"] if found else worst)["device_id"]
     return finding

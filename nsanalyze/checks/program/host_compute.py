@@ -4,7 +4,10 @@
 The budget's `idle_host`: GPU idle time in which the host issued no CUDA call for 0.3 ms or more
 (or sat in one long runtime call such as `cudaMalloc`), and no synchronization explains it: the
 host was running its own code. The longest stretches are listed with the NVTX range around them and
-the OS runtime calls the host made (reads, waits on a queue), when the export traced them.
+the OS runtime calls the host made (reads, waits on a queue), when the export traced them. When the
+threads that launch the GPU's work sat in blocking OS calls (a sleep, a lock or semaphore, a queue,
+I/O) for most of those stretches, the host was blocked rather than computing: the finding names the
+calls and what they wait for (the data loader's queue, a lock, a file or socket), with advice to fit.
 
 ## Why it is slow
 The GPU only runs what the host has queued. When each step first decodes, augments or collates its
@@ -30,8 +33,16 @@ for x, y in loader:
 Host work that must stay serial (Python bookkeeping that decides the next launch) also lands here;
 the NVTX ranges and OS calls in the evidence tell which code it was.
 
+Only the OS calls of the threads that launch the GPU's work say whether the host was blocked: other
+threads of the process (CUDA's and NCCL's helpers, a pool's idle workers) sit in `poll` or
+`pthread_cond_timedwait` all the time, and are not the GPU's wait. Without the calls split by thread
+(`blocked_ns` and `thread_os_calls` of the stretches), the finding does not judge blocking. On one
+GPU of several, a straggler's host time is what the others wait for: rank-imbalance counts it.
+
 ## Options
 - `min_idle_share`: idle_host over the window before the check speaks.
+- `min_blocked_share`: the share of the longest stretches in which the launching threads sat in blocking OS
+  calls before the finding says the host was blocked.
 """
 
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
@@ -42,7 +53,9 @@ TITLE = "The GPU waits while the host computes"
 SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("budget",)
 BUDGET_PART = "idle_host"
-THRESHOLDS = {"min_idle_share": Threshold(0.05, "a twentieth of the window spent waiting on host code is worth moving")}
+THRESHOLDS = {"min_idle_share": Threshold(0.05, "a twentieth of the window spent waiting on host code is worth moving"),
+              "min_blocked_share": Threshold(0.5, "when the launching threads sit in blocking OS calls most of the "
+                                                  "longest stretches, the host waits rather than computes")}
 SPEEDUP_MODEL = "the budget's idle_host: moved off the critical path (workers, prefetch), the GPU would not wait"
 ADVICE = """Take the host work off the critical path.
 
@@ -59,6 +72,100 @@ loader = DataLoader(ds, batch_size=64, num_workers=8, pin_memory=True, persisten
 ```"""
 
 
+# OS runtime calls in which a thread waits rather than computes, by what it waits for
+BLOCKING = (
+    ("sleeping", ("nanosleep", "clock_nanosleep", "usleep", "sleep")),
+    ("waiting on a lock, a queue or another thread",
+     ("pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "pthread_mutex_lock",
+      "pthread_mutex_timedlock", "pthread_mutex_clocklock", "pthread_rwlock_rdlock", "pthread_rwlock_wrlock",
+      "pthread_join", "sem_wait", "sem_timedwait", "sem_clockwait", "futex")),
+    ("waiting for I/O (files, pipes, sockets)",
+     ("poll", "ppoll", "epoll_wait", "epoll_pwait", "select", "pselect", "pselect6", "read", "pread", "readv",
+      "preadv", "recv", "recvfrom", "recvmsg", "accept", "accept4", "connect", "write", "pwrite", "writev",
+      "send", "sendto", "sendmsg", "fsync", "fdatasync", "open", "openat", "close", "fread", "fwrite")),
+    ("waiting for a child process", ("waitpid", "wait", "wait4", "waitid")),
+)
+BLOCKED_ADVICE = {
+    "sleeping": """The host thread that launches the GPU's work sleeps: a `time.sleep`, a rate limiter, or a
+polling loop with a sleep sits on the critical path.
+
+- Remove the sleep, or move the throttled work to another thread; wait on an event
+  (`threading.Event.wait`, `torch.cuda.Event.synchronize`) instead of polling with sleeps.
+- On one rank of a multi-GPU job, every other rank waits for it (see rank-imbalance).
+
+```python
+# before: polling with a sleep in the training loop
+while not ready(): time.sleep(0.004)
+# after: wait on what you need, off the loop when you can
+ready_event.wait()
+```""",
+    "waiting on a lock, a queue or another thread": """The host thread that launches the GPU's work is blocked on a
+lock, a condition or a semaphore: it waits for another thread or process, not for its own code.
+
+- A DataLoader's queue (`sem_*wait`, `pthread_cond_*wait` in the main thread): the workers do not keep up.
+  Raise `num_workers`, make per-sample transforms cheaper, decode or augment on the GPU, raise `prefetch_factor`,
+  keep `persistent_workers=True`.
+- A lock: another Python thread holding the GIL (logging handlers, metrics, a tokenizer thread); do that work
+  in a process, or less often.
+- A queue fed by another thread or process: make the producer faster or give it a deeper queue.
+
+```python
+# before: two workers cannot keep up with the GPU
+loader = DataLoader(ds, batch_size=64, num_workers=2)
+# after: enough workers, batches prepared ahead
+loader = DataLoader(ds, batch_size=64, num_workers=8, prefetch_factor=4, persistent_workers=True, pin_memory=True)
+```""",
+    "waiting for I/O (files, pipes, sockets)": """The host thread that launches the GPU's work waits for I/O: reading
+files, pipes or sockets in the loop.
+
+- Read ahead in DataLoader workers (`num_workers`, `prefetch_factor`), or memory-map the data set.
+- Data on slow or remote storage: stage it on local disk or in memory before training.
+- Checkpoints and logs: write them from another thread or process (`torch.distributed.checkpoint.async_save`).
+
+```python
+# before: each step reads its batch from disk in the training loop
+x = torch.load(f"batch_{i}.pt")
+# after: workers read ahead
+loader = DataLoader(FileDataset(paths), num_workers=8, prefetch_factor=4, persistent_workers=True)
+```""",
+    "waiting for a child process": """The host thread that launches the GPU's work waits for a child process
+(`subprocess.run`, `os.system`) in the loop: run it asynchronously (`subprocess.Popen`) or less often.
+
+```python
+# before
+subprocess.run(["rsync", ckpt, remote])
+# after
+subprocess.Popen(["rsync", ckpt, remote])
+```""",
+}
+
+
+def _kind(name: str) -> str | None:
+    base = name.removesuffix("64")
+    return next((kind for kind, names in BLOCKING if base in names), None)
+
+
+def _blocked(stretches) -> tuple[float, list[dict]] | None:
+    """Of the longest stretches, the share of time in which every thread that launches the GPU's work sat in an
+    OS runtime call (the stretches' `blocked_ns`), and those threads' blocking calls, longest first. None when
+    the stretches do not say (OS runtime calls not traced, or not split by thread)."""
+    known = [s for s in stretches if "blocked_ns" in s]
+    total = sum(s["duration_ns"] for s in known)
+    if not total:
+        return None
+    calls: dict[str, dict] = {}
+    for stretch in known:
+        for call in stretch.get("thread_os_calls") or []:
+            kind = _kind(call["name"])
+            if kind is None:
+                continue
+            entry = calls.setdefault(call["name"], {"name": call["name"], "kind": kind, "calls": 0, "overlap_ns": 0})
+            entry["calls"] += call["calls"]
+            entry["overlap_ns"] += call["overlap_ns"]
+    return sum(min(s["blocked_ns"], s["duration_ns"]) for s in known) / total, \
+        sorted(calls.values(), key=lambda c: -c["overlap_ns"])
+
+
 def run(timeline, limits) -> Finding | None:
     idle_ns, share = budget_part(timeline, BUDGET_PART)
     if share < limits["min_idle_share"]:
@@ -68,14 +175,39 @@ def run(timeline, limits) -> Finding | None:
     where = ""
     if stretches and stretches[0].get("nvtx_range"):
         where = f"; longest stretch {stretches[0]['duration_ns'] / 1e6:.1f} ms in range '{stretches[0]['nvtx_range']}'"
+    blocked = _blocked(stretches)
+    advice, notes = ADVICE, []
+    extra = {}
+    if blocked is not None:
+        blocked_share, calls = blocked
+        extra = {"blocked_share": evidence(blocked_share, limits["min_blocked_share"], unit="ratio"),
+                 "blocking_calls": calls[:5]}
+        measured = len([s for s in stretches if "blocked_ns" in s])
+        counted = "longest stretch" if measured == 1 else f"{measured} longest stretches"
+        if blocked_share >= limits["min_blocked_share"] and calls:
+            kind = calls[0]["kind"]
+            names = ", ".join(c["name"] for c in calls[:3]
+                              if c["kind"] == kind and c["overlap_ns"] >= 0.1 * calls[0]["overlap_ns"])
+            title = (f"The GPU waits on its host {share:.0%} of the window{step_text}, and the host thread that launches "
+                     f"its work is blocked, not computing: in {names} ({kind}) {blocked_share:.0%} of its {counted}"
+                     f"{where}")
+            advice = BLOCKED_ADVICE[kind]
+        else:
+            title = f"The GPU waits while the host runs its own code {share:.0%} of the window{step_text}{where}"
+            notes.append(f"the threads that launch the GPU's work were all blocked in OS calls only {blocked_share:.0%} "
+                         f"of the {counted}: they compute; OS calls of other threads (os_calls) are not the GPU's wait")
+    else:
+        title = f"The GPU waits while the host runs its own code {share:.0%} of the window{step_text}{where}"
     finding = Finding(
         check=ID,
-        title=f"The GPU waits while the host runs its own code {share:.0%} of the window{step_text}{where}",
+        title=title,
         estimated_speedup=share,
         evidence={"idle_host_share": evidence(share, limits["min_idle_share"], unit="ratio"),
                   "idle_host_ns": evidence(idle_ns, unit="ns"),
+                  **extra,
                   "longest_stretches": stretches},
-        advice=ADVICE,
+        advice=advice,
+        notes=notes,
     )
     finding.estimated_savings_ns = idle_ns
     return finding

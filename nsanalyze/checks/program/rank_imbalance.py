@@ -1,9 +1,11 @@
 """One GPU holds the others back.
 
 ## What it detects
-In a multi-GPU profile, a device whose compute time (kernels other than communication) exceeds
-the others': the others finish their share early and wait for it in the next collective. The
-finding names the slow device and the kernels where its extra time goes.
+In a multi-GPU profile, the straggler: the GPU that waits least in its collectives because it reaches
+them last, while the others wait there for it. The finding names it, whether it is slow on the host
+(its GPU idles on its host's code, launches or syncs longer than the others') or on the GPU (it
+computes longer), from its own time budget, and the others' waiting is its saving. Without per-GPU
+budgets, a device whose compute time (kernels other than communication) exceeds the others'.
 
 ## Why it is slow
 Synchronous data- or tensor-parallel steps run at the pace of the slowest rank; every other GPU
@@ -20,14 +22,18 @@ sampler = DistributedSampler(ds)    # sequences of very different lengths per ra
 ```
 
 ## Known problems
-Per step imbalance (NVTX `step N` ranges) is not separated yet: the check compares whole-capture
-compute time per device, which hides imbalance that alternates between ranks.
+Per step imbalance (NVTX `step N` ranges) is not separated yet: the check compares the window's
+waiting per device, which hides imbalance that alternates between ranks. The saving is the waiting
+measured; a waiting GPU's compute kernels that run beside a spinning collective may also shrink once
+it no longer waits, which is not counted.
 
 ## Options
-- `min_imbalance_share`: extra compute of the slowest device over its own compute time.
+- `min_imbalance_share`: the others' waiting in collectives over the window (with per-GPU budgets),
+  else the slowest device's extra compute over its own compute time.
 """
 
 from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.program.host_compute import _blocked
 
 ID = "rank-imbalance"
 NAME = "program.communication.imbalance"
@@ -36,14 +42,19 @@ SECTION = "busy"  # the report section its findings appear in
 REQUIRES = ("devices",)
 BUDGET_PART = "gpu_communication"
 THRESHOLDS = {"min_imbalance_share": Threshold(0.05, "a few percent of jitter between GPUs is normal")}
-SPEEDUP_MODEL = ("with per-GPU budgets: the other GPUs' communication time beyond the straggler's (they wait in "
-                 "their collectives for it), averaged over them: wall-clock time; else the slow device's extra "
-                 "compute time over the mean of the others")
+SPEEDUP_MODEL = ("with per-GPU budgets: the other GPUs' exposed communication beyond the straggler's (they wait in "
+                 "their collectives for it), the least of them (once the straggler catches up the next-slowest GPU "
+                 "arrives last): wall-clock time that overlapping communication cannot hide, so exposed-communication "
+                 "leaves it to this check; host findings on the straggler's own host time count after it; else the "
+                 "slow device's extra compute time over the mean of the others")
 ADVICE = """Give every GPU the same amount of work.
 
 - Balance the data per rank (length bucketing, sequence packing, equal token counts).
 - Check that every rank runs the same kernels: a rank doing extra logging, evaluation or
   checkpointing on the GPU holds the others back.
+- Slow on the host: the straggler's own host code (data loading or decoding on that rank, logging,
+  a checkpoint write, a sleep) runs while the others wait; move it to loader workers or off the step
+  (host-compute's stretches on that GPU show where).
 - Look for a slower GPU (clock throttling, a PCIe link at lower width) with `nvidia-smi -q`.
 
 ```python
@@ -54,50 +65,108 @@ loader = DataLoader(ds, batch_sampler=TokenBudgetSampler(ds, tokens_per_batch=65
 ```"""
 
 
+HOST_PARTS = ("idle_host", "idle_launch", "idle_sync")
+HOST_PART_WORDS = {"idle_host": "waiting on host code", "idle_launch": "waiting on kernel launches",
+                   "idle_sync": "waiting on synchronizations"}
+
+
 def _parts(device) -> dict:
     return {p["part"]: p["ns"] for p in device["budget"]}
 
 
+def _exposed(device) -> float:
+    """A GPU's communication with nothing beside it: its budget's part, else the device figure."""
+    if device.get("budget"):
+        return float(_parts(device).get("gpu_communication", 0.0))
+    return float(device.get("exposed_communication_ns") or 0.0)
+
+
+def label(device) -> str:
+    """`GPU 1`, or `rank 1 (GPU 1:1)` for merged per-rank exports."""
+    if isinstance(device["device_id"], str) and "rank" in device:
+        return f"rank {device['rank']} (GPU {device['device_id']})"
+    return f"GPU {device['device_id']}"
+
+
+def straggler(devices) -> dict | None:
+    """GPUs that meet in collectives: the straggler is the one that waits least in them (it reaches them last);
+    each other GPU's exposed communication beyond the straggler's is waiting for it, the rest (what the
+    straggler itself spends in bare collectives) is the transfers. Overlap with compute can hide the transfers,
+    never the waiting; only the straggler catching up removes it, and then only until the next-slowest GPU
+    is the last to arrive: the saving is the least any other GPU waits. None with fewer than two
+    communicating GPUs."""
+    talking = [d for d in devices if d.get("communication_ns")]
+    if len(talking) < 2:
+        return None
+    slow = min(talking, key=_exposed)
+    others = [d for d in talking if d is not slow]
+    transfer = _exposed(slow)
+    waits = {d["device_id"]: max(0.0, _exposed(d) - transfer) for d in others}
+    first = min(others, key=lambda d: waits[d["device_id"]])
+    return {"straggler": slow, "others": others, "transfer_ns": transfer, "waits": waits,
+            "wait_ns": waits[first["device_id"]], "least_waiting": first,
+            "worst": max(talking, key=_exposed)}
+
+
 def _from_budgets(timeline, devices, limits) -> Finding | None:
-    """The straggler is the GPU that waits least in its collectives; the others wait for it there.
-    Whether it is slow on the host or on the GPU: which of its host-idle and compute time exceeds the others'."""
-    parts = {d["device_id"]: _parts(d) for d in devices}
-    straggler = min(devices, key=lambda d: parts[d["device_id"]]["gpu_communication"])
-    others = [d for d in devices if d is not straggler]
-    mine = parts[straggler["device_id"]]
-    wait = sum(parts[d["device_id"]]["gpu_communication"] - mine["gpu_communication"] for d in others) / len(others)
+    """The straggler is the GPU that waits least in its collectives; the others wait for it there. Whether it is
+    slow on the host or on the GPU: which of its host-idle and compute time exceeds the others'; the cause is
+    named from its own budget."""
+    found = straggler(devices)
+    if found is None:
+        return None
+    slow, others, wait = found["straggler"], found["others"], found["wait_ns"]
     window = sum(d["window_ns"] for d in devices) / len(devices)
     share = wait / window if window else 0.0
     if share < limits["min_imbalance_share"]:
         return None
-    host_parts = ("idle_host", "idle_launch", "idle_sync")
+    parts = {d["device_id"]: _parts(d) for d in devices}
+    mine = parts[slow["device_id"]]
+
     def mean_others(keys):
         return sum(sum(parts[d["device_id"]][k] for k in keys) for d in others) / len(others)
-    extra_host = sum(mine[k] for k in host_parts) - mean_others(host_parts)
+    extra_host = sum(mine[k] for k in HOST_PARTS) - mean_others(HOST_PARTS)
     extra_compute = mine["gpu_compute"] - mean_others(("gpu_compute",))
     side = "on the host" if extra_host > extra_compute else "on the GPU"
-    cause = (f"{extra_host / 1e6:.1f} ms more host time than the others (idle waiting on its host)" if side == "on the host"
-             else f"{extra_compute / 1e6:.1f} ms more compute than the others")
+    if side == "on the host":
+        top = max(HOST_PARTS, key=lambda k: mine[k] - mean_others((k,)))
+        cause = (f"its GPU spends {mine[top] / 1e6:.1f} ms {HOST_PART_WORDS[top]} ({top}) against "
+                 f"{mean_others((top,)) / 1e6:.1f} ms on the others; {extra_host / 1e6:.1f} ms more host time in all")
+        blocked = _blocked([s for s in timeline.host_stretches if s.get("device_id") == slow["device_id"]][:5])
+        if top == "idle_host" and blocked and blocked[0] >= 0.5 and blocked[1]:
+            cause += (f"; its launching thread sits in {blocked[1][0]['name']} ({blocked[1][0]['kind']}) "
+                      f"{blocked[0]:.0%} of its longest host stretches")
+    else:
+        top = "gpu_compute"
+        cause = (f"its GPU computes {mine['gpu_compute'] / 1e6:.1f} ms against {mean_others(('gpu_compute',)) / 1e6:.1f} "
+                 f"ms on the others ({extra_compute / 1e6:.1f} ms more)")
     table = [{"device_id": d["device_id"], "compute_ns": parts[d["device_id"]]["gpu_compute"],
-              "host_ns": sum(parts[d["device_id"]][k] for k in host_parts),
+              "host_ns": sum(parts[d["device_id"]][k] for k in HOST_PARTS),
               "communication_ns": d.get("communication_ns"),
-              "exposed_communication_ns": parts[d["device_id"]]["gpu_communication"]} for d in devices]
+              "exposed_communication_ns": parts[d["device_id"]]["gpu_communication"],
+              "waiting_ns": found["waits"].get(d["device_id"], 0.0)} for d in devices]
+    stretches = [s for s in timeline.host_stretches if s.get("device_id") == slow["device_id"]][:3]
     finding = Finding(
         check=ID,
-        title=f"GPU {straggler['device_id']} is the straggler, slow {side}: the other GPUs wait for it in their "
-              f"collectives {wait / 1e6:.1f} ms ({share:.0%} of the window); it has {cause}",
+        title=f"{label(slow)} is the straggler, slow {side}: the other GPUs wait for it in their collectives "
+              f"{wait / 1e6:.1f} ms ({share:.0%} of the window), time no overlap can hide; {cause}",
         estimated_speedup=0.0,
         evidence={"wait_share": evidence(share, limits["min_imbalance_share"], unit="ratio"),
                   "others_wait_ns": evidence(wait, unit="ns"),
                   "straggler_side": side.removeprefix("on the "),
+                  "straggler_part": top,
                   "extra_host_ns": evidence(extra_host, unit="ns"),
                   "extra_compute_ns": evidence(extra_compute, unit="ns"),
-                  "per_device": table},
+                  "transfer_ns": evidence(found["transfer_ns"], unit="ns"),
+                  "per_device": table,
+                  **({"straggler_host_stretches": stretches} if side == "on the host" and stretches else {})},
         advice=ADVICE,
-        device_id=straggler["device_id"],
+        device_id=slow["device_id"],
     )
+    finding.notes.append(f"the saving is the least any other GPU waits for {label(slow)} in its collectives: once "
+                         "the straggler catches up, the next-slowest GPU is the last to arrive")
     finding.estimated_savings_ns = float(wait)
-    finding.budget_device = max(others, key=lambda d: parts[d["device_id"]]["gpu_communication"])["device_id"]
+    finding.budget_device = found["least_waiting"]["device_id"]
     return finding
 
 

@@ -87,11 +87,16 @@ def test_gpu_straggler_is_named(analyzed):
     imbalance = checks["rank-imbalance"]
     assert imbalance["device_id"] == 1 and imbalance["evidence"]["straggler_side"] == "GPU"
     assert imbalance["severity"] in ("high", "medium")
-    assert checks["exposed-communication"]["device_id"] == 0                    # the rank that waits
+    # the rank that waits: its exposed communication is waiting for the straggler (rank-imbalance's), what
+    # overlap could hide is the transfers only, a few ms: info
+    waiting = next(f for f in model["findings"] if f["check"] == "exposed-communication")
+    assert waiting["device_id"] == 0 and waiting["severity"] == "info"
+    assert waiting["estimated_savings_ns"] < imbalance["estimated_savings_ns"] / 20
 
 
 def test_host_straggler_is_named(analyzed):
     model = analyzed(REAL / "ddp_host_all_nsys.sqlite.xz")
-    imbalance = next(f for f in program_findings(model) if f["check"] == "rank-imbalance")
+    imbalance = program_findings(model)[0]                                      # first: the others' wait
+    assert imbalance["check"] == "rank-imbalance"
     assert imbalance["device_id"] == 1 and imbalance["evidence"]["straggler_side"] == "host"
     assert imbalance["severity"] in ("high", "medium")

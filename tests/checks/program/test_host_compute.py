@@ -1,0 +1,125 @@
+"""host-compute on real exports: whether the host thread that launches the GPU's work computes or is blocked.
+
+The longest idle_host stretches' OS runtime calls split by thread come from SQL over the export here (the
+oracle): the threads of the GPU's process whose CUDA calls launched its kernels, the time all of them sat inside
+OS calls (`blocked_ns`), and the calls of the one that sat in them least (`thread_os_calls`). Other threads
+(CUDA's, NCCL's, a pool's idle workers) are in `poll` or `pthread_cond_timedwait` all along: not the GPU's wait."""
+
+import copy
+
+import pytest
+
+from nsanalyze.checks import limits_for
+from nsanalyze.checks.program import host_compute
+from nsanalyze.normalize.timeline import build_timeline
+from nsanalyze.read import read_profile
+from tests.conftest import PUBLIC, REAL, sql
+
+CUDF = PUBLIC / "quasiben__nvtx-examples__cudf.sqlite.xz"
+POWER = PUBLIC / "brycelelbach__nsightful__tests__power_iteration__baseline.sqlite.xz"
+
+
+def _all_inside(per_thread, start, end):
+    """Time in [start, end) in which every thread is inside one of its calls."""
+    points = sorted({start, end} | {t for calls in per_thread for call in calls for t in call if start < t < end})
+    total = 0
+    for left, right in zip(points, points[1:]):
+        if all(any(s <= left and e >= right for s, e in calls) for calls in per_thread):
+            total += right - left
+    return total
+
+
+def with_thread_calls(path, timeline):
+    """The timeline with its host stretches' OS calls split by thread, from SQL."""
+    timeline = copy.copy(timeline)
+    timeline.host_stretches = [dict(s) for s in timeline.host_stretches]
+    for stretch in timeline.host_stretches:
+        start, end = stretch["start_ns"], stretch["start_ns"] + stretch["duration_ns"]
+        threads = [r[0] for r in sql(path, f"""
+            SELECT DISTINCT r.globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+            WHERE r.globalTid / 16777216 IN (SELECT DISTINCT globalPid / 16777216 FROM CUPTI_ACTIVITY_KIND_KERNEL
+                                             WHERE deviceId = {stretch['device_id']})
+              AND r.correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)""")]
+        rows = sql(path, f"""SELECT o.globalTid, MAX(o.start, {start}), MIN(o.end, {end}), s.value FROM OSRT_API o
+                             JOIN StringIds s ON s.id = o.nameId
+                             WHERE o.start < {end} AND o.end > {start}
+                               AND o.globalTid IN ({','.join(map(str, threads))})""")
+        spans = {t: [(s, e) for tid, s, e, _ in rows if tid == t] for t in threads}
+        stretch["blocked_ns"] = _all_inside(list(spans.values()), start, end)
+        least = min(threads, key=lambda t: sum(e - s for s, e in spans[t]))
+        calls = {}
+        for tid, s, e, name in rows:
+            if tid == least:
+                entry = calls.setdefault(name, {"name": name, "calls": 0, "overlap_ns": 0})
+                entry["calls"] += 1
+                entry["overlap_ns"] += e - s
+        stretch["thread_os_calls"] = sorted(calls.values(), key=lambda c: -c["overlap_ns"])
+    return timeline
+
+
+@pytest.fixture(scope="module")
+def timelines():
+    return {path.name: build_timeline(read_profile(path)) for path in
+            (REAL / "loader_workers_nsys.sqlite.xz", REAL / "loader_inline_nsys.sqlite.xz", CUDF, POWER,
+             REAL / "ddp_host_all_nsys.sqlite.xz")}
+
+
+def run(timeline):
+    return host_compute.run(timeline, limits_for(host_compute))
+
+
+def test_loader_workers_main_thread_waits_on_the_queue(timelines):
+    """DataLoader with workers too slow for the GPU: the main thread waits in sem_clockwait on the loader's queue."""
+    path = REAL / "loader_workers_nsys.sqlite.xz"
+    timeline = with_thread_calls(path, timelines[path.name])
+    finding = run(timeline)
+    measured = sum(s["blocked_ns"] for s in timeline.host_stretches) / sum(s["duration_ns"] for s in timeline.host_stretches)
+    assert finding.evidence["blocked_share"]["value"] == pytest.approx(measured, rel=1e-5) and measured > 0.9
+    assert finding.evidence["blocking_calls"][0]["name"] == "sem_clockwait"
+    assert "blocked, not computing" in finding.title and "sem_clockwait" in finding.title
+    assert "runs its own code" not in finding.title
+    assert "num_workers" in finding.advice and "queue" in finding.advice
+
+
+@pytest.mark.parametrize("path", [REAL / "loader_inline_nsys.sqlite.xz", CUDF, POWER], ids=lambda p: p.name[:30])
+def test_computing_host_thread_is_not_called_blocked(timelines, path):
+    """Decoding in the loop (loader_inline), cuDF and the power iteration: the launching thread makes hardly any OS
+    call in its longest stretches, though other threads of the process sit in poll or pthread_cond_timedwait all
+    along (the stretches' os_calls, every thread's, show them)."""
+    timeline = with_thread_calls(path, timelines[path.name])
+    finding = run(timeline)
+    assert finding.evidence["blocked_share"]["value"] < 0.05
+    assert "runs its own code" in finding.title and "blocked" not in finding.title
+    assert finding.advice == host_compute.ADVICE
+    longest = timeline.host_stretches[0]
+    own = sum(c["overlap_ns"] for c in longest["thread_os_calls"])
+    assert own < 0.05 * longest["duration_ns"]
+    if path == CUDF:   # 212.5 ms: other threads in pthread_cond_timedwait, sem_timedwait and poll all of it
+        others = {c["name"]: c["overlap_ns"] for c in timelines[path.name].host_stretches[0]["os_calls"]}
+        assert others["pthread_cond_timedwait"] == longest["duration_ns"]
+
+
+def test_sleeping_straggler_is_named(timelines):
+    """ddp_host_all: rank 1's main thread sleeps 4 ms a step (time.sleep -> clock_nanosleep)."""
+    path = REAL / "ddp_host_all_nsys.sqlite.xz"
+    timeline = with_thread_calls(path, timelines[path.name])
+    finding = run(timeline)
+    assert finding.evidence["blocking_calls"][0]["name"] == "clock_nanosleep"
+    assert "clock_nanosleep (sleeping)" in finding.title and "time.sleep" in finding.advice
+
+
+def test_without_calls_by_thread_blocking_is_not_judged(timelines):
+    """Every thread's OS calls (os_calls) do not say whether the launching thread was blocked: no verdict."""
+    finding = run(timelines[CUDF.name])
+    assert "blocked_share" not in finding.evidence and "runs its own code" in finding.title
+    assert finding.advice == host_compute.ADVICE
+
+
+def test_straggler_cause_names_the_sleep(timelines):
+    """rank-imbalance names the straggler's cause from its own host stretches when they are split by thread."""
+    from nsanalyze.checks.program import rank_imbalance
+
+    path = REAL / "ddp_host_all_nsys.sqlite.xz"
+    finding = rank_imbalance.run(with_thread_calls(path, timelines[path.name]), limits_for(rank_imbalance))
+    assert finding.device_id == 1 and "clock_nanosleep (sleeping)" in finding.title
+    assert all(s["device_id"] == 1 for s in finding.evidence["straggler_host_stretches"])
