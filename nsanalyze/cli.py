@@ -83,10 +83,11 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
     from nsanalyze.config import apply_skip, check_skip, load_settings
     from nsanalyze.render import check_target, format_for, refuse_inputs, write_report
 
-    from nsanalyze.render.locations import parse_path_map
-    from nsanalyze.render.sarif import set_paths
+    if path_map or "nsanalyze.render.sarif" in sys.modules:  # SARIF's modules only when asked for (or to reset them)
+        from nsanalyze.render.locations import parse_path_map
+        from nsanalyze.render.sarif import set_paths
 
-    set_paths(parse_path_map(path_map))
+        set_paths(parse_path_map(path_map))
     config = load_settings()
     check_skip(skip, "--skip")
     thresholds = {**config.thresholds, **_parse_settings(settings)}
