@@ -86,8 +86,10 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
             device["budget"] = budget.parts()
     if window.start > -FOREVER and window.end < FOREVER:
         span = window.end - window.start
-    else:
-        span = max((d["last_ns"] for d in devices), default=0) - min((d["first_ns"] for d in devices), default=0)
+    elif devices:
+        span = max(d["last_ns"] for d in devices) - min(d["first_ns"] for d in devices)
+    else:  # CUDA API rows without GPU activity (WSL2): the span of the calls is the program's time
+        span = int(capture.calls.end.max() - capture.calls.start.min()) if len(capture.calls) else 0
     overall = _mean_budget(budgets)
     busy = sum(d["gpu_busy_ns"] for d in devices)
     idle = sum(d["gpu_idle_ns"] for d in devices)

@@ -82,7 +82,9 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         return Window(start, end, f"steady state: steps {steps.first_index}-{steps.total - 1} of '{steps.name}'{clock}; "
                                   f"{startup / 1e9:.2f} s before them (start-up{warm}) left out", "steady")
     if kind == "capture":
-        parts.append("the whole capture, from its first to its last GPU work" + (" (no repeating step-like NVTX range found)" if mode == "steady" else ""))
+        what = "GPU work" if export.first_gpu_ns is not None else "CUDA call (no GPU activity recorded)"
+        parts.append(f"the whole capture, from its first to its last {what}"
+                     + (" (no repeating step-like NVTX range found)" if mode == "steady" else ""))
     return Window(start, end, "; ".join(parts), kind)
 
 

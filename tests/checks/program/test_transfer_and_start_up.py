@@ -270,3 +270,17 @@ def test_api_only_export_reports_sync_waits_and_host_allocation(tmp_path):
     waits = finding["evidence"]["sync_wait_ns"]["value"]
     assert waits > 0 and finding["evidence"]["sync_calls"]["value"] == 908
     assert finding["estimated_savings_ns"] == 0
+
+
+def test_api_only_export_without_steps_spans_its_calls(tmp_path):
+    """The CUDA suite's export without its GPU tables and with no step ranges: the window is the span of its
+    CUDA calls (SQL over the API table), said so, and its blocking copy call saves at most its own time."""
+    from tests.conftest import DEV_SUITE_NSYS
+
+    path = _api_only(DEV_SUITE_NSYS, tmp_path / "suite_api_only.sqlite")
+    model = analyze([str(path)])
+    (first, last), = sql(path, "SELECT MIN(start), MAX(end) FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    assert model["timeline"]["span_ns"] == last - first
+    assert "CUDA call (no GPU activity recorded)" in model["timeline"]["window"]["description"]
+    copies = _by_check(model)["sync-memcpy"]
+    assert 0 < copies["estimated_savings_ns"] <= copies["evidence"]["blocking_copy_call_ns"]["value"]
