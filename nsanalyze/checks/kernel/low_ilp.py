@@ -25,7 +25,8 @@ for (int s = 0; s < steps; ++s) {               // four independent chains per t
 ```
 
 ## Known problems
-Atomic-heavy kernels look the same; the check leaves them to `atomic-contention`.
+Atomic-heavy kernels look the same; the check leaves them to `atomic-contention`. A report without
+atomic counters cannot tell them apart: the finding then notes that atomics were not measured.
 
 ## Options
 - `max_roof_share`: speed of light below which a kernel counts as latency-bound.
@@ -44,7 +45,8 @@ SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("issue_active_pct", "warp_latency_cycles", "stall_long_scoreboard_cycles")
 OPTIONAL = ("achieved_occupancy_pct", "theoretical_occupancy_pct",
             "eligible_warps_per_scheduler", "stall_short_scoreboard_cycles", "stall_wait_cycles",
-            "stall_barrier_cycles", "stall_membar_cycles", "global_atomic_instructions", "block_size",
+            "stall_barrier_cycles", "stall_membar_cycles", "global_atomic_instructions", "global_atomic_requests",
+            "block_size",
             "blocks_per_sm_limit", "blocks_per_sm_limit_warps", "blocks_per_sm_limit_registers",
             "blocks_per_sm_limit_shared_mem")
 COLLECT = "--set full (WarpStateStats and SchedulerStats sections)"
@@ -140,6 +142,10 @@ def run(kernel: KernelView, limits) -> Finding | None:
         cause = "small blocks"
     else:
         cause = "barriers" if barrier > dependency else "dependent chains"
+    notes = []
+    if kernel.get("global_atomic_instructions") is None and kernel.get("global_atomic_requests") is None:
+        notes.append("atomics not measured (no atomic instruction or request counters): a kernel waiting on "
+                     "contended atomics looks the same; --set full (InstructionStats) counts them")
     waiting = "at barriers" if cause == "barriers" else "on dependent instructions and barriers" if barrier else \
         "on dependent instructions"
     return Finding(
@@ -161,4 +167,5 @@ def run(kernel: KernelView, limits) -> Finding | None:
         advice=CAUSE_ADVICE[cause] + ADVICE,
         source=kernel.top_spots("smsp__pcsamp_warps_issue_stalled_barrier" if cause == "barriers"
                                 else "smsp__pcsamp_warps_issue_stalled_long_scoreboard"),
+        notes=notes,
     )

@@ -40,7 +40,8 @@ moves its tiles with `cp.async` and reads a few scalars with LDG can show "4 of 
 for a sliver of its requests while its bulk traffic is coalesced; a 1-thread block uses 4 bytes of
 each sector however its data is laid out, and the source counters' ideal (the fewest sectors the
 active threads' bytes need) counts that sector as needed. The finding then says the two disagree
-(info, no savings) instead of calling the bytes wasted. A direction whose bytes per sector is 0
+(info, no savings) instead of calling the bytes wasted, where the L1 global sectors carry a material
+part of the kernel's DRAM traffic (`min_traffic_share`; a TMA GEMM's few LDGs are not worth a line). A direction whose bytes per sector is 0
 while it moved sectors had no LDG/STG behind those sectors (0/0): it is neither quoted nor counted.
 Without a memory speed-of-light share (or, for excess L1 serves, an L1 throughput) the saving is not
 measured: the finding is info with a note naming the section that measures it.
@@ -48,6 +49,7 @@ measured: the finding is info with a note naming the section that measures it.
 ## Options
 - `min_excess_share`: the part of sectors that is excess before the check speaks.
 - `min_l1_share`: L1 throughput (share of its peak) above which excess served from L1 still costs time.
+- `min_traffic_share`: L1 global sectors' bytes over DRAM bytes below which a disagreement is not told.
 """
 
 from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share, unjudged
@@ -60,13 +62,16 @@ REQUIRES = ("duration_ns",)
 OPTIONAL = ("global_sectors", "global_sectors_ideal", "global_sectors_excess_share",
             "global_load_bytes_per_sector", "global_store_bytes_per_sector", "global_load_sectors",
             "global_store_sectors", "sectors_per_request_global_load", "memory_throughput_pct",
-            "l1_hit_rate_pct", "l1_throughput_pct")
+            "l1_hit_rate_pct", "l1_throughput_pct", "dram_bytes")
 COLLECT = "--set full (SourceCounters and MemoryWorkloadAnalysis_Tables sections)"
 RELIEVES = "memory"
 THRESHOLDS = {
     "min_excess_share": Threshold(0.25, "a quarter of the sectors wasted is more than alignment noise "
                                         "(tail elements, misaligned starts) ever costs"),
     "min_l1_share": Threshold(0.6, "an L1 under 60% busy has room for the extra sector work of split requests"),
+    "min_traffic_share": Threshold(0.1, "the two coalescing measures' disagreement is told only where the L1 global "
+                                         "sectors carry a tenth of the kernel's DRAM bytes: below that (TMA kernels' "
+                                         "few LDGs) it changes nothing"),
     "ideal_sectors_per_request": Threshold(16.0, "without source counters or bytes per sector the access width is "
                                                  "unknown: 32 threads x 16-byte vectors = 16 sectors is still coalesced, "
                                                  "so only more than that is surely waste"),
@@ -152,6 +157,14 @@ def _which(directions: dict | None) -> str:
                             sorted(directions.items(), key=lambda item: item[0] != worst))
 
 
+def _material(kernel: KernelView, limits) -> bool:
+    """The L1 global sectors carry a material part of the kernel's DRAM traffic (TMA kernels move theirs past
+    the LSU: a few LDGs of a cuBLAS GEMM are not worth a line); true when DRAM bytes are not measured."""
+    dram = kernel.get("dram_bytes")
+    sectors = (kernel.get("global_load_sectors") or 0.0) + (kernel.get("global_store_sectors") or 0.0)
+    return not dram or sectors * 32 >= limits["min_traffic_share"] * dram
+
+
 def _disagreement(kernel: KernelView, directions: dict, excess_share: float, limits) -> Finding:
     """Source counters find the accesses coalesced while the LDG/STG bytes per sector say otherwise: said,
     not counted. The source counters hold each instruction's sectors against the fewest its active threads'
@@ -185,7 +198,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
     measured_by = "source counters (actual vs ideal L2 sectors)"
     if excess_share is not None and directions and excess_share < limits["min_excess_share"] \
             and _direction_waste(kernel, directions) >= limits["min_excess_share"]:
-        return _disagreement(kernel, directions, excess_share, limits)
+        return _disagreement(kernel, directions, excess_share, limits) if _material(kernel, limits) else None
     if excess_share is None and directions:
         excess_share = _direction_waste(kernel, directions)
         measured_by = "bytes used per sector of the global loads and stores"
