@@ -152,10 +152,23 @@ def _not_judged_per_kernel(not_judged: list[NotJudged], clock: dict) -> list[Not
 
 
 # Program checks that read only the work split: they also judge a kernel list (ncu) without a timeline.
-KERNEL_LIST_CHECKS = frozenset({"attention-unfused", "layout-conversion", "unfused-elementwise"})
+# low-tensor-activity too, where missing-tensor-cores found nothing (the basic set has no FLOP counts):
+# the report's tensor-pipe activity is then the kernels' own, weighted by their time.
+KERNEL_LIST_CHECKS = frozenset({"attention-unfused", "layout-conversion", "unfused-elementwise", "low-tensor-activity"})
 
 
-def _kernel_list_work(kernels: list[dict], kernel_time: dict, options) -> tuple[list[Finding], list[dict]]:
+def _tensor_activity(kernels: list[dict], kernel_time: dict) -> dict | None:
+    """The tensor pipe's activity over the report's kernel time, where kernels holding most of it measured it."""
+    measured = [(kernel_time.get(k["id"], 0.0), (k.get("metrics") or {}).get("tensor_pipe_pct")) for k in kernels]
+    measured = [(t, v) for t, v in measured if v is not None]
+    total, covered = float(sum(kernel_time.values())), float(sum(t for t, _ in measured))
+    if not total or covered < 0.5 * total:
+        return None
+    return {"tensor_active_pct": {"mean": sum(t * v for t, v in measured) / covered}}
+
+
+def _kernel_list_work(kernels: list[dict], kernel_time: dict, options,
+                      kernel_findings: list[Finding]) -> tuple[list[Finding], list[dict]]:
     """The work split of an ncu report's kernels (their replayed durations times launches) and the findings
     of the checks that need nothing else; the "window" they measure against is the report's kernel time."""
     from nsanalyze.normalize.timeline import Timeline
@@ -169,8 +182,12 @@ def _kernel_list_work(kernels: list[dict], kernel_time: dict, options) -> tuple[
     total = float(sum(kernel_time.values()))
     timeline = Timeline(window=Window(0, int(total), "the report's kernels", "kernels"),
                         summary={"span_ns": total, "kernel_ns": total}, devices=[], streams=[], ranges=[],
-                        gaps=[], syncs={}, launches={}, copies={}, work=analysis.work, work_analysis=analysis)
-    findings, _ = run_program_checks(timeline, options.thresholds, only=KERNEL_LIST_CHECKS)
+                        gaps=[], syncs={}, launches={}, copies={}, work=analysis.work, work_analysis=analysis,
+                        gpu_metrics=_tensor_activity(kernels, kernel_time))
+    only = set(KERNEL_LIST_CHECKS)
+    if any(f.check == "missing-tensor-cores" for f in kernel_findings):
+        only.discard("low-tensor-activity")   # the kernel check speaks for those GEMMs, with their FLOPs
+    findings, _ = run_program_checks(timeline, options.thresholds, only=only)
     for finding in findings:
         finding.notes.append("from the report's kernel list (ncu times each launch alone, replayed): the share is "
                              "of the profiled kernels' time; an nsys export of the run gives it in wall-clock time")
@@ -229,7 +246,7 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
         else:
             model["kernels"] = program.kernels
     elif kernels:  # ncu alone: the work checks read the kernel list's split by role (names only)
-        work_findings, model["work"] = _kernel_list_work(kernels, kernel_time, options)
+        work_findings, model["work"] = _kernel_list_work(kernels, kernel_time, options, findings)
         findings += work_findings
     model["profiles"] = [{**_profile_entry(p), **facts_by_path.get(p.path, {})} for p in profiles]
     launches = {k["id"]: k["launches"] for k in kernels if k.get("launches")}

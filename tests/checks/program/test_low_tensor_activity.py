@@ -86,3 +86,24 @@ def test_user_kernel_named_sgemm_is_not_judged_by_name(analyzed):
     model = analyzed(DEV_SUITE_NSYS)
     assert "gpu_metrics" not in model and _simt_ns(model) / model["timeline"]["kernel_ns"] > 0.15
     assert _finding(model) is None
+
+
+def test_an_ncu_basic_report_gets_it_from_its_kernels(analyzed):
+    """The basic set counts no FLOPs, so missing-tensor-cores cannot judge the fp32 GPT's cuBLAS/CUTLASS
+    FFMA GEMMs; the kernel list's work split and the kernels' own tensor-pipe activity (time-weighted,
+    measured) put them first. With --set full the kernel check speaks and this one stays silent (one claim);
+    the bf16 step's report gets neither."""
+    from tests.conftest import REAL
+
+    basic = analyzed(REAL / "gpt_basic_clock_base.ncu-rep.xz")
+    first = basic["findings"][0]
+    simt_ns = next(w["ns"] for w in basic["work"] if w["role"] == "matmul_simt")
+    assert first["check"] == "low-tensor-activity"
+    assert first["evidence"]["tensor_active_pct"]["value"] < 1.0
+    assert 0 < first["estimated_savings_ns"] <= first["evidence"]["matrix_kernel_ns"]["value"] <= simt_ns
+    full = analyzed(REAL / "gpt_fp32_full.ncu-rep.xz")
+    assert full["findings"][0]["check"] == "missing-tensor-cores"
+    assert not [f for f in full["findings"] if f["check"] == "low-tensor-activity"]
+    bf16 = analyzed(REAL / "gpt_bf16_full.ncu-rep.xz")
+    assert not [f for f in bf16["findings"] if f["check"] in ("low-tensor-activity", "missing-tensor-cores")
+                and f["severity"] != "info"]
