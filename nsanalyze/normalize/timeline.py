@@ -194,8 +194,9 @@ def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -
         top = section["host_outliers"][0]
         wait = f", {top['wait_ns'] / 1e6:.3g} ms of it in {top['wait']} (the host waits for the queued steps)" \
             if top["wait"] else ""
-        section["host_relation_text"] = (section.get("host_relation_text", "") + f" {len(section['host_outliers'])} "
-                                         f"host range(s) stand out: step {top['step']} took {top['host_ns'] / 1e6:.3g} ms"
+        section["host_relation_text"] = (section.get("host_relation_text", "") + " " + (
+                                         "1 host range stands out" if len(section["host_outliers"]) == 1 else
+                                         f"{len(section['host_outliers'])} host ranges stand out") + f": step {top['step']} took {top['host_ns'] / 1e6:.3g} ms"
                                          f"{wait}; on the GPU's clock it is an ordinary step.").strip()
     if budgets:
         durations = np.maximum(steps.durations, 1)
@@ -231,4 +232,76 @@ def _host_stretches(export: NsysExport, budgets, limit: int = 5) -> list[dict]:
         for index, stretch in enumerate(stretches):
             mine = sorted((r for r in rows if r[0] == index), key=lambda r: -r[3])[:3]
             stretch["os_calls"] = [{"name": r[1], "calls": r[2], "overlap_ns": r[3]} for r in mine]
+        _launching_thread_calls(export, stretches, {b.device_id: set(b.processes) for b in budgets})
     return stretches
+
+
+def _launching_thread_calls(export: NsysExport, stretches: list[dict], pids_by_device: dict) -> None:
+    """Per stretch, the OS calls of the threads that launched GPU work in its GPU's processes: `host_threads`,
+    `blocked_ns` (time all of them sat inside OS calls) and `thread_os_calls` (the calls of the one that sat in
+    them least). Other threads (CUDA's, NCCL's helpers) wait all along and are not the GPU's host."""
+    if not stretches or not export.has("OSRT_API", "start", "end", "nameId", "globalTid") \
+            or not export.has("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid", "correlationId") \
+            or not export.has("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"):
+        return
+    pids = sorted({p for s in stretches for p in pids_by_device.get(s["device_id"], ())})
+    if not pids:
+        return
+    in_pids = ",".join(str(p) for p in pids)
+    # the threads that launched GPU work (a helper thread that only queries events is not the GPU's host)
+    threads = [r[0] for r in export.query(f"""SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME
+                                              WHERE globalTid / 16777216 IN ({in_pids}) AND correlationId IN
+                                                  (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)""")]
+    if not threads:
+        return
+    windows = ", ".join(f"({i}, {r['start_ns']}, {r['start_ns'] + r['duration_ns']})" for i, r in enumerate(stretches))
+    rows = export.query(f"""
+        WITH w(i, s, e) AS (VALUES {windows})
+        SELECT w.i, o.globalTid, MAX(o.start, w.s), MIN(o.end, w.e), str.value
+        FROM OSRT_API o JOIN w ON o.start < w.e AND o.end > w.s JOIN main.StringIds str ON str.id = o.nameId
+        WHERE o.globalTid IN ({",".join(str(t) for t in threads)})""")
+    for index, stretch in enumerate(stretches):
+        mine = {t for t in threads if t // 16777216 in pids_by_device.get(stretch["device_id"], ())}
+        spans: dict[int, list] = {t: [] for t in mine}
+        calls: dict[int, dict] = {t: {} for t in mine}
+        for i, tid, start, end, name in rows:
+            if i != index or tid not in mine:
+                continue
+            spans[tid].append((start, end))
+            entry = calls[tid].setdefault(name, [0, 0])
+            entry[0] += 1
+            entry[1] += end - start
+        stretch["host_threads"] = len(mine)
+        stretch["blocked_ns"] = _all_inside_calls(list(spans.values()), stretch["start_ns"],
+                                            stretch["start_ns"] + stretch["duration_ns"])
+        # the calls of the thread that sat in OS calls least: where all were blocked, its calls bound it
+        least = min(mine, key=lambda t: sum(o for _, o in calls[t].values())) if mine else None
+        stretch["thread_os_calls"] = [{"name": n, "calls": c, "overlap_ns": o} for n, (c, o) in
+                                      sorted(calls[least].items(), key=lambda kv: -kv[1][1])[:3]] if least else []
+
+
+def _all_inside_calls(per_thread: list[list], start: int, end: int) -> int:
+    """Time in [start, end) during which every thread is inside one of its intervals."""
+    if not per_thread:
+        return 0
+    events = []
+    for intervals in per_thread:
+        merged = []
+        for s, e in sorted(intervals):
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        for s, e in merged:
+            events += [(s, 1), (e, -1)]
+    inside, total, since = 0, 0, None
+    for t, step in sorted(events, key=lambda x: (x[0], x[1])):
+        if step == 1:
+            inside += 1
+            if inside == len(per_thread):
+                since = t
+        else:
+            if inside == len(per_thread) and since is not None:
+                total += t - since
+            inside -= 1
+    return total

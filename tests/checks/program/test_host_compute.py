@@ -108,11 +108,17 @@ def test_sleeping_straggler_is_named(timelines):
     assert "clock_nanosleep (sleeping)" in finding.title and "time.sleep" in finding.advice
 
 
-def test_without_calls_by_thread_blocking_is_not_judged(timelines):
-    """Every thread's OS calls (os_calls) do not say whether the launching thread was blocked: no verdict."""
-    finding = run(timelines[CUDF.name])
-    assert "blocked_share" not in finding.evidence and "runs its own code" in finding.title
-    assert finding.advice == host_compute.ADVICE
+@pytest.mark.parametrize("name", ["loader_workers_nsys.sqlite.xz", "loader_inline_nsys.sqlite.xz", CUDF.name,
+                                  "ddp_host_all_nsys.sqlite.xz"], ids=lambda n: n[:30])
+def test_the_timeline_splits_the_calls_by_thread(timelines, name):
+    """The timeline's own host stretches carry the launching threads' calls, as SQL over the export gives them."""
+    path = CUDF if name == CUDF.name else REAL / name
+    mine = timelines[name].host_stretches
+    oracle = with_thread_calls(path, timelines[name]).host_stretches
+    assert mine and all("blocked_ns" in s and s["host_threads"] >= 1 for s in mine)
+    for got, want in zip(mine, oracle):
+        assert got["blocked_ns"] == want["blocked_ns"]
+        assert [c["name"] for c in got["thread_os_calls"]] == [c["name"] for c in want["thread_os_calls"]][:3]
 
 
 def test_straggler_cause_names_the_sleep(timelines):
