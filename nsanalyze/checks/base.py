@@ -211,6 +211,14 @@ def roof_share(kernel: KernelView) -> float | None:
     return clamp01(max(values) / 100.0) if values else None
 
 
+def size_text(byte_count: float) -> str:
+    """Bytes with the unit that reads best (decimal, as ncu prints them): 812 kB, 4.2 MB, 1.75 TB."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(byte_count) >= scale:
+            return f"{byte_count / scale:.3g} {unit}"
+    return f"{byte_count:.0f} B"
+
+
 def plural(count, noun: str) -> str:
     """`1 copy`, `3 copies`: counts in titles read as sentences."""
     count = int(count)

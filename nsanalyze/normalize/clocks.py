@@ -57,6 +57,20 @@ def model_clocks(device_name: str | None) -> dict | None:
     return None
 
 
+def _weighted_median(pairs: list[tuple[float, float]]) -> float:
+    """The clock at which half the kernel time ran: the median of (clock, time) weighted by time."""
+    pairs = sorted(pairs)
+    total = sum(w for _, w in pairs)
+    if total <= 0:
+        return statistics.median(c for c, _ in pairs)
+    running = 0.0
+    for clock, weight in pairs:
+        running += weight
+        if running >= total / 2:
+            return clock
+    return pairs[-1][0]
+
+
 def clock_control(rows: list[dict]) -> dict:
     """{mode: locked | free | unknown, clock_hz, max_hz, base_hz, reason} from the launches' clocks."""
     measured = [(r["sm_frequency_hz"], r.get("duration_ns") or 0) for r in rows if r.get("sm_frequency_hz")]
@@ -67,31 +81,37 @@ def clock_control(rows: list[dict]) -> dict:
               "base_hz": model["base_hz"] if model else None, "reason": "no SM clock measured"}
     if not measured:
         return result
-    long_enough = [f for f, d in measured if d >= MIN_KERNEL_NS] or [f for f, _ in measured]
-    clock = statistics.median(long_enough)
+    long_pairs = [(f, d) for f, d in measured if d >= MIN_KERNEL_NS] or measured
+    long_enough = [f for f, _ in long_pairs]
+    clock = _weighted_median(long_pairs)  # the clock most of the kernel time ran at, not the median kernel's
     result["clock_hz"] = clock
+    short = [f for f, d in measured if d < MIN_KERNEL_NS] if len(long_pairs) < len(measured) else []
+    aside = (f"; {len(short)} kernel{'s' if len(short) != 1 else ''} under {MIN_KERNEL_NS / 1000:.0f} us, too short "
+             f"to read a clock, measured {min(short) / 1e6:.0f}" + (f"-{max(short) / 1e6:.0f}" if len(short) > 1 else "")
+             + " MHz") if short else ""
     if maximum and clock >= BELOW_BOOST * maximum and len(measured) == 1:
         return {**result, "reason": f"the one kernel measured ran at {clock / 1e6:.0f} MHz, near the "
                                     f"{maximum / 1e6:.0f} MHz maximum (one clock does not show how clocks were "
                                     "controlled)"}
     if maximum and clock >= BELOW_BOOST * maximum:
         return {**result, "mode": "free", "reason": f"kernels ran at {clock / 1e6:.0f} MHz, near the "
-                                                    f"{maximum / 1e6:.0f} MHz maximum"}
+                                                    f"{maximum / 1e6:.0f} MHz maximum{aside}"}
     if model and abs(clock - model["base_hz"]) <= BASE_TOLERANCE * model["base_hz"]:
-        off = abs(clock - model["base_hz"]) / model["base_hz"]
-        return {**result, "mode": "locked", "reason": f"kernels ran at {clock / 1e6:.0f} MHz, within {max(off, 0.01):.0%} "
-                                                      f"of this GPU's {model['base_hz'] / 1e6:.0f} MHz base clock "
-                                                      f"({model['source']})"}
+        off = (clock - model["base_hz"]) / model["base_hz"]
+        where = "at" if abs(off) < 0.005 else f"{abs(off):.1%} {'above' if off > 0 else 'below'}"
+        return {**result, "mode": "locked", "reason": f"kernels ran at {clock / 1e6:.0f} MHz, {where} "
+                                                      f"this GPU's {model['base_hz'] / 1e6:.0f} MHz base clock "
+                                                      f"({model['source']}){aside}"}
     spread = (max(long_enough) - min(long_enough)) / clock if clock else 0.0
     below = f", below the {maximum / 1e6:.0f} MHz maximum" if maximum else ""
     if len(long_enough) == 1:
         which = ("the one kernel measured" if len(measured) == 1 else
                  f"the one kernel long enough to measure its clock ({MIN_KERNEL_NS / 1000:.0f} us or more)")
         return {**result, "mode": "locked", "reason": f"{which} ran at {clock / 1e6:.0f} MHz{below}: "
-                                                      "probably a locked clock (one clock is no evidence of throttling)"}
+                                                      "probably a locked clock (one clock is no evidence of throttling)" + aside}
     if spread <= LOCKED_SPREAD:
         where = "" if model else " (a GPU not in the clock table)"
         return {**result, "mode": "locked", "reason": f"{len(long_enough)} kernels ran at one clock, "
-                                                      f"{clock / 1e6:.0f} MHz{below}{where}: probably a locked clock"}
+                                                      f"{clock / 1e6:.0f} MHz{below}{where}: probably a locked clock{aside}"}
     return {**result, "mode": "free", "reason": f"kernels ran at clocks from {min(long_enough) / 1e6:.0f} to "
-                                                f"{max(long_enough) / 1e6:.0f} MHz{below} (free-running)"}
+                                                f"{max(long_enough) / 1e6:.0f} MHz{below} (free-running){aside}"}

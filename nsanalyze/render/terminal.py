@@ -21,7 +21,8 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
                            f"CC {profile['compute_capability'] or '?'})", style="bold"))
         clock = profile.get("clock_control") or {}
         if clock.get("mode") == "locked":
-            console.print(Text(f"  Clocks locked ({clock['reason']}): clock-throttling not judged; "
+            # the reason carries the evidence and its certainty ("at the base clock", "probably a locked clock")
+            console.print(Text(f"  Clock control: {clock['reason']}; clock-throttling not judged; "
                                "ncu --clock-control none measures it", style="dim"))
         if profile.get("unmeasured_launches"):
             names = visible(", ".join(sorted({str(u["name"]) for u in profile["unmeasured_launches"]})))

@@ -27,7 +27,7 @@ which also includes intended local arrays.
 - `min_local_share`: local bytes over all L1 global+local bytes before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share
+from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share, size_text
 
 ID = "local-memory-spill"
 NAME = "memory.local.spill"
@@ -78,7 +78,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
         "memory_l2_theoretical_sectors_local")
     return Finding(
         check=ID,
-        title=f"{local_share:.0%} of L1 traffic is local memory ({what}, {local_bytes / 1e6:.0f} MB)",
+        title=f"{local_share:.0%} of L1 traffic is local memory ({what}, {size_text(local_bytes)})",
         estimated_speedup=clamp01(local_share * memory_share),
         evidence=facts,
         advice=ADVICE,
