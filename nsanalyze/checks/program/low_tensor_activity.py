@@ -42,6 +42,7 @@ import re
 
 from nsanalyze.checks.base import Finding, Threshold, evidence
 from nsanalyze.checks.libraries import library_of
+from nsanalyze.checks.program.rank_imbalance import straggler
 
 ID = "low-tensor-activity"
 NAME = "program.utilization.tensor"
@@ -57,7 +58,9 @@ THRESHOLDS = {
                                       "real GEMMs on them run at least 2x faster"),
 }
 SPEEDUP_MODEL = ("the CUDA-core matrix products' time (role matmul_simt, by kernel name, matrix-vector products "
-                 "left out; without GPU metrics only library kernels) x (1 - 1/tensor_speedup): within that time")
+                 "left out; without GPU metrics only library kernels) x (1 - 1/tensor_speedup): within that time; "
+                 "with several GPUs, that of the GPU with most of it, or of the straggler where they meet in "
+                 "collectives (the others wait for it)")
 # Matrix-vector products: one multiply-add per matrix element read, bound by memory whatever unit multiplies.
 MATRIX_VECTOR = re.compile(r"gemv", re.I)
 ADVICE = """Put the matrix math on the tensor cores, then make the busy time do more work.
@@ -129,7 +132,7 @@ def run(timeline, limits) -> Finding | None:
         advice=ADVICE,
         notes=notes,
     )
-    wall_ns, device = _wall_gemm_ns(analysis, simt_ns)
+    wall_ns, device = _wall_gemm_ns(analysis, simt_ns, timeline.devices)
     if device is not None:  # GPUs run side by side: wall time is saved on the GPU with most GEMM time
         finding.budget_device = device
         finding.evidence["busiest_gpu_matrix_ns"] = evidence(wall_ns, unit="ns")
@@ -138,10 +141,11 @@ def run(timeline, limits) -> Finding | None:
     return finding
 
 
-def _wall_gemm_ns(analysis, judged_ns: float) -> tuple[float, object]:
+def _wall_gemm_ns(analysis, judged_ns: float, devices=None) -> tuple[float, object]:
     """The judged GEMM time in wall-clock terms: with several GPUs in the window their kernel times add
-    up, but they run at the same time; the GPU with the most CUDA-core GEMM time bounds what is saved.
-    Per GPU, the role's time scaled by the judged share of it (names judged, matrix-vector left out)."""
+    up, but they run at the same time; the GPU with the most CUDA-core GEMM time bounds what is saved,
+    or, where the GPUs meet in collectives, the straggler's: the others wait for it, so their faster GEMMs
+    would only wait longer. Per GPU, the role's time scaled by the judged share of it."""
     if len(analysis.devices) < 2:
         return judged_ns, None
     role_ns = analysis.role_ns("matmul_simt")
@@ -149,4 +153,7 @@ def _wall_gemm_ns(analysis, judged_ns: float) -> tuple[float, object]:
     per_device = {device: sum(e["ns"] for e in split if e["role"] == "matmul_simt") * scale
                   for device, split in analysis.devices.items()}
     device = max(per_device, key=per_device.get)
+    found = straggler(devices or [])
+    if found is not None and found["straggler"]["device_id"] in per_device:
+        device = found["straggler"]["device_id"]
     return per_device[device], device

@@ -107,3 +107,17 @@ def test_an_ncu_basic_report_gets_it_from_its_kernels(analyzed):
     bf16 = analyzed(REAL / "gpt_bf16_full.ncu-rep.xz")
     assert not [f for f in bf16["findings"] if f["check"] in ("low-tensor-activity", "missing-tensor-cores")
                 and f["severity"] != "info"]
+
+
+def test_with_a_straggler_the_critical_gpu_is_judged(analyzed):
+    """ddp_host_all: rank 1 sleeps in host code and GPU 0 waits for it in NCCL. Faster GEMMs on GPU 0 would
+    only wait longer: the saving is the straggler's own CUDA-core GEMM time (per-GPU split) at most."""
+    model = analyzed(REAL / "ddp_host_all_nsys.sqlite.xz")
+    imbalance = next(f for f in model["findings"] if f["check"] == "rank-imbalance")
+    finding = _finding(model)
+    straggler = imbalance["device_id"]
+    device = next(d for d in model["timeline"]["devices"] if d["device_id"] == straggler)
+    gemm_ns = sum(w["ns"] for w in device["work"] if w["role"] == "matmul_simt")
+    assert finding["budget_device"] == straggler
+    assert 0 < finding["estimated_savings_ns"] <= gemm_ns
+    assert model["findings"][0]["check"] == "rank-imbalance"
