@@ -57,7 +57,9 @@ def test_capture_window_on_request():
                                          ("loader_inline_nsys.sqlite.xz", "host-compute")])
 def test_without_nvtx_the_loop_is_read_off_its_launches(tmp_path, name, first):
     """The same real runs with their NVTX ranges deleted: the window starts at the most launched
-    kernel's first launch after the start-up calls, and the first finding stays the same."""
+    kernel's first launch after the start-up calls, the first finding stays that of the run with its
+    ranges, and the run's host-side cause is found (item_sync: its fp32 GEMMs' tensor-core finding
+    saves more than the sync bubble, and both are there)."""
     import shutil
     import sqlite3
 
@@ -72,4 +74,6 @@ def test_without_nvtx_the_loop_is_read_off_its_launches(tmp_path, name, first):
     window = model["timeline"]["window"]
     assert window["kind"] == "steady" and "most launched kernel" in window["description"]
     program = [f for f in model["findings"] if f["kernel_id"] is None and f["severity"] != "info"]
-    assert program[0]["check"] == first
+    with_ranges = [f for f in analyze([str(REAL / name)])["findings"] if f["kernel_id"] is None and f["severity"] != "info"]
+    assert program[0]["check"] == with_ranges[0]["check"]
+    assert first in [f["check"] for f in program[:2]]
