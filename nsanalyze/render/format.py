@@ -97,8 +97,12 @@ def work_text(work: list[dict] | None, min_share: float = 0.01) -> str:
     return ", ".join(f"{WORK_LABELS.get(w['role'], w['role'])} {percent(w['share'])}" for w in parts)
 
 
-def kernel_list_work_line(work: list[dict]) -> str:
-    return f"Profiled kernel time by role (ncu, each launch replayed alone): {work_text(work)}"
+def kernel_list_work_line(model: dict) -> str:
+    """An ncu report's total, what its findings' savings are measured against, and its split by role."""
+    total = sum(w["ns"] for w in model["work"])
+    launches = sum(k.get("launches") or 0 for k in model.get("kernels") or [])
+    return (f"Profiled kernel time {duration(total)} over {launches} launch{'es' if launches != 1 else ''} (ncu, each "
+            f"replayed alone), by role: {work_text(model['work'])}")
 
 
 def window_lines(timeline: dict) -> list[str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from nsanalyze.render.format import (distinct_names, duration, kernel_list_work_line, evidence_value, health_line, set_aside_note, shorten, show_invisible,
-                                     visible, window_lines)
+from nsanalyze.render.format import (distinct_names, duration, evidence_value, health_line, kernel_list_work_line,
+                                     set_aside_note, shorten, show_invisible, visible, window_lines)
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
 DETAILED = 10           # findings with their advice folded in <details>
@@ -81,13 +81,17 @@ def render(model: dict) -> str:
         head.append(f"- {p['kind']}: {code(shorten(str(p['path']), NAME_LIMIT))} "
                     f"({escape(shorten(p['gpu'] or 'unknown GPU', NAME_LIMIT))}, "
                     f"CC {escape(shorten(str(p['compute_capability'] or '?'), 20))})")
+        clock = p.get("clock_control") or {}
+        if clock.get("mode") == "locked":   # as on the terminal: why clock-throttling was not judged
+            head.append(f"- Clock control: {escape(shorten(clock['reason'], LINE_LIMIT))}; clock\-throttling "
+                        "not judged; `ncu --clock-control none` measures it")
         if p.get("set_aside_values") and p["kind"] == "ncu":
             head.append(f"- {escape(shorten(set_aside_note(p['set_aside_values']), LINE_LIMIT))}")
     timeline = model.get("timeline")
     if timeline:
         head += [f"- {escape(shorten(line, LINE_LIMIT))}" for line in window_lines(timeline)]
     elif model.get("work"):
-        head.append(f"- {escape(kernel_list_work_line(model['work']))}")
+        head.append(f"- {escape(kernel_list_work_line(model))}")
     if model.get("gpu_metrics", {}).get("headline"):
         head.append(f"- {model['gpu_metrics']['headline']}")
     findings = [f for f in model["findings"] if f["severity"] != "info"]

@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nsanalyze.render.format import (budget_text, distinct_names, duration, kernel_list_work_line, health_line, set_aside_note, shorten, visible,
-                                     window_lines)
+from nsanalyze.render.format import (budget_text, distinct_names, duration, health_line, kernel_list_work_line,
+                                     set_aside_note, shorten, visible, window_lines)
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -35,7 +35,7 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
         for line in window_lines(timeline):
             console.print(Text(visible(line)))
     elif model.get("work"):
-        console.print(Text(visible(kernel_list_work_line(model["work"]))))
+        console.print(Text(visible(kernel_list_work_line(model))))
     if timeline and len(timeline.get("devices", [])) > 1:
         for device in timeline["devices"]:
             console.print(Text(f"  GPU {visible(device['device_id'])}: {budget_text(device.get('budget'))}; communication "
