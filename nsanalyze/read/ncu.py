@@ -183,10 +183,31 @@ def _source_spots(action, metric, lines: dict) -> list[SourceSpot]:
     return spots
 
 
+# Instanced metrics keyed by SASS opcode (not by PC): each opcode's count is kept as `NAME:OPCODE`
+# (`sass__inst_executed_per_opcode_with_modifier_all:MUFU.RCP64H`), the plain name keeps the total.
+OPCODE_COUNTERS = ("sass__inst_executed_per_opcode_with_modifier_all",)
+
+def _per_opcode(metric, name: str) -> dict[str, float]:
+    """`NAME:OPCODE` -> count for an instanced metric whose instances are keyed by opcode text."""
+    try:
+        if not metric.has_correlation_ids():
+            return {}
+        ids = metric.correlation_ids()
+        out: dict[str, float] = {}
+        for i in range(metric.num_instances()):
+            value = metric.as_double(i)
+            if value is not None and math.isfinite(value):
+                key = f"{name}:{ids.as_string(i)}"
+                out[key] = out.get(key, 0.0) + value
+        return out
+    except Exception:  # noqa: BLE001 - an unreadable breakdown costs the opcode counts only
+        return {}
+
+
 # Read whatever metrics a caller asks for: launch identity, duration and the source counters.
 ALWAYS_READ = frozenset({"gpu__time_duration.sum", "gpu__time_duration", "device__attribute_display_name",
                          "device__attribute_compute_capability_major", "device__attribute_compute_capability_minor",
-                         *SOURCE_COUNTERS})
+                         *SOURCE_COUNTERS, *OPCODE_COUNTERS})
 
 
 # Values that must be above zero: a clock, a rate, an SM count, a duration of 0 or less is no measurement.
@@ -232,6 +253,8 @@ def _read_action(ncu_report, action, index: int, range_index: int, units: dict, 
         metrics[name] = value
         if name not in units:
             units[name] = metric.unit()
+        if name in OPCODE_COUNTERS:
+            metrics.update(_per_opcode(metric, name))
         if name in SOURCE_COUNTERS and metric.has_correlation_ids():
             with_source.append(name)
     base = ncu_report.IAction

@@ -28,4 +28,4 @@ def test_contract_ids():
     ids = {c.ID for c in kernel_checks()}
     assert ids == {"uncoalesced-global", "bank-conflicts", "missing-tensor-cores", "warp-divergence", "low-ilp",
                    "low-occupancy", "local-memory-spill", "atomic-contention", "tail-effect", "clock-throttling",
-                   "small-grid", "block-size"}
+                   "small-grid", "block-size", "costly-fp-math"}
