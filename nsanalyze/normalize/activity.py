@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsanalyze.read.nsys import CALL_TABLES, GRAPH_TRACE_TABLE, KERNEL_TABLE, IntQuery, NsysExport
+from nsanalyze.read.nsys import (CALL_TABLES, GRAPH_TRACE_TABLE, KERNEL_TABLE, IntQuery, NsysExport, _col,
+                                 valid_intervals)
 
 PID_SHIFT = 24           # nsys globalTid / globalPid: the process id sits above bit 24
 # Calls are read from this long before the window: a call up to this long that began before it may
@@ -155,6 +156,45 @@ def kernels_query(where: str, params: dict, rows_at_most: int | None = None) -> 
                     f"FROM kernels WHERE {where}", params, NARROW_COLUMNS, rows_at_most)
 
 
+def _bare_kernels(export: NsysExport, view: IntQuery, start: int, end: int) -> IntQuery:
+    """The kernels of `view` (end >= start of the window, start < its end) read bare from the kernel
+    table, the view's row tests done in numpy (a third less work in SQLite); the view where that fails."""
+    k = KERNEL_TABLE
+    expressions = {"start": "start", "end": "end", "device_id": "deviceId", "stream_id": "streamId",
+                   "correlation_id": _col(export, k, "correlationId", "-1"), "pid": _col(export, k, "globalPid", "-1"),
+                   "short_name_id": "shortName", "demangled_id": "demangledName", "grid_x": "gridX", "grid_y": "gridY",
+                   "grid_z": "gridZ", "block_x": "blockX", "block_y": "blockY", "block_z": "blockZ",
+                   "registers_per_thread": _col(export, k, "registersPerThread", str(NO_MAX)),
+                   "shared_mem_bytes": f"{_col(export, k, 'staticSharedMemory', '0')} + "
+                                       f"{_col(export, k, 'dynamicSharedMemory', '0')}"}
+    assert set(expressions) == set(view.columns)
+
+    def keep(columns: dict) -> np.ndarray:   # the view's rows (deviceId: an integer, or the read failed)
+        return valid_intervals(columns["start"], columns["end"]) & (columns["end"] >= start) & (columns["start"] < end)
+
+    return IntQuery({name: (expressions[name], None) for name in view.columns}, f'FROM "{k}"', {}, view.narrow,
+                    view.rows_at_most, keep, view)
+
+
+def _bare_calls(export: NsysExport, view: IntQuery, start: int, end: int) -> IntQuery | None:
+    """The calls of `view` read bare from the runtime and driver tables (one after the other, as the view's
+    UNION ALL), its row tests done in numpy; the view where that fails."""
+    parts = [f"SELECT start AS start, end AS end, {_col(export, t, 'globalTid', '-1')} AS pid, "
+             f"{_col(export, t, 'correlationId', '-1')} AS correlation_id, nameId AS name_id FROM \"{t}\""
+             for t in CALL_TABLES if export.has(t, "start", "end", "nameId")]
+    if not parts:
+        return None
+    names = ("start", "end", "pid", "correlation_id", "name_id")
+    assert tuple(view.columns) == names
+
+    def keep(columns: dict) -> np.ndarray:
+        return (valid_intervals(columns["start"], columns["end"]) & (columns["end"] > start - CALL_LOOKBACK_NS)
+                & (columns["start"] < end))
+
+    return IntQuery({name: (name, None) for name in names}, "FROM (" + " UNION ALL ".join(parts) + ")", {},
+                    view.narrow, view.rows_at_most, keep, view)
+
+
 def read_kernels(export: NsysExport, where: str, params: dict) -> Columns:
     return _with_valid_shape(_with_processes(Columns(export.read_columns([kernels_query(where, params)])[0])))
 
@@ -194,8 +234,12 @@ def read_activity(export: NsysExport, window: tuple[int, int]) -> Activity:
                       "correlation_id": ("correlation_id", -1), "name_id": ("name_id", -1)},
                      f"FROM api_raw WHERE end > :ws - {CALL_LOOKBACK_NS} AND start < :we", params, NARROW_COLUMNS,
                      at_most(*CALL_TABLES))
-    tables = export.read_columns([kernels_query("end >= :ws AND start < :we", params, at_most(KERNEL_TABLE, *graphs)),
-                                  calls, copies])
+    kernels = kernels_query("end >= :ws AND start < :we", params, at_most(KERNEL_TABLE, *graphs))
+    if export.bare_kernels():
+        kernels = _bare_kernels(export, kernels, start, end)
+    if export.arrow is not None:
+        calls = _bare_calls(export, calls, start, end) or calls
+    tables = export.read_columns([kernels, calls, copies])
     if start <= -WHOLE_CAPTURE and end >= WHOLE_CAPTURE:  # the survey from these columns: no second scan
         export.survey_from_capture(kernels=tables[0], calls=tables[1], copies=tables[2])
     sizes = tables[2]["bytes"]
