@@ -81,7 +81,8 @@ THRESHOLDS = {
 }
 SPEEDUP_MODEL = ("the pipe's busy share x the share of its instructions the fix removes (divisions turned into "
                  "multiplications, add+multiply pairs fused, or FP64 moved to FP32 at the GPU's rate ratio), "
-                 "never more than the distance to the memory roof (1 - memory throughput share)")
+                 "never more than the distance to the memory roof (1 - memory throughput share); where the "
+                 "divisions' MUFU/FCHK keep the XU busiest, 1 - the next-busiest unit's share")
 ADVICE = """Take work off the busy floating-point pipe.
 
 - **Divisions:** compute a reciprocal once and multiply (`inv = 1.0 / r; a * inv; b * inv`); write a
@@ -108,6 +109,39 @@ def _warp(kernel: KernelView, concept: str) -> float:
     return (kernel.get(concept) or 0.0) / WARP
 
 
+def _xu_bound_divisions(kernel: KernelView, limits, fp64_share: float, fma_share: float, memory: float):
+    """Divisions whose reciprocal seeds and range checks (MUFU.RCP, MUFU.RCP64H, FCHK on the XU, a quarter-rate
+    unit) keep the XU busier than any FP pipe: as multiplications by hoisted reciprocals that work goes, and
+    the kernel runs until its next-busiest unit limits it: 1 - that unit's share, an upper bound on the rest
+    (that unit's own share of the division sequences goes too). Other special functions on the XU are not
+    counted apart: the note says so."""
+    xu = (kernel.get("xu_pipe_pct") or 0.0) / 100
+    divisions = (kernel.get("fp32_division_check_instructions") or 0.0) + (kernel.get("fp64_reciprocal_instructions") or 0.0)
+    next_unit = max(fp64_share, fma_share, memory)
+    if not divisions or xu < limits["min_pipe_share"] or xu <= next_unit:
+        return None
+    speedup = clamp01(1 - next_unit)
+    names = {"FMA (FP32) pipe": fma_share, "FP64 pipe": fp64_share, "memory": memory}
+    runner_up = max(names, key=names.get)
+    return Finding(
+        check=ID,
+        title=f"XU pipe at {xu:.0%} of peak with {divisions / 1e6:.1f}M divisions: their reciprocal seeds and checks "
+              f"(MUFU.RCP, FCHK) set the kernel's time; multiply by hoisted reciprocals",
+        estimated_speedup=speedup,
+        evidence={"pipe": {"value": "XU"}, "cause": {"value": "divisions"},
+                  "xu_pipe_pct": evidence(xu * 100, limits["min_pipe_share"] * 100, unit="%"),
+                  "divisions": evidence(divisions),
+                  "next_unit_share": evidence(next_unit, unit="ratio"),
+                  "fma_pipe_pct": evidence(fma_share * 100, unit="%"), "fp64_pipe_pct": evidence(fp64_share * 100, unit="%"),
+                  "memory_share": evidence(memory, unit="ratio")},
+        advice=ADVICE,
+        source=kernel.top_spots("inst_executed"),
+        notes=[f"without the divisions' XU work the kernel runs until its next-busiest unit ({runner_up}, "
+               f"{next_unit:.0%}) limits it: at most {speedup:.0%} saved; other special functions on the XU "
+               "(exp, sin, rsqrt) are not counted apart"],
+    )
+
+
 def run(kernel: KernelView, limits) -> Finding | None:
     if (kernel.get("tensor_pipe_pct") or 0.0) > limits["max_tensor_pipe_pct"]:
         return None
@@ -120,6 +154,9 @@ def run(kernel: KernelView, limits) -> Finding | None:
             return None
         return unjudged(*kernel.missing(("fp64_pipe_pct", "fma_pipe_pct")), collect="--section ComputeWorkloadAnalysis")
     fp64_share, fma_share = kernel.get("fp64_pipe_pct") / 100, kernel.get("fma_pipe_pct") / 100
+    xu_bound = _xu_bound_divisions(kernel, limits, fp64_share, fma_share, memory)
+    if xu_bound is not None:
+        return xu_bound
     fp64 = fp64_share >= fma_share
     pipe_share = fp64_share if fp64 else fma_share
     if pipe_share < limits["min_pipe_share"] or pipe_share <= memory:
