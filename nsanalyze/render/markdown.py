@@ -83,7 +83,7 @@ def render(model: dict) -> str:
                     f"CC {escape(shorten(str(p['compute_capability'] or '?'), 20))})")
         clock = p.get("clock_control") or {}
         if clock.get("mode") == "locked":   # as on the terminal: why clock-throttling was not judged
-            head.append(f"- Clock control: {escape(shorten(clock['reason'], LINE_LIMIT))}; clock\-throttling "
+            head.append(f"- Clock control: {escape(shorten(clock['reason'], LINE_LIMIT))}; clock\\-throttling "
                         "not judged; `ncu --clock-control none` measures it")
         if p.get("set_aside_values") and p["kind"] == "ncu":
             head.append(f"- {escape(shorten(set_aside_note(p['set_aside_values']), LINE_LIMIT))}")
