@@ -211,6 +211,23 @@ def roof_share(kernel: KernelView) -> float | None:
     return clamp01(max(values) / 100.0) if values else None
 
 
+def scheduler_busy(kernel) -> tuple[float | None, str]:
+    """How busy the schedulers are, in %, and the metric that says it: issue-slot use, else the SM's throughput."""
+    if kernel.get("issue_active_pct") is not None:
+        return kernel.get("issue_active_pct"), "issue_active_pct"
+    if kernel.get("sm_throughput_pct") is not None:
+        return kernel.get("sm_throughput_pct"), "sm_throughput_pct"
+    return None, "issue_active_pct"
+
+
+def busy_scaled(waste: float, busy_pct: float | None, unmeasured: str) -> tuple[float, list[str]]:
+    """A waste's speedup is its share times how busy the unit it wastes is; where that is not measured, no
+    savings are estimated and the note `unmeasured` (what would measure it) says so: never assumed."""
+    if busy_pct is None:
+        return 0.0, [f"no savings estimated: {unmeasured}"]
+    return clamp01(waste * clamp01(busy_pct / 100.0)), []
+
+
 def size_text(byte_count: float) -> str:
     """Bytes with the unit that reads best (decimal, as ncu prints them): 812 kB, 4.2 MB, 1.75 TB."""
     for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

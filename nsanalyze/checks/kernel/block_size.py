@@ -35,7 +35,7 @@ size, saves nothing (info) and notes what would measure it, rather than assume a
 
 import math
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
+from nsanalyze.checks.base import Finding, KernelView, Threshold, busy_scaled, scheduler_busy, evidence
 
 ID = "block-size"
 NAME = "scheduling.block.size"
@@ -72,17 +72,10 @@ def run(kernel: KernelView, limits) -> Finding | None:
     warps = grid * lanes / 32 if grid else None
     if warps is not None and sms and warps <= sms * SCHEDULERS_PER_SM:
         return None  # every warp has a scheduler to itself: fuller warps would not finish sooner
-    issue, issue_by = kernel.get("issue_active_pct"), "issue_active_pct"
-    if issue is None:
-        issue, issue_by = kernel.get("sm_throughput_pct"), "sm_throughput_pct"
-    notes = []
-    if issue is None:  # how busy the schedulers are is not measured: say so, never assume
-        speedup, issue_by = 0.0, "issue_active_pct"
-        notes.append("no savings estimated: the report measures neither the schedulers' issue-slot use "
-                     "(issue_active_pct) nor the SM throughput that say how much the empty lanes cost; "
-                     "ncu --section SchedulerStats (or --section SpeedOfLight) measures them")
-    else:
-        speedup = wasted * clamp01(issue / 100.0)
+    issue, issue_by = scheduler_busy(kernel)
+    speedup, notes = busy_scaled(wasted, issue, "the report measures neither the schedulers' issue-slot use "
+                                 "(issue_active_pct) nor the SM throughput that say how much the empty lanes cost; "
+                                 "ncu --section SchedulerStats (or --section SpeedOfLight) measures them")
     return Finding(
         check=ID,
         title=f"{threads:.0f}-thread blocks fill {threads / lanes:.0%} of their warps' lanes "

@@ -31,7 +31,7 @@ assume the whole kernel scales with the clock.
 - `max_clock_ratio`: measured over maximum SM clock below which the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
+from nsanalyze.checks.base import Finding, KernelView, Threshold, busy_scaled, evidence
 
 ID = "clock-throttling"
 NAME = "device.clock"
@@ -69,14 +69,9 @@ def run(kernel: KernelView, limits) -> Finding | None:
         return None
     compute = kernel.get("sm_throughput_pct")
     measured, maximum = kernel.get("sm_frequency_hz"), kernel.get("max_sm_frequency_hz")
-    notes = []
-    if compute is None:  # the share of the time the clock bounds is not measured: say so, never assume all of it
-        speedup = 0.0
-        notes.append("no savings estimated: the report does not measure the compute speed-of-light share "
-                     "(sm_throughput_pct) that says how much of the kernel's time a faster clock shortens; "
-                     "ncu --section SpeedOfLight measures it")
-    else:
-        speedup = clamp01((1 - ratio) * clamp01(compute / 100.0))
+    speedup, notes = busy_scaled(1 - ratio, compute, "the report does not measure the compute speed-of-light share "
+                                 "(sm_throughput_pct) that says how much of the kernel's time a faster clock "
+                                 "shortens; ncu --section SpeedOfLight measures it")
     return Finding(
         check=ID,
         title=f"SM clock at {ratio:.0%} of the maximum"

@@ -36,7 +36,7 @@ what would measure it.
 
 import math
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
+from nsanalyze.checks.base import Finding, KernelView, Threshold, busy_scaled, scheduler_busy, clamp01, evidence
 
 ID = "warp-divergence"
 NAME = "compute.control.divergence"
@@ -83,17 +83,10 @@ def run(kernel: KernelView, limits) -> Finding | None:
     efficiency = clamp01(measured / fill)  # of the lanes the block fills: the rest is the block size, not branches
     if efficiency >= limits["max_warp_efficiency"]:
         return None
-    issue, issue_by = kernel.get("issue_active_pct"), "issue_active_pct"
-    if issue is None and kernel.get("sm_throughput_pct") is not None:
-        issue, issue_by = kernel.get("sm_throughput_pct"), "sm_throughput_pct"
-    notes = []
-    if issue is None:  # how busy the schedulers are is not measured: say so, never assume
-        speedup = 0.0
-        notes.append("no savings estimated: the report measures neither the schedulers' issue-slot use "
-                     "(issue_active_pct) nor the SM throughput that say how much the masked lanes cost; "
-                     "ncu --section SchedulerStats (or --section SpeedOfLight) measures them")
-    else:
-        speedup = clamp01((1 - efficiency) * clamp01(issue / 100.0))
+    issue, issue_by = scheduler_busy(kernel)
+    speedup, notes = busy_scaled(1 - efficiency, issue, "the report measures neither the schedulers' issue-slot "
+                                 "use (issue_active_pct) nor the SM throughput that say how much the masked lanes "
+                                 "cost; ncu --section SchedulerStats (or --section SpeedOfLight) measures them")
     facts = {"warp_execution_efficiency": evidence(efficiency, limits["max_warp_efficiency"], unit="ratio", compare="<"),
              "threads_per_instruction": evidence(kernel.get("threads_per_instruction"), unit="threads"),
              issue_by: evidence(issue, unit="%")}
