@@ -288,8 +288,7 @@ def named_range(export: NsysExport, name: str) -> Steps | None:
         return None
     starts = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     ends = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
-    outer = np.ones(len(starts), dtype=bool)
-    outer[1:] = starts[1:] >= np.maximum.accumulate(ends)[:-1]
+    outer = _outermost(starts, ends)
     tids = {r[2] for r in rows}
     return Steps(name, next(iter(tids)) if len(tids) == 1 else None, starts[outer], ends[outer])
 
@@ -307,10 +306,15 @@ def _instances(export: NsysExport, tid, names: list[str]) -> tuple[np.ndarray, n
     ends = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
     if len(starts) == 0:
         return starts, ends
-    # Keep the outermost instances: one nested in an earlier one is not a new step.
+    outer = _outermost(starts, ends)
+    return starts[outer], ends[outer]
+
+
+def _outermost(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Instances (sorted by start) not nested in an earlier one: a nested instance is not a new step."""
     outer = np.ones(len(starts), dtype=bool)
     outer[1:] = starts[1:] >= np.maximum.accumulate(ends)[:-1]
-    return starts[outer], ends[outer]
+    return outer
 
 
 def count_warmup(durations: np.ndarray) -> int:
