@@ -67,14 +67,14 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         kind = "nvtx-range" if nvtx_range else "skip-first"
     if kind == "capture" and mode == "steady" and steps is None:
         pattern = find_launch_pattern(export)
-        if pattern is not None:
+        if pattern is not None:  # start-up counted from the first CUDA call: host work before any GPU work too
             return Window(pattern.start, pattern.end,
                           f"steady state: from the first of {pattern.launches} launches of '{pattern.kernel}' "
                           f"(no step-like NVTX range; the loop read off its most launched kernel); "
-                          f"{max(0, pattern.start - first) / 1e9:.2f} s of GPU start-up before it left out", "steady")
+                          f"{max(0, pattern.start - _capture_start(export, first)) / 1e9:.2f} s of start-up "
+                          "before it left out", "steady")
     if kind == "capture" and mode == "steady" and steps is not None:
-        capture_start = export.first_call_ns
-        capture_start = min(capture_start, first) if capture_start is not None else first
+        capture_start = _capture_start(export, first)
         start, end = int(steps.starts[0]), int(steps.ends[-1])
         startup = max(0, start - capture_start)
         warm = f" and {steps.warmup} warm-up step{'s' if steps.warmup != 1 else ''}" if steps.warmup else ""
@@ -86,6 +86,12 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         parts.append(f"the whole capture, from its first to its last {what}"
                      + (" (no repeating step-like NVTX range found)" if mode == "steady" else ""))
     return Window(start, end, "; ".join(parts), kind)
+
+
+def _capture_start(export: NsysExport, first_gpu_ns: int) -> int:
+    """The program's start as the export shows it: its first CUDA call, or its first GPU work if earlier."""
+    first_call = export.first_call_ns
+    return min(first_call, first_gpu_ns) if first_call is not None else first_gpu_ns
 
 
 @dataclass

@@ -77,3 +77,17 @@ def test_without_nvtx_the_loop_is_read_off_its_launches(tmp_path, name, first):
     with_ranges = [f for f in analyze([str(REAL / name)])["findings"] if f["kernel_id"] is None and f["severity"] != "info"]
     assert program[0]["check"] == with_ranges[0]["check"]
     assert first in [f["check"] for f in program[:2]]
+
+
+def test_start_up_left_out_counts_host_work_before_the_gpu(analyzed):
+    """cuDF groupby: 2 s of from_arrow on the host before the first kernel, then the loop read off its launches.
+    The window's 'left out' is counted from the first CUDA call (SQL), not from the first GPU work (0.01 s)."""
+    from tests.conftest import PUBLIC, sql
+
+    path = PUBLIC / "quasiben__nvtx-examples__cudf-groupby.sqlite.xz"
+    window = analyzed(path)["timeline"]["window"]
+    (first_call,), = sql(path, "SELECT MIN(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    (first_kernel,), = sql(path, "SELECT MIN(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    left_out = (window["start_ns"] - min(first_call, first_kernel)) / 1e9
+    assert left_out > 1.5 and (window["start_ns"] - first_kernel) / 1e9 < 0.1
+    assert f"{left_out:.2f} s of start-up before it left out" in window["description"]
