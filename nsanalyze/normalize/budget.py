@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity, ascending, distinct, first_by_key, lookup
+from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity, ascending, distinct
 
 PARTS = ("gpu_compute", "gpu_communication", "gpu_copy", "idle_other", "idle_sync", "idle_launch", "idle_host")
 IDLE_PARTS = PARTS[3:]
@@ -43,6 +43,7 @@ SYNC_PREFIXES = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSyn
 SYNC_COPY_PREFIXES = ("cudaMemcpy", "cuMemcpy")
 COMMUNICATION_PATTERN = "nccl%"
 PEER_COPY_KIND = 10  # CUPTI's Peer-to-Peer memcpy kind, where the export has no ENUM table to say
+CHUNK = 1 << 20  # rows per step where a temporary per row would otherwise be made for millions at once
 
 
 @dataclass
@@ -107,21 +108,40 @@ def _covered(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.where(index >= 0, before + partial, 0)
 
 
-def union(starts: np.ndarray, ends: np.ndarray, tolerance: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint sorted islands of the intervals; gaps up to `tolerance` are bridged."""
+def union(starts: np.ndarray, ends: np.ndarray, tolerance: int = 0, owned: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted islands of the intervals; gaps up to `tolerance` are bridged. `owned`: the
+    arrays are the caller's own copies, which may be overwritten."""
     if len(starts) == 0:
         return starts, ends
-    if not ascending(starts):  # in order already (calls, one stream's kernels): no index, no sorted copies
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], ends[order]
-        del order
-    running_end = np.maximum.accumulate(ends)
-    new_island = np.empty(len(starts), dtype=bool)
+    if ascending(starts):  # in order already (calls, one stream's kernels): no index, no sorted copies
+        return _merge(starts, ends, tolerance, own_ends=owned)
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    del order
+    return _merge(starts, ends, tolerance, own_ends=True)
+
+
+def _merge(starts: np.ndarray, ends: np.ndarray, tolerance: int = 0, own_ends: bool = False):
+    """union() of intervals sorted by start. With `own_ends` the ends (a copy of the caller's) are
+    overwritten by their running maximum instead of a new array being made; ends already in order
+    are their own running maximum."""
+    n = len(starts)
+    if own_ends:
+        running_end = np.maximum.accumulate(ends, out=ends)
+    else:
+        running_end = ends if ascending(ends) else np.maximum.accumulate(ends)
+    new_island = np.empty(n, dtype=bool)
     new_island[0] = True
-    new_island[1:] = starts[1:] > running_end[:-1] + tolerance
-    first = np.flatnonzero(new_island)
-    last = np.concatenate((first[1:] - 1, [len(starts) - 1]))
-    return starts[first], running_end[last]
+    if tolerance:  # in chunks: running_end + tolerance is a temporary as long as its chunk
+        for at in range(1, n, CHUNK):
+            stop = min(n, at + CHUNK)
+            np.greater(starts[at:stop], running_end[at - 1:stop - 1] + tolerance, out=new_island[at:stop])
+    else:
+        np.greater(starts[1:], running_end[:-1], out=new_island[1:])
+    island_end = np.empty(n, dtype=bool)  # the last interval of each island: the one before a new island
+    island_end[:-1] = new_island[1:]
+    island_end[-1] = True
+    return starts[new_island], running_end[island_end]
 
 
 def clipped(values: np.ndarray, low: int, high: int) -> np.ndarray:
@@ -132,28 +152,52 @@ def clipped(values: np.ndarray, low: int, high: int) -> np.ndarray:
     return np.clip(values, low, high)
 
 
+def _islands(layer, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+    """A layer's intervals clipped to the window, empty ones dropped, merged into islands."""
+    s, e = layer() if callable(layer) else layer
+    owned = callable(layer)  # a selection made for this: a copy of the work's columns
+    s, e = clipped(s, start, end), clipped(e, start, end)
+    keep = e > s
+    if not keep.all():
+        s, e, owned = s[keep], e[keep], True
+    del keep
+    return union(s, e, owned=owned)
+
+
 def label_segments(layers: list, window: tuple[int, int]) -> Labelled:
     """Cuts the window at every island edge of every layer; labels each segment by the first active
     layer (layer index = part index), or the last part when none is active. A layer is (starts, ends),
     or a function that returns them (made when needed, freed once merged). Each layer is first merged
-    into disjoint islands, so a segment lies wholly inside or outside each: one `searchsorted` per layer."""
+    into disjoint islands, so a segment lies wholly inside or outside each, and the segments inside an
+    island are a run between the indices of its edges among the cut times: a +1 at its start, a -1 at
+    its end, a running sum (int8) marks the layer's segments."""
     start, end = window
-    islands = []
-    for layer in layers:
-        s, e = layer() if callable(layer) else layer
-        s, e = clipped(s, start, end), clipped(e, start, end)
-        keep = e > s
-        islands.append(union(s, e) if keep.all() else union(s[keep], e[keep]))
-        del s, e, keep
-    times = distinct(np.concatenate([np.array([start, end], dtype=np.int64)] + [edge for pair in islands for edge in pair]))
-    seg_starts, seg_ends = times[:-1], times[1:]
-    label = np.full(len(seg_starts), len(PARTS) - 1, dtype=np.int8)
+    islands = [_islands(layer, start, end) for layer in layers]
+    times = np.concatenate([np.array([start, end], dtype=np.int64)] + [edge for pair in islands for edge in pair])
+    if not ascending(times):
+        times.sort()
+    first = np.empty(len(times), dtype=bool)  # distinct, in place of a sorted copy and a copy of that
+    first[0] = True
+    np.not_equal(times[1:], times[:-1], out=first[1:])
+    if not first.all():
+        times = times[first]
+    del first
+    segments = len(times) - 1
+    label = np.full(segments, len(PARTS) - 1, dtype=np.int8)
     for index in reversed(range(len(layers))):  # paint from the last layer to the first
         island_starts, island_ends = islands[index]
-        if len(island_starts):
-            at = np.searchsorted(island_starts, seg_starts, side="right") - 1
-            label[(at >= 0) & (seg_starts < island_ends[np.maximum(at, 0)])] = index
-    return Labelled(seg_starts, seg_ends, label)
+        islands[index] = None
+        if not len(island_starts):
+            continue
+        edges = np.zeros(segments + 1, dtype=np.int8)
+        edges[np.searchsorted(times, island_starts)] = 1   # the islands are disjoint: no index repeats
+        edges[np.searchsorted(times, island_ends)] = -1
+        del island_starts, island_ends
+        inside = np.cumsum(edges[:-1], dtype=np.int8).view(bool)  # 1 inside an island, else 0
+        del edges
+        label[inside] = index
+        del inside
+    return Labelled(times[:-1], times[1:], label)
 
 
 def wait_name_ids(names: dict[int, str | None]) -> set[int]:
@@ -172,7 +216,11 @@ def build_budgets(activity: Activity, call_names: dict[int, str | None], communi
                   peer_copy_kinds: set[int] = frozenset({PEER_COPY_KIND})) -> list[DeviceBudget]:
     """One budget per GPU with activity in the window. `call_names` names the calls' name ids;
     `communication_ids` are the kernel name ids of communication (NCCL) kernels, `peer_copy_kinds`
-    the memcpy kinds of peer-to-peer copies."""
+    the memcpy kinds of peer-to-peer copies.
+
+    Memory: done in three passes so that no two of the big working sets are held at once (at 6M
+    kernels and 11.5M calls each is hundreds of MB): each GPU's idle gaps and the work that ends each;
+    then the launch look-up of every call, asked only for those gaps and freed; then each GPU's sweep."""
     start, end = activity.start, activity.end
     kernels = activity.kernels.where(activity.kernels.end > start)
     copies = activity.copies.where(activity.copies.end > start)
@@ -185,28 +233,36 @@ def build_budgets(activity: Activity, call_names: dict[int, str | None], communi
                            np.where(np.isin(copies.copy_kind, list(peer_copy_kinds)), 1, 2).astype(np.int8)))
     act_pid = _at_least_zero(np.concatenate((kernels.pid, copies.pid)))
     act_corr = np.concatenate((kernels.correlation_id, copies.correlation_id))
+    del kernels, copies
     calls = activity.calls
-    api_start, api_end, api_corr = calls.start, calls.end, calls.correlation_id
+    api_start, api_end = calls.start, calls.end
     api_pid = _at_least_zero(calls.pid)
     api_wait = np.isin(calls.name_id, list(wait_name_ids(call_names)))
-    # Launch call per (process, correlation id): its end is when the host handed over that GPU work.
-    launch_keys = api_pid * (1 << 32)
-    launch_keys += api_corr
-    launches = first_by_key(launch_keys)
-    del launch_keys
 
-    budgets = []
+    gpus = []
     for device_id in distinct(device):
         on = _subset(device == device_id)
         pids = distinct(on(act_pid))
-        mine = _subset(np.isin(api_pid, pids) if len(pids) else np.zeros(len(api_pid), dtype=bool))
         first = max(start, int(on(act_start).min())) if start <= -(1 << 61) else start
         last = min(end, int(on(act_end).max())) if end >= (1 << 61) else end
-        labelled = _device_labels(
-            (on(act_start), on(act_end), on(kind), on(act_pid) * (1 << 32) + on(act_corr)),
-            (mine(api_start), mine(api_end), mine(api_wait)), (launches, api_end), (first, last),
-            host_traced=bool(len(mine(api_start))))
-        budgets.append(DeviceBudget(int(device_id), first, last, labelled, [int(p) for p in pids]))
+        gaps = _gaps(on(act_start), on(act_end), on(act_pid), on(act_corr), (first, last))
+        gpus.append((int(device_id), on, pids, first, last, list(gaps)))
+    del act_pid, act_corr
+    if len(gpus) == 1:
+        del device  # every row is on this GPU (`on` selects all): the column is not needed again
+    # Launch call per (process, correlation id): its end is when the host handed over that GPU work.
+    launches = _launch_ends(api_pid, calls.correlation_id, api_end)
+    for gpu in gpus:
+        gaps = gpu[5]
+        gaps[2] = _launched(launches, gaps[2])  # the next work's key replaced by its launch's end
+    del launches
+
+    budgets = []
+    for device_id, on, pids, first, last, gaps in gpus:
+        mine = _subset(np.isin(api_pid, pids) if len(pids) else np.zeros(len(api_pid), dtype=bool))
+        labelled = _device_labels((on(act_start), on(act_end), on(kind)), (mine(api_start), mine(api_end), mine(api_wait)),
+                                  gaps, (first, last), host_traced=bool(len(mine(api_start))))
+        budgets.append(DeviceBudget(device_id, first, last, labelled, [int(p) for p in pids]))
     return budgets
 
 
@@ -222,35 +278,72 @@ def _subset(mask: np.ndarray):
     return lambda values: values[mask]
 
 
-def _device_labels(activity, host, launch_ends, window, host_traced: bool = True) -> Labelled:
-    act_start, act_end, kind, act_key = activity
-    api_start, api_end, api_wait = host
+def _gaps(act_start, act_end, act_pid, act_corr, window) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The idle gaps of one GPU's work in the window (the complement of its islands), and the
+    (process, correlation id) key of the work that ends each gap (-1: none follows)."""
     start, end = window
-    # Idle gaps: the complement of all GPU work in the window.
     busy_s, busy_e = union(clipped(act_start, start, end), clipped(act_end, start, end))
     gap_s = np.concatenate(([start], busy_e))
     gap_e = np.concatenate((busy_s, [end]))
+    del busy_s, busy_e
     real = gap_e > gap_s
-    gap_s, gap_e = gap_s[real], gap_e[real]
-    # Work already queued when the gap ended: find the launch of the work that ends each gap.
-    next_key = np.full(len(gap_e), -1, dtype=np.int64)
-    if ascending(act_start):
-        sorted_starts, sorted_keys = act_start, act_key
-    else:
-        by_start = np.argsort(act_start, kind="stable")
-        sorted_starts, sorted_keys = act_start[by_start], act_key[by_start]
+    if not real.all():
+        gap_s, gap_e = gap_s[real], gap_e[real]
+    del real
+    # The first work (in start order, the export's order among equal starts) starting at or after each gap's end.
+    by_start = None if ascending(act_start) else np.argsort(act_start, kind="stable")
+    at = np.searchsorted(act_start if by_start is None else act_start[by_start], gap_e, side="left")
+    has_next = at < len(act_start)
+    np.minimum(at, len(act_start) - 1, out=at)
+    if by_start is not None:
+        at = by_start[at]
         del by_start
-    at = np.searchsorted(sorted_starts, gap_e, side="left")
-    has_next = (at < len(sorted_starts))
-    next_key[has_next] = sorted_keys[at[has_next]]
-    del sorted_starts, sorted_keys
-    launches, call_ends = launch_ends
-    found = lookup(launches, next_key)
-    matched = has_next & (found >= 0)
-    launched = np.where(matched, call_ends[np.maximum(found, 0)] if len(call_ends) else 0, np.iinfo(np.int64).max)
-    queued = matched & (launched < gap_e - LAUNCH_LATENCY_NS)
-    other_s = np.maximum(gap_s, np.where(queued, launched, gap_e))[queued]
-    other_e = gap_e[queued]
+    next_key = act_pid[at] * (1 << 32) + act_corr[at]
+    next_key[~has_next] = -1
+    return gap_s, gap_e, next_key
+
+
+def _launch_ends(call_pid, call_corr, call_end) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct (process, correlation id) keys of the calls, end of each key's first call)."""
+    keys = call_pid * (1 << 32)
+    keys += call_corr
+    if ascending(keys):
+        ends = call_end
+    else:
+        order = np.argsort(keys, kind="stable")
+        keys, ends = keys[order], call_end[order]
+        del order
+    if len(keys) > 1:
+        first = np.empty(len(keys), dtype=bool)
+        first[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=first[1:])
+        if not first.all():
+            keys, ends = keys[first], ends[first]
+    return keys, ends
+
+
+def _launched(launches, keys: np.ndarray) -> np.ndarray:
+    """End of the launch call of each key (int64's largest where none, or the key is -1)."""
+    sorted_keys, ends = launches
+    never = np.iinfo(np.int64).max
+    if not len(sorted_keys):
+        return np.full(len(keys), never, dtype=np.int64)
+    at = np.searchsorted(sorted_keys, keys)
+    np.minimum(at, len(sorted_keys) - 1, out=at)
+    found = (sorted_keys[at] == keys) & (keys != -1)
+    return np.where(found, ends[at], never)
+
+
+def _device_labels(activity, host, gaps, window, host_traced: bool = True) -> Labelled:
+    act_start, act_end, kind = activity
+    api_start, api_end, api_wait = host
+    start, end = window
+    gap_s, gap_e, launched = gaps
+    gaps.clear()  # the caller's list: the gaps are freed here once used, not when every GPU is done
+    # Work already queued when the gap ended: its launch call returned well before.
+    queued = launched < gap_e - LAUNCH_LATENCY_NS
+    other_s, other_e = np.maximum(gap_s[queued], launched[queued]), gap_e[queued]
+    del queued, launched
     # Waits that returned inside a gap: the gap's first part, as long as the work queued before the wait.
     wait_s, wait_e = api_start[api_wait], api_end[api_wait]
     sync_s, sync_e = np.array([], dtype=np.int64), np.array([], dtype=np.int64)
@@ -258,22 +351,26 @@ def _device_labels(activity, host, launch_ends, window, host_traced: bool = True
         index = np.searchsorted(gap_s, wait_e, side="right") - 1
         inside = (index >= 0) & (wait_e <= gap_e[np.maximum(index, 0)])
         index, ws, we = index[inside], wait_s[inside], wait_e[inside]
-        covered = np.zeros(len(gap_s), dtype=np.int64)
-        np.maximum.at(covered, index, we - np.minimum(ws, gap_s[index]))
-        covered = np.minimum(covered, gap_e - gap_s)
+        touched = distinct(index)  # the gaps a wait returned in, in gap order
+        covered = np.zeros(len(touched), dtype=np.int64)
+        np.maximum.at(covered, np.searchsorted(touched, index), we - np.minimum(ws, gap_s[index]))
+        covered = np.minimum(covered, gap_e[touched] - gap_s[touched])
         has = covered > 0
-        sync_s, sync_e = gap_s[has], gap_s[has] + covered[has]
+        sync_s = gap_s[touched][has]
+        sync_e = sync_s + covered[has]
+        del index, inside, ws, we, touched, covered, has
+    del wait_s, wait_e
     # Dispatch: short non-waiting calls, bridged over the framework's gaps between them.
     short = ~api_wait & (api_end - api_start < LONG_CALL_NS)
-    dispatch_s, dispatch_e = union(api_start[short], api_end[short], DISPATCH_GAP_NS)
+    dispatch_s, dispatch_e = union(api_start[short], api_end[short], DISPATCH_GAP_NS, owned=True)
+    del short
     if not host_traced:  # no CUDA calls recorded: no host cause can be told, all idle time is "other"
         other_s, other_e = gap_s, gap_e
-    layers = [  # the work's layers selected when labelled, one at a time (each a copy of millions of intervals)
-        lambda: (act_start[kind == 0], act_end[kind == 0]),
-        lambda: (act_start[kind == 1], act_end[kind == 1]),
-        lambda: (act_start[kind == 2], act_end[kind == 2]),
-        (other_s, other_e),
-        (sync_s, sync_e),
-        (dispatch_s, dispatch_e),
-    ]
+    del gap_s, gap_e
+
+    def work(part: int):  # the work's layers selected when labelled, one at a time (each a copy of millions of intervals)
+        return lambda: (act_start[kind == part], act_end[kind == part])
+
+    layers = [work(0), work(1), work(2), (other_s, other_e), (sync_s, sync_e), (dispatch_s, dispatch_e)]
+    del other_s, other_e, sync_s, sync_e, dispatch_s, dispatch_e
     return label_segments(layers, (start, end))
