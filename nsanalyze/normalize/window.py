@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nsanalyze.normalize.activity import Activity, Columns, distinct
-from nsanalyze.normalize.budget import SYNC_PREFIXES, union
+from nsanalyze.normalize.budget import CHUNK, SYNC_PREFIXES, union
 from nsanalyze.normalize.steps import Steps, find_launch_pattern
 from nsanalyze.read.nsys import NsysExport
 
@@ -114,11 +114,15 @@ class WindowActivity:
         starts, ends = self.busy
         if not len(starts):
             return np.zeros(len(t), dtype=np.int64)
-        before = np.searchsorted(starts, t, side="right") - 1
-        running = (before >= 0) & (ends[np.maximum(before, 0)] > t)
-        after = np.searchsorted(starts, t, side="left")
-        wait = np.where(after < len(starts), starts[np.minimum(after, len(starts) - 1)] - t, 0)
-        return np.where(running, 0, wait)
+        out = np.empty(len(t), dtype=np.int64)
+        for first in range(0, len(t), CHUNK):  # in chunks: at millions of calls each temporary is tens of MB
+            chunk = t[first:first + CHUNK]
+            before = np.searchsorted(starts, chunk, side="right") - 1
+            running = (before >= 0) & (ends[np.maximum(before, 0)] > chunk)
+            after = np.searchsorted(starts, chunk, side="left")
+            wait = np.where(after < len(starts), starts[np.minimum(after, len(starts) - 1)] - chunk, 0)
+            out[first:first + CHUNK] = np.where(running, 0, wait)
+        return out
 
 
 def name_like(name, prefixes) -> bool:
