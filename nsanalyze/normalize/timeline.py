@@ -116,7 +116,7 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
                                                     lambda name: is_step_like(normalize_name(name))) or {})
     timeline.notes = _graph_notes(export, wa)
     timeline.api_calls = host_calls.api_calls(wa)
-    timeline.host_stretches = _host_stretches(export, budgets)
+    timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads)
     capture_budgets = lambda: build_budgets(capture, call_names, set(comm_ids.tolist()), peer_kinds)  # noqa: E731
     timeline.phases = find_phases(export, capture_budgets, (window.start, window.end),
                                   step_name)
@@ -206,7 +206,7 @@ def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -
     return section
 
 
-def _host_stretches(export: NsysExport, budgets, limit: int = 5) -> list[dict]:
+def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, limit: int = 5) -> list[dict]:
     """The longest stretches in which the GPU waited on the host's own work, with what the host was in:
     the innermost NVTX range around it and the OS runtime calls during it (when traced)."""
     stretches = []
@@ -232,26 +232,21 @@ def _host_stretches(export: NsysExport, budgets, limit: int = 5) -> list[dict]:
         for index, stretch in enumerate(stretches):
             mine = sorted((r for r in rows if r[0] == index), key=lambda r: -r[3])[:3]
             stretch["os_calls"] = [{"name": r[1], "calls": r[2], "overlap_ns": r[3]} for r in mine]
-        _launching_thread_calls(export, stretches, {b.device_id: set(b.processes) for b in budgets})
+        _launching_thread_calls(export, stretches, {b.device_id: set(b.processes) for b in budgets},
+                                launching_threads)
     return stretches
 
 
-def _launching_thread_calls(export: NsysExport, stretches: list[dict], pids_by_device: dict) -> None:
+def _launching_thread_calls(export: NsysExport, stretches: list[dict], pids_by_device: dict,
+                            launching_threads: np.ndarray) -> None:
     """Per stretch, the OS calls of the threads that launched GPU work in its GPU's processes: `host_threads`,
     `blocked_ns` (time all of them sat inside OS calls) and `thread_os_calls` (the calls of the one that sat in
     them least). Other threads (CUDA's, NCCL's helpers) wait all along and are not the GPU's host."""
-    if not stretches or not export.has("OSRT_API", "start", "end", "nameId", "globalTid") \
-            or not export.has("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid", "correlationId") \
-            or not export.has("CUPTI_ACTIVITY_KIND_KERNEL", "correlationId"):
+    if not stretches or not export.has("OSRT_API", "start", "end", "nameId", "globalTid"):
         return
-    pids = sorted({p for s in stretches for p in pids_by_device.get(s["device_id"], ())})
-    if not pids:
-        return
-    in_pids = ",".join(str(p) for p in pids)
+    pids = {p for s in stretches for p in pids_by_device.get(s["device_id"], ())}
     # the threads that launched GPU work (a helper thread that only queries events is not the GPU's host)
-    threads = [r[0] for r in export.query(f"""SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME
-                                              WHERE globalTid / 16777216 IN ({in_pids}) AND correlationId IN
-                                                  (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)""")]
+    threads = [int(t) for t in launching_threads if int(t) // 16777216 in pids]
     if not threads:
         return
     windows = ", ".join(f"({i}, {r['start_ns']}, {r['start_ns'] + r['duration_ns']})" for i, r in enumerate(stretches))

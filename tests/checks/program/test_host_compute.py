@@ -37,9 +37,11 @@ def with_thread_calls(path, timeline):
         start, end = stretch["start_ns"], stretch["start_ns"] + stretch["duration_ns"]
         threads = [r[0] for r in sql(path, f"""
             SELECT DISTINCT r.globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+            JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
+                                             AND k.globalPid / 16777216 = r.globalTid / 16777216
             WHERE r.globalTid / 16777216 IN (SELECT DISTINCT globalPid / 16777216 FROM CUPTI_ACTIVITY_KIND_KERNEL
-                                             WHERE deviceId = {stretch['device_id']})
-              AND r.correlationId IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)""")]
+                                             WHERE deviceId = {stretch['device_id']})""")]
+        stretch["host_threads"] = len(threads)
         rows = sql(path, f"""SELECT o.globalTid, MAX(o.start, {start}), MIN(o.end, {end}), s.value FROM OSRT_API o
                              JOIN StringIds s ON s.id = o.nameId
                              WHERE o.start < {end} AND o.end > {start}
@@ -117,8 +119,15 @@ def test_the_timeline_splits_the_calls_by_thread(timelines, name):
     oracle = with_thread_calls(path, timelines[name]).host_stretches
     assert mine and all("blocked_ns" in s and s["host_threads"] >= 1 for s in mine)
     for got, want in zip(mine, oracle):
-        assert got["blocked_ns"] == want["blocked_ns"]
+        assert got["blocked_ns"] == want["blocked_ns"] and got["host_threads"] == want["host_threads"]
         assert [c["name"] for c in got["thread_os_calls"]] == [c["name"] for c in want["thread_os_calls"]][:3]
+
+
+def test_launching_threads_are_matched_within_their_process(timelines):
+    """ddp_host_all: each rank launches from its main and autograd threads; its event-querying helper
+    thread shares correlation ids only with the other rank's kernels and is not a launching thread."""
+    stretches = timelines["ddp_host_all_nsys.sqlite.xz"].host_stretches
+    assert stretches and all(s["host_threads"] == 2 for s in stretches)
 
 
 def test_straggler_cause_names_the_sleep(timelines):
