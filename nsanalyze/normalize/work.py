@@ -77,14 +77,42 @@ def role_of(name: str | None, demangled: str | None = None) -> str:
 
 
 @dataclass
-class Chain:
-    """Memory-bound kernels run back to back on one stream between other work (one instance)."""
+class Chains:
+    """Memory-bound kernels run back to back on one stream between other work, one entry per instance
+    (tens of thousands on a long capture: columns, not an object each)."""
 
-    kernels: int
-    ops: int               # of them, single operations written out (elementwise and reduction kernels)
-    ns: int                # of its fusable kernels (elementwise, reduction, normalization)
-    longest_ns: int        # the longest of those: the one pass a fused kernel still makes
-    names: tuple[int, ...]  # demangled ids, in launch order
+    kernels: np.ndarray     # launches in each chain
+    ops: np.ndarray         # of them, single operations written out (elementwise and reduction kernels)
+    ns: np.ndarray          # time of its fusable kernels (elementwise, reduction, normalization)
+    longest_ns: np.ndarray  # the longest of those: the one pass a fused kernel still makes
+    name_ids: np.ndarray    # demangled ids of the chains' launches in launch order, chain after chain
+    offsets: np.ndarray     # where each chain's ids begin in name_ids
+
+    @classmethod
+    def none(cls) -> "Chains":
+        empty = np.zeros(0, dtype=np.int64)
+        return cls(empty, empty, empty, empty, empty, empty)
+
+    def __len__(self) -> int:
+        return len(self.kernels)
+
+    def with_ops(self, min_ops: int) -> "Chains":
+        """The chains of at least `min_ops` single operations."""
+        keep = self.ops >= min_ops
+        return Chains(self.kernels[keep], self.ops[keep], self.ns[keep], self.longest_ns[keep], self.name_ids,
+                      self.offsets[keep])
+
+    def launches_by_name(self) -> list[tuple[int, int]]:
+        """(demangled id, launches inside these chains), most first (ties: the one seen first)."""
+        if not len(self):
+            return []
+        inside = np.zeros(len(self.name_ids) + 1, dtype=np.int64)  # +1 where a chain begins, -1 after it
+        np.add.at(inside, self.offsets, 1)
+        np.add.at(inside, self.offsets + self.kernels, -1)
+        ids, first, counts = np.unique(self.name_ids[np.cumsum(inside[:-1]) > 0], return_index=True,
+                                       return_counts=True)
+        order = np.lexsort((first, -counts))
+        return [(int(ids[i]), int(counts[i])) for i in order]
 
 
 @dataclass
@@ -93,7 +121,7 @@ class WorkAnalysis:
     kernel_ns: int
     by_kernel: list[dict] = field(default_factory=list)  # [{name, role, ns, launches}] longest first
     devices: dict = field(default_factory=dict)        # device id -> [{role, ns, share}]
-    chains: list[Chain] = field(default_factory=list)
+    chains: Chains = field(default_factory=Chains.none)
     scores_glue: list[dict] = field(default_factory=list)  # kernels moved to attention_unfused by context
     names: dict = field(default_factory=dict)  # demangled id -> name, for the chains
     scores_gemm_ns: int = 0  # the batched GEMMs that open and close the softmax's stretches (QK^T, PV, ...)
@@ -246,13 +274,13 @@ def _scores_context(launches: dict) -> tuple[list[tuple[int, int, int]], int]:
     return [(int(i), int(n), int(c)) for i, n, c in zip(ids, ns, counts)], gemm_ns
 
 
-def _chains(launches: dict) -> list[Chain]:
+def _chains(launches: dict) -> Chains:
     """Runs of memory-bound kernels (not yet fused by a compiler, not on attention's scores) between
     other work on one stream."""
     role = launches["role"]
     glue = np.isin(role, [ROLES.index(r) for r in GLUE]) & ~launches["fused"]
     if not glue.any():
-        return []
+        return Chains.none()
     segments = _segments(launches, ~glue)
     # between matrix products: the launch before a chain and the one after it, on its stream, are GEMMs
     # or attention (a chain that opens the stream or a loop without them has no bound a fusion keeps)
@@ -270,7 +298,7 @@ def _chains(launches: dict) -> list[Chain]:
     keep = np.cumsum(marks[:-1]) > 0
     glue &= keep
     if not glue.any():
-        return []
+        return Chains.none()
     segment = segments[glue]
     names = launches["name_id"][glue]
     fusable = np.isin(role[glue], [ROLES.index(r) for r in FUSABLE])
@@ -281,10 +309,8 @@ def _chains(launches: dict) -> list[Chain]:
     ops = np.add.reduceat(single, starts)
     totals = np.add.reduceat(ns, starts)
     longest = np.maximum.reduceat(ns, starts)
-    names = names.tolist()  # one conversion, then slices: chains are many on long captures
-    return [Chain(n, o, t, m, tuple(names[s:s + n]))
-            for s, n, o, t, m in zip(starts.tolist(), lengths.tolist(), ops.tolist(), totals.tolist(),
-                                     longest.tolist()) if n > 1]
+    several = lengths > 1
+    return Chains(lengths[several], ops[several], totals[several], longest[several], names, starts[several])
 
 
 def _per_device(launches: dict) -> dict:

@@ -77,8 +77,7 @@ def _explained_ns(analysis) -> float:
     """Kernel time another busy-GPU check names a cause for: attention's scores path, layout conversions,
     and the fusable kernels of chains long enough for unfused-elementwise."""
     min_ops = unfused_elementwise.THRESHOLDS["min_ops"].default
-    chains = sum(c.ns for c in analysis.chains if c.ops >= min_ops)
-    return analysis.role_ns(*EXPLAINED_ROLES) + chains
+    return analysis.role_ns(*EXPLAINED_ROLES) + float(analysis.chains.with_ops(min_ops).ns.sum())
 
 
 def run(timeline, limits) -> Finding | None:

@@ -67,19 +67,15 @@ def run(timeline, limits) -> Finding | None:
     window_ns = timeline.summary.get("span_ns") or 0
     if analysis is None or not window_ns:
         return None
-    chains = [c for c in analysis.chains if c.ops >= limits["min_ops"]]
-    savings = float(sum(c.ns - c.longest_ns for c in chains))
+    chains = analysis.chains.with_ops(limits["min_ops"])
+    savings = float((chains.ns - chains.longest_ns).sum())
     if savings / window_ns < limits["min_share"]:
         return None
-    chain_ns = float(sum(c.ns for c in chains))
-    by_name: dict[int, int] = {}
-    for chain in chains:
-        for name_id in chain.names:
-            by_name[name_id] = by_name.get(name_id, 0) + 1
-    common = sorted(by_name.items(), key=lambda item: -item[1])[:5]
+    chain_ns = float(chains.ns.sum())
+    common = chains.launches_by_name()[:5]
     steps = (timeline.steps or {}).get("count")
     per_step = f" ({len(chains) / steps:.0f} chains per step)" if steps else ""
-    mean_length = sum(c.kernels for c in chains) / len(chains)
+    mean_length = float(chains.kernels.sum()) / len(chains)
     finding = Finding(
         check=ID,
         title=f"Elementwise code written out: {len(chains)} chains of {mean_length:.0f} memory-bound kernels on "
