@@ -202,7 +202,7 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
     except ValueError as exc:
         raise InputError("--set", str(exc)) from None
     profiles = [profile for path in paths  # a folder of per-rank PyTorch profiler traces is several
-                for profile in read_profiles(path, metrics_to_read(), read_profile)]
+                for profile in read_profiles(path, metrics_to_read, read_profile)]
     ncu_reports = [p for p in profiles if isinstance(p, NcuReport)]
     nsys_exports = [p for p in profiles if isinstance(p, NsysExport)]
 

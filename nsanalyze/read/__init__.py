@@ -10,10 +10,11 @@ __all__ = ["ProfileKind", "detect_kind", "open_local", "NcuReport", "read_ncu", 
 
 def read_profile(path, ncu_metrics=None):
     """Open any supported profile and return an NcuReport or an NsysExport. `ncu_metrics`: the raw
-    ncu metric names the caller uses (None: all)."""
+    ncu metric names the caller uses (None: all), or a function that gives them (asked for only when
+    the profile is an ncu report: building the list parses the metric table)."""
     kind, local = open_local(path)
     if kind is ProfileKind.NCU:
-        return read_ncu(local, display_path=path, metrics=ncu_metrics)
+        return read_ncu(local, display_path=path, metrics=ncu_metrics() if callable(ncu_metrics) else ncu_metrics)
     if kind is ProfileKind.KINETO:
         from nsanalyze.read.kineto import read_kineto
 
