@@ -222,8 +222,8 @@ def _with_valid_shape(table: Columns, set_aside: dict | None = None) -> Columns:
 def read_activity(export: NsysExport, window: tuple[int, int]) -> Activity:
     start, end = window
     params = {"ws": start, "we": end}
-    # Rows at most (the views' tables' counts): the columns are filled in place, never concatenated.
-    counts = export.row_counts()
+    # Rows at most (the views' tables' bounds): the columns are filled in place, never concatenated.
+    counts = export.row_bounds()
     at_most = lambda *tables: sum(counts.get(t, 0) for t in tables)  # noqa: E731
     graphs = (GRAPH_TRACE_TABLE,) if export.graph_level_trace else ()
     copies = IntQuery({"start": ("start", None), "end": ("end", None), "device_id": ("device_id", None),
