@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from nsanalyze.checks import global_settings, limits_for, program_checks
 from nsanalyze.checks.base import Finding, NotJudged, budget_part, severity_for
 from nsanalyze.normalize import normalize_nsys_kernels, work
+from nsanalyze.normalize.checked_rows import invalid_rows
 from nsanalyze.normalize.timeline import Timeline, build_timeline
 from nsanalyze.numbers import finite
 from nsanalyze.read.nsys import NsysExport, sqlite_input_error
@@ -115,6 +116,13 @@ def _phase_first_findings(timeline: Timeline, findings: list[Finding]) -> None:
         phase["first_finding"] = {"check": by_part.get(top["part"]), "part": top["part"], "share": top["share"]}
 
 
+def _set_aside(export: NsysExport, timeline: Timeline) -> dict[str, int]:
+    """The export's values set aside, and the GPU metric samples set aside (not integers, negative, a
+    percentage above 100, a clock of zero or less)."""
+    samples = (timeline.gpu_metrics or {}).get("set_aside_samples")
+    return {**export.set_aside, **({"GPU_METRICS.value": samples} if samples else {})}
+
+
 def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
     return {
         "profile": export.path,
@@ -129,9 +137,9 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
         "steps": timeline.steps,
         "host_stretches": timeline.host_stretches,
         "phases": timeline.phases,
-        "notes": timeline.notes + [note for note in [set_aside_note(export.set_aside)] if note],
+        "notes": timeline.notes + [note for note in [set_aside_note(_set_aside(export, timeline))] if note],
         "api_calls": timeline.api_calls,
-        "dropped_rows": export.dropped_rows,
+        "dropped_rows": {**export.dropped_rows, **invalid_rows(export)},
         "devices": timeline.devices,
         "streams": timeline.streams,
         "ranges": timeline.ranges,

@@ -6,6 +6,7 @@ import numpy as np
 
 from nsanalyze.normalize.activity import group_sums
 from nsanalyze.normalize.window import WindowActivity
+from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.read.nsys import NsysExport
 
 TOP_GAPS = 10
@@ -84,7 +85,7 @@ def gaps(export: NsysExport, wa: WindowActivity) -> list[dict]:
             entry[1] += ns
         gap["host_calls"] = [{"name": name, "calls": n, "overlap_ns": ns} for name, (n, ns) in
                              sorted(by_name.items(), key=lambda item: -item[1][1])[:3]]
-        enclosing = export.query("""SELECT name FROM nvtx WHERE start <= :gap_start AND end >= :gap_end
+        enclosing = export.query(f"""SELECT name FROM nvtx WHERE start <= :gap_start AND end >= :gap_end AND {VALID_NVTX}
                                     ORDER BY duration_ns ASC LIMIT 1""", {"gap_start": gap["start"], "gap_end": gap["end"]})
         gap["nvtx_range"] = enclosing[0][0] if enclosing else None
         gaps.append(gap)

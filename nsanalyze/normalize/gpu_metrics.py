@@ -4,7 +4,8 @@ The samples of the metrics used here are read once into arrays (timestamp, value
 time); every summary (the window, each top-level range, the time series, the clock while busy) is a
 `searchsorted` slice of them. One SQL scan per range made a 150-range export with 2.7M samples take
 19 s (ranges x samples); the read is linear in the samples. Samples that are not integers (NULL, text)
-are set aside and counted (`set_aside_samples`), never used.
+and values no measurement gives (a percentage above 100, a clock of zero or less) are set aside and
+counted (`set_aside_samples`, and in the timeline's notes), never used.
 """
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ def read_samples(export: NsysExport) -> Samples | None:
         mine = metric == metric_id
         if key.endswith("_pct"):  # a percentage above 100 is no measurement
             impossible = mine & (values > 100)
-            set_aside += int(np.count_nonzero(impossible))
-            mine &= ~impossible
+        else:                     # nor a clock of 0 (a clock of 0 MHz read as "0% of its maximum")
+            impossible = mine & (values <= 0)
+        set_aside += int(np.count_nonzero(impossible))
+        mine &= ~impossible
         order = np.argsort(times[mine], kind="stable")
         scaled = values[mine][order].astype(np.float64)
         if key.endswith("_mhz") and len(scaled) and scaled.max() > 100_000:

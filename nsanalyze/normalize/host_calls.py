@@ -12,6 +12,7 @@ import numpy as np
 
 from nsanalyze.normalize.activity import distinct, first_by_key, group_sums, lookup, process_of
 from nsanalyze.normalize.window import SYNC_APIS, WindowActivity, ids_where, name_like
+from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.read.nsys import NsysExport
 
 MAX_RANGES = 200  # range names kept, by wall time (PyTorch's emit_nvtx makes one name per op)
@@ -50,7 +51,7 @@ def _gather(grouped, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def ranges(export: NsysExport, wa: WindowActivity) -> list[dict]:
     """Per NVTX range name: wall time, and the GPU time of the work its CPU calls launched (calls made
     while the range was open, by any thread of its process)."""
-    rows = export.query("SELECT start, end, global_tid, name FROM nvtx WHERE end >= :ws AND start < :we",
+    rows = export.query(f"SELECT start, end, global_tid, name FROM nvtx WHERE end >= :ws AND start < :we AND {VALID_NVTX}",
                         {"ws": wa.activity.start, "we": wa.activity.end})
     if not rows:
         return []

@@ -15,6 +15,7 @@ import numpy as np
 
 from nsanalyze.normalize.budget import IDLE_PARTS, PARTS, as_parts
 from nsanalyze.normalize.steps import normalize_name
+from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.read.nsys import NsysExport
 
 MAX_PHASES = 8
@@ -27,7 +28,9 @@ MIN_PHASE_SHARE = 0.01  # of the capture's span: shorter top-level ranges are de
 
 def top_level_ranges(export: NsysExport) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(starts, ends, normalized names) of the ranges no other range on their thread encloses."""
-    rows = export.query("SELECT start, end, global_tid, name FROM nvtx WHERE name IS NOT NULL")
+    # A range "ending" at 2^63-1 is corrupt, not a phase (it overflowed the per-thread offsets below):
+    # left out, and counted in the report's "Left out" line (normalize.checked_rows).
+    rows = export.query(f"SELECT start, end, global_tid, name FROM nvtx WHERE name IS NOT NULL AND {VALID_NVTX}")
     if not rows:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), []
     starts = np.fromiter((r[0] for r in rows), np.int64, len(rows))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nsanalyze.normalize.activity import PID_SHIFT
+from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.read.nsys import NsysExport
 
 MIN_STEPS = 3
@@ -257,7 +258,7 @@ def find_steps(export: NsysExport, nvtx_name: str | None = None) -> Steps | None
     range's instances are the steps whatever their name."""
     groups: dict[tuple[str, int], list] = {}
     for name, tid, count, total in export.query(
-            "SELECT name, global_tid, COUNT(*), SUM(duration_ns) FROM nvtx WHERE name IS NOT NULL "
+            f"SELECT name, global_tid, COUNT(*), SUM(duration_ns) FROM nvtx WHERE name IS NOT NULL AND {VALID_NVTX} "
             "GROUP BY name, global_tid"):
         if not isinstance(name, str):
             continue
@@ -282,7 +283,7 @@ def find_steps(export: NsysExport, nvtx_name: str | None = None) -> Steps | None
 def named_range(export: NsysExport, name: str) -> Steps | None:
     """Every instance of the NVTX range `name` (any thread, one or many), outermost ones only, as Steps
     to project on the GPU: the `--nvtx-range` window is the GPU work those instances launched."""
-    rows = export.query("SELECT start, end, global_tid FROM nvtx WHERE name = ? AND end IS NOT NULL "
+    rows = export.query(f"SELECT start, end, global_tid FROM nvtx WHERE name = ? AND end IS NOT NULL AND {VALID_NVTX} "
                         "ORDER BY start, end DESC", (name,))
     if not rows:
         return None
@@ -299,7 +300,7 @@ def _instances(export: NsysExport, tid, names: list[str]) -> tuple[np.ndarray, n
     con.execute("CREATE TEMP TABLE step_names(name TEXT PRIMARY KEY)")
     con.executemany("INSERT OR IGNORE INTO step_names VALUES (?)", [(n,) for n in names])
     tid_clause = "global_tid IS NULL" if tid is None else "global_tid = ?"
-    rows = export.query(f"""SELECT start, end FROM nvtx WHERE {tid_clause}
+    rows = export.query(f"""SELECT start, end FROM nvtx WHERE {tid_clause} AND {VALID_NVTX}
                             AND name IN (SELECT name FROM step_names) ORDER BY start, end DESC""",
                         () if tid is None else (tid,))
     starts = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))

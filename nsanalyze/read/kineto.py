@@ -35,7 +35,7 @@ import numpy as np
 
 from nsanalyze.errors import InputError
 
-FORMAT_VERSION = 4  # bump when the conversion changes: cached conversions of older versions are not reused
+FORMAT_VERSION = 5  # bump when the conversion changes: cached conversions of older versions are not reused
 PID_SHIFT = 24      # as nsys: globalTid = pid << 24 | tid (nsanalyze.normalize.activity.PID_SHIFT)
 TID_MASK = (1 << PID_SHIFT) - 1
 
@@ -217,6 +217,7 @@ def convert(trace: dict, target: Path) -> dict:
     threads: dict = {}
     processes: dict = {}
     shapes = False
+    set_aside: Counter = Counter()   # "traceEvents[cat].ts" -> events whose time no measurement gives
     for e in events:
         if not isinstance(e, dict):
             continue
@@ -232,11 +233,15 @@ def convert(trace: dict, target: Path) -> dict:
             continue
         if ph != "X":
             continue  # flows (ac2g, fwdbwd), instants, counters: the correlation ids in args join calls to GPU work
-        ts, dur = _num(e.get("ts")), _num(e.get("dur"))
-        if ts is None or abs(ts) > MAX_TS_US or (dur is not None and dur > MAX_DUR_US):
-            continue
-        dur = max(dur or 0.0, 0.0)
         cat = str(e.get("cat") or "").lower()
+        ts, dur = _num(e.get("ts")), _num(e.get("dur"))
+        if ts is None or abs(ts) > MAX_TS_US:    # NaN, ±inf, text, 3000 years: no time; set aside, counted
+            set_aside[f"traceEvents[{_text(cat)[:40]}].ts"] += 1
+            continue
+        if "dur" in e and (dur is None or dur < 0 or dur > MAX_DUR_US):   # a duration below 0 or over a day
+            set_aside[f"traceEvents[{_text(cat)[:40]}].dur"] += 1
+            continue
+        dur = dur or 0.0
         name = _text(e.get("name"))
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         pid, tid = _int(e.get("pid")), _int(e.get("tid"), 0)
@@ -388,7 +393,8 @@ def convert(trace: dict, target: Path) -> dict:
              "cpu_ops": len(ops), "launch_calls": launches, "record_shapes": int(shapes),
              "base_time_ns": base, "format_version": FORMAT_VERSION}
     meta = _Table("KINETO_META", ("key", "value"))
-    meta.rows = list(facts.items())
+    meta.rows = list(facts.items()) + [(f"set_aside:{where}", n) for where, n in sorted(set_aside.items())]
+    facts["set_aside"] = dict(set_aside)
     tables.append(meta)
 
     string_table = _Table("StringIds", ("id", "value"))
@@ -473,6 +479,10 @@ def read_kineto(path, display_path=None):
     export = read_nsys(target, display_path=display)
     export.kind = "kineto"
     export.rank = int(export.scalar("SELECT value FROM KINETO_META WHERE key = 'rank'") or 0)
+    for key, n in export.query("SELECT key, value FROM KINETO_META WHERE key LIKE 'set_aside:%'"):
+        where = key.removeprefix("set_aside:")    # events left out at the conversion: counted in the notes
+        export.set_aside[where] = export.set_aside.get(where, 0) + int(n)
+        export._opening_keys.add(where)
     return export
 
 

@@ -217,6 +217,11 @@ POSITIVE = re.compile(r"frequency|clock_rate|cycles_elapsed\.\w+\.per_second|mul
 FAR_BELOW_ZERO = -1e9
 
 
+# Metrics ncu itself leaves NaN in real reports (its derived temporaries, PM sampling buffers): read as
+# absent, not counted. A NaN anywhere else is set aside and counted like ±inf.
+NCU_OWN_NAN = re.compile(r"derived_temp|pmsampling:")
+
+
 def impossible(name: str, value: float) -> bool:
     """A value no measurement gives: not finite; a billion or more below zero; or a clock, rate, SM count
     or duration of zero or less. ncu's own counters, derived by subtraction, can be a little below zero
@@ -244,8 +249,10 @@ def _read_action(ncu_report, action, index: int, range_index: int, units: dict, 
             strings[name] = metric.as_string()
             continue
         value = metric.as_double()
-        if value is None or (isinstance(value, float) and math.isnan(value)):
+        if value is None:
             continue
+        if isinstance(value, float) and math.isnan(value) and NCU_OWN_NAN.match(name):
+            continue   # ncu's own temporaries and PM samples hold NaN in real reports: no value, as ncu shows it
         if impossible(name, value):   # set aside and counted (NcuReport.set_aside), never used
             if set_aside is not None:
                 set_aside[name] = set_aside.get(name, 0) + 1
