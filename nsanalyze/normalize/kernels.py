@@ -197,22 +197,51 @@ SUMMARY_COLUMNS = {  # column -> reduction per name
 ABSENT = {"min": NO_MIN, "max": NO_MAX, "distinct": -1}
 
 
+def _dense_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(code of each key, the distinct keys ascending): codes 0..n-1 in key order. Name ids are small
+    integers: a table of flags indexed by id, where that table is not much larger than the keys."""
+    if keys.min() >= 0 and keys.max() <= 4 * len(keys) + (1 << 20):
+        present = np.zeros(int(keys.max()) + 1, dtype=bool)
+        present[keys] = True
+        codes = np.cumsum(present) - 1
+        return codes[keys], np.flatnonzero(present)
+    distinct, codes = np.unique(keys, return_inverse=True)
+    return codes, distinct
+
+
+def _grouped(codes: np.ndarray, durations: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """(an order of the launches by group, their durations sorted by group then duration). One sort of
+    (group, duration) packed into an integer where it fits and one stable sort of the small group codes
+    (a quarter of lexsort's time at 300k launches); lexsort where it does not fit."""
+    code_bits, duration_bits = max(groups - 1, 1).bit_length(), int(durations.max()).bit_length()
+    if durations.min() >= 0 and code_bits + duration_bits <= 62:
+        packed = np.sort((codes.astype(np.int64) << duration_bits) | durations)
+        narrow = codes.astype(np.int16 if groups <= 1 << 15 else np.int32)
+        return np.argsort(narrow, kind="stable"), packed & ((1 << duration_bits) - 1)
+    order = np.lexsort((durations, codes))
+    return order, durations[order]
+
+
 def _summarize(columns: dict[str, np.ndarray]) -> list[dict]:
     """Per demangled name id: launches, time, mean, median, min, max, mean square, and the reductions
     of SUMMARY_COLUMNS; longest total time first."""
-    keys, durations = columns["demangled_id"], columns["duration_ns"]
-    if not len(keys):
+    if not len(columns["demangled_id"]):
         return []
-    order = np.lexsort((durations, keys))
-    keys, durations = keys[order], durations[order]
-    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-    counts = np.diff(np.concatenate((starts, [len(keys)])))
+    codes, distinct = _dense_codes(columns["demangled_id"])
+    order, durations = _grouped(codes, columns["duration_ns"], len(distinct))
+    counts = np.bincount(codes, minlength=len(distinct))
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    keys = np.repeat(distinct, counts)  # the name id of each launch, in `order`
     totals = np.add.reduceat(durations, starts)
     squares = np.add.reduceat(durations.astype(np.float64) ** 2, starts)
     medians = (durations[starts + (counts - 1) // 2] + durations[starts + counts // 2]) / 2
     reduced = {}
     for name, how in SUMMARY_COLUMNS.items():
-        values = columns[name][order]
+        values = columns[name]
+        if how == "distinct" and values.min() == values.max():  # one value everywhere (one GPU): no sort
+            reduced[name] = np.full(len(starts), int(values[0] != ABSENT[how]), dtype=np.int64)
+            continue
+        values = values[order]
         if how == "distinct":  # distinct values per group: sort within groups, count changes
             pairs = np.lexsort((values, keys))
             v, k = values[pairs], keys[pairs]
@@ -248,7 +277,7 @@ def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = 
     columns |= {"duration_ns": kernels.end - kernels.start, "shared_mem_per_block_bytes": kernels.shared_mem_bytes,
                 "short_name_id": np.where(kernels.short_name_id == -1, NO_MIN, kernels.short_name_id)}
     named = columns["demangled_id"] != -1  # a kernel without a name id is not summarized (as nsys stats)
-    records = _summarize({key: values[named] for key, values in columns.items()})
+    records = _summarize(columns if named.all() else {key: values[named] for key, values in columns.items()})
     names = export.strings([i for r in records for i in (r["demangled_id"], r["short_name_id"]) if i is not None])
     for record in records:
         record["demangled"] = names.get(record.pop("demangled_id"))
