@@ -122,8 +122,10 @@ class Activity:
         work_corr = np.concatenate((self.kernels.correlation_id, self.copies.correlation_id))
         by_key = lookup(first_by_key(np.maximum(calls.pid, 0) * (1 << 32) + calls.correlation_id),
                         np.where(work_corr >= 0, np.maximum(work_pid, 0) * (1 << 32) + work_corr, -1))
-        by_corr = lookup(first_by_key(calls.correlation_id), work_corr)
-        call = np.where((work_pid < 0) & (by_key < 0), by_corr, by_key)
+        unknown = (work_pid < 0) & (by_key < 0)
+        call = by_key
+        if unknown.any():  # work of an unknown process: its call by correlation id alone
+            call = np.where(unknown, lookup(first_by_key(calls.correlation_id), work_corr), by_key)
         found = call >= 0
         safe = np.maximum(call, 0)
         starts = np.where(found, calls.start[safe] if len(calls) else -1, -1)
