@@ -112,7 +112,9 @@ def syncs(wa: WindowActivity) -> dict:
     asynchronous = np.isin(calls.name_id, ids_where(names, lambda n: isinstance(n, str) and "async" in n.lower()))
     named = np.isin(calls.name_id, ids_where(names, lambda n: n is not None))
     implicit_mask = np.isin(copy_kind, d2h) & ((named & ~asynchronous) | (dst_kind == 0))
-    idle_after = wa.idle_after(calls.end)
+    waits = explicit_mask | implicit_mask  # the GPU's idle time after a call is asked of these calls only
+    idle_after = np.zeros(len(calls), dtype=np.int64)
+    idle_after[waits] = wa.idle_after(calls.end[waits])
     duration = calls.end - calls.start
 
     def grouped(mask, label) -> list[dict]:
