@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nsanalyze.normalize.activity import group_sums
+from nsanalyze.normalize.activity import ascending, group_sums
 from nsanalyze.normalize.window import WindowActivity
 from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.read.nsys import NsysExport
@@ -71,15 +71,22 @@ def gaps(export: NsysExport, wa: WindowActivity) -> list[dict]:
     device, starts, ends = _gap_arrays(wa)
     top = np.argsort(-(ends - starts), kind="stable")[:TOP_GAPS]
     calls = wa.calls
+    # Calls in start order (as read): those that may overlap a gap start at most the longest call's
+    # length before it, a slice found by binary search instead of a test of every call per gap.
+    in_order = ascending(calls.start)
+    longest = int((calls.end - calls.start).max()) if len(calls) and in_order else 0
     gaps = []
     for i in top:
         gap = {"device_id": None if device[i] == -1 else int(device[i]), "start": int(starts[i]),
                "end": int(ends[i]), "duration_ns": int(ends[i] - starts[i])}
         # What the host was doing: the CUDA calls overlapping the gap, longest overlap first.
-        during = (calls.start < ends[i]) & (calls.end > starts[i])
-        overlap = np.minimum(calls.end[during], ends[i]) - np.maximum(calls.start[during], starts[i])
+        near = slice(int(np.searchsorted(calls.start, starts[i] - longest, side="left")),
+                     int(np.searchsorted(calls.start, ends[i], side="left"))) if in_order else slice(None)
+        call_start, call_end, call_name = calls.start[near], calls.end[near], calls.name_id[near]
+        during = (call_start < ends[i]) & (call_end > starts[i])
+        overlap = np.minimum(call_end[during], ends[i]) - np.maximum(call_start[during], starts[i])
         by_name: dict = {}
-        for name_id, ns in zip(calls.name_id[during].tolist(), overlap.tolist()):
+        for name_id, ns in zip(call_name[during].tolist(), overlap.tolist()):
             entry = by_name.setdefault(wa.call_names.get(name_id), [0, 0])
             entry[0] += 1
             entry[1] += ns
