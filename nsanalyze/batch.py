@@ -24,7 +24,7 @@ from pathlib import Path
 import sqlite_utils
 
 from nsanalyze import __version__
-from nsanalyze.errors import InputError
+from nsanalyze.errors import INTERRUPTED, InputError
 
 PROFILE_SUFFIXES = (".ncu-rep", ".sqlite", ".pt.trace.json")  # the last: torch.profiler's trace handler's names
 DATE_IN_PATH = re.compile(r"(?<!\d)(20\d\d)([-_]?)(\d\d)\2(\d\d)(?!\d)")   # not inside a longer number
@@ -82,6 +82,8 @@ def special_files(paths: list[str]) -> list[tuple[Path, str]]:
     found = []
     for given in paths:
         root = Path(given)
+        if root.exists() and not root.is_dir() and not root.is_file():   # a device or FIFO given by name
+            found.append((root, "not a regular file (a device, FIFO or socket): skipped"))
         if not root.is_dir():
             continue
         for path in sorted(root.rglob("*")):
@@ -209,11 +211,17 @@ WORKER_STOP_S = 5   # how long a stopped batch waits for a worker to unwind befo
 def _check_history(db_path: str) -> None:
     """Refuse to write into a file that is not a history database (an nsys export, an .ncu-rep, a
     corrupt file): batch would switch it to WAL and add tables. New or empty files are fine."""
+    import stat
+
     path = Path(db_path)
-    if not path.exists() or path.stat().st_size == 0:
+    if not path.exists():
         return
     if path.is_dir():
         raise InputError(db_path, "is a directory, not a history database")
+    if not stat.S_ISREG(path.stat().st_mode):   # /dev/null, a FIFO: SQLite fails inside its first transaction
+        raise InputError(db_path, "not a regular file (a device, FIFO or socket): give --db a file")
+    if path.stat().st_size == 0:
+        return
     try:
         with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as probe:
             tables = {r[0] for r in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -347,6 +355,8 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
             raise
 
     def record(path: Path, content: str, rows: dict) -> None:
+        if INTERRUPTED.is_set():   # a Ctrl-C the analysis swallowed: nothing more is stored
+            raise KeyboardInterrupt
         if "error" in rows:
             outcome = Outcome(str(path), "failed", rows["error"])
         elif store(db, content, path, rows, label, git_revision):

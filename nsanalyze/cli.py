@@ -35,9 +35,13 @@ def _parse_settings(values: tuple[str, ...]) -> dict[str, float]:
 
 
 class FiniteFloat(click.ParamType):
-    """A number that can be compared: nan and ±inf are refused (a gate on nan never fails)."""
+    """A number that can be compared: nan and ±inf are refused (a gate on nan never fails); with
+    `at_least`, numbers below it too (a regression gate of -5% fails every run, a faster one included)."""
 
     name = "number"
+
+    def __init__(self, at_least: float | None = None):
+        self.at_least = at_least
 
     def convert(self, value, param, ctx):
         import math
@@ -48,6 +52,8 @@ class FiniteFloat(click.ParamType):
             self.fail(f"{value!r} is not a number", param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.at_least is not None and number < self.at_least:
+            self.fail(f"{value!r}: expected a finite number of at least {self.at_least:g}", param, ctx)
         return number
 
 
@@ -81,7 +87,7 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
     pyproject.toml (from the working directory up); flags given here win."""
     from nsanalyze.analyze import Options, analyze
     from nsanalyze.config import apply_skip, check_skip, load_settings
-    from nsanalyze.render import check_target, format_for, refuse_inputs, write_report
+    from nsanalyze.render import check_target, format_for, refuse_inputs, write_reports
 
     if path_map or "nsanalyze.render.sarif" in sys.modules:  # SARIF's modules only when asked for (or to reset them)
         from nsanalyze.render.locations import parse_path_map
@@ -103,14 +109,13 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
     with only_kernels(kernel):
         model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window))
     apply_skip(model, (*config.skip, *skip))
-    for target in outputs:
-        write_report(model, target)
+    write_reports(model, outputs)
     if not outputs:
         from nsanalyze.render.terminal import print_summary
 
         print_summary(model)
     elif all(t != "-" for t in outputs):
-        click.echo(f"wrote {', '.join(outputs)}", err=True)
+        click.echo(f"wrote {_one_line(', '.join(outputs))}", err=True)
     if annotations == "github":
         from nsanalyze.render.sarif import github_annotations
 
@@ -126,19 +131,20 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
 @click.argument("base")
 @click.argument("new")
 @click.option("-o", "--output", "outputs", multiple=True, help="report file: .html .md .json, or - for JSON on stdout")
-@click.option("--fail-on-regression", type=FiniteFloat(), metavar="PCT", help="exit 1 when a kernel or range is PCT% slower")
+@click.option("--fail-on-regression", type=FiniteFloat(at_least=0), metavar="PCT", help="exit 1 when a kernel or range is PCT% slower")
 @click.option("--force", is_flag=True, help="compare profiles of different kinds or GPUs anyway")
 @click.option("-k", "--kernel", metavar="NAME|regex:PATTERN",
               help="analyze only these kernels (function name or demangled signature; regex: searches either), as ncu's -k")
 def diff_command(base, new, outputs, fail_on_regression, force, kernel):
     """Compare two profiles of the same program: per kernel and NVTX range, before, after, and why."""
     from nsanalyze.diff import diff, regressions
-    from nsanalyze.render import format_for, refuse_inputs, write_bytes
+    from nsanalyze.render import check_target, format_for, refuse_inputs, write_many
     from nsanalyze.render.diff_report import render_diff
 
     for target in outputs:
         if format_for(target) not in ("json", "markdown", "html"):
             raise InputError(target, "diff reports are .html, .md or .json")
+        check_target(target)
     refuse_inputs(outputs, (base, new), "the profiles compared")
     from nsanalyze.analyze import Options
     from nsanalyze.config import load_settings
@@ -148,8 +154,7 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
 
     with only_kernels(kernel):
         result = diff(base, new, Options(dict(config.thresholds), window=config.window or "steady"), force=force)
-    for target in outputs:
-        write_bytes(render_diff(result, format_for(target)).encode(), target)
+    write_many([(target, render_diff(result, format_for(target)).encode()) for target in outputs])
     if not outputs:
         from nsanalyze.render.terminal import print_diff
 
@@ -157,7 +162,7 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
     if fail_on_regression is not None:
         slower = regressions(result, fail_on_regression)
         for row in slower:
-            click.echo(f"regression: {row['name']} {row['change']:+.1%} (noise band {row['noise']:.0%})", err=True)
+            click.echo(f"regression: {_one_line(row['name'])} {row['change']:+.1%} (noise band {row['noise']:.0%})", err=True)
         if slower:
             sys.exit(1)
 
@@ -200,7 +205,7 @@ def batch_command(paths, db_path, jobs, label, git_revision, scheduler):
 @click.option("--fail-on-regression", is_flag=True, help="exit 1 when the latest run of a kernel or range regressed")
 def trend_command(db_path, outputs, fail_on_regression):
     """Per-kernel and per-range time across the runs in a history database, regressions marked."""
-    from nsanalyze.render import format_for, refuse_inputs, write_bytes
+    from nsanalyze.render import check_target, format_for, refuse_inputs, write_many
     from nsanalyze.render.trend_report import render_trend
     from nsanalyze.trend import regressions_in_last_run, trend
 
@@ -209,10 +214,10 @@ def trend_command(db_path, outputs, fail_on_regression):
     for target in outputs:
         if format_for(target) not in ("json", "markdown", "html"):
             raise InputError(target, "trend reports are .html, .md or .json")
+        check_target(target)
     refuse_inputs(outputs, (db_path, f"{db_path}-wal", f"{db_path}-shm"), "the history database's files")
     result = trend(db_path)
-    for target in outputs:
-        write_bytes(render_trend(result, format_for(target)).encode(), target)
+    write_many([(target, render_trend(result, format_for(target)).encode()) for target in outputs])
     if not outputs:
         from nsanalyze.render.terminal import print_trend
 
@@ -236,7 +241,7 @@ def stats_command(export_path, reports, fmt, output, window):
     """The tables of `nsys stats` (CUDA API, GPU kernels, memcpy time and size, NVTX, OS runtime) from an export."""
     from nsanalyze import stats as nsstats
     from nsanalyze.read import read_profile
-    from nsanalyze.render import refuse_inputs, write_bytes
+    from nsanalyze.render import check_target, refuse_inputs, write_bytes, write_many
 
     names = [name.strip() for name in reports.split(",") if name.strip()]
     unknown = [name for name in names if name not in nsstats.REPORTS]
@@ -253,8 +258,10 @@ def stats_command(export_path, reports, fmt, output, window):
     if output and output != "-":
         stem = output[:-4] if output.lower().endswith(".csv") else output
         several = fmt == "csv" and len(names) > 1
-        refuse_inputs([f"{stem}_{name}.csv" for name in names] if several else [output], (export_path,),
-                      "the inputs (the export)")
+        targets = [f"{stem}_{name}.csv" for name in names] if several else [output]
+        for target in targets:
+            check_target(target)
+        refuse_inputs(targets, (export_path,), "the inputs (the export)")
     export = read_profile(export_path)
     if getattr(export, "kind", None) not in ("nsys", "kineto"):
         raise InputError(export_path, "stats reads Nsight Systems exports (.sqlite), not Nsight Compute reports")
@@ -265,16 +272,15 @@ def stats_command(export_path, reports, fmt, output, window):
         nsstats.print_tables(tables, export_path, description)
     elif output and output != "-" and fmt == "csv" and len(names) > 1:
         stem = output[:-4] if output.lower().endswith(".csv") else output
-        written = []
-        for name, rows in tables.items():
-            write_bytes(nsstats.to_csv(name, rows).encode(), f"{stem}_{name}.csv")
-            written.append(f"{stem}_{name}.csv")
-        click.echo(f"wrote {', '.join(written)}", err=True)
+        files = [(f"{stem}_{name}.csv", nsstats.to_csv(name, rows).encode()) for name, rows in tables.items()]
+        write_many(files)
+        written = [target for target, _ in files]
+        click.echo(f"wrote {_one_line(', '.join(written))}", err=True)
     else:
         text = nsstats.render(tables, fmt, export_path, description)
         if output and output != "-":
             write_bytes(text.encode(), output)
-            click.echo(f"wrote {output}", err=True)
+            click.echo(f"wrote {_one_line(output)}", err=True)
         else:
             click.echo(text, nl=False)
 
@@ -351,6 +357,26 @@ def main(argv=None):
         sys.exit(143)
 
     signal.signal(signal.SIGTERM, terminated)
+    from nsanalyze.errors import INTERRUPTED
+
+    INTERRUPTED.clear()
+
+    def interrupt(signum, frame):   # as Python's own handler, and remembered: see errors.INTERRUPTED
+        INTERRUPTED.set()
+        raise KeyboardInterrupt
+
+    interrupt.nsanalyze = True
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler or getattr(previous, "nsanalyze", False):   # not where SIGINT
+        signal.signal(signal.SIGINT, interrupt)                                         # is ignored (nohup, &)
+    try:
+        _main(argv, INTERRUPTED)
+    finally:   # main() run in a process that goes on (tests, notebooks): its handler as it was
+        if signal.getsignal(signal.SIGINT) is interrupt:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _main(argv, INTERRUPTED) -> None:
     for stream in (sys.stdout, sys.stderr):   # LC_ALL=C: an ASCII terminal shows "µ" as \xb5, not a crash
         try:
             "µ…×→".encode(stream.encoding or "ascii")
@@ -367,6 +393,8 @@ def main(argv=None):
         sys.exit(2)
     try:
         cli.main(args=argv, prog_name="nsanalyze", standalone_mode=False)
+        if INTERRUPTED.is_set():   # a Ctrl-C swallowed on the way: the run did not end as asked
+            raise KeyboardInterrupt
     except InputError as exc:
         click.echo(f"nsanalyze: {_one_line(exc.path)}: {_one_line(exc.reason)}", err=True)
         sys.exit(2)

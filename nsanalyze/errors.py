@@ -1,6 +1,13 @@
 """The one error type users see: a file that cannot be read, and why."""
 
 
+import threading
+
+# Set by the CLI's SIGINT handler: a Ctrl-C that a library swallowed (a C callback, a broad except) still
+# stops the run before any report is put in place (render.write_many) and makes the exit status 130.
+INTERRUPTED = threading.Event()
+
+
 class InputError(Exception):
     """An input nsanalyze cannot use. The CLI prints `path: reason` and exits with status 2."""
 

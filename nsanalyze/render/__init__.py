@@ -53,6 +53,18 @@ def write_report(model: dict, target: str) -> None:
     write_bytes(render_bytes(model, format_for(target)), target)
 
 
+def write_reports(model: dict, targets) -> None:
+    """Every target rendered first, then all put in place together: an interrupt or an error leaves none."""
+    write_many([(target, render_bytes(model, format_for(target))) for target in targets])
+
+
+def _stop_if_interrupted() -> None:
+    from nsanalyze.errors import INTERRUPTED
+
+    if INTERRUPTED.is_set():   # a Ctrl-C some library swallowed: nothing is put in place
+        raise KeyboardInterrupt
+
+
 def check_target(target: str) -> None:
     """Refuse an output target that cannot be written, before any work: one line naming it."""
     if target == "-":
@@ -104,16 +116,45 @@ def refuse_inputs(targets, inputs, what: str = "the inputs") -> None:
 
 def write_bytes(data: bytes, target: str) -> None:
     """Writes to stdout (`-`) or to a file, atomically."""
-    if target == "-":
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-        return
-    write_atomically(target, lambda tmp: Path(tmp).write_bytes(data))
+    write_many([(target, data)])
+
+
+def write_many(outputs) -> None:
+    """(target, bytes) pairs: the files written to temporary files first, then renamed into place one
+    after the other once all are written (a full disk or Ctrl-C on the third leaves none of them), then
+    stdout (`-`)."""
+    staged: list[tuple[str, str]] = []
+    try:
+        for target, data in outputs:
+            if target != "-":
+                staged.append((target, _stage(target, lambda tmp, data=data: Path(tmp).write_bytes(data))))
+        _stop_if_interrupted()
+        for target, tmp in staged:
+            _put_in_place(target, tmp)
+    finally:
+        for _, tmp in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    for target, data in outputs:
+        if target == "-":
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
 
 
 def write_atomically(target: str, write) -> None:
     """`write(temporary path)`, then renamed into place: never half a file, nothing left behind on any
     exit path. A new file gets the usual mode (0666 less the umask); a file written over keeps its own."""
+    tmp = _stage(target, write)
+    try:
+        _stop_if_interrupted()
+        _put_in_place(target, tmp)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _stage(target: str, write) -> str:
+    """`write(temporary path)` beside the target; the temporary file's path (removed on any error)."""
     path = Path(target)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,9 +166,17 @@ def write_atomically(target: str, write) -> None:
         write(tmp)
         mode = path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask()
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except OSError as exc:  # disk full, the target became a directory, ...
-        raise InputError(target, f"cannot write the report ({exc.strerror or exc})") from None
-    finally:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):  # disk full, the target became a directory, ...
+            raise InputError(target, f"cannot write the report ({exc.strerror or exc})") from None
+        raise
+    return tmp
+
+
+def _put_in_place(target: str, tmp: str) -> None:
+    try:
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise InputError(target, f"cannot write the report ({exc.strerror or exc})") from None
