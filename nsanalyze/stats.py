@@ -246,10 +246,14 @@ def print_tables(tables: dict[str, list[dict]], source: str, window_description:
     """The tables as rich tables on the terminal, names shortened to fit."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from nsanalyze.text import visible
 
     console = console or Console()
-    for name, rows in tables.items():
-        grid = Table(title=f"{name} ({source}, {window_description})", title_justify="left", expand=False)
+    for name, rows in tables.items():   # profile text as Text: no rich markup, no ESC sequence reaches the terminal
+        grid = Table(title=Text(visible(f"{name} ({source}, {window_description})")), title_justify="left",
+                     expand=False)
         columns = list(COLUMNS[name])
         cells = [[_cell(column, row[column]) for column in columns] for row in rows]
         widths = {c: max([len(c.split(" (")[0])] + [len(r[i]) for r in cells]) + 3 for i, c in enumerate(columns)}
@@ -273,7 +277,7 @@ def print_tables(tables: dict[str, list[dict]], source: str, window_description:
                             no_wrap=_is_text(column), min_width=None if _is_text(column) else widest,
                             max_width=name_width if _is_text(column) else None)
         for row in cells:
-            grid.add_row(*row)
+            grid.add_row(*(Text(visible(cell)) for cell in row))
         if not rows:
             console.print(f"{name}: no data in this export")
             continue

@@ -7,6 +7,8 @@ Shared by the checks (advice text) and the renderers."""
 INVISIBLE = {c: f"\\u{c:04x}" for c in [0x061c, 0x200b, 0x200c, 0x200d, 0x200e, 0x200f, 0x2028, 0x2029,
                                          *range(0x202a, 0x202f), 0x2060, *range(0x2066, 0x206a), 0xfeff]}
 CONTROL = {**{c: f"\\x{c:02x}" for c in [*range(0x00, 0x20), 0x7f, *range(0x80, 0xa0)]}, **INVISIBLE}
+# Text of many lines keeps its line breaks and tabs; every other control character (ESC) is an escape too.
+CONTROL_BUT_LINES = {c: e for c, e in CONTROL.items() if c not in (0x09, 0x0a)}
 
 
 def visible(text) -> str:
@@ -16,8 +18,9 @@ def visible(text) -> str:
 
 
 def show_invisible(text) -> str:
-    """Text of many lines (advice, notes): bidi and zero-width characters shown as escapes, lines kept."""
-    return "" if text is None else str(text).translate(INVISIBLE)
+    """Text of many lines (advice, notes, HTML values): control characters (ESC, CR) and bidi and
+    zero-width characters shown as escapes, line breaks and tabs kept."""
+    return "" if text is None else str(text).translate(CONTROL_BUT_LINES)
 
 
 def code_span(text) -> str:

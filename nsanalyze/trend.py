@@ -22,6 +22,7 @@ from collections import defaultdict
 
 from nsanalyze import __version__
 from nsanalyze.errors import InputError
+from nsanalyze.render.format import set_aside_note
 
 TREND_SCHEMA = "nsanalyze/trend@1"
 BASELINE_RUNS = 5
@@ -62,6 +63,16 @@ def _mark(points: list[dict]) -> list[dict]:
     return points
 
 
+# A history database is an input like a profile: a time that is no number (text, ±inf), a negative one,
+# or a row of no stored run is set aside and counted (the result's notes), never used.
+MEASURED = "(typeof({0}) IN ('integer', 'real') AND {0} >= 0)"
+
+
+def _finite(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and value >= 0 else None
+
+
 def trend(db_path: str) -> dict:
     try:
         return _trend(db_path)
@@ -81,9 +92,19 @@ def _trend(db_path: str) -> dict:
     order = {row[0]: i for i, row in enumerate(runs)}
     info = {row[0]: {"date": row[1], "path": row[2], "kind": row[3], "label": row[4], "gpu": row[5]} for row in runs}
 
+    set_aside: dict[str, int] = defaultdict(int)
     kernels: dict[tuple, list] = defaultdict(list)
-    for content, name, duration, launches in con.execute(
-            "SELECT content_hash, name, SUM(duration_ns), SUM(launches) FROM kernels GROUP BY content_hash, name"):
+    for content, name, duration, launches, bad in con.execute(
+            f"SELECT content_hash, name, SUM(CASE WHEN {MEASURED.format('duration_ns')} THEN duration_ns END), "
+            f"SUM(CASE WHEN {MEASURED.format('launches')} THEN launches END), "
+            f"SUM(NOT {MEASURED.format('duration_ns')}) FROM kernels GROUP BY content_hash, name"):
+        set_aside["kernels.duration_ns"] += bad or 0
+        if content not in info:   # a row of no stored run
+            set_aside["kernels.content_hash"] += 1
+            continue
+        if duration is not None and _finite(duration) is None:   # an infinite time
+            set_aside["kernels.duration_ns"] += 1
+            duration = None
         kind = info[content]["kind"]
         kernels[(kind, info[content]["label"], info[content]["gpu"], name)].append({"run": order[content], **info[content], "duration_ns": duration,
                                       "launches": launches})
@@ -91,6 +112,13 @@ def _trend(db_path: str) -> dict:
     noise_column = "noise" if any(r[1] == "noise" for r in con.execute("PRAGMA table_info(ranges)")) else "NULL"
     for content, name, kernel_ns, own_noise in con.execute(
             f"SELECT content_hash, name, kernel_ns, {noise_column} FROM ranges"):
+        if content not in info:
+            set_aside["ranges.content_hash"] += 1
+            continue
+        for column, value in (("kernel_ns", kernel_ns), ("noise", own_noise)):
+            if value is not None and _finite(value) is None:
+                set_aside[f"ranges.{column}"] += 1
+        kernel_ns, own_noise = _finite(kernel_ns), _finite(own_noise)
         ranges[(info[content]["label"], info[content]["gpu"], name)].append(
             {"run": order[content], **info[content], "duration_ns": kernel_ns, "own_noise": own_noise})
 
@@ -105,12 +133,15 @@ def _trend(db_path: str) -> dict:
     for entry in range_series:
         entry["regressions"] = sum(p["regression"] for p in entry["points"])
 
-    accuracy = _prediction_accuracy(con, runs)
+    accuracy = _prediction_accuracy(con, runs, set_aside)
     con.close()
     series.sort(key=lambda s: -max(p["duration_ns"] or 0 for p in s["points"]))
     range_series.sort(key=lambda s: -max(p["duration_ns"] or 0 for p in s["points"]))
+    counts = {where: n for where, n in set_aside.items() if n}
+    notes = [set_aside_note(counts)] if counts else []
     return {"schema": TREND_SCHEMA, "version": __version__, "runs": [info[r[0]] for r in runs],
-            "kernels": series, "ranges": range_series, "prediction_accuracy": accuracy}
+            "kernels": series, "ranges": range_series, "prediction_accuracy": accuracy,
+            **({"set_aside_values": counts, "notes": notes} if counts else {})}
 
 
 def _written_at(path: str | None) -> float:
@@ -121,7 +152,7 @@ def _written_at(path: str | None) -> float:
         return 0.0
 
 
-def _prediction_accuracy(con, runs) -> list[dict]:
+def _prediction_accuracy(con, runs, set_aside) -> list[dict]:
     """Per check: findings of a kernel that went away in the next run holding that kernel (same profile
     kind), the savings they predicted beside the time the kernel actually saved."""
     order = {row[0]: i for i, row in enumerate(runs)}
@@ -131,11 +162,17 @@ def _prediction_accuracy(con, runs) -> list[dict]:
     for content, check, kernel, savings in con.execute(
             "SELECT content_hash, check_id, kernel_name, estimated_savings_ns FROM findings "
             "WHERE kernel_name IS NOT NULL AND severity != 'info'"):
+        if content not in order or _finite(savings) is None:
+            set_aside["findings.estimated_savings_ns" if content in order else "findings.content_hash"] += 1
+            continue
         findings[(content, kernel)].add(check)
         predicted[(content, kernel, check)] = predicted.get((content, kernel, check), 0.0) + savings
     runs_of_kernel = defaultdict(list)
     for content, name, duration in con.execute(
-            "SELECT content_hash, name, SUM(duration_ns) FROM kernels GROUP BY content_hash, name"):
+            f"SELECT content_hash, name, SUM(CASE WHEN {MEASURED.format('duration_ns')} THEN duration_ns END) "
+            "FROM kernels GROUP BY content_hash, name"):
+        if content not in kind or _finite(duration) is None:   # counted with the kernels' times above
+            continue
         runs_of_kernel[(kind[content], name)].append((order[content], content, duration))
     per_check = defaultdict(lambda: {"cases": 0, "predicted_ns": 0.0, "actual_ns": 0.0, "details": []})
     for (_, name), sequence in runs_of_kernel.items():

@@ -162,11 +162,15 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "
 
 
 def csv_text(value):
-    """A text cell of a CSV from profile text: one that a spreadsheet would run as a formula (`=`, `+`,
-    `-`, `@`, tab, CR first) gets a leading `'`, so it is shown as text. Numbers are left as they are."""
-    if isinstance(value, str) and value.startswith(FORMULA_START):
-        return "'" + value
-    return value
+    """A text cell of a CSV from profile text: control, bidi and zero-width characters shown as escapes
+    (`\\x1b`, `\\u202e`: a CSV printed on a terminal or opened in an editor shows what the name holds),
+    and one that a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, tab, CR first) gets a
+    leading `'`, so it is shown as text. Numbers are left as they are."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith(FORMULA_START):
+        return "'" + visible(value)
+    return visible(value)
 
 
 def set_aside_note(counts: dict | None) -> str | None:

@@ -150,8 +150,10 @@ def print_trend(result: dict, console: Console | None = None, limit: int = 20) -
 
     console = _console(console)
     runs = result["runs"]
-    console.print(Text(f"{len(runs)} runs from {runs[0]['date'] if runs else '-'} to {runs[-1]['date'] if runs else '-'}",
-                       style="bold"))
+    console.print(Text(visible(f"{len(runs)} runs from {runs[0]['date'] if runs else '-'} to "
+                               f"{runs[-1]['date'] if runs else '-'}"), style="bold"))
+    for note in result.get("notes") or []:
+        console.print(Text(visible(note)))
     for title, series in (("Kernels", result.get("kernels") or []), ("NVTX ranges", result.get("ranges") or [])):
         if not series:
             continue

@@ -35,13 +35,21 @@ def render_json(result: dict) -> str:
     return dumps(result)
 
 
+def _date(text) -> str:
+    """A run's date as stored: a calendar date as it is, anything else (a hand-edited database) escaped."""
+    import re
+
+    return text if isinstance(text, str) and re.fullmatch(r"\d{4}-\d\d-\d\d", text) else escape(text)
+
+
 def render_markdown(result: dict) -> str:
-    lines = ["## nsanalyze trend", "", f"{len(result['runs'])} runs from {result['runs'][0]['date'] if result['runs'] else '-'} "
-             f"to {result['runs'][-1]['date'] if result['runs'] else '-'}", "",
+    lines = ["## nsanalyze trend", "", f"{len(result['runs'])} runs from {_date(result['runs'][0]['date']) if result['runs'] else '-'} "
+             f"to {_date(result['runs'][-1]['date']) if result['runs'] else '-'}", "",
+             *[f"- {escape(note)}" for note in result.get("notes") or []], *([""] if result.get("notes") else []),
              "| kernel | runs | last | baseline | change | noise band | regression |", "|---|---|---|---|---|---|---|"]
     for s in result["kernels"][:TOP]:
         last = s["points"][-1]
-        lines.append(f"| {escape(s['name'])} ({s['kind']}) | {len(s['points'])} | {duration(last['duration_ns'])} | "
+        lines.append(f"| {escape(s['name'])} ({escape(s['kind'])}) | {len(s['points'])} | {duration(last['duration_ns'])} | "
                      f"{duration(last.get('baseline_ns'))} | {percent(last.get('change')) if last.get('change') is not None else '-'} | "
                      f"{percent(last.get('noise')) if last.get('noise') else '-'} | {'**yes**' if last.get('regression') else ''} |")
     if result["prediction_accuracy"]:
