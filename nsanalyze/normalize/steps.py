@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsanalyze.normalize.activity import PID_SHIFT
+from nsanalyze.normalize.activity import PID_SHIFT, median, percentile
 from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.read.nsys import NsysExport
 
@@ -106,20 +106,20 @@ class Steps:
     def summary(self) -> dict:
         durations = self.durations
         host = self.host_durations()
-        median = float(np.median(durations))
+        typical = median(durations)
         out = {"name": self.name, "count": int(len(durations)), "warmup": self.warmup,
                "first_step": self.first_index, "last_step": self.total - 1, "clock": self.clock,
-               "median_ns": median, "p95_ns": float(np.percentile(durations, 95)),
+               "median_ns": typical, "p95_ns": percentile(durations, 95),
                "stddev_ns": float(np.std(durations)),
-               "mad_ns": float(np.median(np.abs(durations - median))),
+               "mad_ns": median(np.abs(durations - typical)),
                "min_ns": int(durations.min()), "max_ns": int(durations.max()),
                "start_ns": int(self.starts[0]), "end_ns": int(self.ends[-1]),
-               "host_median_ns": float(np.median(host)), "host_p95_ns": float(np.percentile(host, 95)),
+               "host_median_ns": median(host), "host_p95_ns": percentile(host, 95),
                "host_min_ns": int(host.min()), "host_max_ns": int(host.max())}
         if self.clock == "gpu":
             lag = self.gpu_starts[self.steady] - self.host_starts[self.steady]
-            out["host_lead_ns"] = float(np.median(lag))
-            out["host_relation"] = host_relation(median, out["host_median_ns"], out["host_lead_ns"])
+            out["host_lead_ns"] = median(lag)
+            out["host_relation"] = host_relation(typical, out["host_median_ns"], out["host_lead_ns"])
             out["host_relation_text"] = host_relation_text(out)
         return out
 

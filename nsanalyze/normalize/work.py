@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from nsanalyze.normalize.activity import distinct
+
 ROLES = ("matmul_tensor", "matmul_simt", "attention_fused", "attention_unfused", "normalization", "elementwise",
          "reduction", "layout", "cast", "copy", "communication", "optimizer", "graph", "other")
 ROLE_TABLE = Path(__file__).with_name("kernel_roles.csv")
@@ -192,7 +194,7 @@ def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kern
             analysis.scores_glue.append({"name": name, "role": base, "ns": ns, "launches": count})
         analysis.chains = _chains(launches)
         analysis.names = launches["names"]
-        if len(np.unique(launches["device"])) > 1:
+        if len(distinct(launches["device"])) > 1:
             analysis.devices = _per_device(launches)
     analysis.work = _split({k: max(v, 0.0) for k, v in role_ns.items()})
     analysis.by_kernel = sorted((k for k in by_kernel if k["ns"] > 0), key=lambda k: -k["ns"])
@@ -204,15 +206,15 @@ def _launch_roles(export, kernels) -> dict | None:
     if not len(kernels):
         return None
     name_ids = np.asarray(kernels.demangled_id, dtype=np.int64)
-    distinct, inverse = np.unique(name_ids, return_inverse=True)
+    unique_ids, inverse = np.unique(name_ids, return_inverse=True)
     short_ids = np.asarray(kernels.short_name_id, dtype=np.int64)
-    first_short = np.full(len(distinct), -1, dtype=np.int64)
+    first_short = np.full(len(unique_ids), -1, dtype=np.int64)
     first_short[inverse[::-1]] = short_ids[::-1]  # one short name per demangled id
-    names = export.strings([int(i) for i in np.concatenate((distinct, first_short)) if i >= 0])
-    codes = np.array([ROLES.index(role_of(names.get(int(s)), names.get(int(d)))) for d, s in zip(distinct, first_short)],
+    names = export.strings([int(i) for i in np.concatenate((unique_ids, first_short)) if i >= 0])
+    codes = np.array([ROLES.index(role_of(names.get(int(s)), names.get(int(d)))) for d, s in zip(unique_ids, first_short)],
                      dtype=np.int16)
     fused = np.array([bool(FUSED_ALREADY.search(names.get(int(s)) or names.get(int(d)) or ""))
-                      for d, s in zip(distinct, first_short)])
+                      for d, s in zip(unique_ids, first_short)])
     device = np.asarray(kernels.device_id, dtype=np.int64)
     stream = np.asarray(kernels.stream_id, dtype=np.int64)
     begin = np.asarray(kernels.start, dtype=np.int64)
@@ -225,7 +227,7 @@ def _launch_roles(export, kernels) -> dict | None:
     return {"role": codes[inverse][order], "fused": fused[inverse][order], "name_id": name_ids[order],
             "ns": (np.asarray(kernels.end, dtype=np.int64) - begin)[order], "threads": threads[order],
             "device": device[order], "stream": stream[order],
-            "names": {int(d): names.get(int(d)) or names.get(int(s)) for d, s in zip(distinct, first_short)}}
+            "names": {int(d): names.get(int(d)) or names.get(int(s)) for d, s in zip(unique_ids, first_short)}}
 
 
 def _segments(launches: dict, breaks: np.ndarray) -> np.ndarray:
@@ -315,7 +317,7 @@ def _chains(launches: dict) -> Chains:
 
 def _per_device(launches: dict) -> dict:
     out = {}
-    for device in np.unique(launches["device"]):
+    for device in distinct(launches["device"]):
         mine = launches["device"] == device
         ns = np.bincount(launches["role"][mine], weights=launches["ns"][mine], minlength=len(ROLES))
         out[int(device)] = _split({role: float(ns[i]) for i, role in enumerate(ROLES) if ns[i]})
