@@ -1212,3 +1212,33 @@ def test_impossible_values_in_a_history_database_are_set_aside(tmp_path, sql):
     assert all(p["duration_ns"] is None or 0 <= p["duration_ns"] < 1e18
                for s in result["kernels"] + result["ranges"] for p in s["points"])
     assert "Set aside: " in (tmp_path / "t.md").read_text() and "Set aside: " in (tmp_path / "t.html").read_text()
+
+
+def test_fontconfig_complaints_stay_off_stderr(tmp_path):
+    """Fontconfig (under WeasyPrint) printed "Fontconfig error: Cannot load default config file" three
+    times on stderr with a PDF report where its configuration cannot be read; stderr is the "wrote" line."""
+    from tests.conftest import REAL
+
+    env = {**os.environ, "FONTCONFIG_FILE": str(tmp_path / "none.conf"), "XDG_CACHE_HOME": str(tmp_path / "f" / "c"),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    (tmp_path / "f").write_text("")                                 # XDG_CACHE_HOME under a file: not writable
+    out = tmp_path / "r.pdf"
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(REAL / "nightly1_nsys.sqlite.xz"),
+                             "-o", str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0 and result.stderr.strip().splitlines() == [f"wrote {out}"], result.stderr
+    assert out.stat().st_size > 1000
+
+
+def test_gpu_metrics_that_are_an_endless_view_end_under_the_time_limit(tmp_path):
+    """GPU_METRICS replaced by a recursive view: the samples were read through the Arrow reader, which
+    has no time limit, and the report ran past 200 s with a 3 s limit set; now refused at the limit."""
+    path = _real(tmp_path, "gm.sqlite", "spin_gpumetrics_nsys.sqlite.xz")
+    with sqlite3.connect(path) as con:
+        con.execute("ALTER TABLE GPU_METRICS RENAME TO gm_real")
+        con.execute("""CREATE VIEW GPU_METRICS AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r)
+                       SELECT g.* FROM gm_real g, r""")
+    env = {**os.environ, "NSANALYZE_SQL_TIME_LIMIT_S": "3"}
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(path), "-o", str(tmp_path / "r.json")],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2 and "took over 3 s" in result.stderr, result.stderr
+    assert not (tmp_path / "r.json").exists()

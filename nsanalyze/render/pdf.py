@@ -113,8 +113,16 @@ def print_html(model: dict) -> str:
 
 
 def render(model: dict) -> bytes:
-    from weasyprint import HTML
+    """Fontconfig, under WeasyPrint, writes its complaints to file descriptor 2 itself ("Fontconfig
+    error: Cannot load default config file", "No writable cache directories" where HOME or
+    XDG_CACHE_HOME cannot be written): fd 2 goes to a temporary file while it runs, as for NVIDIA's
+    reader, so stderr keeps nsanalyze's own lines."""
+    from nsanalyze.read.ncu import _NativeStderr
 
-    logging.getLogger("weasyprint").setLevel(logging.ERROR)
-    logging.getLogger("fontTools").setLevel(logging.ERROR)
-    return HTML(string=print_html(model), base_url=None).write_pdf()
+    html = print_html(model)
+    with _NativeStderr():
+        from weasyprint import HTML
+
+        logging.getLogger("weasyprint").setLevel(logging.ERROR)
+        logging.getLogger("fontTools").setLevel(logging.ERROR)
+        return HTML(string=html, base_url=None).write_pdf()
