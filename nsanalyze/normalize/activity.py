@@ -284,11 +284,15 @@ def _marked(call_process, call_corr, kernel_process, kernel_corr, processes) -> 
         keys = kernel_process[known] * (1 << 32) + kernel_corr[known]
         call_keys = np.where((call_process >= 0) & (call_corr >= 0), call_process * (1 << 32) + call_corr, -1)
         return lookup(first_by_key(keys), call_keys) >= 0
-    flags = np.zeros(len(processes) * top, dtype=bool)
-    flags[np.searchsorted(processes, kernel_process[known]) * top + kernel_corr[known]] = True
-    rank = np.minimum(np.searchsorted(processes, call_process), len(processes) - 1)
-    mine = (processes[rank] == call_process) & (call_corr >= 0)
-    return mine & flags[np.where(mine, rank * top + call_corr, 0)]
+    flags = np.zeros(len(processes) * top + 1, dtype=bool)  # the last flag: "no kernel's", for calls of no process
+    if len(processes) == 1:  # one process (the usual case): the id is the index
+        flags[kernel_corr[known]] = True
+        index = np.where((call_process == processes[0]) & (call_corr >= 0), call_corr, len(flags) - 1)
+    else:
+        flags[np.searchsorted(processes, kernel_process[known]) * top + kernel_corr[known]] = True
+        rank = np.minimum(np.searchsorted(processes, call_process), len(processes) - 1)
+        index = np.where((processes[rank] == call_process) & (call_corr >= 0), rank * top + call_corr, len(flags) - 1)
+    return flags[index]
 
 
 def _with_processes(table: Columns) -> Columns:
