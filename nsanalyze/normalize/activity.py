@@ -363,18 +363,26 @@ def percentile(values: np.ndarray, q: float) -> float:
     return float(b - difference * (1 - t) if t >= 0.5 else a + difference * t)
 
 
+def dense_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(code of each key, the distinct keys ascending), codes 0..n-1 in key order, for keys that are
+    small non-negative integers (name ids): a table of flags indexed by key, no sort. None for other keys
+    (negative, or so large that the table would outgrow the keys)."""
+    if not len(keys) or keys.min() < 0 or keys.max() > 4 * len(keys) + (1 << 20):
+        return None
+    present = np.zeros(int(keys.max()) + 1, dtype=bool)
+    present[keys] = True
+    return (np.cumsum(present) - 1)[keys], np.flatnonzero(present)
+
+
 def group_sums(keys: np.ndarray, *values: np.ndarray) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
     """(distinct keys ascending, the sum of each value column per key, the row count per key). Keys that
     are small integers (name ids) are counted into bins, no sort; integer values sum exactly either way."""
-    if len(keys) and all(np.issubdtype(v.dtype, np.integer) or v.dtype == bool for v in values) \
-            and keys.min() >= 0 and keys.max() <= 4 * len(keys) + (1 << 20):
-        present = np.zeros(int(keys.max()) + 1, dtype=bool)
-        present[keys] = True
-        codes = (np.cumsum(present) - 1)[keys]
-        groups = int(codes.max()) + 1
-        return (np.flatnonzero(present).astype(keys.dtype),
-                [np.bincount(codes, weights=np.asarray(v, dtype=np.float64), minlength=groups) for v in values],
-                np.bincount(codes, minlength=groups))
+    dense = dense_codes(keys) if all(np.issubdtype(v.dtype, np.integer) or v.dtype == bool for v in values) else None
+    if dense is not None:
+        codes, distinct_keys = dense
+        return (distinct_keys.astype(keys.dtype),
+                [np.bincount(codes, weights=np.asarray(v, dtype=np.float64), minlength=len(distinct_keys))
+                 for v in values], np.bincount(codes, minlength=len(distinct_keys)))
     order = None if ascending(keys) else np.argsort(keys, kind="stable")  # in order already: no sort, no copies
     ordered = keys if order is None else keys[order]
     if not len(ordered):

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from nsanalyze.normalize.activity import NO_MAX, NO_MIN, Columns, read_kernels
+from nsanalyze.normalize.activity import NO_MAX, NO_MIN, Columns, dense_codes, read_kernels
 from nsanalyze.normalize.metric_table import concept_units, evaluate, load_rules
 from nsanalyze.read.ncu import NcuReport
 from nsanalyze.read.nsys import NsysExport
@@ -197,14 +197,7 @@ SUMMARY_COLUMNS = {  # column -> reduction per name
 ABSENT = {"min": NO_MIN, "max": NO_MAX, "distinct": -1}
 
 
-def _dense_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(code of each key, the distinct keys ascending): codes 0..n-1 in key order. Name ids are small
-    integers: a table of flags indexed by id, where that table is not much larger than the keys."""
-    if keys.min() >= 0 and keys.max() <= 4 * len(keys) + (1 << 20):
-        present = np.zeros(int(keys.max()) + 1, dtype=bool)
-        present[keys] = True
-        codes = np.cumsum(present) - 1
-        return codes[keys], np.flatnonzero(present)
+def _sorted_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     distinct, codes = np.unique(keys, return_inverse=True)
     return codes, distinct
 
@@ -227,7 +220,7 @@ def _summarize(columns: dict[str, np.ndarray]) -> list[dict]:
     of SUMMARY_COLUMNS; longest total time first."""
     if not len(columns["demangled_id"]):
         return []
-    codes, distinct = _dense_codes(columns["demangled_id"])
+    codes, distinct = dense_codes(columns["demangled_id"]) or _sorted_codes(columns["demangled_id"])
     order, durations = _grouped(codes, columns["duration_ns"], len(distinct))
     counts = np.bincount(codes, minlength=len(distinct))
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
