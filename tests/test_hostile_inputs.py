@@ -1242,3 +1242,31 @@ def test_gpu_metrics_that_are_an_endless_view_end_under_the_time_limit(tmp_path)
                             capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 2 and "took over 3 s" in result.stderr, result.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def _many_long_names(tmp_path, name, fixture):
+    """A real export whose every kernel launch has a name of its own, 250 characters long."""
+    path = _real(tmp_path, name, fixture)
+    with sqlite3.connect(path) as con:
+        con.execute("INSERT INTO StringIds SELECT 10000000 + rowid, 'k' || rowid || printf('%.*c', 250, 'x') "
+                    "FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = 10000000 + rowid, demangledName = 10000000 + rowid")
+        con.execute("UPDATE NVTX_EVENTS SET text = printf('%.*c', 70000, 'S') || text WHERE text IS NOT NULL")
+    return path
+
+
+def test_diff_and_trend_markdown_fit_a_comment(tmp_path):
+    """`diff -o d.md` of two real exports with 4,059 kernels of their own names and 70 KB step names
+    wrote 1.2 MB, `trend -o t.md` 280 KB (GitHub takes 65,536 characters); both now fit, names cut at 300
+    characters, and say how many rows were left out."""
+    from nsanalyze.render.markdown import LIMIT
+
+    a = _many_long_names(tmp_path, "a.sqlite", "nightly1_nsys.sqlite.xz")
+    b = _many_long_names(tmp_path, "b.sqlite", "nightly2_nsys.sqlite.xz")
+    assert_handled(run_cli("diff", a, b, "-o", tmp_path / "d.md", "-o", tmp_path / "d.json", timeout=300))
+    assert_handled(run_cli("batch", a, b, "--db", tmp_path / "h.sqlite", timeout=300))
+    assert_handled(run_cli("trend", "--db", tmp_path / "h.sqlite", "-o", tmp_path / "t.md"))
+    diff_text = (tmp_path / "d.md").read_text()
+    assert len(diff_text) <= LIMIT and diff_text.endswith("left out of this comment; see the HTML or JSON report._\n")
+    assert len((tmp_path / "t.md").read_text()) <= LIMIT
+    assert "S" * 70_000 in (tmp_path / "d.json").read_text() and "S" * 300 not in diff_text

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from nsanalyze.render.format import duration
 from nsanalyze.render.json_report import dumps
-from nsanalyze.render.markdown import escape
+from nsanalyze.render.format import shorten
+from nsanalyze.render.markdown import LINE_LIMIT, bounded, escape, name
 
 
 def _change(value) -> str:
@@ -20,13 +21,13 @@ def _share(value) -> str:
 
 
 def render_markdown(result: dict) -> str:
-    lines = ["## nsanalyze diff", "", f"base: {escape(result['base'][0]['path'])} → new: {escape(result['new'][0]['path'])}", ""]
+    lines = ["## nsanalyze diff", "", f"base: {name(result['base'][0]['path'])} → new: {name(result['new'][0]['path'])}", ""]
     if result.get("summary"):
-        lines += [f"**{escape(result['summary'])}**", ""]
+        lines += [f"**{escape(shorten(result['summary'], LINE_LIMIT))}**", ""]
     steps = result.get("steps")
     if steps:
         lines += ["| steps | median before | median after | change | noise band | verdict |", "|---|---|---|---|---|---|",
-                  f"| {escape(steps['name'])} ({steps['before_count']} / {steps['after_count']}) | "
+                  f"| {name(steps['name'])} ({steps['before_count']} / {steps['after_count']}) | "
                   f"{duration(steps['before_median_ns'])} | {duration(steps['after_median_ns'])} | {_change(steps['change'])} "
                   f"| ±{steps['noise']:.0%} | {steps['verdict']} |", ""]
     if result.get("budget"):
@@ -42,18 +43,18 @@ def render_markdown(result: dict) -> str:
                   f"appeared: {', '.join(program['findings_appeared']) or 'none'}", ""]
     if result["ranges"]:
         lines += ["| NVTX range | GPU time before | after | change | verdict |", "|---|---|---|---|---|"]
-        lines += [f"| {escape(r['name'])} | {duration(r['before_ns'])} | {duration(r['after_ns'])} | {_change(r['change'])} "
+        lines += [f"| {name(r['name'])} | {duration(r['before_ns'])} | {duration(r['after_ns'])} | {_change(r['change'])} "
                   f"| {r['verdict']} |" for r in result["ranges"]]
         lines.append("")
     lines += ["| kernel | before | after | change | verdict | findings gone | findings new |", "|---|---|---|---|---|---|---|"]
     for k in result["kernels"]:
-        lines.append(f"| {escape(k['name'])} | {duration(k['before_ns'])} | {duration(k['after_ns'])} | {_change(k['change'])} "
+        lines.append(f"| {name(k['name'])} | {duration(k['before_ns'])} | {duration(k['after_ns'])} | {_change(k['change'])} "
                      f"| {k['verdict']} | {', '.join(k['findings_gone'])} | {', '.join(k['findings_appeared'])} |")
     if result["predictions"]:
         lines += ["", "Predictions checked (kernel findings of the base that are gone; program findings per median "
                   "step on the GPU's clock):", "",
                   "| kernel | check | predicted savings | actual savings |", "|---|---|---|---|"]
-        lines += [f"| {escape(p['kernel_name']) if p['kernel_name'] else 'program, per step'} | `{p['check']}` | "
+        lines += [f"| {name(p['kernel_name']) if p['kernel_name'] else 'program, per step'} | `{p['check']}` | "
                   f"{duration(p['predicted_savings_ns'])} | {duration(p['actual_savings_ns'])} |"
                   for p in result["predictions"]]
     changed = (result.get("program") or {}).get("findings_changed") or []
@@ -62,7 +63,7 @@ def render_markdown(result: dict) -> str:
                   "|---|---|---|"]
         lines += [f"| `{c['check']}` | {c['severity_before']} → {c['severity_after']} | "
                   f"{duration(c.get('per_step_before_ns'))} → {duration(c.get('per_step_after_ns'))} |" for c in changed]
-    return "\n".join(lines) + "\n"
+    return bounded(lines, "row")
 
 
 def render_html(result: dict) -> str:

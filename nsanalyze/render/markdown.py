@@ -26,6 +26,26 @@ def escape(text) -> str:
     return re.sub(r"(?i)\b(https?|ftp|www)(:|\.)", lambda m: m.group(1) + "&#8203;" + m.group(2), text)
 
 
+def bounded(lines: list[str], what: str = "line") -> str:
+    """Lines of a comment (diff, trend) kept under LIMIT: whole lines in order until the next would pass
+    it, then a line saying how many were left out. Linear in the lines; a line too long on its own ends
+    the comment there (names are shortened to NAME_LIMIT before, so only a header can be)."""
+    kept, size = [], 0
+    for index, line in enumerate(lines):
+        if size + len(line) + 1 > LIMIT - 200:
+            left = len(lines) - index
+            kept += ["", f"_{left} more {what}(s) left out of this comment; see the HTML or JSON report._"]
+            break
+        kept.append(line)
+        size += len(line) + 1
+    return "\n".join(kept) + "\n"
+
+
+def name(text) -> str:
+    """A kernel, range, GPU or path in a line or cell: escaped, and shortened to NAME_LIMIT characters."""
+    return escape(shorten(None if text is None else str(text), NAME_LIMIT))
+
+
 def _one_line(text) -> str:
     return visible(str(text).replace("\r\n", " ").replace("\n", " ").replace("\r", " "))
 

@@ -6,7 +6,7 @@ from markupsafe import Markup
 
 from nsanalyze.render.format import duration, percent
 from nsanalyze.render.json_report import dumps
-from nsanalyze.render.markdown import escape
+from nsanalyze.render.markdown import bounded, escape, name
 
 TOP = 20
 
@@ -49,7 +49,7 @@ def render_markdown(result: dict) -> str:
              "| kernel | runs | last | baseline | change | noise band | regression |", "|---|---|---|---|---|---|---|"]
     for s in result["kernels"][:TOP]:
         last = s["points"][-1]
-        lines.append(f"| {escape(s['name'])} ({escape(s['kind'])}) | {len(s['points'])} | {duration(last['duration_ns'])} | "
+        lines.append(f"| {name(s['name'])} ({escape(s['kind'])}) | {len(s['points'])} | {duration(last['duration_ns'])} | "
                      f"{duration(last.get('baseline_ns'))} | {percent(last.get('change')) if last.get('change') is not None else '-'} | "
                      f"{percent(last.get('noise')) if last.get('noise') else '-'} | {'**yes**' if last.get('regression') else ''} |")
     if result["prediction_accuracy"]:
@@ -57,7 +57,7 @@ def render_markdown(result: dict) -> str:
         lines += [f"| `{a['check']}` | {a['cases']} | {duration(a['predicted_ns'])} | {duration(a['actual_ns'])} | "
                   f"{a['actual_over_predicted']:.2f} |" if a["actual_over_predicted"] is not None else
                   f"| `{a['check']}` | {a['cases']} | - | - | - |" for a in result["prediction_accuracy"]]
-    return "\n".join(lines) + "\n"
+    return bounded(lines, "row")
 
 
 def render_html(result: dict) -> str:
