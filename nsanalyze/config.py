@@ -50,6 +50,8 @@ def _tool(path: Path) -> dict:
             data = tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(str(path), f"not valid TOML ({exc})") from None
+    except UnicodeDecodeError:   # TOML is UTF-8: a file of other bytes was an internal error (exit 3)
+        raise InputError(str(path), "not valid TOML (not UTF-8 text)") from None
     except OSError as exc:
         raise InputError(str(path), f"cannot be read ({exc.strerror})") from None
     tool = data.get("tool", {})

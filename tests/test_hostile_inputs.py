@@ -1270,3 +1270,16 @@ def test_diff_and_trend_markdown_fit_a_comment(tmp_path):
     assert len(diff_text) <= LIMIT and diff_text.endswith("left out of this comment; see the HTML or JSON report._\n")
     assert len((tmp_path / "t.md").read_text()) <= LIMIT
     assert "S" * 70_000 in (tmp_path / "d.json").read_text() and "S" * 300 not in diff_text
+
+
+def test_pyproject_that_is_not_utf8_is_one_line(tmp_path):
+    """A pyproject.toml of other bytes than UTF-8 (\\xff\\xfe first, as a UTF-16 editor writes) on the way
+    up from the working directory was an internal error (UnicodeDecodeError, exit 3)."""
+    from tests.conftest import REAL
+
+    (tmp_path / "pyproject.toml").write_bytes(b"\xff\xfe[tool.nsanalyze]\n")
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(REAL / "nightly1_nsys.sqlite.xz")],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "pyproject.toml: not valid TOML (not UTF-8 text)" in result.stderr
