@@ -10,42 +10,61 @@ from __future__ import annotations
 
 import numpy as np
 
-from nsanalyze.normalize.activity import distinct, first_by_key, group_sums, lookup, process_of
+from nsanalyze.normalize.activity import ascending, distinct, first_by_key, group_sums, lookup, process_of
 from nsanalyze.normalize.window import SYNC_APIS, WindowActivity, ids_where, name_like
 from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.read.nsys import NsysExport
 
+CHUNK = 1 << 20  # calls per look-up step (its temporaries are as long as a chunk, not as the calls)
 MAX_RANGES = 200  # range names kept, by wall time (PyTorch's emit_nvtx makes one name per op)
 HOST_COPY_KINDS = ("Host-to-Device", "Device-to-Host", "Unified Host-to-Device", "Unified Device-to-Host")
 
 
 def _work_per_call(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per call of `wa.calls`: the GPU time of the kernels and copies it launched, and the kernel count
-    (graph nodes share their launch's correlation id). A call of an unknown process matches any."""
+    (graph nodes share their launch's correlation id). A call of an unknown process matches any.
+    (Sums added into one array per figure, the look-ups in chunks: at 6M calls each temporary is 48 MB.)"""
     calls = wa.calls
-    unknown = calls.pid == -1
     out = []
     for table in (wa.kernels, wa.copies):
-        ns = (table.end - table.start).astype(np.float64)
         valid = table.correlation_id != -1
-        per_key = group_sums(table.pid[valid] * (1 << 32) + table.correlation_id[valid], ns[valid])
-        per_corr = group_sums(table.correlation_id[valid], ns[valid])
+        ns = (table.end - table.start)[valid].astype(np.float64)
+        per_key = group_sums(table.pid[valid] * (1 << 32) + table.correlation_id[valid], ns)
         own_ns, own_n = _gather(per_key, calls.pid * (1 << 32) + calls.correlation_id)
-        anon_ns, anon_n = _gather(per_key, -(1 << 32) + calls.correlation_id)
-        any_ns, any_n = _gather(per_corr, calls.correlation_id)
-        out.append((np.where(unknown, any_ns, own_ns + anon_ns), np.where(unknown, any_n, own_n + anon_n)))
+        anon = -(1 << 32) + calls.correlation_id
+        group_keys = per_key[0]
+        if len(anon) and np.searchsorted(group_keys, anon.min()) < np.searchsorted(group_keys, anon.max(), side="right"):
+            anon_ns, anon_n = _gather(per_key, anon)  # (else no work of an unknown process: no key can match)
+            own_ns += anon_ns
+            own_n += anon_n
+            del anon_ns, anon_n
+        del per_key, group_keys, anon
+        unknown = calls.pid == -1
+        if unknown.any():
+            any_ns, any_n = _gather(group_sums(table.correlation_id[valid], ns), calls.correlation_id[unknown])
+            own_ns[unknown], own_n[unknown] = any_ns, any_n
+        out.append((own_ns, own_n))
+        del valid, ns, own_ns, own_n
     (kernel_ns, kernels), (copy_ns, _) = out
     no_corr = calls.correlation_id == -1
-    return tuple(np.where(no_corr, 0, v) for v in (kernel_ns, kernels, copy_ns))
+    for values in (kernel_ns, kernels, copy_ns):
+        values[no_corr] = 0
+    return kernel_ns, kernels, copy_ns
 
 
 def _gather(grouped, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sum, count) of a group_sums result at each key, 0 where the key has no group."""
     group_keys, (sums,), counts = grouped
-    index = lookup((group_keys, np.arange(len(group_keys))), keys)
-    found = index >= 0
-    return (np.where(found, sums[np.maximum(index, 0)] if len(sums) else 0, 0),
-            np.where(found, counts[np.maximum(index, 0)] if len(counts) else 0, 0))
+    if not len(group_keys):
+        return np.zeros(len(keys), dtype=np.int64), np.zeros(len(keys), dtype=np.int64)
+    out_sums, out_counts = np.empty(len(keys), dtype=sums.dtype), np.empty(len(keys), dtype=counts.dtype)
+    for at in range(0, len(keys), CHUNK):
+        chunk = keys[at:at + CHUNK]
+        index = np.minimum(np.searchsorted(group_keys, chunk), len(group_keys) - 1)
+        found = (group_keys[index] == chunk) & (chunk != -1)
+        out_sums[at:at + CHUNK] = np.where(found, sums[index], 0)
+        out_counts[at:at + CHUNK] = np.where(found, counts[index], 0)
+    return out_sums, out_counts
 
 
 def ranges(export: NsysExport, wa: WindowActivity) -> list[dict]:
@@ -66,14 +85,22 @@ def ranges(export: NsysExport, wa: WindowActivity) -> list[dict]:
     call_kernel_ns, call_kernels, call_copy_ns = _work_per_call(wa)
     for pid in distinct(pids):
         mine = wa.calls.pid == pid
-        order = np.argsort(wa.calls.start[mine], kind="stable")
-        call_starts = wa.calls.start[mine][order]
+        mine = None if mine.all() else mine   # one process (the usual case): no copies of its calls
+        call_starts = wa.calls.start if mine is None else wa.calls.start[mine]
+        order = None if ascending(call_starts) else np.argsort(call_starts, kind="stable")
+        call_starts = call_starts if order is None else call_starts[order]
         at = pids == pid
         low = np.searchsorted(call_starts, starts[at], side="left")
         high = np.searchsorted(call_starts, ends[at], side="right")
+        del call_starts
         for target, values in ((kernel_ns, call_kernel_ns), (kernels, call_kernels), (copy_ns, call_copy_ns)):
-            cumulative = np.concatenate(([0], np.cumsum(values[mine][order])))
+            values = values if mine is None else values[mine]
+            values = values if order is None else values[order]
+            cumulative = np.empty(len(values) + 1, dtype=np.result_type(np.int64, np.cumsum(values[:1]).dtype))
+            cumulative[0] = 0
+            np.cumsum(values, out=cumulative[1:])
             target[at] = cumulative[high] - cumulative[low]
+            del values, cumulative
     # Depth: ranges open on the same thread when this one starts (ends before starts at one time).
     n = len(rows)
     t = np.concatenate((starts, ends))
@@ -163,18 +190,31 @@ def launches(export: NsysExport, wa: WindowActivity) -> dict:
     launch_ids = ids_where(wa.call_names, lambda n: name_like(n, ("cudaLaunch", "cuLaunch")))
     matched = call >= 0
     matched[matched] = np.isin(calls.name_id[call[matched]], launch_ids)
+    call = call[matched]
     k_ns = (kernels.end - kernels.start)[matched]
-    a_ns = (calls.end - calls.start)[call[matched]]
+    a_ns = calls.end[call] - calls.start[call]
+    del call
     short = k_ns < a_ns
     starts, ends = wa.busy
     idle_before = np.zeros(len(k_ns), dtype=np.int64)
     if len(starts) > 1:
-        at = np.minimum(np.searchsorted(starts, kernels.start[matched]), len(starts) - 1)
-        exact = (starts[at] == kernels.start[matched]) & (at > 0)
-        idle_before = np.where(exact, starts[at] - ends[np.maximum(at - 1, 0)], 0)
+        kernel_starts = kernels.start[matched]
+        for first in range(0, len(kernel_starts), CHUNK):  # in chunks: five temporaries per launch otherwise
+            chunk = kernel_starts[first:first + CHUNK]
+            at = np.minimum(np.searchsorted(starts, chunk), len(starts) - 1)
+            exact = (starts[at] == chunk) & (at > 0)
+            idle_before[first:first + CHUNK] = np.where(exact, starts[at] - ends[np.maximum(at - 1, 0)], 0)
+        del kernel_starts
     name_ids = kernels.short_name_id[matched]
-    name_keys, sums, counts = group_sums(name_ids, short, np.where(short, k_ns, 0), np.where(short, a_ns, 0),
-                                        np.where(short, np.minimum(a_ns, idle_before), 0))
+    del matched
+    # Each figure zeroed where the kernel is not short, in place (at 6M launches each copy is 48 MB).
+    np.minimum(a_ns, idle_before, out=idle_before)
+    long = ~short
+    for values in (k_ns, a_ns, idle_before):
+        values[long] = 0
+    del long, values
+    k_ns, a_ns, idle_before = _narrow(k_ns), _narrow(a_ns), _narrow(idle_before)
+    name_keys, sums, counts = group_sums(name_ids, short, k_ns, a_ns, idle_before)
     totals = {"launches": int(counts.sum()), "short_kernels": int(sums[0].sum()), "short_kernel_ns": int(sums[1].sum()),
               "short_launch_api_ns": int(sums[2].sum()), "idle_before_short_ns": int(sums[3].sum())}
     top = [i for i in np.argsort(-sums[0], kind="stable")[:5] if sums[0][i] > 0]
@@ -183,6 +223,15 @@ def launches(export: NsysExport, wa: WindowActivity) -> dict:
                       "mean_kernel_ns": sums[1][i] / sums[0][i], "mean_launch_ns": sums[2][i] / sums[0][i]}
                      for i in top]
     return totals
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """As int32 where every value fits (a launch's kernel and call times are microseconds): half the
+    memory while grouped, and the same float64 values when summed."""
+    small = np.iinfo(np.int32)
+    if len(values) and values.min() >= small.min and values.max() <= small.max:
+        return values.astype(np.int32)
+    return values
 
 
 def copies(wa: WindowActivity) -> dict:
