@@ -189,17 +189,21 @@ class NsysExport:
         """A bound on the rows of each activity table, never below them: its rowid range (rowids are
         distinct integers; two b-tree descents, under a millisecond), equal to the count unless rows were
         deleted; COUNT(*) (a pass over every page: 30-100 ms at 300k rows) where the range cannot be
-        trusted: a view, a table without rowid, a column named like the rowid, a range that overflows
-        or is larger than the file could hold. Taken once."""
+        trusted: a view (which may never end: only the time limit stops it), a table without rowid, a
+        column named like the rowid, a range that overflows or is larger than the file could hold. Taken once."""
         if self._row_bounds is None:
             tables = [t for t in SURVEYED_TABLES if t in self.tables]
-            ranged = [t for t in tables if not {c.lower() for c in self.tables[t]} & {"rowid", "oid", "_rowid_"}]
+            stored = {r[0] for r in self.connection.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")} - \
+                {r[0] for r in self.connection.execute("SELECT name FROM sqlite_temp_master")}  # (a TEMP one shadows it)
+            ranged = [t for t in tables if t in stored and not {c.lower() for c in self.tables[t]} & {"rowid", "oid", "_rowid_"}]
             bounds = {}
             if ranged:
                 try:
                     spans = self.connection.execute("SELECT " + ", ".join(
                         f'(SELECT max(rowid) FROM "{t}") - (SELECT min(rowid) FROM "{t}") + 1' for t in ranged)).fetchone()
-                except sqlite3.DatabaseError:   # a view, a WITHOUT ROWID table: counted below
+                except sqlite3.DatabaseError as exc:   # a WITHOUT ROWID table: counted below
+                    if "interrupted" in str(exc):      # Ctrl-C, or the time limit: not a table to count
+                        raise sqlite_input_error(self.path, exc) from None
                     spans = [None] * len(ranged)
                 pages, page_size = (self.connection.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "page_size"))
                 most = pages * page_size // 8   # no row is stored in fewer bytes
