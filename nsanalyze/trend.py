@@ -88,11 +88,12 @@ def _trend(db_path: str) -> dict:
                            "ORDER BY date, path").fetchall()
     except sqlite3.Error as exc:
         raise InputError(db_path, f"not an nsanalyze history database ({exc})") from None
+    set_aside: dict[str, int] = defaultdict(int)
+    runs = [_checked_run(row, set_aside) for row in runs]
     runs.sort(key=lambda row: (row[1] or "", _written_at(row[2]), row[2] or ""))
     order = {row[0]: i for i, row in enumerate(runs)}
     info = {row[0]: {"date": row[1], "path": row[2], "kind": row[3], "label": row[4], "gpu": row[5]} for row in runs}
 
-    set_aside: dict[str, int] = defaultdict(int)
     kernels: dict[tuple, list] = defaultdict(list)
     for content, name, duration, launches, bad in con.execute(
             f"SELECT content_hash, name, SUM(CASE WHEN {MEASURED.format('duration_ns')} THEN duration_ns END), "
@@ -142,6 +143,24 @@ def _trend(db_path: str) -> dict:
     return {"schema": TREND_SCHEMA, "version": __version__, "runs": [info[r[0]] for r in runs],
             "kernels": series, "ranges": range_series, "prediction_accuracy": accuracy,
             **({"set_aside_values": counts, "notes": notes} if counts else {})}
+
+
+def _checked_run(row: tuple, set_aside: dict) -> tuple:
+    """A stored run with a date that is a calendar date (YYYY-MM-DD) or None (counted): a NULL date
+    was an internal error in the HTML's charts, a number sorted against text."""
+    from datetime import date
+
+    content, day, path, *rest = row
+    if day is not None:
+        try:
+            if not isinstance(day, str) or len(day) != 10:
+                raise ValueError
+            date.fromisoformat(day)
+        except ValueError:
+            set_aside["runs.date"] += 1
+            day = None
+    path = path if isinstance(path, str) else None
+    return (content, day, path, *rest)
 
 
 def _written_at(path: str | None) -> float:

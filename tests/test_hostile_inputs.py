@@ -1283,3 +1283,20 @@ def test_pyproject_that_is_not_utf8_is_one_line(tmp_path):
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "pyproject.toml: not valid TOML (not UTF-8 text)" in result.stderr
+
+
+@pytest.mark.parametrize("date", [None, 12, "2026-02-30"])
+def test_history_runs_without_a_calendar_date_chart(tmp_path, date):
+    """A stored run date that is NULL, a number or no calendar date made the trend's HTML charts an
+    internal error (TypeError in matplotlib's isfinite, ConversionError); such runs are charted at their
+    place, and a date that is no calendar date is counted."""
+    from tests.conftest import REAL
+
+    db = tmp_path / "h.sqlite"
+    for night in ("1", "2"):
+        assert run_cli("batch", REAL / f"nightly{night}_nsys.sqlite.xz", "--db", db).returncode == 0
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE runs SET date = ?", (date,))
+    result = assert_handled(run_cli("trend", "--db", db, "-o", tmp_path / "t.html", "-o", tmp_path / "t.md"))
+    assert result.returncode == 0 and "<svg" in (tmp_path / "t.html").read_text()
+    assert ("runs.date" in (tmp_path / "t.html").read_text()) == (date is not None)

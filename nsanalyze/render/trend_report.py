@@ -16,16 +16,16 @@ def series_svg(series: dict) -> str:
 
     points = series["points"]
     figure, axes = plt.subplots(figsize=(4.2, 1.4))
-    xs = [p["date"] for p in points]
+    xs = [p["date"] or f"run {p['run'] + 1}" for p in points]   # a run without a date: its place
     ys = [(p["duration_ns"] or 0) / 1e6 for p in points]
     axes.plot(xs, ys, marker="o", markersize=3, linewidth=1, color="#4a7ab5")
-    bands = [(p["date"], p["baseline_ns"] / 1e6, p["noise"]) for p in points if p.get("baseline_ns")]
+    bands = [(x, p["baseline_ns"] / 1e6, p["noise"]) for x, p in zip(xs, points) if p.get("baseline_ns")]
     if bands:
         axes.fill_between([b[0] for b in bands], [b[1] * (1 - b[2]) for b in bands], [b[1] * (1 + b[2]) for b in bands],
                           color="#4a7ab5", alpha=0.15, linewidth=0)
-    for p, y in zip(points, ys):
+    for p, x, y in zip(points, xs, ys):
         if p.get("regression"):
-            axes.plot([p["date"]], [y], marker="o", markersize=6, color="#c0392b")
+            axes.plot([x], [y], marker="o", markersize=6, color="#c0392b")
     axes.set_ylabel("ms", fontsize=7)
     axes.tick_params(labelsize=6)
     return _svg(figure)
