@@ -46,14 +46,6 @@ class Samples:
         return values[np.searchsorted(times, start, side="left"):np.searchsorted(times, end, side="left")]
 
 
-def _not_a_table(export: NsysExport, name: str) -> bool:
-    """A view in the export's place of a table (a recursive one never ends): it is read through SQLite,
-    under the export's time limit; the Arrow reader has none, and the reader's own test of the tables it
-    reads (read.nsys._arrow_reader) does not name GPU_METRICS."""
-    kind = export.scalar("SELECT type FROM sqlite_master WHERE name = ?", (name,))
-    return kind is not None and kind != "table"
-
-
 def read_samples(export: NsysExport) -> Samples | None:
     """The samples of the metrics in GPU_METRIC_NAMES, one scan of GPU_METRICS."""
     if not export.has_gpu_metrics:
@@ -69,7 +61,7 @@ def read_samples(export: NsysExport) -> Samples | None:
     query = IntQuery({"timestamp": ("timestamp", NOT_AN_INTEGER), "metric": ("metricId", NOT_AN_INTEGER),
                       "value": ("value", NOT_AN_INTEGER)},
                      f"FROM GPU_METRICS WHERE metricId IN ({','.join(str(i) for i in ids.values())})")
-    (columns,) = [export._rows(query)] if _not_a_table(export, "GPU_METRICS") else export.read_columns([query])
+    (columns,) = export.read_columns([query])  # a view in GPU_METRICS' place: no Arrow reader (its time limit)
     times, metric, values = columns["timestamp"], columns["metric"], columns["value"]
     valid = (times != NOT_AN_INTEGER) & (values != NOT_AN_INTEGER) & (values >= 0)
     set_aside = int(len(times) - np.count_nonzero(valid))

@@ -480,7 +480,8 @@ def _arrow_reader(export: "NsysExport", uri: str) -> ArrowReader | None:
     temp = export.connection.execute("SELECT type, sql FROM sqlite_temp_master WHERE sql IS NOT NULL "
                                      "ORDER BY rowid").fetchall()
     read = {KERNEL_TABLE, *COUNTED_TABLES, "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "StringIds", GRAPH_TRACE_TABLE,
-            "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND", "ENUM_CUPTI_SYNC_TYPE"}
+            "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND", "ENUM_CUPTI_SYNC_TYPE",
+            "GPU_METRICS"}
     if any(kinds.get(name, "table") != "table" for name in read) or any(t != "view" for t, _ in temp):
         return None
     views = [sql.replace("CREATE VIEW", "CREATE TEMP VIEW", 1) for t, sql in temp if t == "view"]
