@@ -16,7 +16,7 @@ import numpy as np
 from nsanalyze.normalize import devices as gpus
 from nsanalyze.normalize import host_calls
 from nsanalyze.normalize.activity import Activity, distinct, read_activity
-from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets
+from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.phases import find_phases
 from nsanalyze.normalize.steps import (Steps, find_steps, is_step_like, named_range, normalize_name,
@@ -276,27 +276,18 @@ def _launching_thread_calls(export: NsysExport, stretches: list[dict], pids_by_d
 
 
 def _all_inside_calls(per_thread: list[list], start: int, end: int) -> int:
-    """Time in [start, end) during which every thread is inside one of its intervals."""
+    """Time in [start, end) during which every thread is inside one of its intervals: each thread's
+    intervals merged (budget.union), then one sweep over all their edges counting the threads inside."""
     if not per_thread:
         return 0
-    events = []
+    edges, steps = [], []
     for intervals in per_thread:
-        merged = []
-        for s, e in sorted(intervals):
-            if merged and s <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], e)
-            else:
-                merged.append([s, e])
-        for s, e in merged:
-            events += [(s, 1), (e, -1)]
-    inside, total, since = 0, 0, None
-    for t, step in sorted(events, key=lambda x: (x[0], x[1])):
-        if step == 1:
-            inside += 1
-            if inside == len(per_thread):
-                since = t
-        else:
-            if inside == len(per_thread) and since is not None:
-                total += t - since
-            inside -= 1
-    return total
+        starts, ends = (np.array(values, dtype=np.int64) for values in zip(*intervals)) if intervals else \
+            (np.zeros(0, dtype=np.int64),) * 2
+        starts, ends = union(starts, ends)
+        edges += [starts, ends]
+        steps += [np.ones(len(starts), dtype=np.int64), -np.ones(len(ends), dtype=np.int64)]
+    times, step = np.concatenate(edges), np.concatenate(steps)
+    order = np.lexsort((step, times))  # at one time, a thread leaving before one entering
+    times, inside = times[order], np.cumsum(step[order])
+    return int((np.diff(times)[inside[:-1] == len(per_thread)]).sum())
