@@ -1,3 +1,3 @@
-from nsanalyze.cli import main
+from nsanalyze.cli import run
 
-main()
+run()
