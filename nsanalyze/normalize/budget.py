@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity, ascending, distinct
+from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity, ascending, distinct, find
 
 PARTS = ("gpu_compute", "gpu_communication", "gpu_copy", "idle_other", "idle_sync", "idle_launch", "idle_host")
 IDLE_PARTS = PARTS[3:]
@@ -328,9 +328,9 @@ def _launched(launches, keys: np.ndarray) -> np.ndarray:
     never = np.iinfo(np.int64).max
     if not len(sorted_keys):
         return np.full(len(keys), never, dtype=np.int64)
-    at = np.searchsorted(sorted_keys, keys)
-    np.minimum(at, len(sorted_keys) - 1, out=at)
-    found = (sorted_keys[at] == keys) & (keys != -1)
+    at = find(sorted_keys, keys)
+    found = at >= 0
+    np.maximum(at, 0, out=at)
     return np.where(found, ends[at], never)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nsanalyze.normalize.activity import ascending, distinct, first_by_key, group_sums, lookup, process_of
+from nsanalyze.normalize.activity import ascending, distinct, finder, first_by_key, group_sums, lookup, process_of
 from nsanalyze.normalize.window import SYNC_APIS, WindowActivity, ids_where, name_like
 from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.read.nsys import NsysExport
@@ -58,10 +58,11 @@ def _gather(grouped, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not len(group_keys):
         return np.zeros(len(keys), dtype=np.int64), np.zeros(len(keys), dtype=np.int64)
     out_sums, out_counts = np.empty(len(keys), dtype=sums.dtype), np.empty(len(keys), dtype=counts.dtype)
+    position_of = finder(group_keys, len(keys))
     for at in range(0, len(keys), CHUNK):
-        chunk = keys[at:at + CHUNK]
-        index = np.minimum(np.searchsorted(group_keys, chunk), len(group_keys) - 1)
-        found = (group_keys[index] == chunk) & (chunk != -1)
+        index = position_of(keys[at:at + CHUNK])
+        found = index >= 0
+        np.maximum(index, 0, out=index)
         out_sums[at:at + CHUNK] = np.where(found, sums[index], 0)
         out_counts[at:at + CHUNK] = np.where(found, counts[index], 0)
     return out_sums, out_counts

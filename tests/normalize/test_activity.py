@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from nsanalyze.normalize.activity import Columns, distinct, first_by_key, group_sums, lookup, read_activity
+from nsanalyze.normalize.activity import Columns, distinct, finder, first_by_key, group_sums, lookup, read_activity
 from nsanalyze.read import read_profile
 from tests.conftest import REAL, sql
 
@@ -47,6 +47,25 @@ def test_lookup_misses_absent_and_unknown_keys():
     found = lookup(table, np.array([shared, absent, -1]))
     assert found[1:].tolist() == [-1, -1]
     assert found[0] == np.flatnonzero(kernels.correlation_id == shared)[0]
+
+
+def test_key_table_and_binary_search_find_the_same_calls():
+    """The look-up by a table indexed by key (ids close together) and by binary search (others) give the
+    same positions: each kernel's launch and each call itself among the calls' ids, and ids no call
+    has, -1 and ids past both ends nowhere."""
+    activity = _activity()
+    calls, kernels = activity.calls, activity.kernels
+    keys = distinct(calls.correlation_id)
+    extra = np.concatenate(([-1, 0, int(keys[0]) - 1, int(keys[-1]) + 1, 2**62], keys[:50] + 1))
+    asked = np.concatenate((kernels.correlation_id, calls.correlation_id, extra))
+    by_table, by_search = finder(keys, len(asked)), finder(keys, 0)   # nothing asked: no table is worth its build
+    assert (by_table.__name__, by_search.__name__) == ("by_table", "by_search")
+    found = by_table(asked)
+    assert np.array_equal(found, by_search(asked))
+    known = found[:len(kernels) + len(calls)]
+    assert (known >= 0).all() and np.array_equal(keys[known], asked[:len(known)])
+    missing = ~np.isin(extra, keys)
+    assert (found[len(known):][missing] == -1).all() and missing[:5].all()
 
 
 def test_distinct_is_sorted_unique():
