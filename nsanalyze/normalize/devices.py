@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nsanalyze.normalize.activity import ascending, group_sums
+from nsanalyze.normalize.activity import ascending, group_sums, largest
 from nsanalyze.normalize.window import WindowActivity
 from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.read.nsys import NsysExport
@@ -69,7 +69,7 @@ def _gap_arrays(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def gaps(export: NsysExport, wa: WindowActivity) -> list[dict]:
     device, starts, ends = _gap_arrays(wa)
-    top = np.argsort(-(ends - starts), kind="stable")[:TOP_GAPS]
+    top = largest(ends - starts, TOP_GAPS)
     calls = wa.calls
     # Calls in start order (as read): those that may overlap a gap start at most the longest call's
     # length before it, a slice found by binary search instead of a test of every call per gap.

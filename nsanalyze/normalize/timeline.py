@@ -225,36 +225,43 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
         windows = ", ".join(f"({i}, {r['start_ns']}, {r['start_ns'] + r['duration_ns']})" for i, r in enumerate(stretches))
         rows = export.query(f"""
             WITH w(i, s, e) AS (VALUES {windows})
-            SELECT w.i, str.value AS name, COUNT(*) AS calls, SUM(MIN(o.end, w.e) - MAX(o.start, w.s)) AS overlap_ns
+            SELECT w.i, o.globalTid, MAX(o.start, w.s), MIN(o.end, w.e), o.nameId, str.value
             FROM OSRT_API o JOIN w ON o.start < w.e AND o.end > w.s JOIN main.StringIds str ON str.id = o.nameId
-            WHERE o.globalTid / 16777216 IN ({pids})
-            GROUP BY w.i, o.nameId""")
-        for index, stretch in enumerate(stretches):
-            mine = sorted((r for r in rows if r[0] == index), key=lambda r: -r[3])[:3]
-            stretch["os_calls"] = [{"name": r[1], "calls": r[2], "overlap_ns": r[3]} for r in mine]
-        _launching_thread_calls(export, stretches, {b.device_id: set(b.processes) for b in budgets},
-                                launching_threads)
+            WHERE o.globalTid / 16777216 IN ({pids})""")
+        os_calls: dict = {}   # (stretch, name id) -> [name, calls, overlap]
+        for i, _, start, end, name_id, name in rows:
+            entry = os_calls.setdefault((i, name_id), [name, 0, 0])
+            entry[1] += 1
+            entry[2] += end - start
+        for index, stretch in enumerate(stretches):   # ties in name id order, as SQL's GROUP BY gave them
+            mine = sorted((os_calls[k] for k in sorted((k for k in os_calls if k[0] == index), key=_sql_order)),
+                          key=lambda r: -r[2])[:3]
+            stretch["os_calls"] = [{"name": name, "calls": calls, "overlap_ns": overlap} for name, calls, overlap in mine]
+        _launching_thread_calls(stretches, {b.device_id: set(b.processes) for b in budgets}, launching_threads,
+                                [(i, tid, start, end, name) for i, tid, start, end, _, name in rows])
     return stretches
 
 
-def _launching_thread_calls(export: NsysExport, stretches: list[dict], pids_by_device: dict,
-                            launching_threads: np.ndarray) -> None:
+def _sql_order(key: tuple):
+    """A (stretch, name id) key in SQLite's order of values: numbers before text."""
+    stretch, value = key
+    number = isinstance(value, (int, float))
+    return stretch, not number, value if number else str(value)
+
+
+def _launching_thread_calls(stretches: list[dict], pids_by_device: dict, launching_threads: np.ndarray,
+                            rows: list[tuple]) -> None:
     """Per stretch, the OS calls of the threads that launched GPU work in its GPU's processes: `host_threads`,
     `blocked_ns` (time all of them sat inside OS calls) and `thread_os_calls` (the calls of the one that sat in
-    them least). Other threads (CUDA's, NCCL's helpers) wait all along and are not the GPU's host."""
-    if not stretches or not export.has("OSRT_API", "start", "end", "nameId", "globalTid"):
-        return
+    them least). Other threads (CUDA's, NCCL's helpers) wait all along and are not the GPU's host. `rows`:
+    (stretch, thread, start, end, name) of the OS calls in the stretches, clipped to them."""
     pids = {p for s in stretches for p in pids_by_device.get(s["device_id"], ())}
     # the threads that launched GPU work (a helper thread that only queries events is not the GPU's host)
     threads = [int(t) for t in launching_threads if int(t) // 16777216 in pids]
     if not threads:
         return
-    windows = ", ".join(f"({i}, {r['start_ns']}, {r['start_ns'] + r['duration_ns']})" for i, r in enumerate(stretches))
-    rows = export.query(f"""
-        WITH w(i, s, e) AS (VALUES {windows})
-        SELECT w.i, o.globalTid, MAX(o.start, w.s), MIN(o.end, w.e), str.value
-        FROM OSRT_API o JOIN w ON o.start < w.e AND o.end > w.s JOIN main.StringIds str ON str.id = o.nameId
-        WHERE o.globalTid IN ({",".join(str(t) for t in threads)})""")
+    launching = set(threads)
+    rows = [row for row in rows if row[1] in launching]
     for index, stretch in enumerate(stretches):
         mine = {t for t in threads if t // 16777216 in pids_by_device.get(stretch["device_id"], ())}
         spans: dict[int, list] = {t: [] for t in mine}
