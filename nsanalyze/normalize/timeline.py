@@ -9,6 +9,8 @@ phases and the window are cut from them.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,7 +75,12 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
                                                     (COMMUNICATION_PATTERN,))], dtype=np.int64)
     wa = window_activity(export, activity, call_names)
     peer_kinds = {k for k, label in wa.copy_kinds.items() if label in gpus.PEER_COPY_KINDS}
-    budgets = build_budgets(activity, call_names, set(comm_ids.tolist()), peer_kinds)
+    with _beside(len(activity.kernels) + len(activity.calls)) as side:
+        budgets_later = side.submit(build_budgets, activity, call_names, set(comm_ids.tolist()), peer_kinds)
+        host_side = {"streams": gpus.streams(wa), "ranges": host_calls.ranges(export, wa), "gaps": gpus.gaps(export, wa),
+                     "syncs": host_calls.syncs(wa), "launches": host_calls.launches(export, wa),
+                     "copies": host_calls.copies(wa)}
+        budgets = budgets_later.result()
     devices = gpus.devices(export, wa, comm_ids, {b.device_id: b.labelled.totals()["gpu_communication"] for b in budgets})
     kernel_ns, copy_ns = wa.kernels.end - wa.kernels.start, wa.copies.end - wa.copies.start
     totals = (int(kernel_ns.sum()), len(wa.kernels), int(copy_ns[wa.copies.memset == 0].sum()),
@@ -102,9 +109,8 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
         summary["span_ns"] = window_ns
         summary["gpu_busy_share"] = sum(p["ns"] for p in overall if p["part"] not in IDLE_PARTS) / window_ns \
             if window_ns else None
-    ranges = host_calls.ranges(export, wa)
-    timeline = Timeline(window=window, summary=summary, devices=devices, streams=gpus.streams(wa), ranges=ranges,
-                        gaps=gpus.gaps(export, wa), syncs=host_calls.syncs(wa), launches=host_calls.launches(export, wa), copies=host_calls.copies(wa))
+    ranges = host_side["ranges"]
+    timeline = Timeline(window=window, summary=summary, devices=devices, **host_side)
     timeline.budget = overall
     timeline.activity = activity
     timeline.steps = _steps_section(steps, budgets, capture, call_names) if steps is not None else None
@@ -129,6 +135,38 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     timeline.busy_clock = busy_clock(samples, active.start, active.end,
                                      next((d.clock_hz for d in export.devices if d.clock_hz), None))
     return timeline
+
+
+# Above this many kernels and calls the budget is built after the host calls' figures, not beside them:
+# the two working sets held at once would set the peak memory of a capture of millions of launches.
+BESIDE_AT_MOST = 4_000_000
+
+
+def _beside(rows: int):
+    """Where the budget is built: on the machine's second core, beside the host calls' figures (numpy
+    releases the GIL in its loops over the arrays; both only read the window's columns), or in turn on
+    one core or for a large capture. Either way the same figures."""
+    if rows <= BESIDE_AT_MOST and (os.cpu_count() or 1) > 1:
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsanalyze-budget")
+    return _InTurn()
+
+
+class _InTurn:
+    """An executor that runs each task when it is submitted."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def submit(self, fn, *args):
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - raised where the result is asked for, as a thread's would be
+            future.set_exception(exc)
+        return future
 
 
 def _mean_budget(budgets) -> list[dict] | None:

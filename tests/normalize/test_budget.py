@@ -73,3 +73,43 @@ def test_median_step_budget_adds_up_to_the_median_step(analyzed):
     assert sum(p["ns"] for p in steps["budget"]) == pytest.approx(steps["median_ns"], rel=0.01)
     host = next(p for p in steps["budget"] if p["part"] == "idle_host")
     assert host["share"] > 0.8                     # the batch is prepared in the loop: measured 0.94
+
+
+def test_sub_window_totals_equal_the_segments_inside_them():
+    """A budget's time per part over many sub-windows (the steps: one pass over the segments for all
+    parts) equals each sub-window's overlap with each segment, summed by a plain loop."""
+    import numpy as np
+
+    from nsanalyze.normalize.activity import read_activity
+    from nsanalyze.normalize.budget import build_budgets
+    from nsanalyze.read import read_profile
+
+    activity = read_activity(read_profile(REAL / "loader_inline_nsys.sqlite.xz"), (-(2**62), 2**62))
+    (budget,) = build_budgets(activity, {}, set())
+    labelled = budget.labelled
+    rng = np.random.default_rng(7)
+    first, last = int(labelled.starts[0]), int(labelled.ends[-1])
+    starts = np.concatenate((rng.integers(first - 1000, last, 40), [first, first - 5, last, int(labelled.starts[3])]))
+    ends = starts + np.concatenate((rng.integers(0, (last - first) // 4, 40), [last - first, 3, 10, 0]))
+    totals = labelled.totals_many(starts, ends)
+    segments = list(zip(labelled.starts.tolist(), labelled.ends.tolist(), labelled.labels.tolist()))
+    for row, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
+        expected = [0] * len(PARTS)
+        for segment_start, segment_end, label in segments:
+            expected[label] += max(0, min(e, segment_end) - max(s, segment_start))
+        assert totals[row].tolist() == expected
+
+
+def test_longest_gaps_are_the_first_of_a_full_sort():
+    """The longest idle gaps, found by a partition, are the head of a stable sort of all of them."""
+    import numpy as np
+
+    from nsanalyze.normalize.activity import largest, read_activity
+    from nsanalyze.read import read_profile
+
+    kernels = read_activity(read_profile(REAL / "graphs_eager_nsys.sqlite.xz"), (-(2**62), 2**62)).kernels
+    order = np.argsort(kernels.start, kind="stable")
+    gaps = np.maximum(kernels.start[order][1:] - kernels.end[order][:-1], 0)
+    gaps = np.concatenate((gaps, gaps[:500]))   # ties: the repeated gaps come after their first
+    for count in (0, 1, 10, 257):
+        assert np.array_equal(largest(gaps, count), np.argsort(-gaps, kind="stable")[:count])
