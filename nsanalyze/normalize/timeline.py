@@ -77,10 +77,10 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     peer_kinds = {k for k, label in wa.copy_kinds.items() if label in gpus.PEER_COPY_KINDS}
     with _beside(len(activity.kernels) + len(activity.calls)) as side:
         budgets_later = side.submit(build_budgets, activity, call_names, set(comm_ids.tolist()), peer_kinds)
+        syncs_later = side.submit(host_calls.syncs, wa)
         host_side = {"streams": gpus.streams(wa), "ranges": host_calls.ranges(export, wa), "gaps": gpus.gaps(export, wa),
-                     "syncs": host_calls.syncs(wa), "launches": host_calls.launches(export, wa),
-                     "copies": host_calls.copies(wa)}
-        budgets = budgets_later.result()
+                     "launches": host_calls.launches(export, wa), "copies": host_calls.copies(wa)}
+        budgets, host_side["syncs"] = budgets_later.result(), syncs_later.result()
     devices = gpus.devices(export, wa, comm_ids, {b.device_id: b.labelled.totals()["gpu_communication"] for b in budgets})
     kernel_ns, copy_ns = wa.kernels.end - wa.kernels.start, wa.copies.end - wa.copies.start
     totals = (int(kernel_ns.sum()), len(wa.kernels), int(copy_ns[wa.copies.memset == 0].sum()),
@@ -143,9 +143,11 @@ BESIDE_AT_MOST = 4_000_000
 
 
 def _beside(rows: int):
-    """Where the budget is built: on the machine's second core, beside the host calls' figures (numpy
-    releases the GIL in its loops over the arrays; both only read the window's columns), or in turn on
-    one core or for a large capture. Either way the same figures."""
+    """Where the budget and the syncs' figures are made: on the machine's second core, beside the other
+    host calls' figures (numpy releases the GIL in its loops over the arrays; all only read the window's
+    columns), or in turn on one core or for a large capture. Either way the same figures. Nothing run
+    beside asks SQLite: a thread waiting for the connection while holding the GIL, and one inside SQLite
+    whose progress handler (the time limit) waits for the GIL, would wait for each other."""
     if rows <= BESIDE_AT_MOST and (os.cpu_count() or 1) > 1:
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsanalyze-budget")
     return _InTurn()
