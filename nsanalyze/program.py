@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from nsanalyze.checks import global_settings, limits_for, program_checks
 from nsanalyze.checks.base import Finding, NotJudged, budget_part, severity_for
-from nsanalyze.normalize import normalize_nsys_kernels, work
+from nsanalyze.normalize import work
 from nsanalyze.normalize.checked_rows import invalid_rows
 from nsanalyze.normalize.timeline import Timeline, build_timeline
 from nsanalyze.numbers import finite
@@ -292,8 +292,7 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
             timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range, options.window)
         except sqlite3.DatabaseError as exc:
             raise sqlite_input_error(export.path, exc) from None
-        window_kernels = timeline.activity.kernels if timeline.activity is not None else None
-        table = normalize_nsys_kernels(export, (timeline.window.start, timeline.window.end), window_kernels)
+        table = timeline.kernel_table
         timeline.activity = None  # the arrays are not needed past here
         rows = table.rows
         for row in rows:
@@ -307,7 +306,7 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
             })
         summary += rows
         timeline.kernel_summary = rows
-        work.attach(export, timeline, rows, window_kernels)
+        work.attach(timeline, timeline.work_analysis)
         timelines.append(timeline)
         f, n = run_program_checks(timeline, options.thresholds)
         _phase_first_findings(timeline, f)

@@ -258,9 +258,10 @@ def _summarize(columns: dict[str, np.ndarray]) -> list[dict]:
 
 
 def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = None,
-                           kernels: Columns | None = None) -> KernelTable:
+                           kernels: Columns | None = None, strings=None) -> KernelTable:
     """One row per distinct demangled kernel name, as `nsys stats -r cuda_gpu_kern_sum` groups them.
-    `kernels`: the window's kernels when the caller has read them already (normalize.activity)."""
+    `kernels`: the window's kernels when the caller has read them already (normalize.activity);
+    `strings`: names by id in place of export.strings (names read ahead: no SQLite from another thread)."""
     start, end = window or (-(2**62), 2**62)
     if kernels is None:
         kernels = read_kernels(export, "start >= :ws AND start < :we", {"ws": start, "we": end})
@@ -271,7 +272,7 @@ def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = 
                 "short_name_id": np.where(kernels.short_name_id == -1, NO_MIN, kernels.short_name_id)}
     named = columns["demangled_id"] != -1  # a kernel without a name id is not summarized (as nsys stats)
     records = _summarize(columns if named.all() else {key: values[named] for key, values in columns.items()})
-    names = export.strings([i for r in records for i in (r["demangled_id"], r["short_name_id"]) if i is not None])
+    names = (strings or export.strings)([i for r in records for i in (r["demangled_id"], r["short_name_id"]) if i is not None])
     for record in records:
         record["demangled"] = names.get(record.pop("demangled_id"))
         record["name"] = names.get(record.pop("short_name_id")) or record["demangled"] or "(unnamed kernel)"

@@ -20,9 +20,11 @@ from nsanalyze.normalize import host_calls
 from nsanalyze.normalize.activity import Activity, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
+from nsanalyze.normalize.kernels import KernelTable, normalize_nsys_kernels
 from nsanalyze.normalize.phases import find_phases
 from nsanalyze.normalize.steps import (Steps, find_steps, is_step_like, named_range, normalize_name,
                                       project_on_gpu)
+from nsanalyze.normalize.work import analyze_work
 from nsanalyze.normalize.window import (FOREVER, SYNC_APIS, Window, WindowActivity, ids_where, name_like,  # noqa: F401
                                         choose_window, window_activity)
 from nsanalyze.read.nsys import GRAPH_NAME_BASE, NsysExport
@@ -51,6 +53,7 @@ class Timeline:
     phases: list[dict] = field(default_factory=list)  # top-level NVTX range groups over the capture (normalize.phases)
     work: list[dict] | None = None         # GPU kernel time by role (normalize.work), set after the kernel summary
     work_analysis: object | None = None    # normalize.work.WorkAnalysis: what the busy-GPU checks read
+    kernel_table: KernelTable | None = None  # the window's kernel summary (normalize.kernels)
     activity: Activity | None = None       # the arrays read (for the kernel summary; dropped after it)
 
 
@@ -75,12 +78,22 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
                                                     (COMMUNICATION_PATTERN,))], dtype=np.int64)
     wa = window_activity(export, activity, call_names)
     peer_kinds = {k for k, label in wa.copy_kinds.items() if label in gpus.PEER_COPY_KINDS}
-    with _beside(len(activity.kernels) + len(activity.calls)) as side:
+    side = _beside(len(activity.kernels) + len(activity.calls))
+    with side:
         budgets_later = side.submit(build_budgets, activity, call_names, set(comm_ids.tolist()), peer_kinds)
         syncs_later = side.submit(host_calls.syncs, wa)
+        kernels_later = side.submit(_kernels_and_work, export, window, activity.kernels, _kernel_names(export, activity))
         host_side = {"streams": gpus.streams(wa), "ranges": host_calls.ranges(export, wa), "gaps": gpus.gaps(export, wa),
                      "launches": host_calls.launches(export, wa), "copies": host_calls.copies(wa)}
         budgets, host_side["syncs"] = budgets_later.result(), syncs_later.result()
+        timeline = _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names,
+                                           comm_ids, peer_kinds, budgets, host_side)
+        timeline.kernel_table, timeline.work_analysis = kernels_later.result()
+    return timeline
+
+
+def _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names, comm_ids, peer_kinds,
+                            budgets, host_side) -> Timeline:
     devices = gpus.devices(export, wa, comm_ids, {b.device_id: b.labelled.totals()["gpu_communication"] for b in budgets})
     kernel_ns, copy_ns = wa.kernels.end - wa.kernels.start, wa.copies.end - wa.copies.start
     totals = (int(kernel_ns.sum()), len(wa.kernels), int(copy_ns[wa.copies.memset == 0].sum()),
@@ -135,6 +148,20 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
     timeline.busy_clock = busy_clock(samples, active.start, active.end,
                                      next((d.clock_hz for d in export.devices if d.clock_hz), None))
     return timeline
+
+
+def _kernel_names(export: NsysExport, activity: Activity):
+    """export.strings for the window's kernel names, read now (on this thread) for the kernel summary and
+    the work split made beside."""
+    kernels = activity.kernels
+    names = export.strings(np.concatenate((distinct(kernels.short_name_id), distinct(kernels.demangled_id))))
+    return lambda ids: {i: names[i] for i in {int(i) for i in ids} if i in names}
+
+
+def _kernels_and_work(export: NsysExport, window: Window, kernels, strings) -> tuple:
+    """The window's kernel summary (one row per name) and its GPU time by role (normalize.work)."""
+    table = normalize_nsys_kernels(export, (window.start, window.end), kernels, strings)
+    return table, analyze_work(export, (window.start, window.end), table.rows, kernels, strings)
 
 
 # Above this many kernels and calls the budget is built after the host calls' figures, not beside them:

@@ -166,9 +166,10 @@ def analyze_kernel_rows(summary_rows: list[dict]) -> WorkAnalysis:
     return analysis
 
 
-def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kernels=None) -> WorkAnalysis:
+def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kernels=None, strings=None) -> WorkAnalysis:
     """The window's GPU kernel time by role. `summary_rows`: the kernel summary (one row per name, the
-    window's kernels); `kernels`: the window's launches as columns (normalize.activity), read when absent."""
+    window's kernels); `kernels`: the window's launches as columns (normalize.activity), read when absent;
+    `strings`: names by id in place of export.strings."""
     start, end = window
     roles_by_name, role_ns, by_kernel = _by_name(summary_rows)
     if kernels is None:
@@ -177,7 +178,7 @@ def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kern
     else:
         kernels = kernels.where((kernels.start >= start) & (kernels.start < end))
     analysis = WorkAnalysis(work=[], kernel_ns=int(sum(role_ns.values())))
-    launches = _launch_roles(export, kernels)
+    launches = _launch_roles(strings or export.strings, kernels)
     if launches is not None:
         moved, analysis.scores_gemm_ns = _scores_context(launches)
         for name_id, ns, count in moved:
@@ -201,7 +202,7 @@ def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kern
     return analysis
 
 
-def _launch_roles(export, kernels) -> dict | None:
+def _launch_roles(strings, kernels) -> dict | None:
     """Per launch, sorted by stream then start: role code, duration, threads, name id."""
     if not len(kernels):
         return None
@@ -210,7 +211,7 @@ def _launch_roles(export, kernels) -> dict | None:
     short_ids = np.asarray(kernels.short_name_id, dtype=np.int64)
     first_short = np.full(len(unique_ids), -1, dtype=np.int64)
     first_short[inverse[::-1]] = short_ids[::-1]  # one short name per demangled id
-    names = export.strings([int(i) for i in np.concatenate((unique_ids, first_short)) if i >= 0])
+    names = strings([int(i) for i in np.concatenate((unique_ids, first_short)) if i >= 0])
     codes = np.array([ROLES.index(role_of(names.get(int(s)), names.get(int(d)))) for d, s in zip(unique_ids, first_short)],
                      dtype=np.int16)
     fused = np.array([bool(FUSED_ALREADY.search(names.get(int(s)) or names.get(int(d)) or ""))
@@ -324,10 +325,9 @@ def _per_device(launches: dict) -> dict:
     return out
 
 
-def attach(export, timeline, summary_rows: list[dict], kernels=None) -> None:
+def attach(timeline, analysis: WorkAnalysis) -> None:
     """Puts the work split on the timeline (`timeline.work`, per device in `timeline.devices[].work`)
     and the analysis the busy-GPU checks read (`timeline.work_analysis`)."""
-    analysis = analyze_work(export, (timeline.window.start, timeline.window.end), summary_rows, kernels)
     timeline.work = analysis.work
     timeline.work_analysis = analysis
     for device in timeline.devices:
