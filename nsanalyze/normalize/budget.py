@@ -79,22 +79,27 @@ class Labelled:
     def _before(self, times: np.ndarray) -> np.ndarray:
         """ns per part of the segments before each time (a row per time): the segments wholly before it,
         summed per part between the segments the times fall in (one pass over the segments for all
-        parts and times), and the share of the segment it falls in. Sums of whole nanoseconds: exact."""
+        parts and times, in chunks), and the share of the segment it falls in. Whole nanoseconds: exact."""
         out = np.zeros((len(times), len(PARTS)))
         if not len(self.starts) or not len(times):
             return out
-        length = self.ends - self.starts
         index = np.searchsorted(self.starts, times, side="right") - 1   # the segment each time falls in
         held = np.maximum(index, 0)
         cuts, cut_of = np.unique(held, return_inverse=True)
-        marks = np.zeros(len(length), dtype=np.int32)
-        marks[cuts] = 1
-        bins = np.cumsum(marks, dtype=np.int32)   # segment i: the number of cuts at or before it
-        bins *= len(PARTS)
-        bins += self.labels
-        per_bin = np.bincount(bins, weights=length, minlength=(len(cuts) + 1) * len(PARTS)).reshape(-1, len(PARTS))
-        out[:] = np.cumsum(per_bin, axis=0)[cut_of]   # row k: the segments below cut k
-        partial = np.clip(times - self.starts[held], 0, length[held])
+        per_bin = np.zeros((len(cuts) + 1) * len(PARTS))
+        is_cut = np.zeros(len(self.starts), dtype=bool)
+        is_cut[cuts] = True
+        cuts_before = 0
+        for at in range(0, len(self.starts), CHUNK):   # segment i's bin: the number of cuts at or before it
+            stop = min(at + CHUNK, len(self.starts))
+            bins = np.cumsum(is_cut[at:stop], dtype=np.int32)
+            bins += cuts_before
+            cuts_before = int(bins[-1])
+            bins *= len(PARTS)
+            bins += self.labels[at:stop]
+            per_bin += np.bincount(bins, weights=self.ends[at:stop] - self.starts[at:stop], minlength=len(per_bin))
+        out[:] = np.cumsum(per_bin.reshape(-1, len(PARTS)), axis=0)[cut_of]   # row k: the segments below cut k
+        partial = np.clip(times - self.starts[held], 0, self.ends[held] - self.starts[held])
         out[np.arange(len(times)), self.labels[held]] += partial
         out[index < 0] = 0
         return out

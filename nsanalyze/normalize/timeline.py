@@ -10,7 +10,7 @@ phases and the window are cut from them.
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,6 +58,14 @@ class Timeline:
 
 
 def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode: str = "steady") -> Timeline:
+    with _Side() as side:
+        timeline, kernels_later = _timeline(export, skip_first_ns, nvtx_range, mode, side)
+        # (asked for here, once the budget's segments and the window's selections are freed)
+        timeline.kernel_table, timeline.work_analysis = kernels_later.result()
+    return timeline
+
+
+def _timeline(export: NsysExport, skip_first_ns, nvtx_range, mode: str, side: "_Side") -> tuple:
     steps = find_steps(export, nvtx_range)
     capture = read_activity(export, (-FOREVER, FOREVER))  # once: steps, phases and the window read from it
     if steps is not None:
@@ -78,18 +86,16 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
                                                     (COMMUNICATION_PATTERN,))], dtype=np.int64)
     wa = window_activity(export, activity, call_names)
     peer_kinds = {k for k, label in wa.copy_kinds.items() if label in gpus.PEER_COPY_KINDS}
-    side = _beside(len(activity.kernels) + len(activity.calls))
-    with side:
-        budgets_later = side.submit(build_budgets, activity, call_names, set(comm_ids.tolist()), peer_kinds)
-        syncs_later = side.submit(host_calls.syncs, wa)
-        kernels_later = side.submit(_kernels_and_work, export, window, activity.kernels, _kernel_names(export, activity))
-        host_side = {"streams": gpus.streams(wa), "ranges": host_calls.ranges(export, wa), "gaps": gpus.gaps(export, wa),
-                     "launches": host_calls.launches(export, wa), "copies": host_calls.copies(wa)}
-        budgets, host_side["syncs"] = budgets_later.result(), syncs_later.result()
-        timeline = _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names,
-                                           comm_ids, peer_kinds, budgets, host_side)
-        timeline.kernel_table, timeline.work_analysis = kernels_later.result()
-    return timeline
+    side.choose(len(activity.kernels) + len(activity.calls))
+    syncs_later = side.submit_last(host_calls.syncs, wa)
+    budgets_later = side.submit(build_budgets, activity, call_names, set(comm_ids.tolist()), peer_kinds)
+    kernels_later = side.submit_last(_kernels_and_work, export, window, activity.kernels,
+                                     _kernel_names(export, activity) if side.beside else None)
+    host_side = {"streams": gpus.streams(wa), "ranges": host_calls.ranges(export, wa), "gaps": gpus.gaps(export, wa),
+                 "syncs": syncs_later.result(), "launches": host_calls.launches(export, wa), "copies": host_calls.copies(wa)}
+    timeline = _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names,
+                                       comm_ids, peer_kinds, budgets_later.result(), host_side)
+    return timeline, kernels_later
 
 
 def _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names, comm_ids, peer_kinds,
@@ -169,33 +175,59 @@ def _kernels_and_work(export: NsysExport, window: Window, kernels, strings) -> t
 BESIDE_AT_MOST = 4_000_000
 
 
-def _beside(rows: int):
-    """Where the budget and the syncs' figures are made: on the machine's second core, beside the other
-    host calls' figures (numpy releases the GIL in its loops over the arrays; all only read the window's
-    columns), or in turn on one core or for a large capture. Either way the same figures. Nothing run
-    beside asks SQLite: a thread waiting for the connection while holding the GIL, and one inside SQLite
-    whose progress handler (the time limit) waits for the GIL, would wait for each other."""
-    if rows <= BESIDE_AT_MOST and (os.cpu_count() or 1) > 1:
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsanalyze-budget")
-    return _InTurn()
+class _Side:
+    """Where the syncs' figures, the budget and the kernel summary are made: on the machine's second core,
+    beside the other host calls' figures (numpy releases the GIL in its loops over the arrays; all only
+    read the window's columns), or in turn on one core or for a large capture, in the order the stages
+    had when they ran one after the other (each working set freed before the next is made). Either way
+    the same figures. Nothing run beside asks SQLite: a thread waiting for the connection while holding
+    the GIL, and one inside SQLite whose progress handler (the time limit) waits for the GIL, would wait
+    for each other."""
 
+    def __init__(self):
+        self._pool: ThreadPoolExecutor | None = None
 
-class _InTurn:
-    """An executor that runs each task when it is submitted."""
+    @property
+    def beside(self) -> bool:
+        return self._pool is not None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+    def choose(self, rows: int) -> None:
+        if rows <= BESIDE_AT_MOST and (os.cpu_count() or 1) > 1:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsanalyze-beside")
 
     def submit(self, fn, *args):
-        future: Future = Future()
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:  # noqa: BLE001 - raised where the result is asked for, as a thread's would be
-            future.set_exception(exc)
-        return future
+        """Beside, or in turn: now."""
+        if self._pool is not None:
+            return self._pool.submit(fn, *args)
+        task = _Later(fn, args)
+        task.result()
+        return task
+
+    def submit_last(self, fn, *args):
+        """Beside, or in turn: when its result is asked for."""
+        return self._pool.submit(fn, *args) if self._pool is not None else _Later(fn, args)
+
+    def __enter__(self) -> "_Side":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self._pool is not None:   # on an error too: its tasks end before the error goes on
+            self._pool.shutdown(wait=True)
+        return False
+
+
+class _Later:
+    """A task run when its result is first asked for."""
+
+    def __init__(self, fn, args):
+        self._task, self._value = (fn, args), None
+
+    def result(self):
+        if self._task is not None:
+            fn, args = self._task
+            self._task = None
+            self._value = fn(*args)
+        return self._value
 
 
 def _mean_budget(budgets) -> list[dict] | None:
