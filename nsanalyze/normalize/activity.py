@@ -103,8 +103,13 @@ class Activity:
     kernels: Columns   # start, end, device_id, stream_id, correlation_id, pid, short_name_id, demangled_id
     copies: Columns    # ... bytes, memset (0/1), copy_kind, src_kind, dst_kind
     calls: Columns     # start, end, pid, correlation_id, name_id
-    # nsys global thread ids of the calls that launched kernels (the GPU's host threads, not CUDA's helpers)
-    launching_threads: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # nsys global thread ids of the calls that launched kernels (the GPU's host threads, not CUDA's helpers):
+    # the array, or the task making it (beside the rest: see read_activity)
+    launching: object = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @property
+    def launching_threads(self) -> np.ndarray:
+        return self.launching.result() if hasattr(self.launching, "result") else self.launching
 
     def within(self, start: int, end: int, calls_from: int | None = None) -> "Activity":
         """The part of a wider read that bears on the window [start, end): work overlapping it, and the
@@ -113,7 +118,7 @@ class Activity:
         kernels = self.kernels.where((self.kernels.end >= start) & (self.kernels.start < end))
         copies = self.copies.where((self.copies.end >= start) & (self.copies.start < end))
         calls = self.calls.where((self.calls.end > calls_from - CALL_LOOKBACK_NS) & (self.calls.start < end))
-        return Activity(start, end, kernels, copies, calls, self.launching_threads)
+        return Activity(start, end, kernels, copies, calls, self.launching)
 
     def launch_call_starts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(start, end, launch call start, launch call pid) of every kernel and copy, in that order: the
@@ -223,7 +228,9 @@ def _with_valid_shape(table: Columns, set_aside: dict | None = None) -> Columns:
     return table
 
 
-def read_activity(export: NsysExport, window: tuple[int, int]) -> Activity:
+def read_activity(export: NsysExport, window: tuple[int, int], submit=None) -> Activity:
+    """The window's kernels, copies and calls as columns. `submit(fn, *args)`: where the launching threads
+    are found (a task beside the caller's next steps: they are asked for late), else now."""
     start, end = window
     params = {"ws": start, "we": end}
     # Rows at most (the views' tables' bounds): the columns are filled in place, never concatenated.
@@ -251,9 +258,14 @@ def read_activity(export: NsysExport, window: tuple[int, int]) -> Activity:
     sizes = tables[2]["bytes"]
     if (sizes == -1).any():  # no size (NULL, text, a negative): read as 0, as the view's NULL always was
         tables[2]["bytes"] = np.where(sizes == -1, 0, sizes)
-    threads = _launching_threads(tables[0], tables[1])
+    ids = [{name: table[name] for name in ("pid", "correlation_id")} for table in tables[:2]]  # (before pid is a process)
+    threads = (submit or _now)(_launching_threads, *ids)
     kernels, calls, copies = (_with_processes(Columns(table)) for table in tables)
     return Activity(start, end, _with_valid_shape(kernels, export.set_aside), copies, calls, threads)
+
+
+def _now(fn, *args):
+    return fn(*args)
 
 
 def _launching_threads(kernels: dict, calls: dict) -> np.ndarray:

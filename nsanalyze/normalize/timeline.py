@@ -27,7 +27,7 @@ from nsanalyze.normalize.steps import (Steps, find_steps, is_step_like, named_ra
 from nsanalyze.normalize.work import analyze_work
 from nsanalyze.normalize.window import (FOREVER, SYNC_APIS, Window, WindowActivity, ids_where, name_like,  # noqa: F401
                                         choose_window, window_activity)
-from nsanalyze.read.nsys import GRAPH_NAME_BASE, NsysExport
+from nsanalyze.read.nsys import CALL_TABLES, GRAPH_NAME_BASE, KERNEL_TABLE, NsysExport
 
 
 @dataclass
@@ -67,7 +67,9 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
 
 def _timeline(export: NsysExport, skip_first_ns, nvtx_range, mode: str, side: "_Side") -> tuple:
     steps = find_steps(export, nvtx_range)
-    capture = read_activity(export, (-FOREVER, FOREVER))  # once: steps, phases and the window read from it
+    bounds = export.row_bounds()
+    side.choose(sum(bounds.get(t, 0) for t in (KERNEL_TABLE, *CALL_TABLES)))
+    capture = read_activity(export, (-FOREVER, FOREVER), side.submit)  # once: steps, phases and the window read from it
     if steps is not None:
         project_on_gpu(steps, *capture.launch_call_starts())
     named = named_range(export, nvtx_range) if nvtx_range else None
@@ -86,7 +88,6 @@ def _timeline(export: NsysExport, skip_first_ns, nvtx_range, mode: str, side: "_
                                                     (COMMUNICATION_PATTERN,))], dtype=np.int64)
     wa = window_activity(export, activity, call_names)
     peer_kinds = {k for k, label in wa.copy_kinds.items() if label in gpus.PEER_COPY_KINDS}
-    side.choose(len(activity.kernels) + len(activity.calls))
     syncs_later = side.submit_last(host_calls.syncs, wa)
     budgets_later = side.submit(build_budgets, activity, call_names, set(comm_ids.tolist()), peer_kinds)
     kernels_later = side.submit_last(_kernels_and_work, export, window, activity.kernels,
@@ -170,8 +171,9 @@ def _kernels_and_work(export: NsysExport, window: Window, kernels, strings) -> t
     return table, analyze_work(export, (window.start, window.end), table.rows, kernels, strings)
 
 
-# Above this many kernels and calls the budget is built after the host calls' figures, not beside them:
-# the two working sets held at once would set the peak memory of a capture of millions of launches.
+# Above this many kernels and calls (the capture's tables) the launching threads, the syncs' figures, the
+# budget and the kernel summary are made in turn, not beside the rest: the working sets held at once would
+# set the peak memory of a capture of millions of launches.
 BESIDE_AT_MOST = 4_000_000
 
 
