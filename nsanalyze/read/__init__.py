@@ -28,10 +28,13 @@ def read_profiles(path, ncu_metrics=None, reader=None) -> list:
     function that reads one (read_profile, or the caller's wrapper of it)."""
     from pathlib import Path
 
-    from nsanalyze.read.kineto import trace_files
-
     reader = reader or read_profile
-    traces = trace_files(Path(path)) if Path(path).is_dir() else None
+    if Path(path).is_dir():   # (the Kineto reader, imported for folders and traces only)
+        from nsanalyze.read.kineto import trace_files
+
+        traces = trace_files(Path(path))
+    else:
+        traces = None
     if not traces:
         return [reader(path, ncu_metrics=ncu_metrics)]
     exports = [reader(str(trace), ncu_metrics=ncu_metrics) for trace in traces]

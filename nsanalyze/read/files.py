@@ -8,15 +8,10 @@ cache evicts its least recently used entries past a size limit.
 from __future__ import annotations
 
 import enum
-import gzip
-import hashlib
-import lzma
 import os
-import tempfile
 from pathlib import Path
 
 from nsanalyze.errors import InputError
-from nsanalyze.read.kineto import looks_like_json
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -53,6 +48,8 @@ def cache_dir() -> Path:
 def _content_key(path: Path) -> str:
     """The cache key: the compressed file's content, so a file replaced in place is never mistaken
     for the one before it (same size and mtime or not)."""
+    import hashlib
+
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()[:24]
 
@@ -105,6 +102,10 @@ def _head(path: Path, n: int = 16) -> bytes:
 
 
 def _decompress(path: Path, opener, suffix_len: int) -> Path:
+    import gzip
+    import lzma
+    import tempfile
+
     target = cache_dir() / f"{_content_key(path)}-{path.name[:-suffix_len]}"
     _remove_orphans(target.parent)
     if target.exists():
@@ -146,6 +147,8 @@ def detect_kind(path: Path, display: Path | None = None) -> ProfileKind:
         name = name.removesuffix(suffix)
     if name.endswith(".ncu-rep"):
         return ProfileKind.NCU
+    from nsanalyze.read.kineto import looks_like_json   # (the Kineto reader, imported for traces only)
+
     if name.endswith(".json") or looks_like_json(head):
         return ProfileKind.KINETO
     if name.endswith((".sqlite", ".sqlite3", ".db")):
@@ -168,10 +171,14 @@ def open_local(path) -> tuple[ProfileKind, Path]:
     if head.startswith(XZ_MAGIC) or path.name.endswith(".xz"):
         if not head.startswith(XZ_MAGIC):
             raise InputError(path, "not an xz file (wrong signature)")
+        import lzma
+
         local = _decompress(path, lzma.open, 3)
     elif head.startswith(GZ_MAGIC) or path.name.endswith(".gz"):
         if not head.startswith(GZ_MAGIC):
             raise InputError(path, "not a gzip file (wrong signature)")
+        import gzip
+
         local = _decompress(path, gzip.open, 3)
     else:
         local = path
