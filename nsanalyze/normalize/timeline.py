@@ -334,12 +334,11 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
             entry = os_calls.setdefault((i, name_id), [name, 0, 0])
             entry[1] += 1
             entry[2] += end - start
-        for index, stretch in enumerate(stretches):   # ties in name id order, as SQL's GROUP BY gave them
-            mine = sorted((os_calls[k] for k in sorted((k for k in os_calls if k[0] == index), key=_sql_order)),
-                          key=lambda r: -r[2])[:3]
+        in_order = sorted(os_calls, key=_sql_order)   # ties in name id order, as SQL's GROUP BY gave them
+        for index, stretch in enumerate(stretches):
+            mine = sorted((os_calls[k] for k in in_order if k[0] == index), key=lambda r: -r[2])[:3]
             stretch["os_calls"] = [{"name": name, "calls": calls, "overlap_ns": overlap} for name, calls, overlap in mine]
-        _launching_thread_calls(stretches, {b.device_id: set(b.processes) for b in budgets}, launching_threads,
-                                [(i, tid, start, end, name) for i, tid, start, end, _, name in rows])
+        _launching_thread_calls(stretches, {b.device_id: set(b.processes) for b in budgets}, launching_threads, rows)
     return stretches
 
 
@@ -355,7 +354,7 @@ def _launching_thread_calls(stretches: list[dict], pids_by_device: dict, launchi
     """Per stretch, the OS calls of the threads that launched GPU work in its GPU's processes: `host_threads`,
     `blocked_ns` (time all of them sat inside OS calls) and `thread_os_calls` (the calls of the one that sat in
     them least). Other threads (CUDA's, NCCL's helpers) wait all along and are not the GPU's host. `rows`:
-    (stretch, thread, start, end, name) of the OS calls in the stretches, clipped to them."""
+    (stretch, thread, start, end, name id, name) of the OS calls in the stretches, clipped to them."""
     pids = {p for s in stretches for p in pids_by_device.get(s["device_id"], ())}
     # the threads that launched GPU work (a helper thread that only queries events is not the GPU's host)
     threads = [int(t) for t in launching_threads if int(t) // 16777216 in pids]
@@ -367,7 +366,7 @@ def _launching_thread_calls(stretches: list[dict], pids_by_device: dict, launchi
         mine = {t for t in threads if t // 16777216 in pids_by_device.get(stretch["device_id"], ())}
         spans: dict[int, list] = {t: [] for t in mine}
         calls: dict[int, dict] = {t: {} for t in mine}
-        for i, tid, start, end, name in rows:
+        for i, tid, start, end, _, name in rows:
             if i != index or tid not in mine:
                 continue
             spans[tid].append((start, end))
