@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nsanalyze.normalize import devices as gpus
-from nsanalyze.normalize import host_calls
+from nsanalyze.normalize import host_activity, host_calls
 from nsanalyze.normalize.activity import Activity, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
@@ -54,6 +54,14 @@ class Timeline:
     work: list[dict] | None = None         # GPU kernel time by role (normalize.work), set after the kernel summary
     work_analysis: object | None = None    # normalize.work.WorkAnalysis: what the busy-GPU checks read
     kernel_table: KernelTable | None = None  # the window's kernel summary (normalize.kernels)
+    host_activity: host_activity.HostActivity | None = None  # what the host did while the GPU idled, by class
+    step_starts: np.ndarray | None = None   # every steady step on its clock (ns), in order
+    step_ends: np.ndarray | None = None
+    step_indices: np.ndarray | None = None  # ... and its instance index (0 = the first instance of the range)
+
+    @property
+    def step_periods(self) -> np.ndarray | None:
+        return None if self.step_starts is None else self.step_ends - self.step_starts
     activity: Activity | None = None       # the arrays read (for the kernel summary; dropped after it)
 
 
@@ -134,6 +142,11 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.budget = overall
     timeline.activity = activity
     timeline.steps = _steps_section(steps, budgets, capture, call_names) if steps is not None else None
+    if steps is not None and timeline.steps is not None:
+        timeline.step_starts, timeline.step_ends = steps.starts.copy(), steps.ends.copy()
+        timeline.step_indices = steps.steady.copy()
+    timeline.host_activity = _host_activity(export, budgets, activity, call_names, capture.launching_threads,
+                                            steps if timeline.steps is not None else None)
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
         from nsanalyze.read.kineto import launch_attribution
 
@@ -155,6 +168,35 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.busy_clock = busy_clock(samples, active.start, active.end,
                                      next((d.clock_hz for d in export.devices if d.clock_hz), None))
     return timeline
+
+
+def _host_activity(export: NsysExport, budgets, activity: Activity, call_names: dict, launching_threads: np.ndarray,
+                   steps: Steps | None) -> host_activity.HostActivity | None:
+    """The window's host activity by class (normalize.host_activity): the CUDA calls of each GPU's processes,
+    and the OS runtime calls of the threads that launched GPU work, where the export traced them."""
+    if not budgets:
+        return None
+    calls = activity.calls
+
+    def cuda_calls(budget):
+        mine = np.isin(calls.pid, budget.processes)
+        return calls.start[mine], calls.end[mine], calls.name_id[mine], call_names
+
+    osrt = export.has("OSRT_API", "start", "end", "nameId", "globalTid")
+
+    def os_calls(budget):
+        threads = [int(t) for t in launching_threads if int(t) >> 24 in set(budget.processes)]
+        if not osrt or not threads:
+            return None
+        rows = export.query(f"""SELECT start, end, nameId, globalTid FROM OSRT_API
+                                WHERE globalTid IN ({','.join(map(str, threads))})
+                                AND end > ? AND start < ? AND end >= start""", (budget.start, budget.end))
+        starts, ends, name_ids, tids = (np.fromiter((r[i] for r in rows), np.int64, len(rows)) for i in range(4))
+        if len(threads) > 1 and len(np.unique(tids)) < len(threads):
+            return None if not len(rows) else (starts[:0], ends[:0], name_ids[:0], {}, tids[:0])  # a thread never blocked
+        return starts, ends, name_ids, export.strings(distinct(name_ids)) if rows else {}, tids
+    windows = (steps.starts, steps.ends) if steps is not None else None
+    return host_activity.attribute(budgets, cuda_calls, os_calls, windows)
 
 
 def _kernel_names(export: NsysExport, activity: Activity):

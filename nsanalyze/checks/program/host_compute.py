@@ -46,6 +46,7 @@ GPU of several, a straggler's host time is what the others wait for: rank-imbala
 """
 
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
+from nsanalyze.checks.program._host_class import unclaimed_part
 
 ID = "host-compute"
 NAME = "program.host.compute"
@@ -167,7 +168,7 @@ def _blocked(stretches) -> tuple[float, list[dict]] | None:
 
 
 def run(timeline, limits) -> Finding | None:
-    idle_ns, share = budget_part(timeline, BUDGET_PART)
+    idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
     if share < limits["min_idle_share"]:
         return None
     step_text = per_step_phrase(timeline, BUDGET_PART)
@@ -211,3 +212,4 @@ def run(timeline, limits) -> Finding | None:
     )
     finding.estimated_savings_ns = idle_ns
     return finding
+

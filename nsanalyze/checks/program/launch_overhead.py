@@ -35,6 +35,7 @@ start-up, not launch-bound; a note names the module-loading launches a longer ru
 """
 
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
+from nsanalyze.checks.program._host_class import unclaimed_part
 
 ID = "launch-overhead"
 NAME = "program.launch.overhead"
@@ -73,7 +74,7 @@ def _one_time_ns(launches: dict, limits) -> float:
 
 
 def run(timeline, limits) -> Finding | None:
-    idle_ns, share = budget_part(timeline, BUDGET_PART)
+    idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
     launches = timeline.launches
     if launches["launches"] < limits["min_launches"]:
         return None  # start-up: the first launch loads the module, there is no loop to put in a graph
@@ -153,3 +154,4 @@ def _op_advice(op: str, phrase: str) -> str:
                 "construct it with `foreach=True` (one launch per group of tensors) or `fused=True` "
                 "(`torch.optim.AdamW(params, fused=True)`: one kernel a step).\n\n")
     return f"{phrase}: fuse or graph what it runs first (`torch.compile`, CUDA graphs).\n\n"
+

@@ -1,0 +1,98 @@
+"""Device memory allocated and freed inside the loop: the caching allocator emptied or re-sized.
+
+## What it detects
+`cudaMalloc`/`cudaFree` (and the driver's `cuMemAlloc`/`cuMemFree`, expandable segments' `cuMemMap`)
+calls inside the steady steps, classed by the host-activity table (`normalize/host_activity.csv`), and
+the GPU idle time they cost: the host time in them, step by step, up to the GPU's idle time in that step.
+
+## Why it is slow
+A framework's caching allocator keeps freed blocks for the next step, so a steady loop allocates
+nothing from the driver. When the cache is emptied every step (`torch.cuda.empty_cache()`), or shapes
+change so that cached blocks never fit, every step frees and re-allocates through the driver.
+`cudaFree` waits for all the device's work before it returns, so the host loses its lead on the GPU
+and the launch queue drains; `cudaMalloc` then costs tens to hundreds of microseconds a call.
+
+## Example
+```python
+for x, y in loader:
+    loss = model(x).float().pow(2).mean(); loss.backward(); opt.step(); opt.zero_grad()
+    torch.cuda.empty_cache()          # frees every cached block: the next step allocates them again
+```
+
+## Instead
+```python
+for x, y in loader:
+    loss = model(x).float().pow(2).mean(); loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+# no empty_cache() in the loop; for shapes that vary, pad to a few sizes (bucketing) or set
+# PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+```
+
+## Known problems
+Allocation in the first steps is the cache filling (warm-up), outside the steady window. Calls of all
+threads of the GPU's processes count; where two threads' calls overlap, the GPU's idle time is counted
+once.
+
+## Options
+- `min_window_share`: the savings as a share of the window before the check speaks.
+"""
+
+from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.program._host_class import calls_phrase, class_cost
+
+ID = "allocator-churn"
+NAME = "program.host.allocator"
+TITLE = "Device memory allocated and freed inside the loop"
+SECTION = "busy"
+REQUIRES = ("host_activity",)
+CLASS = "allocator"
+THRESHOLDS = {"min_window_share": Threshold(0.02, "a fiftieth of the window in driver allocation calls is worth "
+                                                  "one line of code to keep")}
+SPEEDUP_MODEL = ("per steady step, the host time in allocator calls, up to the GPU's idle time in that step: "
+                 "removed, the host keeps its lead and the GPU its work")
+ADVICE = """Keep the caching allocator's blocks across steps.
+
+- Remove `torch.cuda.empty_cache()` (and `gc.collect()` paired with it) from the training or
+  inference loop: it hands every cached block back to the driver, and the next step allocates them
+  again with `cudaMalloc`, after `cudaFree` has waited for the device.
+- Shapes that change every step (variable sequence lengths) miss the cache: pad to a few bucket sizes,
+  or set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
+- Allocate buffers once outside the loop and reuse them (`out=` arguments, static buffers).
+
+```python
+# before
+for batch in loader:
+    train_step(batch)
+    torch.cuda.empty_cache()
+# after
+for batch in loader:
+    train_step(batch)
+```"""
+
+
+def run(timeline, limits) -> Finding | None:
+    cost = class_cost(timeline, CLASS)
+    window_ns = timeline.summary.get("span_ns") or 0
+    if cost is None or not window_ns:
+        return None
+    share = cost.savings_ns / window_ns
+    if share < limits["min_window_share"]:
+        return None
+    per_step = (f"; {cost.per_step_savings_ns / 1e6:.2f} ms of GPU idle time a step"
+                if cost.steps else "")
+    finding = Finding(
+        check=ID,
+        title=(f"Device memory is allocated and freed inside the loop: {calls_phrase(cost)}; the GPU idles "
+               f"{cost.savings_ns / 1e6:.1f} ms behind them ({share:.0%} of the window{per_step}): the caching "
+               "allocator is emptied (`torch.cuda.empty_cache()`) or re-sized by changing shapes, and cudaFree "
+               "waits for the device"),
+        estimated_speedup=share,
+        evidence={"allocator_calls": evidence(cost.calls),
+                  "allocator_host_ns": evidence(cost.host_ns, unit="ns"),
+                  "steps_with_calls": evidence(cost.steps_with_calls),
+                  "steps": evidence(cost.steps),
+                  "savings_share": evidence(share, limits["min_window_share"], unit="ratio"),
+                  "calls": [{"name": n, "calls": c, "ns": int(ns)} for n, c, ns in cost.top_calls]},
+        advice=ADVICE,
+    )
+    finding.estimated_savings_ns = cost.savings_ns
+    return finding

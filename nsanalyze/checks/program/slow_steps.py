@@ -1,0 +1,184 @@
+"""Steps that stand out: a few slow steps, or every Nth step, hold a large share of the run.
+
+## What it detects
+Steady steps whose period on the GPU's clock is far above the median step (normalize.steps), whether
+they recur every Nth step (logging, evaluation, checkpoints on a step counter) or come alone, and what
+the host and the GPU did in their excess over the median step: host-activity classes
+(normalize.host_activity: copies, syncs, file I/O, allocator calls), the host's own code, copies on the GPU.
+
+## Why it is slow
+Medians hide spikes. A step that logs a histogram of every weight copies the weights to the host and
+computes on the CPU while the GPU idles; once every ten steps it can cost more than the nine steps
+between. The run's cost is the mean step, not the median.
+
+## Example
+```python
+for step, batch in enumerate(loader):
+    train_step(batch)
+    if step % 10 == 9:
+        for name, w in model.named_parameters():
+            writer.add_histogram(name, w, step)        # copies every weight to the host, bins on the CPU
+```
+
+## Instead
+```python
+if step % 500 == 499:                                  # much less often
+    stats = {n: torch.histc(w.detach().float(), bins=64) for n, w in model.named_parameters()}  # on the GPU
+    pending.append((step, {n: h.to("cpu", non_blocking=True) for n, h in stats.items()}))       # small copies
+# write the copied results from a side thread or after the loop
+```
+
+## Known problems
+Slow steps at the start are warm-up and lie outside the window; a slow step in the middle of the run
+is counted here. A step that is slow because another phase (a checkpoint) lies inside it on the GPU's
+clock is told by non-step-phase as well.
+
+## Options
+- `outlier_factor`: a step this many times the median step stands out.
+- `min_window_share`: the slow steps' excess over the median, as a share of the window, before the check speaks.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+import numpy as np
+
+import humanize
+
+from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.normalize.budget import PARTS
+
+ID = "slow-steps"
+NAME = "program.steps.outliers"
+TITLE = "Steps that stand out hold a large share of the run"
+SECTION = "busy"
+REQUIRES = ("step_starts", "host_activity")
+THRESHOLDS = {
+    "outlier_factor": Threshold(1.5, "half again the median step is beyond the noise of a steady loop (its MAD "
+                                     "is a few percent)"),
+    "min_window_share": Threshold(0.05, "a twentieth of the run in a few steps is worth a look at what they do"),
+}
+SPEEDUP_MODEL = "each slow step's excess over the median step: done elsewhere or less often, they cost a median step"
+PART_WORDS = {"gpu_compute": "GPU compute", "gpu_communication": "communication", "gpu_copy": "copies on the GPU",
+              "idle_other": "waits on queued work", "idle_sync": "idle after host syncs",
+              "idle_launch": "idle on launches", "idle_host": "idle on host code"}
+ADVICE = """Make the slow steps ordinary: do their extra work less often, on the GPU, or off the loop.
+
+- Logging (histograms, images, per-weight statistics): log every N hundred steps; reduce on the GPU
+  (`torch.histc`, `.norm()`) and copy only the result; write from a side thread
+  (`SummaryWriter` has its own writer thread; keep `add_histogram`'s inputs small).
+- Evaluation or checkpoints on a step counter: run them less often, asynchronously
+  (`torch.distributed.checkpoint.async_save`), or on a subset.
+- Copies of large tensors to the host: pinned buffers with `non_blocking=True`, or not at all.
+
+```python
+# before: every 10th step copies all weights to the host and bins them on the CPU
+if step % 10 == 9: [writer.add_histogram(n, w, step) for n, w in model.named_parameters()]
+# after: rarely, and the binning stays on the GPU
+if step % 1000 == 999: [writer.add_histogram(n, w.detach().float().histc(64).cpu(), step) for n, w in params]
+```"""
+
+
+def every_nth(indices: np.ndarray, first: int, last: int) -> int | None:
+    """N when the outliers recur every Nth step (at least 2 of them, nearly every such step of the run)."""
+    if len(indices) < 2:
+        return None
+    period = 0
+    for d in np.diff(indices):
+        period = gcd(period, int(d))
+    if period < 2:
+        return None
+    expected = sum(1 for i in range(first, last + 1) if i % period == int(indices[0]) % period)
+    return period if expected and len(indices) >= 0.8 * expected else None
+
+
+def run(timeline, limits) -> Finding | None:
+    periods, indices = timeline.step_periods, timeline.step_indices
+    window_ns = timeline.summary.get("span_ns") or 0
+    if periods is None or len(periods) < 3 or not window_ns:
+        return None
+    typical = float(np.median(periods))
+    slow = periods > limits["outlier_factor"] * typical
+    if not slow.any() or slow.sum() > len(periods) // 2:
+        return None
+    in_phases = _in_other_phases(timeline, slow)
+    excess = float(np.clip(periods[slow] - typical - in_phases, 0, None).sum())
+    share = excess / window_ns
+    if share < limits["min_window_share"]:
+        return None
+    steps = indices[slow]
+    n = every_nth(steps, int(indices[0]), int(indices[-1]))
+    shown = ", ".join(str(int(i)) for i in steps[:6]) + (", ..." if len(steps) > 6 else "")
+    which = (f"every {n}th step ({shown})" if n else
+             f"{int(slow.sum())} step{'s' if slow.sum() > 1 else ''} ({shown})")
+    doing = _what_they_do(timeline, slow)
+    mean = float(periods.mean())
+    finding = Finding(
+        check=ID,
+        title=(f"Steps that stand out: {which} take {_time(np.median(periods[slow]))} against a "
+               f"{_time(typical)} median step; {int(slow.sum())} of {len(periods)} steps hold "
+               f"{periods[slow].sum() / periods.sum():.0%} of the steps' time (mean step {_time(mean)})"
+               + (f"; in their excess: {doing}" if doing else "")),
+        estimated_speedup=share,
+        evidence={"slow_steps": [int(i) for i in steps], "every_nth": n,
+                  "median_step_ns": evidence(typical, unit="ns"), "mean_step_ns": evidence(mean, unit="ns"),
+                  "slow_step_median_ns": evidence(float(np.median(periods[slow])), typical * limits["outlier_factor"],
+                                                  unit="ns"),
+                  "excess_ns": evidence(excess, unit="ns"),
+                  "excess_share": evidence(share, limits["min_window_share"], unit="ratio")},
+        advice=ADVICE,
+    )
+    if in_phases.any():
+        finding.notes.append(f"{_time(in_phases.sum())} of the slow steps lie in other NVTX phases (non-step-phase "
+                             "speaks for them) and are not counted here")
+    finding.estimated_savings_ns = min(excess, window_ns)
+    return finding
+
+
+def _time(ns: float) -> str:
+    return humanize.metric(float(ns) * 1e-9, "s").replace("μ", "µ")
+
+
+def _in_other_phases(timeline, slow: np.ndarray) -> np.ndarray:
+    """Per slow step, the time inside instances of phases that are not the steps (a checkpoint that falls
+    between two steps lies inside a step on the GPU's clock): that phase's own finding tells it."""
+    starts, ends = timeline.step_starts[slow], timeline.step_ends[slow]
+    inside = np.zeros(len(starts))
+    for phase in _all_phases(timeline.phases or []):
+        if phase.get("is_steps"):
+            continue
+        for begin, end in phase.get("instances") or []:
+            inside += np.clip(np.minimum(ends, end) - np.maximum(starts, begin), 0, None)
+    return np.minimum(inside, ends - starts)
+
+
+def _all_phases(phases: list) -> list:
+    """The phases and their nested phases, outermost first; a nested phase counts only where its parent
+    does not (the parent's instances hold it)."""
+    return phases
+
+
+def _what_they_do(timeline, slow: np.ndarray) -> str:
+    """The largest parts of the slow steps' excess over a median step: host-activity classes (host time in
+    their calls) and the budget parts the excess went to."""
+    activity = timeline.host_activity
+    if activity is None or activity.step_parts is None:
+        return ""
+    normal = ~slow
+    parts = activity.step_parts
+    part_excess = (parts[slow] - np.median(parts[normal], axis=0)).sum(axis=0)
+    total = float(np.clip(part_excess, 0, None).sum()) or 1.0
+    words = [f"{PART_WORDS.get(p, p)} {_time(part_excess[i])}" for i, p in enumerate(PARTS)
+             if part_excess[i] > 0.1 * total]
+    classes = []
+    for entry in activity.classes:
+        if entry.step_host_ns is None:
+            continue
+        extra = float((entry.step_idle_ns[slow] - np.median(entry.step_idle_ns[normal])).sum())
+        if extra > 0.05 * total:
+            classes.append((extra, entry))
+    classes.sort(key=lambda c: -c[0])
+    calls = [f"{e.name} {_time(x)} ({', '.join(n for n, _, _ in e.top_calls[:2])})" for x, e in classes[:3]]
+    return "; ".join(filter(None, [", ".join(words), ("the GPU idle while the host was in " + ", ".join(calls)) if calls else ""]))
+

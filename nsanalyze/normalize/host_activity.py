@@ -1,0 +1,300 @@
+"""What the host was doing while the GPU idled: every CUDA call and OS call by a class of the table
+`host_activity.csv` (allocator, pinned-alloc, sync, copy, module-load, launch, file-io, lock-wait, ...).
+
+The time budget (normalize.budget) says *that* the GPU idled behind the host; this says *in what*. Each
+class's calls in a GPU's processes are merged into islands and painted over the window in the table's
+order (a CUDA call before the OS calls it makes; GPU work first of all), so every idle nanosecond goes to
+at most one class; what no call covers stays with its budget part (framework dispatch between launches,
+the host's own code). A call the table does not know is its own class, named as itself.
+
+Per class: the calls, the host's time inside them, the GPU idle time during them (split by budget part),
+and both per steady step, so a check can price a class per step and a step that stands out can say what
+its host did.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from nsanalyze.normalize.budget import IDLE_PARTS, PARTS, DeviceBudget, union
+
+TABLE_PATH = Path(__file__).with_name("host_activity.csv")
+# nsys names runtime calls with their API version (`cudaMalloc_v3020`) and per-thread stream suffixes.
+_VERSION = re.compile(r"(_v\d+)?(_ptsz|_ptds)?(_v\d+)?$")
+UNKNOWN_SOURCE = "cuda"
+
+
+@dataclass(frozen=True)
+class HostClassRule:
+    source: str        # "cuda" (runtime and driver API) or "os" (OS runtime calls)
+    pattern: str       # fnmatch pattern on the call's name without its version suffix
+    name: str          # the class
+    waits_for_gpu: bool
+    note: str
+
+
+@lru_cache(maxsize=1)
+def rules() -> tuple[HostClassRule, ...]:
+    with open(TABLE_PATH, newline="", encoding="utf-8") as handle:
+        return tuple(HostClassRule(r["source"], r["pattern"], r["class"], r["waits_for_gpu"] == "yes", r["note"])
+                     for r in csv.DictReader(handle))
+
+
+@lru_cache(maxsize=1)
+def class_order() -> tuple[str, ...]:
+    """Classes in the table's order: where calls of two classes overlap (two threads), the first wins."""
+    return tuple(dict.fromkeys(r.name for r in rules()))
+
+
+def base_name(name: str) -> str:
+    return _VERSION.sub("", name)
+
+
+@lru_cache(maxsize=4096)
+def classify(name: str, source: str = "cuda") -> str:
+    """The class of a call by its name; a name the table does not know is its own class."""
+    base = base_name(name)
+    for rule in rules():
+        if rule.source == source and fnmatchcase(base, rule.pattern):
+            return rule.name
+    return base
+
+
+def is_known(class_name: str) -> bool:
+    return class_name in class_order()
+
+
+@dataclass(frozen=True)
+class ClassTime:
+    """One class of host activity over the window (GPUs averaged) and per steady step."""
+
+    name: str
+    source: str                    # "cuda" or "os"
+    known: bool                    # a class of the table (else a call name the table does not know)
+    calls: int                     # calls in the window
+    host_ns: float                 # time the GPU's processes spent inside such calls (merged over threads)
+    idle_ns: float                 # GPU idle time during such calls (painted once: no double counting)
+    idle_by_part: dict             # idle_ns split by budget part
+    top_calls: tuple               # ((name, calls, ns), ...), longest first
+    step_calls: np.ndarray | None = None    # per steady step: calls begun in it
+    step_host_ns: np.ndarray | None = None  # per steady step: host time inside such calls
+    step_idle_ns: np.ndarray | None = None  # per steady step: GPU idle time during them
+
+    def to_json(self) -> dict:
+        return {"class": self.name, "source": self.source, "known": self.known, "calls": self.calls,
+                "host_ns": int(round(self.host_ns)), "idle_ns": int(round(self.idle_ns)),
+                "idle_by_part": {part: int(round(ns)) for part, ns in self.idle_by_part.items() if ns},
+                "top_calls": [{"name": n, "calls": c, "ns": int(ns)} for n, c, ns in self.top_calls]}
+
+
+@dataclass(frozen=True)
+class HostActivity:
+    """The window's host activity by class, longest GPU idle time first. `unexplained` is the idle time
+    no call covers, by budget part (dispatch between launches, the host's own code, waits on queued work)."""
+
+    classes: tuple[ClassTime, ...]
+    unexplained: dict = field(default_factory=dict)
+    os_traced: bool = False
+    step_parts: np.ndarray | None = None   # per steady step, ns per budget part (columns in budget.PARTS)
+
+    def step_idle_ns(self) -> np.ndarray | None:
+        """Per steady step, the GPU's idle time (all idle parts)."""
+        if self.step_parts is None:
+            return None
+        return self.step_parts[:, [PARTS.index(p) for p in IDLE_PARTS]].sum(axis=1)
+
+    def by_class(self, name: str) -> ClassTime | None:
+        return next((c for c in self.classes if c.name == name), None)
+
+    def idle_ns(self, part: str, classes: tuple[str, ...] | None = None) -> float:
+        """GPU idle time of one budget part that calls of these classes (all, when None) cover."""
+        return float(sum(c.idle_by_part.get(part, 0.0) for c in self.classes
+                         if classes is None or c.name in classes))
+
+    def to_json(self) -> dict:
+        return {"classes": [c.to_json() for c in self.classes if c.calls],
+                "unexplained_idle_ns": {p: int(round(ns)) for p, ns in self.unexplained.items() if ns},
+                "os_traced": self.os_traced}
+
+
+def measure_within(starts: np.ndarray, ends: np.ndarray, q_starts: np.ndarray, q_ends: np.ndarray) -> np.ndarray:
+    """Length of disjoint sorted intervals inside each query window [q_start, q_end)."""
+    if not len(starts) or not len(q_starts):
+        return np.zeros(len(q_starts))
+    lengths = (ends - starts).astype(np.float64)
+    before = np.concatenate(([0.0], np.cumsum(lengths)))
+
+    def covered(t):
+        index = np.searchsorted(starts, t, side="right") - 1
+        held = np.maximum(index, 0)
+        partial = np.clip(t - starts[held], 0, lengths[held])
+        return np.where(index >= 0, before[held] + partial, 0.0)
+    return covered(np.asarray(q_ends)) - covered(np.asarray(q_starts))
+
+
+def coverage(layers: list[tuple[np.ndarray, np.ndarray]], at_least: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where at least `at_least` of these island sets (each disjoint) cover the time: one sweep."""
+    if not layers or any(not len(s) for s, _ in layers) and at_least >= len(layers):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    times = np.concatenate([s for s, _ in layers] + [e for _, e in layers])
+    step = np.concatenate([np.ones(len(s), np.int64) for s, _ in layers] + [-np.ones(len(e), np.int64) for _, e in layers])
+    order = np.lexsort((step, times))   # at one time, an island ending before one starting
+    times, depth = times[order], np.cumsum(step[order])
+    enough = depth[:-1] >= at_least
+    return union(times[:-1][enough], times[1:][enough])
+
+
+def intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    return coverage([a, b], 2)
+
+
+def all_threads_inside(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where every one of these threads sits inside one of its calls: the host is blocked, not computing.
+    A thread that waits in a condition all along (PyTorch's autograd thread between backward passes) does
+    not make the main thread's own code a wait."""
+    layers = [union(starts[threads == t].copy(), ends[threads == t].copy(), owned=True) for t in np.unique(threads)]
+    return coverage(layers, len(layers))
+
+
+def paint(layers: list[tuple[np.ndarray, np.ndarray]], window: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The window cut at every island edge, each segment labelled by the first layer whose islands
+    cover it (len(layers): none). Layers are disjoint sorted islands (budget.union)."""
+    start, end = window
+    edges = [np.array([start, end], dtype=np.int64)]
+    clipped = []
+    for s, e in layers:
+        s, e = np.clip(s, start, end), np.clip(e, start, end)
+        keep = e > s
+        clipped.append((s[keep], e[keep]))
+        edges += [s[keep], e[keep]]
+    times = np.unique(np.concatenate(edges))
+    label = np.full(len(times) - 1, len(layers), dtype=np.int16)
+    for index in reversed(range(len(layers))):
+        s, e = clipped[index]
+        if not len(s):
+            continue
+        marks = np.zeros(len(times), dtype=np.int8)
+        marks[np.searchsorted(times, s)] = 1
+        marks[np.searchsorted(times, e)] = -1
+        inside = np.cumsum(marks[:-1], dtype=np.int8).view(bool)
+        label[inside] = index
+    return times[:-1], times[1:], label
+
+
+@dataclass
+class CallsOfClass:
+    """The calls of one class in one GPU's processes: their intervals and names."""
+
+    name: str
+    source: str
+    starts: np.ndarray
+    ends: np.ndarray
+    name_ids: np.ndarray
+    names: dict
+    islands: tuple | None = None   # where the class holds the host, when not its calls' own union (OS calls)
+
+
+def group_calls(starts, ends, name_ids, names: dict, source: str) -> list[CallsOfClass]:
+    """Calls split by class (table order first, then unknown names by time)."""
+    if not len(starts):
+        return []
+    ids = np.unique(name_ids)
+    class_of = {int(i): classify(names.get(int(i)) or f"call {int(i)}", source) for i in ids}
+    by_class: dict[str, list[int]] = {}
+    for i, cls in class_of.items():
+        by_class.setdefault(cls, []).append(i)
+    order = {name: k for k, name in enumerate(class_order())}
+    groups = []
+    for cls, members in by_class.items():
+        mask = np.isin(name_ids, members)
+        groups.append(CallsOfClass(cls, source, starts[mask], ends[mask], name_ids[mask], names))
+    groups.sort(key=lambda g: (order.get(g.name, len(order)), -float((g.ends - g.starts).sum())))
+    return groups
+
+
+def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, step_windows) -> HostActivity:
+    """Host activity over the budgets' windows (GPUs averaged, as the budget is). `calls_of_device(budget)`
+    and `os_calls_of_device(budget)` give (starts, ends, name ids, names) of the calls in that GPU's
+    processes (None: not traced); `step_windows` (starts, ends) of the steady steps, or None."""
+    acc: dict[tuple[str, str], dict] = {}
+    unexplained = {p: 0.0 for p in IDLE_PARTS}
+    step_parts = np.zeros((len(step_windows[0]), len(PARTS))) if step_windows is not None else None
+    os_traced = False
+    for budget in budgets:
+        groups = group_calls(*calls_of_device(budget), "cuda")
+        os_calls = os_calls_of_device(budget)
+        if os_calls is not None:
+            os_traced = True
+            starts, ends, name_ids, names, threads = os_calls
+            blocked = all_threads_inside(starts, ends, threads)
+            for group in group_calls(starts, ends, name_ids, names, "os"):
+                group.islands = intersect(union(group.starts.copy(), group.ends.copy(), owned=True), blocked)
+                groups.append(group)
+        labels = budget.labelled.labels
+        busy = union(budget.labelled.starts[labels < PARTS.index("idle_other")],
+                     budget.labelled.ends[labels < PARTS.index("idle_other")])
+        islands = [g.islands if g.islands is not None else union(g.starts.copy(), g.ends.copy(), owned=True)
+                   for g in groups]
+        seg_s, seg_e, seg_label = paint([busy] + islands, (budget.start, budget.end))
+        idle_total = budget.labelled.totals()
+        claimed = np.zeros(len(PARTS))
+        for k, group in enumerate(groups):
+            mine = seg_label == k + 1
+            idle_s, idle_e = union(seg_s[mine], seg_e[mine])
+            by_part = budget.labelled.totals_many(idle_s, idle_e).sum(axis=0) if len(idle_s) else np.zeros(len(PARTS))
+            claimed += by_part
+            entry = acc.setdefault((group.source, group.name), _empty(group, step_windows))
+            isl_s, isl_e = islands[k]
+            inside = (group.ends > budget.start) & (group.starts < budget.end)
+            entry["calls"] += int(inside.sum())
+            entry["host_ns"] += float(measure_within(isl_s, isl_e, np.array([budget.start]), np.array([budget.end]))[0])
+            entry["idle_by_part"] += by_part
+            _count_names(entry["names"], group, inside)
+            if step_windows is not None:
+                s, e = step_windows
+                entry["step_host_ns"] += measure_within(isl_s, isl_e, s, e)
+                entry["step_idle_ns"] += measure_within(idle_s, idle_e, s, e)
+                index = np.searchsorted(s, group.starts[inside], side="right") - 1
+                ok = (index >= 0) & (group.starts[inside] < e[np.maximum(index, 0)])
+                entry["step_calls"] += np.bincount(index[ok], minlength=len(s))
+        for p in IDLE_PARTS:
+            unexplained[p] += idle_total[p] - claimed[PARTS.index(p)]
+        if step_windows is not None:
+            step_parts += budget.labelled.totals_many(*step_windows)
+    n = max(len(budgets), 1)
+    classes = []
+    for (source, name), entry in acc.items():
+        idle_by_part = {p: entry["idle_by_part"][PARTS.index(p)] / n for p in IDLE_PARTS}
+        top = sorted(entry["names"].items(), key=lambda kv: -kv[1][1])[:5]
+        classes.append(ClassTime(
+            name=name, source=source, known=is_known(name), calls=entry["calls"] // n if n > 1 else entry["calls"],
+            host_ns=entry["host_ns"] / n, idle_ns=sum(idle_by_part.values()), idle_by_part=idle_by_part,
+            top_calls=tuple((k, c, ns / n) for k, (c, ns) in top),
+            step_calls=entry["step_calls"] if step_windows is not None else None,
+            step_host_ns=entry["step_host_ns"] / n if step_windows is not None else None,
+            step_idle_ns=entry["step_idle_ns"] / n if step_windows is not None else None))
+    classes.sort(key=lambda c: (-c.idle_ns, -c.host_ns, c.name))
+    return HostActivity(tuple(classes), {p: ns / n for p, ns in unexplained.items()}, os_traced,
+                        step_parts / n if step_parts is not None else None)
+
+
+def _empty(group: CallsOfClass, step_windows) -> dict:
+    steps = len(step_windows[0]) if step_windows is not None else 0
+    return {"calls": 0, "host_ns": 0.0, "idle_by_part": np.zeros(len(PARTS)), "names": {},
+            "step_host_ns": np.zeros(steps), "step_idle_ns": np.zeros(steps), "step_calls": np.zeros(steps, np.int64)}
+
+
+def _count_names(names: dict, group: CallsOfClass, inside: np.ndarray) -> None:
+    ids, durations = group.name_ids[inside], (group.ends - group.starts)[inside]
+    for name_id in np.unique(ids):
+        mask = ids == name_id
+        label = base_name(str(group.names.get(int(name_id)) or f"call {int(name_id)}"))
+        calls, ns = names.get(label, (0, 0.0))
+        names[label] = (calls + int(mask.sum()), ns + float(durations[mask].sum()))
