@@ -106,7 +106,7 @@ def _phase_first_findings(timeline: Timeline, findings: list[Finding]) -> None:
     by_part = {getattr(c, "BUDGET_PART", None): c.ID for c in program_checks() if getattr(c, "BUDGET_PART", None)}
     by_part["gpu_compute"] = None  # GPU work: judged kernel by kernel (ncu), not by a program check
     ranked = sorted(findings, key=lambda f: -f.estimated_savings_ns)
-    for phase in timeline.phases:
+    for phase in _every_phase(timeline.phases):
         if phase["is_steps"] and ranked:
             phase["first_finding"] = {"check": ranked[0].check, "title": ranked[0].title}
             continue
@@ -114,6 +114,11 @@ def _phase_first_findings(timeline: Timeline, findings: list[Finding]) -> None:
             continue
         top = max(phase["budget"], key=lambda p: p["ns"])
         phase["first_finding"] = {"check": by_part.get(top["part"]), "part": top["part"], "share": top["share"]}
+
+
+def _every_phase(phases: list[dict]) -> list[dict]:
+    """The phases and the phases nested in them (normalize.phases), outermost first."""
+    return [node for phase in phases for node in (phase, *_every_phase(phase.get("children") or []))]
 
 
 def _set_aside(export: NsysExport, timeline: Timeline) -> dict[str, int]:

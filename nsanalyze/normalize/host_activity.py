@@ -86,6 +86,7 @@ class ClassTime:
     step_calls: np.ndarray | None = None    # per steady step: calls begun in it
     step_host_ns: np.ndarray | None = None  # per steady step: host time inside such calls
     step_idle_ns: np.ndarray | None = None  # per steady step: GPU idle time during them
+    idle_islands: tuple = ()       # per GPU, (starts, ends) of the idle time the class covers
 
     def to_json(self) -> dict:
         return {"class": self.name, "source": self.source, "known": self.known, "calls": self.calls,
@@ -112,6 +113,15 @@ class HostActivity:
 
     def by_class(self, name: str) -> ClassTime | None:
         return next((c for c in self.classes if c.name == name), None)
+
+    def idle_within(self, name: str, starts, ends) -> float:
+        """GPU idle time (GPUs averaged) that calls of a class cover inside these windows."""
+        entry = self.by_class(name)
+        if entry is None or not entry.idle_islands:
+            return 0.0
+        s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+        return float(sum(measure_within(i_s, i_e, s, e).sum() for i_s, i_e in entry.idle_islands)
+                     / len(entry.idle_islands))
 
     def idle_ns(self, part: str, classes: tuple[str, ...] | None = None) -> float:
         """GPU idle time of one budget part that calls of these classes (all, when None) cover."""
@@ -256,6 +266,7 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
             entry["calls"] += int(inside.sum())
             entry["host_ns"] += float(measure_within(isl_s, isl_e, np.array([budget.start]), np.array([budget.end]))[0])
             entry["idle_by_part"] += by_part
+            entry["islands"].append((idle_s, idle_e))
             _count_names(entry["names"], group, inside)
             if step_windows is not None:
                 s, e = step_windows
@@ -279,7 +290,8 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
             top_calls=tuple((k, c, ns / n) for k, (c, ns) in top),
             step_calls=entry["step_calls"] if step_windows is not None else None,
             step_host_ns=entry["step_host_ns"] / n if step_windows is not None else None,
-            step_idle_ns=entry["step_idle_ns"] / n if step_windows is not None else None))
+            step_idle_ns=entry["step_idle_ns"] / n if step_windows is not None else None,
+            idle_islands=tuple(entry["islands"]) + ((np.zeros(0, np.int64),) * 2,) * (n - len(entry["islands"]))))
     classes.sort(key=lambda c: (-c.idle_ns, -c.host_ns, c.name))
     return HostActivity(tuple(classes), {p: ns / n for p, ns in unexplained.items()}, os_traced,
                         step_parts / n if step_parts is not None else None)
@@ -287,7 +299,7 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
 
 def _empty(group: CallsOfClass, step_windows) -> dict:
     steps = len(step_windows[0]) if step_windows is not None else 0
-    return {"calls": 0, "host_ns": 0.0, "idle_by_part": np.zeros(len(PARTS)), "names": {},
+    return {"calls": 0, "host_ns": 0.0, "idle_by_part": np.zeros(len(PARTS)), "names": {}, "islands": [],
             "step_host_ns": np.zeros(steps), "step_idle_ns": np.zeros(steps), "step_calls": np.zeros(steps, np.int64)}
 
 

@@ -26,16 +26,21 @@ MAX_INSTANCES_SHOWN = 500  # per phase, the longest, for the time line picture
 MIN_PHASE_SHARE = 0.01  # of the capture's span: shorter top-level ranges are detail, not phases
 
 
-def top_level_ranges(export: NsysExport) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(starts, ends, normalized names) of the ranges no other range on their thread encloses."""
+def _ranges(export: NsysExport) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+    """(starts, ends, threads, raw names) of the export's valid named NVTX ranges."""
     # A range "ending" at 2^63-1 is corrupt, not a phase (it overflowed the per-thread offsets below):
     # left out, and counted in the report's "Left out" line (normalize.checked_rows).
     rows = export.query(f"SELECT start, end, global_tid, name FROM nvtx WHERE name IS NOT NULL AND {VALID_NVTX}")
-    if not rows:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), []
     starts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
     ends = np.fromiter((r[1] for r in rows), np.int64, len(rows))
     threads = np.fromiter((r[2] if isinstance(r[2], int) else -1 for r in rows), np.int64, len(rows))
+    return starts, ends, threads, [r[3] for r in rows]
+
+
+def _outermost(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
+    """Indices of the ranges no other of these ranges on their thread encloses, in (thread, start) order."""
+    if not len(starts):
+        return np.zeros(0, np.int64)
     order = np.lexsort((-ends, starts, threads))
     starts, ends, threads = starts[order], ends[order], threads[order]
     # Running end of the ranges opened before on the same thread: a per-thread offset keeps threads apart.
@@ -47,46 +52,110 @@ def top_level_ranges(export: NsysExport) -> tuple[np.ndarray, np.ndarray, list[s
     top = (thread_rank * span + (starts - min(starts.min(), 0))) >= before
     top[0] = True
     top[1:] |= thread_rank[1:] != thread_rank[:-1]
-    names = [normalize_name(str(rows[i][3])) for i in order[top]]
-    return starts[top], ends[top], names
+    return order[top]
+
+
+def top_level_ranges(export: NsysExport) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(starts, ends, normalized names) of the ranges no other range on their thread encloses."""
+    starts, ends, threads, names = _ranges(export)
+    top = _outermost(starts, ends, threads)
+    return starts[top], ends[top], [normalize_name(str(names[i])) for i in top]
 
 
 def find_phases(export: NsysExport, capture_budgets_of, window: tuple[int, int], step_name: str | None) -> list[dict]:
     """The phases of the capture, longest first (at most MAX_PHASES), each with its budget over its own
-    instances (GPUs averaged) and the share of it that lies inside the analysis window.
-    `capture_budgets_of()` gives the per-GPU budgets over the whole capture."""
-    starts, ends, names = top_level_ranges(export)
-    if not names:
+    instances (GPUs averaged), the share of it that lies inside the analysis window, and its `children`:
+    the phases nested directly inside its instances (`epoch N` > `train_step N`, `eval_step N`,
+    `checkpoint`), found the same way one level down. `capture_budgets_of()` gives the per-GPU budgets
+    over the whole capture."""
+    starts, ends, threads, raw = _ranges(export)
+    top = _outermost(starts, ends, threads)
+    if not len(top):
         return []
+    names = [normalize_name(str(raw[i])) for i in top]
+    if len(set(names)) < 2 and step_name in names and not _has_children(starts, ends, threads, top):
+        return []  # the steps are the only phase: the window already says it all
+    budgets: list = []
+
+    def capture_budgets():
+        if not budgets:
+            budgets.append(capture_budgets_of())  # built only when the run has phases
+        return budgets[0]
+    capture_span = int(ends[top].max() - starts[top].min()) or 1
+    phases = _group(starts, ends, threads, raw, top, window, step_name, capture_span, capture_budgets, depth=0, path=())
+    if all(p["is_steps"] and not p.get("children") for p in phases):
+        return []  # nothing beside the steps: the window already says it all
+    return phases
+
+
+# Nested phases are looked for inside groups of at most this many instances (epochs, evaluation passes),
+# this many levels down: a group of thousands of steps holds operator ranges, not phases.
+MAX_PARENT_INSTANCES = 1000
+MAX_DEPTH = 3
+
+
+def _has_children(starts, ends, threads, top) -> bool:
+    return len(top) < len(starts)
+
+
+def _group(starts, ends, threads, raw, members: np.ndarray, window, step_name, capture_span, capture_budgets,
+           depth: int, path: tuple) -> list[dict]:
+    """Phases of these ranges (indices), grouped by normalized name, longest first."""
+    window_start, window_end = window
+    names = [normalize_name(str(raw[i])) for i in members]
     codes: dict[str, int] = {}
     code = np.fromiter((codes.setdefault(n, len(codes)) for n in names), np.int64, len(names))
-    if len(codes) < 2 and step_name in codes:
-        return []  # the steps are the only phase: the window already says it all
-    capture_span = int(ends.max() - starts.min()) or 1
-    durations = ends - starts
+    s_all, e_all = starts[members], ends[members]
+    durations = e_all - s_all
     total = np.bincount(code, weights=durations, minlength=len(codes))
-    window_start, window_end = window
-    capture_budgets = capture_budgets_of()  # built only when the run has phases
     phases = []
     for name, index in sorted(codes.items(), key=lambda item: -total[item[1]]):
         if name != step_name and (total[index] < MIN_PHASE_SHARE * capture_span or CODE_RANGE.search(name)):
             continue
         mine = code == index
-        s, e = starts[mine], ends[mine]
+        s, e = s_all[mine], e_all[mine]
         inside = np.clip(np.minimum(e, window_end) - np.maximum(s, window_start), 0, None)
         keep = np.argsort(-(e - s), kind="stable")[:MAX_INSTANCES_SHOWN]
         phase = {"name": name, "start_ns": int(s.min()), "end_ns": int(e.max()), "count": int(mine.sum()),
                  "instances": [[int(a), int(b)] for a, b in sorted(zip(s[keep].tolist(), e[keep].tolist()))],
                  "duration_ns": int(durations[mine].sum()), "in_window_ns": int(inside.sum()),
                  "is_steps": name == step_name, "budget": None, "first_finding": None}
-        if capture_budgets:
-            per_device = [b.labelled.totals_many(s, e).sum(axis=0) for b in capture_budgets]
+        if depth:
+            phase["path"] = " › ".join((*path, name))
+        budgets = capture_budgets()
+        if budgets:
+            per_device = [b.labelled.totals_many(s, e).sum(axis=0) for b in budgets]
             totals = np.mean(per_device, axis=0)
             phase["budget"] = as_parts(dict(zip(PARTS, totals)), float(durations[mine].sum()))
             phase["idle_ns"] = int(sum(totals[PARTS.index(p)] for p in IDLE_PARTS))
+        if depth < MAX_DEPTH and int(mine.sum()) <= MAX_PARENT_INSTANCES and name != step_name:
+            children = _children(starts, ends, threads, members[mine])
+            if len(children):
+                nested = _group(starts, ends, threads, raw, children, window, step_name, capture_span,
+                                capture_budgets, depth + 1, (*path, name))
+                if nested:
+                    phase["children"] = nested
         phases.append(phase)
         if len(phases) == MAX_PHASES:
             break
-    if all(p["is_steps"] for p in phases):
-        return []  # nothing beside the steps: the window already says it all
     return phases
+
+
+def _children(starts, ends, threads, parents: np.ndarray) -> np.ndarray:
+    """Indices of the ranges directly inside these parent ranges (on the parent's thread, enclosed by no
+    other range inside it)."""
+    order = np.argsort(starts[parents], kind="stable")
+    p_start, p_end, p_thread = starts[parents][order], ends[parents][order], threads[parents][order]
+    candidates = np.flatnonzero(np.isin(threads, p_thread))
+    at = np.searchsorted(p_start, starts[candidates], side="right") - 1
+    ok = at >= 0
+    at = np.maximum(at, 0)
+    ok &= (ends[candidates] <= p_end[at]) & (threads[candidates] == p_thread[at])
+    ok &= ~np.isin(candidates, parents)
+    inside = candidates[ok]
+    if not len(inside):
+        return inside
+    # a range is its parent's child when no other range inside the same parent encloses it: outermost
+    # among the ranges inside, the parents kept apart by giving each its own "thread"
+    key = at[ok]
+    return inside[_outermost(starts[inside], ends[inside], key)]

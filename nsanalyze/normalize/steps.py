@@ -109,7 +109,7 @@ class Steps:
         typical = median(durations)
         out = {"name": self.name, "count": int(len(durations)), "warmup": self.warmup,
                "first_step": self.first_index, "last_step": self.total - 1, "clock": self.clock,
-               "median_ns": typical, "p95_ns": percentile(durations, 95),
+               "median_ns": typical, "mean_ns": float(durations.mean()), "p95_ns": percentile(durations, 95),
                "stddev_ns": float(np.std(durations)),
                "mad_ns": median(np.abs(durations - typical)),
                "min_ns": int(durations.min()), "max_ns": int(durations.max()),

@@ -329,6 +329,17 @@ def _host_outliers(steps: Steps, capture: Activity, call_names: dict, limit: int
     return out
 
 
+def _gpu_clock_phrase(steps: Steps, instance: int, median_ns: float) -> str:
+    """What a step whose host range stands out took on the GPU's clock: ordinary, or itself slow."""
+    where = np.flatnonzero(steps.steady == instance)
+    if not len(where) or not median_ns:
+        return "on the GPU's clock it is an ordinary step."
+    period = float(steps.durations[where[0]])
+    if period <= 1.5 * median_ns:
+        return "on the GPU's clock it is an ordinary step."
+    return f"on the GPU's clock it took {period / 1e6:.3g} ms too ({period / median_ns:.0f}x the median step)."
+
+
 def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -> dict:
     """The steady steps' figures and the budget of a median step (mean shares of the steps, times the median)."""
     section = steps.summary()
@@ -340,7 +351,7 @@ def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -
         section["host_relation_text"] = (section.get("host_relation_text", "") + " " + (
                                          "1 host range stands out" if len(section["host_outliers"]) == 1 else
                                          f"{len(section['host_outliers'])} host ranges stand out") + f": step {top['step']} took {top['host_ns'] / 1e6:.3g} ms"
-                                         f"{wait}; on the GPU's clock it is an ordinary step.").strip()
+                                         f"{wait}; " + _gpu_clock_phrase(steps, top["step"], section["median_ns"])).strip()
     if budgets:
         durations = np.maximum(steps.durations, 1)
         shares = np.mean([np.mean(b.labelled.totals_many(steps.starts, steps.ends) / durations[:, None], axis=0)
@@ -361,9 +372,11 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
     pids = ",".join(str(p) for b in budgets for p in b.processes) or "NULL"
     for stretch in stretches:
         start, end = stretch["start_ns"], stretch["start_ns"] + stretch["duration_ns"]
-        inner = export.query("""SELECT name FROM nvtx WHERE start <= :s AND end >= :e AND name IS NOT NULL
-                                ORDER BY duration_ns LIMIT 1""", {"s": start, "e": end})
-        stretch["nvtx_range"] = inner[0][0] if inner else None
+        around = export.query("""SELECT name FROM nvtx WHERE start <= :s AND end >= :e AND name IS NOT NULL
+                                 ORDER BY duration_ns DESC LIMIT 8""", {"s": start, "e": end})
+        stretch["nvtx_range"] = around[-1][0] if around else None
+        if len(around) > 1:   # outermost to innermost: `epoch 2 › checkpoint`
+            stretch["nvtx_path"] = " › ".join(str(r[0]) for r in around)
     if osrt and stretches:  # one scan of the OS runtime calls for all stretches (the table has no index)
         windows = ", ".join(f"({i}, {r['start_ns']}, {r['start_ns'] + r['duration_ns']})" for i, r in enumerate(stretches))
         rows = export.query(f"""

@@ -114,7 +114,8 @@ def window_lines(timeline: dict) -> list[str]:
     steps = timeline.get("steps")
     if steps:
         clock = " on the GPU's clock" if steps.get("clock") == "gpu" else ""
-        lines.append(f"Steps: {steps['count']} of '{steps['name']}'{clock}, median {duration(steps['median_ns'])} "
+        mean = f", mean {duration(steps['mean_ns'])}" if steps.get("mean_ns") else ""
+        lines.append(f"Steps: {steps['count']} of '{steps['name']}'{clock}, median {duration(steps['median_ns'])}{mean} "
                      f"(p95 {duration(steps['p95_ns'])}, min {duration(steps['min_ns'])}, max {duration(steps['max_ns'])})")
         if steps.get("host_relation_text"):
             lines.append(steps["host_relation_text"])

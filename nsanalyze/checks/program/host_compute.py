@@ -175,7 +175,8 @@ def run(timeline, limits) -> Finding | None:
     stretches = timeline.host_stretches[:5]
     where = ""
     if stretches and stretches[0].get("nvtx_range"):
-        where = f"; longest stretch {stretches[0]['duration_ns'] / 1e6:.1f} ms in range '{stretches[0]['nvtx_range']}'"
+        where = (f"; longest stretch {stretches[0]['duration_ns'] / 1e6:.1f} ms in range "
+                 f"'{stretches[0].get('nvtx_path') or stretches[0]['nvtx_range']}'")
     blocked = _blocked(stretches)
     advice, notes = ADVICE, []
     extra = {}

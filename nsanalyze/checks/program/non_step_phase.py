@@ -72,32 +72,55 @@ pending.result()   # before the next save
 ```"""
 
 
-def run(timeline, limits) -> Finding | None:
-    window_ns = timeline.summary.get("span_ns") or 0
-    if not timeline.steps:  # without steps the window is one phase or the other: the budget's checks speak
-        return None
-    candidates = []
-    for phase in timeline.phases or []:
-        if phase["is_steps"] or not phase.get("budget") or not phase["duration_ns"] or not window_ns:
+def _candidates(phases: list, window_ns: float, limits, parent=None) -> list[tuple]:
+    """(savings, phase, parts, idle share, window share, parent) of every phase at every level that
+    holds enough of the window and whose GPU mostly does not compute."""
+    out = []
+    for phase in phases:
+        if phase["is_steps"] or not phase.get("budget") or not phase["duration_ns"]:
             continue
         parts = {p["part"]: p["ns"] for p in phase["budget"]}
         idle_share = 1.0 - parts.get("gpu_compute", 0) / phase["duration_ns"]
         window_share = phase["in_window_ns"] / window_ns
         if window_share >= limits["min_window_share"] and idle_share >= limits["min_idle_share"]:
-            candidates.append((phase["in_window_ns"] * idle_share, phase, parts, idle_share, window_share))
+            out.append((phase["in_window_ns"] * idle_share, phase, parts, idle_share, window_share, parent))
+        out += _candidates(phase.get("children") or [], window_ns, limits, phase)
+    return out
+
+
+# A nested phase speaks for its parent when it holds at least this share of the parent's savings: the
+# checkpoint inside each epoch, not the epoch that also holds the steps.
+DEEPEST_SHARE = 0.5
+
+
+def run(timeline, limits) -> Finding | None:
+    window_ns = timeline.summary.get("span_ns") or 0
+    if not timeline.steps or not window_ns:  # without steps the window is one phase or the other
+        return None
+    candidates = _candidates(timeline.phases or [], window_ns, limits)
     if not candidates:
         return None
-    savings, phase, parts, idle_share, window_share = max(candidates, key=lambda c: c[0])
+    best = max((c for c in candidates if c[5] is None), key=lambda c: c[0], default=None) or \
+        max(candidates, key=lambda c: c[0])
+    while True:   # the deepest phase that explains the time
+        inner = [c for c in candidates if c[5] is best[1] and c[0] >= DEEPEST_SHARE * best[0]]
+        if not inner:
+            break
+        best = max(inner, key=lambda c: c[0])
+    savings, phase, parts, idle_share, window_share, _ = best
     cause_part = max(CAUSES, key=lambda part: parts.get(part, 0))
     cause_share = parts.get(cause_part, 0) / phase["duration_ns"]
     each = phase["duration_ns"] / phase["count"]
+    where = f" (in {phase['path'].rsplit(' › ', 1)[0]})" if phase.get("path") else ""
+    host = _host_classes(timeline, phase)
     finding = Finding(
         check=ID,
-        title=(f"The '{phase['name']}' phase holds {window_share:.0%} of the window ({phase['count']} instance"
+        title=(f"The '{phase['name']}' phase{where} holds {window_share:.0%} of the window ({phase['count']} instance"
                f"{'s' if phase['count'] != 1 else ''}, {each / 1e6:.1f} ms each); the GPU computes in only "
-               f"{1 - idle_share:.0%} of it, the rest mostly {CAUSES[cause_part]} ({cause_share:.0%})"),
+               f"{1 - idle_share:.0%} of it, the rest mostly {CAUSES[cause_part]} ({cause_share:.0%})"
+               + (f"; the host meanwhile in {host}" if host else "")),
         estimated_speedup=savings / window_ns,
-        evidence={"phase": phase["name"], "instances": phase["count"],
+        evidence={"phase": phase["name"], "path": phase.get("path", phase["name"]), "instances": phase["count"],
                   "phase_ns": evidence(phase["duration_ns"], unit="ns"),
                   "window_share": evidence(window_share, limits["min_window_share"], unit="ratio"),
                   "idle_share": evidence(idle_share, limits["min_idle_share"], unit="ratio"),
@@ -106,3 +129,16 @@ def run(timeline, limits) -> Finding | None:
     )
     finding.estimated_savings_ns = min(savings, window_ns)
     return finding
+
+
+def _host_classes(timeline, phase: dict) -> str:
+    """The host-activity classes that cover the phase's idle time (normalize.host_activity), largest first."""
+    activity = getattr(timeline, "host_activity", None)
+    if activity is None or not phase.get("instances"):
+        return ""
+    starts = [s for s, _ in phase["instances"]]
+    ends = [e for _, e in phase["instances"]]
+    covered = [(activity.idle_within(c.name, starts, ends), c) for c in activity.classes]
+    idle = phase.get("idle_ns") or 0
+    named = sorted(((ns, c) for ns, c in covered if idle and ns >= 0.1 * idle), key=lambda x: -x[0])[:3]
+    return ", ".join(f"{c.name} {ns / 1e6:.0f} ms ({', '.join(n for n, _, _ in c.top_calls[:2])})" for ns, c in named)
