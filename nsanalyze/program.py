@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 
 from nsanalyze.checks import global_settings, limits_for, program_checks
 from nsanalyze.checks.base import Finding, NotJudged, budget_part, severity_for
+from nsanalyze.checks.program._host_class import unclaimed_part
+
+# Checks whose findings claim budget time of a wider cause (checks/program/_host_class.claims): their own
+# savings are not capped by what they claim.
+WIDER_CAUSES = {"allocator-churn", "pinned-alloc-churn", "slow-steps", "non-step-phase"}
 from nsanalyze.normalize import work
 from nsanalyze.normalize.checked_rows import invalid_rows
 from nsanalyze.normalize.timeline import Timeline, build_timeline
@@ -53,7 +58,9 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
             finding.estimated_savings_ns = finding.estimated_speedup * span
         part = getattr(check, "BUDGET_PART", None)
         finding.budget_part = part
-        limit = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
+        limit = unclaimed_part(timeline, part, finding.budget_device)[0] \
+            if part and timeline.budget and check.ID not in WIDER_CAUSES else \
+            budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
         finding.check = check.ID
         findings.append(finding)
@@ -84,7 +91,7 @@ def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:
                                      "time it leaves")
         if len(group) < 2:
             continue
-        part_ns = budget_part(timeline, part, device)[0]
+        part_ns = unclaimed_part(timeline, part, device)[0]
         if not part_ns:
             continue
         remaining = 1.0
@@ -141,6 +148,7 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
         "work": timeline.work,
         "steps": timeline.steps,
         "host_stretches": timeline.host_stretches,
+        "host_activity": timeline.host_activity.to_json() if timeline.host_activity is not None else None,
         "phases": timeline.phases,
         "notes": timeline.notes + [note for note in [set_aside_note(_set_aside(export, timeline))] if note],
         "api_calls": timeline.api_calls,

@@ -103,7 +103,7 @@ def sql(path, query: str):
 # work (kernels, copies, memsets, whole-graph executions) launched by a runtime call made inside it.
 GPU_STEP_SQL = """
 WITH steps AS (SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
-               WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE 'step %'),
+               WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE '{like}'),
      work AS ({work}),
      launched AS (SELECT w.start, r.start AS call_start FROM work w
                   JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = w.correlationId)
@@ -111,11 +111,11 @@ SELECT steps.start, MIN(l.start) FROM steps JOIN launched l ON l.call_start >= s
 GROUP BY steps.start ORDER BY steps.start"""
 
 
-def sql_gpu_step_periods(path) -> list[int]:
+def sql_gpu_step_periods(path, like: str = "step %") -> list[int]:
     """The GPU's period between consecutive steps (first GPU work of step N+1 - that of step N), by SQL."""
     tables = {name for (name,) in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
     work = " UNION ALL ".join(f"SELECT start, correlationId FROM {t}" for t in (
         "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
         "CUPTI_ACTIVITY_KIND_GRAPH_TRACE") if t in tables)
-    firsts = [first for _, first in sql(path, GPU_STEP_SQL.format(work=work))]
+    firsts = [first for _, first in sql(path, GPU_STEP_SQL.format(work=work, like=like))]
     return [b - a for a, b in zip(firsts, firsts[1:])]

@@ -267,13 +267,18 @@ def median_step_part(timeline, part: str) -> float | None:
     return None
 
 
-def per_step_phrase(timeline, part: str) -> str:
-    """` (3.02 ms of each 3.49 ms step)`, or nothing when the run has no steps: titles speak per step."""
+def per_step_phrase(timeline, part: str, window_ns: float | None = None) -> str:
+    """` (3.02 ms of each 3.49 ms step)`, or nothing when the run has no steps: titles speak per step.
+    `window_ns`: the part's time the finding prices, when less than the budget's (a wider cause claims
+    the rest): the median step's share is scaled alike."""
     per_step = median_step_part(timeline, part)
     if per_step is None:
         return ""
+    raw_ns = budget_part(timeline, part)[0]
+    if window_ns is not None and raw_ns and window_ns < raw_ns:
+        per_step *= window_ns / raw_ns
     text = f"{per_step / 1e6:.2f} ms of each {timeline.steps['median_ns'] / 1e6:.2f} ms step"
-    window_ns, window_share = budget_part(timeline, part)
+    window_ns = budget_part(timeline, part)[0] if window_ns is None else window_ns
     steps_ns = per_step * timeline.steps.get("count", 0)
     if window_ns > 2 * steps_ns:  # most of it lies between the steps (a phase, the steps' outliers)
         text += f"; {max(0.0, window_ns - steps_ns) / 1e6:.0f} ms of it between or around the median steps"

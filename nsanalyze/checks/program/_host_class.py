@@ -56,14 +56,40 @@ def claimed_idle_ns(timeline, part: str) -> float:
     return activity.idle_ns(part, OWN_CHECK_CLASSES) if activity is not None else 0.0
 
 
-def unclaimed_part(timeline, part: str) -> tuple[float, float]:
-    """(ns, share) of a budget part less the GPU idle time under the own-check classes' calls."""
-    idle_ns, share = budget_part(timeline, part)
-    claimed = min(idle_ns, claimed_idle_ns(timeline, part))
-    if claimed and idle_ns:
-        share *= (idle_ns - claimed) / idle_ns
-        idle_ns -= claimed
-    return idle_ns, share
+def claims(timeline) -> dict[str, float]:
+    """ns of each budget part that a finding of a wider cause claims: the allocator and pinned-allocation
+    classes' idle time, the excess of steps that stand out (slow-steps), the time of a phase that is not
+    the steps (non-step-phase), each with its check's default thresholds. A finding of one budget part
+    then prices only what is left, so two findings never sell the same nanoseconds."""
+    from nsanalyze.checks import limits_for
+    from nsanalyze.checks.program import non_step_phase, slow_steps
+
+    out: dict[str, float] = {}
+    activity = getattr(timeline, "host_activity", None)
+    if activity is not None:
+        for entry in activity.classes:
+            if entry.name in OWN_CHECK_CLASSES:
+                for part, ns in entry.idle_by_part.items():
+                    out[part] = out.get(part, 0.0) + ns
+    if getattr(timeline, "step_starts", None) is not None and activity is not None:
+        for part, ns in slow_steps.excess_by_part(timeline, limits_for(slow_steps)).items():
+            out[part] = out.get(part, 0.0) + ns
+    if getattr(timeline, "phases", None):
+        for part, ns in non_step_phase.claimed_parts(timeline, limits_for(non_step_phase)).items():
+            out[part] = out.get(part, 0.0) + ns
+    return out
+
+
+def unclaimed_part(timeline, part: str, device_id=None) -> tuple[float, float]:
+    """(ns, share) of a budget part less what wider causes claim of it (see claims)."""
+    ns, share = budget_part(timeline, part, device_id)
+    if device_id is not None:
+        return ns, share   # one GPU's part: the claims are over the GPUs' mean
+    claimed = min(ns, claims(timeline).get(part, 0.0))
+    if claimed and ns:
+        share *= (ns - claimed) / ns
+        ns -= claimed
+    return ns, share
 
 
 def calls_phrase(cost: ClassCost) -> str:

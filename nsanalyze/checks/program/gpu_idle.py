@@ -32,6 +32,7 @@ narrow the window with `--skip-first-ns` or `--nvtx-range`.
 - `min_idle_share`: idle_other over the window before the check speaks.
 """
 
+from nsanalyze.checks.program._host_class import unclaimed_part
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence
 
 ID = "gpu-idle"
@@ -60,7 +61,7 @@ batch = torch.stack(requests).pin_memory().cuda(non_blocking=True); y = model(ba
 
 
 def run(timeline, limits) -> Finding | None:
-    idle_ns, share = budget_part(timeline, BUDGET_PART)
+    idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
     if share < limits["min_idle_share"]:
         return None
     gaps = timeline.gaps[:3]

@@ -171,7 +171,7 @@ def run(timeline, limits) -> Finding | None:
     idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
     if share < limits["min_idle_share"]:
         return None
-    step_text = per_step_phrase(timeline, BUDGET_PART)
+    step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
     stretches = timeline.host_stretches[:5]
     where = ""
     if stretches and stretches[0].get("nvtx_range"):

@@ -29,6 +29,7 @@ idle time they cause.
 - `min_idle_share`: idle_sync over the window before the check speaks.
 """
 
+from nsanalyze.checks.program._host_class import unclaimed_part
 from nsanalyze.checks.base import Finding, plural, Threshold, budget_part, evidence, per_step_phrase
 
 ID = "host-sync"
@@ -56,13 +57,13 @@ print(total.item())
 
 
 def run(timeline, limits) -> Finding | None:
-    idle_ns, share = budget_part(timeline, BUDGET_PART)
+    idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
     if share < limits["min_idle_share"]:
         return None
     rows = [dict(r, kind="explicit") for r in timeline.syncs["explicit"]] + \
            [dict(r, kind="implicit (device-to-host copy)") for r in timeline.syncs["implicit"]]
     calls = sum(r["calls"] for r in rows)
-    step_text = per_step_phrase(timeline, BUDGET_PART)
+    step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
     finding = Finding(
         check=ID,
         title=f"{plural(calls, 'host synchronization')} leave the GPU idle {share:.0%} of the window{step_text}: "

@@ -81,7 +81,7 @@ def run(timeline, limits) -> Finding | None:
     one_time = min(idle_ns, _one_time_ns(launches, limits))
     if share < limits["min_idle_share"]:
         return None
-    step_text = per_step_phrase(timeline, BUDGET_PART)
+    step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
     finding = Finding(
         check=ID,
         title=f"Launch-bound: the GPU waits on kernel launches {share:.0%} of the window{step_text}; "

@@ -93,7 +93,8 @@ def _candidates(phases: list, window_ns: float, limits, parent=None) -> list[tup
 DEEPEST_SHARE = 0.5
 
 
-def run(timeline, limits) -> Finding | None:
+def chosen(timeline, limits) -> tuple | None:
+    """The phase this check speaks of, as its candidate tuple (see _candidates), or None."""
     window_ns = timeline.summary.get("span_ns") or 0
     if not timeline.steps or not window_ns:  # without steps the window is one phase or the other
         return None
@@ -107,6 +108,24 @@ def run(timeline, limits) -> Finding | None:
         if not inner:
             break
         best = max(inner, key=lambda c: c[0])
+    return best
+
+
+def claimed_parts(timeline, limits) -> dict[str, float]:
+    """The chosen phase's budget inside the window, by part: what this check's finding claims."""
+    best = chosen(timeline, limits)
+    if best is None:
+        return {}
+    phase = best[1]
+    inside = phase["in_window_ns"] / phase["duration_ns"]
+    return {entry["part"]: entry["ns"] * inside for entry in phase["budget"] if entry["part"] != "gpu_compute"}
+
+
+def run(timeline, limits) -> Finding | None:
+    best = chosen(timeline, limits)
+    if best is None:
+        return None
+    window_ns = timeline.summary["span_ns"]
     savings, phase, parts, idle_share, window_share, _ = best
     cause_part = max(CAUSES, key=lambda part: parts.get(part, 0))
     cause_share = parts.get(cause_part, 0) / phase["duration_ns"]

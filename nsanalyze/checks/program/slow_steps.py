@@ -93,8 +93,10 @@ def every_nth(indices: np.ndarray, first: int, last: int) -> int | None:
     return period if expected and len(indices) >= 0.8 * expected else None
 
 
-def run(timeline, limits) -> Finding | None:
-    periods, indices = timeline.step_periods, timeline.step_indices
+def outliers(timeline, limits) -> tuple[np.ndarray, float, np.ndarray] | None:
+    """(slow-step mask over the steady steps, their excess over the median step less the time inside other
+    phases, that time per slow step), when the slow steps hold enough of the window to speak."""
+    periods = timeline.step_periods
     window_ns = timeline.summary.get("span_ns") or 0
     if periods is None or len(periods) < 3 or not window_ns:
         return None
@@ -104,9 +106,32 @@ def run(timeline, limits) -> Finding | None:
         return None
     in_phases = _in_other_phases(timeline, slow)
     excess = float(np.clip(periods[slow] - typical - in_phases, 0, None).sum())
-    share = excess / window_ns
-    if share < limits["min_window_share"]:
+    if excess / window_ns < limits["min_window_share"]:
         return None
+    return slow, excess, in_phases
+
+
+def excess_by_part(timeline, limits) -> dict[str, float]:
+    """The slow steps' excess by budget part (what this check's finding claims of each part)."""
+    found = outliers(timeline, limits)
+    activity = timeline.host_activity
+    if found is None or activity is None or activity.step_parts is None:
+        return {}
+    slow, excess, _ = found
+    parts = np.clip((activity.step_parts[slow] - np.median(activity.step_parts[~slow], axis=0)).sum(axis=0), 0, None)
+    scale = excess / parts.sum() if parts.sum() > excess else 1.0
+    return {part: float(parts[i] * scale) for i, part in enumerate(PARTS)}
+
+
+def run(timeline, limits) -> Finding | None:
+    found = outliers(timeline, limits)
+    if found is None:
+        return None
+    slow, excess, in_phases = found
+    periods, indices = timeline.step_periods, timeline.step_indices
+    window_ns = timeline.summary["span_ns"]
+    typical = float(np.median(periods))
+    share = excess / window_ns
     steps = indices[slow]
     n = every_nth(steps, int(indices[0]), int(indices[-1]))
     shown = ", ".join(str(int(i)) for i in steps[:6]) + (", ..." if len(steps) > 6 else "")
@@ -118,7 +143,8 @@ def run(timeline, limits) -> Finding | None:
         check=ID,
         title=(f"Steps that stand out: {which} take {_time(np.median(periods[slow]))} against a "
                f"{_time(typical)} median step; {int(slow.sum())} of {len(periods)} steps hold "
-               f"{periods[slow].sum() / periods.sum():.0%} of the steps' time (mean step {_time(mean)})"
+               f"{periods[slow].sum() / periods.sum():.0%} of the steps' time (mean step {_time(mean)}; "
+               f"{_time(excess / len(periods))} a step above the median)"
                + (f"; in their excess: {doing}" if doing else "")),
         estimated_speedup=share,
         evidence={"slow_steps": [int(i) for i in steps], "every_nth": n,

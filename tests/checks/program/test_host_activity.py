@@ -1,0 +1,130 @@
+"""Host activity by class (normalize.host_activity) and the findings it prices, on real twin runs
+(fixtures/real/record_round5.sh, H200, PyTorch 2.11): each anti-pattern against its fix.
+
+The savings a finding promises are checked against what the fix saved: the mean step period on the GPU's
+clock of the twin runs, by SQL (tests.conftest.sql_gpu_step_periods), within 30%."""
+
+import numpy as np
+import pytest
+
+from nsanalyze.normalize.host_activity import classify
+from tests.conftest import REAL, program_findings, sql, sql_gpu_step_periods
+
+CHURN, CACHED = REAL / "alloc_churn_nsys.sqlite.xz", REAL / "alloc_cached_nsys.sqlite.xz"
+HISTLOG, HISTLOG_OFF = REAL / "histlog_every10_nsys.sqlite.xz", REAL / "histlog_off_nsys.sqlite.xz"
+NESTED, NESTED_OFF = REAL / "nested_phases_nsys.sqlite.xz", REAL / "nested_phases_nockpt_nsys.sqlite.xz"
+
+CALLS_IN = """SELECT COUNT(*), SUM(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+              WHERE (s.value LIKE 'cudaMalloc%' OR s.value LIKE 'cudaFree%') AND r.start >= {start} AND r.end <= {end}"""
+
+
+RUN_SQL = """
+WITH steps AS (SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+               WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE '{like}'),
+     work AS (SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL
+              SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL
+              SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_MEMSET),
+     launched AS (SELECT w.start, w.end, r.start AS call_start FROM work w
+                  JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = w.correlationId)
+SELECT steps.start, MIN(l.start), MAX(l.end) FROM steps JOIN launched l ON l.call_start >= steps.start
+AND l.call_start < steps.end GROUP BY steps.start ORDER BY steps.start"""
+
+
+def mean_step(path, like: str) -> float:
+    """The run's mean step on the GPU's clock by SQL, after the first (warm-up) step: from the first GPU
+    work of the second step to the end of the last step's GPU work, over the steps."""
+    rows = sql(path, RUN_SQL.format(like=like))[1:]
+    return (rows[-1][2] - rows[0][1]) / len(rows)
+
+
+def mean_step_saved(base, fixed, like: str = "step %") -> float:
+    """What the fix saved a step: the difference of the twins' mean steps."""
+    return mean_step(base, like) - mean_step(fixed, like)
+
+
+def test_the_table_classes_calls_by_name_and_names_the_unknown_as_itself():
+    assert classify("cudaFree_v2") == classify("cuMemFree_v2") == "allocator"
+    assert classify("cudaMallocHost_v3020") == classify("cudaFreeHost") == "pinned-alloc"
+    assert classify("cudaLaunchKernel_v7000") == classify("cuLaunchKernelEx") == "launch"
+    assert classify("cudaMemcpyAsync_ptsz_v7000") == "copy-async"
+    assert classify("cudaStreamSynchronize_v3020") == "sync"
+    assert classify("writev", "os") == "file-io" and classify("sem_timedwait", "os") == "lock-wait"
+    assert classify("cudaSomethingNew_v13000") == "cudaSomethingNew"   # never folded into launch
+
+
+def test_allocator_churn_comes_first_and_predicts_what_keeping_the_cache_saved(analyzed):
+    """empty_cache() after every step: the launch-bound reading of before is gone; the finding names the
+    allocator, counts its calls in the window as SQL does, and its saving a step is what the twin without
+    the call saved, within 30%."""
+    model = analyzed(CHURN)
+    first = program_findings(model)[0]
+    assert first["check"] == "allocator-churn"
+    window = model["timeline"]["window"]
+    calls, _ = sql(CHURN, CALLS_IN.format(start=window["start_ns"], end=window["end_ns"]))[0]
+    allocator = next(c for c in model["timeline"]["host_activity"]["classes"] if c["class"] == "allocator")
+    assert allocator["calls"] == pytest.approx(calls, abs=max(2, 0.02 * calls))   # calls at the window's edges
+    assert first["evidence"]["steps_with_calls"]["value"] == model["timeline"]["steps"]["count"]
+    per_step = first["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+    saved = mean_step_saved(CHURN, CACHED)
+    assert saved > 5e6
+    assert per_step == pytest.approx(saved, rel=0.30)
+    launch = [f for f in program_findings(model) if f["check"] == "launch-overhead"]
+    assert not launch or launch[0]["estimated_savings_ns"] < first["estimated_savings_ns"] / 2
+
+
+def test_the_cached_twin_has_no_allocator_finding(analyzed):
+    model = analyzed(CACHED)
+    window = model["timeline"]["window"]
+    calls, _ = sql(CACHED, CALLS_IN.format(start=window["start_ns"], end=window["end_ns"]))[0]
+    assert calls < 10
+    assert "allocator-churn" not in {f["check"] for f in program_findings(model)}
+
+
+def test_the_kineto_trace_of_the_same_loop_says_the_same(analyzed):
+    first = program_findings(analyzed(REAL / "alloc_churn_kineto.json.gz"))[0]
+    assert first["check"] == "allocator-churn"
+    assert "allocator-churn" not in {f["check"] for f in program_findings(analyzed(REAL / "alloc_cached_kineto.json.gz"))}
+
+
+def test_every_tenth_step_that_logs_histograms_is_named_and_priced_as_the_run_costs(analyzed):
+    """3 of 30 steps take seconds: the finding names them (every 10th), and its saving is the mean step
+    the twin without logging saved (by SQL), within 30%; the header's mean step is the SQL mean."""
+    model = analyzed(HISTLOG)
+    first = program_findings(model)[0]
+    assert first["check"] == "slow-steps"
+    periods = sql_gpu_step_periods(HISTLOG)
+    typical = np.median(periods[1:])
+    slow_by_sql = [i for i, p in enumerate(periods) if i > 0 and p > 1.5 * typical]   # step 0 is warm-up
+    assert len(slow_by_sql) >= 2
+    # SQL has no period for the last step (no next step begins): the model's slow steps begin with SQL's
+    assert first["evidence"]["slow_steps"][:len(slow_by_sql)] == slow_by_sql
+    assert first["evidence"]["every_nth"] == 10
+    steps = model["timeline"]["steps"]
+    per_step = first["estimated_savings_ns"] / steps["count"]
+    assert per_step == pytest.approx(mean_step_saved(HISTLOG, HISTLOG_OFF), rel=0.30)
+    assert steps["mean_ns"] == pytest.approx(mean_step(HISTLOG, "step %"), rel=0.02)
+    assert "slow-steps" not in {f["check"] for f in program_findings(analyzed(HISTLOG_OFF))}
+
+
+NVTX_COUNT = """SELECT COUNT(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+                WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE '{pattern}'"""
+
+
+def test_a_checkpoint_nested_in_epochs_is_found_and_named(analyzed):
+    """`epoch N` ranges hold train steps, eval steps and a checkpoint: the phase tree has them under the
+    epochs with SQL's counts; non-step-phase speaks of the checkpoint (the deepest phase that holds the
+    time) and saves what the twin without checkpoints saved, within 30%; idle stretches show the path."""
+    model = analyzed(NESTED)
+    phases = {p["name"]: p for p in model["timeline"]["phases"]}
+    epoch = phases["epoch N"]
+    children = {c["name"]: c for c in epoch["children"]}
+    assert epoch["count"] == sql(NESTED, NVTX_COUNT.format(pattern="epoch %"))[0][0]
+    assert children["checkpoint"]["count"] == sql(NESTED, NVTX_COUNT.format(pattern="checkpoint"))[0][0]
+    assert children["train_step N"]["count"] == sql(NESTED, NVTX_COUNT.format(pattern="train_step %"))[0][0]
+    assert children["checkpoint"]["path"] == "epoch N › checkpoint"
+    first = program_findings(model)[0]
+    assert first["check"] == "non-step-phase" and first["evidence"]["phase"] == "checkpoint"
+    per_step = first["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+    assert per_step == pytest.approx(mean_step_saved(NESTED, NESTED_OFF, 'train_step %'), rel=0.30)
+    assert any("› checkpoint" in (s.get("nvtx_path") or "") for s in model["timeline"]["host_stretches"])
+    assert "non-step-phase" not in {f["check"] for f in program_findings(analyzed(NESTED_OFF))}
