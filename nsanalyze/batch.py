@@ -126,16 +126,11 @@ def run_date(path: Path) -> str:
 
 
 def _ranges_per_instance(ranges: list[dict]) -> list[dict]:
-    """NVTX ranges by normalized name (`step 17` -> `step N`), wall and GPU time per instance."""
-    from nsanalyze.normalize.steps import normalize_name
+    """NVTX ranges by normalized name, wall and GPU time per instance (nsanalyze.figures: as diff reads them)."""
+    from nsanalyze.figures import ranges_per_instance
 
-    grouped: dict[str, dict] = {}
-    for r in ranges:
-        entry = grouped.setdefault(normalize_name(str(r["name"])), {"instances": 0, "wall_ns": 0, "kernel_ns": 0})
-        for key in entry:
-            entry[key] += r[key] or 0
-    return [{"name": name, "instances": e["instances"], "wall_ns": e["wall_ns"] / max(e["instances"], 1),
-             "kernel_ns": e["kernel_ns"] / max(e["instances"], 1)} for name, e in grouped.items()]
+    return [{"name": name, "instances": e["instances"], "wall_ns": e["host_ns"], "kernel_ns": e["gpu_ns"]}
+            for name, e in ranges_per_instance(ranges).items()]
 
 
 def analyze_for_history(path: str) -> dict:

@@ -14,6 +14,7 @@ import math
 from nsanalyze import __version__
 from nsanalyze.analyze import Options, analyze
 from nsanalyze.errors import InputError
+from nsanalyze.figures import ranges_per_instance
 from nsanalyze.normalize.steps import median_noise, steps_in_window
 
 DIFF_SCHEMA = "nsanalyze/diff@1"
@@ -112,21 +113,10 @@ def _ncu_ranges(model: dict) -> dict[str, dict]:
 
 
 def _nsys_ranges(model: dict) -> dict[str, dict]:
-    """nsys: ranges by normalized name (`step 17` -> `step N`), GPU time per instance: a capture with
-    more steps is not slower."""
-    from nsanalyze.normalize.steps import normalize_name
-
-    ranges: dict[str, dict] = {}
-    for r in (model.get("timeline") or {}).get("ranges", []):
-        name = normalize_name(str(r["name"]))
-        entry = ranges.setdefault(name, {"name": name, "kernel_ns": 0.0, "host_ns": 0.0, "instances": 0})
-        entry["kernel_ns"] += (r["kernel_ns"] or 0) + (r.get("copy_ns") or 0)  # the GPU projection
-        entry["host_ns"] += r.get("wall_ns") or 0
-        entry["instances"] += r["instances"] or 0
-    for entry in ranges.values():
-        entry["kernel_ns"] /= max(entry["instances"], 1)
-        entry["host_ns"] /= max(entry["instances"], 1)
-    return ranges
+    """nsys: ranges by normalized name, GPU and host time per instance (nsanalyze.figures, as the history
+    database stores them)."""
+    return {name: {"name": name, "kernel_ns": e["gpu_ns"], "host_ns": e["host_ns"], "instances": e["instances"]}
+            for name, e in ranges_per_instance((model.get("timeline") or {}).get("ranges", [])).items()}
 
 
 def _range_rows(base: dict, new: dict) -> list[dict]:
