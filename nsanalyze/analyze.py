@@ -180,10 +180,8 @@ def _kernel_list_work(kernels: list[dict], kernel_time: dict, options,
              "launches": k.get("launches")} for k in kernels]
     analysis = analyze_kernel_rows(rows)
     total = float(sum(kernel_time.values()))
-    timeline = Timeline(window=Window(0, int(total), "the report's kernels", "kernels"),
-                        summary={"span_ns": total, "kernel_ns": total}, devices=[], streams=[], ranges=[],
-                        gaps=[], syncs={}, launches={}, copies={}, work=analysis.work, work_analysis=analysis,
-                        gpu_metrics=_tensor_activity(kernels, kernel_time))
+    timeline = Timeline.of_kernel_list(Window(0, int(total), "the report's kernels", "kernels"), total, analysis,
+                                       _tensor_activity(kernels, kernel_time))
     only = set(KERNEL_LIST_CHECKS)
     if any(f.check == "missing-tensor-cores" for f in kernel_findings):
         only.discard("low-tensor-activity")   # the kernel check speaks for those GEMMs, with their FLOPs

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nsanalyze.normalize import devices as gpus
-from nsanalyze.normalize import host_activity, host_calls
+from nsanalyze.normalize import host_activity, host_calls, model
+from nsanalyze.normalize import work as work_split
 from nsanalyze.normalize.activity import Activity, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
@@ -32,28 +33,32 @@ from nsanalyze.read.nsys import CALL_TABLES, GRAPH_NAME_BASE, KERNEL_TABLE, Nsys
 
 @dataclass
 class Timeline:
+    """The program model of one export. The sections the checks read are typed (normalize.model) once the
+    timeline is built; `to_json()` of each is the report's `timeline` object, key for key."""
+
     window: Window
-    summary: dict
-    devices: list[dict]
+    summary: model.Summary
+    devices: tuple
     streams: list[dict]
     ranges: list[dict]
-    gaps: list[dict]
-    syncs: dict
-    launches: dict
-    copies: dict
+    gaps: tuple
+    syncs: model.Syncs
+    launches: model.Launches
+    copies: model.Copies
     kernel_summary: list[dict] = field(default_factory=list)
-    device_kernels: list[dict] = field(default_factory=list)
+    device_kernels: tuple = ()
     gpu_metrics: dict | None = None
-    busy_clock: dict | None = None
-    budget: list[dict] | None = None       # [{part, ns, share}] over the window (mean over GPUs)
-    steps: dict | None = None              # the steady steps (normalize.steps) and their median budget
-    host_stretches: list[dict] = field(default_factory=list)  # longest idle_host stretches, with context
+    busy_clock: model.BusyClock | None = None
+    budget: tuple | None = None            # (BudgetPart, ...) over the window (mean over GPUs)
+    steps: model.StepsSummary | None = None  # the steady steps (normalize.steps) and their median budget
+    host_stretches: tuple = ()             # (HostStretch, ...): longest idle_host stretches, with context
     notes: list[str] = field(default_factory=list)  # what the export cannot show (graph-level traces)
-    api_calls: list[dict] = field(default_factory=list)  # CUDA calls by host time in the window
-    phases: list[dict] = field(default_factory=list)  # top-level NVTX range groups over the capture (normalize.phases)
-    work: list[dict] | None = None         # GPU kernel time by role (normalize.work), set after the kernel summary
+    api_calls: tuple = ()                  # (ApiCall, ...): CUDA calls by host time in the window
+    phases: tuple = ()                     # (Phase, ...): NVTX range groups over the capture, nested (normalize.phases)
+    work: tuple | None = None              # (RoleTime, ...): GPU kernel time by role (normalize.work)
     work_analysis: object | None = None    # normalize.work.WorkAnalysis: what the busy-GPU checks read
     kernel_table: KernelTable | None = None  # the window's kernel summary (normalize.kernels)
+    activity: Activity | None = None       # the arrays read (for the kernel summary; dropped after it)
     host_activity: host_activity.HostActivity | None = None  # what the host did while the GPU idled, by class
     step_starts: np.ndarray | None = None   # every steady step on its clock (ns), in order
     step_ends: np.ndarray | None = None
@@ -62,7 +67,31 @@ class Timeline:
     @property
     def step_periods(self) -> np.ndarray | None:
         return None if self.step_starts is None else self.step_ends - self.step_starts
-    activity: Activity | None = None       # the arrays read (for the kernel summary; dropped after it)
+
+    @classmethod
+    def of_kernel_list(cls, window: Window, kernel_ns: float, analysis, gpu_metrics: dict | None) -> "Timeline":
+        """The model of an ncu report's kernel list: its kernels' time is the window, there is no host side."""
+        return cls(window=window, summary=model.Summary.of({"span_ns": kernel_ns, "kernel_ns": kernel_ns}),
+                   devices=(), streams=[], ranges=[], gaps=(), syncs=model.Syncs(), launches=model.Launches(),
+                   copies=model.Copies(), work=model.records(model.RoleTime, analysis.work), work_analysis=analysis,
+                   gpu_metrics=gpu_metrics)
+
+    def typed(self) -> "Timeline":
+        """The sections made by the normalize functions as typed records (normalize.model)."""
+        self.summary = model.Summary.of(self.summary)
+        self.devices = model.records(model.Device, self.devices)
+        self.device_kernels = model.records(model.DeviceKernel, self.device_kernels)
+        self.syncs, self.launches = model.Syncs.of(self.syncs), model.Launches.of(self.launches)
+        self.copies = model.Copies.of(self.copies)
+        self.budget = model.records(model.BudgetPart, self.budget) if self.budget is not None else None
+        self.steps = model.StepsSummary.of(self.steps)
+        self.host_stretches = model.records(model.HostStretch, self.host_stretches)
+        self.api_calls = model.records(model.ApiCall, self.api_calls)
+        self.gaps = model.records(model.Gap, self.gaps)
+        self.busy_clock = model.BusyClock.of(self.busy_clock)
+        self.phases = model.records(model.Phase, self.phases)
+        self.work = model.records(model.RoleTime, self.work) if self.work is not None else None
+        return self
 
 
 def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode: str = "steady") -> Timeline:
@@ -70,7 +99,9 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
         timeline, kernels_later = _timeline(export, skip_first_ns, nvtx_range, mode, side)
         # (asked for here, once the budget's segments and the window's selections are freed)
         timeline.kernel_table, timeline.work_analysis = kernels_later.result()
-    return timeline
+    timeline.kernel_summary = timeline.kernel_table.rows
+    work_split.attach(timeline, timeline.work_analysis)
+    return timeline.typed()
 
 
 def _timeline(export: NsysExport, skip_first_ns, nvtx_range, mode: str, side: "_Side") -> tuple:
@@ -150,7 +181,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
         from nsanalyze.read.kineto import launch_attribution
 
-        count = timeline.steps.get("count") if timeline.steps and window.kind == "steady" else None
+        count = timeline.steps["count"] if timeline.steps and window.kind == "steady" else None
         timeline.launches.update(launch_attribution(export, window.start, window.end, count,
                                                     lambda name: is_step_like(normalize_name(name))) or {})
     timeline.notes = _graph_notes(export, wa)

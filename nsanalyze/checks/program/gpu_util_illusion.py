@@ -83,21 +83,21 @@ def _explained_ns(analysis) -> float:
 def run(timeline, limits) -> Finding | None:
     metrics, analysis = timeline.gpu_metrics, timeline.work_analysis
     gr, issue, tensor = (metrics.get(k) for k in ("gr_active_pct", "sm_issue_pct", "tensor_active_pct"))
-    if analysis is None or not gr or not issue or gr["mean"] < limits["min_gr_active_pct"]:
+    if analysis is None or not gr or not issue or gr["mean"] < limits.min_gr_active_pct:
         return None
     gr, issue = gr["mean"], issue["mean"]
     tensor = tensor["mean"] if tensor else None
-    if issue >= limits["max_sm_issue_pct"] or (tensor is not None and tensor >= limits["max_tensor_active_pct"]):
+    if issue >= limits.max_sm_issue_pct or (tensor is not None and tensor >= limits.max_tensor_active_pct):
         return None
     kernel_ns = analysis.kernel_ns
-    if not kernel_ns or analysis.role_ns("matmul_simt") / kernel_ns >= limits["max_simt_matrix_share"]:
+    if not kernel_ns or analysis.role_ns("matmul_simt") / kernel_ns >= limits.max_simt_matrix_share:
         return None
     explained_ns = _explained_ns(analysis)
     held_ns = kernel_ns - explained_ns
-    if held_ns < limits["min_unexplained_share"] * kernel_ns:
+    if held_ns < limits.min_unexplained_share * kernel_ns:
         return None  # the busy time is the waste another check names (attention, layout, elementwise chains)
-    unexplained = [k for k in analysis.by_kernel if k["role"] not in EXPLAINED_ROLES]
-    holding = [k for k in unexplained[:3] if k["ns"] >= HOLDING_SHARE * kernel_ns] or unexplained[:1]
+    unexplained = [k for k in analysis.by_kernel if k.role not in EXPLAINED_ROLES]
+    holding = [k for k in unexplained[:3] if k.ns >= HOLDING_SHARE * kernel_ns] or unexplained[:1]
     names = ", ".join(f"{k['name']} ({k['ns'] / kernel_ns:.0%})" for k in holding)
     tensor_text = f", tensor cores {tensor:.1f}%" if tensor is not None else ""
     finding = Finding(
@@ -105,12 +105,12 @@ def run(timeline, limits) -> Finding | None:
         title=f"GPU-Util {gr:.0f}% but SMs issue on {issue:.0f}% of cycles{tensor_text}: the GPU is held by "
               f"{names}; profile {'it' if len(holding) == 1 else 'them'} with ncu",
         estimated_speedup=0.0,
-        evidence={"gr_active_pct": evidence(gr, limits["min_gr_active_pct"], unit="%"),
-                  "sm_issue_pct": evidence(issue, limits["max_sm_issue_pct"], unit="%", compare="<"),
-                  "tensor_active_pct": evidence(tensor, limits["max_tensor_active_pct"], unit="%", compare="<"),
-                  "kernels": [{"name": k["name"], "role": k["role"], "duration_ns": k["ns"], "launches": k["launches"],
+        evidence={"gr_active_pct": evidence(gr, limits.min_gr_active_pct, unit="%"),
+                  "sm_issue_pct": evidence(issue, limits.max_sm_issue_pct, unit="%", compare="<"),
+                  "tensor_active_pct": evidence(tensor, limits.max_tensor_active_pct, unit="%", compare="<"),
+                  "kernels": [{"name": k.name, "role": k.role, "duration_ns": k.ns, "launches": k.launches,
                                "ncu": f"ncu -k regex:{k['name']} --set full"} for k in holding]},
         advice=ADVICE,
     )
-    finding.estimated_savings_ns = held_ns * clamp01(1 - issue / limits["max_sm_issue_pct"])
+    finding.estimated_savings_ns = held_ns * clamp01(1 - issue / limits.max_sm_issue_pct)
     return finding

@@ -85,8 +85,8 @@ def _judged(analysis, by_name_only: bool) -> list[dict]:
     kernels = analysis.kernels_of("matmul_simt", limit=len(analysis.by_kernel))
     kernels = [k for k in kernels if not MATRIX_VECTOR.search(f"{k.get('demangled') or ''} {k.get('name') or ''}")]
     if by_name_only:
-        kernels = [k for k in kernels if library_of(k.get("demangled") or k.get("name"))
-                   or library_of(k.get("name"))]
+        kernels = [k for k in kernels if library_of(k.demangled or k.name)
+                   or library_of(k.name)]
     return kernels
 
 
@@ -99,17 +99,17 @@ def run(timeline, limits) -> Finding | None:
                          for k in ("gr_active_pct", "sm_issue_pct", "tensor_active_pct"))
     by_name_only = tensor is None
     kernels = _judged(analysis, by_name_only)
-    simt_ns = float(sum(k["ns"] for k in kernels))
+    simt_ns = float(sum(k.ns for k in kernels))
     matrix_share = simt_ns / analysis.kernel_ns
-    if matrix_share < limits["min_matrix_share"]:
+    if matrix_share < limits.min_matrix_share:
         return None
-    if tensor is not None and tensor >= limits["max_tensor_active_pct"]:
+    if tensor is not None and tensor >= limits.max_tensor_active_pct:
         return None  # the tensor cores run: the names' CUDA-core GEMMs are not where the time goes
     measured = "".join([f", GPU-Util {gr:.0f}%" if gr is not None else "",
                         f", SMs issue on {issue:.0f}% of cycles" if issue is not None else "",
                         f", tensor cores active {tensor:.1f}%" if tensor is not None else
                         " (by their library names; tensor activity was not measured)"])
-    libraries = sorted({library_of(k.get("demangled") or k.get("name")) or library_of(k.get("name")) or "?"
+    libraries = sorted({library_of(k.demangled or k.name) or library_of(k.name) or "?"
                         for k in kernels} - {"?"})
     notes = []
     if by_name_only:
@@ -122,12 +122,12 @@ def run(timeline, limits) -> Finding | None:
         title=f"Matrix products on the CUDA cores: FP32 GEMM kernels ({matrix_share:.0%} of GPU kernel time) do not "
               f"use the tensor cores{measured}",
         estimated_speedup=0.0,
-        evidence={"matrix_kernel_share": evidence(matrix_share, limits["min_matrix_share"], unit="ratio"),
+        evidence={"matrix_kernel_share": evidence(matrix_share, limits.min_matrix_share, unit="ratio"),
                   "matrix_kernel_ns": evidence(simt_ns, unit="ns"),
                   "gr_active_pct": evidence(gr, unit="%"),
                   "sm_issue_pct": evidence(issue, unit="%"),
-                  "tensor_active_pct": evidence(tensor, limits["max_tensor_active_pct"], unit="%", compare="<"),
-                  "matrix_kernels": [{"name": k["name"], "duration_ns": k["ns"], "launches": k["launches"]}
+                  "tensor_active_pct": evidence(tensor, limits.max_tensor_active_pct, unit="%", compare="<"),
+                  "matrix_kernels": [{"name": k.name, "duration_ns": k.ns, "launches": k.launches}
                                      for k in kernels[:5]]},
         advice=ADVICE,
         notes=notes,
@@ -137,7 +137,7 @@ def run(timeline, limits) -> Finding | None:
         finding.budget_device = device
         finding.evidence["busiest_gpu_matrix_ns"] = evidence(wall_ns, unit="ns")
     # the GEMMs get faster, never more than their own time goes
-    finding.estimated_savings_ns = min(wall_ns, wall_ns * (1 - 1 / limits["tensor_speedup"]))
+    finding.estimated_savings_ns = min(wall_ns, wall_ns * (1 - 1 / limits.tensor_speedup))
     return finding
 
 
@@ -154,6 +154,6 @@ def _wall_gemm_ns(analysis, judged_ns: float, devices=None) -> tuple[float, obje
                   for device, split in analysis.devices.items()}
     device = max(per_device, key=per_device.get)
     found = straggler(devices or [])
-    if found is not None and found["straggler"]["device_id"] in per_device:
-        device = found["straggler"]["device_id"]
+    if found is not None and found.straggler.device_id in per_device:
+        device = found.straggler.device_id
     return per_device[device], device

@@ -31,9 +31,9 @@ def test_per_device_kernel_and_nccl_time_equal_sql(before_timeline):
     expected = dict(direct(BEFORE, "SELECT deviceId, SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1"))
     nccl = dict(direct(BEFORE, """SELECT k.deviceId, SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
                                  JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'nccl%' GROUP BY 1"""))
-    devices = {d["device_id"]: d for d in before_timeline.devices}
-    assert {k: d["kernel_ns"] for k, d in devices.items()} == expected
-    assert {k: d["communication_ns"] for k, d in devices.items()} == nccl == {0: 17172652, 1: 8229100}
+    devices = {d.device_id: d for d in before_timeline.devices}
+    assert {k: d.kernel_ns for k, d in devices.items()} == expected
+    assert {k: d.communication_ns for k, d in devices.items()} == nccl == {0: 17172652, 1: 8229100}
 
 
 def test_exposed_communication_on_one_stream(before_timeline):
@@ -41,7 +41,7 @@ def test_exposed_communication_on_one_stream(before_timeline):
     streams = direct(BEFORE, "SELECT deviceId, COUNT(DISTINCT streamId) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1")
     assert all(count == 1 for _, count in streams)
     for device in before_timeline.devices:
-        assert device["exposed_communication_ns"] == device["communication_ns"]
+        assert device.exposed_communication_ns == device.communication_ns
 
 
 def test_report_names_the_exposed_device():

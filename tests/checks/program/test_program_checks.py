@@ -19,17 +19,17 @@ def _oracle_rows(name: str, section: str) -> list[tuple[int, int]]:
 
 def test_pageable_copies_are_those_nsys_analyze_reports(dev_infer_timeline):
     oracle = _oracle_rows("dev_infer_nsys_analyze.txt", "cuda_memcpy_async")
-    ours = [(c["duration_ns"], c["start"]) for c in dev_infer_timeline.copies["pageable"]["async_top"]]
+    ours = [(c.duration_ns, c.start) for c in dev_infer_timeline.copies.pageable.async_top]
     assert len(oracle) == 50            # nsys analyze prints its top 50
     assert sorted(d for d, _ in ours) == sorted(d for d, _ in oracle)
     cut = min(d for d, _ in oracle)     # copies tied at the cut may be listed in another order
     assert {row for row in oracle if row[0] > cut} <= set(ours)
-    assert dev_infer_timeline.copies["pageable"]["copies"] == 607   # 306 host-to-device + 301 device-to-host
+    assert dev_infer_timeline.copies.pageable.copies == 607   # 306 host-to-device + 301 device-to-host
 
 
 def test_sync_copy_is_the_one_nsys_analyze_reports(dev_suite_timeline):
     oracle = _oracle_rows("dev_suite_nsys_analyze.txt", "cuda_memcpy_sync")
-    ours = [(c["duration_ns"], c["start"]) for c in dev_suite_timeline.copies["sync"]["top"]]
+    ours = [(c.duration_ns, c.start) for c in dev_suite_timeline.copies.sync.top]
     assert ours == oracle == [(9519775, 593303497)]
 
 
@@ -60,9 +60,9 @@ def test_bf16_range_shows_tensor_activity_that_fp32_lacks(dev_infer_timeline):
 
 def test_timeline_totals_are_sql_sums(dev_suite_timeline):
     summary = dev_suite_timeline.summary
-    assert summary["kernel_ns"] == 9297600 and summary["kernels"] == 212      # sum of kern_sum oracle totals
-    assert summary["memcpy_ns"] == 9519775
-    assert summary["gpu_busy_ns"] + summary["gpu_idle_ns"] == summary["span_ns"]
+    assert summary.kernel_ns == 9297600 and summary.kernels == 212      # sum of kern_sum oracle totals
+    assert summary.memcpy_ns == 9519775
+    assert summary.gpu_busy_ns + summary.gpu_idle_ns == summary.span_ns
 
 
 def test_nvtx_projection(dev_suite_timeline):
@@ -89,15 +89,15 @@ def test_copies_and_ranges_match_nsys_stats(stem):
     with open(ORACLE / f"{stem}_cuda_gpu_mem_time_sum.csv", newline="") as handle:
         oracle = {row["Operation"]: row for row in csv.DictReader(handle)}
     by_kind = {}
-    for row in timeline.copies["by_kind"]:
-        entry = by_kind.setdefault(row["copy_kind"], [0, 0])
-        entry[0] += row["copies"]
-        entry[1] += row["duration_ns"]
+    for row in timeline.copies.by_kind:
+        entry = by_kind.setdefault(row.copy_kind, [0, 0])
+        entry[0] += row.copies
+        entry[1] += row.duration_ns
     for kind, (count, total) in by_kind.items():
         expected = oracle[f"[CUDA memcpy {kind}]"]
         assert (count, total) == (int(expected["Count"]), int(expected["Total Time (ns)"]))
     if "[CUDA memset]" in oracle:
-        assert timeline.summary["memset_ns"] == int(oracle["[CUDA memset]"]["Total Time (ns)"])
+        assert timeline.summary.memset_ns == int(oracle["[CUDA memset]"]["Total Time (ns)"])
     with open(ORACLE / f"{stem}_nvtx_sum.csv", newline="") as handle:
         ranges = {row["Range"].lstrip(":"): row for row in csv.DictReader(handle)}
     ours = {r["name"]: r for r in timeline.ranges}
