@@ -206,7 +206,7 @@ def _host_activity(export: NsysExport, budgets, activity: Activity, call_names: 
     """The window's host activity by class (normalize.host_activity): the CUDA calls of each GPU's processes,
     and the OS runtime calls of the threads that launched GPU work, where the export traced them."""
     if not budgets:
-        return None
+        return host_activity.HostActivity(())   # no GPU work in the window: no idle time to explain
     calls = activity.calls
 
     def cuda_calls(budget):

@@ -123,15 +123,21 @@ def window_lines(timeline: dict) -> list[str]:
         lines.append(note)
     phases = timeline.get("phases") or []
     if phases:
-        lines.append("Phases: " + ", ".join(
-            f"{visible(p['name'])} ×{p['count']} ({duration(p['duration_ns'])}"
-            + (", outside the window" if not p["in_window_ns"] else "") + ")" for p in phases))
+        lines.append("Phases: " + ", ".join(phase_text(p) for p in phases))
     if timeline.get("budget"):
         scope = "a median step" if steps and steps.get("budget") else f"the window ({duration(timeline['span_ns'])})"
         lines.append(f"Time budget of {scope}: {budget_text((steps or {}).get('budget') or timeline['budget'])}")
     if timeline.get("work"):
         lines.append(f"GPU kernel time by role: {work_text(timeline['work'])}")
     return lines
+
+
+def phase_text(phase: dict) -> str:
+    """`epoch N ×3 (8.88 s: checkpoint ×3 7.99 s, train_step N ×60 768 ms)`: a phase and what it holds."""
+    inside = ", ".join(f"{visible(c['name'])} ×{c['count']} {duration(c['duration_ns'])}"
+                       for c in phase.get("children") or [])
+    return (f"{visible(phase['name'])} ×{phase['count']} ({duration(phase['duration_ns'])}"
+            + (f": {inside}" if inside else "") + (", outside the window" if not phase["in_window_ns"] else "") + ")")
 
 
 VERDICT_CHECKS = ("gpu-not-traced", "one-long-kernel", "transfer-bound")

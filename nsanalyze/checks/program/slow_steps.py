@@ -56,7 +56,7 @@ ID = "slow-steps"
 NAME = "program.steps.outliers"
 TITLE = "Steps that stand out hold a large share of the run"
 SECTION = "busy"
-REQUIRES = ("step_starts", "host_activity")
+REQUIRES = ("host_activity",)   # and steps: a run without them has no step to stand out
 THRESHOLDS = {
     "outlier_factor": Threshold(1.5, "half again the median step is beyond the noise of a steady loop (its MAD "
                                      "is a few percent)"),
