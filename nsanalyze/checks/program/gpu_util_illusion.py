@@ -98,7 +98,7 @@ def run(timeline, limits) -> Finding | None:
         return None  # the busy time is the waste another check names (attention, layout, elementwise chains)
     unexplained = [k for k in analysis.by_kernel if k.role not in EXPLAINED_ROLES]
     holding = [k for k in unexplained[:3] if k.ns >= HOLDING_SHARE * kernel_ns] or unexplained[:1]
-    names = ", ".join(f"{k['name']} ({k['ns'] / kernel_ns:.0%})" for k in holding)
+    names = ", ".join(f"{k.name} ({k.ns / kernel_ns:.0%})" for k in holding)
     tensor_text = f", tensor cores {tensor:.1f}%" if tensor is not None else ""
     finding = Finding(
         check=ID,
@@ -109,7 +109,7 @@ def run(timeline, limits) -> Finding | None:
                   "sm_issue_pct": evidence(issue, limits.max_sm_issue_pct, unit="%", compare="<"),
                   "tensor_active_pct": evidence(tensor, limits.max_tensor_active_pct, unit="%", compare="<"),
                   "kernels": [{"name": k.name, "role": k.role, "duration_ns": k.ns, "launches": k.launches,
-                               "ncu": f"ncu -k regex:{k['name']} --set full"} for k in holding]},
+                               "ncu": f"ncu -k regex:{k.name} --set full"} for k in holding]},
         advice=ADVICE,
     )
     finding.estimated_savings_ns = held_ns * clamp01(1 - issue / limits.max_sm_issue_pct)

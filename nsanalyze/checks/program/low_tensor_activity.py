@@ -83,7 +83,7 @@ def _judged(analysis, by_name_only: bool) -> list[dict]:
     """The CUDA-core matrix kernels the check speaks for: role matmul_simt, no matrix-vector products;
     from names alone (no GPU metrics), only the kernels a library named after their instructions."""
     kernels = analysis.kernels_of("matmul_simt", limit=len(analysis.by_kernel))
-    kernels = [k for k in kernels if not MATRIX_VECTOR.search(f"{k.get('demangled') or ''} {k.get('name') or ''}")]
+    kernels = [k for k in kernels if not MATRIX_VECTOR.search(f"{k.demangled or ''} {k.name or ''}")]
     if by_name_only:
         kernels = [k for k in kernels if library_of(k.demangled or k.name)
                    or library_of(k.name)]
