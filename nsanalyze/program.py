@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from nsanalyze.checks import global_settings, limits_for, program_checks
 from nsanalyze.checks.base import Finding, NotJudged, budget_part, severity_for
-from nsanalyze.checks.program._host_class import unclaimed_part
+from nsanalyze.checks.program._host_class import claims_by_cause, unclaimed_part
 
 # Checks whose findings claim budget time of a wider cause (checks/program/_host_class.claims): their own
 # savings are not capped by what they claim.
@@ -58,9 +58,15 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
             finding.estimated_savings_ns = finding.estimated_speedup * span
         part = getattr(check, "BUDGET_PART", None)
         finding.budget_part = part
+        whole = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
         limit = unclaimed_part(timeline, part, finding.budget_device)[0] \
-            if part and timeline.budget and check.ID not in WIDER_CAUSES else \
-            budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
+            if part and timeline.budget and check.ID not in WIDER_CAUSES else whole
+        if limit < whole and finding.estimated_savings_ns > limit:
+            causes = ", ".join(f"{cause} ({parts[part] / 1e6:.3g} ms)" for cause, parts in claims_by_cause(timeline).items()
+                               if parts.get(part))
+            finding.notes.append(f"of the {whole / 1e6:.3g} ms of {part} time, {(whole - limit) / 1e6:.3g} ms lie in wider "
+                                 f"causes that their own findings count ({causes}); this one counts the "
+                                 f"{limit / 1e6:.3g} ms left")
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
         finding.check = check.ID
         findings.append(finding)

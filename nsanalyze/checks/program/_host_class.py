@@ -56,26 +56,33 @@ def claimed_idle_ns(timeline, part: str) -> float:
     return activity.idle_ns(part, OWN_CHECK_CLASSES) if activity is not None else 0.0
 
 
-def claims(timeline) -> dict[str, float]:
-    """ns of each budget part that a finding of a wider cause claims: the allocator and pinned-allocation
-    classes' idle time, the excess of steps that stand out (slow-steps), the time of a phase that is not
-    the steps (non-step-phase), each with its check's default thresholds. A finding of one budget part
-    then prices only what is left, so two findings never sell the same nanoseconds."""
+def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
+    """Per wider cause (its check id), the ns of each budget part its finding claims: the allocator and
+    pinned-allocation classes' idle time, the excess of steps that stand out (slow-steps), the time of a
+    phase that is not the steps (non-step-phase), each with its check's default thresholds. A finding of
+    one budget part then prices only what is left, so two findings never sell the same nanoseconds."""
     from nsanalyze.checks import limits_for
-    from nsanalyze.checks.program import non_step_phase, slow_steps
+    from nsanalyze.checks.program import allocator_churn, non_step_phase, pinned_alloc_churn, slow_steps
 
-    out: dict[str, float] = {}
+    out: dict[str, dict[str, float]] = {}
     activity = getattr(timeline, "host_activity", None)
     if activity is not None:
-        for entry in activity.classes:
-            if entry.name in OWN_CHECK_CLASSES:
-                for part, ns in entry.idle_by_part.items():
-                    out[part] = out.get(part, 0.0) + ns
-    if getattr(timeline, "step_starts", None) is not None and activity is not None:
-        for part, ns in slow_steps.excess_by_part(timeline, limits_for(slow_steps)).items():
-            out[part] = out.get(part, 0.0) + ns
+        for check in (allocator_churn, pinned_alloc_churn):
+            entry = activity.by_class(check.CLASS)
+            if entry is not None and entry.idle_ns:
+                out[check.ID] = dict(entry.idle_by_part)
+        if getattr(timeline, "step_starts", None) is not None:
+            out[slow_steps.ID] = slow_steps.excess_by_part(timeline, limits_for(slow_steps))
     if getattr(timeline, "phases", None):
-        for part, ns in non_step_phase.claimed_parts(timeline, limits_for(non_step_phase)).items():
+        out[non_step_phase.ID] = non_step_phase.claimed_parts(timeline, limits_for(non_step_phase))
+    return {cause: parts for cause, parts in out.items() if any(parts.values())}
+
+
+def claims(timeline) -> dict[str, float]:
+    """ns of each budget part that wider causes claim (claims_by_cause, summed)."""
+    out: dict[str, float] = {}
+    for parts in claims_by_cause(timeline).values():
+        for part, ns in parts.items():
             out[part] = out.get(part, 0.0) + ns
     return out
 

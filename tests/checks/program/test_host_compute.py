@@ -100,7 +100,7 @@ def test_computing_host_thread_is_not_called_blocked(timelines, path):
     assert own < 0.05 * longest.duration_ns
     if path == CUDF:   # 212.5 ms: other threads in pthread_cond_timedwait, sem_timedwait and poll all of it
         others = {c.name: c.overlap_ns for c in timelines[path.name].host_stretches[0].os_calls}
-        assert others["pthread_cond_timedwait"] == longest["duration_ns"]
+        assert others["pthread_cond_timedwait"] == longest.duration_ns
 
 
 def test_sleeping_straggler_is_named(timelines):

@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 from nsanalyze.analyze import analyze
+from nsanalyze.checks import limits_for
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profile
 from nsanalyze.read.files import open_local
@@ -163,7 +164,7 @@ def test_after_run_moves_the_waiting_to_the_other_gpu():
 def test_imbalance_fires_when_lowered(before_timeline):
     from nsanalyze.checks.program import rank_imbalance
 
-    finding = rank_imbalance.run(before_timeline, {"min_imbalance_share": 0.005})
+    finding = rank_imbalance.run(before_timeline, limits_for(rank_imbalance, {"rank-imbalance.min_imbalance_share": 0.005}))
     assert finding.device_id == 1                      # 256.1 ms of compute against 253.7 ms
     # the budget's compute is the union of compute kernels in time: within 1% of the kernel sums' difference
     assert finding.evidence["extra_compute_ns"]["value"] == pytest.approx(256095624 - 253703274, rel=0.01)
