@@ -35,12 +35,18 @@ def test_sync_copy_is_the_one_nsys_analyze_reports(dev_suite_timeline):
 
 def test_small_step_launch_overhead(dev_suite_timeline):
     """The dev suite's label: the 200 small_step launches (~2 us kernels) make the GPU wait on launches
-    (4% of this capture, dominated by large copies and kernels: a low-severity finding)."""
+    (4% of this capture, dominated by large copies and kernels); a third of that wait is one kernel's first
+    launch loading its module, start-up that no graph removes: the saving is the rest, an info finding."""
     findings, _ = run_program_checks(dev_suite_timeline)
     launch = next(f for f in findings if f.check == "launch-overhead")
     assert launch.evidence["short_kernels"]["value"] >= 200
     assert any(k["name"] == "small_step" and k["launches"] == 200 for k in launch.evidence["kernels"])
-    assert 0.03 <= launch.evidence["idle_launch_share"]["value"] < 0.05 and launch.severity == "low"
+    assert 0.03 <= launch.evidence["idle_launch_share"]["value"] < 0.05
+    # aos_update's one launch (0.58 ms: its module loads) is start-up, not saved: 0.42 ms are, 1.8% of the window
+    module_load = next(k["mean_launch_ns"] for k in launch.evidence["kernels"] if k["launches"] == 1)
+    assert module_load > 100_000 and "load their module" in launch.title
+    assert launch.estimated_savings_ns == pytest.approx(launch.evidence["idle_launch_ns"]["value"] - module_load, rel=1e-6)
+    assert launch.severity == "info"
 
 
 def test_per_request_range_waits_on_the_host():
