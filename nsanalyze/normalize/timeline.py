@@ -96,9 +96,10 @@ class Timeline:
 
 def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode: str = "steady") -> Timeline:
     with _Side() as side:
-        timeline, kernels_later = _timeline(export, skip_first_ns, nvtx_range, mode, side)
+        timeline, kernels_later, host_later = _timeline(export, skip_first_ns, nvtx_range, mode, side)
         # (asked for here, once the budget's segments and the window's selections are freed)
         timeline.kernel_table, timeline.work_analysis = kernels_later.result()
+        timeline.host_activity = host_later.result()
     timeline.kernel_summary = timeline.kernel_table.rows
     work_split.attach(timeline, timeline.work_analysis)
     return timeline.typed()
@@ -133,13 +134,13 @@ def _timeline(export: NsysExport, skip_first_ns, nvtx_range, mode: str, side: "_
                                      _kernel_names(export, activity) if side.beside else None)
     host_side = {"streams": gpus.streams(wa), "ranges": host_calls.ranges(export, wa), "gaps": gpus.gaps(export, wa),
                  "syncs": syncs_later.result(), "launches": host_calls.launches(export, wa), "copies": host_calls.copies(wa)}
-    timeline = _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names,
-                                       comm_ids, peer_kinds, budgets_later.result(), host_side)
-    return timeline, kernels_later
+    timeline, host_later = _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names,
+                                       comm_ids, peer_kinds, budgets_later.result(), host_side, side)
+    return timeline, kernels_later, host_later
 
 
 def _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names, comm_ids, peer_kinds,
-                            budgets, host_side) -> Timeline:
+                            budgets, host_side, side: "_Side") -> tuple:
     devices = gpus.devices(export, wa, comm_ids, {b.device_id: b.labelled.totals()["gpu_communication"] for b in budgets})
     kernel_ns, copy_ns = wa.kernels.end - wa.kernels.start, wa.copies.end - wa.copies.start
     totals = (int(kernel_ns.sum()), len(wa.kernels), int(copy_ns[wa.copies.memset == 0].sum()),
@@ -176,8 +177,8 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     if steps is not None and timeline.steps is not None:
         timeline.step_starts, timeline.step_ends = steps.starts.copy(), steps.ends.copy()
         timeline.step_indices = steps.steady.copy()
-    timeline.host_activity = _host_activity(export, budgets, activity, call_names, capture.launching_threads,
-                                            steps if timeline.steps is not None else None)
+    host_later = _host_activity(export, budgets, activity, call_names, capture.launching_threads,
+                                steps if timeline.steps is not None else None, side)
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
         from nsanalyze.read.kineto import launch_attribution
 
@@ -198,36 +199,40 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.gpu_metrics = gpu_metrics(samples, active.start, active.end, ranges)
     timeline.busy_clock = busy_clock(samples, active.start, active.end,
                                      next((d.clock_hz for d in export.devices if d.clock_hz), None))
-    return timeline
+    return timeline, host_later
 
 
 def _host_activity(export: NsysExport, budgets, activity: Activity, call_names: dict, launching_threads: np.ndarray,
-                   steps: Steps | None) -> host_activity.HostActivity | None:
-    """The window's host activity by class (normalize.host_activity): the CUDA calls of each GPU's processes,
-    and the OS runtime calls of the threads that launched GPU work, where the export traced them."""
+                   steps: Steps | None, side: "_Side"):
+    """The window's host activity by class (normalize.host_activity), made beside the rest (numpy only): the
+    CUDA calls of each GPU's processes, and the OS runtime calls of the threads that launched GPU work where
+    the export traced them (read here, on this thread: nothing beside asks SQLite)."""
     if not budgets:
-        return host_activity.HostActivity(())   # no GPU work in the window: no idle time to explain
+        return _Later(host_activity.HostActivity, ((),))   # no GPU work in the window: no idle time to explain
     calls = activity.calls
 
     def cuda_calls(budget):
         mine = np.isin(calls.pid, budget.processes)
         return calls.start[mine], calls.end[mine], calls.name_id[mine], call_names
 
-    osrt = export.has("OSRT_API", "start", "end", "nameId", "globalTid")
-
-    def os_calls(budget):
-        threads = [int(t) for t in launching_threads if int(t) >> 24 in set(budget.processes)]
-        if not osrt or not threads:
-            return None
-        rows = export.query(f"""SELECT start, end, nameId, globalTid FROM OSRT_API
-                                WHERE globalTid IN ({','.join(map(str, threads))})
-                                AND end > ? AND start < ? AND end >= start""", (budget.start, budget.end))
-        starts, ends, name_ids, tids = (np.fromiter((r[i] for r in rows), np.int64, len(rows)) for i in range(4))
-        if len(threads) > 1 and len(np.unique(tids)) < len(threads):
-            return None if not len(rows) else (starts[:0], ends[:0], name_ids[:0], {}, tids[:0])  # a thread never blocked
-        return starts, ends, name_ids, export.strings(distinct(name_ids)) if rows else {}, tids
+    os_by_device = {budget.device_id: _os_calls(export, budget, launching_threads) for budget in budgets}
     windows = (steps.starts, steps.ends) if steps is not None else None
-    return host_activity.attribute(budgets, cuda_calls, os_calls, windows)
+    return side.submit_last(host_activity.attribute, budgets, cuda_calls, lambda b: os_by_device[b.device_id], windows)
+
+
+def _os_calls(export: NsysExport, budget, launching_threads: np.ndarray):
+    """(starts, ends, name ids, names, threads) of the OS runtime calls of the threads that launched this GPU's
+    work, in its window; None where the export has none or a launching thread never made one."""
+    threads = [int(t) for t in launching_threads if int(t) >> 24 in set(budget.processes)]
+    if not threads or not export.has("OSRT_API", "start", "end", "nameId", "globalTid"):
+        return None
+    rows = export.query(f"""SELECT start, end, nameId, globalTid FROM OSRT_API
+                            WHERE globalTid IN ({','.join(map(str, threads))})
+                            AND end > ? AND start < ? AND end >= start""", (budget.start, budget.end))
+    starts, ends, name_ids, tids = (np.fromiter((r[i] for r in rows), np.int64, len(rows)) for i in range(4))
+    if len(threads) > 1 and len(distinct(tids)) < len(threads):
+        return None if not len(rows) else (starts[:0], ends[:0], name_ids[:0], {}, tids[:0])  # a thread never blocked
+    return starts, ends, name_ids, export.strings(distinct(name_ids)) if rows else {}, tids
 
 
 def _kernel_names(export: NsysExport, activity: Activity):
