@@ -63,6 +63,7 @@ class Timeline:
     step_starts: np.ndarray | None = None   # every steady step on its clock (ns), in order
     step_ends: np.ndarray | None = None
     step_indices: np.ndarray | None = None  # ... and its instance index (0 = the first instance of the range)
+    step_copy_bytes: dict = field(default_factory=dict)  # "Device-to-Host from/to Pageable" -> bytes per steady step
 
     @property
     def step_periods(self) -> np.ndarray | None:
@@ -177,6 +178,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     if steps is not None and timeline.steps is not None:
         timeline.step_starts, timeline.step_ends = steps.starts.copy(), steps.ends.copy()
         timeline.step_indices = steps.steady.copy()
+        timeline.step_copy_bytes = _step_copy_bytes(wa, timeline.step_starts, timeline.step_ends)
     host_later = _host_activity(export, budgets, activity, call_names, capture.launching_threads,
                                 steps if timeline.steps is not None else None, side)
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
@@ -218,6 +220,26 @@ def _host_activity(export: NsysExport, budgets, activity: Activity, call_names: 
     os_by_device = {budget.device_id: _os_calls(export, budget, launching_threads) for budget in budgets}
     windows = (steps.starts, steps.ends) if steps is not None else None
     return side.submit_last(host_activity.attribute, budgets, cuda_calls, lambda b: os_by_device[b.device_id], windows)
+
+
+def _step_copy_bytes(wa: WindowActivity, starts: np.ndarray, ends: np.ndarray) -> dict:
+    """Bytes copied between host and device in each steady step (by copy start), by direction and host
+    memory kind (`Device-to-Host, Pageable`): what a step that stands out moved."""
+    copies = wa.copies
+    if not len(copies) or not len(starts):
+        return {}
+    host_kinds = [k for k, label in wa.copy_kinds.items() if label in host_calls.HOST_COPY_KINDS]
+    mine = (copies.memset == 0) & np.isin(copies.copy_kind, host_kinds)
+    index = np.searchsorted(starts, copies.start, side="right") - 1
+    mine &= (index >= 0) & (copies.start < ends[np.maximum(index, 0)])
+    out = {}
+    for kind, src, dst in {(int(k), int(s), int(d)) for k, s, d in
+                           zip(copies.copy_kind[mine], copies.src_kind[mine], copies.dst_kind[mine])}:
+        group = mine & (copies.copy_kind == kind) & (copies.src_kind == src) & (copies.dst_kind == dst)
+        host = wa.memory_kinds.get(dst if "to-Host" in str(wa.copy_kinds.get(kind)) else src)
+        label = f"{wa.copy_kinds.get(kind)}, {host}"
+        out[label] = out.get(label, 0) + np.bincount(index[group], weights=copies.bytes[group], minlength=len(starts))
+    return out
 
 
 def _os_calls(export: NsysExport, budget, launching_threads: np.ndarray):

@@ -234,5 +234,20 @@ def _what_they_do(timeline, slow: np.ndarray) -> str:
             classes.append((extra, entry))
     classes.sort(key=lambda c: -c[0])
     calls = [f"{e.name} {_time(x)} ({', '.join(n for n, _, _ in e.top_calls[:2])})" for x, e in classes[:3]]
-    return "; ".join(filter(None, [", ".join(words), ("the GPU idle while the host was in " + ", ".join(calls)) if calls else ""]))
+    moved = [f"{humanize.naturalsize(extra)} {_direction(label)} a slow step"
+             for label, per_step in timeline.step_copy_bytes.items()
+             if (extra := float(np.median(per_step[slow]) - np.median(per_step[normal]))) >= MIN_COPY_BYTES]
+    return "; ".join(filter(None, [", ".join(words), ("the GPU idle while the host was in " + ", ".join(calls)) if calls else "",
+                                   ("copies of " + ", ".join(moved)) if moved else ""]))
+
+
+def _direction(label: str) -> str:
+    """`Device-to-Host, Pageable` -> `device-to-host into pageable memory`."""
+    direction, _, memory = label.partition(", ")
+    into = "into" if direction.endswith("to-Host") else "from"
+    return f"{direction.lower()} {into} {memory.lower()} memory" if memory else direction.lower()
+
+
+# Copies a slow step makes beyond an ordinary one are named from this many bytes (a tensor's worth, not a scalar).
+MIN_COPY_BYTES = 1 << 20
 
