@@ -154,6 +154,7 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
         "steps": model.plain(timeline.steps),
         "host_stretches": model.plain(timeline.host_stretches),
         "host_activity": timeline.host_activity.to_json() if timeline.host_activity is not None else None,
+        "left_out": model.plain(timeline.left_out),
         "phases": model.plain(timeline.phases),
         "notes": timeline.notes + [note for note in [set_aside_note(_set_aside(export, timeline))] if note],
         "api_calls": model.plain(timeline.api_calls),

@@ -354,3 +354,35 @@ class KernelRole(Record):
     role: str = "other"
     ns: float = 0
     launches: int = 0
+
+
+@dataclass(frozen=True)
+class CallClassTime(Record):
+    """Host time in the CUDA calls of one host-activity class (normalize.host_activity)."""
+    class_: str = ""
+    calls: int = 0
+    host_ns: float = 0
+    top_call: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"class": self.class_, "calls": self.calls, "host_ns": int(self.host_ns), "top_call": self.top_call}
+
+
+@dataclass(frozen=True)
+class LeftOut(Record):
+    """What the steady window leaves out before it: start-up and warm-up steps, with the host's CUDA calls
+    in it by class."""
+    start_ns: int = 0
+    end_ns: int = 0
+    ns: float = 0
+    capture_share: float = 0      # of the capture from its start to the window's end
+    warmup_steps: int = 0
+    warmup_ns: float = 0
+    gpu_busy_ns: float = 0
+    classes: tuple = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start_ns": self.start_ns, "end_ns": self.end_ns, "ns": int(self.ns),
+                "capture_share": self.capture_share, "warmup_steps": self.warmup_steps,
+                "warmup_ns": int(self.warmup_ns), "gpu_busy_ns": int(self.gpu_busy_ns),
+                "classes": [c.to_json() for c in self.classes]}

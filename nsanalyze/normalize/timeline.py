@@ -26,8 +26,8 @@ from nsanalyze.normalize.phases import find_phases
 from nsanalyze.normalize.steps import (Steps, find_steps, is_step_like, named_range, normalize_name,
                                       project_on_gpu)
 from nsanalyze.normalize.work import analyze_work
-from nsanalyze.normalize.window import (FOREVER, SYNC_APIS, Window, WindowActivity, ids_where, name_like,  # noqa: F401
-                                        choose_window, window_activity)
+from nsanalyze.normalize.window import (FOREVER, SYNC_APIS, Window, WindowActivity, capture_start,  # noqa: F401
+                                        choose_window, ids_where, name_like, window_activity)
 from nsanalyze.read.nsys import CALL_TABLES, GRAPH_NAME_BASE, KERNEL_TABLE, NsysExport
 
 
@@ -63,7 +63,8 @@ class Timeline:
     step_starts: np.ndarray | None = None   # every steady step on its clock (ns), in order
     step_ends: np.ndarray | None = None
     step_indices: np.ndarray | None = None  # ... and its instance index (0 = the first instance of the range)
-    step_copy_bytes: dict = field(default_factory=dict)  # "Device-to-Host from/to Pageable" -> bytes per steady step
+    step_copy_bytes: dict = field(default_factory=dict)
+    left_out: model.LeftOut | None = None  # start-up and warm-up before a steady window  # "Device-to-Host from/to Pageable" -> bytes per steady step
 
     @property
     def step_periods(self) -> np.ndarray | None:
@@ -187,6 +188,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         count = timeline.steps["count"] if timeline.steps and window.kind == "steady" else None
         timeline.launches.update(launch_attribution(export, window.start, window.end, count,
                                                     lambda name: is_step_like(normalize_name(name))) or {})
+    timeline.left_out = _left_out(export, window, capture, call_names, steps) if window.kind == "steady" else None
     timeline.notes = _graph_notes(export, wa)
     timeline.api_calls = host_calls.api_calls(wa)
     timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads)
@@ -220,6 +222,41 @@ def _host_activity(export: NsysExport, budgets, activity: Activity, call_names: 
     os_by_device = {budget.device_id: _os_calls(export, budget, launching_threads) for budget in budgets}
     windows = (steps.starts, steps.ends) if steps is not None else None
     return side.submit_last(host_activity.attribute, budgets, cuda_calls, lambda b: os_by_device[b.device_id], windows)
+
+
+def _left_out(export: NsysExport, window: Window, capture: Activity, call_names: dict, steps: Steps | None):
+    """Start-up and warm-up before the steady window: its length, its share of the capture up to the window's
+    end, the warm-up steps in it and the host's CUDA calls in it by class (normalize.host_activity)."""
+    first = export.first_gpu_ns
+    if first is None or window.start <= -FOREVER:
+        return None
+    begin = capture_start(export, first)
+    if window.start <= begin:
+        return None
+    calls = capture.calls
+    mine = (calls.start >= begin) & (calls.start < window.start)
+    starts, ends, names = calls.start[mine], np.minimum(calls.end[mine], window.start), calls.name_id[mine]
+    rows = []
+    for group in host_activity.group_calls(starts, ends, names, call_names, "cuda"):
+        merged = union(group.starts.copy(), group.ends.copy(), owned=True)
+        ids, counts = np.unique(group.name_ids, return_counts=True)
+        top = host_activity.base_name(str(call_names.get(int(ids[np.argmax(counts)])) or "")) if len(ids) else None
+        rows.append(model.CallClassTime(class_=group.name, calls=len(group.starts),
+                                        host_ns=float((merged[1] - merged[0]).sum()), top_call=top))
+    rows.sort(key=lambda r: -r.host_ns)
+    kernels = capture.kernels
+    busy = (kernels.start >= begin) & (kernels.start < window.start)
+    islands = union(kernels.start[busy].copy(), np.minimum(kernels.end[busy], window.start), owned=True)
+    warmup_ns = 0.0
+    if steps is not None and steps.warmup:
+        on_gpu = steps.clock == "gpu"
+        first_step = steps.gpu_starts[0] if on_gpu and steps.gpu_starts[0] >= 0 else steps.host_starts[0]
+        warmup_ns = float(max(0, window.start - first_step))
+    span = window.end - begin
+    return model.LeftOut(start_ns=int(begin), end_ns=int(window.start), ns=float(window.start - begin),
+                         capture_share=(window.start - begin) / span if span > 0 else 0.0,
+                         warmup_steps=steps.warmup if steps is not None else 0, warmup_ns=warmup_ns,
+                         gpu_busy_ns=float((islands[1] - islands[0]).sum()), classes=tuple(rows[:8]))
 
 
 def _step_copy_bytes(wa: WindowActivity, starts: np.ndarray, ends: np.ndarray) -> dict:

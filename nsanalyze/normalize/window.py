@@ -71,12 +71,12 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
             return Window(pattern.start, pattern.end,
                           f"steady state: from the first of {pattern.launches} launches of '{pattern.kernel}' "
                           f"(no step-like NVTX range; the loop read off its most launched kernel); "
-                          f"{max(0, pattern.start - _capture_start(export, first)) / 1e9:.2f} s of start-up "
+                          f"{max(0, pattern.start - capture_start(export, first)) / 1e9:.2f} s of start-up "
                           "before it left out", "steady")
     if kind == "capture" and mode == "steady" and steps is not None:
-        capture_start = _capture_start(export, first)
+        begin = capture_start(export, first)
         start, end = int(steps.starts[0]), int(steps.ends[-1])
-        startup = max(0, start - capture_start)
+        startup = max(0, start - begin)
         warm = f" and {steps.warmup} warm-up step{'s' if steps.warmup != 1 else ''}" if steps.warmup else ""
         clock = " on the GPU's clock" if steps.clock == "gpu" else " (host ranges: the steps launched no GPU work)"
         return Window(start, end, f"steady state: steps {steps.first_index}-{steps.total - 1} of '{steps.name}'{clock}; "
@@ -88,7 +88,7 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
     return Window(start, end, "; ".join(parts), kind)
 
 
-def _capture_start(export: NsysExport, first_gpu_ns: int) -> int:
+def capture_start(export: NsysExport, first_gpu_ns: int) -> int:
     """The program's start as the export shows it: its first CUDA call, or its first GPU work if earlier."""
     first_call = export.first_call_ns
     return min(first_call, first_gpu_ns) if first_call is not None else first_gpu_ns
