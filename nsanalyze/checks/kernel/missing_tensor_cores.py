@@ -29,6 +29,10 @@ include plain HFMA2: the MMA operation counters decide when the report holds the
 memory is the bottleneck (L1 near its roof with heavy bank-conflict replays), that is fixed first:
 the tensor-core savings count after bank-conflicts.
 
+The GPU's tensor cores are looked up by model in `normalize/device_caps.csv` (NVIDIA's
+specifications), not inferred from compute capability: a GTX 1660 (TU116, CC 7.5 like the RTX 20
+series) has none, and gets no advice to use them.
+
 ## Known problems
 It cannot see that the arithmetic is a matrix product; it looks for FMA-dominated FP work that
 reads operands from shared memory, at scale. A stencil with the same shape can trip it. FP32
@@ -51,7 +55,7 @@ OPTIONAL = ("tensor_pipe_pct", "tensor_hmma_pipe_pct", "tensor_gmma_pipe_pct", "
             "shared_load_requests", "shared_wavefronts", "warp_execution_efficiency", "dram_bytes",
             "fma_pipe_pct", "fp16_pipe_pct",
             "tf32_peak_flops_per_s", "bf16_peak_flops_per_s", "fp_fma_share", "fp16_fma_share", "tensor_mma_ops",
-            "l1_throughput_pct", "bank_conflict_share")
+            "l1_throughput_pct", "bank_conflict_share", "tensor_cores")
 COLLECT = "--set full (ComputeWorkloadAnalysis and the roofline sections)"
 RELIEVES = "compute"
 THRESHOLDS = {
@@ -105,6 +109,8 @@ def _tensor_activity(kernel: KernelView) -> float | None:
 
 
 def run(kernel: KernelView, limits) -> Finding | None:
+    if kernel.get("tensor_cores") == 0:
+        return None  # the GPU has none (normalize/device_caps.csv): nothing to move the math to
     duration_s = kernel.get("duration_ns") * 1e-9
     flops = kernel.get("fp32_flops") + (kernel.get("fp16_flops") or 0.0)
     fp32_peak = kernel.get("fp32_peak_flops_per_s")
