@@ -81,6 +81,10 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
     if clock["mode"] == "locked":  # a locked clock says nothing about throttling: not judged, not a finding
         for row in table.rows:
             row.pop("sm_clock_ratio", None)
+    elif clock["mode"] == "below-lock":  # a lock the GPU did not hold: the clock is judged against the lock
+        for row in table.rows:
+            if finite(row.get("sm_frequency_hz")):
+                row["sm_clock_ratio"], row["locked_clock_hz"] = row["sm_frequency_hz"] / clock["lock_hz"], clock["lock_hz"]
     settings = global_settings()["roofline"]
     views, roofs, by_launch = [], {}, {}
     launch_by_id = {record["id"]: launch for record, launch in zip(table.rows, report.launches)}

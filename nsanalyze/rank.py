@@ -13,6 +13,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 from nsanalyze.checks import global_settings
 from nsanalyze.checks.base import SEVERITIES, Finding, clamp01
 
@@ -304,20 +307,22 @@ def bound_by_next_limiter(findings: list[Finding], records: dict) -> None:
 
 
 def _stem_shared(a: str, b: str) -> bool:
-    """Two names of one kernel's variants: one is the other with a suffix or prefix (`transpose`,
-    `transposePadded`), or they share most of their leading characters."""
+    """Two names of one kernel's variants: one is the other with a word added (`transposeSmem`,
+    `transposeSmemPad`), or they share most of their characters from the start or the end (`aos_update`,
+    `soa_update`). Names alike but for their numbers are generated siblings (`compute_x_279_gpu`,
+    `compute_x_309_gpu`: an OpenACC compiler's loops by line), not variants of one kernel."""
     a, b = a.lower(), b.lower()
+    if re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b):
+        return False
     if a in b or b in a:
         return True
-    common = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        common += 1
-    return common >= 0.6 * min(len(a), len(b))
+    prefix = len(os.path.commonprefix([a, b]))
+    suffix = len(os.path.commonprefix([a[::-1], b[::-1]]))
+    return max(prefix, suffix) >= 0.6 * min(len(a), len(b))
 
 
-TWIN_INSTRUCTIONS = 0.25  # variants that differ only in a fix execute about the same instructions
+TWIN_INSTRUCTIONS = 0.25  # variants that differ only in a fix execute about the same instructions (padding: the
+# same; AoS to SoA in the dev suite: 10.5 against 13.1 million, the extra pointer arithmetic)
 
 
 def measured_twins(findings: list[Finding], records: dict) -> None:

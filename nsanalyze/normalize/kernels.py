@@ -62,7 +62,7 @@ def _cc_tuple(cc: str | None) -> tuple[int, int] | None:
 
 
 DERIVED_UNITS = {"fp_fma_share": "ratio", "fp16_fma_share": "ratio", "tensor_mma_ops": "operations",
-                 "launch_overhead_ns": "ns", "tensor_cores": "flag"}
+                 "launch_overhead_ns": "ns", "tensor_cores": "flag", "locked_clock_hz": "hz"}
 TENSOR_PEAKS_PATH = Path(__file__).with_name("tensor_peaks.csv")
 TENSOR_CONCEPTS = ("tf32_peak_flops_per_s", "bf16_peak_flops_per_s")
 

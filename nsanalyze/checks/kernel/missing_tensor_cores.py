@@ -108,9 +108,15 @@ def _tensor_activity(kernel: KernelView) -> float | None:
     return max(values) if values else None
 
 
+def applies(kernel: KernelView) -> bool:
+    """Not on a GPU without tensor cores (normalize/device_caps.csv): nothing to move the math to, and
+    nothing to collect either."""
+    return kernel.get("tensor_cores") != 0
+
+
 def run(kernel: KernelView, limits) -> Finding | None:
-    if kernel.get("tensor_cores") == 0:
-        return None  # the GPU has none (normalize/device_caps.csv): nothing to move the math to
+    if not applies(kernel):
+        return None
     duration_s = kernel.get("duration_ns") * 1e-9
     flops = kernel.get("fp32_flops") + (kernel.get("fp16_flops") or 0.0)
     fp32_peak = kernel.get("fp32_peak_flops_per_s")

@@ -72,7 +72,8 @@ REQUIRES = ("duration_ns",)
 OPTIONAL = ("global_sectors", "global_sectors_ideal", "global_sectors_excess_share",
             "global_load_bytes_per_sector", "global_store_bytes_per_sector", "global_load_sectors",
             "global_store_sectors", "sectors_per_request_global_load", "memory_throughput_pct",
-            "l1_hit_rate_pct", "l1_throughput_pct", "dram_bytes", "dram_throughput_pct", "sm_throughput_pct")
+            "l1_hit_rate_pct", "l1_throughput_pct", "dram_bytes", "dram_throughput_pct", "sm_throughput_pct",
+            "grid_size", "sm_count")
 COLLECT = "--set full (SourceCounters and MemoryWorkloadAnalysis_Tables sections)"
 RELIEVES = "memory"
 THRESHOLDS = {
@@ -232,6 +233,9 @@ def _sol_signature(kernel: KernelView, limits) -> Finding | None:
     l1, dram, sm = (kernel.get(c) for c in ("l1_throughput_pct", "dram_throughput_pct", "sm_throughput_pct"))
     if l1 is None or dram is None or not limits["signature_l1_pct"] <= l1 <= 100.0 or dram > limits["signature_dram_pct"]:
         return None  # (over 100%: a launch too short for L1's active cycles to mean anything)
+    grid, sms = kernel.get("grid_size"), kernel.get("sm_count")
+    if grid is not None and sms is not None and grid < sms:
+        return None  # one SM's L1 busy in a grid that leaves SMs without a block: small-grid's to say
     if sm is not None and sm > limits["signature_sm_pct"]:
         return None  # the SM's pipes are busy too: a compute kernel on shared-memory tiles (a GEMM), not waste
     share = clamp01(l1 / 100.0) * limits["signature_waste_share"]

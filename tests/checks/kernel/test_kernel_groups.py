@@ -68,3 +68,20 @@ def test_launch_without_metrics_is_left_out_with_a_note():
     report.launches[0].metrics = {}
     with pytest.raises(InputError, match="truncated or damaged"):
         set_aside_unmeasured(report.launches, report.path)
+
+
+def test_template_instances_under_one_short_name_stay_apart(analyzed):
+    """Issue 35: CUTLASS instances under one short name (`Kernel2`, tn and nn layouts, 74 and 76 registers a thread in
+    this H200 training step) are two kernels: each finding covers one instance's entries, its evidence and savings
+    that instance's, never more than its time."""
+    from tests.conftest import FIXTURES
+
+    model = analyzed(FIXTURES / "bench" / "train_basic.ncu-rep.xz")
+    kernels = {k["id"]: k for k in model["kernels"]}
+    instances = {(k["demangled"], k["metrics"]["registers_per_thread"]) for k in kernels.values() if k["name"] == "Kernel2"}
+    assert {r for _, r in instances} == {74.0, 76.0}
+    findings = [f for f in model["findings"] if f["kernel_name"] == "Kernel2"]
+    assert {f["check"] for f in findings} and len(findings) == 2 * len({f["check"] for f in findings})
+    for finding in findings:
+        assert len({kernels[i]["demangled"] for i in finding["kernel_ids"]}) == 1
+        assert finding["estimated_savings_ns"] <= sum(kernels[i]["total_ns"] for i in finding["kernel_ids"])
