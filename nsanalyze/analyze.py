@@ -267,10 +267,12 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
         findings += work_findings
     model["profiles"] = [{**_profile_entry(p), **facts_by_path.get(p.path, {})} for p in profiles]
     launches = {k["id"]: k["launches"] for k in kernels if k.get("launches")}
-    # one row per (check, function): the launch shapes and NVTX ranges of one function share the fix. Template
-    # instances are other functions under one short name (CUTLASS's `Kernel` of 255 and of 188 registers, one
-    # spilling): merged, one's evidence spoke for the other and their savings added up past either's time
-    identity = {k["id"]: (k.get("profile"), k.get("demangled") or k["name"]) for k in kernels}
+    # one row per (check, kernel): the launch shapes, NVTX ranges and look-alike template instances of one function
+    # share the fix (the Adam step's multi_tensor_apply_kernel<...> read as four identical rows). Instances compiled
+    # differently (other registers a thread: CUTLASS's `Kernel` of 255 and of 188 registers, one spilling) are
+    # other kernels under one short name: merged, one's evidence spoke for the other
+    identity = {k["id"]: (k.get("profile"), k["name"] or k.get("demangled"),
+                          (k.get("metrics") or {}).get("registers_per_thread")) for k in kernels}
     program_ns = (model.get("timeline") or {}).get("span_ns") if nsys_exports else None
     floor_of = {path: facts["launch_floor"]["ns"] for path, facts in facts_by_path.items()}
     kernel_floor = {k["id"]: floor_of[k["profile"]] for k in kernels if k.get("profile") in floor_of}

@@ -18,11 +18,13 @@ def test_launches_group_by_kernel_shape_and_range(analyzed):
 
 
 def test_a_kernels_findings_never_promise_more_than_its_time(analyzed):
-    """Per kernel function (all its launch shapes; a template instance is a function of its own): the findings save less than its time less its launch floor (the report's measured floor, at most 2 us
+    """Per kernel (all its launch shapes, and its template instances compiled alike: the same registers a thread): the
+    findings save less than its time less its launch floor (the report's measured floor, at most 2 us
     a launch), and one finding speaks for all the shapes that show it."""
     for path in (REAL / "gpt_fp32_full.ncu-rep.xz", DEV_SUITE_NCU, REAL / "attn_naive_full.ncu-rep.xz"):
         model = analyzed(path)
-        identity = {k["id"]: k["demangled"] or k["name"] for k in model["kernels"]}   # a function: its shapes
+        identity = {k["id"]: (k["name"] or k["demangled"], k["metrics"].get("registers_per_thread"))
+                    for k in model["kernels"]}   # a kernel: its shapes and its instances compiled alike
         floor = model["profiles"][0]["launch_floor"]["ns"]
         assert 0 < floor <= 2000
         by_kernel, rows = {}, set()
@@ -73,7 +75,7 @@ def test_launch_without_metrics_is_left_out_with_a_note():
 def test_template_instances_under_one_short_name_stay_apart(analyzed):
     """Issue 35: CUTLASS instances under one short name (`Kernel2`, tn and nn layouts, 74 and 76 registers a thread in
     this H200 training step) are two kernels: each finding covers one instance's entries, its evidence and savings
-    that instance's, never more than its time."""
+    that instance's, never more than its time. Instances compiled alike still read as one row."""
     from tests.conftest import FIXTURES
 
     model = analyzed(FIXTURES / "bench" / "train_basic.ncu-rep.xz")
