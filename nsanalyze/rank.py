@@ -330,11 +330,14 @@ def measured_twins(findings: list[Finding], records: dict) -> None:
     instructions, a name of the same stem, and the check silent on it), the difference in their measured
     durations is the estimate: that is what the fix bought here."""
     fired = {(f.check, f.kernel_id) for f in findings}
+    by_shape: dict[tuple, dict] = {}  # launches of one shape: the only candidates (thousands of launches, few shapes)
+    for launch_id, record in records.items():
+        by_shape.setdefault((record.get("grid_size"), record.get("block_size")), {})[launch_id] = record
     for finding in findings:
         record = records.get(finding.kernel_id)
         if not record or not record.get("duration_ns"):
             continue
-        twin = _twin(finding.check, record, records, fired)
+        twin = _twin(finding.check, record, by_shape.get((record.get("grid_size"), record.get("block_size")), {}), fired)
         if twin is None:
             continue
         measured = clamp01(1.0 - twin["duration_ns"] / record["duration_ns"])
