@@ -3,8 +3,9 @@
 ## What it detects
 Launches whose grid holds fewer blocks than the GPU has SMs, so some SMs get no block at all and
 idle for the whole kernel, whatever limits the blocks per SM (registers, shared memory, threads).
-A grid under one wave that does not divide evenly over the SMs (128 blocks on 80 SMs: 48 SMs run two
-blocks, 32 run one and then idle) leaves part of the SMs' time idle too, whatever the occupancy limit.
+A grid under one wave that does not divide evenly over the SMs, with one or two blocks an SM (128 blocks on
+80 SMs: 48 SMs run two blocks, 32 run one and then idle, each far below the blocks it can hold) leaves part
+of the SMs' time idle too, whatever the occupancy limit.
 A grid with the same few blocks on every SM is an occupancy question (low-occupancy).
 
 ## Why it is slow
@@ -74,6 +75,9 @@ reduce<<<numSMs * 4, 256>>>(x, partial, n); reduce<<<1, 1024>>>(partial, out, nu
 ```"""
 
 
+MOST_UNEVEN_BLOCKS = 2  # one block against two per SM halves an SM's work; 4 against 5 is within latency's noise
+
+
 def _within_one_wave(kernel: KernelView, grid: float, sms: float) -> bool:
     """The grid fits on the GPU at once (under one wave): every block starts at the launch."""
     waves = kernel.get("waves_per_sm")
@@ -90,13 +94,15 @@ def run(kernel: KernelView, limits) -> Finding | None:
     if grid < sms:
         idle_sms = clamp01(1 - grid / sms)  # SMs without a block, whatever limits the blocks per SM
         title = f"{plural(grid, 'block')} on {sms:.0f} SMs: {idle_sms:.0%} of the SMs get no block"
-    elif _within_one_wave(kernel, grid, sms) and grid % sms:
-        # under one wave, blocks land unevenly: some SMs run one block more than the rest, which then idle
+    elif _within_one_wave(kernel, grid, sms) and grid % sms and math.ceil(grid / sms) <= MOST_UNEVEN_BLOCKS:
+        # under one wave, blocks land unevenly: some SMs run twice the blocks of the rest
         most = math.ceil(grid / sms)
         idle_sms = clamp01(1 - (grid / sms) / most)
         fuller = int(grid - (most - 1) * sms)
+        limit = kernel.get("blocks_per_sm_limit")
         title = (f"{plural(grid, 'block')} on {sms:.0f} SMs, under one wave: {fuller} SMs run {most} blocks while "
-                 f"{int(sms) - fuller} run {most - 1}, so {idle_sms:.0%} of the SMs' time idles")
+                 f"{int(sms) - fuller} run {most - 1}" + (f", of the {limit:.0f} an SM can hold" if limit else "")
+                 + f": up to {idle_sms:.0%} of the SMs' time idles")
     else:
         return None
     if idle_sms < limits["min_idle_sm_share"]:
