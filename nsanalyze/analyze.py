@@ -18,9 +18,9 @@ from nsanalyze.normalize import normalize_ncu
 from nsanalyze.numbers import finite
 from nsanalyze.normalize.clocks import clock_control
 from nsanalyze.normalize.kernel_groups import group_launches
-from nsanalyze.normalize.kernels import IDENTITY_COLUMNS, metrics_to_read
+from nsanalyze.normalize.kernels import IDENTITY_COLUMNS, metrics_to_read, report_launch_floor
 from nsanalyze.normalize.roofline import roofline
-from nsanalyze.rank import apply_roof_gate, merge_per_kernel, rank
+from nsanalyze.rank import apply_roof_gate, bound_by_next_limiter, measured_twins, merge_per_kernel, rank
 from nsanalyze.read import NcuReport, NsysExport, read_profile, read_profiles
 
 SCHEMA = "nsanalyze/report@1"
@@ -81,6 +81,10 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
     if clock["mode"] == "locked":  # a locked clock says nothing about throttling: not judged, not a finding
         for row in table.rows:
             row.pop("sm_clock_ratio", None)
+    elif clock["mode"] == "below-lock":  # a lock the GPU did not hold: the clock is judged against the lock
+        for row in table.rows:
+            if finite(row.get("sm_frequency_hz")):
+                row["sm_clock_ratio"], row["locked_clock_hz"] = row["sm_frequency_hz"] / clock["lock_hz"], clock["lock_hz"]
     settings = global_settings()["roofline"]
     views, roofs, by_launch = [], {}, {}
     launch_by_id = {record["id"]: launch for record, launch in zip(table.rows, report.launches)}
@@ -89,6 +93,8 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
         views.append(KernelView(record, launch.source, undefined))
         by_launch[record["id"]] = record
     findings, not_judged = run_kernel_checks(views, options.thresholds)
+    bound_by_next_limiter(findings, by_launch)
+    measured_twins(findings, by_launch)
     apply_roof_gate(findings, roofs)
     groups, group_of = group_launches(table.rows)
     total = sum(g.total_ns for g in groups) or None
@@ -122,7 +128,8 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
     for rule in rules:
         rule["kernel_id"] = group_of[rule["kernel_id"]]
     rules = [r for r in rules if (key := (r["kernel_id"], r["rule"], r["title"])) not in seen and not seen.add(key)]
-    facts = {"clock_control": clock, "unmeasured_launches": [{"index": launch.index, "name": launch.name}
+    floor = report_launch_floor(table.rows, global_settings()["savings"]["launch_floor_ns"])
+    facts = {"clock_control": clock, "launch_floor": floor, "unmeasured_launches": [{"index": launch.index, "name": launch.name}
                                                              for launch in report.unmeasured]}
     return kernels, findings, not_judged, rules, facts
 
@@ -167,10 +174,11 @@ def _tensor_activity(kernels: list[dict], kernel_time: dict) -> dict | None:
     return {"tensor_active_pct": {"mean": sum(t * v for t, v in measured) / covered}}
 
 
-def _kernel_list_work(kernels: list[dict], kernel_time: dict, options,
-                      kernel_findings: list[Finding]) -> tuple[list[Finding], list[dict]]:
+def _kernel_list_work(kernels: list[dict], kernel_time: dict, options, kernel_findings: list[Finding],
+                      floor_ns: float | None = None, device_names=()) -> tuple[list[Finding], list[dict]]:
     """The work split of an ncu report's kernels (their replayed durations times launches) and the findings
     of the checks that need nothing else; the "window" they measure against is the report's kernel time."""
+    from nsanalyze.normalize import model
     from nsanalyze.normalize.timeline import Timeline
     from nsanalyze.normalize.window import Window
     from nsanalyze.normalize.work import analyze_kernel_rows
@@ -180,8 +188,15 @@ def _kernel_list_work(kernels: list[dict], kernel_time: dict, options,
              "launches": k.get("launches")} for k in kernels]
     analysis = analyze_kernel_rows(rows)
     total = float(sum(kernel_time.values()))
+    kernel_list = model.KernelList.of({
+        "launch_floor_ns": floor_ns, "device_names": sorted(set(device_names) - {None, ""}),
+        # kernels whose FLOPs missing-tensor-cores read: their instruction mix, not their name, decides
+        "instruction_mix_judged": frozenset(k.get("demangled") or k["name"] for k in kernels
+                                            if (k.get("metrics") or {}).get("fp32_flops") is not None),
+        # the user's own kernels (no library's marks, or hot source lines in the user's files)
+        "user_kernel_ns": float(sum(kernel_time.get(k["id"], 0.0) for k in kernels if not k.get("library")))})
     timeline = Timeline.of_kernel_list(Window(0, int(total), "the report's kernels", "kernels"), total, analysis,
-                                       _tensor_activity(kernels, kernel_time))
+                                       _tensor_activity(kernels, kernel_time), kernel_list)
     only = set(KERNEL_LIST_CHECKS)
     if any(f.check == "missing-tensor-cores" for f in kernel_findings):
         only.discard("low-tensor-activity")   # the kernel check speaks for those GEMMs, with their FLOPs
@@ -244,15 +259,23 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
         else:
             model["kernels"] = program.kernels
     elif kernels:  # ncu alone: the work checks read the kernel list's split by role (names only)
-        work_findings, model["work"] = _kernel_list_work(kernels, kernel_time, options, findings)
+        floors = [facts["launch_floor"]["ns"] for facts in facts_by_path.values()]
+        work_findings, model["work"] = _kernel_list_work(kernels, kernel_time, options, findings,
+                                                         min(floors) if floors else None,
+                                                         [report.device_name for report in ncu_reports])
         findings += work_findings
     model["profiles"] = [{**_profile_entry(p), **facts_by_path.get(p.path, {})} for p in profiles]
     launches = {k["id"]: k["launches"] for k in kernels if k.get("launches")}
-    # one row per (check, function): launch shapes, NVTX ranges and template instances of one function
-    # share the fix (the Adam step's multi_tensor_apply_kernel<...> read as four identical rows)
-    identity = {k["id"]: (k.get("profile"), k["name"] or k.get("demangled")) for k in kernels}
+    # one row per (check, kernel): the launch shapes, NVTX ranges and look-alike template instances of one function
+    # share the fix (the Adam step's multi_tensor_apply_kernel<...> read as four identical rows). Instances compiled
+    # differently (other registers a thread: CUTLASS's `Kernel` of 255 and of 188 registers, one spilling) are
+    # other kernels under one short name: merged, one's evidence spoke for the other
+    identity = {k["id"]: (k.get("profile"), k["name"] or k.get("demangled"),
+                          (k.get("metrics") or {}).get("registers_per_thread")) for k in kernels}
     program_ns = (model.get("timeline") or {}).get("span_ns") if nsys_exports else None
-    ranked = rank(findings, kernel_time, kernel_launches=launches, kernel_keys=identity,
+    floor_of = {path: facts["launch_floor"]["ns"] for path, facts in facts_by_path.items()}
+    kernel_floor = {k["id"]: floor_of[k["profile"]] for k in kernels if k.get("profile") in floor_of}
+    ranked = rank(findings, kernel_time, kernel_launches=launches, kernel_keys=identity, kernel_floor_ns=kernel_floor,
                   total_ns=program_ns or sum(kernel_time.values()) or None)  # the program's time, else the report's
     model["findings"] = [f.to_json() for f in ranked]
     for profile in nsys_exports:

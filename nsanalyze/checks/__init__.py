@@ -77,7 +77,10 @@ def run_kernel_checks(kernels: list[KernelView], overrides=None) -> tuple[list[F
     cuts = global_settings()["severity"]
     for check in kernel_checks():
         limits = limits_for(check, overrides)
+        applies = getattr(check, "applies", None)  # a check about hardware the GPU lacks has nothing to judge
         for kernel in kernels:
+            if applies is not None and not applies(kernel):
+                continue
             missing = kernel.missing(check.REQUIRES)
             if missing and set(missing) <= kernel.undefined:
                 continue  # e.g. bank conflicts of a kernel that uses no shared memory: nothing to judge

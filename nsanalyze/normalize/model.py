@@ -386,3 +386,12 @@ class LeftOut(Record):
                 "capture_share": self.capture_share, "warmup_steps": self.warmup_steps,
                 "warmup_ns": int(self.warmup_ns), "gpu_busy_ns": int(self.gpu_busy_ns),
                 "classes": [c.to_json() for c in self.classes]}
+
+
+@dataclass(frozen=True)
+class KernelList(Record):
+    """What an ncu report's kernel list tells the program checks beside its kernels' time."""
+    launch_floor_ns: float | None = None   # the report's measured launch floor
+    device_names: Any = ()
+    instruction_mix_judged: frozenset = frozenset()   # kernels whose FLOPs missing-tensor-cores read
+    user_kernel_ns: float = 0              # the user's own kernels (not a library's)

@@ -64,19 +64,27 @@ class Timeline:
     step_ends: np.ndarray | None = None
     step_indices: np.ndarray | None = None  # ... and its instance index (0 = the first instance of the range)
     step_copy_bytes: dict = field(default_factory=dict)
-    left_out: model.LeftOut | None = None  # start-up and warm-up before a steady window  # "Device-to-Host from/to Pageable" -> bytes per steady step
+    left_out: model.LeftOut | None = None  # start-up and warm-up before a steady window
+    kernel_list: model.KernelList | None = None  # an ncu report's kernel list: what it tells beside the kernels  # "Device-to-Host from/to Pageable" -> bytes per steady step
+
+    def metric_mean(self, name: str) -> float | None:
+        """The window's mean of a sampled GPU metric (normalize.gpu_metrics: `sm_issue_pct`, ...); None
+        where the export has no GPU metrics or not that one."""
+        stats = (self.gpu_metrics or {}).get(name)
+        return stats.get("mean") if isinstance(stats, dict) else None
 
     @property
     def step_periods(self) -> np.ndarray | None:
         return None if self.step_starts is None else self.step_ends - self.step_starts
 
     @classmethod
-    def of_kernel_list(cls, window: Window, kernel_ns: float, analysis, gpu_metrics: dict | None) -> "Timeline":
+    def of_kernel_list(cls, window: Window, kernel_ns: float, analysis, gpu_metrics: dict | None,
+                       kernel_list: model.KernelList | None = None) -> "Timeline":
         """The model of an ncu report's kernel list: its kernels' time is the window, there is no host side."""
         return cls(window=window, summary=model.Summary.of({"span_ns": kernel_ns, "kernel_ns": kernel_ns}),
                    devices=(), streams=[], ranges=[], gaps=(), syncs=model.Syncs(), launches=model.Launches(),
                    copies=model.Copies(), work=model.records(model.RoleTime, analysis.work), work_analysis=analysis,
-                   gpu_metrics=gpu_metrics)
+                   gpu_metrics=gpu_metrics, kernel_list=kernel_list)
 
     def typed(self) -> "Timeline":
         """The sections made by the normalize functions as typed records (normalize.model)."""
