@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import json.scanner
 import math
 import re
 import sqlite3
@@ -91,7 +92,8 @@ class _Document:
     def __init__(self, stream):
         self.stream, self.buf, self.i, self.eof = stream, "", 0, False
         self.lines, self.column = 0, 0       # newlines and the last line's length in the text dropped
-        self.raw_decode = json.JSONDecoder().raw_decode
+        decoder = json.JSONDecoder()
+        self.raw_decode, self.scan_once = decoder.raw_decode, json.scanner.make_scanner(decoder)
         self.decoder = None
 
     def more(self) -> bool:
@@ -148,18 +150,28 @@ class _Document:
         self.i += 1
         return c
 
-    def items(self):
-        """The values of the array that starts here, one at a time."""
+    def items(self, on_item) -> None:
+        """Each value of the array that starts here, given to `on_item` as it is read."""
         self.expect("[", "Expecting value")
         if self.peek() == "]":
             self.i += 1
             return
+        scan, separator = self.scan_once, _NEXT.match
         while True:
-            yield self.value()
-            found = _NEXT.match(self.buf, self.i)
-            if found and found.end() < len(self.buf):
-                self.i = found.end()
-                continue
+            buf, i = self.buf, self.i
+            try:   # the common case, inline: a whole value in the piece, then a comma
+                value, end = scan(buf, i)
+            except (StopIteration, json.JSONDecodeError):
+                end = len(buf)
+            if end >= len(buf):   # cut by the piece's end, or not JSON: the careful way
+                value, end = self.value(), None
+            on_item(value)
+            if end is not None:
+                found = separator(buf, end)
+                if found and found.end() < len(buf):
+                    self.i = found.end()
+                    continue
+                self.i = end
             if self.expect(",]", "Expecting ',' delimiter") == "]":
                 return
             self.peek()
@@ -169,8 +181,7 @@ class _Document:
         given to `on_item` and replaced by STREAMED."""
         c = self.peek()
         if c == "[":
-            for item in self.items():
-                on_item(item)
+            self.items(on_item)
             document = STREAMED
         elif c == "{":
             self.i += 1
@@ -184,8 +195,7 @@ class _Document:
                     key = self.value()
                     self.expect(":", "Expecting ':' delimiter")
                     if self.peek() == "[" and key == stream_key:
-                        for item in self.items():
-                            on_item(item)
+                        self.items(on_item)
                         document[key] = STREAMED
                     else:
                         document[key] = self.value()
@@ -383,6 +393,7 @@ class _Reader:
         self.processes: dict = {}
         self.shapes = False
         self.set_aside: Counter = Counter()   # "traceEvents[cat].ts" -> events whose time no measurement gives
+        self.cats: dict[str, tuple[str, str]] = {}   # a category as written -> (lower case, what it makes)
 
     def name(self, value) -> int:
         key = value if type(value) is str else str(value)
@@ -393,23 +404,31 @@ class _Reader:
             self.step_name.append(bool(STEP_NAME.match(_text(key))))
         return number
 
+    def _meta(self, e: dict) -> None:
+        args = e.get("args") if isinstance(e.get("args"), dict) else {}
+        pid, tid = _int(e.get("pid")), _int(e.get("tid"), 0)
+        if pid is not None and isinstance(args.get("name"), str):
+            if e.get("name") == "thread_name":
+                self.threads[(pid, tid)] = _text(args["name"])
+            elif e.get("name") == "process_name":
+                self.processes.setdefault(pid, _text(args["name"]))
+
     def __call__(self, e) -> None:
-        if type(e) is not dict:
-            if not isinstance(e, dict):
-                return
+        if type(e) is not dict and not isinstance(e, dict):
+            return
         ph = e.get("ph")
         if ph != "X":
             if ph == "M":
-                args = e.get("args") if isinstance(e.get("args"), dict) else {}
-                pid, tid = _int(e.get("pid")), _int(e.get("tid"), 0)
-                if pid is not None and isinstance(args.get("name"), str):
-                    if e.get("name") == "thread_name":
-                        self.threads[(pid, tid)] = _text(args["name"])
-                    elif e.get("name") == "process_name":
-                        self.processes.setdefault(pid, _text(args["name"]))
+                self._meta(e)
             return  # flows (ac2g, fwdbwd), instants, counters: the correlation ids in args join calls to GPU work
-        cat = e.get("cat")
-        cat = cat.lower() if type(cat) is str else str(cat or "").lower()
+        raw = e.get("cat")
+        known = self.cats.get(raw) if type(raw) is str else None
+        if known is None:
+            cat = str(raw or "").lower()
+            known = (cat, CAT_KINDS.get(cat, "other"))
+            if type(raw) is str:
+                self.cats[raw] = known
+        cat, kind = known
         ts = e.get("ts")
         if not (type(ts) is float and -MAX_TS_US <= ts <= MAX_TS_US):
             ts = _num(ts)
@@ -426,15 +445,49 @@ class _Reader:
                 dur = dur or 0.0
         else:
             dur = 0.0
+        if kind == "gpu annotation":
+            return
+        pid = e.get("pid")
+        if not (type(pid) is int and -INT_LIMIT < pid < INT_LIMIT):
+            pid = _int(pid)
+        tid = e.get("tid")
+        if not (type(tid) is int and -INT_LIMIT < tid < INT_LIMIT):
+            tid = _int(tid, 0)
+        if kind == "other" or kind == "cpu op":
+            if pid is None:
+                return
+            name = self.name(e.get("name"))
+            if self.step_name[name]:
+                t = self.marks
+            elif kind == "cpu op":
+                t = self.ops
+                if not self.shapes:
+                    args = e.get("args")
+                    self.shapes = isinstance(args, dict) and "Input Dims" in args
+            else:
+                return
+            t.ts.append(ts), t.dur.append(dur), t.pid.append(pid), t.tid.append(tid), t.name.append(name)
+            return
         args = e.get("args")
         if type(args) is not dict:
             args = args if isinstance(args, dict) else {}
-        pid, tid = _i(e.get("pid")), _i(e.get("tid"), 0)
-        if cat in GPU_CATS:
+        if kind == "annotation":
+            if pid is None:
+                return
+            t = self.marks
+            t.ts.append(ts), t.dur.append(dur), t.pid.append(pid), t.tid.append(tid)
+            t.name.append(self.name(e.get("name")))
+        elif kind == "runtime" or kind == "driver":
+            if pid is None:
+                return
+            c = self.calls
+            c.driver.append(kind == "driver"), c.ts.append(ts), c.dur.append(dur), c.pid.append(pid)
+            c.tid.append(tid), c.corr.append(_n(args.get("correlation"))), c.name.append(self.name(e.get("name")))
+        else:
             device = _i(args.get("device"), pid)
             if device is None:
                 return
-            t = getattr(self, GPU_CATS[cat])
+            t = getattr(self, kind)
             t.ts.append(ts), t.dur.append(dur), t.device.append(device)
             t.stream.append(_i(args.get("stream"), tid))
             t.corr.append(_n(args.get("correlation"))), t.ctx.append(_n(args.get("context")))
@@ -451,30 +504,14 @@ class _Reader:
                 t.gnode.append(_n(args.get("graph node id"))), t.gid.append(_n(args.get("graph id")))
             elif t is not self.sync:
                 t.bytes.append(_i(args.get("bytes"), 0))
-        elif cat in RUNTIME_CATS or cat in DRIVER_CATS:
-            if pid is None:
-                return
-            c = self.calls
-            c.driver.append(cat in DRIVER_CATS), c.ts.append(ts), c.dur.append(dur), c.pid.append(pid)
-            c.tid.append(tid), c.corr.append(_n(args.get("correlation"))), c.name.append(self.name(e.get("name")))
-        elif cat in GPU_ANNOTATION_CATS or pid is None:
-            return
-        else:
-            name = self.name(e.get("name"))
-            if cat in ANNOTATION_CATS or self.step_name[name]:
-                t = self.marks
-            elif cat in CPU_OP_CATS:
-                t = self.ops
-                self.shapes = self.shapes or "Input Dims" in args
-            else:
-                return
-            t.ts.append(ts), t.dur.append(dur), t.pid.append(pid), t.tid.append(tid), t.name.append(name)
 
 
-GPU_CATS = {**{c: "kernel" for c in KERNEL_CATS}, **{c: "memcpy" for c in MEMCPY_CATS},
-            **{c: "memset" for c in MEMSET_CATS}, **{c: "sync" for c in SYNC_CATS}}
-
-
+# what an event's category (lower case) makes it
+CAT_KINDS = {**{c: "kernel" for c in KERNEL_CATS}, **{c: "memcpy" for c in MEMCPY_CATS},
+             **{c: "memset" for c in MEMSET_CATS}, **{c: "sync" for c in SYNC_CATS},
+             **{c: "runtime" for c in RUNTIME_CATS}, **{c: "driver" for c in DRIVER_CATS},
+             **{c: "gpu annotation" for c in GPU_ANNOTATION_CATS}, **{c: "annotation" for c in ANNOTATION_CATS},
+             **{c: "cpu op" for c in CPU_OP_CATS}}
 def _globals(pid: np.ndarray, tid: np.ndarray | int = 0) -> np.ndarray:
     """_global over columns."""
     return ((pid & 0xFFFFFFFF) << PID_SHIFT) | (np.asarray(tid, dtype=np.int64) & TID_MASK)
