@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -471,7 +472,7 @@ def test_a_compressed_trace_is_read_as_a_stream(tmp_path):
     for path in (GRAPHED, plain, utf16):
         result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(path), "-o", "-"],
                                 capture_output=True, text=True, timeout=300,
-                                env={**__import__("os").environ, "NSANALYZE_CACHE": str(cache)})
+                                env={**os.environ, "NSANALYZE_CACHE": str(cache)})
         assert result.returncode == 0, result.stderr
         reports.append(json.loads(result.stdout.replace(str(path), "TRACE")))
         if path == GRAPHED:
@@ -486,7 +487,7 @@ def test_a_gzip_bomb_trace_is_refused_and_leaves_nothing(tmp_path):
     bomb.write_bytes(gzip.compress(head + b" " * (64 << 20)))
     cache = tmp_path / "cache"
     result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(bomb)], capture_output=True, text=True,
-                            timeout=120, env={**__import__("os").environ, "NSANALYZE_CACHE": str(cache),
+                            timeout=120, env={**os.environ, "NSANALYZE_CACHE": str(cache),
                                               "NSANALYZE_MAX_EXPANSION": "10"})
     assert result.returncode == 2 and "decompression bomb" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and list(cache.iterdir()) == []
