@@ -35,13 +35,13 @@ _writable_matplotlib_dirs()
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
-from nsanalyze.read.ncu import _NativeStderr  # noqa: E402
+from nsanalyze.native_stderr import NativeStderr  # noqa: E402
 from nsanalyze.render.format import visible  # noqa: E402
 
 # Building its font cache, matplotlib runs fc-list, and Fontconfig prints its own complaints to fd 2
 # ("Fontconfig error: Cannot load default config file"); it also logs "building the font cache": both
 # kept off stderr, as NVIDIA's reader's logging is.
-with _NativeStderr():
+with NativeStderr():
     import matplotlib.pyplot as plt  # noqa: E402
 
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
