@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from nsanalyze.checks import global_settings, limits_for, program_checks
 from nsanalyze.checks.base import Finding, NotJudged, budget_part, severity_for
-from nsanalyze.checks.program._host_class import claims_by_cause, unclaimed_part
+from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 
 # Checks whose findings claim budget time of a wider cause (checks/program/_host_class.claims): their own
 # savings are not capped by what they claim.

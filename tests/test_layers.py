@@ -25,13 +25,14 @@ ALLOWED = {
     "analyze": {"read", "normalize", "checks", "rank", "program", "config"},
     "metrics_export": {"read", "normalize", "render"},
     "kernel_filter": {"read", "analyze", "metrics_export"},
-    "batch": {"read", "normalize", "analyze", "render"},
-    "diff": {"analyze", "render"},              # works on finished reports: not on normalize's data
+    "figures": {"normalize"},                   # per-step figures of finished reports, for diff, batch, trend
+    "batch": {"read", "normalize", "analyze", "render", "figures"},
+    "diff": {"analyze", "render", "figures"},   # works on finished reports: not on normalize's data
     "trend": {"analyze", "render"},
     "stats": {"read", "normalize", "render"},
     "_forkserver_guard": set(),
     "cli": {"read", "normalize", "checks", "rank", "render", "config", "program", "analyze", "metrics_export",
-            "kernel_filter", "batch", "diff", "trend", "stats"},
+            "kernel_filter", "batch", "diff", "trend", "stats", "figures"},
     "__main__": {"cli"},
 }
 # Leaks issue 39 lists that other work owns; each line names who. Remove a line when its leak is gone (the

@@ -32,7 +32,7 @@ narrow the window with `--skip-first-ns` or `--nvtx-range`.
 - `min_idle_share`: idle_other over the window before the check speaks.
 """
 
-from nsanalyze.checks.program._host_class import unclaimed_part
+from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.normalize.model import plain
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence
 

@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass
 
 from nsanalyze.normalize.model import plain
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
-from nsanalyze.checks.program._host_class import unclaimed_part
+from nsanalyze.checks.program._claims import unclaimed_part
 
 ID = "host-compute"
 NAME = "program.host.compute"

@@ -29,7 +29,7 @@ idle time they cause.
 - `min_idle_share`: idle_sync over the window before the check speaks.
 """
 
-from nsanalyze.checks.program._host_class import unclaimed_part
+from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.checks.base import Finding, plural, Threshold, budget_part, evidence, per_step_phrase
 
 ID = "host-sync"

@@ -37,7 +37,7 @@ saving, and a note says how long they took.
 
 from nsanalyze.normalize.model import Launches, ProfilerCost, plain
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
-from nsanalyze.checks.program._host_class import unclaimed_part
+from nsanalyze.checks.program._claims import unclaimed_part
 
 ID = "launch-overhead"
 NAME = "program.launch.overhead"
