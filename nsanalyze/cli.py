@@ -126,8 +126,12 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
         for line in github_annotations(model):
             click.echo(line)
     if fail_on:
-        worst = SEVERITY_CHOICES.index(fail_on)
-        if any(SEVERITY_CHOICES.index(f["severity"]) <= worst for f in model["findings"]):
+        from nsanalyze.render.scope import gate_lines
+
+        tripped = gate_lines(model, SEVERITY_CHOICES, fail_on)
+        for line in tripped:   # CI says why it failed: each finding that tripped the gate, one line
+            click.echo(f"nsanalyze: --fail-on {fail_on}: {line}", err=True)
+        if tripped:
             sys.exit(1)
 
 

@@ -39,6 +39,28 @@ def test_fail_on_gate():
                   "--set", "atomic-contention.min_atomic_share=2").exit_code == 1   # other highs remain
 
 
+def test_fail_on_names_what_tripped_it():
+    """CI says why: one stderr line per finding at the gate's severity or worse (check, severity, where,
+    savings), none below it."""
+    from tests.conftest import DEV_INFER_NSYS
+
+    result = CliRunner().invoke(cli, ["report", str(DEV_INFER_NSYS), "--fail-on", "medium", "-o", "-"])
+    assert result.exit_code == 1
+    model = json.loads(result.stdout)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("nsanalyze: --fail-on medium: ")]
+    tripped = [f for f in model["findings"] if f["severity"] in ("high", "medium")]
+    assert len(lines) == len(tripped) >= 1
+    host = next(f for f in tripped if f["check"] == "host-compute")
+    assert host["severity"] == "high" and round(host["estimated_savings_ns"] / 1e6) == 132
+    assert lines[0] == ("nsanalyze: --fail-on medium: host-compute (high): steady window 6.589-6.736 s in "
+                        f"{DEV_INFER_NSYS}: saves 132 ms (89% of the window)")
+    kernel = CliRunner().invoke(cli, ["report", str(DEV_SUITE_NCU), "--fail-on", "high", "-o", "-"])
+    assert "nsanalyze: --fail-on high: missing-tensor-cores (high): kernel sgemm_tiled in " in kernel.stderr
+    passed = CliRunner().invoke(cli, ["report", str(DEV_INFER_NSYS), "--fail-on", "high", "--skip", "host-compute",
+                                      "-o", "-"])
+    assert passed.exit_code == 0 and "--fail-on" not in passed.stderr
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".parquet", ".json"])
 def test_metrics_formats(tmp_path, suffix):
     target = tmp_path / f"m{suffix}"
