@@ -32,6 +32,7 @@ class Options:
     skip_first_ns: int | None = None
     nvtx_range: str | None = None
     window: str = "steady"  # nsys: "steady" (the steady steps when found) or "capture" (everything)
+    kernel: str | None = None  # -k NAME|regex:PATTERN: only these kernels are judged (kernel_filter.py)
 
 
 def _profile_entry(profile) -> dict:
@@ -201,8 +202,11 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
         validate_overrides(options.thresholds)
     except ValueError as exc:
         raise InputError("--set", str(exc)) from None
-    profiles = [profile for path in paths  # a folder of per-rank PyTorch profiler traces is several
-                for profile in read_profiles(path, metrics_to_read, read_profile)]
+    from nsanalyze.kernel_filter import filter_ncu, parse
+
+    kernel_filter = parse(options.kernel)
+    profiles = [filter_ncu(profile, kernel_filter) for path in paths  # a folder of per-rank PyTorch profiler
+                for profile in read_profiles(path, metrics_to_read, read_profile)]   # traces is several
     ncu_reports = [p for p in profiles if isinstance(p, NcuReport)]
     nsys_exports = [p for p in profiles if isinstance(p, NsysExport)]
 

@@ -108,10 +108,7 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
         format_for(target)  # reject unknown formats and unwritable targets before the work
         check_target(target)
     refuse_inputs(outputs, profiles, "the input profiles")
-    from nsanalyze.kernel_filter import only_kernels
-
-    with only_kernels(kernel):
-        model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window))
+    model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window, kernel))
     apply_skip(model, (*config.skip, *skip))
     write_reports(model, outputs)
     if not outputs:
@@ -158,10 +155,8 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
     from nsanalyze.config import load_settings
 
     config = load_settings()
-    from nsanalyze.kernel_filter import only_kernels
-
-    with only_kernels(kernel):
-        result = diff(base, new, Options(dict(config.thresholds), window=config.window or "steady"), force=force)
+    result = diff(base, new, Options(dict(config.thresholds), window=config.window or "steady", kernel=kernel),
+                  force=force)
     write_many([(target, render_diff(result, format_for(target)).encode()) for target in outputs])
     if not outputs:
         from nsanalyze.render.terminal import print_diff
@@ -300,13 +295,11 @@ def stats_command(export_path, reports, fmt, output, window):
               help="analyze only these kernels (function name or demangled signature; regex: searches either), as ncu's -k")
 def metrics(profile, output, kernel):
     """Write the normalized metrics table of PROFILE, one row per kernel launch."""
-    from nsanalyze.kernel_filter import only_kernels
     from nsanalyze.metrics_export import metrics_frame, write_frame
     from nsanalyze.render import refuse_inputs
 
     refuse_inputs([output], (profile,), "the inputs (the profile)")
-    with only_kernels(kernel):
-        frame = metrics_frame(profile)
+    frame = metrics_frame(profile, kernel)
     write_frame(frame, output)
 
 

@@ -88,7 +88,7 @@ WORK_LABELS = {"matmul_tensor": "tensor-core GEMM", "matmul_simt": "CUDA-core GE
                "attention_unfused": "attention written out", "normalization": "normalization",
                "elementwise": "elementwise", "reduction": "reductions", "layout": "layout changes", "cast": "casts",
                "copy": "copy kernels", "communication": "communication", "optimizer": "optimizer", "graph": "CUDA graphs",
-               "other": "other"}
+               "other": "other", "filtered_out": "other kernels (filtered out)"}
 
 
 def work_text(work: list[dict] | None, min_share: float = 0.01) -> str:
