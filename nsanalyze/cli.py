@@ -198,7 +198,11 @@ def batch_command(paths, db_path, jobs, label, git_revision, scheduler):
     for outcome in outcomes:
         if outcome.status == "failed":
             click.echo(f"nsanalyze: {_one_line(outcome.path)}: {_one_line(outcome.detail)}", err=True)
-    if outcomes and counts["failed"] == len(outcomes):
+    if not outcomes:   # nothing analysable: never a silent success
+        click.echo(f"nsanalyze: {_one_line(', '.join(paths))}: no profile found (nsys .sqlite exports, .ncu-rep "
+                   "reports, PyTorch profiler traces; .xz/.gz compressed or not): nothing stored", err=True)
+        sys.exit(2)
+    if counts["failed"] == len(outcomes):
         sys.exit(2)  # nothing could be read: bad input, not success
 
 

@@ -154,6 +154,10 @@ def print_trend(result: dict, console: Console | None = None, limit: int = 20) -
                                f"{runs[-1]['date'] if runs else '-'}"), style="bold"))
     for note in result.get("notes") or []:
         console.print(Text(visible(note)))
+    programs = result.get("programs") or []
+    if len(programs) > 1:   # compared only within one program (its label, else its steps and main kernels)
+        console.print(Text(visible(f"{len(programs)} programs, compared each with itself only: " + "; ".join(
+            f"{p['name']} ({p['runs']} run{'s' if p['runs'] != 1 else ''})" for p in programs))))
     for title, series in (("Kernels", result.get("kernels") or []), ("NVTX ranges", result.get("ranges") or [])):
         if not series:
             continue
@@ -166,6 +170,8 @@ def print_trend(result: dict, console: Console | None = None, limit: int = 20) -
             label = f"{s['name']} ({s['kind']})" if s.get("kind") else s["name"]
             if s.get("gpu"):
                 label += f" on {s['gpu']}"
+            if len(programs) > 1 and s.get("program"):
+                label += f" [{s['program']}]"
             table.add_row(_text(label, 70), str(len(s["points"])), duration(last.get("duration_ns")),
                           duration(last.get("baseline_ns")),
                           percent(last["change"]) if last.get("change") is not None else "-",

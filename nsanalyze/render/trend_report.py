@@ -46,10 +46,14 @@ def render_markdown(result: dict) -> str:
     lines = ["## nsanalyze trend", "", f"{len(result['runs'])} runs from {_date(result['runs'][0]['date']) if result['runs'] else '-'} "
              f"to {_date(result['runs'][-1]['date']) if result['runs'] else '-'}", "",
              *[f"- {escape(note)}" for note in result.get("notes") or []], *([""] if result.get("notes") else []),
+             *([f"{len(result['programs'])} programs, compared each with itself only: " + "; ".join(
+                 f"{escape(p['name'])} ({p['runs']} runs)" for p in result["programs"]), ""]
+               if len(result.get("programs") or []) > 1 else []),
              "| kernel | runs | last | baseline | change | noise band | regression |", "|---|---|---|---|---|---|---|"]
     for s in result["kernels"][:TOP]:
         last = s["points"][-1]
-        lines.append(f"| {name(s['name'])} ({escape(s['kind'])}) | {len(s['points'])} | {duration(last['duration_ns'])} | "
+        program = f" [{escape(s['program'])}]" if len(result.get("programs") or []) > 1 and s.get("program") else ""
+        lines.append(f"| {name(s['name'])} ({escape(s['kind'])}){program} | {len(s['points'])} | {duration(last['duration_ns'])} | "
                      f"{duration(last.get('baseline_ns'))} | {percent(last.get('change')) if last.get('change') is not None else '-'} | "
                      f"{percent(last.get('noise')) if last.get('noise') else '-'} | {'**yes**' if last.get('regression') else ''} |")
     if result["prediction_accuracy"]:
