@@ -80,11 +80,14 @@ def cli():
 @click.option("--skip", "skip", multiple=True, metavar="CHECK", help="leave this check's findings out (repeatable)")
 @click.option("-k", "--kernel", metavar="NAME|regex:PATTERN",
               help="analyze only these kernels (function name or demangled signature; regex: searches either), as ncu's -k")
+@click.option("--as-ranks", is_flag=True,
+              help="several nsys exports or Kineto traces: merge them as the ranks of one run even where their files "
+                   "do not say so (distributedInfo, captures at the same time)")
 @click.option("--annotations", type=click.Choice(["github"]), help="also print CI annotations for findings with source lines")
 @click.option("--path-map", "path_map", multiple=True, metavar="OLD=NEW",
               help="SARIF/annotations: replace the build prefix OLD of source paths with NEW (repeatable)")
-def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_on, skip, kernel, annotations,
-           path_map):
+def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_on, skip, kernel, as_ranks,
+           annotations, path_map):
     """Analyze PROFILES (.ncu-rep, nsys .sqlite, either as .xz/.gz) and write reports.
 
     Defaults for --set, --window, --fail-on and --skip come from [tool.nsanalyze] in the nearest
@@ -108,7 +111,7 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
         format_for(target)  # reject unknown formats and unwritable targets before the work
         check_target(target)
     refuse_inputs(outputs, profiles, "the input profiles")
-    model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window, kernel))
+    model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window, kernel, as_ranks))
     apply_skip(model, (*config.skip, *skip))
     write_reports(model, outputs)
     if not outputs:

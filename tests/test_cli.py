@@ -83,3 +83,53 @@ def test_checks_documents_every_check():
         assert check_id in out
     markdown = invoke("checks", "--markdown").stdout
     assert markdown.count("### What it detects") >= 16
+
+
+def test_unrelated_inputs_are_not_merged_as_ranks(tmp_path, capsys):
+    """Two unrelated programs' traces (recorded hours apart, no distributedInfo) and two unrelated exports:
+    exit 2 with one line naming the files and why; --as-ranks merges them as asked; real per-rank exports
+    (captured at the same time) still merge."""
+    import shutil
+
+    from nsanalyze.cli import main
+    from tests.conftest import REAL
+
+    def run(*args) -> int:
+        try:
+            main([str(a) for a in args])
+        except SystemExit as exc:
+            return exc.code
+        return 0
+
+    gpt, mlp = REAL / "gpt_fp32_kineto.json.gz", REAL / "mlp_eager_kineto.json.gz"
+    for inputs in ([gpt, mlp], [REAL / "gpt_fp32_nsys.sqlite.xz", REAL / "nightly1_nsys.sqlite.xz"]):
+        assert run("report", *inputs) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"nsanalyze: {inputs[0]}, {inputs[1]}: not ranks of one run: ")
+        assert "(ranks of one run are captured at the same time)" in err and "--as-ranks" in err
+    (tmp_path / "kineto").mkdir()
+    for trace in (gpt, mlp):
+        shutil.copy(trace, tmp_path / "kineto")
+    assert run("report", tmp_path / "kineto") == 2
+    capsys.readouterr()
+    assert run("report", tmp_path / "kineto", "--as-ranks", "-o", "-") == 0
+    assert len(json.loads(capsys.readouterr().out)["timeline"]["merged"]["ranks"]) == 2
+    assert run("report", REAL / "ddp_gpu_rank0_nsys.sqlite.xz", REAL / "ddp_gpu_rank1_nsys.sqlite.xz", "-o", "-") == 0
+    assert len(json.loads(capsys.readouterr().out)["timeline"]["merged"]["ranks"]) == 2
+
+
+def test_ncu_reports_of_two_gpus_say_so():
+    """An A100 report and a V100 report in one report: the header names both GPUs, each kernel its own."""
+    a100 = PUBLIC / "bwcurless__FaSTED__profiles__After_Fixed_Alignment__Pipeline_Depth_1.ncu-rep.xz"
+    v100 = PUBLIC / "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_Baseline.ncu-rep.xz"
+    model = json.loads(invoke("report", a100, v100, "-o", "-").stdout)
+    assert model["gpus"] == ["NVIDIA A100-PCIE-40GB", "Tesla V100-SXM2-32GB"]
+    assert {k["gpu"] for k in model["kernels"] if k["profile"] == str(v100)} == {"Tesla V100-SXM2-32GB"}
+    assert {k["gpu"] for k in model["kernels"] if k["profile"] == str(a100)} == {"NVIDIA A100-PCIE-40GB"}
+    from nsanalyze.render.markdown import render
+
+    text = render(model)
+    assert "Kernels of 2 different GPUs \\(NVIDIA A100\\-PCIE\\-40GB, Tesla V100\\-SXM2\\-32GB\\)" in text
+    assert "compute\\_tendencies\\_x\\_279\\_gpu \\(Tesla V100\\-SXM2\\-32GB\\)" in text
+    single = json.loads(invoke("report", a100, "-o", "-").stdout)
+    assert "gpus" not in single

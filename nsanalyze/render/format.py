@@ -183,3 +183,28 @@ def set_aside_note(counts: dict | None) -> str | None:
     more = f" and {len(counts) - 5} more" if len(counts) > 5 else ""
     return (f"Set aside: {total} value{'s' if total != 1 else ''} that no measurement gives (not finite, far below "
             f"zero, or a clock, count or duration of zero or less) in {parts}{more}: not used")
+
+
+def several_gpus_line(model: dict) -> str | None:
+    """The header's word when ncu reports of different GPUs share one report (their kernels' times are of
+    different GPUs); None for one GPU."""
+    gpus = model.get("gpus") or []
+    if len(gpus) < 2:
+        return None
+    return (f"Kernels of {len(gpus)} different GPUs ({', '.join(gpus)}): their times are each of its own GPU, "
+            "not comparable across them; each kernel names its GPU")
+
+
+def finding_gpu(model: dict, finding: dict) -> str | None:
+    """The GPU of a kernel finding's kernel where the report holds kernels of several GPUs; None otherwise."""
+    kernels = model.get("kernels") or []
+    kernel_id = finding.get("kernel_id")
+    if len(model.get("gpus") or []) > 1 and kernel_id is not None and 0 <= kernel_id < len(kernels):
+        return kernels[kernel_id].get("gpu")
+    return None
+
+
+def scope_names(model: dict, findings: list[dict]) -> list[str]:
+    """Each finding's kernel (or `program`), with its GPU where the report holds kernels of several GPUs."""
+    return [(finding["kernel_name"] or "program") + (f" ({gpu})" if (gpu := finding_gpu(model, finding)) else "")
+            for finding in findings]

@@ -9,7 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from nsanalyze.render.format import (budget_text, distinct_names, duration, health_line, kernel_list_work_line,
-                                     set_aside_note, shorten, visible, window_lines)
+                                     finding_gpu, set_aside_note, several_gpus_line, shorten, visible,
+                                     window_lines)
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -30,6 +31,8 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
                                f"{shorten(names, 100)}"))
         if profile.get("set_aside_values") and profile["kind"] == "ncu":
             console.print(Text("  " + visible(set_aside_note(profile["set_aside_values"]))))
+    if several_gpus_line(model):
+        console.print(Text(visible(several_gpus_line(model)), style="bold"))
     timeline = model.get("timeline")
     if timeline:
         for line in window_lines(timeline):
@@ -48,13 +51,15 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
         console.print(Text(health_line(model)))
     else:
         table = Table(title="What to fix first", show_lines=False)
-        for column in ("#", "severity", "check", "kernel / scope", "saves", "finding"):
+        several = bool(model.get("gpus"))   # kernels of several GPUs: a GPU column
+        for column in ("#", "severity", "check", "kernel / scope", *(("GPU",) if several else ()), "saves", "finding"):
             table.add_column(column, overflow="fold")
         shown = findings[:limit]
         names = distinct_names([visible(f["kernel_name"] or "program") for f in shown], 28)
-        for finding, name in zip(shown, names):
+        gpus = [finding_gpu(model, f) or "-" for f in shown]
+        for finding, name, gpu in zip(shown, names, gpus):
             table.add_row(str(finding["rank"]), Text(finding["severity"], style=SEVERITY_STYLE[finding["severity"]]),
-                          Text(finding["check"]), Text(name),
+                          Text(finding["check"]), Text(name), *((Text(visible(gpu)),) if several else ()),
                           Text(duration(finding["estimated_savings_ns"])), Text(visible(finding["title"])))
         console.print(table)
         if len(findings) > limit:
