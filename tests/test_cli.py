@@ -133,3 +133,23 @@ def test_ncu_reports_of_two_gpus_say_so():
     assert "compute\\_tendencies\\_x\\_279\\_gpu \\(Tesla V100\\-SXM2\\-32GB\\)" in text
     single = json.loads(invoke("report", a100, "-o", "-").stdout)
     assert "gpus" not in single
+
+
+def test_nvtx_range_takes_the_name_the_report_prints(capsys):
+    """`--nvtx-range "step N"`, as the report names the steps: every `step <number>` instance (150 in the export,
+    by SQL), the warm-up step 0 included; an exact name still wins, and an unknown one is one line, exit 2."""
+    from nsanalyze.cli import main
+    from tests.conftest import REAL, sql
+
+    nightly = REAL / "nightly1_nsys.sqlite.xz"
+    (count,) = sql(nightly, "SELECT COUNT(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                            "WHERE n.eventType = 59 AND COALESCE(n.text, s.value) GLOB 'step [0-9]*'")[0]
+    assert count == 150
+    model = json.loads(invoke("report", nightly, "--nvtx-range", "step N", "-o", "-").stdout)
+    assert model["timeline"]["window"]["kind"] == "nvtx-range"
+    assert model["timeline"]["window"]["description"].startswith(f"NVTX range 'step N' ({count} instance(s))")
+    one = json.loads(invoke("report", nightly, "--nvtx-range", "step 7", "-o", "-").stdout)
+    assert one["timeline"]["window"]["description"].startswith("NVTX range 'step 7' (1 instance(s))")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(nightly), "--nvtx-range", "nope N"])
+    assert exit_info.value.code == 2 and "no NVTX range named 'nope N'" in capsys.readouterr().err
