@@ -231,8 +231,8 @@ def diff_time(row: dict, side: str) -> str:
     if ns is None:
         return "-"
     text = duration(ns)
-    if launches is not None:
-        text += f" ×{launches:.3g}"
+    if launches is not None and (row.get("launches_before"), row.get("launches_after")) != (1, 1):   # one launch
+        text += f" ×{launches:.3g}"                                                                  # each: said once
     if row.get(f"{side}_per_launch_ns") is not None:
         text += f" ({duration(row[f'{side}_per_launch_ns'])} each)"
     return text
