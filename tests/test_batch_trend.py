@@ -229,3 +229,21 @@ def test_trend_over_unrelated_programs_finds_no_regression(tmp_path):
     labelled = tmp_path / "labelled.sqlite"
     batch([str(tmp_path / "runs")], str(labelled), jobs=1, label="one")
     assert [p["name"] for p in trend(str(labelled))["programs"]] == ["one"]
+
+
+def test_trend_html_leads_with_the_median_step(tmp_path):
+    """Three nights of one benchmark: one program (its steps and kernels agree), and the HTML's first chart is
+    the median step's, before the kernels."""
+    from nsanalyze.render.trend_report import render_trend
+    from tests.conftest import REAL
+
+    for night, name in (("2026-11-01", "nightly1"), ("2026-11-02", "nightly2"), ("2026-11-03", "nightly3_slow")):
+        (tmp_path / night).mkdir()
+        shutil.copy(REAL / f"{name}_nsys.sqlite.xz", tmp_path / night)
+    db = tmp_path / "h.sqlite"
+    batch([str(tmp_path)], str(db), jobs=1)
+    result = trend(str(db))
+    assert result["programs"] == [{"name": "program of nightly1_nsys.sqlite", "runs": 3}]
+    html = render_trend(result, "html")
+    assert html.index("<h2>Median step</h2>") < html.index("<svg") < html.index("<h2>Kernels</h2>")
+    assert "median step: step N" in html[:html.index("<h2>Kernels</h2>")]

@@ -67,8 +67,12 @@ def render_markdown(result: dict) -> str:
 def render_html(result: dict) -> str:
     from nsanalyze.render.html import environment
 
-    charts = {id(s): Markup(series_svg(s)) for s in result["kernels"][:TOP] + result["ranges"][:TOP] if len(s["points"]) > 1}
-    return environment().get_template("trend.html.j2").render(result=result, charts=charts, top=TOP, id=id)
+    # the median step first: the headline figure, whatever its place among the ranges
+    headline = [s for s in result["ranges"] if str(s["name"]).startswith("median step: ")]
+    charts = {id(s): Markup(series_svg(s)) for s in result["kernels"][:TOP] + result["ranges"][:TOP] + headline
+              if len(s["points"]) > 1}
+    return environment().get_template("trend.html.j2").render(result=result, charts=charts, top=TOP, id=id,
+                                                              headline=headline)
 
 
 def render_trend(result: dict, fmt: str) -> str:
