@@ -249,3 +249,28 @@ def test_kernels_of_one_name_at_two_shapes_are_told_apart():
     text = console.export_text()
     assert f"{gemm[:30]}" in text and "… [grid 768 x block 128]" in text and "… [grid 2048 x block 128]" in text
     assert "grid 768 x block 128" in render_diff(result, "markdown")
+
+
+def test_a_regression_under_the_same_check_says_why(dev_suite_model):
+    """The dev suite's model against itself with aos_update twice as slow and its uncoalesced-global finding
+    saving twice as much (what a worse access pattern does): the regression names the finding that grew."""
+    import copy
+
+    from nsanalyze.diff import _kernel_rows
+    from nsanalyze.render.diff_report import render_diff
+
+    slower = copy.deepcopy(dev_suite_model)
+    kernel = next(k for k in slower["kernels"] if k["name"] == "aos_update")
+    kernel["duration_ns"] *= 2
+    finding = next(f for f in slower["findings"] if f["kernel_name"] == "aos_update" and f["check"] == "uncoalesced-global")
+    before_ns = finding["estimated_savings_ns"]
+    finding["estimated_savings_ns"] *= 2
+    row = next(r for r in _kernel_rows(dev_suite_model, slower) if r["name"] == "aos_update")
+    assert row["verdict"] == "regression" and row["findings_appeared"] == []
+    assert row["findings_worse"] == [{"check": "uncoalesced-global", "savings_before_ns": before_ns,
+                                      "savings_after_ns": 2 * before_ns}]
+    same = next(r for r in _kernel_rows(dev_suite_model, dev_suite_model) if r["name"] == "aos_update")
+    assert same["findings_worse"] == []
+    result = {"base": dev_suite_model["profiles"], "new": slower["profiles"], "kernels": [row], "ranges": [],
+              "predictions": []}
+    assert "uncoalesced\\-global 191 µs → 381 µs" in render_diff(result, "markdown").split("| aos\\_update |")[1].splitlines()[0]
