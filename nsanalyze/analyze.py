@@ -220,6 +220,14 @@ def check_ranks(exports: list[NsysExport]) -> None:
     if len(exports) < 2:
         return
     names = ", ".join(e.path for e in exports)
+    import os
+
+    seen: dict[str, str] = {}
+    for export in exports:   # one file twice is one run, not two ranks
+        real = os.path.realpath(export.path)
+        if real in seen:
+            raise InputError(names, f"{export.path} is given twice ({seen[real]}): one profile, not two ranks")
+        seen[real] = export.path
     hint = ("; report them one by one (or compare two with nsanalyze diff); --as-ranks merges them anyway")
     worlds = [_distributed(e) for e in exports]
     if all(w is not None for w in worlds):

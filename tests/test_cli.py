@@ -116,6 +116,9 @@ def test_unrelated_inputs_are_not_merged_as_ranks(tmp_path, capsys):
     assert len(json.loads(capsys.readouterr().out)["timeline"]["merged"]["ranks"]) == 2
     assert run("report", REAL / "ddp_gpu_rank0_nsys.sqlite.xz", REAL / "ddp_gpu_rank1_nsys.sqlite.xz", "-o", "-") == 0
     assert len(json.loads(capsys.readouterr().out)["timeline"]["merged"]["ranks"]) == 2
+    rank0 = REAL / "ddp_gpu_rank0_nsys.sqlite.xz"   # one file twice is one run, not two ranks
+    assert run("report", rank0, REAL / ".." / "real" / rank0.name) == 2
+    assert "is given twice" in capsys.readouterr().err
 
 
 def test_ncu_reports_of_two_gpus_say_so():
