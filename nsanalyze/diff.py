@@ -108,7 +108,7 @@ def _kernel_rows(base: dict, new: dict) -> list[dict]:
                      "findings_worse": worse, "predictions": predictions})
     for kernel in new["kernels"]:
         if id(kernel) not in matched:
-            rows.append({"name": kernel["name"], "demangled": kernel["demangled"], "shape": _shape(kernel, base_names),
+            rows.append({"name": kernel["name"], "demangled": kernel["demangled"], "shape": _shape(kernel, new_names),
                          "before_ns": None, "after_ns": (kernel["duration_ns"] or 0) / new_steps,
                          **_launch_counts(None, kernel, base_steps, new_steps), "compared": None,
                          "change": None, "noise": None, "noise_source": None,
