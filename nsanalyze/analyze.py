@@ -32,6 +32,8 @@ class Options:
     skip_first_ns: int | None = None
     nvtx_range: str | None = None
     window: str = "steady"  # nsys: "steady" (the steady steps when found) or "capture" (everything)
+    kernel: str | None = None  # -k NAME|regex:PATTERN: only these kernels are judged (kernel_filter.py)
+    as_ranks: bool = False     # several nsys/Kineto inputs: merge them as ranks whatever the files say
 
 
 def _profile_entry(profile) -> dict:
@@ -108,7 +110,7 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
                         "stddev_ns": spread["stddev_ns"]})
         kernels.append({
             "id": group.id, "name": group.name, "demangled": group.demangled,
-            "profile": report.path, "nvtx_range": group.nvtx_range,
+            "profile": report.path, "gpu": report.device_name, "nvtx_range": group.nvtx_range,
             "duration_ns": finite(spread["mean_ns"]), "launches": spread["launches"],
             "total_ns": finite(spread["total_ns"]), "launch_ids": spread["launch_ids"],
             "time_share": finite(group.total_ns / total) if total else None,
@@ -207,6 +209,73 @@ def _kernel_list_work(kernels: list[dict], kernel_time: dict, options, kernel_fi
     return findings, analysis.work
 
 
+def _utc(ns: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _capture(export: NsysExport) -> tuple[int, int] | None:
+    """When an export's GPU work ran, on the UTC clock: its session start plus its first and last GPU work;
+    None where the export does not give its session start (or holds no GPU work)."""
+    start = export.session_start_utc_ns
+    first, last = export.query("SELECT MIN(s), MAX(e) FROM (SELECT MIN(start) AS s, MAX(end) AS e FROM kernels "
+                               "UNION ALL SELECT MIN(start), MAX(end) FROM copies)")[0]   # (one scan, multi-input only)
+    if start is None or first is None or last is None:
+        return None
+    return start + int(first), start + int(last)
+
+
+def check_ranks(exports: list[NsysExport]) -> None:
+    """Several nsys exports or Kineto traces are merged as the ranks of one run only when the files say so:
+    each trace's distributedInfo names a different rank of one world, or their captures ran at the same time
+    (on the UTC clock). Otherwise the inputs are unrelated runs: bad input, one line naming the files and why."""
+    if len(exports) < 2:
+        return
+    names = ", ".join(e.path for e in exports)
+    import os
+
+    seen: dict[str, str] = {}
+    for export in exports:   # one file twice is one run, not two ranks
+        real = os.path.realpath(export.path)
+        if real in seen:
+            raise InputError(names, f"{export.path} is given twice ({seen[real]}): one profile, not two ranks")
+        seen[real] = export.path
+    hint = ("; report them one by one (or compare two with nsanalyze diff); --as-ranks merges them anyway")
+    worlds = [_distributed(e) for e in exports]
+    if all(w is not None for w in worlds):
+        ranks = [rank for rank, _ in worlds]
+        sizes = {size for _, size in worlds}
+        if len(set(ranks)) == len(ranks) and len(sizes) == 1 and (None in sizes or len(ranks) <= max(sizes)):
+            return
+        raise InputError(names, "not ranks of one run: their distributedInfo names ranks "
+                                f"{', '.join(map(str, ranks))} of world sizes {', '.join(map(str, sorted(sizes, key=str)))}"
+                         + hint)
+    captures = [(_capture(e), e.path) for e in exports]
+    unknown = [path for capture, path in captures if capture is None]
+    if unknown:
+        raise InputError(names, f"cannot tell whether they are ranks of one run: {', '.join(unknown)} gives no "
+                                "capture start time (TARGET_INFO_SESSION_START_TIME) and no distributedInfo" + hint)
+    captures.sort()
+    reach = captures[0][0][1]
+    for (start, end), path in captures[1:]:
+        if start > reach:
+            before = next(p for (s, e), p in captures if e == reach)
+            raise InputError(names, f"not ranks of one run: {before} ended at {_utc(reach)}, before {path} began at "
+                                    f"{_utc(start)} (ranks of one run are captured at the same time)" + hint)
+        reach = max(reach, end)
+
+
+def _distributed(export: NsysExport) -> tuple[int, int | None] | None:
+    """(rank, world size) from a Kineto trace's distributedInfo; None for an nsys export or a trace without it."""
+    if export.kind != "kineto" or "KINETO_META" not in export.tables:
+        return None
+    size = export.scalar("SELECT value FROM KINETO_META WHERE key = 'world_size'")
+    if size is None:
+        return None
+    return int(getattr(export, "rank", 0) or 0), int(size)
+
+
 def analyze(paths: list[str], options: Options | None = None) -> dict:
     """Analyzes one or more profiles into the report model."""
     options = options or Options()
@@ -214,10 +283,21 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
         validate_overrides(options.thresholds)
     except ValueError as exc:
         raise InputError("--set", str(exc)) from None
-    profiles = [profile for path in paths  # a folder of per-rank PyTorch profiler traces is several
-                for profile in read_profiles(path, metrics_to_read, read_profile)]
+    from nsanalyze.kernel_filter import filter_ncu, parse
+
+    kernel_filter = parse(options.kernel)
+    profiles = [filter_ncu(profile, kernel_filter) for path in paths  # a folder of per-rank PyTorch profiler
+                for profile in read_profiles(path, metrics_to_read, read_profile)]   # traces is several
     ncu_reports = [p for p in profiles if isinstance(p, NcuReport)]
     nsys_exports = [p for p in profiles if isinstance(p, NsysExport)]
+
+    if not options.as_ranks:
+        try:
+            check_ranks(nsys_exports)
+        except InputError:
+            for export in nsys_exports:
+                export.close()
+            raise
 
     kernels, findings, not_judged, nvidia_rules = [], [], [], []
     facts_by_path = {}
@@ -265,6 +345,9 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
                                                          [report.device_name for report in ncu_reports])
         findings += work_findings
     model["profiles"] = [{**_profile_entry(p), **facts_by_path.get(p.path, {})} for p in profiles]
+    ncu_gpus = sorted({str(r.device_name or "unknown GPU") for r in ncu_reports})
+    if len(ncu_gpus) > 1:   # one table of kernels timed on different GPUs: said, and each row names its GPU
+        model["gpus"] = ncu_gpus
     launches = {k["id"]: k["launches"] for k in kernels if k.get("launches")}
     # one row per (check, kernel): the launch shapes, NVTX ranges and look-alike template instances of one function
     # share the fix (the Adam step's multi_tensor_apply_kernel<...> read as four identical rows). Instances compiled

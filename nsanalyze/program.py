@@ -313,6 +313,10 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
             timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range, options.window)
         except sqlite3.DatabaseError as exc:
             raise sqlite_input_error(export.path, exc) from None
+        if getattr(options, "kernel", None):   # -k: the other kernels stay GPU work, only these are judged
+            from nsanalyze.kernel_filter import narrow_timeline, parse
+
+            narrow_timeline(timeline, parse(options.kernel), export.path)
         table = timeline.kernel_table
         timeline.activity = None  # the arrays are not needed past here
         rows = table.rows

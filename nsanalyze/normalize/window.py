@@ -47,7 +47,10 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         first = export.scalar("SELECT MIN(start) FROM nvtx") or 0
     start, end, parts, kind = -FOREVER, FOREVER, [], "capture"
     if nvtx_range:
-        row = export.query("SELECT MIN(start), MAX(end), COUNT(*) FROM nvtx WHERE name = ?", (nvtx_range,))[0]
+        from nsanalyze.normalize.steps import name_clause   # `step N`: the instances the report names so
+
+        clause, params = name_clause(export, nvtx_range)
+        row = export.query(f"SELECT MIN(start), MAX(end), COUNT(*) FROM nvtx WHERE {clause}", params)[0]
         if not row[2]:
             from nsanalyze.errors import InputError
             names = [r[0] for r in export.query("SELECT DISTINCT name FROM nvtx ORDER BY name LIMIT 20")]

@@ -260,11 +260,9 @@ def test_a_folder_of_per_rank_traces_reads_in_rank_order(tmp_path):
 
 
 def test_kernel_filter_on_a_trace():
-    from nsanalyze.analyze import analyze
-    from nsanalyze.kernel_filter import only_kernels
+    from nsanalyze.analyze import Options, analyze
 
-    with only_kernels("regex:gemm"):
-        model = analyze([str(MLP)])
+    model = analyze([str(MLP)], Options(kernel="regex:gemm"))
     assert model["kernels"] and all("gemm" in k["name"] for k in model["kernels"])
 
 

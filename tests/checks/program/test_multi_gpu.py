@@ -187,10 +187,16 @@ def test_per_rank_exports_merge(tmp_path):
     assert [d["device_id"] for d in model["timeline"]["devices"]] == ["0:0", "1:1"]
     finding = next(f for f in model["findings"] if f["check"] == "exposed-communication")
     assert finding["device_id"] == "0:0"
-    # a rank without a session start cannot be aligned, and the report says so
+    # a rank without a session start cannot be told a rank of the run (--as-ranks), nor aligned: the report says so
     with sqlite3.connect(paths[1]) as con:
         con.execute("DELETE FROM TARGET_INFO_SESSION_START_TIME")
-    assert analyze(paths)["timeline"]["merged"]["clock_alignment"].startswith("not aligned")
+    from nsanalyze.analyze import Options
+    from nsanalyze.errors import InputError
+
+    with pytest.raises(InputError, match="cannot tell whether they are ranks of one run: .*rank1.sqlite gives no capture"):
+        analyze(paths)
+    merged = analyze(paths, Options(as_ranks=True))["timeline"]["merged"]
+    assert merged["clock_alignment"].startswith("not aligned")
 
 
 def test_before_after_pair_through_diff():
