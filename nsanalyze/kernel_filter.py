@@ -66,6 +66,7 @@ def narrow_timeline(timeline, kernel_filter: KernelFilter, path: str) -> None:
     filtered out still ran: the budget keeps them as GPU work (they are no idle time, and no cause is read off
     them) and the role split names them `filtered_out` ("other kernels (filtered out)"); the kernel list and the
     roles the busy-GPU checks judge are the matching kernels'."""
+    from nsanalyze.normalize.model import RoleTime, records
     from nsanalyze.normalize.work import WorkAnalysis
 
     table = timeline.kernel_table
@@ -76,15 +77,13 @@ def narrow_timeline(timeline, kernel_filter: KernelFilter, path: str) -> None:
     kept_keys = {(row.get("name"), row.get("demangled")) for row in kept}
     out_ns = float(sum(row["duration_ns"] or 0 for row in rows if (row.get("name"), row.get("demangled")) not in kept_keys))
     table.rows = kept
+    timeline.kernel_summary = kept
     analysis = timeline.work_analysis
     if analysis is not None:
-        def matches(entry):
-            return kernel_filter.matches(entry.get("name"), entry.get("demangled"))
-
-        by_kernel = [k for k in analysis.by_kernel if matches(k)]
+        by_kernel = [k for k in analysis.by_kernel if kernel_filter.matches(k.name, k.demangled)]
         role_ns: dict[str, float] = {}
         for entry in by_kernel:
-            role_ns[entry["role"]] = role_ns.get(entry["role"], 0.0) + entry["ns"]
+            role_ns[entry.role] = role_ns.get(entry.role, 0.0) + entry.ns
         if out_ns:
             role_ns["filtered_out"] = out_ns
         total = analysis.kernel_ns or sum(role_ns.values())
@@ -93,17 +92,17 @@ def narrow_timeline(timeline, kernel_filter: KernelFilter, path: str) -> None:
         timeline.work_analysis = WorkAnalysis(
             work=work, kernel_ns=analysis.kernel_ns, by_kernel=by_kernel,
             scores_glue=[g for g in analysis.scores_glue if kernel_filter.matches(g.get("name"))],
-            scores_gemm_ns=analysis.scores_gemm_ns if any(k["role"] in ("matmul_tensor", "matmul_simt")
+            scores_gemm_ns=analysis.scores_gemm_ns if any(k.role in ("matmul_tensor", "matmul_simt")
                                                           for k in by_kernel) else 0)
         # the chains of element-wise kernels run through the filtered-out kernels: not judged under -k
-        timeline.work = work
+        timeline.work = records(RoleTime, work)
     count = len(rows) - len(kept)
     timeline.notes.append(
         f"-k {kernel_filter.spec}: {len(kept)} kernel{'s' if len(kept) != 1 else ''} judged; {count} other "
         f"kernel{'s' if count != 1 else ''} ({out_ns / 1e6:.2f} ms in the window) filtered out: still GPU work in "
         "the budget, not judged" if count else f"-k {kernel_filter.spec}: every kernel of the window matches")
-    timeline.summary["kernel_filter"] = {"spec": kernel_filter.spec, "kernels": len(kept), "filtered_out_kernels": count,
-                              "filtered_out_ns": out_ns}
+    timeline.summary = timeline.summary.with_(kernel_filter={"spec": kernel_filter.spec, "kernels": len(kept),
+                                                             "filtered_out_kernels": count, "filtered_out_ns": out_ns})
 
 
 def filter_kernel_rows(table, kernel_filter: KernelFilter | None, path: str):

@@ -93,6 +93,7 @@ class Summary(Record):
     memcpy_ns: float = 0
     memset_ns: float = 0
     gap_histogram: Any = None
+    kernel_filter: Any = None     # `-k`: what was judged and what was filtered out (nsanalyze.kernel_filter)
 
 
 @dataclass(frozen=True)
