@@ -351,8 +351,12 @@ def measured_twins(findings: list[Finding], records: dict) -> None:
 
 
 def _twin(check: str, record: dict, records: dict, fired: set) -> dict | None:
+    """The closest variant: a name that holds the other's whole (`setRowReadCol`, `setRowReadColPad`) before
+    one that only shares a stem (`setRowReadRow`), then the nearest instruction count."""
     shape = ("grid_size", "block_size")
     instructions = record.get("instructions_executed")
+    name = (record.get("name") or "").lower()
+    candidates = []
     for other_id, other in records.items():
         if other is record or (check, other_id) in fired or other.get("name") == record.get("name"):
             continue
@@ -364,5 +368,7 @@ def _twin(check: str, record: dict, records: dict, fired: set) -> dict | None:
         if not instructions or not theirs or abs(theirs - instructions) > TWIN_INSTRUCTIONS * instructions:
             continue
         if other.get("duration_ns"):
-            return other
-    return None
+            other_name = (other.get("name") or "").lower()
+            contained = name in other_name or other_name in name
+            candidates.append((not contained, abs(theirs - instructions), other_id, other))
+    return min(candidates, key=lambda c: c[:3])[3] if candidates else None

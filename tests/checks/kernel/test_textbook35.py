@@ -48,3 +48,12 @@ def test_l1_bound_loads_lead_the_basic_set_report(analyzed):
     measured = full["findings"][0]
     assert (measured["kernel_name"], measured["check"]) == ("stridedL1", "uncoalesced-global")
     assert "8.0x" in measured["title"]
+
+
+def test_the_closest_variant_is_the_twin(analyzed):
+    """setRowReadCol has two variants of its shape and instruction count: setRowReadRow (a stem shared) and
+    setRowReadColPad (its name whole, plus the fix): the padded one is its twin, 1.70 against 2.21 us."""
+    model = analyzed(FULL)
+    finding = next(f for f in model["findings"] if f["kernel_name"] == "setRowReadCol" and f["check"] == "bank-conflicts")
+    assert finding["evidence"]["twin_duration_ns"]["kernel"] == "setRowReadColPad"
+    assert finding["evidence"]["twin_duration_ns"]["value"] == _duration(model, "setRowReadColPad")
