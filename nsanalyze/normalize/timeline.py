@@ -19,6 +19,7 @@ from nsanalyze.normalize import devices as gpus
 from nsanalyze.normalize import host_activity, host_calls
 from nsanalyze.normalize.activity import Activity, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
+from nsanalyze.normalize.critical_path import median_step_critical_path
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.kernels import KernelTable, normalize_nsys_kernels
 from nsanalyze.normalize.phases import find_phases
@@ -58,6 +59,9 @@ class Timeline:
     step_starts: np.ndarray | None = None   # every steady step on its clock (ns), in order
     step_ends: np.ndarray | None = None
     step_indices: np.ndarray | None = None  # ... and its instance index (0 = the first instance of the range)
+    # The critical path of a median step, [{part, ns, share}] (normalize.critical_path); None where the
+    # replay of its steps does not reproduce them (self-check) or there are no steps on the GPU's clock.
+    critical_path: list[dict] | None = None
 
     @property
     def step_periods(self) -> np.ndarray | None:
@@ -147,6 +151,10 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.step_indices = steps.steady.copy()
     timeline.host_activity = _host_activity(export, budgets, activity, call_names, capture.launching_threads,
                                             steps if timeline.steps is not None else None)
+    # -- the critical path of a median step (normalize.critical_path) --
+    if export.kind == "nsys" and timeline.steps is not None:
+        timeline.critical_path = median_step_critical_path(export, steps, activity, capture.launching_threads)
+    # --
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
         from nsanalyze.read.kineto import launch_attribution
 
