@@ -16,7 +16,7 @@ import numpy as np
 from nsanalyze.errors import InputError
 from nsanalyze.normalize import critical_path as cp
 from nsanalyze.normalize.activity import PID_SHIFT, median
-from nsanalyze.normalize.host_activity import class_order
+from nsanalyze.normalize.host_activity import class_order, rules
 from nsanalyze.normalize.steps import find_steps
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profiles
@@ -43,10 +43,10 @@ def parse_changes(speedups, remove) -> tuple[tuple, frozenset]:
             parsed.append(cp.parse_speedup(text))
         except ValueError as exc:
             raise InputError("--speedup", str(exc)) from None
-    known = class_order()
+    known = [name for name in class_order() if any(r.name == name and r.source == "cuda" for r in rules())]
     for name in remove:
         if name not in known:
-            raise InputError("--remove", f"{name!r} is no host-activity class (one of: {', '.join(known)})")
+            raise InputError("--remove", f"{name!r} is no class of CUDA calls (one of: {', '.join(known)})")
     return tuple(parsed), frozenset(remove)
 
 
@@ -78,7 +78,7 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
                           timeline.step_indices, timeline.step_starts, pid)
     if block is None:
         raise InputError(export.path, "the steps' calls and GPU work could not be replayed (no launch calls found)")
-    pinned_rate = _pinned_rate(export) if asked.pinned else None
+    pinned_rate = _pinned_rate(export, timeline) if asked.pinned else None
     change = cp.Change(speedups, remove, asked.graph, pinned_rate)
     changed = cp.replay(block.graph, change)
     ok = (block.base.step_starts[:-1] >= 0) & (block.base.step_starts[1:] >= 0) & \
@@ -133,19 +133,20 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
     if asked.outliers:
         out.append({"change": "outliers", "what": f"steps over {OUTLIER_FACTOR:g}x the median set to the median"})
     if asked.pinned:
-        out.append({"change": "pinned", "copies": int(cp.pageable_copies(graph).sum()),
-                    "pinned_bytes_per_ns": pinned_rate})
+        pageable = cp.pageable_copies(graph)
+        kinds = sorted({int(k) for k in graph.o_copy_kind[pageable]})
+        out.append({"change": "pinned", "copies": int(pageable.sum()),
+                    "pinned_gb_per_s": {str(k): pinned_rate.get(k) for k in kinds}})
     return out
 
 
-def _pinned_rate(export: NsysExport) -> float | None:
-    """The host<->device rate of copies from pinned memory in the capture (bytes/ns, the median of copies
-    of 1 MB or more), else None (then the link's rate cannot be read from this capture)."""
-    rows = export.query("""SELECT bytes, end - start FROM copies WHERE bytes >= 1048576 AND end > start AND
-                           (src_kind IN (SELECT id FROM memory_kinds WHERE label = 'Pinned')
-                            OR dst_kind IN (SELECT id FROM memory_kinds WHERE label = 'Pinned'))""")
-    rates = [b / d for b, d in rows if isinstance(b, int) and isinstance(d, int) and d > 0]
-    return float(np.median(rates)) if rates else None
+def _pinned_rate(export: NsysExport, timeline) -> dict:
+    """Per memcpy kind id, the rate (bytes/ns = GB/s) pinned copies reach in that direction: what the
+    pageable-memcpy check prices a pinned copy at (the export's own large pinned copies, else the GPU's link)."""
+    from nsanalyze.checks.program._copies import reference_rate
+
+    return {int(kind): reference_rate(timeline, str(label))[0]
+            for kind, label in export.query("SELECT id, label FROM memcpy_kinds")}
 
 
 def label(result: dict) -> str:

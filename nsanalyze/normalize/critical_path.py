@@ -88,6 +88,7 @@ class Graph:
     o_names: list            # (short name, demangled) of kernels, None for copies
     o_copy_kind: np.ndarray  # memcpy kind (-1: kernel or memset)
     o_bytes: np.ndarray
+    o_pageable: np.ndarray   # a copy from or to pageable host memory
     # steps (instances of the block, in order)
     step_first_op: list      # per step: indices of the operations its calls launched
     step_index: np.ndarray   # steady-step position of each block step
@@ -123,7 +124,7 @@ class Change:
     speedups: tuple = ()          # ((label, compiled regex, factor), ...)
     remove: frozenset = frozenset()
     graph: bool = False
-    pinned_rate: float | None = None   # bytes/ns of pinned host<->device copies, where pageable ones change
+    pinned_rate: dict | None = None   # memcpy kind id -> bytes/ns of pinned copies, where pageable ones change
 
     @property
     def empty(self) -> bool:
@@ -186,13 +187,17 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     memset = c.memset[cmask]
     o_copy_kind = np.concatenate((np.full(nk, -1, np.int64), np.where(memset == 1, -1, c.copy_kind[cmask])))
     o_bytes = np.concatenate((np.zeros(nk, np.int64), c.bytes[cmask]))
+    pageable_kinds = [int(i) for i, label in export.query("SELECT id, label FROM memory_kinds")
+                      if str(label).lower() == "pageable"]
+    o_pageable = np.concatenate((np.zeros(nk, bool), (memset == 0) & (np.isin(c.src_kind[cmask], pageable_kinds)
+                                                                     | np.isin(c.dst_kind[cmask], pageable_kinds))))
     o_label = [None] * nk + ["gpu:memset" if m else "gpu:copy" for m in memset]
     o_names = [(op_names.get(int(s)), op_names.get(int(d))) for s, d in zip(short, dem)] + [None] * int(cmask.sum())
     for i in range(nk):
         o_label[i] = "gpu:" + role_of(*o_names[i])
     order = np.lexsort((o_end, o_start))
-    o_start, o_end, o_stream, o_corr, o_copy_kind, o_bytes = (a[order] for a in (o_start, o_end, o_stream, o_corr,
-                                                                                  o_copy_kind, o_bytes))
+    o_start, o_end, o_stream, o_corr, o_copy_kind, o_bytes, o_pageable = (
+        a[order] for a in (o_start, o_end, o_stream, o_corr, o_copy_kind, o_bytes, o_pageable))
     o_label = [o_label[i] for i in order]
     o_names = [o_names[i] for i in order]
     n_ops = len(o_start)
@@ -339,7 +344,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
         step_ops[s] = np.flatnonzero(op_step == s)
     return Graph(c_start, c_end, c_class, c_prev, c_cross, c_own, c_target, c_tail,
                  o_start, o_end, o_call, o_prev, o_implied, o_gap, o_latency, o_label, o_names, o_copy_kind, o_bytes,
-                 step_ops, np.asarray(steady_positions), depth, notes)
+                 o_pageable, step_ops, np.asarray(steady_positions), depth, notes)
 
 
 # ---------------------------------------------------------------- replay
@@ -356,7 +361,8 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         duration[hit] /= factor
     if change.pinned_rate:
         pageable = pageable_copies(graph)
-        duration[pageable] = np.minimum(duration[pageable], graph.o_bytes[pageable] / change.pinned_rate)
+        rate = np.array([change.pinned_rate.get(int(k)) or np.inf for k in graph.o_copy_kind[pageable]])
+        duration[pageable] = np.minimum(duration[pageable], graph.o_bytes[pageable] / rate)
     removed = np.array([c in change.remove for c in graph.c_class], dtype=bool) if change.remove else \
         np.zeros(n_calls, bool)
     own = np.where(removed, 0.0, graph.c_own)
@@ -367,15 +373,15 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
     gap_ops = graph.o_gap.copy()
     if change.graph:
         own, gap_host, cross_gap, latency = _as_graph_launch(graph, own, gap_host, cross_gap, latency)
-        if pageable_copies(graph).any() and change.pinned_rate:
-            pass
-    if change.pinned_rate:   # a pinned copy returns when queued: the host no longer waits for it
+    if change.pinned_rate:   # a copy from pinned memory returns once queued: as a kernel launch does
         pageable = pageable_copies(graph)
+        launches = np.array([c == "launch" for c in graph.c_class], dtype=bool)
+        queued = median((graph.c_end - graph.c_start)[launches]) if launches.any() else 0.0
         for i in np.flatnonzero(pageable):
             call = graph.o_call[i]
-            if call >= 0 and target[call] == i:
+            if target[call] == i:
                 target[call] = -1
-                own[call] = min(own[call], graph.c_tail[call])
+            own[call] = min(own[call], queued)
 
     # events in measured order: call start (2), operation (1), call end (0) at equal times: ends first
     times = np.concatenate((graph.c_start, graph.o_start, graph.c_end))
@@ -427,11 +433,8 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
 
 
 def pageable_copies(graph: Graph) -> np.ndarray:
-    """Copies whose launch call waited for them: from pageable memory (host staging)."""
-    out = np.zeros(len(graph.o_start), bool)
-    for i in np.flatnonzero((graph.o_copy_kind >= 0) & (graph.o_call >= 0)):
-        out[i] = graph.c_target[graph.o_call[i]] == i and graph.c_class[graph.o_call[i]] in ("copy-async", "copy")
-    return out
+    """Copies from or to pageable host memory (staged by the host) that a call in the block made."""
+    return graph.o_pageable & (graph.o_call >= 0)
 
 
 def _as_graph_launch(graph: Graph, own, gap_host, cross_gap, latency):
