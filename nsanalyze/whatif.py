@@ -75,15 +75,14 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
     pid = steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
     activity = timeline.activity
     block = cp.step_block(export, activity, activity.launching_threads, steps.host_starts, steps.host_ends,
-                          timeline.step_indices, timeline.step_starts, pid)
+                          timeline.step_indices, timeline.step_starts, pid, step_gpu_ends=timeline.step_ends)
     if block is None:
         raise InputError(export.path, "the steps' calls and GPU work could not be replayed (no launch calls found)")
     pinned_rate = _pinned_rate(export, timeline) if asked.pinned else None
     change = cp.Change(speedups, remove, asked.graph, pinned_rate)
     changed = cp.replay(block.graph, change)
-    ok = (block.base.step_starts[:-1] >= 0) & (block.base.step_starts[1:] >= 0) & \
-        (changed.step_starts[:-1] >= 0) & (changed.step_starts[1:] >= 0)
-    predicted = block.measured - (block.replayed - changed.periods())
+    ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
+    predicted = block.measured - (block.replayed - changed.periods(block.with_last))
     measured = block.measured[ok]
     predicted = predicted[ok]
     if asked.outliers:
@@ -106,7 +105,7 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
                        "error": block.self_check_error, "tolerance": cp.SELF_CHECK_TOLERANCE,
                        "trusted": block.trusted},
         "critical_path": _rounded(path_after), "critical_path_before": _rounded(path_before),
-        "changes": _changes(block.graph, speedups, remove, asked, pinned_rate, len(measured) + 1),
+        "changes": _changes(block.graph, speedups, remove, asked, pinned_rate, len(block.graph.step_first_op)),
         "notes": list(block.graph.notes),
     }
 

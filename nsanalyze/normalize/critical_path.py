@@ -110,10 +110,18 @@ class Replay:
     c_end_bind: np.ndarray
     o_bind: np.ndarray
     step_starts: np.ndarray    # per block step: first operation's start (-1 where none)
+    step_ends: np.ndarray      # ... and its operations' last end
 
-    def periods(self) -> np.ndarray:
-        """The GPU periods of the block's steps but the last (first work of the next step - its own)."""
-        return np.diff(self.step_starts)
+    def periods(self, with_last: bool = False) -> np.ndarray:
+        """The GPU periods of the block's steps (first work of the next step - its own); the last step's
+        to the end of its own work `with_last` (the window's last step: normalize.steps does the same)."""
+        periods = np.diff(self.step_starts)
+        return np.append(periods, self.step_ends[-1] - self.step_starts[-1]) if with_last else periods
+
+    def valid(self, with_last: bool = False) -> np.ndarray:
+        """Where periods() holds a period: the steps on both sides launched GPU work."""
+        ok = (self.step_starts[:-1] >= 0) & (self.step_starts[1:] >= 0)
+        return np.append(ok, self.step_starts[-1] >= 0) if with_last else ok
 
 
 @dataclass
@@ -428,8 +436,10 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
                 t, b = oe[q], IMPLIED
             os_[i], oe[i], ob[i] = t, t + dur_l[i], b
     os_a = np.array(os_)
+    oe_a = np.array(oe)
     starts = np.array([os_a[ops].min() if len(ops) else -1.0 for ops in graph.step_first_op])
-    return Replay(np.array(cs), np.array(ce), os_a, np.array(oe), np.array(cb_s), np.array(cb_e), np.array(ob), starts)
+    ends = np.array([oe_a[ops].max() if len(ops) else -1.0 for ops in graph.step_first_op])
+    return Replay(np.array(cs), np.array(ce), os_a, oe_a, np.array(cb_s), np.array(cb_e), np.array(ob), starts, ends)
 
 
 def pageable_copies(graph: Graph) -> np.ndarray:
@@ -539,10 +549,11 @@ class StepBlock:
 
     graph: Graph
     base: Replay
-    measured: np.ndarray          # measured GPU periods of the block's steps (but the last)
+    measured: np.ndarray          # measured GPU periods of the block's steps (the last one's where it ends the window)
     replayed: np.ndarray          # the no-change replay's
     self_check_error: float       # |replayed - measured| over the block, relative
     median_step: int              # block step of the median period
+    with_last: bool = False       # the block ends the window: its last step is timed to its own work's end
 
     @property
     def trusted(self) -> bool:
@@ -551,9 +562,10 @@ class StepBlock:
 
 def step_block(export: NsysExport, activity: Activity, launching_threads: np.ndarray, host_starts: np.ndarray,
                host_ends: np.ndarray, steady: np.ndarray, step_gpu_starts: np.ndarray, step_pid: int | None,
-               around_median: int | None = None) -> StepBlock | None:
+               around_median: int | None = None, step_gpu_ends: np.ndarray | None = None) -> StepBlock | None:
     """Replays consecutive steady steps: all of them where the window is small enough, else the block
-    around the median step (`around_median` steps on each side when given)."""
+    around the median step (`around_median` steps on each side when given). With `step_gpu_ends` (the
+    steps' periods' ends, normalize.steps), a block that ends the window times its last step too."""
     if len(steady) < 3:
         return None
     periods = np.diff(step_gpu_starts)
@@ -574,13 +586,14 @@ def step_block(export: NsysExport, activity: Activity, launching_threads: np.nda
     if graph is None:
         return None
     base = replay(graph)
-    measured = periods[lo:hi]
-    replayed = base.periods()
-    ok = (base.step_starts[:-1] >= 0) & (base.step_starts[1:] >= 0)
+    with_last = step_gpu_ends is not None and hi == len(steady) - 1
+    measured = (step_gpu_ends - step_gpu_starts)[lo:hi + 1] if with_last else periods[lo:hi]
+    replayed = base.periods(with_last)
+    ok = base.valid(with_last)
     if not ok.any():
         return None
     error = abs(float(replayed[ok].sum() - measured[ok].sum())) / max(float(measured[ok].sum()), 1.0)
-    return StepBlock(graph, base, measured, replayed, error, mid - lo)
+    return StepBlock(graph, base, measured, replayed, error, mid - lo, with_last)
 
 
 def median_step_critical_path(export: NsysExport, steps, activity: Activity,
