@@ -158,15 +158,33 @@ def read_calls(export: NsysExport, start: int, end: int) -> dict[str, np.ndarray
     return {n: v[order] for n, v in cols.items()}
 
 
+def process_calls(activity: Activity, start: int, end: int) -> dict[str, np.ndarray]:
+    """The window's CUDA calls begun in [start, end), each process's as one chain (`tid` its process id: the
+    Activity's calls carry no thread), ordered by start: no second read of the call table."""
+    calls = activity.calls
+    mask = (calls.start >= start) & (calls.start < end) & (calls.end >= calls.start)
+    cols = {"start": calls.start[mask], "end": calls.end[mask], "tid": calls.pid[mask] << PID_SHIFT,
+            "corr": calls.correlation_id[mask], "name_id": calls.name_id[mask].astype(np.int64)}
+    order = np.lexsort((cols["end"], cols["start"]))
+    return {n: v[order] for n, v in cols.items()}
+
+
 def build_graph(export: NsysExport, activity: Activity, launching_threads: np.ndarray, host_starts: np.ndarray,
-                host_ends: np.ndarray, step_pid: int | None, steady_positions: np.ndarray) -> Graph | None:
-    """The graph of the steps whose host ranges are given (consecutive instances, in order)."""
+                host_ends: np.ndarray, step_pid: int | None, steady_positions: np.ndarray,
+                threads: bool = True) -> Graph | None:
+    """The graph of the steps whose host ranges are given (consecutive instances, in order). `threads`: the
+    launching threads' calls, one chain each (a read of the call table's thread column over the block);
+    else each process's calls as one chain (the window's Activity, no read)."""
     if not len(host_starts):
         return None
     block_start, block_end = int(host_starts[0]), int(host_ends[-1])
-    calls = read_calls(export, block_start, block_end)
-    threads = set(int(t) for t in launching_threads)
-    keep = np.isin(calls["tid"], list(threads)) if threads else np.ones(len(calls["tid"]), bool)
+    if threads:
+        calls = read_calls(export, block_start, block_end)
+        launching = set(int(t) for t in launching_threads)
+        keep = np.isin(calls["tid"], list(launching)) if launching else np.ones(len(calls["tid"]), bool)
+    else:
+        calls = process_calls(activity, block_start, block_end)
+        keep = np.ones(len(calls["tid"]), bool)
     if step_pid is not None:
         keep &= (calls["tid"] >> PID_SHIFT) == step_pid
     calls = {n: v[keep] for n, v in calls.items()}
@@ -177,13 +195,22 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     c_class = [classify(names.get(int(i)) or f"call {int(i)}") for i in calls["name_id"]]
     waits = {int(i): _waits(names.get(int(i)) or "") for i in distinct(calls["name_id"])}
 
-    # operations: those that run after the block begins (earlier ones are its past)
+    # operations: those the block's calls launched, and those running between the block's start and the
+    # last of them (launched before the block: its past, kept as measured)
     k, c = activity.kernels, activity.copies
     kmask = k.end > block_start
     cmask = c.end > block_start
     if step_pid is not None:
         kmask &= (k.pid == step_pid) | (k.pid < 0)
         cmask &= (c.pid == step_pid) | (c.pid < 0)
+    block_corr = calls["corr"][calls["corr"] >= 0]
+    if len(block_corr):
+        low, high = int(block_corr.min()), int(block_corr.max())
+        launched_k = kmask & (k.correlation_id >= low) & (k.correlation_id <= high)
+        launched_c = cmask & (c.correlation_id >= low) & (c.correlation_id <= high)
+        last = max(int(k.start[launched_k].max(initial=block_start)), int(c.start[launched_c].max(initial=block_start)))
+        kmask &= k.start <= last
+        cmask &= c.start <= last
     o_start = np.concatenate((k.start[kmask], c.start[cmask]))
     o_end = np.concatenate((k.end[kmask], c.end[cmask]))
     o_stream = np.concatenate((k.device_id[kmask] * (1 << 32) + k.stream_id[kmask],
@@ -229,6 +256,11 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     by_thread = np.lexsort((np.arange(n_calls), tid))
     same = tid[by_thread[1:]] == tid[by_thread[:-1]]
     c_prev[by_thread[1:][same]] = by_thread[:-1][same]
+    overlap = (c_prev >= 0) & (calls["end"][np.maximum(c_prev, 0)] > calls["start"])
+    if overlap.any():   # calls of one chain that overlap (threads of a process): after the last one ended
+        by_end = np.argsort(calls["end"], kind="stable")
+        pos = np.searchsorted(calls["end"][by_end], calls["start"][overlap], side="right") - 1
+        c_prev[overlap] = np.where(pos >= 0, by_end[np.maximum(pos, 0)], -1)
     c_cross = np.full(n_calls, -1, np.int64)
     for thread in distinct(tid):
         mine = tid == thread
@@ -562,7 +594,8 @@ class StepBlock:
 
 def step_block(export: NsysExport, activity: Activity, launching_threads: np.ndarray, host_starts: np.ndarray,
                host_ends: np.ndarray, steady: np.ndarray, step_gpu_starts: np.ndarray, step_pid: int | None,
-               around_median: int | None = None, step_gpu_ends: np.ndarray | None = None) -> StepBlock | None:
+               around_median: int | None = None, step_gpu_ends: np.ndarray | None = None,
+               threads: bool = True) -> StepBlock | None:
     """Replays consecutive steady steps: all of them where the window is small enough, else the block
     around the median step (`around_median` steps on each side when given). With `step_gpu_ends` (the
     steps' periods' ends, normalize.steps), a block that ends the window times its last step too."""
@@ -582,7 +615,7 @@ def step_block(export: NsysExport, activity: Activity, launching_threads: np.nda
     if np.any(np.diff(picked) != 1):   # steps not consecutive (a window of the user's): the first run
         return None
     graph = build_graph(export, activity, launching_threads, host_starts[picked], host_ends[picked], step_pid,
-                        np.arange(lo, hi + 1))
+                        np.arange(lo, hi + 1), threads)
     if graph is None:
         return None
     base = replay(graph)
@@ -604,8 +637,10 @@ def median_step_critical_path(export: NsysExport, steps, activity: Activity,
     if steps is None or steps.clock != "gpu" or len(steps.steady) < 3:
         return None
     pid = steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
+    # each process's calls as one chain (no read of the call table's threads: a report's time matters;
+    # on the real loops the paths are those of the threads' chains)
     block = step_block(export, activity, launching_threads, steps.host_starts, steps.host_ends, steps.steady,
-                       steps.starts, pid, around_median=3)
+                       steps.starts, pid, around_median=3, threads=False)
     if block is None:
         return None
     if not block.trusted:
