@@ -74,8 +74,15 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
                                       "launches GPU work): whatif replays steps")
     pid = steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
     activity = timeline.activity
+    instances = timeline.step_indices
+    if timeline.window.kind in ("nvtx-range", "skip-first"):
+        # the timeline counts the steps inside the window from 0: the first is the instance whose host range
+        # holds the call that launched the window's first step's first GPU work
+        instances = _instances_from(export, steps, activity, timeline)
+        if instances is None:
+            raise InputError(export.path, "the window's steps could not be matched to their NVTX ranges to replay")
     block = cp.step_block(export, activity, activity.launching_threads, steps.host_starts, steps.host_ends,
-                          timeline.step_indices, timeline.step_starts, pid, step_gpu_ends=timeline.step_ends)
+                          instances, timeline.step_starts, pid, step_gpu_ends=timeline.step_ends)
     if block is None:
         raise InputError(export.path, "the steps' calls and GPU work could not be replayed (no launch calls found)")
     pinned_rate = _pinned_rate(export, timeline) if asked.pinned else None
@@ -108,6 +115,21 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
         "changes": _changes(block.graph, speedups, remove, asked, pinned_rate, len(block.graph.step_first_op)),
         "notes": list(block.graph.notes),
     }
+
+
+def _instances_from(export: NsysExport, steps, activity, timeline) -> np.ndarray | None:
+    first = int(timeline.step_starts[0])
+    ids = np.concatenate((activity.kernels.correlation_id[activity.kernels.start == first],
+                          activity.copies.correlation_id[activity.copies.start == first]))
+    ids = ids[ids >= 0]
+    if not len(ids):
+        return None
+    row = export.query("SELECT MIN(start) FROM api_raw WHERE correlation_id = ?", (int(ids[0]),))
+    if not row or row[0][0] is None:
+        return None
+    instance = int(np.searchsorted(steps.host_starts, row[0][0], side="right")) - 1
+    instances = instance + (timeline.step_indices - timeline.step_indices[0])
+    return instances if instance >= 0 and instances[-1] < steps.total else None
 
 
 def _rounded(path):

@@ -40,6 +40,7 @@ REPLAY_EVENTS_AT_MOST = 300_000
 # An enqueue call this much longer than its name's median, and at least BLOCKED_MIN_NS, waited for a slot.
 BLOCKED_FACTOR, BLOCKED_MIN_NS = 5.0, 20_000
 MIN_BLOCKED_CALLS = 10        # fewer blocked calls: the queue never filled; no queue edge
+QUEUE_SPREAD = 0.1            # the blocked calls' queued operations within 10% of their median: a full queue
 # An operation that started this much later than its stream and launch allow waited for something else.
 IMPLIED_WAIT_NS = 5_000
 HOST_COMPUTE = "host:compute"
@@ -290,7 +291,9 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
         o_latency[op_class == cls] = median((o_start - call_start_of_op)[mine]) if mine.any() else fallback
     queued = (o_prev >= 0) & (o_start - prev_end >= 0) & (~has_call | (call_start_of_op + o_latency < prev_end))
     gap = median((o_start - prev_end)[queued]) if queued.any() else 0.0
-    o_gap = np.full(n_ops, gap)
+    # an operation queued behind its stream keeps its own gap (graph nodes, launch shapes differ); one
+    # that waited for its launch, the median gap, should it be queued once the change moves it
+    o_gap = np.where(queued, o_start - prev_end, gap).astype(np.float64)
     # graph nodes after the first: queued behind their graph's previous node
     # implied waits on another stream
     expected = np.maximum(np.where(o_prev >= 0, prev_end + o_gap, -np.inf),
@@ -348,7 +351,13 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
             # counted only where a call of the block had ended: the work queued before the block had then
             # ended too (a stream runs in order), so the count is the queue's, not the block's share of it
             outstanding = (position - ended)[ended >= 1]
-            depth = int(np.median(outstanding)) + 1 if len(outstanding) >= MIN_BLOCKED_CALLS else 1
+            depth = 1
+            if len(outstanding) >= MIN_BLOCKED_CALLS:
+                low, mid, high = np.percentile(outstanding, [10, 50, 90])
+                # a full queue holds the same number of operations at every blocked call; long calls that
+                # found it otherwise waited for something else (host work inside the call)
+                if high - low <= QUEUE_SPREAD * mid:
+                    depth = int(mid) + 1
             if depth > 1:
                 released = np.arange(len(enqueue)) - depth
                 ok = released >= 0
@@ -561,7 +570,7 @@ def critical_path(graph: Graph, result: Replay, step: int) -> list[dict] | None:
                 add(label, result.cs[i], t)
                 node, t = 2, result.cs[i]
     total = result.step_starts[step + 1] - t0
-    return [{"part": part, "ns": ns, "share": ns / total if total else None}
+    return [{"part": part, "ns": float(ns), "share": float(ns / total) if total else None}
             for part, ns in sorted(parts.items(), key=lambda kv: -kv[1])]
 
 
@@ -646,7 +655,7 @@ def median_step_critical_path(export: NsysExport, steps, activity: Activity,
     if not block.trusted:
         return None
     path = critical_path(block.graph, block.base, block.median_step)
-    return [{"part": p["part"], "ns": int(round(p["ns"])), "share": p["share"]} for p in path] if path else None
+    return [{"part": p["part"], "ns": int(round(p["ns"])), "share": float(p["share"])} for p in path] if path else None
 
 
 _SPEEDUP = re.compile(r"^regex:(?P<pattern>.+)=(?P<factor>[^=]+)$")
