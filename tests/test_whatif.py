@@ -159,3 +159,16 @@ def test_an_ncu_report_is_refused(tmp_path):
     done = subprocess.run([sys.executable, "-m", "nsanalyze", "whatif", str(REAL / "gpt_fp32_full.ncu-rep.xz"),
                            "--remove", "sync"], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2 and "Nsight Systems" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_replay_that_misses_the_steps_says_it_is_not_trusted():
+    """Two ranks in one export whose steps wait on each other's NCCL collectives: the graph of one rank does
+    not hold the other's work, the unchanged replay misses the measured steps by more than 2%, and the
+    prediction says so rather than promise a saving."""
+    from nsanalyze.render.whatif_report import summary_line
+
+    result = predict("ddp_gpu_all_nsys.sqlite.xz", ("regex:gemm|nvjet=2",))
+    check = result["self_check"]
+    assert not check["trusted"] and check["error"] > check["tolerance"]
+    assert check["error"] == pytest.approx(abs(check["replayed_ns"] - check["measured_ns"]) / check["measured_ns"])
+    assert "not trusted" in summary_line(result, "GEMMs 2x faster")
