@@ -101,13 +101,14 @@ def render(rows: list[dict], timing) -> str:
              "| error | self-check |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         check = "-" if r["self_check"] is None else f"{r['self_check']:.2%} off"
-        lines.append(f"| {r['pair']} ({r['fix']}) | {ms(r['actual_ns'])} | {r['finding'] or '-'} | {ms(r['finding_ns'])} "
-                     f"| {share(r['finding_ns'], r['actual_ns'])} | {r['change']} | {ms(r['whatif_ns'])} "
+        lines.append(f"| {r['pair']} ({r['fix']}) | {ms(r['actual_ns'])} | {r['finding'] or '-'} "
+                     f"| {ms(r['finding_ns'])} | {share(r['finding_ns'], r['actual_ns'])} | {r['change']} | {ms(r['whatif_ns'])} "
                      f"| {share(r['whatif_ns'], r['actual_ns'])} | {check} |")
     if timing:
         label, (wall, peak), (report_wall, report_peak) = timing
         lines += ["", "| input | nsanalyze whatif --speedup regex:gemm=2 -o out.json | nsanalyze report -o out.json |",
-                  "|---|---|---|", f"| {label} | {wall:.2f} s, {peak:,.0f} MB | {report_wall:.2f} s, {report_peak:,.0f} MB |"]
+                  "|---|---|---|",
+                  f"| {label} | {wall:.2f} s, {peak:,.0f} MB | {report_wall:.2f} s, {report_peak:,.0f} MB |"]
     return "\n".join(lines) + "\n"
 
 

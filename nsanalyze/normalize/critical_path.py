@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 
 import numpy as np
 
 from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median
-from nsanalyze.normalize.host_activity import classify, rules
+from nsanalyze.normalize.host_activity import base_name, classify, rules
 from nsanalyze.normalize.work import role_of
 from nsanalyze.read.nsys import CALL_TABLES, NsysExport
 
@@ -49,19 +50,10 @@ HOST_COMPUTE = "host:compute"
 NONE, PREV, CROSS, OWN, WAIT, STREAM, LAUNCH, IMPLIED, FIXED = range(9)
 
 
-def waiting_classes() -> frozenset[str]:
-    return frozenset(r.name for r in rules() if r.waits_for_gpu and r.source == "cuda" and r.name != "context")
-
-
 def _waits(name: str) -> bool:
-    from nsanalyze.normalize.host_activity import base_name
+    """Whether a CUDA call waits for the GPU's queued work (the host-activity table's `waits_for_gpu`)."""
     base = base_name(name)
-    return any(r.source == "cuda" and r.waits_for_gpu and _match(base, r.pattern) for r in rules())
-
-
-def _match(name: str, pattern: str) -> bool:
-    from fnmatch import fnmatchcase
-    return fnmatchcase(name, pattern)
+    return any(r.source == "cuda" and r.waits_for_gpu and fnmatchcase(base, r.pattern) for r in rules())
 
 
 @dataclass
@@ -417,7 +409,8 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
     own = np.where(removed, 0.0, graph.c_own)
     target = np.where(removed, -1, graph.c_target)
     gap_host = (graph.c_start - np.where(graph.c_prev >= 0, graph.c_end[np.maximum(graph.c_prev, 0)], 0)).astype(float)
-    cross_gap = (graph.c_start - np.where(graph.c_cross >= 0, graph.c_end[np.maximum(graph.c_cross, 0)], 0)).astype(float)
+    cross_end = np.where(graph.c_cross >= 0, graph.c_end[np.maximum(graph.c_cross, 0)], 0)
+    cross_gap = (graph.c_start - cross_end).astype(float)
     latency = graph.o_latency.copy()
     gap_ops = graph.o_gap.copy()
     if change.graph:

@@ -34,9 +34,9 @@ def gpu_busy_per_step(path) -> float:
         "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
     firsts = [first for _, first in sql(path, GPU_STEP_SQL.format(work=work, like="step %"))]
     start, end = firsts[len(firsts) // 3], firsts[-1]   # past warm-up
-    busy = sum(sql(path, f"SELECT COALESCE(SUM(end - start), 0) FROM {t} WHERE start >= {start} AND start < {end}")[0][0]
-               for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
-               if t in tables)
+    query = "SELECT COALESCE(SUM(end - start), 0) FROM {} WHERE start >= {} AND start < {}"
+    busy = sum(sql(path, query.format(t, start, end))[0][0] for t in (
+        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
     return busy / (len(firsts) - 1 - len(firsts) // 3)
 
 
