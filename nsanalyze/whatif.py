@@ -82,7 +82,7 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
         if instances is None:
             raise InputError(export.path, "the window's steps could not be matched to their NVTX ranges to replay")
     block = cp.step_block(export, activity, activity.launching_threads, steps.host_starts, steps.host_ends,
-                          instances, timeline.step_starts, pid, step_gpu_ends=timeline.step_ends)
+                          instances, timeline.step_starts, pid, step_gpu_ends=timeline.step_ends, threads=False)
     if block is None:
         raise InputError(export.path, "the steps' calls and GPU work could not be replayed (no launch calls found)")
     pinned_rate = _pinned_rate(export, timeline) if asked.pinned else None
