@@ -29,7 +29,9 @@ TARGETS = {  # what the performance issue asks, for the table
     "multi_gpu": "linear: x4 the data, about x4 the time",
     "graphed": "<= 8x the floor",
     "gpu_metrics": "<= 4x the floor; x4 -> x16 grows <= 5x",
+    "kineto": "<= 1.5x `json.load`, peak <= 1.5 GB",
 }
+KINETO_BYTES = float(os.environ.get("NSANALYZE_BENCH_KINETO_GB", "1")) * 1e9
 GPU_METRICS_SCALES = (1, 4, 16)
 GRAPHED_SCALE = 16
 MULTI_GPU_SCALES = (4, 16)
@@ -74,14 +76,36 @@ def scaled(source: Path, factor: int) -> Path:
     return target
 
 
-def measure(command: list[str]) -> tuple[float, float]:
-    """Median wall seconds and median peak RSS (MB) over RUNS runs, via GNU time."""
+def kineto_trace() -> Path:
+    """The GPT step's real Kineto trace replicated to KINETO_BYTES (bench/kineto_scaled.py)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from kineto_scaled import replicate
+
+    target = DATA / f"gpt_fp32_kineto_{KINETO_BYTES / 1e9:g}gb.json"
+    if not target.exists():
+        DATA.mkdir(parents=True, exist_ok=True)
+        replicate(ROOT / "fixtures" / "real" / "gpt_fp32_kineto.json.gz", target, int(KINETO_BYTES))
+    return target
+
+
+def kineto_row(nsanalyze: list[str], out: Path) -> tuple:
+    trace = kineto_trace()
+    ours = measure([*nsanalyze, str(trace), "-o", str(out)], fresh_cache=True)
+    floor = measure([str(BIN / "python"), str(ROOT / "bench" / "json_floor.py"), str(trace)])
+    return (f"Kineto trace: the GPT step's replicated, {trace.stat().st_size / 1e6:,.0f} MB, converted with an "
+            "empty cache", ours, floor, "`json.load` of the trace", TARGETS["kineto"])
+
+
+def measure(command: list[str], fresh_cache: bool = False) -> tuple[float, float]:
+    """Median wall seconds and median peak RSS (MB) over RUNS runs, via GNU time. `fresh_cache`: each run
+    with an empty cache (a Kineto trace is converted once, then read from the cache)."""
     walls, peaks = [], []
     for _ in range(RUNS):
-        with tempfile.NamedTemporaryFile("r") as report:
+        with tempfile.NamedTemporaryFile("r") as report, tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, "NSANALYZE_CACHE": cache} if fresh_cache else None
             start = time.perf_counter()
             subprocess.run(["/usr/bin/time", "-f", "%M", "-o", report.name, *command], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
             walls.append(time.perf_counter() - start)
             peaks.append(int(report.read().strip().splitlines()[-1]) / 1024)
     return statistics.median(walls), statistics.median(peaks)
@@ -149,6 +173,8 @@ def main() -> None:
                      f"{path.stat().st_size / 1e6:,.0f} MB", ours, floor,
                      "`sqlite3` aggregates of kernels, runtime calls and metric samples", TARGETS["gpu_metrics"]))
 
+    rows.append(kineto_row(nsanalyze, out))
+
     batch_rows = batch_speedup()
     table = render(rows, batch_rows)
     print(table)
@@ -215,5 +241,7 @@ FOOTER = """
 if __name__ == "__main__":
     if sys.argv[1:] == ["batch"]:   # only the batch speed-up
         print("\n".join(f"| --jobs {j} | {w:.2f} s |" for j, w in batch_speedup()))
+    elif sys.argv[1:] == ["kineto"]:   # only the Kineto row
+        print(render([kineto_row([str(BIN / "nsanalyze"), "report"], Path(tempfile.mkdtemp()) / "out.json")], [(1, 1.0)]))
     else:
         main()

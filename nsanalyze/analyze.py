@@ -18,9 +18,9 @@ from nsanalyze.normalize import normalize_ncu
 from nsanalyze.numbers import finite
 from nsanalyze.normalize.clocks import clock_control
 from nsanalyze.normalize.kernel_groups import group_launches
-from nsanalyze.normalize.kernels import IDENTITY_COLUMNS, metrics_to_read
+from nsanalyze.normalize.kernels import IDENTITY_COLUMNS, metrics_to_read, report_launch_floor
 from nsanalyze.normalize.roofline import roofline
-from nsanalyze.rank import apply_roof_gate, merge_per_kernel, rank
+from nsanalyze.rank import apply_roof_gate, bound_by_next_limiter, measured_twins, merge_per_kernel, rank
 from nsanalyze.read import NcuReport, NsysExport, read_profile, read_profiles
 
 SCHEMA = "nsanalyze/report@1"
@@ -32,6 +32,8 @@ class Options:
     skip_first_ns: int | None = None
     nvtx_range: str | None = None
     window: str = "steady"  # nsys: "steady" (the steady steps when found) or "capture" (everything)
+    kernel: str | None = None  # -k NAME|regex:PATTERN: only these kernels are judged (kernel_filter.py)
+    as_ranks: bool = False     # several nsys/Kineto inputs: merge them as ranks whatever the files say
 
 
 def _profile_entry(profile) -> dict:
@@ -81,6 +83,10 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
     if clock["mode"] == "locked":  # a locked clock says nothing about throttling: not judged, not a finding
         for row in table.rows:
             row.pop("sm_clock_ratio", None)
+    elif clock["mode"] == "below-lock":  # a lock the GPU did not hold: the clock is judged against the lock
+        for row in table.rows:
+            if finite(row.get("sm_frequency_hz")):
+                row["sm_clock_ratio"], row["locked_clock_hz"] = row["sm_frequency_hz"] / clock["lock_hz"], clock["lock_hz"]
     settings = global_settings()["roofline"]
     views, roofs, by_launch = [], {}, {}
     launch_by_id = {record["id"]: launch for record, launch in zip(table.rows, report.launches)}
@@ -89,6 +95,8 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
         views.append(KernelView(record, launch.source, undefined))
         by_launch[record["id"]] = record
     findings, not_judged = run_kernel_checks(views, options.thresholds)
+    bound_by_next_limiter(findings, by_launch)
+    measured_twins(findings, by_launch)
     apply_roof_gate(findings, roofs)
     groups, group_of = group_launches(table.rows)
     total = sum(g.total_ns for g in groups) or None
@@ -102,7 +110,7 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
                         "stddev_ns": spread["stddev_ns"]})
         kernels.append({
             "id": group.id, "name": group.name, "demangled": group.demangled,
-            "profile": report.path, "nvtx_range": group.nvtx_range,
+            "profile": report.path, "gpu": report.device_name, "nvtx_range": group.nvtx_range,
             "duration_ns": finite(spread["mean_ns"]), "launches": spread["launches"],
             "total_ns": finite(spread["total_ns"]), "launch_ids": spread["launch_ids"],
             "time_share": finite(group.total_ns / total) if total else None,
@@ -122,7 +130,8 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
     for rule in rules:
         rule["kernel_id"] = group_of[rule["kernel_id"]]
     rules = [r for r in rules if (key := (r["kernel_id"], r["rule"], r["title"])) not in seen and not seen.add(key)]
-    facts = {"clock_control": clock, "unmeasured_launches": [{"index": launch.index, "name": launch.name}
+    floor = report_launch_floor(table.rows, global_settings()["savings"]["launch_floor_ns"])
+    facts = {"clock_control": clock, "launch_floor": floor, "unmeasured_launches": [{"index": launch.index, "name": launch.name}
                                                              for launch in report.unmeasured]}
     return kernels, findings, not_judged, rules, facts
 
@@ -167,10 +176,11 @@ def _tensor_activity(kernels: list[dict], kernel_time: dict) -> dict | None:
     return {"tensor_active_pct": {"mean": sum(t * v for t, v in measured) / covered}}
 
 
-def _kernel_list_work(kernels: list[dict], kernel_time: dict, options,
-                      kernel_findings: list[Finding]) -> tuple[list[Finding], list[dict]]:
+def _kernel_list_work(kernels: list[dict], kernel_time: dict, options, kernel_findings: list[Finding],
+                      floor_ns: float | None = None, device_names=()) -> tuple[list[Finding], list[dict]]:
     """The work split of an ncu report's kernels (their replayed durations times launches) and the findings
     of the checks that need nothing else; the "window" they measure against is the report's kernel time."""
+    from nsanalyze.normalize import model
     from nsanalyze.normalize.timeline import Timeline
     from nsanalyze.normalize.window import Window
     from nsanalyze.normalize.work import analyze_kernel_rows
@@ -180,10 +190,15 @@ def _kernel_list_work(kernels: list[dict], kernel_time: dict, options,
              "launches": k.get("launches")} for k in kernels]
     analysis = analyze_kernel_rows(rows)
     total = float(sum(kernel_time.values()))
-    timeline = Timeline(window=Window(0, int(total), "the report's kernels", "kernels"),
-                        summary={"span_ns": total, "kernel_ns": total}, devices=[], streams=[], ranges=[],
-                        gaps=[], syncs={}, launches={}, copies={}, work=analysis.work, work_analysis=analysis,
-                        gpu_metrics=_tensor_activity(kernels, kernel_time))
+    kernel_list = model.KernelList.of({
+        "launch_floor_ns": floor_ns, "device_names": sorted(set(device_names) - {None, ""}),
+        # kernels whose FLOPs missing-tensor-cores read: their instruction mix, not their name, decides
+        "instruction_mix_judged": frozenset(k.get("demangled") or k["name"] for k in kernels
+                                            if (k.get("metrics") or {}).get("fp32_flops") is not None),
+        # the user's own kernels (no library's marks, or hot source lines in the user's files)
+        "user_kernel_ns": float(sum(kernel_time.get(k["id"], 0.0) for k in kernels if not k.get("library")))})
+    timeline = Timeline.of_kernel_list(Window(0, int(total), "the report's kernels", "kernels"), total, analysis,
+                                       _tensor_activity(kernels, kernel_time), kernel_list)
     only = set(KERNEL_LIST_CHECKS)
     if any(f.check == "missing-tensor-cores" for f in kernel_findings):
         only.discard("low-tensor-activity")   # the kernel check speaks for those GEMMs, with their FLOPs
@@ -194,6 +209,73 @@ def _kernel_list_work(kernels: list[dict], kernel_time: dict, options,
     return findings, analysis.work
 
 
+def _utc(ns: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _capture(export: NsysExport) -> tuple[int, int] | None:
+    """When an export's GPU work ran, on the UTC clock: its session start plus its first and last GPU work;
+    None where the export does not give its session start (or holds no GPU work)."""
+    start = export.session_start_utc_ns
+    first, last = export.query("SELECT MIN(s), MAX(e) FROM (SELECT MIN(start) AS s, MAX(end) AS e FROM kernels "
+                               "UNION ALL SELECT MIN(start), MAX(end) FROM copies)")[0]   # (one scan, multi-input only)
+    if start is None or first is None or last is None:
+        return None
+    return start + int(first), start + int(last)
+
+
+def check_ranks(exports: list[NsysExport]) -> None:
+    """Several nsys exports or Kineto traces are merged as the ranks of one run only when the files say so:
+    each trace's distributedInfo names a different rank of one world, or their captures ran at the same time
+    (on the UTC clock). Otherwise the inputs are unrelated runs: bad input, one line naming the files and why."""
+    if len(exports) < 2:
+        return
+    names = ", ".join(e.path for e in exports)
+    import os
+
+    seen: dict[str, str] = {}
+    for export in exports:   # one file twice is one run, not two ranks
+        real = os.path.realpath(export.path)
+        if real in seen:
+            raise InputError(names, f"{export.path} is given twice ({seen[real]}): one profile, not two ranks")
+        seen[real] = export.path
+    hint = ("; report them one by one (or compare two with nsanalyze diff); --as-ranks merges them anyway")
+    worlds = [_distributed(e) for e in exports]
+    if all(w is not None for w in worlds):
+        ranks = [rank for rank, _ in worlds]
+        sizes = {size for _, size in worlds}
+        if len(set(ranks)) == len(ranks) and len(sizes) == 1 and (None in sizes or len(ranks) <= max(sizes)):
+            return
+        raise InputError(names, "not ranks of one run: their distributedInfo names ranks "
+                                f"{', '.join(map(str, ranks))} of world sizes {', '.join(map(str, sorted(sizes, key=str)))}"
+                         + hint)
+    captures = [(_capture(e), e.path) for e in exports]
+    unknown = [path for capture, path in captures if capture is None]
+    if unknown:
+        raise InputError(names, f"cannot tell whether they are ranks of one run: {', '.join(unknown)} gives no "
+                                "capture start time (TARGET_INFO_SESSION_START_TIME) and no distributedInfo" + hint)
+    captures.sort()
+    reach = captures[0][0][1]
+    for (start, end), path in captures[1:]:
+        if start > reach:
+            before = next(p for (s, e), p in captures if e == reach)
+            raise InputError(names, f"not ranks of one run: {before} ended at {_utc(reach)}, before {path} began at "
+                                    f"{_utc(start)} (ranks of one run are captured at the same time)" + hint)
+        reach = max(reach, end)
+
+
+def _distributed(export: NsysExport) -> tuple[int, int | None] | None:
+    """(rank, world size) from a Kineto trace's distributedInfo; None for an nsys export or a trace without it."""
+    if export.kind != "kineto" or "KINETO_META" not in export.tables:
+        return None
+    size = export.scalar("SELECT value FROM KINETO_META WHERE key = 'world_size'")
+    if size is None:
+        return None
+    return int(getattr(export, "rank", 0) or 0), int(size)
+
+
 def analyze(paths: list[str], options: Options | None = None) -> dict:
     """Analyzes one or more profiles into the report model."""
     options = options or Options()
@@ -201,10 +283,21 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
         validate_overrides(options.thresholds)
     except ValueError as exc:
         raise InputError("--set", str(exc)) from None
-    profiles = [profile for path in paths  # a folder of per-rank PyTorch profiler traces is several
-                for profile in read_profiles(path, metrics_to_read, read_profile)]
+    from nsanalyze.kernel_filter import filter_ncu, parse
+
+    kernel_filter = parse(options.kernel)
+    profiles = [filter_ncu(profile, kernel_filter) for path in paths  # a folder of per-rank PyTorch profiler
+                for profile in read_profiles(path, metrics_to_read, read_profile)]   # traces is several
     ncu_reports = [p for p in profiles if isinstance(p, NcuReport)]
     nsys_exports = [p for p in profiles if isinstance(p, NsysExport)]
+
+    if not options.as_ranks:
+        try:
+            check_ranks(nsys_exports)
+        except InputError:
+            for export in nsys_exports:
+                export.close()
+            raise
 
     kernels, findings, not_judged, nvidia_rules = [], [], [], []
     facts_by_path = {}
@@ -246,15 +339,26 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
         else:
             model["kernels"] = program.kernels
     elif kernels:  # ncu alone: the work checks read the kernel list's split by role (names only)
-        work_findings, model["work"] = _kernel_list_work(kernels, kernel_time, options, findings)
+        floors = [facts["launch_floor"]["ns"] for facts in facts_by_path.values()]
+        work_findings, model["work"] = _kernel_list_work(kernels, kernel_time, options, findings,
+                                                         min(floors) if floors else None,
+                                                         [report.device_name for report in ncu_reports])
         findings += work_findings
     model["profiles"] = [{**_profile_entry(p), **facts_by_path.get(p.path, {})} for p in profiles]
+    ncu_gpus = sorted({str(r.device_name or "unknown GPU") for r in ncu_reports})
+    if len(ncu_gpus) > 1:   # one table of kernels timed on different GPUs: said, and each row names its GPU
+        model["gpus"] = ncu_gpus
     launches = {k["id"]: k["launches"] for k in kernels if k.get("launches")}
-    # one row per (check, function): launch shapes, NVTX ranges and template instances of one function
-    # share the fix (the Adam step's multi_tensor_apply_kernel<...> read as four identical rows)
-    identity = {k["id"]: (k.get("profile"), k["name"] or k.get("demangled")) for k in kernels}
+    # one row per (check, kernel): the launch shapes, NVTX ranges and look-alike template instances of one function
+    # share the fix (the Adam step's multi_tensor_apply_kernel<...> read as four identical rows). Instances compiled
+    # differently (other registers a thread: CUTLASS's `Kernel` of 255 and of 188 registers, one spilling) are
+    # other kernels under one short name: merged, one's evidence spoke for the other
+    identity = {k["id"]: (k.get("profile"), k["name"] or k.get("demangled"),
+                          (k.get("metrics") or {}).get("registers_per_thread")) for k in kernels}
     program_ns = (model.get("timeline") or {}).get("span_ns") if nsys_exports else None
-    ranked = rank(findings, kernel_time, kernel_launches=launches, kernel_keys=identity,
+    floor_of = {path: facts["launch_floor"]["ns"] for path, facts in facts_by_path.items()}
+    kernel_floor = {k["id"]: floor_of[k["profile"]] for k in kernels if k.get("profile") in floor_of}
+    ranked = rank(findings, kernel_time, kernel_launches=launches, kernel_keys=identity, kernel_floor_ns=kernel_floor,
                   total_ns=program_ns or sum(kernel_time.values()) or None)  # the program's time, else the report's
     model["findings"] = [f.to_json() for f in ranked]
     for profile in nsys_exports:

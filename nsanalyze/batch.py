@@ -48,9 +48,46 @@ def _file_keys(paths) -> set[tuple[int, int]]:
     return keys
 
 
+SNIFF_BYTES = 64 << 10   # a Kineto trace names its traceEvents, schemaVersion or deviceProperties early
+KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
+
+
+def _head_of(path: Path, size: int = SNIFF_BYTES) -> bytes:
+    """The first bytes of what a file holds, through its .xz or .gz compression (judged by signature)."""
+    with open(path, "rb") as handle:
+        head = handle.read(size)
+    import gzip
+    import lzma
+
+    opener = lzma.open if head.startswith(b"\xfd7zXZ\x00") else gzip.open if head.startswith(b"\x1f\x8b") else None
+    if opener is None:
+        return head
+    try:
+        with opener(path, "rb") as handle:
+            return handle.read(size)
+    except (OSError, EOFError, lzma.LZMAError):   # a corrupt archive: judged by its name (the analysis says why)
+        return b""
+
+
+def profile_by_content(path: Path) -> bool:
+    """What `report` reads, told by content as its reader tells it (read/files.py): an SQLite database
+    (an nsys export), an Nsight Compute report (`NVR\\0`), a JSON object naming a Kineto trace's keys;
+    compressed or not, whatever the file's name (`kineto_step.json`, `run.db`)."""
+    try:
+        head = _head_of(path)
+    except OSError:
+        return _profile_name(path)   # unreadable: reported as failed where its name says profile
+    if head.startswith((b"SQLite format 3\x00", b"NVR\x00")):
+        return True
+    body = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    return body.startswith((b"{", b"[")) and any(key in body for key in KINETO_KEYS)
+
+
 def find_profiles(paths: list[str], exclude=()) -> list[Path]:
-    """Every profile under the given files and folders, in a stable order; `exclude`: files to pass
-    over (batch's own history database and its -wal, -shm and -journal files, when they lie there)."""
+    """Every profile under the given files and folders, in a stable order: a file given by name is taken as
+    `report` takes it; in folders, files recognised by content (or named as profiles: a corrupt one is then
+    reported, not passed over). `exclude`: files to pass over (batch's own history database and its -wal,
+    -shm and -journal files, when they lie there)."""
     excluded = _file_keys(exclude)
     found = []
     for given in paths:
@@ -59,10 +96,9 @@ def find_profiles(paths: list[str], exclude=()) -> list[Path]:
             raise InputError(given, "no such file or folder")
         candidates = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for path in candidates:
-            name = path.name.lower()
-            for suffix in (".xz", ".gz"):
-                name = name.removesuffix(suffix)
-            if name.endswith(PROFILE_SUFFIXES) and not (excluded and _file_keys([path]) & excluded):
+            if excluded and _file_keys([path]) & excluded:
+                continue
+            if path is root or _profile_name(path) or profile_by_content(path):
                 found.append(path)
     return found
 
@@ -126,16 +162,11 @@ def run_date(path: Path) -> str:
 
 
 def _ranges_per_instance(ranges: list[dict]) -> list[dict]:
-    """NVTX ranges by normalized name (`step 17` -> `step N`), wall and GPU time per instance."""
-    from nsanalyze.normalize.steps import normalize_name
+    """NVTX ranges by normalized name, wall and GPU time per instance (nsanalyze.figures: as diff reads them)."""
+    from nsanalyze.figures import ranges_per_instance
 
-    grouped: dict[str, dict] = {}
-    for r in ranges:
-        entry = grouped.setdefault(normalize_name(str(r["name"])), {"instances": 0, "wall_ns": 0, "kernel_ns": 0})
-        for key in entry:
-            entry[key] += r[key] or 0
-    return [{"name": name, "instances": e["instances"], "wall_ns": e["wall_ns"] / max(e["instances"], 1),
-             "kernel_ns": e["kernel_ns"] / max(e["instances"], 1)} for name, e in grouped.items()]
+    return [{"name": name, "instances": e["instances"], "wall_ns": e["host_ns"], "kernel_ns": e["gpu_ns"]}
+            for name, e in ranges_per_instance(ranges).items()]
 
 
 def analyze_for_history(path: str) -> dict:
@@ -278,6 +309,7 @@ def store(db: sqlite_utils.Database, content: str, path: Path, rows: dict, label
     `content`: the file's hash; rows["content"], when given, the hash of what it decompresses to."""
     file_hash = rows.get("file_hash") or content
     content = rows.get("content") or file_hash
+    path = Path(os.path.abspath(path))   # absolute: a batch run from another folder knows the file again
     db.conn.execute("BEGIN IMMEDIATE")   # one writer at a time; the hash check and the inserts are one unit
     try:
         db.execute("INSERT OR IGNORE INTO seen (file_hash, content_hash, path) VALUES (?, ?, ?)",
@@ -334,7 +366,7 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
             continue
         if content in known:
             outcomes.append(Outcome(str(path), "skipped", "already stored"))
-            seen_again.append((content, str(path)))
+            seen_again.append((content, os.path.abspath(path)))
             if progress:
                 progress(outcomes[-1])
             continue

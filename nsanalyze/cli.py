@@ -80,11 +80,14 @@ def cli():
 @click.option("--skip", "skip", multiple=True, metavar="CHECK", help="leave this check's findings out (repeatable)")
 @click.option("-k", "--kernel", metavar="NAME|regex:PATTERN",
               help="analyze only these kernels (function name or demangled signature; regex: searches either), as ncu's -k")
+@click.option("--as-ranks", is_flag=True,
+              help="several nsys exports or Kineto traces: merge them as the ranks of one run even where their files "
+                   "do not say so (distributedInfo, captures at the same time)")
 @click.option("--annotations", type=click.Choice(["github"]), help="also print CI annotations for findings with source lines")
 @click.option("--path-map", "path_map", multiple=True, metavar="OLD=NEW",
               help="SARIF/annotations: replace the build prefix OLD of source paths with NEW (repeatable)")
-def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_on, skip, kernel, annotations,
-           path_map):
+def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_on, skip, kernel, as_ranks,
+           annotations, path_map):
     """Analyze PROFILES (.ncu-rep, nsys .sqlite, either as .xz/.gz) and write reports.
 
     Defaults for --set, --window, --fail-on and --skip come from [tool.nsanalyze] in the nearest
@@ -108,10 +111,7 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
         format_for(target)  # reject unknown formats and unwritable targets before the work
         check_target(target)
     refuse_inputs(outputs, profiles, "the input profiles")
-    from nsanalyze.kernel_filter import only_kernels
-
-    with only_kernels(kernel):
-        model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window))
+    model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window, kernel, as_ranks))
     apply_skip(model, (*config.skip, *skip))
     write_reports(model, outputs)
     if not outputs:
@@ -126,8 +126,12 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
         for line in github_annotations(model):
             click.echo(line)
     if fail_on:
-        worst = SEVERITY_CHOICES.index(fail_on)
-        if any(SEVERITY_CHOICES.index(f["severity"]) <= worst for f in model["findings"]):
+        from nsanalyze.render.scope import gate_lines
+
+        tripped = gate_lines(model, SEVERITY_CHOICES, fail_on)
+        for line in tripped:   # CI says why it failed: each finding that tripped the gate, one line
+            click.echo(f"nsanalyze: --fail-on {fail_on}: {line}", err=True)
+        if tripped:
             sys.exit(1)
 
 
@@ -154,10 +158,8 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
     from nsanalyze.config import load_settings
 
     config = load_settings()
-    from nsanalyze.kernel_filter import only_kernels
-
-    with only_kernels(kernel):
-        result = diff(base, new, Options(dict(config.thresholds), window=config.window or "steady"), force=force)
+    result = diff(base, new, Options(dict(config.thresholds), window=config.window or "steady", kernel=kernel),
+                  force=force)
     write_many([(target, render_diff(result, format_for(target)).encode()) for target in outputs])
     if not outputs:
         from nsanalyze.render.terminal import print_diff
@@ -238,7 +240,11 @@ def batch_command(paths, db_path, jobs, label, git_revision, scheduler):
     for outcome in outcomes:
         if outcome.status == "failed":
             click.echo(f"nsanalyze: {_one_line(outcome.path)}: {_one_line(outcome.detail)}", err=True)
-    if outcomes and counts["failed"] == len(outcomes):
+    if not outcomes:   # nothing analysable: never a silent success
+        click.echo(f"nsanalyze: {_one_line(', '.join(paths))}: no profile found (nsys .sqlite exports, .ncu-rep "
+                   "reports, PyTorch profiler traces; .xz/.gz compressed or not): nothing stored", err=True)
+        sys.exit(2)
+    if counts["failed"] == len(outcomes):
         sys.exit(2)  # nothing could be read: bad input, not success
 
 
@@ -335,13 +341,11 @@ def stats_command(export_path, reports, fmt, output, window):
               help="analyze only these kernels (function name or demangled signature; regex: searches either), as ncu's -k")
 def metrics(profile, output, kernel):
     """Write the normalized metrics table of PROFILE, one row per kernel launch."""
-    from nsanalyze.kernel_filter import only_kernels
     from nsanalyze.metrics_export import metrics_frame, write_frame
     from nsanalyze.render import refuse_inputs
 
     refuse_inputs([output], (profile,), "the inputs (the profile)")
-    with only_kernels(kernel):
-        frame = metrics_frame(profile)
+    frame = metrics_frame(profile, kernel)
     write_frame(frame, output)
 
 

@@ -14,6 +14,7 @@ import math
 from nsanalyze import __version__
 from nsanalyze.analyze import Options, analyze
 from nsanalyze.errors import InputError
+from nsanalyze.figures import ranges_per_instance
 from nsanalyze.normalize.steps import median_noise, steps_in_window
 
 DIFF_SCHEMA = "nsanalyze/diff@1"
@@ -66,12 +67,23 @@ def _kernel_rows(base: dict, new: dict) -> list[dict]:
         new_by_key.setdefault(_kernel_key(kernel), kernel)
     new_by_name = {k["name"]: k for k in new["kernels"]}
     base_findings, new_findings = _findings_by_kernel(base), _findings_by_kernel(new)
+    totals = (base.get("timeline") is not None) or (new.get("timeline") is not None)   # nsys: times are totals
+    base_names, new_names = [k["name"] for k in base["kernels"]], [k["name"] for k in new["kernels"]]
     rows, matched = [], set()
     for kernel in base["kernels"]:
         other = new_by_key.get(_kernel_key(kernel)) or new_by_name.get(kernel["name"])
         before = (kernel["duration_ns"] or 0) / base_steps
         after = other["duration_ns"] / new_steps if other and other["duration_ns"] is not None else None
         change = (after - before) / before if other and before else None
+        counts = _launch_counts(kernel, other, base_steps, new_steps)
+        per_launch = None
+        if totals and other and after is not None and counts["launches_before"] and counts["launches_after"] and \
+                abs(counts["launches_after"] / counts["launches_before"] - 1) > LAUNCH_COUNT_TOLERANCE:
+            # 2 launches against 200: the total says how many ran, the time of one says whether it got slower
+            per_launch = {"before_per_launch_ns": before / counts["launches_before"],
+                          "after_per_launch_ns": after / counts["launches_after"]}
+            change = (per_launch["after_per_launch_ns"] / per_launch["before_per_launch_ns"] - 1
+                      if per_launch["before_per_launch_ns"] else None)
         noise, noise_source = _noise(kernel)
         if other:
             matched.add(id(other))
@@ -82,18 +94,52 @@ def _kernel_rows(base: dict, new: dict) -> list[dict]:
         predictions = [{"check": check, "predicted_savings_ns": base_findings[kernel["name"]][check]["estimated_savings_ns"],
                         "actual_savings_ns": before - after if after is not None else None}
                        for check in gone] if other else []
-        rows.append({"name": kernel["name"], "demangled": kernel["demangled"], "before_ns": before, "after_ns": after,
+        kept = sorted(set(base_findings.get(kernel["name"], {})) & set(new_findings.get(kernel["name"], {}))) \
+            if other else []
+        worse = [{"check": check, "savings_before_ns": base_findings[kernel["name"]][check]["estimated_savings_ns"],
+                  "savings_after_ns": new_findings[kernel["name"]][check]["estimated_savings_ns"]} for check in kept
+                 if new_findings[kernel["name"]][check]["estimated_savings_ns"]   # the same cause, grown beyond
+                 > (1 + max(noise, MIN_GROWTH)) * base_findings[kernel["name"]][check]["estimated_savings_ns"]]  # noise
+        rows.append({"name": kernel["name"], "demangled": kernel["demangled"], "shape": _shape(kernel, base_names),
+                     "before_ns": before, "after_ns": after, **counts, **(per_launch or {}),
+                     "compared": "per launch" if per_launch else ("per step" if base_steps != 1.0 else
+                                                                  "per launch" if not totals else "total"),
                      "change": change, "noise": noise, "noise_source": noise_source,
                      "verdict": _verdict(change, noise), "findings_gone": gone, "findings_appeared": appeared,
-                     "predictions": predictions})
+                     "findings_worse": worse, "predictions": predictions})
     for kernel in new["kernels"]:
         if id(kernel) not in matched:
-            rows.append({"name": kernel["name"], "demangled": kernel["demangled"], "before_ns": None,
-                         "after_ns": (kernel["duration_ns"] or 0) / new_steps, "change": None, "noise": None, "noise_source": None,
+            rows.append({"name": kernel["name"], "demangled": kernel["demangled"], "shape": _shape(kernel, new_names),
+                         "before_ns": None, "after_ns": (kernel["duration_ns"] or 0) / new_steps,
+                         **_launch_counts(None, kernel, base_steps, new_steps), "compared": None,
+                         "change": None, "noise": None, "noise_source": None,
                          "verdict": "new kernel", "findings_gone": [],
                          "findings_appeared": sorted(_findings_by_kernel(new).get(kernel["name"], {})),
-                         "predictions": []})
+                         "findings_worse": [], "predictions": []})
     return rows
+
+
+MIN_GROWTH = 0.05   # a finding of both profiles whose savings grew by more (and beyond the noise) is the why
+LAUNCH_COUNT_TOLERANCE = 0.01   # launch counts a step that differ by more: compared per launch
+
+
+def _launch_counts(before: dict | None, after: dict | None, base_steps: float, new_steps: float) -> dict:
+    """Launches before and after, per step where the times are per step."""
+    def count(kernel, steps):
+        return kernel["launches"] / steps if kernel and kernel.get("launches") is not None else None
+    return {"launches_before": count(before, base_steps), "launches_after": count(after, new_steps)}
+
+
+def _shape(kernel: dict, names: list[str]) -> str | None:
+    """`grid 1024 x block 256` where kernels of this name run at several launch shapes (told apart by it)."""
+    if names.count(kernel["name"]) < 2:
+        return None
+    m = kernel.get("metrics") or {}
+    grid, block = m.get("grid_size"), m.get("block_size")
+    if grid is None and block is None:
+        return None
+    return f"grid {grid:g} x block {block:g}" if grid is not None and block is not None else \
+        (f"grid {grid:g}" if grid is not None else f"block {block:g}")
 
 
 def _ncu_ranges(model: dict) -> dict[str, dict]:
@@ -112,21 +158,10 @@ def _ncu_ranges(model: dict) -> dict[str, dict]:
 
 
 def _nsys_ranges(model: dict) -> dict[str, dict]:
-    """nsys: ranges by normalized name (`step 17` -> `step N`), GPU time per instance: a capture with
-    more steps is not slower."""
-    from nsanalyze.normalize.steps import normalize_name
-
-    ranges: dict[str, dict] = {}
-    for r in (model.get("timeline") or {}).get("ranges", []):
-        name = normalize_name(str(r["name"]))
-        entry = ranges.setdefault(name, {"name": name, "kernel_ns": 0.0, "host_ns": 0.0, "instances": 0})
-        entry["kernel_ns"] += (r["kernel_ns"] or 0) + (r.get("copy_ns") or 0)  # the GPU projection
-        entry["host_ns"] += r.get("wall_ns") or 0
-        entry["instances"] += r["instances"] or 0
-    for entry in ranges.values():
-        entry["kernel_ns"] /= max(entry["instances"], 1)
-        entry["host_ns"] /= max(entry["instances"], 1)
-    return ranges
+    """nsys: ranges by normalized name, GPU and host time per instance (nsanalyze.figures, as the history
+    database stores them)."""
+    return {name: {"name": name, "kernel_ns": e["gpu_ns"], "host_ns": e["host_ns"], "instances": e["instances"]}
+            for name, e in ranges_per_instance((model.get("timeline") or {}).get("ranges", [])).items()}
 
 
 def _range_rows(base: dict, new: dict) -> list[dict]:
@@ -192,14 +227,23 @@ def _steps_row(base: dict, new: dict) -> dict | None:
             "change": change, "noise": noise, "verdict": _verdict(change, noise)}
 
 
+def budget_scope(base: dict, new: dict) -> str:
+    """What the budget rows are of: a median step where both profiles have steps, else each one's window."""
+    steps = [((m.get("timeline") or {}).get("steps") or {}).get("budget") for m in (base, new)]
+    return "median step" if all(steps) else "window"
+
+
 def _budget_rows(base: dict, new: dict) -> list[dict]:
-    """Each budget part's share of a median step (or of the window) before and after."""
-    def shares(model):
+    """Each budget part's share and time of a median step (or of the window) before and after."""
+    scope = budget_scope(base, new)
+
+    def parts(model):
         timeline = model.get("timeline") or {}
-        budget = (timeline.get("steps") or {}).get("budget") or timeline.get("budget") or []
-        return {p["part"]: p["share"] or 0.0 for p in budget}
-    before, after = shares(base), shares(new)
-    return [{"part": part, "before_share": before.get(part), "after_share": after.get(part)}
+        budget = (timeline.get("steps") or {}).get("budget") if scope == "median step" else timeline.get("budget")
+        return {p["part"]: (p["share"] or 0.0, p.get("ns")) for p in budget or []}
+    before, after = parts(base), parts(new)
+    return [{"part": part, "before_share": before.get(part, (None, None))[0], "after_share": after.get(part, (None, None))[0],
+             "before_ns": before.get(part, (None, None))[1], "after_ns": after.get(part, (None, None))[1], "of": scope}
             for part in dict.fromkeys([*before, *after])]
 
 

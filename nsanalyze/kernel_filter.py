@@ -2,19 +2,18 @@
 
 NAME is a kernel's function name as Nsight shows it (`sgemm_tiled`, `ampere_sgemm_128x64_nn`), or its
 full demangled signature; `regex:PATTERN` is a Python regular expression searched in either (as ncu's
-`-k regex:`). The filter is applied when a profile is read, before any check:
+`-k regex:`). The filter is a parameter of the analysis (`Options.kernel`), applied where each input is read:
 
 - ncu reports keep only the matching launches (and unmeasured launches that match);
-- nsys exports see only the matching kernels: the `kernels` view is laid again over the matching rows
-  (the names are matched once per distinct name, the rows selected in SQLite), so the timeline, the
-  budget and the program checks read the profile as if only those kernels ran on the GPU.
+- nsys exports and Kineto traces keep every kernel in the timeline: those filtered out are still GPU work
+  in the budget (never idle time, so no idle cause is read off them) and one opaque part of the role split
+  ("other kernels (filtered out)"); the kernel list and the roles the checks judge are the matching ones.
 
 A filter that leaves no kernel is bad input: one line naming the profile and a few of its kernels.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass
 
@@ -50,74 +49,69 @@ def _none_left(path: str, kernel_filter: KernelFilter, names) -> InputError:
     return InputError(path, f"no kernel matches -k {kernel_filter.spec} (kernels: {listed or 'none'})")
 
 
-def filter_profile(profile, kernel_filter: KernelFilter | None):
-    """The profile with only the matching kernels (the same object, narrowed in place)."""
-    if kernel_filter is None:
+def filter_ncu(profile, kernel_filter: KernelFilter | None):
+    """An ncu report with only the matching launches (the same object, narrowed in place)."""
+    if kernel_filter is None or profile.kind != "ncu":
         return profile
-    if profile.kind == "ncu":
-        kept = [launch for launch in profile.launches if kernel_filter.matches(launch.name, launch.demangled)]
-        if not kept:
-            raise _none_left(profile.path, kernel_filter, [launch.name for launch in profile.launches])
-        profile.launches = kept
-        profile.unmeasured = [launch for launch in profile.unmeasured
-                              if kernel_filter.matches(launch.name, launch.demangled)]
-        return profile
-    _filter_nsys(profile, kernel_filter)
+    kept = [launch for launch in profile.launches if kernel_filter.matches(launch.name, launch.demangled)]
+    if not kept:
+        raise _none_left(profile.path, kernel_filter, [launch.name for launch in profile.launches])
+    profile.launches = kept
+    profile.unmeasured = [launch for launch in profile.unmeasured if kernel_filter.matches(launch.name, launch.demangled)]
     return profile
 
 
-def _filter_nsys(export, kernel_filter: KernelFilter) -> None:
-    connection = export.connection
-    ids = [r[0] for r in connection.execute(
-        "SELECT short_name_id FROM kernels UNION SELECT demangled_id FROM kernels")]
-    names = export.strings([i for i in ids if isinstance(i, int)])
-    wanted = sorted(i for i, name in names.items() if name is not None and kernel_filter.matches(name))
-    if not wanted:
-        short = [names.get(r[0]) for r in connection.execute("SELECT DISTINCT short_name_id FROM kernels")]
-        raise _none_left(export.path, kernel_filter, short)
-    listed = ",".join(map(str, wanted))
-    body = connection.execute("SELECT sql FROM sqlite_temp_master WHERE type = 'view' AND name = 'kernels'").fetchone()[0]
-    connection.execute(body.replace("VIEW kernels AS", "TEMP VIEW kernels_unfiltered AS", 1)
-                       if body.startswith("CREATE VIEW") else body.replace(" kernels ", " kernels_unfiltered ", 1))
-    connection.execute("DROP VIEW temp.kernels")
-    connection.execute(f"CREATE TEMP VIEW kernels AS SELECT * FROM kernels_unfiltered "
-                       f"WHERE short_name_id IN ({listed}) OR demangled_id IN ({listed})")
-    if export.arrow is not None:  # the Arrow reader replays the views: give it the new ones
-        export.arrow.view_sql = [sql.replace("CREATE VIEW", "CREATE TEMP VIEW", 1) for (sql,) in connection.execute(
-            "SELECT sql FROM sqlite_temp_master WHERE type = 'view' AND sql IS NOT NULL ORDER BY rowid")]
-    _recount_first_gpu(export)
+def narrow_timeline(timeline, kernel_filter: KernelFilter, path: str) -> None:
+    """An nsys export's (or a Kineto trace's) timeline judged on the matching kernels only. The kernels
+    filtered out still ran: the budget keeps them as GPU work (they are no idle time, and no cause is read off
+    them) and the role split names them `filtered_out` ("other kernels (filtered out)"); the kernel list and the
+    roles the busy-GPU checks judge are the matching kernels'."""
+    from nsanalyze.normalize.work import WorkAnalysis
+
+    table = timeline.kernel_table
+    rows = table.rows if table is not None else []
+    kept = [row for row in rows if kernel_filter.matches(row.get("name"), row.get("demangled"))]
+    if not kept:
+        raise _none_left(path, kernel_filter, [row.get("name") for row in rows])
+    kept_keys = {(row.get("name"), row.get("demangled")) for row in kept}
+    out_ns = float(sum(row["duration_ns"] or 0 for row in rows if (row.get("name"), row.get("demangled")) not in kept_keys))
+    table.rows = kept
+    analysis = timeline.work_analysis
+    if analysis is not None:
+        def matches(entry):
+            return kernel_filter.matches(entry.get("name"), entry.get("demangled"))
+
+        by_kernel = [k for k in analysis.by_kernel if matches(k)]
+        role_ns: dict[str, float] = {}
+        for entry in by_kernel:
+            role_ns[entry["role"]] = role_ns.get(entry["role"], 0.0) + entry["ns"]
+        if out_ns:
+            role_ns["filtered_out"] = out_ns
+        total = analysis.kernel_ns or sum(role_ns.values())
+        work = sorted(({"role": role, "ns": int(ns), "share": ns / total if total else 0.0}
+                       for role, ns in role_ns.items() if ns > 0), key=lambda w: -w["ns"])
+        timeline.work_analysis = WorkAnalysis(
+            work=work, kernel_ns=analysis.kernel_ns, by_kernel=by_kernel,
+            scores_glue=[g for g in analysis.scores_glue if kernel_filter.matches(g.get("name"))],
+            scores_gemm_ns=analysis.scores_gemm_ns if any(k["role"] in ("matmul_tensor", "matmul_simt")
+                                                          for k in by_kernel) else 0)
+        # the chains of element-wise kernels run through the filtered-out kernels: not judged under -k
+        timeline.work = work
+    count = len(rows) - len(kept)
+    timeline.notes.append(
+        f"-k {kernel_filter.spec}: {len(kept)} kernel{'s' if len(kept) != 1 else ''} judged; {count} other "
+        f"kernel{'s' if count != 1 else ''} ({out_ns / 1e6:.2f} ms in the window) filtered out: still GPU work in "
+        "the budget, not judged" if count else f"-k {kernel_filter.spec}: every kernel of the window matches")
+    timeline.summary["kernel_filter"] = {"spec": kernel_filter.spec, "kernels": len(kept), "filtered_out_kernels": count,
+                              "filtered_out_ns": out_ns}
 
 
-def _recount_first_gpu(export) -> None:
-    """Where GPU work begins, with only the kept kernels (copies and memsets still count)."""
-    first = export.connection.execute("SELECT MIN(start) FROM (SELECT MIN(start) AS start FROM kernels "
-                                      "UNION ALL SELECT MIN(start) FROM copies)").fetchone()[0]
-    if first is not None:
-        export.first_gpu_ns = int(first)
-
-
-@contextlib.contextmanager
-def only_kernels(spec: str | None):
-    """While inside, every profile the analysis reads (report, diff, metrics) is narrowed to the kernels
-    `spec` names. The readers are wrapped where the pipeline looks them up; nothing else changes."""
-    kernel_filter = parse(spec)
+def filter_kernel_rows(table, kernel_filter: KernelFilter | None, path: str):
+    """A kernel table (`metrics` of an nsys export) with the matching kernels' rows only."""
     if kernel_filter is None:
-        yield None
-        return
-    import nsanalyze.analyze as analyze_module
-    import nsanalyze.metrics_export as metrics_module
-
-    patched = []
-    for module in (analyze_module, metrics_module):
-        original = module.read_profile
-
-        def narrowed(path, *args, _original=original, **kwargs):
-            return filter_profile(_original(path, *args, **kwargs), kernel_filter)
-
-        module.read_profile = narrowed
-        patched.append((module, original))
-    try:
-        yield kernel_filter
-    finally:
-        for module, original in patched:
-            module.read_profile = original
+        return table
+    kept = [row for row in table.rows if kernel_filter.matches(row.get("name"), row.get("demangled"))]
+    if not kept:
+        raise _none_left(path, kernel_filter, [row.get("name") for row in table.rows])
+    table.rows = kept
+    return table

@@ -13,12 +13,16 @@ from nsanalyze.normalize.kernels import metrics_to_read
 from nsanalyze.read import NcuReport, read_profile
 
 
-def metrics_frame(path) -> pd.DataFrame:
+def metrics_frame(path, kernel: str | None = None) -> pd.DataFrame:
+    """`kernel`: -k NAME|regex:PATTERN, only those kernels' rows."""
+    from nsanalyze.kernel_filter import filter_kernel_rows, filter_ncu, parse
+
+    kernel_filter = parse(kernel)
     profile = read_profile(path, ncu_metrics=metrics_to_read())
     if isinstance(profile, NcuReport):
-        table = normalize_ncu(profile)
+        table = normalize_ncu(filter_ncu(profile, kernel_filter))
     else:
-        table = normalize_nsys_kernels(profile)
+        table = filter_kernel_rows(normalize_nsys_kernels(profile), kernel_filter, profile.path)
         profile.close()
     frame = table.frame.copy()
     frame.attrs["units"] = table.units

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 from nsanalyze.checks import global_settings, limits_for, program_checks
 from nsanalyze.checks.base import Finding, NotJudged, budget_part, severity_for
-from nsanalyze.checks.program._host_class import unclaimed_part
+from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 
 # Checks whose findings claim budget time of a wider cause (checks/program/_host_class.claims): their own
 # savings are not capped by what they claim.
 WIDER_CAUSES = {"allocator-churn", "pinned-alloc-churn", "slow-steps", "non-step-phase"}
-from nsanalyze.normalize import work
+from nsanalyze.normalize import model
 from nsanalyze.normalize.checked_rows import invalid_rows
 from nsanalyze.normalize.timeline import Timeline, build_timeline
 from nsanalyze.numbers import finite
@@ -41,7 +41,7 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
     of it, never the plain sum."""
     findings, not_judged = [], []
     cuts = global_settings()["severity"]
-    span = timeline.summary["span_ns"] or 0
+    span = timeline.summary.span_ns or 0
     for check in program_checks():
         if only is not None and check.ID not in only:
             continue
@@ -58,9 +58,15 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
             finding.estimated_savings_ns = finding.estimated_speedup * span
         part = getattr(check, "BUDGET_PART", None)
         finding.budget_part = part
+        whole = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
         limit = unclaimed_part(timeline, part, finding.budget_device)[0] \
-            if part and timeline.budget and check.ID not in WIDER_CAUSES else \
-            budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
+            if part and timeline.budget and check.ID not in WIDER_CAUSES else whole
+        if limit < whole and finding.estimated_savings_ns > limit:
+            causes = ", ".join(f"{cause} ({parts[part] / 1e6:.3g} ms)" for cause, parts in claims_by_cause(timeline).items()
+                               if parts.get(part))
+            finding.notes.append(f"of the {whole / 1e6:.3g} ms of {part} time, {(whole - limit) / 1e6:.3g} ms lie in wider "
+                                 f"causes that their own findings count ({causes}); this one counts the "
+                                 f"{limit / 1e6:.3g} ms left")
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
         finding.check = check.ID
         findings.append(finding)
@@ -113,19 +119,18 @@ def _phase_first_findings(timeline: Timeline, findings: list[Finding]) -> None:
     by_part = {getattr(c, "BUDGET_PART", None): c.ID for c in program_checks() if getattr(c, "BUDGET_PART", None)}
     by_part["gpu_compute"] = None  # GPU work: judged kernel by kernel (ncu), not by a program check
     ranked = sorted(findings, key=lambda f: -f.estimated_savings_ns)
-    for phase in _every_phase(timeline.phases):
-        if phase["is_steps"] and ranked:
-            phase["first_finding"] = {"check": ranked[0].check, "title": ranked[0].title}
-            continue
-        if not phase.get("budget") or not phase["duration_ns"]:
-            continue
-        top = max(phase["budget"], key=lambda p: p["ns"])
-        phase["first_finding"] = {"check": by_part.get(top["part"]), "part": top["part"], "share": top["share"]}
 
-
-def _every_phase(phases: list[dict]) -> list[dict]:
-    """The phases and the phases nested in them (normalize.phases), outermost first."""
-    return [node for phase in phases for node in (phase, *_every_phase(phase.get("children") or []))]
+    def first(phase: model.Phase) -> model.Phase:
+        children = tuple(first(c) for c in phase.children)
+        if children:
+            phase = phase.with_(children=children)
+        if phase.is_steps and ranked:
+            return phase.with_(first_finding={"check": ranked[0].check, "title": ranked[0].title})
+        if not phase.budget or not phase.duration_ns:
+            return phase
+        top = max(phase.budget, key=lambda p: p.ns)
+        return phase.with_(first_finding={"check": by_part.get(top.part), "part": top.part, "share": top.share})
+    timeline.phases = tuple(first(p) for p in timeline.phases)
 
 
 def _set_aside(export: NsysExport, timeline: Timeline) -> dict[str, int]:
@@ -139,27 +144,28 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
     return {
         "profile": export.path,
         "window": {"start_ns": timeline.window.start if timeline.window.start > -(2**61)
-                   else min((d["first_ns"] for d in timeline.devices), default=None),
+                   else min((d.first_ns for d in timeline.devices), default=None),
                    "end_ns": timeline.window.end if timeline.window.end < 2**61
-                   else max((d["last_ns"] for d in timeline.devices), default=None),
+                   else max((d.last_ns for d in timeline.devices), default=None),
                    "description": timeline.window.description, "kind": timeline.window.kind},
-        **timeline.summary,
-        "budget": timeline.budget,
-        "work": timeline.work,
-        "steps": timeline.steps,
-        "host_stretches": timeline.host_stretches,
+        **timeline.summary.to_json(),
+        "budget": model.plain(timeline.budget),
+        "work": model.plain(timeline.work),
+        "steps": model.plain(timeline.steps),
+        "host_stretches": model.plain(timeline.host_stretches),
         "host_activity": timeline.host_activity.to_json() if timeline.host_activity is not None else None,
-        "phases": timeline.phases,
+        "left_out": model.plain(timeline.left_out),
+        "phases": model.plain(timeline.phases),
         "notes": timeline.notes + [note for note in [set_aside_note(_set_aside(export, timeline))] if note],
-        "api_calls": timeline.api_calls,
+        "api_calls": model.plain(timeline.api_calls),
         "dropped_rows": {**export.dropped_rows, **invalid_rows(export)},
-        "devices": timeline.devices,
+        "devices": model.plain(timeline.devices),
         "streams": timeline.streams,
         "ranges": timeline.ranges,
-        "gaps": timeline.gaps,
-        "syncs": timeline.syncs,
-        "launches": timeline.launches,
-        "copies": timeline.copies,
+        "gaps": model.plain(timeline.gaps),
+        "syncs": timeline.syncs.to_json(),
+        "launches": timeline.launches.to_json(),
+        "copies": timeline.copies.to_json(),
     }
 
 
@@ -186,31 +192,32 @@ def _merge_ranks(exports: list[NsysExport], timelines: list[Timeline]) -> tuple[
     for rank, (export, timeline) in enumerate(zip(exports, timelines)):
         offset = starts[rank] - origin if aligned else None
         ranks.append({"rank": rank, "profile": export.path, "clock_offset_ns": offset,
-                      "devices": [d["device_id"] for d in timeline.devices]})
+                      "devices": [d.device_id for d in timeline.devices]})
         for device in timeline.devices:
-            label = f"{rank}:{device['device_id']}"
-            devices.append({**device, "device_id": label, "rank": rank, "device": device["device_id"],
-                            "first_ns": device["first_ns"] + (offset or 0), "last_ns": device["last_ns"] + (offset or 0)})
-        for row in timeline.device_kernels or []:
-            device_kernels.append({**row, "device_id": f"{rank}:{row['device_id']}"})
+            devices.append(device.with_(device_id=f"{rank}:{device.device_id}", rank=rank, device=device.device_id,
+                                        first_ns=device.first_ns + (offset or 0), last_ns=device.last_ns + (offset or 0)))
+        for row in timeline.device_kernels:
+            device_kernels.append(row.with_(device_id=f"{rank}:{row.device_id}"))
         if not timeline.device_kernels:  # single-device exports: the breakdown comes from the kernel summary
             for row in timeline.kernel_summary:
-                device_kernels.append({"device_id": f"{rank}:{timeline.devices[0]['device_id']}" if timeline.devices
-                                       else f"{rank}:0", "name": row["name"], "duration_ns": row["duration_ns"]})
+                device_kernels.append(model.DeviceKernel.of(
+                    {"device_id": f"{rank}:{timeline.devices[0].device_id}" if timeline.devices else f"{rank}:0",
+                     "name": row["name"], "duration_ns": row["duration_ns"]}))
     section = {"ranks": ranks, "clock_alignment": (
         "aligned on each export's session start (TARGET_INFO_SESSION_START_TIME)" if aligned else
         "not aligned: an export lacks TARGET_INFO_SESSION_START_TIME; per-rank figures stand alone")}
     if aligned and devices:
-        section["span_ns"] = max(d["last_ns"] for d in devices) - min(d["first_ns"] for d in devices)
-    windows = [d["window_ns"] for d in devices if d.get("window_ns")]
+        section["span_ns"] = max(d.last_ns for d in devices) - min(d.first_ns for d in devices)
+    windows = [d.window_ns for d in devices if d.window_ns]
     span = sum(windows) / len(windows) if windows else section.get("span_ns", 0)
-    merged = Timeline(window=timelines[0].window, summary={**timelines[0].summary, "span_ns": span},
-                      devices=devices, streams=[], ranges=[], gaps=[], syncs={}, launches={}, copies={},
-                      device_kernels=device_kernels)
+    merged = Timeline(window=timelines[0].window, summary=timelines[0].summary.with_(span_ns=span),
+                      devices=tuple(devices), streams=[], ranges=[], gaps=(), syncs=model.Syncs(),
+                      launches=model.Launches(), copies=model.Copies(), device_kernels=tuple(device_kernels))
     budgets = [t.budget for t in timelines if t.budget]
     if budgets:  # each part averaged over the ranks: wall-clock time, as for the GPUs of one export
-        merged.budget = [{"part": parts[0]["part"], "ns": sum(p["ns"] for p in parts) / len(parts),
-                          "share": sum(p["share"] or 0 for p in parts) / len(parts)} for parts in zip(*budgets)]
+        merged.budget = tuple(model.BudgetPart.of({"part": parts[0].part, "ns": sum(p.ns for p in parts) / len(parts),
+                                                   "share": sum(p.share or 0 for p in parts) / len(parts)})
+                              for parts in zip(*budgets))
     return section, merged
 
 
@@ -230,7 +237,7 @@ def _one_per_check(per_rank: list[list[Finding]], rank_devices: list[list[dict]]
                 for r, f in entries]}
             best.title = f"rank {rank}: {best.title}" + (f" (also on rank {', '.join(str(r) for r, _ in entries if r != rank)})"
                                                           if len(entries) > 1 else "")
-            own = [d["device_id"] for d in rank_devices[rank]]
+            own = [d.device_id for d in rank_devices[rank]]
             device = best.device_id if best.device_id is not None else (own[0] if len(own) == 1 else None)
             best.device_id = f"{rank}:{device}" if device is not None else None
         merged.append(best)
@@ -247,18 +254,18 @@ def _after_the_straggler(findings: list[Finding], imbalance: Finding | None, dev
         return
     from nsanalyze.checks.program.rank_imbalance import HOST_PARTS, label
 
-    slow = next((d for d in devices if d["device_id"] == imbalance.device_id), None)
-    others = [d for d in devices if d is not slow and d.get("budget")]
-    if slow is None or not others or not slow.get("budget"):
+    slow = next((d for d in devices if d.device_id == imbalance.device_id), None)
+    others = [d for d in devices if d is not slow and d.budget]
+    if slow is None or not others or not slow.budget:
         return
     def part(device, name):
-        return next((p["ns"] for p in device["budget"] if p["part"] == name), 0.0)
+        return next((p.ns for p in device.budget if p.part == name), 0.0)
     cuts = global_settings()["severity"]
     for finding in findings:
         if finding is imbalance or finding.budget_part not in HOST_PARTS:
             continue
-        budget = [d for d in own if d.get("budget") and (finding.budget_device is None
-                                                         or finding.budget_device in (d["device_id"], d.get("device")))]
+        budget = [d for d in own if d.budget and (finding.budget_device is None
+                                                  or finding.budget_device in (d.device_id, d.device))]
         if slow not in budget:
             continue
         name = finding.budget_part
@@ -290,11 +297,12 @@ def _fit_the_window(findings: list[Finding], window_ns: float) -> None:
                                  "and together save at most the window")
 
 
-def _rank_and_device(finding: Finding, devices: list[dict]) -> None:
+def _rank_and_device(finding: Finding, devices) -> None:
     """Findings about one GPU carry its integer rank and device beside the contract's device_id."""
-    device = next((d for d in devices if d["device_id"] == finding.device_id), None)
+    device = next((d for d in devices if d.device_id == finding.device_id), None)
     if device is not None:
-        finding.gpu = {"rank": device.get("rank", 0), "device": device.get("device", device["device_id"])}
+        finding.gpu = {"rank": device.rank if device.rank is not None else 0,
+                       "device": device.device if device.device is not None else device.device_id}
 
 
 def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
@@ -305,6 +313,10 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
             timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range, options.window)
         except sqlite3.DatabaseError as exc:
             raise sqlite_input_error(export.path, exc) from None
+        if getattr(options, "kernel", None):   # -k: the other kernels stay GPU work, only these are judged
+            from nsanalyze.kernel_filter import narrow_timeline, parse
+
+            narrow_timeline(timeline, parse(options.kernel), export.path)
         table = timeline.kernel_table
         timeline.activity = None  # the arrays are not needed past here
         rows = table.rows
@@ -318,8 +330,6 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
                             if k in row},
             })
         summary += rows
-        timeline.kernel_summary = rows
-        work.attach(timeline, timeline.work_analysis)
         timelines.append(timeline)
         f, n = run_program_checks(timeline, options.thresholds)
         _phase_first_findings(timeline, f)
@@ -330,21 +340,25 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
             metrics = _gpu_metrics_section(timeline)
             if metrics:
                 sections["gpu_metrics"] = metrics
-    devices = timelines[0].devices if timelines else []
+    devices = timelines[0].devices if timelines else ()
     if len(exports) > 1:
         merged_section, merged = _merge_ranks(exports, timelines)
         sections["timeline"]["merged"] = merged_section
-        sections["timeline"]["devices"] = devices = merged.devices
+        devices = merged.devices
+        sections["timeline"]["devices"] = model.plain(devices)
         cross_rank = {"rank-imbalance", "exposed-communication"}
         per_rank = [[f for f in findings if f.check not in cross_rank] for findings in per_rank]
         cross, _ = run_program_checks(merged, options.thresholds, only=cross_rank)
         imbalance = next((f for f in cross if f.check == "rank-imbalance"), None)
         for rank, findings in enumerate(per_rank):
-            _after_the_straggler(findings, imbalance, devices, [d for d in devices if d["rank"] == rank])
+            _after_the_straggler(findings, imbalance, devices, [d for d in devices if d.rank == rank])
         findings = _one_per_check(per_rank, [t.devices for t in timelines]) + cross
     else:
-        for device in devices:  # one export: its processes are the ranks
-            device["rank"], device["device"] = device.get("rank", 0), device["device_id"]
+        devices = tuple(d.with_(rank=d.rank if d.rank is not None else 0, device=d.device_id)
+                        for d in devices)   # one export: its processes are the ranks
+        if timelines:
+            timelines[0].devices = devices
+            sections["timeline"]["devices"] = model.plain(devices)
         findings = per_rank[0] if per_rank else []
         _after_the_straggler(findings, next((f for f in findings if f.check == "rank-imbalance"), None),
                              devices, devices)

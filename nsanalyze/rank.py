@@ -5,12 +5,16 @@
 - A kernel near a roof keeps only findings that take load off that roof; others drop to `info`
   (a copy at 90% of DRAM bandwidth is doing its job).
 - A kernel's findings overlap (1 - prod(1 - s_i)), a grid sized by a small problem counts after the
-  kernel's own findings, and no kernel saves below its launch floor (about 2 us a launch).
+  kernel's own findings, and no kernel saves below its launch floor (the least launch overhead
+  measured in its report, at most launch_floor_ns a launch).
 - Launch shapes of one kernel are one finding; severity is the savings' share of the report's time.
 - Rank 1 is the most time to win.
 """
 
 from __future__ import annotations
+
+import os
+import re
 
 from nsanalyze.checks import global_settings
 from nsanalyze.checks.base import SEVERITIES, Finding, clamp01
@@ -72,7 +76,7 @@ def launch_floor_ns() -> float:
 
 
 def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = None,
-                       kernel_launches: dict | None = None) -> None:
+                       kernel_launches: dict | None = None, kernel_floor_ns: dict | None = None) -> None:
     """A kernel's findings overlap: together they promise 1 - prod(1 - s_i) of its time, never the sum.
     Findings that yield to others (a grid sized by a small problem, to the kernel's own code problems)
     count only the time those leave. No kernel runs faster than its launch floor (launch_floor_ns a
@@ -82,8 +86,9 @@ def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = No
         if finding.kernel_id is not None:
             by_kernel.setdefault(finding.kernel_id, []).append(finding)
     yields = _yields_to()
-    floor = launch_floor_ns()
+    default_floor = launch_floor_ns()
     for kernel_id, group in by_kernel.items():
+        floor = (kernel_floor_ns or {}).get(kernel_id, default_floor)  # measured per report where it could be
         for finding in group:
             finding.potential = finding.estimated_speedup  # before overlaps and the floor: breaks ties
         later = [f for f in group if _later(f, group, yields)]
@@ -177,11 +182,12 @@ def report_severity(finding: Finding, total_ns: float) -> str:
 
 
 def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | None = None,
-         kernel_keys: dict | None = None, total_ns: float | None = None) -> list[Finding]:
+         kernel_keys: dict | None = None, total_ns: float | None = None,
+         kernel_floor_ns: dict | None = None) -> list[Finding]:
     """Sets savings and rank; `kernel_time_ns` maps a kernel id (or None for program findings) to time,
     `kernel_launches` its launches (for the launch floor), `kernel_keys` its identity across launch
     shapes, `total_ns` the report's time (kernel severities are shares of it)."""
-    combine_per_kernel(findings, kernel_time_ns, kernel_launches)
+    combine_per_kernel(findings, kernel_time_ns, kernel_launches, kernel_floor_ns)
     for finding in findings:
         if finding.kernel_id is not None or finding.estimated_savings_ns == 0.0:
             time_ns = kernel_time_ns.get(finding.kernel_id, 0.0)
@@ -212,3 +218,151 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
             finding.severity = SEVERITIES[floor_index]
         floor_index = max(floor_index, severity_order[finding.severity])
     return ordered
+
+
+# The throughput units a kernel's time can be bound by (normalized concepts, % of their peak), and which of
+# them each check's fix takes work off. A fix can at most bring the kernel down to its busiest unit that
+# keeps its work: that unit then runs at 100%. Checks not listed (latency: occupancy, ILP, grid size, tail,
+# block size; the clock) relieve none: the busiest unit of all bounds them.
+UNITS = {
+    "issue": ("issue_active_pct",), "dram": ("dram_throughput_pct",), "l2": ("l2_throughput_pct",),
+    "l1": ("l1_throughput_pct", "lsu_pipe_pct"), "fma": ("fma_pipe_pct", "fp16_pipe_pct"),
+    "alu": ("alu_pipe_pct",), "xu": ("xu_pipe_pct",), "fp64": ("fp64_pipe_pct",), "adu": ("adu_pipe_pct",),
+    "tensor": ("tensor_pipe_pct",),
+}
+UNIT_NAMES = {"issue": "instruction issue", "dram": "DRAM", "l2": "L2", "l1": "L1/shared memory",
+              "fma": "FMA pipe", "alu": "ALU pipe", "xu": "XU pipe", "fp64": "FP64 pipe",
+              "adu": "ADU pipe (indexed constant loads, branch targets)", "tensor": "tensor pipe"}
+RELIEVED_UNITS = {
+    "bank-conflicts": ("l1",),                                  # fewer wavefronts; the same instructions issue
+    "uncoalesced-global": ("l1", "l2", "dram"),                 # DRAM only where its bytes exceed the need
+    "local-memory-spill": ("l1", "l2", "dram", "issue"),
+    "atomic-contention": ("l1", "l2"),
+    "missing-tensor-cores": ("fma", "issue", "l1", "alu"),
+    "costly-fp-math": ("xu", "fp64", "fma", "issue", "alu"),
+    "warp-divergence": ("issue", "fma", "alu", "xu", "fp64", "adu"),
+    "block-size": ("issue", "fma", "alu", "xu", "fp64", "adu", "l1"),  # full warps: a 32nd of the instructions
+}
+UNBOUNDED = frozenset({"clock-throttling"})  # a faster clock speeds every SM unit alike
+# Measured over the cycles the SMs were active (ncu's pct_of_peak_sustained_active): over the kernel's elapsed
+# time they are that times the SMs' active share; a grid that leaves SMs idle is not bound by them.
+PER_ACTIVE_CYCLE = frozenset({"issue_active_pct", "l1_throughput_pct", "lsu_pipe_pct", "fma_pipe_pct", "fp16_pipe_pct",
+                              "alu_pipe_pct", "xu_pipe_pct", "fp64_pipe_pct", "adu_pipe_pct"})
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and value == value else None
+
+
+def _active_share(record: dict) -> float | None:
+    active, elapsed = _number(record.get("sm_active_cycles_avg")), _number(record.get("sm_cycles_elapsed"))
+    return clamp01(active / elapsed) if active is not None and elapsed else None
+
+
+def _dram_at_minimum(record: dict) -> bool:
+    """DRAM moves no more than the bytes the accesses need (the ideal sectors'), or the need is unknown:
+    coalescing then takes no bytes off DRAM."""
+    dram, ideal = record.get("dram_bytes"), record.get("global_sectors_ideal")
+    if not isinstance(dram, (int, float)) or not isinstance(ideal, (int, float)) or ideal != ideal or dram != dram:
+        return True
+    return dram <= 1.1 * ideal * 32
+
+
+def next_limiter(check: str, record: dict) -> tuple[str, float] | None:
+    """(unit, % busy) of the busiest unit the check's fix leaves its work on, or None when none is measured."""
+    if check in UNBOUNDED:
+        return None
+    relieved = set(RELIEVED_UNITS.get(check, ()))
+    if check == "uncoalesced-global" and _dram_at_minimum(record):
+        relieved.discard("dram")
+    busy, active = [], _active_share(record)
+    for unit, concepts in UNITS.items():
+        if unit in relieved:
+            continue
+        values = [(_number(record.get(c)), c) for c in concepts]
+        values = [v if c not in PER_ACTIVE_CYCLE else v * active for v, c in values
+                  if v is not None and (c not in PER_ACTIVE_CYCLE or active is not None)]
+        if values:
+            busy.append((unit, min(100.0, max(values))))
+    return max(busy, key=lambda pair: pair[1]) if busy else None
+
+
+def bound_by_next_limiter(findings: list[Finding], records: dict) -> None:
+    """A fix saves at most the time down to the next limiter: 1 - its busy share (a kernel whose DRAM stays at
+    89% can lose at most 11% however uncoalesced its loads)."""
+    for finding in findings:
+        record = records.get(finding.kernel_id)
+        limiter = next_limiter(finding.check, record) if record else None
+        if limiter is None:
+            continue
+        unit, pct = limiter
+        cap = clamp01(1.0 - pct / 100.0)
+        if finding.estimated_speedup > cap:
+            finding.notes.append(f"bounded by the next limiter: the {UNIT_NAMES[unit]} stays {pct:.1f}% busy after the "
+                                 f"fix, so at most {cap:.0%} of the kernel's time can go (estimated "
+                                 f"{finding.estimated_speedup:.0%})")
+            finding.evidence = {**finding.evidence, "next_limiter_pct": {"value": round(pct, 2), "unit": "%",
+                                                                          "limiter": unit}}
+            finding.estimated_speedup = cap
+
+
+def _stem_shared(a: str, b: str) -> bool:
+    """Two names of one kernel's variants: one is the other with a word added (`transposeSmem`,
+    `transposeSmemPad`), or they share most of their characters from the start or the end (`aos_update`,
+    `soa_update`). Names alike but for their numbers are generated siblings (`compute_x_279_gpu`,
+    `compute_x_309_gpu`: an OpenACC compiler's loops by line), not variants of one kernel."""
+    a, b = a.lower(), b.lower()
+    if re.sub(r"\d+", "#", a) == re.sub(r"\d+", "#", b):
+        return False
+    if a in b or b in a:
+        return True
+    prefix = len(os.path.commonprefix([a, b]))
+    suffix = len(os.path.commonprefix([a[::-1], b[::-1]]))
+    return max(prefix, suffix) >= 0.6 * min(len(a), len(b))
+
+
+TWIN_INSTRUCTIONS = 0.25  # variants that differ only in a fix execute about the same instructions (padding: the
+# same; AoS to SoA in the dev suite: 10.5 against 13.1 million, the extra pointer arithmetic)
+
+
+def measured_twins(findings: list[Finding], records: dict) -> None:
+    """Where the report holds a variant of the kernel without the problem (same launch shape, about the same
+    instructions, a name of the same stem, and the check silent on it), the difference in their measured
+    durations is the estimate: that is what the fix bought here."""
+    fired = {(f.check, f.kernel_id) for f in findings}
+    by_shape: dict[tuple, dict] = {}  # launches of one shape: the only candidates (thousands of launches, few shapes)
+    for launch_id, record in records.items():
+        by_shape.setdefault((record.get("grid_size"), record.get("block_size")), {})[launch_id] = record
+    for finding in findings:
+        record = records.get(finding.kernel_id)
+        if not record or not record.get("duration_ns"):
+            continue
+        twin = _twin(finding.check, record, by_shape.get((record.get("grid_size"), record.get("block_size")), {}), fired)
+        if twin is None:
+            continue
+        measured = clamp01(1.0 - twin["duration_ns"] / record["duration_ns"])
+        finding.notes.append(f"measured in this report: {twin['name']}, the same kernel without this problem (launch "
+                             f"shape and instructions alike), runs in {twin['duration_ns'] / 1e3:.1f} us against "
+                             f"{record['duration_ns'] / 1e3:.1f} us: {measured:.1%} of the time, the estimate "
+                             f"(the model said {finding.estimated_speedup:.0%})")
+        finding.evidence = {**finding.evidence, "twin_duration_ns": {"value": round(twin["duration_ns"], 1),
+                                                                     "kernel": twin["name"]}}
+        finding.estimated_speedup = measured
+
+
+def _twin(check: str, record: dict, records: dict, fired: set) -> dict | None:
+    shape = ("grid_size", "block_size")
+    instructions = record.get("instructions_executed")
+    for other_id, other in records.items():
+        if other is record or (check, other_id) in fired or other.get("name") == record.get("name"):
+            continue
+        if any(other.get(c) != record.get(c) or other.get(c) is None for c in shape):
+            continue
+        if not _stem_shared(other.get("name") or "", record.get("name") or ""):
+            continue
+        theirs = other.get("instructions_executed")
+        if not instructions or not theirs or abs(theirs - instructions) > TWIN_INSTRUCTIONS * instructions:
+            continue
+        if other.get("duration_ns"):
+            return other
+    return None

@@ -266,16 +266,18 @@ def print_tables(tables: dict[str, list[dict]], source: str, window_description:
             grid.caption = f"narrow terminal: {', '.join(c for c in COLUMNS[name] if c not in columns)} left out"
         keep = [COLUMNS[name].index(c) for c in columns]
         cells = [[r[i] for i in keep] for r in cells]
-        figures = [max([len(r[i]) for r in cells] + [1]) for i, c in enumerate(columns) if not _is_text(c)]
+        # A figure column is as wide as its widest figure or the longest word of its header (the header
+        # wraps between words, never inside one: `Instances`, not `Insta…`).
+        figure_width = {i: max([len(r[i]) for r in cells] + [len(w) for w in c.split()] + [1])
+                        for i, c in enumerate(columns) if not _is_text(c)}
         texts = sum(1 for c in columns if _is_text(c)) or 1
-        # The figures keep their full width (their headers wrap); long names are cut to what is left
-        # (3 characters of border and padding a column).
-        name_width = max(20, (console.width - sum(figures) - 3 * len(columns) - 4) // texts)
+        # The figures keep their full width; long names are cut to what is left of the terminal
+        # (3 characters of border and padding a column, 1 for the last border).
+        name_width = max(12, (console.width - sum(figure_width.values()) - 3 * len(columns) - 1) // texts)
         for i, column in enumerate(columns):
-            widest = max((len(r[i]) for r in cells), default=1)
             grid.add_column(column, justify="left" if _is_text(column) else "right", overflow="ellipsis",
-                            no_wrap=_is_text(column), min_width=None if _is_text(column) else widest,
-                            max_width=name_width if _is_text(column) else None)
+                            no_wrap=_is_text(column), min_width=figure_width.get(i),
+                            max_width=name_width if _is_text(column) else figure_width.get(i))
         for row in cells:
             grid.add_row(*(Text(visible(cell)) for cell in row))
         if not rows:

@@ -6,9 +6,10 @@ of those runs, at least MIN_NOISE, or DEFAULT_NOISE while fewer than three runs 
 The trend also measures the estimated-speedup models: for each finding present in one run and
 gone in the next, the savings it predicted beside the time actually saved.
 
-Like is compared with like: a series is one kernel (or NVTX range) of one program on one GPU, the
-program being the run's label (`batch --label`) and the GPU the device the profile names, so an A10G
-run never becomes the baseline of an A100 run. Runs are in date order; runs of one date by the time
+Like is compared with like: a series is one kernel (or NVTX range) of one program on one GPU, so an
+A10G run never becomes the baseline of an A100 run, nor one program's run another's. The program is the
+run's label (`batch --label`) where it has one, else its identity read off the run itself: its kind of
+profile, its steps' name and its main kernels (runs/_programs). Runs are in date order; runs of one date by the time
 their file was last written (when it is still there), then by path.
 """
 
@@ -93,6 +94,8 @@ def _trend(db_path: str) -> dict:
     runs.sort(key=lambda row: (row[1] or "", _written_at(row[2]), row[2] or ""))
     order = {row[0]: i for i, row in enumerate(runs)}
     info = {row[0]: {"date": row[1], "path": row[2], "kind": row[3], "label": row[4], "gpu": row[5]} for row in runs}
+    for content, program in _programs(con, runs).items():
+        info[content]["program"] = program
 
     kernels: dict[tuple, list] = defaultdict(list)
     for content, name, duration, launches, bad in con.execute(
@@ -107,7 +110,7 @@ def _trend(db_path: str) -> dict:
             set_aside["kernels.duration_ns"] += 1
             duration = None
         kind = info[content]["kind"]
-        kernels[(kind, info[content]["label"], info[content]["gpu"], name)].append({"run": order[content], **info[content], "duration_ns": duration,
+        kernels[(kind, info[content]["program"], info[content]["gpu"], name)].append({"run": order[content], **info[content], "duration_ns": duration,
                                       "launches": launches})
     ranges: dict[str, list] = defaultdict(list)
     noise_column = "noise" if any(r[1] == "noise" for r in con.execute("PRAGMA table_info(ranges)")) else "NULL"
@@ -120,7 +123,7 @@ def _trend(db_path: str) -> dict:
             if value is not None and _finite(value) is None:
                 set_aside[f"ranges.{column}"] += 1
         kernel_ns, own_noise = _finite(kernel_ns), _finite(own_noise)
-        ranges[(info[content]["label"], info[content]["gpu"], name)].append(
+        ranges[(info[content]["program"], info[content]["gpu"], name)].append(
             {"run": order[content], **info[content], "duration_ns": kernel_ns, "own_noise": own_noise})
 
     series = []
@@ -134,13 +137,17 @@ def _trend(db_path: str) -> dict:
     for entry in range_series:
         entry["regressions"] = sum(p["regression"] for p in entry["points"])
 
-    accuracy = _prediction_accuracy(con, runs, set_aside)
+    accuracy = _prediction_accuracy(con, runs, set_aside, {c: i["program"] for c, i in info.items()})
     con.close()
     series.sort(key=lambda s: -max(p["duration_ns"] or 0 for p in s["points"]))
     range_series.sort(key=lambda s: -max(p["duration_ns"] or 0 for p in s["points"]))
     counts = {where: n for where, n in set_aside.items() if n}
     notes = [set_aside_note(counts)] if counts else []
+    programs: dict[str, int] = {}
+    for content, *_ in runs:
+        programs[info[content]["program"]] = programs.get(info[content]["program"], 0) + 1
     return {"schema": TREND_SCHEMA, "version": __version__, "runs": [info[r[0]] for r in runs],
+            "programs": [{"name": name, "runs": count} for name, count in programs.items()],
             "kernels": series, "ranges": range_series, "prediction_accuracy": accuracy,
             **({"set_aside_values": counts, "notes": notes} if counts else {})}
 
@@ -171,11 +178,57 @@ def _written_at(path: str | None) -> float:
         return 0.0
 
 
-def _prediction_accuracy(con, runs, set_aside) -> list[dict]:
+MAIN_KERNELS = 5         # a program's main kernels: its longest, by time in the run
+SAME_PROGRAM_SHARE = 0.5  # two runs are one program when half the main kernels of the one with fewer are shared
+STEP_PREFIX = "median step: "
+
+
+def _programs(con, runs: list[tuple]) -> dict[str, str]:
+    """Each run's program: its label where batch was given one; else the runs of one kind of profile with
+    one steps' name (or none) whose main kernels mostly agree with the program's latest run (an edit that
+    changes one kernel stays the same program; an unrelated program shares no main kernel)."""
+    kernel_ns: dict[str, dict[str, float]] = defaultdict(dict)
+    for content, name, duration in con.execute(
+            f"SELECT content_hash, name, SUM(CASE WHEN {MEASURED.format('duration_ns')} THEN duration_ns END) "
+            "FROM kernels GROUP BY content_hash, name"):
+        if isinstance(name, str) and _finite(duration) is not None:
+            kernel_ns[content][name] = duration
+    steps = {}
+    for content, name in con.execute("SELECT content_hash, name FROM ranges WHERE name LIKE ?", (STEP_PREFIX + "%",)):
+        if isinstance(name, str):
+            steps[content] = name[len(STEP_PREFIX):]
+    programs, clusters, names = {}, [], set()
+    for content, _, path, kind, label, _ in runs:
+        if label:
+            programs[content] = str(label)
+            continue
+        ordered = sorted(kernel_ns.get(content, {}).items(), key=lambda item: (-item[1], item[0]))
+        main = {name for name, _ in ordered[:MAIN_KERNELS]}
+        key = (kind, steps.get(content))
+        home = next((c for c in reversed(clusters) if c["key"] == key and (
+            (not main and not c["main"]) or (main and c["main"] and len(main & c["main"]) >=
+                                             SAME_PROGRAM_SHARE * min(len(main), len(c["main"]))))), None)
+        if home is None:   # named after its first run's file: what a reader recognises
+            stem = Path(path).name if isinstance(path, str) else "a run"
+            for suffix in (".xz", ".gz"):
+                stem = stem.removesuffix(suffix)
+            name = f"program of {stem}"
+            base, n = name, 2
+            while name in names:
+                name, n = f"{base} #{n}", n + 1
+            names.add(name)
+            home = {"key": key, "name": name}
+            clusters.append(home)
+        home["main"] = main   # the program's latest run: a program drifts as it is edited
+        programs[content] = home["name"]
+    return programs
+
+
+def _prediction_accuracy(con, runs, set_aside, programs: dict) -> list[dict]:
     """Per check: findings of a kernel that went away in the next run holding that kernel (same profile
     kind), the savings they predicted beside the time the kernel actually saved."""
     order = {row[0]: i for i, row in enumerate(runs)}
-    kind = {row[0]: (row[3], row[4], row[5]) for row in runs}  # kind, program (label), GPU: like with like
+    kind = {row[0]: (row[3], programs.get(row[0]), row[5]) for row in runs}  # kind, program, GPU: like with like
     findings = defaultdict(set)
     predicted = {}
     for content, check, kernel, savings in con.execute(

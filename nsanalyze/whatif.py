@@ -69,7 +69,7 @@ def whatif(paths: list[str], options, asked: WhatIf) -> list[dict]:
 def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) -> dict:
     timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range, options.window)
     steps = find_steps(export, options.nvtx_range)
-    if steps is None or timeline.steps is None or timeline.step_starts is None or timeline.steps.get("clock") != "gpu":
+    if steps is None or timeline.steps is None or timeline.step_starts is None or timeline.steps.clock != "gpu":
         raise InputError(export.path, "no steps on the GPU's clock in the window (an NVTX range per step that "
                                       "launches GPU work): whatif replays steps")
     pid = steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
@@ -96,8 +96,8 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
         typical = median(predicted)
         predicted = np.where(predicted > OUTLIER_FACTOR * typical, typical, predicted)
     base_step, predicted_step = median(measured), median(predicted)
-    steps_in_window = timeline.steps["count"]
-    base_window = float(timeline.summary["span_ns"] or measured.sum())
+    steps_in_window = timeline.steps.count
+    base_window = float(timeline.summary.span_ns or measured.sum())
     saved_per_step = float(measured.sum() - predicted.sum()) / len(measured)
     predicted_window = base_window - saved_per_step * steps_in_window
     path_before = cp.critical_path(block.graph, block.base, block.median_step)

@@ -169,3 +169,81 @@ def test_trend_trips_only_on_the_slower_night(tmp_path):
         batch([str(tmp_path / night)], str(db), jobs=1)
         last = {r["name"] for r in regressions_in_last_run(trend(str(db)))}
         assert ("median step: step N" in last) == (name == "nightly3_slow"), (night, last)
+
+
+def test_batch_takes_what_report_takes_by_content(tmp_path, monkeypatch):
+    """Kineto traces named `kineto_step.json` (as a user's script names them), in folders or by name, are
+    stored; other JSON and text files are passed over; a folder with no profile is exit 2, said."""
+    import gzip
+    import json
+
+    from tests.conftest import REAL
+
+    for run, trace in (("a", "gpt_fp32_kineto.json.gz"), ("b", "mlp_eager_kineto.json.gz")):
+        (tmp_path / "traces" / run).mkdir(parents=True)
+        (tmp_path / "traces" / run / "kineto_step.json").write_bytes(gzip.decompress((REAL / trace).read_bytes()))
+    (tmp_path / "traces" / "package.json").write_text(json.dumps({"name": "not a trace"}))
+    (tmp_path / "traces" / "notes.txt").write_text("hello")
+    shutil.copy(REAL / "attn_naive_kineto.json.gz", tmp_path / "step_trace.gz")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["batch", "traces", "step_trace.gz", "--db", "h.sqlite"])
+    assert result.exit_code == 0, result.output
+    assert "3 stored, 0 already there, 0 failed" in result.stderr
+    with sqlite3.connect(tmp_path / "h.sqlite") as con:
+        runs = con.execute("SELECT path, kind FROM runs ORDER BY path").fetchall()
+    # stored absolute: a batch from another folder knows them again
+    assert runs == [(str(tmp_path / "step_trace.gz"), "kineto"),
+                    (str(tmp_path / "traces" / "a" / "kineto_step.json"), "kineto"),
+                    (str(tmp_path / "traces" / "b" / "kineto_step.json"), "kineto")]
+    monkeypatch.chdir(tmp_path / "traces")
+    again = CliRunner().invoke(cli, ["batch", "a", "--db", "../h.sqlite"])
+    assert again.exit_code == 0 and "0 stored, 1 already there, 0 failed" in again.stderr
+    with sqlite3.connect(tmp_path / "h.sqlite") as con:
+        assert con.execute("SELECT COUNT(DISTINCT path) FROM seen").fetchone()[0] == 3   # the same path, once
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "package.json").write_text("{}")
+    empty = CliRunner().invoke(cli, ["batch", str(tmp_path / "empty"), "--db", str(tmp_path / "e.sqlite")])
+    assert empty.exit_code == 2
+    assert f"nsanalyze: {tmp_path / 'empty'}: no profile found" in empty.stderr
+
+
+def test_trend_over_unrelated_programs_finds_no_regression(tmp_path):
+    """Four unrelated programs of one night in one folder, no --label: each is its own program (its steps and
+    main kernels differ), so no run is another's baseline; with one --label they are compared as asked."""
+    from nsanalyze.trend import regressions_in_last_run
+    from tests.conftest import REAL
+
+    names = ("mlp_eager_nsys", "attn_naive_nsys", "cnn_cl_nsys", "gpt_fp32_nsys")
+    (tmp_path / "runs").mkdir()
+    for name in names:
+        shutil.copy(REAL / f"{name}.sqlite.xz", tmp_path / "runs")
+    db = tmp_path / "h.sqlite"
+    batch([str(tmp_path / "runs")], str(db), jobs=1)
+    result = trend(str(db))
+    assert sorted(p["name"] for p in result["programs"]) == sorted(f"program of {n}.sqlite" for n in names)
+    assert regressions_in_last_run(result) == []
+    assert all(len({p["program"] for p in s["points"]}) == 1 for s in result["kernels"] + result["ranges"])
+    # the shared PyTorch kernel is four series, one per program, each of one run
+    shared = [s for s in result["kernels"] if s["name"] == "vectorized_elementwise_kernel"]
+    assert len(shared) >= 3 and all(len(s["points"]) == 1 for s in shared)
+    labelled = tmp_path / "labelled.sqlite"
+    batch([str(tmp_path / "runs")], str(labelled), jobs=1, label="one")
+    assert [p["name"] for p in trend(str(labelled))["programs"]] == ["one"]
+
+
+def test_trend_html_leads_with_the_median_step(tmp_path):
+    """Three nights of one benchmark: one program (its steps and kernels agree), and the HTML's first chart is
+    the median step's, before the kernels."""
+    from nsanalyze.render.trend_report import render_trend
+    from tests.conftest import REAL
+
+    for night, name in (("2026-11-01", "nightly1"), ("2026-11-02", "nightly2"), ("2026-11-03", "nightly3_slow")):
+        (tmp_path / night).mkdir()
+        shutil.copy(REAL / f"{name}_nsys.sqlite.xz", tmp_path / night)
+    db = tmp_path / "h.sqlite"
+    batch([str(tmp_path)], str(db), jobs=1)
+    result = trend(str(db))
+    assert result["programs"] == [{"name": "program of nightly1_nsys.sqlite", "runs": 3}]
+    html = render_trend(result, "html")
+    assert html.index("<h2>Median step</h2>") < html.index("<svg") < html.index("<h2>Kernels</h2>")
+    assert "median step: step N" in html[:html.index("<h2>Kernels</h2>")]

@@ -170,3 +170,107 @@ def test_a_sync_bubble_fix_is_predicted_on_the_gpu_clock():
     sql_difference = statistics.median(sql_gpu_step_periods(base)) - statistics.median(sql_gpu_step_periods(new))
     assert first["actual_savings_ns"] == pytest.approx(sql_difference, rel=0.05)
     assert "host-sync predicted" in result["summary"]
+
+
+def test_launch_counts_beside_times_and_per_launch_when_they_differ(tmp_path):
+    """The dev suite's export cut to 2 of small_step's 200 launches, against the whole export: the totals
+    differ 100-fold, the launches do not; the row shows both counts and compares one launch with one (SQL)."""
+    import shutil
+    import sqlite3
+
+    from nsanalyze.read.files import open_local
+    from nsanalyze.render.diff_report import render_diff
+    from nsanalyze.render.terminal import print_diff
+    from rich.console import Console
+    from tests.conftest import DEV_SUITE_NSYS
+
+    _, local = open_local(DEV_SUITE_NSYS)
+    cut = tmp_path / "two_launches.sqlite"
+    shutil.copy(local, cut)
+    small = "SELECT k.rowid, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName " \
+            "WHERE s.value = 'small_step' ORDER BY k.start"
+    with sqlite3.connect(cut) as con:
+        rows = con.execute(small).fetchall()
+        con.executemany("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid = ?", [(r,) for r, _ in rows[2:]])
+    all_ns = [ns for _, ns in rows]
+    result = diff(str(cut), str(DEV_SUITE_NSYS))
+    row = next(k for k in result["kernels"] if k["name"] == "small_step")
+    assert (row["launches_before"], row["launches_after"]) == (2, 200) and row["compared"] == "per launch"
+    assert row["before_per_launch_ns"] == sum(all_ns[:2]) / 2 and row["after_per_launch_ns"] == sum(all_ns) / 200
+    assert row["change"] == pytest.approx(row["after_per_launch_ns"] / row["before_per_launch_ns"] - 1)
+    assert abs(row["change"]) < 0.5 and row not in regressions(result, 10)   # the total grew 100-fold
+    # no steps in this export: the budget is of each window, not of a median step
+    assert {b["of"] for b in result["budget"]} == {"window"}
+    console = Console(record=True, width=160)
+    print_diff(result, console)
+    text = console.export_text()
+    assert "Time budget (of each window)" in text and "median step" not in text
+    assert "×2 " in text and "×200 " in text and " each)" in text and "/launch" in text
+    markdown = render_diff(result, "markdown")
+    assert "| time budget (of each window) |" in markdown and "×200" in markdown
+
+
+def test_every_changed_budget_part_shows_its_time(tmp_path):
+    """Pageable copies against pinned ones (real H200 runs): the copy time of a median step, 30.2 ms -> 4.84 ms,
+    is on the terminal and in the Markdown beside its share, not only in the JSON."""
+    from nsanalyze.render.diff_report import render_diff
+    from nsanalyze.render.terminal import print_diff
+    from rich.console import Console
+    from tests.conftest import REAL
+
+    result = diff(str(REAL / "transfer_pageable_nsys.sqlite.xz"), str(REAL / "transfer_pinned_nsys.sqlite.xz"))
+    copies = next(b for b in result["budget"] if b["part"] == "gpu_copy")
+    assert copies["of"] == "median step"
+    assert (round(copies["before_ns"] / 1e5), round(copies["after_ns"] / 1e4)) == (302, 484)
+    console = Console(record=True, width=160)
+    print_diff(result, console)
+    text = console.export_text()
+    assert "30.2 ms (99%)" in text and "4.84 ms (100%)" in text
+    assert "| copies | 30.2 ms (99%) | 4.84 ms (100%) |" in render_diff(result, "markdown")
+
+
+def test_kernels_of_one_name_at_two_shapes_are_told_apart():
+    """The fp32 GPT's ncu report runs one cuBLAS GEMM at grids of 768 and 2048 blocks: two rows, each named
+    with its launch shape on the terminal and in the Markdown."""
+    from rich.console import Console
+
+    from nsanalyze.render.diff_report import render_diff
+    from nsanalyze.render.terminal import print_diff
+    from tests.conftest import REAL
+
+    report = str(REAL / "gpt_fp32_full.ncu-rep.xz")
+    result = diff(report, report)
+    gemm = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas"
+    shapes = sorted(k["shape"] for k in result["kernels"] if k["name"] == gemm)
+    assert shapes == ["grid 2048 x block 128", "grid 768 x block 128"]
+    assert all(k["verdict"] == "within noise" and k["change"] == 0 for k in result["kernels"] if k["name"] == gemm)
+    console = Console(record=True, width=400)
+    print_diff(result, console, limit=100)
+    text = console.export_text()
+    assert f"{gemm[:30]}" in text and "… [grid 768 x block 128]" in text and "… [grid 2048 x block 128]" in text
+    assert "grid 768 x block 128" in render_diff(result, "markdown")
+
+
+def test_a_regression_under_the_same_check_says_why(dev_suite_model):
+    """The dev suite's model against itself with aos_update twice as slow and its uncoalesced-global finding
+    saving twice as much (what a worse access pattern does): the regression names the finding that grew."""
+    import copy
+
+    from nsanalyze.diff import _kernel_rows
+    from nsanalyze.render.diff_report import render_diff
+
+    slower = copy.deepcopy(dev_suite_model)
+    kernel = next(k for k in slower["kernels"] if k["name"] == "aos_update")
+    kernel["duration_ns"] *= 2
+    finding = next(f for f in slower["findings"] if f["kernel_name"] == "aos_update" and f["check"] == "uncoalesced-global")
+    before_ns = finding["estimated_savings_ns"]
+    finding["estimated_savings_ns"] *= 2
+    row = next(r for r in _kernel_rows(dev_suite_model, slower) if r["name"] == "aos_update")
+    assert row["verdict"] == "regression" and row["findings_appeared"] == []
+    assert row["findings_worse"] == [{"check": "uncoalesced-global", "savings_before_ns": before_ns,
+                                      "savings_after_ns": 2 * before_ns}]
+    same = next(r for r in _kernel_rows(dev_suite_model, dev_suite_model) if r["name"] == "aos_update")
+    assert same["findings_worse"] == []
+    result = {"base": dev_suite_model["profiles"], "new": slower["profiles"], "kernels": [row], "ranges": [],
+              "predictions": []}
+    assert "uncoalesced\\-global 191 µs → 381 µs" in render_diff(result, "markdown").split("| aos\\_update |")[1].splitlines()[0]

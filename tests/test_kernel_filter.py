@@ -40,15 +40,34 @@ def test_ncu_by_regex_and_by_demangled_signature(tmp_path):
     assert [k["name"] for k in model["kernels"]] == ["reduce_sequential"]
 
 
-def test_nsys_sees_only_the_matching_kernels(tmp_path):
+def test_nsys_judges_only_the_matching_kernels_and_keeps_the_others_as_gpu_work(tmp_path):
+    """-k on an export narrows what is judged, not what ran: the kernels filtered out stay GPU work in the
+    budget (no idle time, so no idle cause is invented) and one part of the role split."""
+    from tests.conftest import sql
+
     model = report(tmp_path, str(DEV_SUITE_NSYS), "-k", "regex:sgemm")
     assert [k["name"] for k in model["kernels"]] == ["sgemm_tiled"]
-    assert model["timeline"]["kernel_ns"] == 1858426  # nsys stats: sgemm_tiled's total (fixtures/oracle)
+    assert model["kernels"][0]["duration_ns"] == 1858426  # nsys stats: sgemm_tiled's total (fixtures/oracle)
+    (all_ns,) = sql(DEV_SUITE_NSYS, "SELECT SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
+    assert model["timeline"]["kernel_ns"] == all_ns   # the whole capture: every kernel still counts
+    assert model["timeline"]["kernel_filter"]["filtered_out_ns"] == all_ns - 1858426
+    whole = report(tmp_path, str(DEV_SUITE_NSYS))
+    assert model["timeline"]["budget"] == whole["timeline"]["budget"]
+
     model = report(tmp_path, str(NIGHTLY), "-k", "regex:^nvjet_")
+    whole = report(tmp_path, str(NIGHTLY))
     (gemm,) = model["kernels"]
     assert gemm["name"] == "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
     assert model["timeline"]["steps"]["count"] == 149  # the steps are still found: they are NVTX ranges
-    assert gemm["launches"] == 2980 and model["timeline"]["kernel_ns"] == gemm["duration_ns"] == 572372335
+    assert gemm["launches"] == 2980 and gemm["duration_ns"] == 572372335
+    # a GPU-bound loop stays GPU-bound: the same budget and steps, no launch or idle cause read off the filter
+    assert model["timeline"]["budget"] == whole["timeline"]["budget"]
+    assert model["timeline"]["steps"]["median_ns"] == whole["timeline"]["steps"]["median_ns"]
+    idle_checks = {"launch-overhead", "gpu-idle", "host-compute", "host-sync"}
+    assert not idle_checks & {f["check"] for f in model["findings"]}
+    filtered = next(w for w in model["timeline"]["work"] if w["role"] == "filtered_out")
+    assert filtered["ns"] == model["timeline"]["kernel_ns"] - 572372335
+    assert any(note.startswith("-k regex:^nvjet_: 1 kernel judged; 4 other kernels") for note in model["timeline"]["notes"])
 
 
 def test_metrics_and_diff(tmp_path, capsys):

@@ -141,3 +141,22 @@ def test_unknown_report_is_a_usage_error(capsys):
         main(["stats", str(DEV_SUITE_NSYS), "--report", "cuda_gpu_kern_sum,gpu_sum"])
     assert exit_info.value.code == 2
     assert "gpu_sum" in capsys.readouterr().err
+
+
+def test_tables_fit_an_80_column_terminal():
+    """On 80 columns every table stays inside the terminal, headers wrap between words (`Instances`, not
+    `Insta…`), the figures stay whole and names are cut, not the figures."""
+    from rich.console import Console
+
+    from nsanalyze.read import read_profile
+
+    export = read_profile(DEV_SUITE_NSYS)
+    tables = stats.stats(export, list(stats.REPORTS), None)
+    console = Console(width=80, record=True)
+    stats.print_tables(tables, "dev_suite_nsys.sqlite", "the whole capture", console)
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    headers = "\n".join(line for line in lines if line.startswith("┃"))
+    assert "Instances" in headers and "Insta…" not in headers and "Calls" in headers
+    assert any("│ 20.7 │ 1927961 │         1 │ 1927961.0 │ one_block_too_many(float *, int)" in line for line in lines)
+    assert any(" 200 │     801.8 │ small_step(float *, int)" in line for line in lines)   # nsys stats: 160352 / 200

@@ -42,9 +42,20 @@ def global_settings() -> dict:
         return tomllib.load(handle)
 
 
-def limits_for(check: ModuleType, overrides: dict[str, float] | None = None) -> dict[str, float]:
+class Limits(dict):
+    """A check's thresholds by name, read as attributes (`limits.min_idle_share`); a misspelled name is an
+    AttributeError, not a silent default."""
+
+    def __getattr__(self, name: str) -> float:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"no threshold named {name!r}") from None
+
+
+def limits_for(check: ModuleType, overrides: dict[str, float] | None = None) -> Limits:
     """A check's thresholds: its defaults, then `check-id.key=value` overrides from the user."""
-    limits = {key: t.default for key, t in check.THRESHOLDS.items()}
+    limits = Limits({key: t.default for key, t in check.THRESHOLDS.items()})
     for key, value in (overrides or {}).items():
         check_id, _, name = key.rpartition(".")
         if check_id == check.ID and name in limits:
@@ -66,7 +77,10 @@ def run_kernel_checks(kernels: list[KernelView], overrides=None) -> tuple[list[F
     cuts = global_settings()["severity"]
     for check in kernel_checks():
         limits = limits_for(check, overrides)
+        applies = getattr(check, "applies", None)  # a check about hardware the GPU lacks has nothing to judge
         for kernel in kernels:
+            if applies is not None and not applies(kernel):
+                continue
             missing = kernel.missing(check.REQUIRES)
             if missing and set(missing) <= kernel.undefined:
                 continue  # e.g. bank conflicts of a kernel that uses no shared memory: nothing to judge

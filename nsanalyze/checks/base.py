@@ -249,21 +249,20 @@ def plural(count, noun: str) -> str:
 def budget_part(timeline, part: str, device_id=None) -> tuple[float, float]:
     """(ns, share of the window) of one part of the program's time budget (normalize.budget), over the
     window (GPUs averaged) or of one GPU."""
-    entries = timeline.budget or []
+    entries = timeline.budget or ()
     if device_id is not None:
-        entries = next((d.get("budget") or [] for d in timeline.devices if d["device_id"] == device_id), entries)
+        entries = next((d.budget or () for d in timeline.devices if d.device_id == device_id), entries)
     for entry in entries:
-        if entry["part"] == part:
-            return float(entry["ns"]), float(entry["share"] or 0.0)
+        if entry.part == part:
+            return float(entry.ns), float(entry.share or 0.0)
     return 0.0, 0.0
 
 
 def median_step_part(timeline, part: str) -> float | None:
     """ns of one budget part in a median steady step, when the run has steps."""
-    steps = timeline.steps or {}
-    for entry in steps.get("budget") or []:
-        if entry["part"] == part:
-            return float(entry["ns"])
+    for entry in (timeline.steps.budget or ()) if timeline.steps else ():
+        if entry.part == part:
+            return float(entry.ns)
     return None
 
 
@@ -277,9 +276,9 @@ def per_step_phrase(timeline, part: str, window_ns: float | None = None) -> str:
     raw_ns = budget_part(timeline, part)[0]
     if window_ns is not None and raw_ns and window_ns < raw_ns:
         per_step *= window_ns / raw_ns
-    text = f"{per_step / 1e6:.2f} ms of each {timeline.steps['median_ns'] / 1e6:.2f} ms step"
+    text = f"{per_step / 1e6:.2f} ms of each {timeline.steps.median_ns / 1e6:.2f} ms step"
     window_ns = budget_part(timeline, part)[0] if window_ns is None else window_ns
-    steps_ns = per_step * timeline.steps.get("count", 0)
+    steps_ns = per_step * timeline.steps.count
     if window_ns > 2 * steps_ns:  # most of it lies between the steps (a phase, the steps' outliers)
         text += f"; {max(0.0, window_ns - steps_ns) / 1e6:.0f} ms of it between or around the median steps"
     return f" ({text})"

@@ -5,9 +5,11 @@ The report does not store ncu's `--clock-control` option, but the clocks show it
 kernels run near the boost clock, and real throttling varies between kernels. A locked report says
 nothing about throttling, so clock-throttling is not judged on it.
 
-Only evidence decides: a clock near the maximum is free-running; a clock at the model's datasheet base
-clock (device names matched as whole model names: a laptop part is not its desktop namesake) is
-locked; one clock seen once, or one clock shared by every launch, below the maximum is probably
+Only evidence decides: a clock near the maximum is free-running, unless several kernels share it to the
+MHz (steady: unthrottled, locked or not); a clock at the model's datasheet base clock (device names
+matched as whole model names: a laptop part is not its desktop namesake) is locked, and one clearly
+below it (more than LOCK_SLACK, measured on kernels long enough) is a lock the GPU did not hold:
+evidence of power or thermal slowdown, judged against the locked clock; one clock seen once, or one clock shared by every launch, below the maximum is probably
 locked (a throttled GPU does not hold one clock to the MHz); only clocks that vary below the maximum
 are free-running and judged.
 """
@@ -25,6 +27,9 @@ BASE_TOLERANCE = 0.12     # measured clocks of short kernels read a few percent 
 LOCKED_SPREAD = 0.05      # kernels at one locked clock agree within a few percent (measured: 3% on an H200)
 MIN_KERNEL_NS = 20_000    # shorter kernels measure their clock too coarsely to compare
 BELOW_BOOST = 0.90        # a clock this close to the boost clock is free-running whatever the rest says
+# Under ncu's lock the clock most kernel time ran at stays within a few tenths of a percent of the base clock
+# (H200: 1492 against 1490 MHz, single kernels 1452-1498); further below, the GPU did not hold the lock.
+LOCK_SLACK = 0.04
 
 
 @lru_cache(maxsize=1)
@@ -93,16 +98,31 @@ def clock_control(rows: list[dict]) -> dict:
         return {**result, "reason": f"the one kernel measured ran at {clock / 1e6:.0f} MHz, near the "
                                     f"{maximum / 1e6:.0f} MHz maximum (one clock does not show how clocks were "
                                     "controlled)"}
+    spread = (max(long_enough) - min(long_enough)) / clock if clock else 0.0
+    if maximum and clock >= BELOW_BOOST * maximum and len(long_enough) > 1 and spread <= LOCKED_SPREAD:
+        return {**result, "mode": "steady", "reason": f"{len(long_enough)} kernels ran at one clock, {clock / 1e6:.0f} "
+                                                      f"MHz, near the {maximum / 1e6:.0f} MHz maximum: not throttled "
+                                                      "(one steady clock does not show whether it was locked or "
+                                                      f"free-running){aside}"}
     if maximum and clock >= BELOW_BOOST * maximum:
         return {**result, "mode": "free", "reason": f"kernels ran at {clock / 1e6:.0f} MHz, near the "
                                                     f"{maximum / 1e6:.0f} MHz maximum{aside}"}
+    long_measured = len(long_pairs) < len(measured) or all(d >= MIN_KERNEL_NS for _, d in measured)
+    if model and long_measured and clock < (1 - LOCK_SLACK) * model["base_hz"] \
+            and clock >= (1 - BASE_TOLERANCE * 3) * model["base_hz"]:
+        off = 1 - clock / model["base_hz"]
+        return {**result, "mode": "below-lock", "lock_hz": model["base_hz"],
+                "reason": f"kernels ran at {clock / 1e6:.0f} MHz" + (f" ({min(long_enough) / 1e6:.0f}-"
+                          f"{max(long_enough) / 1e6:.0f} MHz)" if len(long_enough) > 1 else "")
+                          + f", {off:.1%} below this GPU's {model['base_hz'] / 1e6:.0f} MHz base clock, the clock ncu "
+                          f"locks by default ({model['source']}): the GPU did not hold the lock (power or thermal "
+                          f"slowdown), so the clock is evidence{aside}"}
     if model and abs(clock - model["base_hz"]) <= BASE_TOLERANCE * model["base_hz"]:
         off = (clock - model["base_hz"]) / model["base_hz"]
         where = "at" if abs(off) < 0.005 else f"{abs(off):.1%} {'above' if off > 0 else 'below'}"
         return {**result, "mode": "locked", "reason": f"kernels ran at {clock / 1e6:.0f} MHz, {where} "
                                                       f"this GPU's {model['base_hz'] / 1e6:.0f} MHz base clock "
                                                       f"({model['source']}){aside}"}
-    spread = (max(long_enough) - min(long_enough)) / clock if clock else 0.0
     below = f", below the {maximum / 1e6:.0f} MHz maximum" if maximum else ""
     if len(long_enough) == 1:
         which = ("the one kernel measured" if len(measured) == 1 else

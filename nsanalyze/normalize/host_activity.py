@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nsanalyze.normalize.activity import distinct
 from nsanalyze.normalize.budget import IDLE_PARTS, PARTS, DeviceBudget, union
 
 TABLE_PATH = Path(__file__).with_name("host_activity.csv")
@@ -169,22 +170,25 @@ def all_threads_inside(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray
     """Where every one of these threads sits inside one of its calls: the host is blocked, not computing.
     A thread that waits in a condition all along (PyTorch's autograd thread between backward passes) does
     not make the main thread's own code a wait."""
-    layers = [union(starts[threads == t].copy(), ends[threads == t].copy(), owned=True) for t in np.unique(threads)]
+    layers = [union(starts[threads == t].copy(), ends[threads == t].copy(), owned=True) for t in distinct(threads)]
     return coverage(layers, len(layers))
 
 
-def paint(layers: list[tuple[np.ndarray, np.ndarray]], window: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The window cut at every island edge, each segment labelled by the first layer whose islands
-    cover it (len(layers): none). Layers are disjoint sorted islands (budget.union)."""
+def paint(layers: list[tuple[np.ndarray, np.ndarray]], window: tuple[int, int],
+          cuts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The window cut at every island edge (and at `cuts`), each segment labelled by the first layer whose
+    islands cover it (len(layers): none). Layers are disjoint sorted islands (budget.union)."""
     start, end = window
-    edges = [np.array([start, end], dtype=np.int64)]
+    edges = [np.array([start, end], dtype=np.int64)] + ([np.clip(cuts, start, end)] if cuts is not None else [])
     clipped = []
     for s, e in layers:
         s, e = np.clip(s, start, end), np.clip(e, start, end)
         keep = e > s
         clipped.append((s[keep], e[keep]))
         edges += [s[keep], e[keep]]
-    times = np.unique(np.concatenate(edges))
+    times = np.concatenate(edges)
+    times.sort(kind="stable")   # sorted runs (the cuts, each layer's islands): a merge of runs
+    times = distinct(times)
     label = np.full(len(times) - 1, len(layers), dtype=np.int16)
     for index in reversed(range(len(layers))):
         s, e = clipped[index]
@@ -215,7 +219,7 @@ def group_calls(starts, ends, name_ids, names: dict, source: str) -> list[CallsO
     """Calls split by class (table order first, then unknown names by time)."""
     if not len(starts):
         return []
-    ids = np.unique(name_ids)
+    ids = distinct(name_ids)
     class_of = {int(i): classify(names.get(int(i)) or f"call {int(i)}", source) for i in ids}
     by_class: dict[str, list[int]] = {}
     for i, cls in class_of.items():
@@ -247,25 +251,31 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
             for group in group_calls(starts, ends, name_ids, names, "os"):
                 group.islands = intersect(union(group.starts.copy(), group.ends.copy(), owned=True), blocked)
                 groups.append(group)
-        labels = budget.labelled.labels
-        busy = union(budget.labelled.starts[labels < PARTS.index("idle_other")],
-                     budget.labelled.ends[labels < PARTS.index("idle_other")])
         islands = [g.islands if g.islands is not None else union(g.starts.copy(), g.ends.copy(), owned=True)
                    for g in groups]
-        seg_s, seg_e, seg_label = paint([busy] + islands, (budget.start, budget.end))
-        idle_total = budget.labelled.totals()
-        claimed = np.zeros(len(PARTS))
+        # one cut of the window at every budget segment and class island edge: each piece lies in one budget
+        # part and is painted with at most one class, so (class, part) sums are one bincount
+        labelled = budget.labelled
+        seg_s, seg_e, seg_class = paint(islands, (budget.start, budget.end), labelled.starts)
+        seg_part = labelled.labels[np.maximum(np.searchsorted(labelled.starts, seg_s, side="right") - 1, 0)]
+        idle = (seg_part >= PARTS.index("idle_other")) & (seg_class < len(groups))
+        seg_s, seg_e, seg_class, seg_part = seg_s[idle], seg_e[idle], seg_class[idle], seg_part[idle]
+        by_class_part = np.bincount(seg_class.astype(np.int64) * len(PARTS) + seg_part, weights=seg_e - seg_s,
+                                    minlength=len(groups) * len(PARTS)).reshape(len(groups), len(PARTS)) \
+            if len(groups) else np.zeros((0, len(PARTS)))
+        idle_total = labelled.totals()
+        claimed = by_class_part.sum(axis=0)
+        order = np.argsort(seg_class, kind="stable")
+        bounds = np.searchsorted(seg_class[order], np.arange(len(groups) + 1))
         for k, group in enumerate(groups):
-            mine = seg_label == k + 1
-            idle_s, idle_e = union(seg_s[mine], seg_e[mine])
-            by_part = budget.labelled.totals_many(idle_s, idle_e).sum(axis=0) if len(idle_s) else np.zeros(len(PARTS))
-            claimed += by_part
+            mine = order[bounds[k]:bounds[k + 1]]   # this class's idle pieces, in time order
+            idle_s, idle_e = seg_s[mine], seg_e[mine]
             entry = acc.setdefault((group.source, group.name), _empty(group, step_windows))
             isl_s, isl_e = islands[k]
             inside = (group.ends > budget.start) & (group.starts < budget.end)
             entry["calls"] += int(inside.sum())
             entry["host_ns"] += float(measure_within(isl_s, isl_e, np.array([budget.start]), np.array([budget.end]))[0])
-            entry["idle_by_part"] += by_part
+            entry["idle_by_part"] += by_class_part[k]
             entry["islands"].append((idle_s, idle_e))
             _count_names(entry["names"], group, inside)
             if step_windows is not None:
@@ -305,7 +315,7 @@ def _empty(group: CallsOfClass, step_windows) -> dict:
 
 def _count_names(names: dict, group: CallsOfClass, inside: np.ndarray) -> None:
     ids, durations = group.name_ids[inside], (group.ends - group.starts)[inside]
-    for name_id in np.unique(ids):
+    for name_id in distinct(ids):
         mask = ids == name_id
         label = base_name(str(group.names.get(int(name_id)) or f"call {int(name_id)}"))
         calls, ns = names.get(label, (0, 0.0))

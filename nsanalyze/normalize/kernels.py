@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from nsanalyze.normalize.activity import NO_MAX, NO_MIN, Columns, dense_codes, read_kernels
+from nsanalyze.normalize.device_caps import device_caps
 from nsanalyze.normalize.metric_table import concept_units, evaluate, load_rules
 from nsanalyze.read.ncu import NcuReport
 from nsanalyze.read.nsys import NsysExport
@@ -43,6 +44,17 @@ class KernelTable:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def launch_shapes(self, names) -> dict[str, tuple[int, int]]:
+        """(blocks, threads per block) of each named kernel: the first launch shape of the name in the table."""
+        shapes = {}
+        for row in self.rows:
+            name = row.get("name")
+            if name in names and name not in shapes and None not in (row.get("grid_x"), row.get("block_x")):
+                blocks = row["grid_x"] * (row.get("grid_y") or 1) * (row.get("grid_z") or 1)
+                threads = row["block_x"] * (row.get("block_y") or 1) * (row.get("block_z") or 1)
+                shapes[name] = (int(blocks), int(threads))
+        return shapes
+
     @property
     def frame(self):
         import pandas as pd
@@ -60,7 +72,8 @@ def _cc_tuple(cc: str | None) -> tuple[int, int] | None:
     return int(major), int(minor)
 
 
-DERIVED_UNITS = {"fp_fma_share": "ratio", "fp16_fma_share": "ratio", "tensor_mma_ops": "operations"}
+DERIVED_UNITS = {"fp_fma_share": "ratio", "fp16_fma_share": "ratio", "tensor_mma_ops": "operations",
+                 "launch_overhead_ns": "ns", "tensor_cores": "flag", "locked_clock_hz": "hz"}
 TENSOR_PEAKS_PATH = Path(__file__).with_name("tensor_peaks.csv")
 TENSOR_CONCEPTS = ("tf32_peak_flops_per_s", "bf16_peak_flops_per_s")
 
@@ -149,6 +162,28 @@ def tensor_mma_ops(metrics: dict) -> float | None:
     return float(sum(values)) if values else None
 
 
+def launch_overhead_ns(values: dict) -> float | None:
+    """The part of a launch's duration in which no SM had work: its launch and drain, what no fix removes.
+    Duration x (1 - the busiest SM's active cycles / elapsed cycles). Without sm__cycles_active.max (basic
+    sets of older ncu) the busiest SM is estimated from the mean: x SMs / blocks for a grid smaller than
+    the GPU (a block per SM), the mean itself otherwise; both never exceed the busiest SM, so the result
+    is an upper bound of the overhead. None when not measured or not positive."""
+    duration = _finite(values.get("duration_ns"))
+    elapsed = _finite(values.get("sm_cycles_elapsed"))
+    if duration and not elapsed and _finite(values.get("sm_frequency_hz")):
+        elapsed = values["sm_frequency_hz"] * duration * 1e-9
+    if not duration or not elapsed:
+        return None
+    busiest = _finite(values.get("sm_active_cycles_max"))
+    if busiest is None:
+        mean, sms, grid = (_finite(values.get(c)) for c in ("sm_active_cycles_avg", "sm_count", "grid_size"))
+        if not (mean and sms and grid):
+            return None
+        busiest = mean * sms / min(grid, sms)
+    overhead = duration * (1.0 - busiest / elapsed)
+    return overhead if overhead > 0 else None
+
+
 def normalize_ncu(report: NcuReport) -> KernelTable:
     rows, sources, undefined = [], [], []
     concepts = list(dict.fromkeys(rule.concept for rule in load_rules())) + list(TENSOR_CONCEPTS)
@@ -176,7 +211,13 @@ def normalize_ncu(report: NcuReport) -> KernelTable:
         row.update(fp_instruction_mix(launch.metrics))
         if (ops := tensor_mma_ops(launch.metrics)) is not None:
             row["tensor_mma_ops"] = ops
-        row.update(tensor_peaks(cc, evaluation.values.get("fp32_peak_flops_per_s")))
+        caps = device_caps(row["device_name"])
+        if caps is not None:
+            row["tensor_cores"] = 1.0 if caps["tensor_cores"] else 0.0
+        row.update(tensor_peaks(cc, evaluation.values.get("fp32_peak_flops_per_s")) if caps is None or
+                   caps["tensor_cores"] else {concept: None for concept in TENSOR_CONCEPTS})
+        if (overhead := launch_overhead_ns(row)) is not None:
+            row["launch_overhead_ns"] = overhead
         rows.append(row)
         sources.append(evaluation.sources)
         undefined.append(evaluation.undefined)
@@ -289,3 +330,28 @@ def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = 
              "stddev_ns": "ns", "time_share": "ratio", "registers_per_thread": "registers",
              "shared_mem_per_block_bytes": "byte"}
     return KernelTable(export.path, "nsys", records, NSYS_COLUMNS, units)
+
+
+# Launches this short measure their overhead well: it is a large part of their time. On longer ones it is
+# the difference of two large cycle counts (the busiest SM's and the elapsed), within their noise.
+SHORT_LAUNCH_NS = 20_000
+
+
+def report_launch_floor(rows: list[dict], default_ns: float) -> dict:
+    """The launch floor of one report: the least launch overhead measured on its short launches
+    (launch_overhead_ns, each an upper bound of what no fix removes from that launch), never above
+    `default_ns`, the floor assumed where nothing is measured. {ns, measured, reason}."""
+    measured = [(r["launch_overhead_ns"], r.get("name")) for r in rows if _finite(r.get("launch_overhead_ns"))
+                and (r.get("duration_ns") or 0) <= SHORT_LAUNCH_NS]
+    if not measured:
+        return {"ns": float(default_ns), "measured": False,
+                "reason": f"not measured (no launch under {SHORT_LAUNCH_NS / 1e3:.0f} us with SM active and elapsed "
+                          f"cycles): {default_ns / 1e3:.1f} us assumed"}
+    overhead, name = min(measured, key=lambda pair: pair[0])
+    if overhead >= default_ns:
+        return {"ns": float(default_ns), "measured": True,
+                "reason": f"the least overhead measured, {overhead / 1e3:.2f} us, is above the "
+                          f"{default_ns / 1e3:.1f} us assumed"}
+    return {"ns": float(overhead), "measured": True,
+            "reason": f"{overhead / 1e3:.2f} us of {name}'s launch had no SM at work: the least overhead of the "
+                      f"report's {len(measured)} short launches measured"}

@@ -280,11 +280,28 @@ def find_steps(export: NsysExport, nvtx_name: str | None = None) -> Steps | None
     return Steps(normalized, tid, starts, ends, warmup=count_warmup(ends - starts))
 
 
+def name_clause(export: NsysExport, name: str) -> tuple[str, tuple]:
+    """The SQL condition on `nvtx.name` for `--nvtx-range NAME`: the ranges of that name; where none has it,
+    the ranges the report prints under it (`step N`: step 0, step 1, ..., numbers normalized)."""
+    if "N" not in name or export.scalar("SELECT 1 FROM nvtx WHERE name = ? LIMIT 1", (name,)):
+        return "name = ?", (name,)
+    names = [r[0] for r in export.query("SELECT DISTINCT name FROM nvtx WHERE name IS NOT NULL")
+             if isinstance(r[0], str) and normalize_name(r[0]) == name]
+    if not names:
+        return "name = ?", (name,)
+    con = export.connection
+    con.execute("DROP TABLE IF EXISTS temp.range_names")
+    con.execute("CREATE TEMP TABLE range_names(name TEXT PRIMARY KEY)")
+    con.executemany("INSERT OR IGNORE INTO range_names VALUES (?)", [(n,) for n in names])
+    return "name IN (SELECT name FROM temp.range_names)", ()
+
+
 def named_range(export: NsysExport, name: str) -> Steps | None:
     """Every instance of the NVTX range `name` (any thread, one or many), outermost ones only, as Steps
     to project on the GPU: the `--nvtx-range` window is the GPU work those instances launched."""
-    rows = export.query(f"SELECT start, end, global_tid FROM nvtx WHERE name = ? AND end IS NOT NULL AND {VALID_NVTX} "
-                        "ORDER BY start, end DESC", (name,))
+    clause, params = name_clause(export, name)
+    rows = export.query(f"SELECT start, end, global_tid FROM nvtx WHERE {clause} AND end IS NOT NULL AND {VALID_NVTX} "
+                        "ORDER BY start, end DESC", params)
     if not rows:
         return None
     starts = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))

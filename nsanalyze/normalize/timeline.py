@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nsanalyze.normalize import devices as gpus
-from nsanalyze.normalize import host_activity, host_calls
+from nsanalyze.normalize import host_activity, host_calls, model
+from nsanalyze.normalize import work as work_split
 from nsanalyze.normalize.activity import Activity, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
 from nsanalyze.normalize.critical_path import median_step_critical_path
@@ -26,55 +27,96 @@ from nsanalyze.normalize.phases import find_phases
 from nsanalyze.normalize.steps import (Steps, find_steps, is_step_like, named_range, normalize_name,
                                       project_on_gpu)
 from nsanalyze.normalize.work import analyze_work
-from nsanalyze.normalize.window import (FOREVER, SYNC_APIS, Window, WindowActivity, ids_where, name_like,  # noqa: F401
-                                        choose_window, window_activity)
+from nsanalyze.normalize.window import (FOREVER, SYNC_APIS, Window, WindowActivity, capture_start,  # noqa: F401
+                                        choose_window, ids_where, name_like, window_activity)
 from nsanalyze.read.nsys import CALL_TABLES, GRAPH_NAME_BASE, KERNEL_TABLE, NsysExport
 
 
 @dataclass
 class Timeline:
+    """The program model of one export. The sections the checks read are typed (normalize.model) once the
+    timeline is built; `to_json()` of each is the report's `timeline` object, key for key."""
+
     window: Window
-    summary: dict
-    devices: list[dict]
+    summary: model.Summary
+    devices: tuple
     streams: list[dict]
     ranges: list[dict]
-    gaps: list[dict]
-    syncs: dict
-    launches: dict
-    copies: dict
+    gaps: tuple
+    syncs: model.Syncs
+    launches: model.Launches
+    copies: model.Copies
     kernel_summary: list[dict] = field(default_factory=list)
-    device_kernels: list[dict] = field(default_factory=list)
+    device_kernels: tuple = ()
     gpu_metrics: dict | None = None
-    busy_clock: dict | None = None
-    budget: list[dict] | None = None       # [{part, ns, share}] over the window (mean over GPUs)
-    steps: dict | None = None              # the steady steps (normalize.steps) and their median budget
-    host_stretches: list[dict] = field(default_factory=list)  # longest idle_host stretches, with context
+    busy_clock: model.BusyClock | None = None
+    budget: tuple | None = None            # (BudgetPart, ...) over the window (mean over GPUs)
+    steps: model.StepsSummary | None = None  # the steady steps (normalize.steps) and their median budget
+    host_stretches: tuple = ()             # (HostStretch, ...): longest idle_host stretches, with context
     notes: list[str] = field(default_factory=list)  # what the export cannot show (graph-level traces)
-    api_calls: list[dict] = field(default_factory=list)  # CUDA calls by host time in the window
-    phases: list[dict] = field(default_factory=list)  # top-level NVTX range groups over the capture (normalize.phases)
-    work: list[dict] | None = None         # GPU kernel time by role (normalize.work), set after the kernel summary
+    api_calls: tuple = ()                  # (ApiCall, ...): CUDA calls by host time in the window
+    phases: tuple = ()                     # (Phase, ...): NVTX range groups over the capture, nested (normalize.phases)
+    work: tuple | None = None              # (RoleTime, ...): GPU kernel time by role (normalize.work)
     work_analysis: object | None = None    # normalize.work.WorkAnalysis: what the busy-GPU checks read
     kernel_table: KernelTable | None = None  # the window's kernel summary (normalize.kernels)
+    activity: Activity | None = None       # the arrays read (for the kernel summary; dropped after it)
     host_activity: host_activity.HostActivity | None = None  # what the host did while the GPU idled, by class
     step_starts: np.ndarray | None = None   # every steady step on its clock (ns), in order
     step_ends: np.ndarray | None = None
     step_indices: np.ndarray | None = None  # ... and its instance index (0 = the first instance of the range)
+    step_copy_bytes: dict = field(default_factory=dict)
+    left_out: model.LeftOut | None = None  # start-up and warm-up before a steady window
+    kernel_list: model.KernelList | None = None  # an ncu report's kernel list: what it tells beside the kernels  # "Device-to-Host from/to Pageable" -> bytes per steady step
     # The critical path of a median step, [{part, ns, share}] (normalize.critical_path); None where the
     # replay of its steps does not reproduce them (self-check) or there are no steps on the GPU's clock.
     critical_path: list[dict] | None = None
 
+    def metric_mean(self, name: str) -> float | None:
+        """The window's mean of a sampled GPU metric (normalize.gpu_metrics: `sm_issue_pct`, ...); None
+        where the export has no GPU metrics or not that one."""
+        stats = (self.gpu_metrics or {}).get(name)
+        return stats.get("mean") if isinstance(stats, dict) else None
+
     @property
     def step_periods(self) -> np.ndarray | None:
         return None if self.step_starts is None else self.step_ends - self.step_starts
-    activity: Activity | None = None       # the arrays read (for the kernel summary; dropped after it)
+
+    @classmethod
+    def of_kernel_list(cls, window: Window, kernel_ns: float, analysis, gpu_metrics: dict | None,
+                       kernel_list: model.KernelList | None = None) -> "Timeline":
+        """The model of an ncu report's kernel list: its kernels' time is the window, there is no host side."""
+        return cls(window=window, summary=model.Summary.of({"span_ns": kernel_ns, "kernel_ns": kernel_ns}),
+                   devices=(), streams=[], ranges=[], gaps=(), syncs=model.Syncs(), launches=model.Launches(),
+                   copies=model.Copies(), work=model.records(model.RoleTime, analysis.work), work_analysis=analysis,
+                   gpu_metrics=gpu_metrics, kernel_list=kernel_list)
+
+    def typed(self) -> "Timeline":
+        """The sections made by the normalize functions as typed records (normalize.model)."""
+        self.summary = model.Summary.of(self.summary)
+        self.devices = model.records(model.Device, self.devices)
+        self.device_kernels = model.records(model.DeviceKernel, self.device_kernels)
+        self.syncs, self.launches = model.Syncs.of(self.syncs), model.Launches.of(self.launches)
+        self.copies = model.Copies.of(self.copies)
+        self.budget = model.records(model.BudgetPart, self.budget) if self.budget is not None else None
+        self.steps = model.StepsSummary.of(self.steps)
+        self.host_stretches = model.records(model.HostStretch, self.host_stretches)
+        self.api_calls = model.records(model.ApiCall, self.api_calls)
+        self.gaps = model.records(model.Gap, self.gaps)
+        self.busy_clock = model.BusyClock.of(self.busy_clock)
+        self.phases = model.records(model.Phase, self.phases)
+        self.work = model.records(model.RoleTime, self.work) if self.work is not None else None
+        return self
 
 
 def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode: str = "steady") -> Timeline:
     with _Side() as side:
-        timeline, kernels_later = _timeline(export, skip_first_ns, nvtx_range, mode, side)
+        timeline, kernels_later, host_later = _timeline(export, skip_first_ns, nvtx_range, mode, side)
         # (asked for here, once the budget's segments and the window's selections are freed)
         timeline.kernel_table, timeline.work_analysis = kernels_later.result()
-    return timeline
+        timeline.host_activity = host_later.result()
+    timeline.kernel_summary = timeline.kernel_table.rows
+    work_split.attach(timeline, timeline.work_analysis)
+    return timeline.typed()
 
 
 def _timeline(export: NsysExport, skip_first_ns, nvtx_range, mode: str, side: "_Side") -> tuple:
@@ -106,13 +148,13 @@ def _timeline(export: NsysExport, skip_first_ns, nvtx_range, mode: str, side: "_
                                      _kernel_names(export, activity) if side.beside else None)
     host_side = {"streams": gpus.streams(wa), "ranges": host_calls.ranges(export, wa), "gaps": gpus.gaps(export, wa),
                  "syncs": syncs_later.result(), "launches": host_calls.launches(export, wa), "copies": host_calls.copies(wa)}
-    timeline = _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names,
-                                       comm_ids, peer_kinds, budgets_later.result(), host_side)
-    return timeline, kernels_later
+    timeline, host_later = _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names,
+                                       comm_ids, peer_kinds, budgets_later.result(), host_side, side)
+    return timeline, kernels_later, host_later
 
 
 def _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names, comm_ids, peer_kinds,
-                            budgets, host_side) -> Timeline:
+                            budgets, host_side, side: "_Side") -> tuple:
     devices = gpus.devices(export, wa, comm_ids, {b.device_id: b.labelled.totals()["gpu_communication"] for b in budgets})
     kernel_ns, copy_ns = wa.kernels.end - wa.kernels.start, wa.copies.end - wa.copies.start
     totals = (int(kernel_ns.sum()), len(wa.kernels), int(copy_ns[wa.copies.memset == 0].sum()),
@@ -149,8 +191,9 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     if steps is not None and timeline.steps is not None:
         timeline.step_starts, timeline.step_ends = steps.starts.copy(), steps.ends.copy()
         timeline.step_indices = steps.steady.copy()
-    timeline.host_activity = _host_activity(export, budgets, activity, call_names, capture.launching_threads,
-                                            steps if timeline.steps is not None else None)
+        timeline.step_copy_bytes = _step_copy_bytes(wa, timeline.step_starts, timeline.step_ends)
+    host_later = _host_activity(export, budgets, activity, call_names, capture.launching_threads,
+                                steps if timeline.steps is not None else None, side)
     # -- the critical path of a median step (normalize.critical_path) --
     if export.kind == "nsys" and timeline.steps is not None:
         timeline.critical_path = median_step_critical_path(export, steps, activity, capture.launching_threads)
@@ -158,9 +201,10 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
         from nsanalyze.read.kineto import launch_attribution
 
-        count = timeline.steps.get("count") if timeline.steps and window.kind == "steady" else None
+        count = timeline.steps["count"] if timeline.steps and window.kind == "steady" else None
         timeline.launches.update(launch_attribution(export, window.start, window.end, count,
                                                     lambda name: is_step_like(normalize_name(name))) or {})
+    timeline.left_out = _left_out(export, window, capture, call_names, steps) if window.kind == "steady" else None
     timeline.notes = _graph_notes(export, wa)
     timeline.api_calls = host_calls.api_calls(wa)
     timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads)
@@ -175,36 +219,95 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.gpu_metrics = gpu_metrics(samples, active.start, active.end, ranges)
     timeline.busy_clock = busy_clock(samples, active.start, active.end,
                                      next((d.clock_hz for d in export.devices if d.clock_hz), None))
-    return timeline
+    return timeline, host_later
 
 
 def _host_activity(export: NsysExport, budgets, activity: Activity, call_names: dict, launching_threads: np.ndarray,
-                   steps: Steps | None) -> host_activity.HostActivity | None:
-    """The window's host activity by class (normalize.host_activity): the CUDA calls of each GPU's processes,
-    and the OS runtime calls of the threads that launched GPU work, where the export traced them."""
+                   steps: Steps | None, side: "_Side"):
+    """The window's host activity by class (normalize.host_activity), made beside the rest (numpy only): the
+    CUDA calls of each GPU's processes, and the OS runtime calls of the threads that launched GPU work where
+    the export traced them (read here, on this thread: nothing beside asks SQLite)."""
     if not budgets:
-        return None
+        return _Later(host_activity.HostActivity, ((),))   # no GPU work in the window: no idle time to explain
     calls = activity.calls
 
     def cuda_calls(budget):
         mine = np.isin(calls.pid, budget.processes)
         return calls.start[mine], calls.end[mine], calls.name_id[mine], call_names
 
-    osrt = export.has("OSRT_API", "start", "end", "nameId", "globalTid")
-
-    def os_calls(budget):
-        threads = [int(t) for t in launching_threads if int(t) >> 24 in set(budget.processes)]
-        if not osrt or not threads:
-            return None
-        rows = export.query(f"""SELECT start, end, nameId, globalTid FROM OSRT_API
-                                WHERE globalTid IN ({','.join(map(str, threads))})
-                                AND end > ? AND start < ? AND end >= start""", (budget.start, budget.end))
-        starts, ends, name_ids, tids = (np.fromiter((r[i] for r in rows), np.int64, len(rows)) for i in range(4))
-        if len(threads) > 1 and len(np.unique(tids)) < len(threads):
-            return None if not len(rows) else (starts[:0], ends[:0], name_ids[:0], {}, tids[:0])  # a thread never blocked
-        return starts, ends, name_ids, export.strings(distinct(name_ids)) if rows else {}, tids
+    os_by_device = {budget.device_id: _os_calls(export, budget, launching_threads) for budget in budgets}
     windows = (steps.starts, steps.ends) if steps is not None else None
-    return host_activity.attribute(budgets, cuda_calls, os_calls, windows)
+    return side.submit_last(host_activity.attribute, budgets, cuda_calls, lambda b: os_by_device[b.device_id], windows)
+
+
+def _left_out(export: NsysExport, window: Window, capture: Activity, call_names: dict, steps: Steps | None):
+    """Start-up and warm-up before the steady window: its length, its share of the capture up to the window's
+    end, the warm-up steps in it and the host's CUDA calls in it by class (normalize.host_activity)."""
+    first = export.first_gpu_ns
+    if first is None or window.start <= -FOREVER:
+        return None
+    begin = capture_start(export, first)
+    if window.start <= begin:
+        return None
+    calls = capture.calls
+    mine = (calls.start >= begin) & (calls.start < window.start)
+    starts, ends, names = calls.start[mine], np.minimum(calls.end[mine], window.start), calls.name_id[mine]
+    rows = []
+    for group in host_activity.group_calls(starts, ends, names, call_names, "cuda"):
+        merged = union(group.starts.copy(), group.ends.copy(), owned=True)
+        ids, counts = np.unique(group.name_ids, return_counts=True)
+        top = host_activity.base_name(str(call_names.get(int(ids[np.argmax(counts)])) or "")) if len(ids) else None
+        rows.append(model.CallClassTime(class_=group.name, calls=len(group.starts),
+                                        host_ns=float((merged[1] - merged[0]).sum()), top_call=top))
+    rows.sort(key=lambda r: -r.host_ns)
+    kernels = capture.kernels
+    busy = (kernels.start >= begin) & (kernels.start < window.start)
+    islands = union(kernels.start[busy].copy(), np.minimum(kernels.end[busy], window.start), owned=True)
+    warmup_ns = 0.0
+    if steps is not None and steps.warmup:
+        on_gpu = steps.clock == "gpu"
+        first_step = steps.gpu_starts[0] if on_gpu and steps.gpu_starts[0] >= 0 else steps.host_starts[0]
+        warmup_ns = float(max(0, window.start - first_step))
+    span = window.end - begin
+    return model.LeftOut(start_ns=int(begin), end_ns=int(window.start), ns=float(window.start - begin),
+                         capture_share=(window.start - begin) / span if span > 0 else 0.0,
+                         warmup_steps=steps.warmup if steps is not None else 0, warmup_ns=warmup_ns,
+                         gpu_busy_ns=float((islands[1] - islands[0]).sum()), classes=tuple(rows[:8]))
+
+
+def _step_copy_bytes(wa: WindowActivity, starts: np.ndarray, ends: np.ndarray) -> dict:
+    """Bytes copied between host and device in each steady step (by copy start), by direction and host
+    memory kind (`Device-to-Host, Pageable`): what a step that stands out moved."""
+    copies = wa.copies
+    if not len(copies) or not len(starts):
+        return {}
+    host_kinds = [k for k, label in wa.copy_kinds.items() if label in host_calls.HOST_COPY_KINDS]
+    mine = (copies.memset == 0) & np.isin(copies.copy_kind, host_kinds)
+    index = np.searchsorted(starts, copies.start, side="right") - 1
+    mine &= (index >= 0) & (copies.start < ends[np.maximum(index, 0)])
+    out = {}
+    for kind, src, dst in {(int(k), int(s), int(d)) for k, s, d in
+                           zip(copies.copy_kind[mine], copies.src_kind[mine], copies.dst_kind[mine])}:
+        group = mine & (copies.copy_kind == kind) & (copies.src_kind == src) & (copies.dst_kind == dst)
+        host = wa.memory_kinds.get(dst if "to-Host" in str(wa.copy_kinds.get(kind)) else src)
+        label = f"{wa.copy_kinds.get(kind)}, {host}"
+        out[label] = out.get(label, 0) + np.bincount(index[group], weights=copies.bytes[group], minlength=len(starts))
+    return out
+
+
+def _os_calls(export: NsysExport, budget, launching_threads: np.ndarray):
+    """(starts, ends, name ids, names, threads) of the OS runtime calls of the threads that launched this GPU's
+    work, in its window; None where the export has none or a launching thread never made one."""
+    threads = [int(t) for t in launching_threads if int(t) >> 24 in set(budget.processes)]
+    if not threads or not export.has("OSRT_API", "start", "end", "nameId", "globalTid"):
+        return None
+    rows = export.query(f"""SELECT start, end, nameId, globalTid FROM OSRT_API
+                            WHERE globalTid IN ({','.join(map(str, threads))})
+                            AND end > ? AND start < ? AND end >= start""", (budget.start, budget.end))
+    starts, ends, name_ids, tids = (np.fromiter((r[i] for r in rows), np.int64, len(rows)) for i in range(4))
+    if len(threads) > 1 and len(distinct(tids)) < len(threads):
+        return None if not len(rows) else (starts[:0], ends[:0], name_ids[:0], {}, tids[:0])  # a thread never blocked
+    return starts, ends, name_ids, export.strings(distinct(name_ids)) if rows else {}, tids
 
 
 def _kernel_names(export: NsysExport, activity: Activity):

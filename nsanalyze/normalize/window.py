@@ -47,7 +47,10 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         first = export.scalar("SELECT MIN(start) FROM nvtx") or 0
     start, end, parts, kind = -FOREVER, FOREVER, [], "capture"
     if nvtx_range:
-        row = export.query("SELECT MIN(start), MAX(end), COUNT(*) FROM nvtx WHERE name = ?", (nvtx_range,))[0]
+        from nsanalyze.normalize.steps import name_clause   # `step N`: the instances the report names so
+
+        clause, params = name_clause(export, nvtx_range)
+        row = export.query(f"SELECT MIN(start), MAX(end), COUNT(*) FROM nvtx WHERE {clause}", params)[0]
         if not row[2]:
             from nsanalyze.errors import InputError
             names = [r[0] for r in export.query("SELECT DISTINCT name FROM nvtx ORDER BY name LIMIT 20")]
@@ -71,12 +74,12 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
             return Window(pattern.start, pattern.end,
                           f"steady state: from the first of {pattern.launches} launches of '{pattern.kernel}' "
                           f"(no step-like NVTX range; the loop read off its most launched kernel); "
-                          f"{max(0, pattern.start - _capture_start(export, first)) / 1e9:.2f} s of start-up "
+                          f"{max(0, pattern.start - capture_start(export, first)) / 1e9:.2f} s of start-up "
                           "before it left out", "steady")
     if kind == "capture" and mode == "steady" and steps is not None:
-        capture_start = _capture_start(export, first)
+        begin = capture_start(export, first)
         start, end = int(steps.starts[0]), int(steps.ends[-1])
-        startup = max(0, start - capture_start)
+        startup = max(0, start - begin)
         warm = f" and {steps.warmup} warm-up step{'s' if steps.warmup != 1 else ''}" if steps.warmup else ""
         clock = " on the GPU's clock" if steps.clock == "gpu" else " (host ranges: the steps launched no GPU work)"
         return Window(start, end, f"steady state: steps {steps.first_index}-{steps.total - 1} of '{steps.name}'{clock}; "
@@ -88,7 +91,7 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
     return Window(start, end, "; ".join(parts), kind)
 
 
-def _capture_start(export: NsysExport, first_gpu_ns: int) -> int:
+def capture_start(export: NsysExport, first_gpu_ns: int) -> int:
     """The program's start as the export shows it: its first CUDA call, or its first GPU work if earlier."""
     first_call = export.first_call_ns
     return min(first_call, first_gpu_ns) if first_call is not None else first_gpu_ns

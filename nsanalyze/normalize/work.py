@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nsanalyze.normalize.model import KernelRole
 from nsanalyze.normalize.activity import distinct
 
 ROLES = ("matmul_tensor", "matmul_simt", "attention_fused", "attention_unfused", "normalization", "elementwise",
@@ -121,7 +122,7 @@ class Chains:
 class WorkAnalysis:
     work: list[dict]                                   # [{role, ns, share}] over the window's kernel time
     kernel_ns: int
-    by_kernel: list[dict] = field(default_factory=list)  # [{name, role, ns, launches}] longest first
+    by_kernel: list = field(default_factory=list)  # [KernelRole (normalize.model)] longest first
     devices: dict = field(default_factory=dict)        # device id -> [{role, ns, share}]
     chains: Chains = field(default_factory=Chains.none)
     scores_glue: list[dict] = field(default_factory=list)  # kernels moved to attention_unfused by context
@@ -131,8 +132,8 @@ class WorkAnalysis:
     def role_ns(self, *roles: str) -> float:
         return float(sum(e["ns"] for e in self.work if e["role"] in roles))
 
-    def kernels_of(self, *roles: str, limit: int = 5) -> list[dict]:
-        return [k for k in self.by_kernel if k["role"] in roles][:limit]
+    def kernels_of(self, *roles: str, limit: int = 5) -> list:
+        return [k for k in self.by_kernel if k.role in roles][:limit]
 
 
 def _split(role_ns: dict[str, float]) -> list[dict]:
@@ -162,7 +163,7 @@ def analyze_kernel_rows(summary_rows: list[dict]) -> WorkAnalysis:
     _, role_ns, by_kernel = _by_name(summary_rows)
     analysis = WorkAnalysis(work=_split({k: max(v, 0.0) for k, v in role_ns.items()}),
                             kernel_ns=int(sum(role_ns.values())))
-    analysis.by_kernel = sorted((k for k in by_kernel if k["ns"] > 0), key=lambda k: -k["ns"])
+    analysis.by_kernel = [KernelRole.of(k) for k in sorted((k for k in by_kernel if k["ns"] > 0), key=lambda k: -k["ns"])]
     return analysis
 
 
@@ -198,7 +199,7 @@ def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kern
         if len(distinct(launches["device"])) > 1:
             analysis.devices = _per_device(launches)
     analysis.work = _split({k: max(v, 0.0) for k, v in role_ns.items()})
-    analysis.by_kernel = sorted((k for k in by_kernel if k["ns"] > 0), key=lambda k: -k["ns"])
+    analysis.by_kernel = [KernelRole.of(k) for k in sorted((k for k in by_kernel if k["ns"] > 0), key=lambda k: -k["ns"])]
     return analysis
 
 

@@ -45,7 +45,7 @@ def cache_dir() -> Path:
     return path
 
 
-def _content_key(path: Path) -> str:
+def content_key(path: Path) -> str:
     """The cache key: the compressed file's content, so a file replaced in place is never mistaken
     for the one before it (same size and mtime or not)."""
     import hashlib
@@ -101,39 +101,102 @@ def _head(path: Path, n: int = 16) -> bytes:
         return handle.read(n)
 
 
-def _decompress(path: Path, opener, suffix_len: int) -> Path:
-    import gzip
-    import lzma
+def cached(target: Path, write) -> Path:
+    """The cache entry `target`, made by `write(partial)` when it is missing: written to a partial file
+    that only a complete write renames into place, removed on every other exit (Ctrl-C and SIGTERM
+    included); the least recently used entries are evicted past the cache's limit."""
     import tempfile
 
-    target = cache_dir() / f"{_content_key(path)}-{path.name[:-suffix_len]}"
     _remove_orphans(target.parent)
     if target.exists():
         os.utime(target)  # recently used: the last to be evicted
         return target
-    limit = min(MAX_EXPANDED_BYTES, max(path.stat().st_size, 1 << 20) * MAX_EXPANSION_RATIO)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".partial-{os.getpid()}-")
+    os.close(fd)
     try:
-        with opener(path, "rb") as src, os.fdopen(fd, "wb") as dst:
-            written = 0
-            while chunk := src.read(1 << 20):
-                written += len(chunk)
-                if written > limit:
-                    raise InputError(path, f"expands to more than {limit / 2**30:.1f} GiB (over "
-                                           f"{MAX_EXPANSION_RATIO:g}x its size): refused as a decompression bomb; "
-                                           "NSANALYZE_MAX_EXPANSION and NSANALYZE_MAX_EXPANDED_GB raise the limits")
-                dst.write(chunk)
+        write(Path(tmp))
         os.replace(tmp, target)
-    except (lzma.LZMAError, OSError, EOFError, gzip.BadGzipFile) as exc:
-        reason = str(exc) if isinstance(exc, PermissionError) else "truncated or corrupt compressed file"
-        if isinstance(exc, OSError) and exc.errno == 28:
-            reason = "no space left for the decompressed copy in the cache"
-        raise InputError(path, f"{reason} ({exc.__class__.__name__}: {exc})") from None
-    finally:  # every exit path, Ctrl-C and SIGTERM included, removes the partial copy
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     _evict(target)
     return target
+
+
+class _Expanding:
+    """A compressed file read as the bytes it holds, refused once it expands past the limits (a
+    decompression bomb) and named in one line when it is truncated or corrupt."""
+
+    def __init__(self, path: Path, opener):
+        self.path, self.read_so_far = path, 0
+        self.limit = min(MAX_EXPANDED_BYTES, max(path.stat().st_size, 1 << 20) * MAX_EXPANSION_RATIO)
+        self._src = opener(path, "rb")
+
+    def read(self, n: int = 1 << 20) -> bytes:
+        import gzip
+        import lzma
+        import zlib
+
+        try:
+            chunk = self._src.read(n)
+        except (lzma.LZMAError, OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            reason = str(exc) if isinstance(exc, PermissionError) else "truncated or corrupt compressed file"
+            raise InputError(self.path, f"{reason} ({exc.__class__.__name__}: {exc})") from None
+        self.read_so_far += len(chunk)
+        if self.read_so_far > self.limit:
+            raise InputError(self.path, f"expands to more than {self.limit / 2**30:.1f} GiB (over "
+                                        f"{MAX_EXPANSION_RATIO:g}x its size): refused as a decompression bomb; "
+                                        "NSANALYZE_MAX_EXPANSION and NSANALYZE_MAX_EXPANDED_GB raise the limits")
+        return chunk
+
+    def close(self) -> None:
+        self._src.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def _opener(head: bytes):
+    import gzip
+    import lzma
+
+    return lzma.open if head.startswith(XZ_MAGIC) else gzip.open if head.startswith(GZ_MAGIC) else None
+
+
+def open_stream(path: Path):
+    """The file's bytes as a binary stream: xz and gzip decompressed as they are read, within the limits."""
+    opener = _opener(_head(path))
+    return _Expanding(path, opener) if opener else open(path, "rb")
+
+
+def _decompress(path: Path, suffix_len: int) -> Path:
+    def write(partial: Path) -> None:
+        try:
+            with open_stream(path) as src, open(partial, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+        except OSError as exc:
+            reason = str(exc) if isinstance(exc, PermissionError) else "truncated or corrupt compressed file"
+            if exc.errno == 28:
+                reason = "no space left for the decompressed copy in the cache"
+            raise InputError(path, f"{reason} ({exc.__class__.__name__}: {exc})") from None
+
+    return cached(cache_dir() / f"{content_key(path)}-{path.name[:-suffix_len]}", write)
+
+
+def is_kineto_name(name: str) -> bool:
+    name = name.lower()
+    for suffix in (".xz", ".gz"):
+        name = name.removesuffix(suffix)
+    return name.endswith(".json")
+
+
+def looks_like_json(head: bytes) -> bool:
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
 
 
 def detect_kind(path: Path, display: Path | None = None) -> ProfileKind:
@@ -147,8 +210,6 @@ def detect_kind(path: Path, display: Path | None = None) -> ProfileKind:
         name = name.removesuffix(suffix)
     if name.endswith(".ncu-rep"):
         return ProfileKind.NCU
-    from nsanalyze.read.kineto import looks_like_json   # (the Kineto reader, imported for traces only)
-
     if name.endswith(".json") or looks_like_json(head):
         return ProfileKind.KINETO
     if name.endswith((".sqlite", ".sqlite3", ".db")):
@@ -164,24 +225,29 @@ def detect_kind(path: Path, display: Path | None = None) -> ProfileKind:
 
 
 def open_local(path) -> tuple[ProfileKind, Path]:
-    """Returns the kind of profile and a plain, uncompressed file path to read it from."""
+    """Returns the kind of profile and a plain, uncompressed file path to read it from; a compressed
+    PyTorch profiler trace stays as it is (the Kineto reader decompresses it as a stream)."""
     path = Path(path)
     _check_readable(path)
     head = _head(path)
     if head.startswith(XZ_MAGIC) or path.name.endswith(".xz"):
         if not head.startswith(XZ_MAGIC):
             raise InputError(path, "not an xz file (wrong signature)")
-        import lzma
-
-        local = _decompress(path, lzma.open, 3)
     elif head.startswith(GZ_MAGIC) or path.name.endswith(".gz"):
         if not head.startswith(GZ_MAGIC):
             raise InputError(path, "not a gzip file (wrong signature)")
-        import gzip
-
-        local = _decompress(path, gzip.open, 3)
     else:
-        local = path
+        _check_readable_decompressed(path, path)
+        return detect_kind(path), path
+    with open_stream(path) as stream:
+        inner = stream.read(16)
+    if not inner:
+        raise InputError(path, "empty file after decompression")
+    name = path.name.lower().removesuffix(".xz").removesuffix(".gz")
+    if not inner.startswith(SQLITE_MAGIC) and not name.endswith(".ncu-rep") and (
+            name.endswith(".json") or looks_like_json(inner)):
+        return ProfileKind.KINETO, path   # (as detect_kind tells them)
+    local = _decompress(path, 3)
     _check_readable_decompressed(path, local)
     return detect_kind(local, display=path), local
 

@@ -21,19 +21,21 @@ predecessor ends. Extra tables the checks may read, for Kineto only:
 
 from __future__ import annotations
 
-import hashlib
+import codecs
 import json
+import json.scanner
 import math
-import os
 import re
 import sqlite3
-import tempfile
+from array import array
 from collections import Counter
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
 
 from nsanalyze.errors import InputError
+from nsanalyze.read.files import content_key, cache_dir, cached, is_kineto_name, open_stream
 
 FORMAT_VERSION = 5  # bump when the conversion changes: cached conversions of older versions are not reused
 PID_SHIFT = 24      # as nsys: globalTid = pid << 24 | tid (nsanalyze.normalize.activity.PID_SHIFT)
@@ -63,38 +65,166 @@ SYNC_KINDS = (("event", 1), ("wait", 2), ("stream", 3), ("context", 4), ("device
 LAUNCH_CALL = re.compile(r"^(cudaLaunch|cuLaunch|cudaGraphLaunch|cuGraphLaunch)")
 
 
-def is_kineto_name(name: str) -> bool:
-    name = name.lower()
-    for suffix in (".xz", ".gz"):
-        name = name.removesuffix(suffix)
-    return name.endswith(".json")
-
-
 def trace_files(folder: Path) -> list[Path]:
     """The Kineto traces directly in a folder (one per rank), by name."""
     return sorted(p for p in folder.iterdir() if p.is_file() and is_kineto_name(p.name))
 
 
-def looks_like_json(head: bytes) -> bool:
-    return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{")
+class _BadJSON(ValueError):
+    def __init__(self, msg: str, line: int, column: int):
+        super().__init__(msg)
+        self.msg, self.line, self.column = msg, line, column
 
 
-def _load(path: Path, display: str) -> dict:
+STREAMED = object()   # the value of a top-level key whose array was streamed, not kept
+_WS = re.compile(r"[ \t\n\r]*")
+_NEXT = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
+CHUNK = 1 << 20
+
+
+class _Document:
+    """A JSON document read a piece at a time with the standard library's own scanner: each value of the
+    streamed array is parsed whole (`json.JSONDecoder.raw_decode`), then dropped, so memory holds one
+    piece of the text and one event, not the document; what the scanner accepts (NaN, integers past
+    64 bits, escapes, its nesting limit) and its messages are those of `json.load`. The text's encoding
+    (UTF-8, UTF-16 or UTF-32, with or without a BOM) is told from its first bytes, as `json.loads` does."""
+
+    def __init__(self, stream):
+        self.stream, self.buf, self.i, self.eof = stream, "", 0, False
+        self.lines, self.column = 0, 0       # newlines and the last line's length in the text dropped
+        decoder = json.JSONDecoder()
+        self.raw_decode, self.scan_once = decoder.raw_decode, json.scanner.make_scanner(decoder)
+        self.decoder = None
+
+    def more(self) -> bool:
+        """The next piece of text after what is left of the buffer; False at the end."""
+        if self.eof:
+            return False
+        data = self.stream.read(max(CHUNK, len(self.buf) - self.i))   # a long value: reads double
+        if self.decoder is None:
+            self.decoder = codecs.getincrementaldecoder(json.detect_encoding(data))("surrogatepass")
+        text = self.decoder.decode(data, final=not data)
+        self.eof = not data
+        dropped = self.buf[:self.i]
+        newlines = dropped.count("\n")
+        if newlines:
+            self.lines += newlines
+            self.column = len(dropped) - dropped.rfind("\n") - 1
+        else:
+            self.column += len(dropped)
+        self.buf, self.i = self.buf[self.i:] + text, 0
+        return True
+
+    def error(self, msg: str, pos: int) -> _BadJSON:
+        newlines = self.buf.count("\n", 0, pos)
+        column = pos - self.buf.rfind("\n", 0, pos) if newlines else self.column + pos + 1
+        return _BadJSON(msg, self.lines + newlines + 1, column)
+
+    def peek(self) -> str:
+        """The next character past white space ("" at the end)."""
+        while True:
+            self.i = _WS.match(self.buf, self.i).end()
+            if self.i < len(self.buf):
+                return self.buf[self.i]
+            if not self.more():
+                return ""
+
+    def value(self):
+        while True:
+            try:
+                value, end = self.raw_decode(self.buf, self.i)
+            except json.JSONDecodeError as exc:
+                cut = exc.pos >= len(self.buf) - 64 or exc.msg.startswith("Unterminated string")
+                if cut and self.more():
+                    continue
+                raise self.error(exc.msg, exc.pos) from None
+            if end >= len(self.buf) and self.more():   # a number may go on in the next piece
+                continue
+            self.i = end
+            return value
+
+    def expect(self, chars: str, msg: str) -> str:
+        c = self.peek()
+        if not c or c not in chars:
+            raise self.error(msg, self.i)
+        self.i += 1
+        return c
+
+    def items(self, on_item) -> None:
+        """Each value of the array that starts here, given to `on_item` as it is read."""
+        self.expect("[", "Expecting value")
+        if self.peek() == "]":
+            self.i += 1
+            return
+        scan, separator = self.scan_once, _NEXT.match
+        while True:
+            buf, i = self.buf, self.i
+            try:   # the common case, inline: a whole value in the piece, then a comma
+                value, end = scan(buf, i)
+            except (StopIteration, json.JSONDecodeError):
+                end = len(buf)
+            if end >= len(buf):   # cut by the piece's end, or not JSON: the careful way
+                value, end = self.value(), None
+            on_item(value)
+            if end is not None:
+                found = separator(buf, end)
+                if found and found.end() < len(buf):
+                    self.i = found.end()
+                    continue
+                self.i = end
+            if self.expect(",]", "Expecting ',' delimiter") == "]":
+                return
+            self.peek()
+
+    def read(self, stream_key: str, on_item) -> object:
+        """The document, with each value of the array under `stream_key` (or of a bare top-level array)
+        given to `on_item` and replaced by STREAMED."""
+        c = self.peek()
+        if c == "[":
+            self.items(on_item)
+            document = STREAMED
+        elif c == "{":
+            self.i += 1
+            document = {}
+            if self.peek() == "}":
+                self.i += 1
+            else:
+                while True:
+                    if self.peek() != '"':
+                        raise self.error("Expecting property name enclosed in double quotes", self.i)
+                    key = self.value()
+                    self.expect(":", "Expecting ':' delimiter")
+                    if self.peek() == "[" and key == stream_key:
+                        self.items(on_item)
+                        document[key] = STREAMED
+                    else:
+                        document[key] = self.value()
+                    if self.expect(",}", "Expecting ',' delimiter") == "}":
+                        break
+        else:
+            document = self.value()
+        if self.peek():
+            raise self.error("Extra data", self.i)
+        return document
+
+
+def _load(path: Path, display: str, on_event) -> dict:
+    """The trace's top-level keys; each of its events is given to `on_event` as it is read."""
     try:
-        with open(path, "rb") as handle:
-            trace = json.load(handle)
-    except json.JSONDecodeError as exc:
-        raise InputError(display, f"not a readable PyTorch profiler trace: invalid JSON at line {exc.lineno} "
-                                  f"column {exc.colno} ({exc.msg}; a truncated file?)") from None
+        with open_stream(path) as stream:
+            trace = _Document(stream).read("traceEvents", on_event)
+    except _BadJSON as exc:
+        raise InputError(display, f"not a readable PyTorch profiler trace: invalid JSON at line {exc.line} "
+                                  f"column {exc.column} ({exc.msg}; a truncated file?)") from None
     except UnicodeDecodeError:
         raise InputError(display, "not a readable PyTorch profiler trace: not UTF-8 text") from None
     except RecursionError:
         raise InputError(display, "not a readable PyTorch profiler trace: JSON nested too deeply") from None
     except MemoryError:
         raise InputError(display, "PyTorch profiler trace too large to read into memory") from None
-    if isinstance(trace, list):  # the Chrome trace format also allows a bare event array
-        trace = {"traceEvents": trace}
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+    if trace is STREAMED:  # the Chrome trace format also allows a bare event array
+        trace = {"traceEvents": STREAMED}
+    if not isinstance(trace, dict) or trace.get("traceEvents") is not STREAMED:
         raise InputError(display, "not a PyTorch profiler (Kineto) trace: no traceEvents list")
     return trace
 
@@ -142,9 +272,9 @@ def _global(pid: int, tid: int = 0) -> int:
     return ((pid & 0xFFFFFFFF) << PID_SHIFT) | (tid & TID_MASK)
 
 
-def _ns(micros: list[float]) -> np.ndarray:
+def _ns(micros: np.ndarray) -> np.ndarray:
     """Float microseconds to integer nanoseconds, rounded."""
-    return np.rint(np.asarray(micros, dtype=np.float64) * 1000.0).astype(np.int64) if micros else np.zeros(0, np.int64)
+    return np.rint(np.asarray(micros, dtype=np.float64) * 1000.0).astype(np.int64)
 
 
 class _Strings:
@@ -201,281 +331,447 @@ def _memcpy_kinds(name: str) -> tuple[int, int | None, int | None]:
     return kind, MEMORY_KINDS.get(ends.group(1).strip().lower()), MEMORY_KINDS.get(ends.group(2).strip().lower())
 
 
-class _Table:
-    def __init__(self, name: str, columns: tuple[str, ...]):
-        self.name, self.columns, self.rows = name, columns, []
+NULL = -(1 << 63)   # a missing value in an integer column (no value _int gives is this low)
+ROWS = 50_000       # rows handed to SQLite at a time
 
 
-def convert(trace: dict, target: Path) -> dict:
-    """Writes the trace's activity as an nsys-shaped SQLite file; returns facts about the trace."""
-    strings = _Strings()
-    events = trace["traceEvents"]
-    gpu: dict[str, list] = {"kernel": [], "memcpy": [], "memset": [], "sync": []}
-    calls: list = []     # (table, ts, dur, pid, tid, correlation, name)
-    marks: list = []     # (ts, dur, pid, tid, name)  user annotations and steps
-    ops: list = []       # (ts, dur, pid, tid, name)  CPU ops
-    threads: dict = {}
-    processes: dict = {}
-    shapes = False
-    set_aside: Counter = Counter()   # "traceEvents[cat].ts" -> events whose time no measurement gives
-    for e in events:
-        if not isinstance(e, dict):
-            continue
-        ph = e.get("ph")
-        if ph == "M":
-            args = e.get("args") if isinstance(e.get("args"), dict) else {}
-            pid, tid = _int(e.get("pid")), _int(e.get("tid"), 0)
-            if pid is not None and isinstance(args.get("name"), str):
-                if e.get("name") == "thread_name":
-                    threads[(pid, tid)] = _text(args["name"])
-                elif e.get("name") == "process_name":
-                    processes.setdefault(pid, _text(args["name"]))
-            continue
-        if ph != "X":
-            continue  # flows (ac2g, fwdbwd), instants, counters: the correlation ids in args join calls to GPU work
-        cat = str(e.get("cat") or "").lower()
-        ts, dur = _num(e.get("ts")), _num(e.get("dur"))
-        if ts is None or abs(ts) > MAX_TS_US:    # NaN, ±inf, text, 3000 years: no time; set aside, counted
-            set_aside[f"traceEvents[{_text(cat)[:40]}].ts"] += 1
-            continue
-        if "dur" in e and (dur is None or dur < 0 or dur > MAX_DUR_US):   # a duration below 0 or over a day
-            set_aside[f"traceEvents[{_text(cat)[:40]}].dur"] += 1
-            continue
-        dur = dur or 0.0
-        name = _text(e.get("name"))
+def _i(value, default=None):
+    """_int, with the common case (an int in range) inline."""
+    if type(value) is int and -INT_LIMIT < value < INT_LIMIT:
+        return value
+    return _int(value, default)
+
+
+def _n(value):
+    """_int for a column: NULL for None."""
+    if type(value) is int and -INT_LIMIT < value < INT_LIMIT:
+        return value
+    value = _int(value)
+    return NULL if value is None else value
+
+
+class _Columns:
+    """A table's values as they are read, one typed array per column ('d' float, 'q' integer, NULL
+    for a missing one): 8 bytes a value, not a Python object per value and a tuple per row."""
+
+    def __init__(self, **types: str):
+        for name, code in types.items():
+            setattr(self, name, array(code))
+        self._names = tuple(types)
+
+    def __len__(self) -> int:
+        return len(getattr(self, self._names[0]))
+
+    def np(self, name: str) -> np.ndarray:
+        column = getattr(self, name)
+        return np.frombuffer(column, dtype=np.float64 if column.typecode == "d" else np.int64) if len(column) \
+            else np.zeros(0, np.float64 if column.typecode == "d" else np.int64)
+
+
+def _gpu_columns(*extra: str) -> _Columns:
+    return _Columns(ts="d", dur="d", device="q", stream="q", corr="q", ctx="q", name="q", **{c: "q" for c in extra})
+
+
+KERNEL_EXTRA = ("regs", "gx", "gy", "gz", "bx", "by", "bz", "shared", "gnode", "gid")
+
+
+class _Reader:
+    """The events of a trace, sorted into the columns the conversion writes as they stream past."""
+
+    def __init__(self):
+        self.names: dict[str, int] = {}     # an event's name (as text) -> its number here
+        self.name_list: list[str] = []
+        self.step_name: list[bool] = []
+        self.kernel = _gpu_columns(*KERNEL_EXTRA)
+        self.memcpy = _gpu_columns("bytes")
+        self.memset = _gpu_columns("bytes")
+        self.sync = _gpu_columns()
+        self.calls = _Columns(driver="q", ts="d", dur="d", pid="q", tid="q", corr="q", name="q")
+        self.marks = _Columns(ts="d", dur="d", pid="q", tid="q", name="q")  # user annotations and steps
+        self.ops = _Columns(ts="d", dur="d", pid="q", tid="q", name="q")    # CPU ops
+        self.threads: dict = {}
+        self.processes: dict = {}
+        self.shapes = False
+        self.set_aside: Counter = Counter()   # "traceEvents[cat].ts" -> events whose time no measurement gives
+        self.cats: dict[str, tuple[str, str]] = {}   # a category as written -> (lower case, what it makes)
+
+    def name(self, value) -> int:
+        key = value if type(value) is str else str(value)
+        number = self.names.get(key)
+        if number is None:
+            number = self.names[key] = len(self.name_list)
+            self.name_list.append(key)
+            self.step_name.append(bool(STEP_NAME.match(_text(key))))
+        return number
+
+    def _meta(self, e: dict) -> None:
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         pid, tid = _int(e.get("pid")), _int(e.get("tid"), 0)
-        if cat in KERNEL_CATS or cat in MEMCPY_CATS or cat in MEMSET_CATS or cat in SYNC_CATS:
-            device = _int(args.get("device"), pid)
-            stream = _int(args.get("stream"), tid)
-            if device is None:
-                continue
-            key = ("kernel" if cat in KERNEL_CATS else "memcpy" if cat in MEMCPY_CATS
-                   else "memset" if cat in MEMSET_CATS else "sync")
-            gpu[key].append((ts, dur, device, stream if stream is not None else 0, _int(args.get("correlation")),
-                             _int(args.get("context")), name, args))
-        elif cat in RUNTIME_CATS or cat in DRIVER_CATS:
+        if pid is not None and isinstance(args.get("name"), str):
+            if e.get("name") == "thread_name":
+                self.threads[(pid, tid)] = _text(args["name"])
+            elif e.get("name") == "process_name":
+                self.processes.setdefault(pid, _text(args["name"]))
+
+    def __call__(self, e) -> None:
+        if type(e) is not dict and not isinstance(e, dict):
+            return
+        ph = e.get("ph")
+        if ph != "X":
+            if ph == "M":
+                self._meta(e)
+            return  # flows (ac2g, fwdbwd), instants, counters: the correlation ids in args join calls to GPU work
+        raw = e.get("cat")
+        known = self.cats.get(raw) if type(raw) is str else None
+        if known is None:
+            cat = str(raw or "").lower()
+            known = (cat, CAT_KINDS.get(cat, "other"))
+            if type(raw) is str:
+                self.cats[raw] = known
+        cat, kind = known
+        ts = e.get("ts")
+        if not (type(ts) is float and -MAX_TS_US <= ts <= MAX_TS_US):
+            ts = _num(ts)
+            if ts is None or abs(ts) > MAX_TS_US:    # NaN, ±inf, text, 3000 years: no time; set aside, counted
+                self.set_aside[f"traceEvents[{_text(cat)[:40]}].ts"] += 1
+                return
+        if "dur" in e:
+            dur = e["dur"]
+            if not (type(dur) is float and 0 <= dur <= MAX_DUR_US):
+                dur = _num(dur)
+                if dur is None or dur < 0 or dur > MAX_DUR_US:   # a duration below 0 or over a day
+                    self.set_aside[f"traceEvents[{_text(cat)[:40]}].dur"] += 1
+                    return
+                dur = dur or 0.0
+        else:
+            dur = 0.0
+        if kind == "gpu annotation":
+            return
+        pid = e.get("pid")
+        if not (type(pid) is int and -INT_LIMIT < pid < INT_LIMIT):
+            pid = _int(pid)
+        tid = e.get("tid")
+        if not (type(tid) is int and -INT_LIMIT < tid < INT_LIMIT):
+            tid = _int(tid, 0)
+        if kind == "other" or kind == "cpu op":
             if pid is None:
-                continue
-            table = "CUPTI_ACTIVITY_KIND_DRIVER" if cat in DRIVER_CATS else "CUPTI_ACTIVITY_KIND_RUNTIME"
-            calls.append((table, ts, dur, pid, tid, _int(args.get("correlation")), name))
-        elif cat in GPU_ANNOTATION_CATS:
-            continue
-        elif pid is not None and (cat in ANNOTATION_CATS or STEP_NAME.match(name)):
-            marks.append((ts, dur, pid, tid, name))
-        elif pid is not None and cat in CPU_OP_CATS:
-            ops.append((ts, dur, pid, tid, name))
-            shapes = shapes or "Input Dims" in args
+                return
+            name = self.name(e.get("name"))
+            if self.step_name[name]:
+                t = self.marks
+            elif kind == "cpu op":
+                t = self.ops
+                if not self.shapes:
+                    args = e.get("args")
+                    self.shapes = isinstance(args, dict) and "Input Dims" in args
+            else:
+                return
+            t.ts.append(ts), t.dur.append(dur), t.pid.append(pid), t.tid.append(tid), t.name.append(name)
+            return
+        args = e.get("args")
+        if type(args) is not dict:
+            args = args if isinstance(args, dict) else {}
+        if kind == "annotation":
+            if pid is None:
+                return
+            t = self.marks
+            t.ts.append(ts), t.dur.append(dur), t.pid.append(pid), t.tid.append(tid)
+            t.name.append(self.name(e.get("name")))
+        elif kind == "runtime" or kind == "driver":
+            if pid is None:
+                return
+            c = self.calls
+            c.driver.append(kind == "driver"), c.ts.append(ts), c.dur.append(dur), c.pid.append(pid)
+            c.tid.append(tid), c.corr.append(_n(args.get("correlation"))), c.name.append(self.name(e.get("name")))
+        else:
+            device = _i(args.get("device"), pid)
+            if device is None:
+                return
+            t = getattr(self, kind)
+            t.ts.append(ts), t.dur.append(dur), t.device.append(device)
+            t.stream.append(_i(args.get("stream"), tid))
+            t.corr.append(_n(args.get("correlation"))), t.ctx.append(_n(args.get("context")))
+            t.name.append(self.name(e.get("name")))
+            if t is self.kernel:
+                grid = args.get("grid") if isinstance(args.get("grid"), list) else []
+                block = args.get("block") if isinstance(args.get("block"), list) else []
+                g = [_i(v, 1) for v in (grid + [1, 1, 1])[:3]]
+                b = [_i(v, 1) for v in (block + [1, 1, 1])[:3]]
+                t.regs.append(_n(args.get("registers per thread")))
+                t.gx.append(g[0]), t.gy.append(g[1]), t.gz.append(g[2])
+                t.bx.append(b[0]), t.by.append(b[1]), t.bz.append(b[2])
+                t.shared.append(_i(args.get("shared memory"), 0))
+                t.gnode.append(_n(args.get("graph node id"))), t.gid.append(_n(args.get("graph id")))
+            elif t is not self.sync:
+                t.bytes.append(_i(args.get("bytes"), 0))
+
+
+# what an event's category (lower case) makes it
+CAT_KINDS = {**{c: "kernel" for c in KERNEL_CATS}, **{c: "memcpy" for c in MEMCPY_CATS},
+             **{c: "memset" for c in MEMSET_CATS}, **{c: "sync" for c in SYNC_CATS},
+             **{c: "runtime" for c in RUNTIME_CATS}, **{c: "driver" for c in DRIVER_CATS},
+             **{c: "gpu annotation" for c in GPU_ANNOTATION_CATS}, **{c: "annotation" for c in ANNOTATION_CATS},
+             **{c: "cpu op" for c in CPU_OP_CATS}}
+def _globals(pid: np.ndarray, tid: np.ndarray | int = 0) -> np.ndarray:
+    """_global over columns."""
+    return ((pid & 0xFFFFFFFF) << PID_SHIFT) | (np.asarray(tid, dtype=np.int64) & TID_MASK)
+
+
+def _most_common(values: np.ndarray) -> int:
+    """Counter(values).most_common(1)[0][0]: the most frequent, the first seen of equals."""
+    unique, first, counts = np.unique(values, return_index=True, return_counts=True)
+    best = np.flatnonzero(counts == counts.max())
+    return int(unique[best[np.argmin(first[best])]])
+
+
+def _rows(n: int, *columns):
+    """Rows for executemany, made ROWS at a time from columns: numpy arrays (NULL read as None), lists,
+    or single values repeated."""
+    for lo in range(0, n, ROWS):
+        hi = min(n, lo + ROWS)
+        parts = []
+        for column in columns:
+            if isinstance(column, np.ndarray):
+                part = column[lo:hi]
+                if part.dtype == np.int64 and (part == NULL).any():
+                    objects = part.astype(object)
+                    objects[part == NULL] = None
+                    parts.append(objects.tolist())
+                else:
+                    parts.append(part.tolist())
+            elif isinstance(column, list):
+                parts.append(column[lo:hi])
+            else:
+                parts.append(repeat(column, hi - lo))
+        yield from zip(*parts)
+
+
+def _gpu_times(t: _Columns, clip: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """start/end in ns, same-stream overlaps of rounding clipped."""
+    starts = _ns(t.np("ts"))
+    ends = starts + _ns(t.np("dur"))
+    if clip and len(starts) > 1:
+        device, stream = t.np("device"), t.np("stream")
+        order = np.lexsort((starts, stream, device))
+        prev, cur = order[:-1], order[1:]
+        overlap = ((device[prev] == device[cur]) & (stream[prev] == stream[cur]) & (ends[prev] > starts[cur])
+                   & (ends[prev] - starts[cur] <= 2))   # rounding: the later one starts where the earlier ends
+        starts[cur[overlap]] = np.minimum(ends[prev[overlap]], ends[cur[overlap]])
+    return starts, ends
+
+
+def convert(trace: dict, events: _Reader, target: Path) -> dict:
+    """Writes the trace's activity as an nsys-shaped SQLite file; returns facts about the trace."""
+    strings = _Strings()
+    texts = [_text(n) for n in events.name_list]
 
     con = sqlite3.connect(target)
     con.execute("PRAGMA journal_mode = OFF")
     con.execute("PRAGMA synchronous = OFF")
-    tables: list[_Table] = []
 
-    corr_pid = {c[5]: c[3] for c in calls if c[5] is not None}
-    main_pid = Counter(c[3] for c in calls).most_common(1)[0][0] if calls else (
-        Counter(m[2] for m in marks).most_common(1)[0][0] if marks else 0)
+    def write(name: str, columns: tuple[str, ...], rows) -> None:
+        con.execute(f'CREATE TABLE "{name}" ({", ".join(columns)})')
+        con.executemany(f'INSERT INTO "{name}" VALUES ({", ".join("?" * len(columns))})', rows)
 
-    def gpu_rows(rows):
-        """start/end in ns, same-stream overlaps of rounding clipped."""
-        starts = _ns([r[0] for r in rows])
-        ends = starts + _ns([r[1] for r in rows])
-        order = np.lexsort((starts, [r[3] for r in rows], [r[2] for r in rows])) if rows else np.zeros(0, np.int64)
-        for prev, cur in zip(order[:-1], order[1:]):
-            if rows[prev][2:4] == rows[cur][2:4] and ends[prev] > starts[cur]:
-                if ends[prev] - starts[cur] <= 2:  # rounding: the later one starts where the earlier ends
-                    starts[cur] = min(ends[prev], ends[cur])
-        return starts, ends
+    calls = events.calls
+    call_pid, call_corr = calls.np("pid"), calls.np("corr")
+    if len(calls):
+        main_pid = _most_common(call_pid)
+    elif len(events.marks):
+        main_pid = _most_common(events.marks.np("pid"))
+    else:
+        main_pid = 0
+    # the process of each correlation id (the last call's that has it), for the GPU work it launched
+    known = np.flatnonzero(call_corr != NULL)[::-1]
+    corr_keys, first = np.unique(call_corr[known], return_index=True)
+    corr_pids = call_pid[known][first]
 
-    kernels = _Table("CUPTI_ACTIVITY_KIND_KERNEL", (
+    def gpu_pids(corr: np.ndarray) -> np.ndarray:
+        at = np.clip(np.searchsorted(corr_keys, corr), 0, max(len(corr_keys) - 1, 0))
+        found = (corr_keys[at] == corr) & (corr != NULL) if len(corr_keys) else np.zeros(len(corr), bool)
+        return _globals(np.where(found, corr_pids[at] if len(corr_keys) else 0, main_pid))
+
+    def ids(name_numbers: np.ndarray, also=None) -> tuple[np.ndarray, np.ndarray | None]:
+        """StringIds of the names, given in the order they are first used (and of also(name) after each)."""
+        unique, first_at = np.unique(name_numbers, return_index=True)
+        own, other = np.zeros(len(texts), np.int64), np.zeros(len(texts), np.int64)
+        for number in unique[np.argsort(first_at)].tolist():
+            own[number] = strings(texts[number])
+            if also:
+                other[number] = strings(also(texts[number]))
+        return own[name_numbers], other[name_numbers] if also else None
+
+    k = events.kernel
+    starts, ends = _gpu_times(k)
+    names, shorts = ids(k.np("name"), short_name)
+    write("CUPTI_ACTIVITY_KIND_KERNEL", (
         "start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "demangledName",
         "shortName", "mangledName", "registersPerThread", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
-        "staticSharedMemory", "dynamicSharedMemory", "localMemoryPerThread", "graphNodeId", "graphId"))
-    starts, ends = gpu_rows(gpu["kernel"])
-    for (ts, dur, device, stream, corr, ctx, name, args), s, t in zip(gpu["kernel"], starts, ends):
-        grid = args.get("grid") if isinstance(args.get("grid"), list) else []
-        block = args.get("block") if isinstance(args.get("block"), list) else []
-        g = [_int(v, 1) for v in (grid + [1, 1, 1])[:3]]
-        b = [_int(v, 1) for v in (block + [1, 1, 1])[:3]]
-        kernels.rows.append((int(s), int(t), device, ctx, stream, corr, _global(corr_pid.get(corr, main_pid)),
-                             strings(name), strings(short_name(name)), strings(name),
-                             _int(args.get("registers per thread")), *g, *b,
-                             _int(args.get("shared memory"), 0), 0, None,
-                             _int(args.get("graph node id")), _int(args.get("graph id"))))
-    tables.append(kernels)
+        "staticSharedMemory", "dynamicSharedMemory", "localMemoryPerThread", "graphNodeId", "graphId"),
+        _rows(len(k), starts, ends, k.np("device"), k.np("ctx"), k.np("stream"), k.np("corr"),
+              gpu_pids(k.np("corr")), names, shorts, names, k.np("regs"), k.np("gx"), k.np("gy"), k.np("gz"),
+              k.np("bx"), k.np("by"), k.np("bz"), k.np("shared"), 0, None, k.np("gnode"), k.np("gid")))
 
-    memcpy = _Table("CUPTI_ACTIVITY_KIND_MEMCPY", (
+    def by_name(t: _Columns, function) -> list:
+        """function(name) of each row's name, worked out once per name."""
+        done: dict[int, object] = {}
+        return [done[n] if n in done else done.setdefault(n, function(texts[n])) for n in t.np("name").tolist()]
+
+    m = events.memcpy
+    starts, ends = _gpu_times(m)
+    kinds = by_name(m, _memcpy_kinds)
+    write("CUPTI_ACTIVITY_KIND_MEMCPY", (
         "start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "bytes", "copyKind",
-        "srcKind", "dstKind"))
-    starts, ends = gpu_rows(gpu["memcpy"])
-    for (ts, dur, device, stream, corr, ctx, name, args), s, t in zip(gpu["memcpy"], starts, ends):
-        kind, src, dst = _memcpy_kinds(name)
-        memcpy.rows.append((int(s), int(t), device, ctx, stream, corr, _global(corr_pid.get(corr, main_pid)),
-                            _int(args.get("bytes"), 0), kind, src, dst))
-    tables.append(memcpy)
+        "srcKind", "dstKind"),
+        _rows(len(m), starts, ends, m.np("device"), m.np("ctx"), m.np("stream"), m.np("corr"),
+              gpu_pids(m.np("corr")), m.np("bytes"), [x[0] for x in kinds], [x[1] for x in kinds],
+              [x[2] for x in kinds]))
 
-    memset = _Table("CUPTI_ACTIVITY_KIND_MEMSET", (
-        "start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "value", "bytes",
-        "memKind"))
-    starts, ends = gpu_rows(gpu["memset"])
-    for (ts, dur, device, stream, corr, ctx, name, args), s, t in zip(gpu["memset"], starts, ends):
+    m = events.memset
+    starts, ends = _gpu_times(m)
+
+    def memory_kind(name: str):
         kind = re.search(r"\(([^()]*)\)", name)
-        memset.rows.append((int(s), int(t), device, ctx, stream, corr, _global(corr_pid.get(corr, main_pid)),
-                            0, _int(args.get("bytes"), 0),
-                            MEMORY_KINDS.get(kind.group(1).strip().lower()) if kind else None))
-    tables.append(memset)
+        return MEMORY_KINDS.get(kind.group(1).strip().lower()) if kind else None
 
-    if gpu["sync"]:
-        sync = _Table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", (
-            "start", "end", "deviceId", "contextId", "streamId", "correlationId", "syncType", "eventId"))
-        starts = _ns([r[0] for r in gpu["sync"]])
-        ends = starts + _ns([r[1] for r in gpu["sync"]])
-        for (ts, dur, device, stream, corr, ctx, name, args), s, t in zip(gpu["sync"], starts, ends):
-            lowered = name.lower()
-            sync_type = next((v for word, v in SYNC_KINDS if word in lowered), 0)
-            sync.rows.append((int(s), int(t), device, ctx, stream, corr, sync_type, None))
-        tables.append(sync)
+    write("CUPTI_ACTIVITY_KIND_MEMSET", (
+        "start", "end", "deviceId", "contextId", "streamId", "correlationId", "globalPid", "value", "bytes",
+        "memKind"),
+        _rows(len(m), starts, ends, m.np("device"), m.np("ctx"), m.np("stream"), m.np("corr"),
+              gpu_pids(m.np("corr")), 0, m.np("bytes"), by_name(m, memory_kind)))
 
-    call_starts = _ns([c[1] for c in calls])
-    call_ends = call_starts + _ns([c[2] for c in calls])
-    gtid = [_global(c[3], c[4]) for c in calls]
-    for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
-        t = _Table(table, ("start", "end", "eventClass", "globalTid", "correlationId", "nameId", "returnValue",
-                           "callchainId"))
-        t.rows = [(int(call_starts[i]), int(call_ends[i]), 1, gtid[i], c[5], strings(c[6]), 0, None)
-                  for i, c in enumerate(calls) if c[0] == table]
-        tables.append(t)
+    if len(events.sync):
+        m = events.sync
+        starts, ends = _gpu_times(m, clip=False)
+        write("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", (
+            "start", "end", "deviceId", "contextId", "streamId", "correlationId", "syncType", "eventId"),
+            _rows(len(m), starts, ends, m.np("device"), m.np("ctx"), m.np("stream"), m.np("corr"),
+                  by_name(m, lambda name: next((v for word, v in SYNC_KINDS if word in name.lower()), 0)), None))
 
-    mark_starts = _ns([m[0] for m in marks])
-    mark_ends = mark_starts + _ns([m[1] for m in marks])
-    nvtx = _Table("NVTX_EVENTS", ("start", "end", "eventType", "rangeId", "category", "color", "text", "globalTid",
-                                  "endGlobalTid", "textId", "domainId"))
-    nvtx.rows = [(int(mark_starts[i]), int(mark_ends[i]), 59, None, None, None, m[4],
-                  _global(m[2], m[3]), None, None, 0) for i, m in enumerate(marks)]
-    tables.append(nvtx)
+    call_starts = _ns(calls.np("ts"))
+    call_ends = call_starts + _ns(calls.np("dur"))
+    gtid = _globals(call_pid, calls.np("tid"))
+    driver = calls.np("driver").astype(bool)
+    for table, mine in (("CUPTI_ACTIVITY_KIND_RUNTIME", ~driver), ("CUPTI_ACTIVITY_KIND_DRIVER", driver)):
+        rows = np.flatnonzero(mine)
+        names, _ = ids(calls.np("name")[rows])
+        write(table, ("start", "end", "eventClass", "globalTid", "correlationId", "nameId", "returnValue",
+                      "callchainId"),
+              _rows(len(rows), call_starts[rows], call_ends[rows], 1, gtid[rows], call_corr[rows], names, 0, None))
 
-    call_ops = _Table("KINETO_CALL_OPS", ("correlationId", "globalTid", "start", "depth", "op"))
-    call_ops.rows = _call_ops(calls, call_starts, gtid, ops, marks)
-    tables.append(call_ops)
+    marks = events.marks
+    mark_starts = _ns(marks.np("ts"))
+    write("NVTX_EVENTS", ("start", "end", "eventType", "rangeId", "category", "color", "text", "globalTid",
+                          "endGlobalTid", "textId", "domainId"),
+          _rows(len(marks), mark_starts, mark_starts + _ns(marks.np("dur")), 59, None, None, None,
+                [texts[n] for n in marks.np("name").tolist()], _globals(marks.np("pid"), marks.np("tid")),
+                None, None, 0))
 
-    gpus = _Table("TARGET_INFO_GPU", ("vmId", "id", "name", "totalMemory", "memoryBandwidth", "clockRate", "smCount",
-                                      "computeMajor", "computeMinor", "maxThreadsPerBlock", "threadsPerWarp",
-                                      "maxShmemPerBlock", "maxShmemPerBlockOptin", "maxShmemPerSm",
-                                      "maxRegistersPerSm"))
+    write("KINETO_CALL_OPS", ("correlationId", "globalTid", "start", "depth", "op"),
+          _call_ops(events, texts, call_starts, gtid))
+
+    gpus = []
     properties = trace.get("deviceProperties") if isinstance(trace.get("deviceProperties"), list) else []
     for p in properties:
         if isinstance(p, dict) and _int(p.get("id")) is not None:
             name = p.get("name") if isinstance(p.get("name"), str) else None
-            gpus.rows.append((0, _int(p.get("id")), name, _int(p.get("totalGlobalMem")), None, None,
-                              _int(p.get("numSms")), _int(p.get("computeMajor")), _int(p.get("computeMinor")),
-                              _int(p.get("maxThreadsPerBlock")), _int(p.get("warpSize")),
-                              _int(p.get("sharedMemPerBlock")), _int(p.get("sharedMemPerBlockOptin")),
-                              _int(p.get("sharedMemPerMultiprocessor")), _int(p.get("regsPerMultiprocessor"))))
-    tables.append(gpus)
+            gpus.append((0, _int(p.get("id")), name, _int(p.get("totalGlobalMem")), None, None,
+                         _int(p.get("numSms")), _int(p.get("computeMajor")), _int(p.get("computeMinor")),
+                         _int(p.get("maxThreadsPerBlock")), _int(p.get("warpSize")),
+                         _int(p.get("sharedMemPerBlock")), _int(p.get("sharedMemPerBlockOptin")),
+                         _int(p.get("sharedMemPerMultiprocessor")), _int(p.get("regsPerMultiprocessor"))))
+    write("TARGET_INFO_GPU", ("vmId", "id", "name", "totalMemory", "memoryBandwidth", "clockRate", "smCount",
+                              "computeMajor", "computeMinor", "maxThreadsPerBlock", "threadsPerWarp",
+                              "maxShmemPerBlock", "maxShmemPerBlockOptin", "maxShmemPerSm", "maxRegistersPerSm"), gpus)
 
-    names = _Table("ThreadNames", ("nameId", "priority", "globalTid"))
-    names.rows = [(strings(n), 0, _global(pid, tid)) for (pid, tid), n in threads.items()]
-    tables.append(names)
-    cpu_pids = sorted({c[3] for c in calls} | {m[2] for m in marks} | {o[2] for o in ops})
-    procs = _Table("PROCESSES", ("globalPid", "pid", "name"))
-    procs.rows = [(_global(pid), pid, processes.get(pid)) for pid in cpu_pids]
-    tables.append(procs)
+    write("ThreadNames", ("nameId", "priority", "globalTid"),
+          [(strings(n), 0, _global(pid, tid)) for (pid, tid), n in events.threads.items()])
+    cpu_pids = sorted(set(call_pid.tolist()) | set(marks.np("pid").tolist()) | set(events.ops.np("pid").tolist()))
+    write("PROCESSES", ("globalPid", "pid", "name"),
+          [(_global(pid), pid, events.processes.get(pid)) for pid in cpu_pids])
 
     base = _int(trace.get("baseTimeNanoseconds"))
     if base is not None:
-        session = _Table("TARGET_INFO_SESSION_START_TIME", ("utcEpochNs", "utcTime", "localTime"))
-        session.rows = [(base, None, None)]
-        tables.append(session)
+        write("TARGET_INFO_SESSION_START_TIME", ("utcEpochNs", "utcTime", "localTime"), [(base, None, None)])
 
     info = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
-    launches = sum(1 for c in calls if LAUNCH_CALL.match(c[6]))
+    launching = [bool(LAUNCH_CALL.match(t)) for t in texts]
+    launches = sum(launching[n] for n in calls.np("name").tolist())
     facts = {"rank": _int(info.get("rank"), 0), "world_size": _int(info.get("world_size")),
-             "cpu_ops": len(ops), "launch_calls": launches, "record_shapes": int(shapes),
+             "cpu_ops": len(events.ops), "launch_calls": launches, "record_shapes": int(events.shapes),
              "base_time_ns": base, "format_version": FORMAT_VERSION}
-    meta = _Table("KINETO_META", ("key", "value"))
-    meta.rows = list(facts.items()) + [(f"set_aside:{where}", n) for where, n in sorted(set_aside.items())]
-    facts["set_aside"] = dict(set_aside)
-    tables.append(meta)
+    write("KINETO_META", ("key", "value"),
+          list(facts.items()) + [(f"set_aside:{where}", n) for where, n in sorted(events.set_aside.items())])
+    facts["set_aside"] = dict(events.set_aside)
 
-    string_table = _Table("StringIds", ("id", "value"))
-    string_table.rows = [(i, s) for s, i in strings.ids.items()]
-    tables.append(string_table)
-
-    for t in tables:
-        con.execute(f'CREATE TABLE "{t.name}" ({", ".join(t.columns)})')
-        con.executemany(f'INSERT INTO "{t.name}" VALUES ({", ".join("?" * len(t.columns))})', t.rows)
+    write("StringIds", ("id", "value"), [(i, s) for s, i in strings.ids.items()])
     con.commit()
     con.close()
     return facts
 
 
-def _call_ops(calls, call_starts, gtid, ops, marks) -> list[tuple]:
+def _call_ops(events: _Reader, texts: list[str], call_starts: np.ndarray, gtid: np.ndarray):
     """Per CUDA call, the CPU ops and annotations open around it on its thread, outermost first
     (ProfilerStep#N, the steps, left out): one sweep over the thread's frames and calls in time order."""
-    frames = [o for o in ops] + [m for m in marks if not STEP_NAME.match(m[4])]
-    if not frames or not calls:
-        return []
-    starts = _ns([f[0] for f in frames])
-    ends = starts + _ns([f[1] for f in frames])
-    threads = np.array([_global(f[2], f[3]) for f in frames], dtype=np.int64)
-    call_tid = np.array(gtid, dtype=np.int64)
-    rows = []
+    ops, marks = events.ops, events.marks
+    not_step = ~np.asarray(events.step_name, dtype=bool)[marks.np("name")] if len(marks) else np.zeros(0, bool)
+
+    def frame_column(name: str) -> np.ndarray:
+        return np.concatenate([ops.np(name), marks.np(name)[not_step]])
+
+    frame_names = frame_column("name")
+    if not len(frame_names) or not len(call_starts):
+        return
+    starts = _ns(frame_column("ts"))
+    ends = starts + _ns(frame_column("dur"))
+    threads = _globals(frame_column("pid"), frame_column("tid"))
+    corr = events.calls.np("corr")
     slack = 2  # ns of rounding: a child may end just after its parent
     for thread in np.unique(threads):
         mine = np.flatnonzero(threads == thread)
         mine = mine[np.lexsort((-ends[mine], starts[mine]))]
-        on_thread = np.flatnonzero(call_tid == thread)
+        frame_starts, frame_ends = starts[mine].tolist(), ends[mine].tolist()
+        frame_ops = [texts[n] for n in frame_names[mine].tolist()]
+        on_thread = np.flatnonzero(gtid == thread)
         on_thread = on_thread[np.argsort(call_starts[on_thread], kind="stable")]
-        stack: list[int] = []
-        f = 0
-        for i in on_thread:
-            at = call_starts[i]
-            while f < len(mine) and starts[mine[f]] <= at:
-                frame = mine[f]
-                while stack and ends[stack[-1]] + slack < starts[frame]:
+        thread = int(thread)
+        stack: list[int] = []   # positions in the thread's frames
+        f, count = 0, len(mine)
+        for at, c in zip(call_starts[on_thread].tolist(), corr[on_thread].tolist()):
+            while f < count and frame_starts[f] <= at:
+                while stack and frame_ends[stack[-1]] + slack < frame_starts[f]:
                     stack.pop()
-                stack.append(frame)
+                stack.append(f)
                 f += 1
-            while stack and ends[stack[-1]] + slack < at:
+            while stack and frame_ends[stack[-1]] + slack < at:
                 stack.pop()
+            c = None if c == NULL else c
             for depth, frame in enumerate(stack[:CALL_OP_DEPTH]):
-                rows.append((calls[i][5], int(call_tid[i]), int(at), depth, frames[frame][4]))
-    return rows
-
-
-def _content_key(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()[:24]
+                yield c, thread, at, depth, frame_ops[frame]
 
 
 def read_kineto(path, display_path=None):
-    """Converts a Kineto trace (cached by content) and opens it as an nsys export of kind `kineto`."""
-    from nsanalyze.read.files import _evict, _remove_orphans, cache_dir
+    """Converts a Kineto trace (cached by content) and opens it as an nsys export of kind `kineto`. The
+    trace is read as a stream (decompressed as it is read): memory holds the columns the conversion
+    writes, not the document."""
     from nsanalyze.read.nsys import read_nsys
 
     path = Path(path)
     display = str(display_path or path)
     stem = Path(display).name
-    target = cache_dir() / f"{_content_key(path)}-{stem}.kineto{FORMAT_VERSION}.sqlite"
-    _remove_orphans(target.parent)
-    if target.exists():
-        os.utime(target)
-    else:
-        trace = _load(path, display)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".partial-{os.getpid()}-")
-        os.close(fd)
+
+    def write(partial: Path) -> None:
+        events = _Reader()
+        trace = _load(path, display, events)
         try:
-            facts = convert(trace, Path(tmp))
-            if not facts["launch_calls"] and not _has_gpu_work(Path(tmp)):
-                raise InputError(display, "a PyTorch profiler trace without CUDA activity (kernels, copies or "
-                                          "CUDA calls): record with activities=[CPU, CUDA]")
-            os.replace(tmp, target)
+            facts = convert(trace, events, partial)
         except (sqlite3.Error, OverflowError, ValueError) as exc:
             raise InputError(display, f"cannot convert the PyTorch profiler trace ({exc.__class__.__name__}: {exc})") from None
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        _evict(target)
+        if not facts["launch_calls"] and not _has_gpu_work(partial):
+            raise InputError(display, "a PyTorch profiler trace without CUDA activity (kernels, copies or "
+                                      "CUDA calls): record with activities=[CPU, CUDA]")
+
+    target = cached(cache_dir() / f"{content_key(path)}-{stem}.kineto{FORMAT_VERSION}.sqlite", write)
     export = read_nsys(target, display_path=display)
     export.kind = "kineto"
     export.rank = int(export.scalar("SELECT value FROM KINETO_META WHERE key = 'rank'") or 0)

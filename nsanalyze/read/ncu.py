@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from nsanalyze.errors import InputError
+from nsanalyze.native_stderr import NativeStderr
 
 # SASS-instanced metrics whose per-PC values point a finding at source lines.
 SOURCE_COUNTERS = (
@@ -300,48 +301,7 @@ def set_aside_unmeasured(launches: list[NcuLaunch], display: str) -> tuple[list[
 NCU_SIGNATURE = b"NVR\x00"  # the first bytes of every .ncu-rep
 
 
-class _NativeStderr:
-    """NVIDIA's library logs to file descriptor 2 itself (absl: "Can't parse message of type
-    NV.Profiler.Messages.FileHeader ...") on damaged reports: while it reads, fd 2 goes to a temporary
-    file, so stderr keeps nsanalyze's one line; `said` is the library's last line, for that line."""
-
-    def __enter__(self):
-        import os
-        import sys
-        import tempfile
-
-        self.said = ""
-        try:
-            sys.stderr.flush()
-            self._log = tempfile.TemporaryFile()
-            self._saved = os.dup(2)
-            os.dup2(self._log.fileno(), 2)
-        except (OSError, ValueError, AttributeError):   # no fd 2 (a GUI, a closed stderr): nothing to keep off
-            self._saved = None
-        return self
-
-    def __exit__(self, *exc):
-        import os
-        import sys
-
-        if self._saved is None:
-            return False
-        try:
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
-        self._log.seek(0)
-        lines = [line.strip() for line in self._log.read(1 << 16).decode("utf-8", "replace").splitlines()
-                 if line.strip() and "absl::InitializeLog" not in line]
-        self._log.close()
-        if lines:
-            self.said = lines[-1].split("] ", 1)[-1][:200]
-        return False
-
-
-def _with_library_note(exc: InputError, native: _NativeStderr) -> InputError:
+def _with_library_note(exc: InputError, native: NativeStderr) -> InputError:
     if native.said and native.said not in exc.reason:
         return InputError(exc.path, f"{exc.reason} (NVIDIA's reader: {native.said})")
     return exc
@@ -356,7 +316,7 @@ def read_ncu(path, display_path=None, metrics=None) -> NcuReport:
         if handle.read(len(NCU_SIGNATURE)) != NCU_SIGNATURE:
             raise InputError(display, "not an Nsight Compute report (wrong file signature)")
     ncu_report = _import_ncu_report()
-    native = _NativeStderr()
+    native = NativeStderr()
     try:
         with native:
             return _read_loaded(ncu_report, path, display, wanted)

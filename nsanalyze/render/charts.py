@@ -35,13 +35,13 @@ _writable_matplotlib_dirs()
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
-from nsanalyze.read.ncu import _NativeStderr  # noqa: E402
+from nsanalyze.native_stderr import NativeStderr  # noqa: E402
 from nsanalyze.render.format import visible  # noqa: E402
 
 # Building its font cache, matplotlib runs fc-list, and Fontconfig prints its own complaints to fd 2
 # ("Fontconfig error: Cannot load default config file"); it also logs "building the font cache": both
 # kept off stderr, as NVIDIA's reader's logging is.
-with _NativeStderr():
+with NativeStderr():
     import matplotlib.pyplot as plt  # noqa: E402
 
 plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
@@ -225,10 +225,15 @@ def work_svg(timeline: dict | None) -> str | None:
     return _svg(figure)
 
 
+def _with_nested(phases: list[dict]) -> list[dict]:
+    """Each phase followed by the phases nested in it (normalize.phases), as rows of the time line."""
+    return [row for phase in phases for row in (phase, *_with_nested(phase.get("children") or []))]
+
+
 def phases_svg(timeline: dict | None) -> str | None:
-    """The run's phases on one time line: a row per phase, its instances as bars coloured by the budget
-    part that holds most of the phase, the analysis window shaded."""
-    phases = (timeline or {}).get("phases") or []
+    """The run's phases on one time line: a row per phase (nested phases under theirs, named by their path),
+    its instances as bars coloured by the budget part that holds most of the phase, the analysis window shaded."""
+    phases = _with_nested((timeline or {}).get("phases") or [])
     if not phases:
         return None
     origin = min(p["start_ns"] for p in phases)
@@ -242,7 +247,7 @@ def phases_svg(timeline: dict | None) -> str | None:
         spans = [((a - origin) / 1e9, max((b - a) / 1e9, 1e-6)) for a, b in phase.get("instances") or []]
         axes.broken_barh(spans, (row - 0.35, 0.7), color=BUDGET_COLORS.get(top, "#888888"))
     axes.set_yticks(range(len(phases)))
-    axes.set_yticklabels([literal(p["name"]) for p in reversed(phases)])
+    axes.set_yticklabels([literal(p.get("path") or p["name"]) for p in reversed(phases)])
     axes.set_xlabel("s since the first phase")
     axes.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.45))
     return _svg(figure)

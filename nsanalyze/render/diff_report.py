@@ -31,11 +31,13 @@ def render_markdown(result: dict) -> str:
                   f"{duration(steps['before_median_ns'])} | {duration(steps['after_median_ns'])} | {_change(steps['change'])} "
                   f"| ±{steps['noise']:.0%} | {steps['verdict']} |", ""]
     if result.get("budget"):
-        from nsanalyze.render.format import BUDGET_LABELS
+        from nsanalyze.render.format import BUDGET_LABELS, budget_cell, budget_changed
 
-        lines += ["| time budget (median step) | before | after |", "|---|---|---|"]
-        lines += [f"| {BUDGET_LABELS.get(b['part'], b['part'])} | {_share(b['before_share'])} | {_share(b['after_share'])} |"
-                  for b in result["budget"] if (b["before_share"] or 0) >= 0.005 or (b["after_share"] or 0) >= 0.005]
+        scope = result["budget"][0].get("of", "median step")
+        lines += [f"| time budget ({'median step' if scope == 'median step' else 'of each window'}) | before | after |",
+                  "|---|---|---|"]
+        lines += [f"| {BUDGET_LABELS.get(b['part'], b['part'])} | {budget_cell(b, 'before')} | {budget_cell(b, 'after')} |"
+                  for b in result["budget"] if budget_changed(b)]
         lines.append("")
     program = result.get("program") or {}
     if program.get("findings_gone") or program.get("findings_appeared"):
@@ -46,10 +48,15 @@ def render_markdown(result: dict) -> str:
         lines += [f"| {name(r['name'])} | {duration(r['before_ns'])} | {duration(r['after_ns'])} | {_change(r['change'])} "
                   f"| {r['verdict']} |" for r in result["ranges"]]
         lines.append("")
-    lines += ["| kernel | before | after | change | verdict | findings gone | findings new |", "|---|---|---|---|---|---|---|"]
+    from nsanalyze.render.format import diff_kernel_name, diff_time, diff_why
+
+    lines += ["| kernel | before (×launches) | after (×launches) | change | verdict | findings gone | findings new or worse |",
+              "|---|---|---|---|---|---|---|"]
     for k in result["kernels"]:
-        lines.append(f"| {name(k['name'])} | {duration(k['before_ns'])} | {duration(k['after_ns'])} | {_change(k['change'])} "
-                     f"| {k['verdict']} | {', '.join(k['findings_gone'])} | {', '.join(k['findings_appeared'])} |")
+        per_launch = " per launch" if k.get("before_per_launch_ns") is not None else ""
+        lines.append(f"| {name(diff_kernel_name(k))} | {escape(diff_time(k, 'before'))} | {escape(diff_time(k, 'after'))} | "
+                     f"{_change(k['change'])}{per_launch} | {k['verdict']} | {', '.join(k['findings_gone'])} | "
+                     f"{escape(diff_why(k))} |")
     if result["predictions"]:
         lines += ["", "Predictions checked (kernel findings of the base that are gone; program findings per median "
                   "step on the GPU's clock):", "",
@@ -71,8 +78,12 @@ def render_html(result: dict) -> str:
 
     from nsanalyze.render.format import BUDGET_LABELS
 
+    from nsanalyze.render.format import budget_cell, budget_changed, diff_kernel_name, diff_time, diff_why
+
     return environment().get_template("diff.html.j2").render(result=result, change=_change, share=_share,
-                                                             labels=BUDGET_LABELS)
+                                                             labels=BUDGET_LABELS, budget_cell=budget_cell,
+                                                             budget_changed=budget_changed, diff_time=diff_time,
+                                                             why=diff_why, kernel_name=diff_kernel_name)
 
 
 def render_diff(result: dict, fmt: str) -> str:

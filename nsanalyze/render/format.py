@@ -88,7 +88,7 @@ WORK_LABELS = {"matmul_tensor": "tensor-core GEMM", "matmul_simt": "CUDA-core GE
                "attention_unfused": "attention written out", "normalization": "normalization",
                "elementwise": "elementwise", "reduction": "reductions", "layout": "layout changes", "cast": "casts",
                "copy": "copy kernels", "communication": "communication", "optimizer": "optimizer", "graph": "CUDA graphs",
-               "other": "other"}
+               "other": "other", "filtered_out": "other kernels (filtered out)"}
 
 
 def work_text(work: list[dict] | None, min_share: float = 0.01) -> str:
@@ -123,15 +123,21 @@ def window_lines(timeline: dict) -> list[str]:
         lines.append(note)
     phases = timeline.get("phases") or []
     if phases:
-        lines.append("Phases: " + ", ".join(
-            f"{visible(p['name'])} ×{p['count']} ({duration(p['duration_ns'])}"
-            + (", outside the window" if not p["in_window_ns"] else "") + ")" for p in phases))
+        lines.append("Phases: " + ", ".join(phase_text(p) for p in phases))
     if timeline.get("budget"):
         scope = "a median step" if steps and steps.get("budget") else f"the window ({duration(timeline['span_ns'])})"
         lines.append(f"Time budget of {scope}: {budget_text((steps or {}).get('budget') or timeline['budget'])}")
     if timeline.get("work"):
         lines.append(f"GPU kernel time by role: {work_text(timeline['work'])}")
     return lines
+
+
+def phase_text(phase: dict) -> str:
+    """`epoch N ×3 (8.88 s: checkpoint ×3 7.99 s, train_step N ×60 768 ms)`: a phase and what it holds."""
+    inside = ", ".join(f"{visible(c['name'])} ×{c['count']} {duration(c['duration_ns'])}"
+                       for c in phase.get("children") or [])
+    return (f"{visible(phase['name'])} ×{phase['count']} ({duration(phase['duration_ns'])}"
+            + (f": {inside}" if inside else "") + (", outside the window" if not phase["in_window_ns"] else "") + ")")
 
 
 VERDICT_CHECKS = ("gpu-not-traced", "one-long-kernel", "transfer-bound")
@@ -184,3 +190,73 @@ def set_aside_note(counts: dict | None) -> str | None:
     more = f" and {len(counts) - 5} more" if len(counts) > 5 else ""
     return (f"Set aside: {total} value{'s' if total != 1 else ''} that no measurement gives (not finite, far below "
             f"zero, or a clock, count or duration of zero or less) in {parts}{more}: not used")
+
+
+def several_gpus_line(model: dict) -> str | None:
+    """The header's word when ncu reports of different GPUs share one report (their kernels' times are of
+    different GPUs); None for one GPU."""
+    gpus = model.get("gpus") or []
+    if len(gpus) < 2:
+        return None
+    return (f"Kernels of {len(gpus)} different GPUs ({', '.join(gpus)}): their times are each of its own GPU, "
+            "not comparable across them; each kernel names its GPU")
+
+
+def finding_gpu(model: dict, finding: dict) -> str | None:
+    """The GPU of a kernel finding's kernel where the report holds kernels of several GPUs; None otherwise."""
+    kernels = model.get("kernels") or []
+    kernel_id = finding.get("kernel_id")
+    if len(model.get("gpus") or []) > 1 and kernel_id is not None and 0 <= kernel_id < len(kernels):
+        return kernels[kernel_id].get("gpu")
+    return None
+
+
+def scope_names(model: dict, findings: list[dict]) -> list[str]:
+    """Each finding's kernel (or `program`), with its GPU where the report holds kernels of several GPUs."""
+    return [(finding["kernel_name"] or "program") + (f" ({gpu})" if (gpu := finding_gpu(model, finding)) else "")
+            for finding in findings]
+
+
+def budget_changed(part: dict) -> bool:
+    """A diff's budget part worth a row: a share of 0.5% or more on either side, or one that moved by 0.1%."""
+    before, after = part.get("before_share") or 0, part.get("after_share") or 0
+    return before >= 0.005 or after >= 0.005 or abs(after - before) >= 0.001
+
+
+def budget_cell(part: dict, side: str) -> str:
+    """`30.2 ms (99%)`: a diff's budget part on one side, its time beside its share."""
+    share, ns = part.get(f"{side}_share"), part.get(f"{side}_ns")
+    if share is None:
+        return "-"
+    return f"{duration(ns)} ({share:.0%})" if ns is not None else f"{share:.0%}"
+
+
+def diff_time(row: dict, side: str) -> str:
+    """A diff kernel row's time on one side with its launches: `1.20 ms ×200`, and the time of one launch
+    where the counts differ and the rows are compared per launch."""
+    ns, launches = row.get(f"{side}_ns"), row.get(f"launches_{side}")
+    if ns is None:
+        return "-"
+    text = duration(ns)
+    if launches is not None and (row.get("launches_before"), row.get("launches_after")) != (1, 1):   # one launch
+        text += f" ×{launches:.3g}"                                                                  # each: said once
+    if row.get(f"{side}_per_launch_ns") is not None:
+        text += f" ({duration(row[f'{side}_per_launch_ns'])} each)"
+    return text
+
+
+def diff_why(row: dict) -> str:
+    """New findings of a kernel, and findings of both profiles that grew (`uncoalesced-global 1.2 ms → 3.4 ms`)."""
+    parts = list(row.get("findings_appeared") or [])
+    parts += [f"{w['check']} {duration(w['savings_before_ns'])} → {duration(w['savings_after_ns'])}"
+              for w in row.get("findings_worse") or []]
+    return ", ".join(parts)
+
+
+def diff_kernel_name(row: dict, limit: int | None = None) -> str:
+    """A diff row's kernel, with its launch shape where its name runs at several (the name is what is
+    shortened to `limit`, never the shape that tells the rows apart)."""
+    shape = f" [{row['shape']}]" if row.get("shape") else ""
+    name = str(row["name"])
+    return (shorten(name, max(8, limit - len(shape))) if limit else name) + shape
+

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 from nsanalyze.render.format import (distinct_names, duration, evidence_value, health_line, kernel_list_work_line,
-                                     set_aside_note, shorten, show_invisible, visible, window_lines)
+                                     scope_names, set_aside_note, several_gpus_line, shorten, show_invisible,
+                                     visible, window_lines)
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
 DETAILED = 10           # findings with their advice folded in <details>
@@ -72,9 +73,9 @@ def html_text(text) -> str:
     return re.sub(r"(?i)\b(https?|ftp|www)(:|\.)", lambda m: m.group(1) + "&#8203;" + m.group(2), text)
 
 
-def _table(findings: list[dict]) -> list[str]:
+def _table(findings: list[dict], model: dict | None = None) -> list[str]:
     lines = ["| # | severity | check | kernel / scope | saves | finding |", "|---|---|---|---|---|---|"]
-    names = distinct_names([f["kernel_name"] or "program" for f in findings], NAME_LIMIT)
+    names = distinct_names(scope_names(model or {}, findings), NAME_LIMIT)
     for f, name in zip(findings, names):
         lines.append(f"| {f['rank']} | {f['severity']} | `{f['check']}` | "
                      f"{escape(name)} | "
@@ -107,6 +108,8 @@ def render(model: dict) -> str:
                         "not judged; `ncu --clock-control none` measures it")
         if p.get("set_aside_values") and p["kind"] == "ncu":
             head.append(f"- {escape(shorten(set_aside_note(p['set_aside_values']), LINE_LIMIT))}")
+    if several_gpus_line(model):
+        head.append(f"- {escape(several_gpus_line(model))}")
     timeline = model.get("timeline")
     if timeline:
         head += [f"- {escape(shorten(line, LINE_LIMIT))}" for line in window_lines(timeline)]
@@ -115,7 +118,7 @@ def render(model: dict) -> str:
     if model.get("gpu_metrics", {}).get("headline"):
         head.append(f"- {model['gpu_metrics']['headline']}")
     findings = [f for f in model["findings"] if f["severity"] != "info"]
-    body = [""] + (_table(findings) if findings else [escape(health_line(model))]) + [""]
+    body = [""] + (_table(findings, model) if findings else [escape(health_line(model))]) + [""]
     text = "\n".join(head + body)
     shown = 0
     for f in findings[:DETAILED]:
@@ -128,7 +131,7 @@ def render(model: dict) -> str:
     while len(text) > LIMIT - 200 and findings:   # a table too long on its own: drop rows from the end
         findings = findings[:-1]
         left += 1
-        text = "\n".join(head + [""] + _table(findings) + [""])
+        text = "\n".join(head + [""] + _table(findings, model) + [""])
     if len(text) > LIMIT - 200:   # the header alone too long (many profiles): cut at a line, always ends
         text = text[: text.rfind("\n", 0, LIMIT - 400) + 1] + "\n_The header was cut to fit a comment._\n"
     if left > 0:

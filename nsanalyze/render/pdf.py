@@ -117,10 +117,10 @@ def render(model: dict) -> bytes:
     error: Cannot load default config file", "No writable cache directories" where HOME or
     XDG_CACHE_HOME cannot be written): fd 2 goes to a temporary file while it runs, as for NVIDIA's
     reader, so stderr keeps nsanalyze's own lines."""
-    from nsanalyze.read.ncu import _NativeStderr
+    from nsanalyze.native_stderr import NativeStderr
 
     html = print_html(model)
-    with _NativeStderr():
+    with NativeStderr():
         from weasyprint import HTML
 
         logging.getLogger("weasyprint").setLevel(logging.ERROR)

@@ -56,6 +56,50 @@ def _message(finding: dict, note: str | None) -> str:
     return visible(text + (f" ({note})" if note else ""))
 
 
+def _profile_uri(path: str) -> str:
+    """The profile as SARIF's artifact: relative to the working directory where it lies inside it, else an
+    absolute file URI (CI shows it as a file outside the checkout)."""
+    import os
+    from pathlib import Path
+
+    absolute = Path(os.path.abspath(path))
+    try:
+        relative = inside(absolute.relative_to(Path.cwd()).as_posix())
+    except ValueError:
+        relative = None
+    return uri(relative) if relative else absolute.as_uri()
+
+
+def _profile_result(model: dict, finding: dict, index: dict) -> dict:
+    """A finding without a source line (a program finding of an nsys export or Kineto trace, a kernel
+    finding of a report without source counters): its location is the profile it was read from, with the
+    kernel, the NVTX range or the steps it judges as a logical location. Line 1 stands for the whole file
+    (GitHub code scanning needs a line); the fingerprint is the check, the scope and the profile's name, so
+    a rerun on the next commit is the same alert."""
+    import hashlib
+    from pathlib import PurePath
+
+    from nsanalyze.render.format import duration
+    from nsanalyze.render.scope import finding_scope
+
+    scope = finding_scope(model, finding)
+    profile = str(scope["profile"] or "profile")
+    name = visible(scope["name"])
+    text = visible(f"{finding['kernel_name'] or 'program'}: {finding['title']} ({name}; saves "
+                   f"{duration(finding.get('estimated_savings_ns'))}, {finding['estimated_speedup']:.0%} of the "
+                   f"{'kernel' if scope['kind'] == 'function' else 'window'})")
+    key = "\x00".join((finding["check"], scope["key"], PurePath(profile).name))
+    return {
+        "ruleId": finding["check"], "ruleIndex": index.get(finding["check"], 0), "level": LEVEL[finding["severity"]],
+        "message": {"text": text},
+        "locations": [{"physicalLocation": {"artifactLocation": {"uri": _profile_uri(profile)},
+                                            "region": {"startLine": 1}},
+                       "logicalLocations": [{"name": name, "kind": scope["kind"],
+                                             "fullyQualifiedName": visible(f"{PurePath(profile).name}::{scope['name']}")}]}],
+        "partialFingerprints": {"nsanalyzeFinding/v1": hashlib.sha256(key.encode()).hexdigest()[:32]},
+    }
+
+
 def project_urls() -> dict[str, str]:
     """The URLs the installed package declares ([project.urls] in pyproject.toml): `Homepage`,
     `Documentation`. None declared: SARIF carries none rather than a made-up one."""
@@ -77,12 +121,15 @@ def render(model: dict) -> str:
               "help": {"text": c.SPEEDUP_MODEL, "markdown": c.ADVICE},
               **({"helpUri": f"{docs}#{c.ID}"} if docs else {})} for c in all_checks()]
     index = {rule["id"]: i for i, rule in enumerate(rules)}
+    located = list(_located(model))
     results = [{
         "ruleId": f["check"], "ruleIndex": index.get(f["check"], 0), "level": LEVEL[f["severity"]],
         "message": {"text": f"{_message(f, note)} (estimated {f['estimated_speedup']:.0%} of the kernel)"},
         "locations": [{"physicalLocation": {"artifactLocation": {"uri": uri(path)},
                                             "region": {"startLine": line}}}],
-    } for f, path, line, note in _located(model)]
+    } for f, path, line, note in located]
+    placed = {id(f) for f, *_ in located}
+    results += [_profile_result(model, f, index) for f in model["findings"] if id(f) not in placed]
     sarif = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
              "runs": [{"tool": {"driver": {"name": "nsanalyze", "version": __version__, "rules": rules,
                                            **({"informationUri": urls["Homepage"]} if "Homepage" in urls else {})}},

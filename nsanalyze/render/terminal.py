@@ -9,7 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from nsanalyze.render.format import (budget_text, distinct_names, duration, health_line, kernel_list_work_line,
-                                     set_aside_note, shorten, visible, window_lines)
+                                     finding_gpu, set_aside_note, several_gpus_line, shorten, visible,
+                                     window_lines)
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
@@ -30,6 +31,8 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
                                f"{shorten(names, 100)}"))
         if profile.get("set_aside_values") and profile["kind"] == "ncu":
             console.print(Text("  " + visible(set_aside_note(profile["set_aside_values"]))))
+    if several_gpus_line(model):
+        console.print(Text(visible(several_gpus_line(model)), style="bold"))
     timeline = model.get("timeline")
     if timeline:
         for line in window_lines(timeline):
@@ -48,13 +51,15 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
         console.print(Text(health_line(model)))
     else:
         table = Table(title="What to fix first", show_lines=False)
-        for column in ("#", "severity", "check", "kernel / scope", "saves", "finding"):
+        several = bool(model.get("gpus"))   # kernels of several GPUs: a GPU column
+        for column in ("#", "severity", "check", "kernel / scope", *(("GPU",) if several else ()), "saves", "finding"):
             table.add_column(column, overflow="fold")
         shown = findings[:limit]
         names = distinct_names([visible(f["kernel_name"] or "program") for f in shown], 28)
-        for finding, name in zip(shown, names):
+        gpus = [finding_gpu(model, f) or "-" for f in shown]
+        for finding, name, gpu in zip(shown, names, gpus):
             table.add_row(str(finding["rank"]), Text(finding["severity"], style=SEVERITY_STYLE[finding["severity"]]),
-                          Text(finding["check"]), Text(name),
+                          Text(finding["check"]), Text(name), *((Text(visible(gpu)),) if several else ()),
                           Text(duration(finding["estimated_savings_ns"])), Text(visible(finding["title"])))
         console.print(table)
         if len(findings) > limit:
@@ -99,20 +104,33 @@ def print_diff(result: dict, console: Console | None = None, limit: int = 25) ->
                       f"±{steps['noise']:.0%}", Text(steps["verdict"], style=VERDICT_STYLE.get(steps["verdict"], "")))
         console.print(table)
     if result.get("budget"):
-        from nsanalyze.render.format import BUDGET_LABELS
+        from nsanalyze.render.format import BUDGET_LABELS, budget_cell, budget_changed
 
-        table = Table(title="Time budget (median step)", title_justify="left")
+        scope = result["budget"][0].get("of", "median step")
+        table = Table(title=f"Time budget ({'median step' if scope == 'median step' else 'of each window'})",
+                      title_justify="left")
         for column in ("part", "before", "after"):
             table.add_column(column)
         for part in result["budget"]:
-            if (part["before_share"] or 0) >= 0.005 or (part["after_share"] or 0) >= 0.005:
-                table.add_row(BUDGET_LABELS.get(part["part"], part["part"]),
-                              *[("-" if part[k] is None else f"{part[k]:.0%}") for k in ("before_share", "after_share")])
+            if budget_changed(part):
+                table.add_row(BUDGET_LABELS.get(part["part"], part["part"]), budget_cell(part, "before"),
+                              budget_cell(part, "after"))
         console.print(table)
     program = result.get("program") or {}
     if program.get("findings_gone") or program.get("findings_appeared"):
         console.print(Text(f"Program findings gone: {', '.join(program['findings_gone']) or 'none'}; "
                            f"appeared: {', '.join(program['findings_appeared']) or 'none'}"))
+    if program.get("findings_changed"):
+        table = Table(title="Program findings that changed", title_justify="left")
+        for column in ("check", "severity before → after", "saves before → after"):
+            table.add_column(column)
+        for c in program["findings_changed"]:
+            per_step = c.get("per_step_before_ns") is not None
+            table.add_row(c["check"], f"{c['severity_before']} → {c['severity_after']}",
+                          f"{duration(c.get('per_step_before_ns' if per_step else 'savings_before_ns'))} → "
+                          f"{duration(c.get('per_step_after_ns' if per_step else 'savings_after_ns'))}"
+                          + (" a step" if per_step else ""))
+        console.print(table)
     for title, rows, name_column, extra in (("NVTX ranges", result.get("ranges") or [], "NVTX range", False),
                                              ("Kernels", result.get("kernels") or [], "kernel", True)):
         if not rows:
@@ -123,16 +141,26 @@ def print_diff(result: dict, console: Console | None = None, limit: int = 25) ->
             table.add_column(column, no_wrap=True)
         if extra:
             table.add_column("findings gone", overflow="fold")
-            table.add_column("findings new", overflow="fold")
-        for row in rows[:limit]:
-            cells = [_text(row["name"], 60), duration(row["before_ns"]), duration(row["after_ns"]), _change(row["change"]),
-                     Text(row["verdict"], style=VERDICT_STYLE.get(row["verdict"], ""))]
+            table.add_column("findings new or worse", overflow="fold")
+        from nsanalyze.render.format import diff_kernel_name, diff_time, diff_why
+
+        # every row whose findings changed is shown, beyond the limit too
+        shown = [row for i, row in enumerate(rows) if i < limit or row.get("findings_gone") or diff_why(row)]
+        for row in shown:
             if extra:
-                cells += [", ".join(row.get("findings_gone") or []), ", ".join(row.get("findings_appeared") or [])]
+                cells = [_text(diff_kernel_name(row, 60)), diff_time(row, "before"), diff_time(row, "after")]
+            else:
+                cells = [_text(row["name"], 60), duration(row["before_ns"]), duration(row["after_ns"])]
+            cells += [_change(row["change"]) + (" /launch" if row.get("compared") == "per launch" and extra
+                                                and row.get("before_per_launch_ns") is not None else ""),
+                      Text(row["verdict"], style=VERDICT_STYLE.get(row["verdict"], ""))]
+            if extra:
+                cells += [", ".join(row.get("findings_gone") or []), diff_why(row)]
             table.add_row(*cells)
         console.print(table)
-        if len(rows) > limit:
-            console.print(f"... and {len(rows) - limit} more (write a report with -o for all)")
+        if len(rows) > len(shown):
+            console.print(f"... and {len(rows) - len(shown)} more without changed findings (write a report with -o "
+                          "for all)")
     if result.get("predictions"):
         table = Table(title="Predictions checked (kernel findings of the base gone; program findings per median step)",
                       title_justify="left")
@@ -154,6 +182,10 @@ def print_trend(result: dict, console: Console | None = None, limit: int = 20) -
                                f"{runs[-1]['date'] if runs else '-'}"), style="bold"))
     for note in result.get("notes") or []:
         console.print(Text(visible(note)))
+    programs = result.get("programs") or []
+    if len(programs) > 1:   # compared only within one program (its label, else its steps and main kernels)
+        console.print(Text(visible(f"{len(programs)} programs, compared each with itself only: " + "; ".join(
+            f"{p['name']} ({p['runs']} run{'s' if p['runs'] != 1 else ''})" for p in programs))))
     for title, series in (("Kernels", result.get("kernels") or []), ("NVTX ranges", result.get("ranges") or [])):
         if not series:
             continue
@@ -166,6 +198,8 @@ def print_trend(result: dict, console: Console | None = None, limit: int = 20) -
             label = f"{s['name']} ({s['kind']})" if s.get("kind") else s["name"]
             if s.get("gpu"):
                 label += f" on {s['gpu']}"
+            if len(programs) > 1 and s.get("program"):
+                label += f" [{s['program']}]"
             table.add_row(_text(label, 70), str(len(s["points"])), duration(last.get("duration_ns")),
                           duration(last.get("baseline_ns")),
                           percent(last["change"]) if last.get("change") is not None else "-",

@@ -46,10 +46,14 @@ def render_markdown(result: dict) -> str:
     lines = ["## nsanalyze trend", "", f"{len(result['runs'])} runs from {_date(result['runs'][0]['date']) if result['runs'] else '-'} "
              f"to {_date(result['runs'][-1]['date']) if result['runs'] else '-'}", "",
              *[f"- {escape(note)}" for note in result.get("notes") or []], *([""] if result.get("notes") else []),
+             *([f"{len(result['programs'])} programs, compared each with itself only: " + "; ".join(
+                 f"{escape(p['name'])} ({p['runs']} runs)" for p in result["programs"]), ""]
+               if len(result.get("programs") or []) > 1 else []),
              "| kernel | runs | last | baseline | change | noise band | regression |", "|---|---|---|---|---|---|---|"]
     for s in result["kernels"][:TOP]:
         last = s["points"][-1]
-        lines.append(f"| {name(s['name'])} ({escape(s['kind'])}) | {len(s['points'])} | {duration(last['duration_ns'])} | "
+        program = f" [{escape(s['program'])}]" if len(result.get("programs") or []) > 1 and s.get("program") else ""
+        lines.append(f"| {name(s['name'])} ({escape(s['kind'])}){program} | {len(s['points'])} | {duration(last['duration_ns'])} | "
                      f"{duration(last.get('baseline_ns'))} | {percent(last.get('change')) if last.get('change') is not None else '-'} | "
                      f"{percent(last.get('noise')) if last.get('noise') else '-'} | {'**yes**' if last.get('regression') else ''} |")
     if result["prediction_accuracy"]:
@@ -63,8 +67,12 @@ def render_markdown(result: dict) -> str:
 def render_html(result: dict) -> str:
     from nsanalyze.render.html import environment
 
-    charts = {id(s): Markup(series_svg(s)) for s in result["kernels"][:TOP] + result["ranges"][:TOP] if len(s["points"]) > 1}
-    return environment().get_template("trend.html.j2").render(result=result, charts=charts, top=TOP, id=id)
+    # the median step first: the headline figure, whatever its place among the ranges
+    headline = [s for s in result["ranges"] if str(s["name"]).startswith("median step: ")]
+    charts = {id(s): Markup(series_svg(s)) for s in result["kernels"][:TOP] + result["ranges"][:TOP] + headline
+              if len(s["points"]) > 1}
+    return environment().get_template("trend.html.j2").render(result=result, charts=charts, top=TOP, id=id,
+                                                              headline=headline)
 
 
 def render_trend(result: dict, fmt: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -259,11 +260,9 @@ def test_a_folder_of_per_rank_traces_reads_in_rank_order(tmp_path):
 
 
 def test_kernel_filter_on_a_trace():
-    from nsanalyze.analyze import analyze
-    from nsanalyze.kernel_filter import only_kernels
+    from nsanalyze.analyze import Options, analyze
 
-    with only_kernels("regex:gemm"):
-        model = analyze([str(MLP)])
+    model = analyze([str(MLP)], Options(kernel="regex:gemm"))
     assert model["kernels"] and all("gemm" in k["name"] for k in model["kernels"])
 
 
@@ -429,3 +428,79 @@ def test_flows_without_ends_and_without_starts_in_the_graphed_trace(tmp_path, an
         assert model["timeline"]["steps"]["median_ns"] == whole["timeline"]["steps"]["median_ns"]
         assert model["timeline"]["steps"]["clock"] == "gpu"
         assert [f["check"] for f in program_findings(model)][:1] == [f["check"] for f in program_findings(whole)][:1]
+
+
+@pytest.mark.parametrize("piece", [1, 997, 65536], ids=["1B", "997B", "64KB"])
+def test_the_streamed_reader_gives_json_loads_events(monkeypatch, piece):
+    """The trace is read a piece at a time (read.kineto._Document): whatever the pieces, every event and
+    every other top-level key are those json.load gives, NaN, escapes and numbers cut across pieces
+    included. The real graphed trace, whole for pieces of 997 B and 64 KB, its first 300 events for 1 B."""
+    from nsanalyze.read import kineto
+
+    data = gzip.open(GRAPHED).read()
+    whole = json.loads(data)
+    if piece == 1:
+        whole["traceEvents"] = whole["traceEvents"][:300] + [{"ph": "X", "ts": float("nan"), "name": "q\"\u00e9\ud800"}]
+        data = json.dumps(whole, indent=1).encode()
+    monkeypatch.setattr(kineto, "CHUNK", piece)
+    seen = []
+
+    class Pieces:   # a stream that hands out at most `piece` bytes a read, as a pipe or a decompressor may
+        def __init__(self, data):
+            self.data, self.at = data, 0
+
+        def read(self, n):
+            self.at += min(n, piece)
+            return self.data[self.at - min(n, piece):self.at]
+
+    top = kineto._Document(Pieces(data)).read("traceEvents", seen.append)
+    assert json.dumps(seen) == json.dumps(whole["traceEvents"])
+    assert top == {**whole, "traceEvents": kineto.STREAMED}
+
+
+def test_a_compressed_trace_is_read_as_a_stream(tmp_path):
+    """A .json.gz trace is decompressed as it is read: the cache holds its conversion, no decompressed
+    copy; its report is the one of the same trace uncompressed, and of the trace in UTF-16."""
+    cache = tmp_path / "cache"
+    plain = tmp_path / "plain.pt.trace.json"
+    plain.write_bytes(gzip.open(GRAPHED).read())
+    utf16 = tmp_path / "utf16.pt.trace.json"
+    utf16.write_bytes(plain.read_text().encode("utf-16"))
+    reports = []
+    for path in (GRAPHED, plain, utf16):
+        result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(path), "-o", "-"],
+                                capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "NSANALYZE_CACHE": str(cache)})
+        assert result.returncode == 0, result.stderr
+        reports.append(json.loads(result.stdout.replace(str(path), "TRACE")))
+        if path == GRAPHED:
+            assert [p.name.endswith(".sqlite") for p in cache.iterdir()] == [True]
+    assert reports[0]["timeline"]["kernels"] > 0 and reports[0] == reports[1] == reports[2]
+
+
+def test_a_gzip_bomb_trace_is_refused_and_leaves_nothing(tmp_path):
+    """A .json.gz that expands past the limits while it is streamed: one line, exit 2, no partial file."""
+    head = gzip.open(GRAPHED).read()[:100_000]
+    bomb = tmp_path / "bomb.pt.trace.json.gz"
+    bomb.write_bytes(gzip.compress(head + b" " * (64 << 20)))
+    cache = tmp_path / "cache"
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(bomb)], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "NSANALYZE_CACHE": str(cache),
+                                              "NSANALYZE_MAX_EXPANSION": "10"})
+    assert result.returncode == 2 and "decompression bomb" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and list(cache.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["event", "other key"])
+def test_a_trace_nested_too_deeply_is_one_line(tmp_path, where):
+    """Arrays nested 100,000 deep inside an event, or in a top-level key beside the events: one line."""
+    trace = gzip.open(GRAPHED).read().decode()
+    deep = "[" * 100_000 + "]" * 100_000
+    cut = trace.index('"traceEvents"')
+    text = (trace.replace('"traceEvents": [', '"traceEvents": [' + deep + ",", 1) if where == "event"
+            else trace[:cut] + f'"deep": {deep}, ' + trace[cut:])
+    path = tmp_path / "deep.pt.trace.json"
+    path.write_text(text)
+    result = run_cli("report", path)
+    assert result.returncode == 2 and "nested too deeply" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

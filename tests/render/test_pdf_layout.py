@@ -57,5 +57,6 @@ def test_not_judged_is_one_row_per_check(basic_model, tmp_path):
     assert section.count("<tr>") == len(rows) + 1
     assert "14 kernels: vectorized_gather_kernel" in section
     pages, outside = words_outside(pdf_of(basic_model, tmp_path))
-    assert pages <= 12 and outside == []
+    # 13: issue 35 keeps template instances of other registers apart and says uneven grids under one wave (13 cards)
+    assert pages <= 13 and outside == []
     assert basic_model["not_judged"] is entries  # the caller's model is left as it is

@@ -36,3 +36,41 @@ def test_no_made_up_links(dev_suite_model):
     driver = _json.loads(render(dev_suite_model))["runs"][0]["tool"]["driver"]
     assert "example.invalid" not in _json.dumps(driver)
     assert ("informationUri" in driver) == ("Homepage" in project_urls())
+
+
+def test_program_findings_are_results_on_the_profile(analyzed):
+    """An nsys-only profile's program findings are SARIF results too: the profile as the artifact, the steps
+    as a logical location; valid against the schema, never an empty upload while the report has findings."""
+    from tests.conftest import REAL, sql
+
+    path = REAL / "gpt_fp32_nsys.sqlite.xz"
+    model = analyzed(path)
+    sarif = json.loads(render(model))
+    jsonschema.Draft4Validator(json.loads(SCHEMA.read_text())).validate(sarif)
+    results = sarif["runs"][0]["results"]
+    assert [r["ruleId"] for r in results] == [f["check"] for f in model["findings"]]
+    high = next(r for r in results if r["ruleId"] == "low-tensor-activity")
+    assert high["level"] == "error"
+    location = high["locations"][0]
+    assert location["physicalLocation"]["artifactLocation"]["uri"] == "fixtures/real/gpt_fp32_nsys.sqlite.xz"
+    # the steps as the report names them: 30 train_step ranges in the export, all steady (no warm-up)
+    (count,) = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                         "WHERE n.eventType = 59 AND COALESCE(n.text, s.value) = 'train_step'")[0]
+    assert count == 30
+    assert location["logicalLocations"][0] == {"name": "train_step steps 0-29", "kind": "nvtx range",
+                                               "fullyQualifiedName": "gpt_fp32_nsys.sqlite.xz::train_step steps 0-29"}
+    assert "saves 297 ms" in high["message"]["text"]
+    # a stable fingerprint: the same finding of the next run is the same alert
+    again = json.loads(render(model))["runs"][0]["results"][0]["partialFingerprints"]
+    assert again == results[0]["partialFingerprints"]
+
+
+def test_kineto_program_findings_are_results(analyzed):
+    from tests.conftest import REAL
+
+    model = analyzed(REAL / "gpt_fp32_kineto.json.gz")
+    results = json.loads(render(model))["runs"][0]["results"]
+    assert {r["ruleId"] for r in results if r["level"] == "error"} == {"low-tensor-activity"}
+    assert results[0]["locations"][0]["logicalLocations"][0]["name"] == "ProfilerStep#N steps 0-5"
+    assert all(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith("gpt_fp32_kineto.json.gz")
+               for r in results)

@@ -27,7 +27,12 @@ speed-of-light share). A report without the SpeedOfLight section does not say: t
 reports the clock, saves nothing (info) and notes what would measure the saving, rather than
 assume the whole kernel scales with the clock.
 
+Under ncu's lock (`--clock-control base`) a clock below the locked base clock is evidence too: the GPU
+could not hold even the base clock (a T4 at 530-554 MHz against its 585 MHz lock). It is judged against
+the lock (`max_lock_ratio`), not the maximum.
+
 ## Options
+- `max_lock_ratio`: measured over the locked base clock below which a locked report's clock speaks.
 - `max_clock_ratio`: measured over maximum SM clock below which the check speaks.
 """
 
@@ -38,12 +43,14 @@ NAME = "device.clock"
 TITLE = "SM clock below the device's maximum"
 SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("sm_clock_ratio",)
-OPTIONAL = ("sm_frequency_hz", "max_sm_frequency_hz", "sm_throughput_pct")
+OPTIONAL = ("sm_frequency_hz", "max_sm_frequency_hz", "sm_throughput_pct", "locked_clock_hz")
 COLLECT = "--section SpeedOfLight"
 RELIEVES = "compute"
 THRESHOLDS = {
     "max_clock_ratio": Threshold(0.85, "boost clocks wander by a few percent under load; 15% below the maximum "
                                        "is throttling or a locked clock"),
+    "max_lock_ratio": Threshold(0.96, "under ncu's clock lock kernels run within a few tenths of a percent of the "
+                                      "base clock (H200: 1492 of 1490 MHz); 4% below it the GPU did not hold the lock"),
 }
 SPEEDUP_MODEL = ("(1 - measured / maximum clock) x compute speed-of-light share: only clock-bound time shrinks; "
                  "without a measured compute share, no savings (info) and a note naming --section SpeedOfLight")
@@ -65,13 +72,28 @@ ncu --clock-control none --set full -o report ./app
 
 def run(kernel: KernelView, limits) -> Finding | None:
     ratio = kernel.get("sm_clock_ratio")
-    if ratio >= limits["max_clock_ratio"]:
+    locked = kernel.get("locked_clock_hz")
+    if ratio >= limits["max_lock_ratio" if locked else "max_clock_ratio"]:
         return None
     compute = kernel.get("sm_throughput_pct")
     measured, maximum = kernel.get("sm_frequency_hz"), kernel.get("max_sm_frequency_hz")
     speedup, notes = busy_scaled(1 - ratio, compute, "the report does not measure the compute speed-of-light share "
                                  "(sm_throughput_pct) that says how much of the kernel's time a faster clock "
                                  "shortens; ncu --section SpeedOfLight measures it")
+    if locked:  # ncu locked the base clock and the GPU fell below it: power or thermal slowdown under the lock
+        return Finding(
+            check=ID,
+            title=f"SM clock {1 - ratio:.0%} below the base clock ncu locked"
+                  + (f" ({measured / 1e6:.0f} of {locked / 1e6:.0f} MHz)" if measured else "")
+                  + ": the GPU did not hold the lock (power or thermal slowdown)",
+            estimated_speedup=speedup,
+            evidence={"sm_clock_ratio": evidence(ratio, limits["max_lock_ratio"], unit="ratio", compare="<"),
+                      "sm_frequency_hz": evidence(measured, unit="hz"), "locked_clock_hz": evidence(locked, unit="hz"),
+                      "max_sm_frequency_hz": evidence(maximum, unit="hz"),
+                      "sm_throughput_pct": evidence(compute, unit="%")},
+            advice=ADVICE,
+            notes=notes,
+        )
     return Finding(
         check=ID,
         title=f"SM clock at {ratio:.0%} of the maximum"

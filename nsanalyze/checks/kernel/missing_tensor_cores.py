@@ -29,12 +29,17 @@ include plain HFMA2: the MMA operation counters decide when the report holds the
 memory is the bottleneck (L1 near its roof with heavy bank-conflict replays), that is fixed first:
 the tensor-core savings count after bank-conflicts.
 
+The GPU's tensor cores are looked up by model in `normalize/device_caps.csv` (NVIDIA's
+specifications), not inferred from compute capability: a GTX 1660 (TU116, CC 7.5 like the RTX 20
+series) has none, and gets no advice to use them.
+
 ## Known problems
 It cannot see that the arithmetic is a matrix product; it looks for FMA-dominated FP work that
 reads operands from shared memory, at scale. A stencil with the same shape can trip it. FP32
 results on tensor cores (TF32) carry a 10-bit mantissa: check that the model tolerates it.
 
 ## Options
+- `min_fp16_pipe_pct`: FP16 pipe use from which FP16 work is estimated where the report has no HFMA counters.
 - `min_fp_roof_share`: FP32/FP16 FLOP rate over that roof before the kernel counts as FMA work at scale.
 - `max_tensor_pipe_pct`: tensor-pipe activity below which tensor cores count as unused.
 - `tensor_efficiency`: the share of the tensor roof a library kernel reaches, for the estimate.
@@ -51,7 +56,7 @@ OPTIONAL = ("tensor_pipe_pct", "tensor_hmma_pipe_pct", "tensor_gmma_pipe_pct", "
             "shared_load_requests", "shared_wavefronts", "warp_execution_efficiency", "dram_bytes",
             "fma_pipe_pct", "fp16_pipe_pct",
             "tf32_peak_flops_per_s", "bf16_peak_flops_per_s", "fp_fma_share", "fp16_fma_share", "tensor_mma_ops",
-            "l1_throughput_pct", "bank_conflict_share")
+            "l1_throughput_pct", "bank_conflict_share", "tensor_cores")
 COLLECT = "--set full (ComputeWorkloadAnalysis and the roofline sections)"
 RELIEVES = "compute"
 THRESHOLDS = {
@@ -66,6 +71,8 @@ THRESHOLDS = {
     "shared_bottleneck_l1_pct": Threshold(90.0, "L1/shared memory this busy sets the kernel's time"),
     "shared_bottleneck_conflict_share": Threshold(0.4, "with this many bank-conflict replays the shared-memory "
                                                        "pipe is the bottleneck: tensor cores would wait on it too"),
+    "min_fp16_pipe_pct": Threshold(20.0, "without HFMA counters, an FP16 pipe issuing on a fifth of its peak is "
+                                         "FP16 arithmetic at scale (the fp16 suite's GEMMs: 32%; its stencil: 7%)"),
     "tensor_efficiency": Threshold(0.5, "cuBLAS/CUTLASS GEMMs of moderate size reach about half the dense roof"),
 }
 SPEEDUP_MODEL = ("1 - (the kernel's FLOPs at tensor_efficiency of the device's dense TF32 roof, or its "
@@ -104,10 +111,41 @@ def _tensor_activity(kernel: KernelView) -> float | None:
     return max(values) if values else None
 
 
+def applies(kernel: KernelView) -> bool:
+    """Not on a GPU without tensor cores (normalize/device_caps.csv): nothing to move the math to, and
+    nothing to collect either."""
+    return kernel.get("tensor_cores") != 0
+
+
+def _fp16_flops(kernel: KernelView, duration_s, fp32_peak, limits) -> tuple[float, bool]:
+    """(FP16 FLOPs, whether estimated). Reports without the HFMA counters (older ncu, sets without the roofline)
+    still count FP16 pipe instructions: a busy FP16 pipe is HFMA/HFMA2 work at about that share of the FP32 roof
+    (H200 fp16 suite: 21.2 and 20.7 TFLOP/s measured against 31.7-32.4% x 66.9)."""
+    half = kernel.get("fp16_flops")
+    if half is not None:
+        return half, False
+    pipe = kernel.get("fp16_pipe_pct")
+    if pipe is None or pipe < limits["min_fp16_pipe_pct"] or not duration_s or not fp32_peak:
+        return 0.0, False
+    return pipe / 100.0 * fp32_peak * duration_s, True
+
+
+def _mma_activity(kernel: KernelView) -> float | None:
+    """Tensor activity that is surely MMA when the FP16 work is estimated: the MMA operation count, else the HMMA
+    instruction rate (the pipe's busy cycles would count the HFMA2 themselves on V100/A100/H100)."""
+    ops = kernel.get("tensor_mma_ops")
+    if ops is not None:
+        return 0.0 if ops <= 0 else None
+    return kernel.get("tensor_gmma_pipe_pct")
+
+
 def run(kernel: KernelView, limits) -> Finding | None:
+    if not applies(kernel):
+        return None
     duration_s = kernel.get("duration_ns") * 1e-9
-    flops = kernel.get("fp32_flops") + (kernel.get("fp16_flops") or 0.0)
     fp32_peak = kernel.get("fp32_peak_flops_per_s")
+    half, estimated_half = _fp16_flops(kernel, duration_s, fp32_peak, limits)
+    flops = kernel.get("fp32_flops") + half
     if not duration_s or not fp32_peak or not flops:
         return None
     roof_share = flops / duration_s / fp32_peak
@@ -120,7 +158,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
     intensity = flops / dram_bytes if dram_bytes else None
     if intensity is not None and intensity < limits["min_arithmetic_intensity"]:
         return None  # memory-bound work far from the compute roofs: tensor cores would not help
-    tensor = _tensor_activity(kernel)
+    tensor = _tensor_activity(kernel) if not estimated_half else _mma_activity(kernel)
     if tensor is not None and tensor >= limits["max_tensor_pipe_pct"]:
         return None
     efficiency = kernel.get("warp_execution_efficiency")
@@ -136,7 +174,6 @@ def run(kernel: KernelView, limits) -> Finding | None:
     if tensor_peak is None:
         return unjudged("tf32_peak_flops_per_s", collect="a tensor-core roof for this compute capability "
                                                          "(normalize/tensor_peaks.csv)")
-    half = kernel.get("fp16_flops") or 0.0
     precision = "FP16" if half > kernel.get("fp32_flops") else "FP32"
     path = "TF32" if kernel.get("tf32_peak_flops_per_s") else "FP16/BF16"
     if precision == "FP16" and kernel.get("bf16_peak_flops_per_s"):
@@ -149,6 +186,10 @@ def run(kernel: KernelView, limits) -> Finding | None:
                     and conflicts >= limits["shared_bottleneck_conflict_share"])
     notes = [f"estimate: the same FLOPs at {limits['tensor_efficiency']:.0%} of the {path} tensor roof "
              f"take {tensor_time_s * 1e6:.1f} us instead of {duration_s * 1e6:.1f} us"]
+    if estimated_half:
+        notes.append(f"FP16 FLOPs estimated from the FP16 pipe's instruction rate ({kernel.get('fp16_pipe_pct'):.0f}% "
+                     "of its peak, taken as that share of the FP32 roof in FLOP/s): the report holds no HFMA counters "
+                     "(smsp__sass_thread_inst_executed_op_hfma_pred_on, ncu's roofline sections)")
     if shared_bound:  # replays stay whatever pipe does the math: only the rest of the time is the FMA pipe's
         speedup *= 1 - conflicts
         notes.append(f"shared memory is the bottleneck (L1 at {l1:.0f}%, {conflicts:.0%} bank-conflict replays): "

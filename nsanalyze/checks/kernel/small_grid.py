@@ -3,7 +3,10 @@
 ## What it detects
 Launches whose grid holds fewer blocks than the GPU has SMs, so some SMs get no block at all and
 idle for the whole kernel, whatever limits the blocks per SM (registers, shared memory, threads).
-A grid with a block for every SM but few blocks per SM is an occupancy question (low-occupancy).
+A grid under one wave that does not divide evenly over the SMs, with one or two blocks an SM (128 blocks on
+80 SMs: 48 SMs run two blocks, 32 run one and then idle, each far below the blocks it can hold) leaves part
+of the SMs' time idle too, whatever the occupancy limit.
+A grid with the same few blocks on every SM is an occupancy question (low-occupancy).
 
 ## Why it is slow
 Each SM runs the blocks it is given; an SM without a block idles for the whole kernel. A 10-block
@@ -32,6 +35,8 @@ atomics) gets that first: the small-grid savings count only the time left after 
 - `min_idle_sm_share`: the share of SMs without a block before the check speaks.
 """
 
+import math
+
 from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, plural
 
 ID = "small-grid"
@@ -39,7 +44,7 @@ NAME = "scheduling.grid.small"
 TITLE = "Grid too small to fill the GPU"
 SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("grid_size", "sm_count")
-OPTIONAL = ("blocks_per_sm_limit", "waves_per_sm", "block_size")
+OPTIONAL = ("blocks_per_sm_limit", "waves_per_sm", "block_size", "achieved_occupancy_pct", "theoretical_occupancy_pct")
 COLLECT = "--section LaunchStats --section Occupancy"
 RELIEVES = None
 # Its savings count after the kernel's own code problems (rank.combine_per_kernel); latency findings that
@@ -52,7 +57,8 @@ THRESHOLDS = {
     "parallel_efficiency": Threshold(0.5, "splitting the work over more blocks recovers about half the idle "
                                           "share: the split adds reductions and the kernel may be latency-bound"),
 }
-SPEEDUP_MODEL = ("(1 - blocks / SMs, the share of SMs left without a block) x parallel_efficiency, "
+SPEEDUP_MODEL = ("(1 - blocks / SMs, the share of SMs left without a block; under one wave, 1 - blocks per SM / "
+                 "the most blocks an SM runs) x parallel_efficiency, "
                  "of the time left after the kernel's code-level findings")
 ADVICE = """Give every SM work.
 
@@ -69,22 +75,49 @@ reduce<<<numSMs * 4, 256>>>(x, partial, n); reduce<<<1, 1024>>>(partial, out, nu
 ```"""
 
 
+MOST_UNEVEN_BLOCKS = 2  # one block against two per SM halves an SM's work; 4 against 5 is within latency's noise
+
+
+def _within_one_wave(kernel: KernelView, grid: float, sms: float) -> bool:
+    """The grid fits on the GPU at once (under one wave): every block starts at the launch."""
+    waves = kernel.get("waves_per_sm")
+    if waves is not None:
+        return waves < 1
+    per_sm = kernel.get("blocks_per_sm_limit")
+    return per_sm is not None and grid < per_sm * sms
+
+
 def run(kernel: KernelView, limits) -> Finding | None:
     grid, sms = kernel.get("grid_size"), kernel.get("sm_count")
     if not grid or not sms:
         return None
-    idle_sms = clamp01(1 - grid / sms)  # SMs without a block, whatever limits the blocks per SM
+    if grid < sms:
+        idle_sms = clamp01(1 - grid / sms)  # SMs without a block, whatever limits the blocks per SM
+        title = f"{plural(grid, 'block')} on {sms:.0f} SMs: {idle_sms:.0%} of the SMs get no block"
+    elif _within_one_wave(kernel, grid, sms) and grid % sms and math.ceil(grid / sms) <= MOST_UNEVEN_BLOCKS:
+        # under one wave, blocks land unevenly: some SMs run twice the blocks of the rest
+        most = math.ceil(grid / sms)
+        idle_sms = clamp01(1 - (grid / sms) / most)
+        fuller = int(grid - (most - 1) * sms)
+        limit = kernel.get("blocks_per_sm_limit")
+        title = (f"{plural(grid, 'block')} on {sms:.0f} SMs, under one wave: {fuller} SMs run {most} blocks while "
+                 f"{int(sms) - fuller} run {most - 1}" + (f", of the {limit:.0f} an SM can hold" if limit else "")
+                 + f": up to {idle_sms:.0%} of the SMs' time idles")
+    else:
+        return None
     if idle_sms < limits["min_idle_sm_share"]:
         return None
     waves = kernel.get("waves_per_sm")
     return Finding(
         check=ID,
-        title=f"{plural(grid, 'block')} on {sms:.0f} SMs: {idle_sms:.0%} of the SMs get no block",
+        title=title,
         estimated_speedup=idle_sms * limits["parallel_efficiency"],
         evidence={"idle_sm_share": evidence(idle_sms, limits["min_idle_sm_share"], unit="ratio"),
                   "grid_size": evidence(grid, unit="blocks"), "sm_count": evidence(sms),
                   "waves_per_sm": evidence(waves),
                   "blocks_per_sm_limit": evidence(kernel.get("blocks_per_sm_limit")),
+                  "achieved_occupancy_pct": evidence(kernel.get("achieved_occupancy_pct"), unit="%"),
+                  "theoretical_occupancy_pct": evidence(kernel.get("theoretical_occupancy_pct"), unit="%"),
                   "block_size": evidence(kernel.get("block_size"), unit="threads")},
         advice=ADVICE,
     )

@@ -46,7 +46,17 @@ while it moved sectors had no LDG/STG behind those sectors (0/0): it is neither 
 Without a memory speed-of-light share (or, for excess L1 serves, an L1 throughput) the saving is not
 measured: the finding is info with a note naming the section that measures it.
 
+With none of the three measures (ncu's basic set), the speed-of-light breakdown still speaks: L1 near its
+roof (`signature_l1_pct`) while DRAM idles (`signature_dram_pct`) is the signature of accesses L1 serves
+over and over. The finding says so, estimates half of L1's time as waste (`signature_waste_share`, said
+in a note, not measured) so that a dominant kernel ranks by the time at stake, and names the sections
+that measure it.
+
 ## Options
+- `signature_l1_pct`: L1 throughput from which the basic-set signature speaks.
+- `signature_dram_pct`: DRAM throughput below which DRAM counts as idle for that signature.
+- `signature_sm_pct`: SM throughput above which the signature is a compute kernel's, not waste.
+- `signature_waste_share`: the share of L1's busy time taken as waste when only the breakdown is measured.
 - `min_excess_share`: the part of sectors that is excess before the check speaks.
 - `min_l1_share`: L1 throughput (share of its peak) above which excess served from L1 still costs time.
 - `min_traffic_share`: L1 global sectors' bytes over DRAM bytes below which a disagreement is not told.
@@ -62,7 +72,8 @@ REQUIRES = ("duration_ns",)
 OPTIONAL = ("global_sectors", "global_sectors_ideal", "global_sectors_excess_share",
             "global_load_bytes_per_sector", "global_store_bytes_per_sector", "global_load_sectors",
             "global_store_sectors", "sectors_per_request_global_load", "memory_throughput_pct",
-            "l1_hit_rate_pct", "l1_throughput_pct", "dram_bytes")
+            "l1_hit_rate_pct", "l1_throughput_pct", "dram_bytes", "dram_throughput_pct", "sm_throughput_pct",
+            "grid_size", "sm_count")
 COLLECT = "--set full (SourceCounters and MemoryWorkloadAnalysis_Tables sections)"
 RELIEVES = "memory"
 THRESHOLDS = {
@@ -72,6 +83,13 @@ THRESHOLDS = {
     "min_traffic_share": Threshold(0.1, "the two coalescing measures' disagreement is told only where the L1 global "
                                          "sectors carry a tenth of the kernel's DRAM bytes: below that (TMA kernels' "
                                          "few LDGs) it changes nothing"),
+    "signature_l1_pct": Threshold(80.0, "L1 this busy bounds the kernel: with DRAM idle it is the unit to relieve"),
+    "signature_dram_pct": Threshold(20.0, "DRAM this idle while L1 is near its roof: the loads re-read data L1 "
+                                          "holds, or split their sectors, instead of streaming new bytes"),
+    "signature_sm_pct": Threshold(40.0, "a kernel whose SM pipes also run above 40% is computing on what L1 serves "
+                                        "(a tiled GEMM), not re-reading it"),
+    "signature_waste_share": Threshold(0.5, "without access counters half of L1's busy time is taken as waste: "
+                                            "strided or redundant loads typically cost 2-8x the needed L1 work"),
     "ideal_sectors_per_request": Threshold(16.0, "without source counters or bytes per sector the access width is "
                                                  "unknown: 32 threads x 16-byte vectors = 16 sectors is still coalesced, "
                                                  "so only more than that is surely waste"),
@@ -91,6 +109,22 @@ ADVICE = """Lay data out so that consecutive threads of a warp read consecutive 
 p[i].x += dt * p[i].vx;
 // after: structure of arrays
 x[i] += dt * vx[i];
+```"""
+ACCESS_SECTIONS = "--section MemoryWorkloadAnalysis_Tables --section SourceCounters"
+L1_SIGNATURE_ADVICE = f"""Find which accesses keep L1 busy, then make each warp's loads touch fewer sectors.
+
+- Collect the access counters: `ncu {ACCESS_SECTIONS} -k <kernel> ./app`; the source view ranks
+  the lines by excess sectors and bank conflicts.
+- Strided or column-wise global reads: read along rows with `threadIdx.x`, or stage a tile in shared
+  memory once and read it from there.
+- The same data re-read by every thread: load it once per block (shared memory) or keep it in registers.
+- Shared-memory tiles read column-wise: pad the row (`tile[32][33]`).
+
+```cuda
+// before: thread i reads a[i * 32 + k]: 32 sectors a request, all L1 hits
+for (int k = 0; k < K; ++k) acc += a[threadIdx.x * 32 + k];
+// after: consecutive threads read consecutive words
+for (int k = 0; k < K; ++k) acc += a[k * 32 + threadIdx.x];
 ```"""
 L1_ADVICE = """The loads split 32-byte sectors between requests; L1 serves the other part, so no DRAM or L2
 bytes are wasted, but L1 does the sector work twice, and L1 is the busy unit.
@@ -192,6 +226,35 @@ def _disagreement(kernel: KernelView, directions: dict, excess_share: float, lim
     )
 
 
+def _sol_signature(kernel: KernelView, limits) -> Finding | None:
+    """Without any access-pattern counter (ncu's basic set), the speed-of-light breakdown alone: L1 near its
+    roof while DRAM idles is the signature of loads that re-read or split sectors L1 then serves (uncoalesced,
+    redundant or bank-conflicted accesses). Said, with the sections that would tell which, never silent."""
+    l1, dram, sm = (kernel.get(c) for c in ("l1_throughput_pct", "dram_throughput_pct", "sm_throughput_pct"))
+    if l1 is None or dram is None or not limits["signature_l1_pct"] <= l1 <= 100.0 or dram > limits["signature_dram_pct"]:
+        return None  # (over 100%: a launch too short for L1's active cycles to mean anything)
+    grid, sms = kernel.get("grid_size"), kernel.get("sm_count")
+    if grid is not None and sms is not None and grid < sms:
+        return None  # one SM's L1 busy in a grid that leaves SMs without a block: small-grid's to say
+    if sm is not None and sm > limits["signature_sm_pct"]:
+        return None  # the SM's pipes are busy too: a compute kernel on shared-memory tiles (a GEMM), not waste
+    share = clamp01(l1 / 100.0) * limits["signature_waste_share"]
+    return Finding(
+        check=ID,
+        title=f"L1 at {l1:.0f}% of its peak while DRAM idles ({dram:.1f}%)"
+              + (f" and the SM's pipes run at {sm:.0f}%" if sm is not None else "")
+              + ": the signature of uncoalesced, redundant or bank-conflicted accesses that L1 serves",
+        estimated_speedup=share,
+        evidence={"l1_throughput_pct": evidence(l1, limits["signature_l1_pct"], unit="%"),
+                  "dram_throughput_pct": evidence(dram, limits["signature_dram_pct"], unit="%", compare="<"),
+                  "sm_throughput_pct": evidence(sm, unit="%")},
+        advice=L1_SIGNATURE_ADVICE,
+        notes=[f"the report holds only the speed-of-light breakdown (no sector, request or bank-conflict counters): "
+               f"the estimate takes {limits['signature_waste_share']:.0%} of L1's busy time as waste, not measured; "
+               f"`ncu {ACCESS_SECTIONS}` measures which accesses and lines waste it"],
+    )
+
+
 def run(kernel: KernelView, limits) -> Finding | None:
     directions = _by_direction(kernel)
     excess_share = kernel.get("global_sectors_excess_share")
@@ -208,6 +271,9 @@ def run(kernel: KernelView, limits) -> Finding | None:
         if per_request is None and any(v is not None for v in traffic) and not any(traffic):
             return None  # no global loads or stores through L1 at all (TMA, or none): nothing to coalesce
         if per_request is None:  # none of the three ways to measure coalescing: not judged, never silent
+            signature = _sol_signature(kernel, limits)
+            if signature is not None:
+                return signature
             return unjudged("global_sectors_excess_share", "global_load_bytes_per_sector",
                             "sectors_per_request_global_load")
         ideal = limits["ideal_sectors_per_request"]

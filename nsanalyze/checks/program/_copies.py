@@ -17,6 +17,7 @@ lower reference promises less, so the figures are the lower practical rates.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 # (pattern on the device name, link, GB/s pinned copies reach on it in practice, one direction)
 PCIE3 = ("PCIe 3.0 x16", 12.0)
@@ -34,8 +35,8 @@ COPY_FLOOR_NS = 10_000        # a pinned copy still costs ~10 us of setup and la
 
 def link_of(timeline) -> tuple[str, float, bool]:
     """(link, GB/s, known) for the window's GPU (the first one named)."""
-    for device in timeline.devices or []:
-        name = device.get("name") or ""
+    for device in timeline.devices or ():
+        name = device.name or ""
         for pattern, link, rate in LINKS:
             if pattern.search(name):
                 return link, rate, True
@@ -47,11 +48,11 @@ def reference_rate(timeline, copy_kind: str) -> tuple[float, str]:
     export's own large pinned copies and the GPU's link figure (own copies slowed by a shared link or
     small batches do not make the link slower); own copies alone when the link is not known."""
     link, rate, known = link_of(timeline)
-    for entry in (timeline.copies or {}).get("pinned_large") or []:
-        if entry["copy_kind"] == copy_kind and entry["duration_ns"]:
-            own = entry["bytes"] / entry["duration_ns"]
+    for entry in timeline.copies.pinned_large:
+        if entry.copy_kind == copy_kind and entry.duration_ns:
+            own = entry.bytes / entry.duration_ns
             if own >= rate or not known:
-                return own, (f"{own:.1f} GB/s, what this export's own {entry['copies']} pinned "
+                return own, (f"{own:.1f} GB/s, what this export's own {entry.copies} pinned "
                              f"{copy_kind.lower()} copies of 1 MiB or more reached"
                              + (f" (above the ~{rate:.0f} GB/s of {link})" if known else ""))
     if known:
@@ -65,15 +66,30 @@ def pinned_time_ns(copies: int, nbytes: float, rate_gb_s: float) -> float:
     return max(nbytes / rate_gb_s if rate_gb_s else 0.0, copies * COPY_FLOOR_NS)
 
 
-def pageable_saving(timeline) -> tuple[float, list[dict]]:
+@dataclass
+class PageableDirection:
+    """The pageable copies of one direction and what pinning them saves."""
+    copy_kind: str
+    copies: int
+    bytes: int
+    duration_ns: float
+    gb_per_s: float | None
+    reference_gb_per_s: float
+    reference: str
+    pinned_ns: int
+    saving_ns: float
+
+
+def pageable_saving(timeline) -> tuple[float, list[PageableDirection]]:
     """What pinning the window's pageable copies saves: per direction, their time less the time the same
     bytes take at the reference rate (never below zero, never above their own time)."""
     directions = []
-    for entry in ((timeline.copies or {}).get("pageable") or {}).get("by_direction") or []:
-        rate, source = reference_rate(timeline, entry["copy_kind"])
-        pinned = pinned_time_ns(entry["copies"], entry["bytes"], rate)
-        achieved = entry["bytes"] / entry["duration_ns"] if entry["duration_ns"] else None
-        directions.append({**entry, "gb_per_s": round(achieved, 2) if achieved else None,
-                           "reference_gb_per_s": round(rate, 2), "reference": source,
-                           "pinned_ns": round(pinned), "saving_ns": max(0.0, entry["duration_ns"] - pinned)})
-    return sum(d["saving_ns"] for d in directions), directions
+    pageable = timeline.copies.pageable
+    for entry in pageable.by_direction if pageable is not None else ():
+        rate, source = reference_rate(timeline, entry.copy_kind)
+        pinned = pinned_time_ns(entry.copies, entry.bytes, rate)
+        achieved = entry.bytes / entry.duration_ns if entry.duration_ns else None
+        directions.append(PageableDirection(entry.copy_kind, entry.copies, entry.bytes, entry.duration_ns,
+                                            round(achieved, 2) if achieved else None, round(rate, 2), source,
+                                            round(pinned), max(0.0, entry.duration_ns - pinned)))
+    return sum(d.saving_ns for d in directions), directions

@@ -3,8 +3,7 @@
 A host call removed from a step shortens the host's side of that step by its time, and the step by at
 most the GPU's idle time in it: the GPU's own work stays. So the saving of a class is, summed over the
 steady steps, min(host time in the class's calls, GPU idle time) of each step; without steps, the same
-over the window. The classes that pace the host (allocator, pinned allocation, module loading) are
-claimed by their own checks, so launch-overhead and host-compute leave their idle time to them.
+over the window. The budget-part checks leave that idle time to these checks (checks/program/_claims.py).
 """
 
 from __future__ import annotations
@@ -12,11 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from nsanalyze.checks.base import budget_part
-
-# Classes a check of their own prices: the budget-part checks leave the GPU idle time under them alone.
-OWN_CHECK_CLASSES = ("allocator", "pinned-alloc")
 
 
 @dataclass(frozen=True)
@@ -48,48 +42,6 @@ def class_cost(timeline, class_name: str) -> ClassCost | None:
                          in_steps / len(idle), entry.top_calls)
     window_idle = sum(timeline.host_activity.unexplained.values()) + sum(c.idle_ns for c in activity.classes)
     return ClassCost(entry.calls, entry.host_ns, min(entry.host_ns, window_idle), 0, 0, 0.0, 0.0, entry.top_calls)
-
-
-def claimed_idle_ns(timeline, part: str) -> float:
-    """GPU idle time of a budget part that the own-check classes cover."""
-    activity = getattr(timeline, "host_activity", None)
-    return activity.idle_ns(part, OWN_CHECK_CLASSES) if activity is not None else 0.0
-
-
-def claims(timeline) -> dict[str, float]:
-    """ns of each budget part that a finding of a wider cause claims: the allocator and pinned-allocation
-    classes' idle time, the excess of steps that stand out (slow-steps), the time of a phase that is not
-    the steps (non-step-phase), each with its check's default thresholds. A finding of one budget part
-    then prices only what is left, so two findings never sell the same nanoseconds."""
-    from nsanalyze.checks import limits_for
-    from nsanalyze.checks.program import non_step_phase, slow_steps
-
-    out: dict[str, float] = {}
-    activity = getattr(timeline, "host_activity", None)
-    if activity is not None:
-        for entry in activity.classes:
-            if entry.name in OWN_CHECK_CLASSES:
-                for part, ns in entry.idle_by_part.items():
-                    out[part] = out.get(part, 0.0) + ns
-    if getattr(timeline, "step_starts", None) is not None and activity is not None:
-        for part, ns in slow_steps.excess_by_part(timeline, limits_for(slow_steps)).items():
-            out[part] = out.get(part, 0.0) + ns
-    if getattr(timeline, "phases", None):
-        for part, ns in non_step_phase.claimed_parts(timeline, limits_for(non_step_phase)).items():
-            out[part] = out.get(part, 0.0) + ns
-    return out
-
-
-def unclaimed_part(timeline, part: str, device_id=None) -> tuple[float, float]:
-    """(ns, share) of a budget part less what wider causes claim of it (see claims)."""
-    ns, share = budget_part(timeline, part, device_id)
-    if device_id is not None:
-        return ns, share   # one GPU's part: the claims are over the GPUs' mean
-    claimed = min(ns, claims(timeline).get(part, 0.0))
-    if claimed and ns:
-        share *= (ns - claimed) / ns
-        ns -= claimed
-    return ns, share
 
 
 def calls_phrase(cost: ClassCost) -> str:

@@ -71,11 +71,11 @@ for batch in loader:
 
 def run(timeline, limits) -> Finding | None:
     cost = class_cost(timeline, CLASS)
-    window_ns = timeline.summary.get("span_ns") or 0
+    window_ns = timeline.summary.span_ns or 0
     if cost is None or not window_ns:
         return None
     share = cost.savings_ns / window_ns
-    if share < limits["min_window_share"]:
+    if share < limits.min_window_share:
         return None
     per_step = (f"; {cost.per_step_savings_ns / 1e6:.2f} ms of GPU idle time a step"
                 if cost.steps else "")
@@ -90,7 +90,7 @@ def run(timeline, limits) -> Finding | None:
                   "allocator_host_ns": evidence(cost.host_ns, unit="ns"),
                   "steps_with_calls": evidence(cost.steps_with_calls),
                   "steps": evidence(cost.steps),
-                  "savings_share": evidence(share, limits["min_window_share"], unit="ratio"),
+                  "savings_share": evidence(share, limits.min_window_share, unit="ratio"),
                   "calls": [{"name": n, "calls": c, "ns": int(ns)} for n, c, ns in cost.top_calls]},
         advice=ADVICE,
     )

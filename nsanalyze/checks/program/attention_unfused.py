@@ -69,13 +69,13 @@ y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 def run(timeline, limits) -> Finding | None:
     analysis = timeline.work_analysis
-    window_ns = timeline.summary.get("span_ns") or 0
+    window_ns = timeline.summary.span_ns or 0
     if analysis is None or not window_ns:
         return None
     scores_ns = analysis.role_ns("attention_unfused")
-    if scores_ns / window_ns < limits["min_share"]:
+    if scores_ns / window_ns < limits.min_share:
         return None
-    savings = max(0.0, scores_ns - limits["recompute_share"] * analysis.scores_gemm_ns)
+    savings = max(0.0, scores_ns - limits.recompute_share * analysis.scores_gemm_ns)
     share = scores_ns / (analysis.kernel_ns or 1)
     kernels = analysis.kernels_of("attention_unfused")
     finding = Finding(
@@ -85,9 +85,9 @@ def run(timeline, limits) -> Finding | None:
               "use scaled_dot_product_attention",
         estimated_speedup=0.0,
         evidence={"attention_unfused_ns": evidence(scores_ns, unit="ns"),
-                  "attention_unfused_share": evidence(scores_ns / window_ns, limits["min_share"], unit="ratio"),
+                  "attention_unfused_share": evidence(scores_ns / window_ns, limits.min_share, unit="ratio"),
                   "scores_gemm_ns": evidence(analysis.scores_gemm_ns, unit="ns"),
-                  "kernels": [{"name": k["name"], "role": k["role"], "duration_ns": k["ns"], "launches": k["launches"]}
+                  "kernels": [{"name": k.name, "role": k.role, "duration_ns": k.ns, "launches": k.launches}
                               for k in kernels]},
         advice=ADVICE,
     )

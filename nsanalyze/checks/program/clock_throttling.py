@@ -49,16 +49,16 @@ nvidia-smi -rgc
 
 def run(timeline, limits) -> Finding | None:
     busy = timeline.busy_clock
-    ratio = busy["median_mhz"] / busy["max_mhz"] if busy["max_mhz"] else None
-    if ratio is None or ratio >= limits["max_clock_ratio"]:
+    ratio = busy.median_mhz / busy.max_mhz if busy.max_mhz else None
+    if ratio is None or ratio >= limits.max_clock_ratio:
         return None
     return Finding(
         check=ID,
-        title=f"While busy the GPU clock runs at {ratio:.0%} of its maximum ({busy['median_mhz']:.0f} of "
-              f"{busy['max_mhz']:.0f} MHz)",
-        estimated_speedup=clamp01((1 - ratio) * (timeline.summary.get("gpu_busy_share") or 0.0)),
-        evidence={"busy_clock_ratio": evidence(ratio, limits["max_clock_ratio"], unit="ratio", compare="<"),
-                  "busy_median_mhz": evidence(busy["median_mhz"], unit="MHz"),
-                  "max_mhz": evidence(busy["max_mhz"], unit="MHz")},
+        title=f"While busy the GPU clock runs at {ratio:.0%} of its maximum ({busy.median_mhz:.0f} of "
+              f"{busy.max_mhz:.0f} MHz)",
+        estimated_speedup=clamp01((1 - ratio) * (timeline.summary.gpu_busy_share or 0.0)),
+        evidence={"busy_clock_ratio": evidence(ratio, limits.max_clock_ratio, unit="ratio", compare="<"),
+                  "busy_median_mhz": evidence(busy.median_mhz, unit="MHz"),
+                  "max_mhz": evidence(busy.max_mhz, unit="MHz")},
         advice=ADVICE,
     )

@@ -60,52 +60,53 @@ model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True); loss.backwar
 
 
 def run(timeline, limits) -> Finding | None:
-    devices = [d for d in timeline.devices if d.get("communication_ns")]
+    devices = [d for d in timeline.devices if d.communication_ns]
     if not devices:
         return None
     found = straggler(devices)
-    worst = found["worst"] if found else max(devices, key=_exposed)
+    worst = found.worst if found else max(devices, key=_exposed)
     exposed = _exposed(worst)
-    window = worst.get("window_ns") or worst["span_ns"]
+    window = worst.window_ns or worst.span_ns
     share = exposed / window if window else 0.0
-    if share < limits["min_exposed_share"]:
+    if share < limits.min_exposed_share:
         return None
-    hidden = 1 - worst["exposed_communication_ns"] / worst["communication_ns"]
+    hidden = 1 - worst.exposed_communication_ns / worst.communication_ns
     # Collectives end together: what a GPU spends in them beyond the straggler's own bare collectives is waiting
     # for it. Overlap hides transfers, never waiting: that is rank-imbalance's, this finding keeps the transfers.
-    transfer = found["transfer_ns"] if found else exposed
+    transfer = found.transfer_ns if found else exposed
     waiting_ns = max(0.0, exposed - transfer)
     waiting = waiting_ns / exposed if exposed else 0.0
     title = (f"{label(worst)}: {exposed / 1e6:.1f} ms of communication ({share:.0%} of its time) runs with no compute "
              f"beside it, {hidden:.0%} hidden")
     if found and waiting > 0.5:
-        title += (f"; {waiting_ns / 1e6:.1f} ms of it ({waiting:.0%}) waits for {label(found['straggler'])}, a "
+        title += (f"; {waiting_ns / 1e6:.1f} ms of it ({waiting:.0%}) waits for {label(found.straggler)}, a "
                   f"straggler that reaches the collectives later: balancing the GPUs removes that, overlap cannot; "
                   f"the transfers themselves, {transfer / 1e6:.1f} ms, could hide behind compute")
     elif found and waiting_ns > 0:
         title += (f": collectives not overlapped with compute, {transfer / 1e6:.1f} ms of transfers; "
-                  f"{waiting_ns / 1e6:.1f} ms more is waiting for {label(found['straggler'])}")
+                  f"{waiting_ns / 1e6:.1f} ms more is waiting for {label(found.straggler)}")
     else:
         title += ": collectives not overlapped with compute"
     finding = Finding(
         check=ID,
         title=title,
         estimated_speedup=0.0,
-        evidence={"exposed_share": evidence(share, limits["min_exposed_share"], unit="ratio"),
+        evidence={"exposed_share": evidence(share, limits.min_exposed_share, unit="ratio"),
                   "waiting_for_straggler_share": evidence(waiting, unit="ratio"),
                   "waiting_for_straggler_ns": evidence(waiting_ns, unit="ns"),
                   "transfer_ns": evidence(transfer, unit="ns"),
-                  "exposed_communication_ns": evidence(worst["exposed_communication_ns"], unit="ns"),
-                  "communication_ns": evidence(worst["communication_ns"], unit="ns"),
-                  "per_device": [{k: d[k] for k in ("device_id", "communication_ns", "exposed_communication_ns",
-                                                    "communication_kernels")} for d in timeline.devices]},
+                  "exposed_communication_ns": evidence(worst.exposed_communication_ns, unit="ns"),
+                  "communication_ns": evidence(worst.communication_ns, unit="ns"),
+                  "per_device": [{"device_id": d.device_id, "communication_ns": d.communication_ns,
+                                  "exposed_communication_ns": d.exposed_communication_ns,
+                                  "communication_kernels": d.communication_kernels} for d in timeline.devices]},
         advice=ADVICE,
-        device_id=worst["device_id"],
+        device_id=worst.device_id,
     )
     if found and waiting_ns > 0:
         finding.notes.append(f"saves the transfers only, {transfer / 1e6:.2f} ms (the exposed communication of "
-                             f"{label(found['straggler'])}, which waits for no one); the other {waiting_ns / 1e6:.2f} ms "
+                             f"{label(found.straggler)}, which waits for no one); the other {waiting_ns / 1e6:.2f} ms "
                              "is waiting for the straggler, rank-imbalance's time")
     finding.estimated_savings_ns = float(transfer)
-    finding.budget_device = (found["straggler"] if found else worst)["device_id"]
+    finding.budget_device = (found.straggler if found else worst).device_id
     return finding

@@ -32,7 +32,8 @@ narrow the window with `--skip-first-ns` or `--nvtx-range`.
 - `min_idle_share`: idle_other over the window before the check speaks.
 """
 
-from nsanalyze.checks.program._host_class import unclaimed_part
+from nsanalyze.checks.program._claims import unclaimed_part
+from nsanalyze.normalize.model import plain
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence
 
 ID = "gpu-idle"
@@ -62,7 +63,7 @@ batch = torch.stack(requests).pin_memory().cuda(non_blocking=True); y = model(ba
 
 def run(timeline, limits) -> Finding | None:
     idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
-    if share < limits["min_idle_share"]:
+    if share < limits.min_idle_share:
         return None
     gaps = timeline.gaps[:3]
     finding = Finding(
@@ -70,11 +71,10 @@ def run(timeline, limits) -> Finding | None:
         title=f"The GPU idles {share:.0%} of the window although its next work was already queued "
               "(waiting on other streams, events or devices)",
         estimated_speedup=share,
-        evidence={"idle_other_share": evidence(share, limits["min_idle_share"], unit="ratio"),
+        evidence={"idle_other_share": evidence(share, limits.min_idle_share, unit="ratio"),
                   "idle_other_ns": evidence(idle_ns, unit="ns"),
-                  "largest_gaps": [{"start_ns": g["start"], "duration_ns": g["duration_ns"],
-                                    "device_id": g["device_id"], "host_calls": g["host_calls"],
-                                    "nvtx_range": g["nvtx_range"]} for g in gaps]},
+                  "largest_gaps": [{"start_ns": g.start, "duration_ns": g.duration_ns, "device_id": g.device_id,
+                                    "host_calls": plain(g.host_calls), "nvtx_range": g.nvtx_range} for g in gaps]},
         advice=ADVICE,
     )
     finding.estimated_savings_ns = idle_ns

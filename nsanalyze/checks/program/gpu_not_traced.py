@@ -34,6 +34,7 @@ Copy sizes and kernel durations are not in the API table; the finding carries no
 
 import re
 
+from nsanalyze.normalize.model import plain
 from nsanalyze.checks.base import Finding, Threshold, evidence, plural
 
 HOST_ALLOCATION = re.compile(r"^(?:cudaHostAlloc|cudaMallocHost|cudaFreeHost|cudaHostRegister|cudaHostUnregister|"
@@ -65,37 +66,37 @@ ncu --set full --import-source yes -o kernels ./app
 
 
 def run(timeline, limits) -> Finding | None:
-    summary = timeline.summary or {}
-    if summary.get("kernels") or summary.get("memcpy_ns") or summary.get("memset_ns"):
+    summary = timeline.summary
+    if summary.kernels or summary.memcpy_ns or summary.memset_ns:
         return None  # GPU activity is recorded: the other checks read it
-    waits = [s for s in (timeline.syncs or {}).get("explicit") or [] if s.get("wait_ns")]
-    total = sum(s["wait_ns"] for s in waits)
-    api = [c for c in getattr(timeline, "api_calls", None) or [] if c.get("name")]
-    if total < limits["min_wait_ns"] and sum(c["total_ns"] for c in api) < limits["min_wait_ns"]:
+    waits = [s for s in timeline.syncs.explicit if s.wait_ns]
+    total = sum(s.wait_ns for s in waits)
+    api = [c for c in timeline.api_calls if c.name]
+    if total < limits.min_wait_ns and sum(c.total_ns for c in api) < limits.min_wait_ns:
         return None
-    calls = sum(s["calls"] for s in waits)
-    shown = ", ".join(f"{c['name']} {c['total_ns'] / 1e6:.1f} ms ({plural(c['calls'], 'call')})" for c in api[:4])
-    if total >= limits["min_wait_ns"]:
-        top = max(waits, key=lambda s: s["wait_ns"])
+    calls = sum(s.calls for s in waits)
+    shown = ", ".join(f"{c.name} {c.total_ns / 1e6:.1f} ms ({plural(c.calls, 'call')})" for c in api[:4])
+    if total >= limits.min_wait_ns:
+        top = max(waits, key=lambda s: s.wait_ns)
         said = (f"the host waiting {total / 1e6:.1f} ms in {plural(calls, 'synchronize call')} "
-                f"({top['wait_ns'] / 1e6:.1f} ms in {top['name']}): the GPU sets the pace there")
+                f"({top.wait_ns / 1e6:.1f} ms in {top.name}): the GPU sets the pace there")
     else:
         said = "the host's time in CUDA calls"
-    pinning = [c for c in api if HOST_ALLOCATION.match(c["name"])]
-    pinning_ns = sum(c["total_ns"] for c in pinning)
-    if pinning_ns >= limits["min_wait_ns"]:
+    pinning = [c for c in api if HOST_ALLOCATION.match(c.name)]
+    pinning_ns = sum(c.total_ns for c in pinning)
+    if pinning_ns >= limits.min_wait_ns:
         said += (f"; pinned host allocation held it {pinning_ns / 1e6:.1f} ms ("
-                 + ", ".join(f"{c['name']} {plural(c['calls'], 'call')}" for c in pinning)
-                 + ("): allocate pinned buffers once and reuse them" if any(c["calls"] > 1 for c in pinning)
+                 + ", ".join(f"{c.name} {plural(c.calls, 'call')}" for c in pinning)
+                 + ("): allocate pinned buffers once and reuse them" if any(c.calls > 1 for c in pinning)
                     else "), once"))
     return Finding(
         check=ID,
         title=f"GPU activity was not recorded (WSL2 or an old driver); the CUDA API table shows {said}"
               + (f"; longest calls by total time: {shown}" if shown else ""),
         estimated_speedup=0.0,
-        evidence={"sync_wait_ns": evidence(total, limits["min_wait_ns"], unit="ns"),
-                  "sync_calls": evidence(calls), "by_call": waits[:5], "api_calls": api[:10],
-                  "host_allocation_ns": evidence(pinning_ns, unit="ns"), "host_allocation_calls": pinning},
+        evidence={"sync_wait_ns": evidence(total, limits.min_wait_ns, unit="ns"),
+                  "sync_calls": evidence(calls), "by_call": plain(tuple(waits[:5])), "api_calls": plain(tuple(api[:10])),
+                  "host_allocation_ns": evidence(pinning_ns, unit="ns"), "host_allocation_calls": plain(tuple(pinning))},
         advice=ADVICE,
         notes=["GPU activity was not recorded: kernel and copy checks cannot judge this export"],
     )

@@ -4,7 +4,9 @@
 From nsys GPU metrics over the analysis window (the steady steps, or the NVTX range given with
 `--nvtx-range`): GR Active, what `nvidia-smi` reports as GPU utilization, is high while the SMs issue an
 instruction on few of their cycles and the tensor cores idle. It names the kernels that hold the GPU in
-that time, by the work split, and says to profile them with Nsight Compute. When the kernel names show
+that time, by the work split. Where the export's launch shapes show those kernels launch fewer blocks
+than the GPU has SMs (or blocks under two warps), it says so and advises more work a launch (batching,
+larger grids, streams) with what that buys; otherwise it says to profile them with Nsight Compute. When the kernel names show
 matrix products on the CUDA cores, `low-tensor-activity` names that cause instead; when most of the
 time is attention written out, layout conversions or long elementwise chains, their checks do.
 
@@ -39,6 +41,7 @@ legitimately issues little; a sampled metric over a short window is noisy.
 
 from nsanalyze.checks.base import Finding, Threshold, clamp01, evidence
 from nsanalyze.checks.program import unfused_elementwise
+from nsanalyze.normalize.device_caps import sm_count
 
 ID = "gpu-util-illusion"
 NAME = "program.utilization.illusion"
@@ -80,37 +83,81 @@ def _explained_ns(analysis) -> float:
     return analysis.role_ns(*EXPLAINED_ROLES) + float(analysis.chains.with_ops(min_ops).ns.sum())
 
 
+SMALL_ADVICE = """Give each launch enough work to fill the GPU; that is what the busy time lacks.
+
+- The kernels holding the GPU launch fewer blocks than it has SMs (or one-warp blocks): the rest of the
+  chip idles while GPU-Util reads busy. Batch the work of several launches into one (more rows, requests,
+  iterations per launch), or size the grid to at least `numSMs * blocksPerSM` with a grid-stride loop.
+- Independent small kernels: run them concurrently on separate streams, or fuse them (`torch.compile`).
+- A kernel that waits on purpose (a spin or polling kernel) holds the GPU without working: replace the
+  wait with an event or stream dependency.
+- Then profile what remains with Nsight Compute: `ncu -k regex:<kernel> --set full -o busy <your program>`.
+
+```cuda
+// before: one block per launch, launched in a loop
+for (int i = 0; i < n; ++i) step<<<1, 256>>>(x + i * m, m);
+// after: one launch, a block per item
+step_batched<<<n, 256>>>(x, m);
+```"""
+
+
+def _launch_shapes(timeline, names: list[str]) -> dict[str, tuple[int, int]]:
+    """(blocks, threads per block) of each named kernel, from the window's kernel summary."""
+    return timeline.kernel_table.launch_shapes(names) if timeline.kernel_table is not None else {}
+
+
+def _sm_count(timeline) -> int | None:
+    """The GPU's SMs, from the device table by the GPU's name (the export's own count is not in the timeline)."""
+    return next((n for n in (sm_count(d.name) for d in timeline.devices or ()) if n), None)
+
+
 def run(timeline, limits) -> Finding | None:
-    metrics, analysis = timeline.gpu_metrics, timeline.work_analysis
-    gr, issue, tensor = (metrics.get(k) for k in ("gr_active_pct", "sm_issue_pct", "tensor_active_pct"))
-    if analysis is None or not gr or not issue or gr["mean"] < limits["min_gr_active_pct"]:
+    analysis = timeline.work_analysis
+    gr, issue, tensor = (timeline.metric_mean(k) for k in ("gr_active_pct", "sm_issue_pct", "tensor_active_pct"))
+    if analysis is None or gr is None or issue is None or gr < limits.min_gr_active_pct:
         return None
-    gr, issue = gr["mean"], issue["mean"]
-    tensor = tensor["mean"] if tensor else None
-    if issue >= limits["max_sm_issue_pct"] or (tensor is not None and tensor >= limits["max_tensor_active_pct"]):
+    if issue >= limits.max_sm_issue_pct or (tensor is not None and tensor >= limits.max_tensor_active_pct):
         return None
     kernel_ns = analysis.kernel_ns
-    if not kernel_ns or analysis.role_ns("matmul_simt") / kernel_ns >= limits["max_simt_matrix_share"]:
+    if not kernel_ns or analysis.role_ns("matmul_simt") / kernel_ns >= limits.max_simt_matrix_share:
         return None
     explained_ns = _explained_ns(analysis)
     held_ns = kernel_ns - explained_ns
-    if held_ns < limits["min_unexplained_share"] * kernel_ns:
+    if held_ns < limits.min_unexplained_share * kernel_ns:
         return None  # the busy time is the waste another check names (attention, layout, elementwise chains)
-    unexplained = [k for k in analysis.by_kernel if k["role"] not in EXPLAINED_ROLES]
-    holding = [k for k in unexplained[:3] if k["ns"] >= HOLDING_SHARE * kernel_ns] or unexplained[:1]
-    names = ", ".join(f"{k['name']} ({k['ns'] / kernel_ns:.0%})" for k in holding)
+    unexplained = [k for k in analysis.by_kernel if k.role not in EXPLAINED_ROLES]
+    holding = [k for k in unexplained[:3] if k.ns >= HOLDING_SHARE * kernel_ns] or unexplained[:1]
+    shapes, sms = _launch_shapes(timeline, [k.name for k in holding]), _sm_count(timeline)
+    small = [k for k in holding if k.name in shapes and sms and (shapes[k.name][0] < sms
+                                                                    or shapes[k.name][1] < 64)]
+    small_ns = float(sum(k.ns for k in small))
+    names = ", ".join(f"{k.name} ({k.ns / kernel_ns:.0%}"
+                      + (f", {shapes[k.name][0]} block{'s' if shapes[k.name][0] != 1 else ''} of "
+                         f"{shapes[k.name][1]} thread{'s' if shapes[k.name][1] != 1 else ''}" if k in small else "")
+                      + ")" for k in holding)
     tensor_text = f", tensor cores {tensor:.1f}%" if tensor is not None else ""
+    too_small = small_ns >= 0.5 * sum(k.ns for k in holding)
+    saved_ns = held_ns * clamp01(1 - issue / limits.max_sm_issue_pct)
+    what = (f"kernels too small to fill the {sms}-SM GPU: more work a launch (batching) could do the same in about "
+            f"{(held_ns - saved_ns) / 1e6:.0f} ms instead of {held_ns / 1e6:.0f} ms" if too_small else
+            f"profile {'it' if len(holding) == 1 else 'them'} with ncu")
     finding = Finding(
         check=ID,
         title=f"GPU-Util {gr:.0f}% but SMs issue on {issue:.0f}% of cycles{tensor_text}: the GPU is held by "
-              f"{names}; profile {'it' if len(holding) == 1 else 'them'} with ncu",
+              f"{names}; {what}",
         estimated_speedup=0.0,
-        evidence={"gr_active_pct": evidence(gr, limits["min_gr_active_pct"], unit="%"),
-                  "sm_issue_pct": evidence(issue, limits["max_sm_issue_pct"], unit="%", compare="<"),
-                  "tensor_active_pct": evidence(tensor, limits["max_tensor_active_pct"], unit="%", compare="<"),
-                  "kernels": [{"name": k["name"], "role": k["role"], "duration_ns": k["ns"], "launches": k["launches"],
-                               "ncu": f"ncu -k regex:{k['name']} --set full"} for k in holding]},
-        advice=ADVICE,
+        evidence={"gr_active_pct": evidence(gr, limits.min_gr_active_pct, unit="%"),
+                  "sm_issue_pct": evidence(issue, limits.max_sm_issue_pct, unit="%", compare="<"),
+                  "tensor_active_pct": evidence(tensor, limits.max_tensor_active_pct, unit="%", compare="<"),
+                  "kernels": [{"name": k.name, "role": k.role, "duration_ns": k.ns, "launches": k.launches,
+                               "ncu": f"ncu -k regex:{k.name} --set full"} for k in holding]},
+        advice=SMALL_ADVICE if too_small else ADVICE,
     )
-    finding.estimated_savings_ns = held_ns * clamp01(1 - issue / limits["max_sm_issue_pct"])
+    if too_small:
+        finding.evidence["sm_count"] = evidence(sms)
+        finding.notes.append(f"the kernels holding the GPU launch fewer blocks than its {sms} SMs (or blocks under "
+                             "two warps), from the export's launch shapes: the SMs they leave idle are what GPU-Util "
+                             f"does not show; the estimate is their time issuing at {limits['max_sm_issue_pct']:.0f}% "
+                             "of cycles, a tuned kernel's rate")
+    finding.estimated_savings_ns = saved_ns
     return finding

@@ -45,8 +45,11 @@ GPU of several, a straggler's host time is what the others wait for: rank-imbala
   calls before the finding says the host was blocked.
 """
 
+from dataclasses import asdict, dataclass
+
+from nsanalyze.normalize.model import plain
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
-from nsanalyze.checks.program._host_class import unclaimed_part
+from nsanalyze.checks.program._claims import unclaimed_part
 
 ID = "host-compute"
 NAME = "program.host.compute"
@@ -141,6 +144,15 @@ subprocess.Popen(["rsync", ckpt, remote])
 }
 
 
+@dataclass
+class BlockingCalls:
+    """The launching threads' calls of one OS function that block, over the longest stretches."""
+    name: str
+    kind: str
+    calls: int = 0
+    overlap_ns: float = 0
+
+
 def _kind(name: str) -> str | None:
     base = name.removesuffix("64")
     return next((kind for kind, names in BLOCKING if base in names), None)
@@ -150,46 +162,45 @@ def _blocked(stretches) -> tuple[float, list[dict]] | None:
     """Of the longest stretches, the share of time in which every thread that launches the GPU's work sat in an
     OS runtime call (the stretches' `blocked_ns`), and those threads' blocking calls, longest first. None when
     the stretches do not say (OS runtime calls not traced, or not split by thread)."""
-    known = [s for s in stretches if "blocked_ns" in s]
-    total = sum(s["duration_ns"] for s in known)
+    known = [s for s in stretches if s.blocked_ns is not None]
+    total = sum(s.duration_ns for s in known)
     if not total:
         return None
     calls: dict[str, dict] = {}
     for stretch in known:
-        for call in stretch.get("thread_os_calls") or []:
-            kind = _kind(call["name"])
+        for call in stretch.thread_os_calls:
+            kind = _kind(call.name)
             if kind is None:
                 continue
-            entry = calls.setdefault(call["name"], {"name": call["name"], "kind": kind, "calls": 0, "overlap_ns": 0})
-            entry["calls"] += call["calls"]
-            entry["overlap_ns"] += call["overlap_ns"]
-    return sum(min(s["blocked_ns"], s["duration_ns"]) for s in known) / total, \
-        sorted(calls.values(), key=lambda c: -c["overlap_ns"])
+            entry = calls.setdefault(call.name, BlockingCalls(call.name, kind))
+            entry.calls += call.calls
+            entry.overlap_ns += call.overlap_ns
+    return sum(min(s.blocked_ns, s.duration_ns) for s in known) / total, \
+        sorted(calls.values(), key=lambda c: -c.overlap_ns)
 
 
 def run(timeline, limits) -> Finding | None:
     idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
-    if share < limits["min_idle_share"]:
+    if share < limits.min_idle_share:
         return None
     step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
     stretches = timeline.host_stretches[:5]
     where = ""
-    if stretches and stretches[0].get("nvtx_range"):
-        where = (f"; longest stretch {stretches[0]['duration_ns'] / 1e6:.1f} ms in range "
-                 f"'{stretches[0].get('nvtx_path') or stretches[0]['nvtx_range']}'")
+    if stretches and stretches[0].nvtx_range:
+        where = (f"; longest stretch {stretches[0].duration_ns / 1e6:.1f} ms in range "
+                 f"'{stretches[0].nvtx_path or stretches[0].nvtx_range}'")
     blocked = _blocked(stretches)
     advice, notes = ADVICE, []
     extra = {}
     if blocked is not None:
         blocked_share, calls = blocked
-        extra = {"blocked_share": evidence(blocked_share, limits["min_blocked_share"], unit="ratio"),
-                 "blocking_calls": calls[:5]}
-        measured = len([s for s in stretches if "blocked_ns" in s])
+        extra = {"blocked_share": evidence(blocked_share, limits.min_blocked_share, unit="ratio"),
+                 "blocking_calls": [asdict(c) for c in calls[:5]]}
+        measured = len([s for s in stretches if s.blocked_ns is not None])
         counted = "longest stretch" if measured == 1 else f"{measured} longest stretches"
-        if blocked_share >= limits["min_blocked_share"] and calls:
-            kind = calls[0]["kind"]
-            names = ", ".join(c["name"] for c in calls[:3]
-                              if c["kind"] == kind and c["overlap_ns"] >= 0.1 * calls[0]["overlap_ns"])
+        if blocked_share >= limits.min_blocked_share and calls:
+            kind = calls[0].kind
+            names = ", ".join(c.name for c in calls[:3] if c.kind == kind and c.overlap_ns >= 0.1 * calls[0].overlap_ns)
             title = (f"The GPU waits on its host {share:.0%} of the window{step_text}, and the host thread that launches "
                      f"its work is blocked, not computing: in {names} ({kind}) {blocked_share:.0%} of its {counted}"
                      f"{where}")
@@ -204,10 +215,10 @@ def run(timeline, limits) -> Finding | None:
         check=ID,
         title=title,
         estimated_speedup=share,
-        evidence={"idle_host_share": evidence(share, limits["min_idle_share"], unit="ratio"),
+        evidence={"idle_host_share": evidence(share, limits.min_idle_share, unit="ratio"),
                   "idle_host_ns": evidence(idle_ns, unit="ns"),
                   **extra,
-                  "longest_stretches": stretches},
+                  "longest_stretches": plain(stretches)},
         advice=advice,
         notes=notes,
     )

@@ -29,7 +29,7 @@ idle time they cause.
 - `min_idle_share`: idle_sync over the window before the check speaks.
 """
 
-from nsanalyze.checks.program._host_class import unclaimed_part
+from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.checks.base import Finding, plural, Threshold, budget_part, evidence, per_step_phrase
 
 ID = "host-sync"
@@ -58,21 +58,21 @@ print(total.item())
 
 def run(timeline, limits) -> Finding | None:
     idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
-    if share < limits["min_idle_share"]:
+    if share < limits.min_idle_share:
         return None
-    rows = [dict(r, kind="explicit") for r in timeline.syncs["explicit"]] + \
-           [dict(r, kind="implicit (device-to-host copy)") for r in timeline.syncs["implicit"]]
-    calls = sum(r["calls"] for r in rows)
+    rows = [(r, "explicit") for r in timeline.syncs.explicit] + \
+           [(r, "implicit (device-to-host copy)") for r in timeline.syncs.implicit]
+    calls = sum(r.calls for r, _ in rows)
     step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
     finding = Finding(
         check=ID,
         title=f"{plural(calls, 'host synchronization')} leave the GPU idle {share:.0%} of the window{step_text}: "
               "the host waits, then works while nothing is queued",
         estimated_speedup=share,
-        evidence={"idle_sync_share": evidence(share, limits["min_idle_share"], unit="ratio"),
+        evidence={"idle_sync_share": evidence(share, limits.min_idle_share, unit="ratio"),
                   "idle_sync_ns": evidence(idle_ns, unit="ns"),
                   "sync_calls": evidence(calls),
-                  "by_call": sorted(rows, key=lambda r: -r["wait_ns"])},
+                  "by_call": [dict(r.to_json(), kind=kind) for r, kind in sorted(rows, key=lambda r: -r[0].wait_ns)]},
         advice=ADVICE,
     )
     finding.estimated_savings_ns = idle_ns

@@ -26,7 +26,8 @@ cudaGraphLaunch(exec, s);                                      // ... replay wit
 ## Known problems
 The launch call's CPU time includes driver work that a graph does not remove entirely. The first
 launch of a kernel loads its module (100-200 us, once): programs of a handful of launches are
-start-up, not launch-bound; a note names the module-loading launches a longer run includes.
+start-up, not launch-bound; the module-loading launch calls a longer run includes are left out of the
+saving, and a note says how long they took.
 
 ## Options
 - `min_idle_share`: idle_launch over the window before the check speaks.
@@ -34,8 +35,9 @@ start-up, not launch-bound; a note names the module-loading launches a longer ru
 - `one_time_launch_ns`: launch call of a kernel launched once above which it counts as a module load.
 """
 
+from nsanalyze.normalize.model import Launches, ProfilerCost, plain
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
-from nsanalyze.checks.program._host_class import unclaimed_part
+from nsanalyze.checks.program._claims import unclaimed_part
 
 ID = "launch-overhead"
 NAME = "program.launch.overhead"
@@ -67,37 +69,39 @@ g.replay()
 ```"""
 
 
-def _one_time_ns(launches: dict, limits) -> float:
+def _one_time_ns(launches: Launches, limits) -> float:
     """Launch time of kernels launched once with a module-loading first call: start-up, not overhead."""
-    return float(sum(k["mean_launch_ns"] for k in launches.get("top") or []
-                     if k.get("launches") == 1 and (k.get("mean_launch_ns") or 0) >= limits["one_time_launch_ns"]))
+    return float(sum(k.mean_launch_ns for k in launches.top
+                     if k.launches == 1 and (k.mean_launch_ns or 0) >= limits.one_time_launch_ns))
 
 
 def run(timeline, limits) -> Finding | None:
     idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
     launches = timeline.launches
-    if launches["launches"] < limits["min_launches"]:
+    if launches.launches < limits.min_launches:
         return None  # start-up: the first launch loads the module, there is no loop to put in a graph
     one_time = min(idle_ns, _one_time_ns(launches, limits))
-    if share < limits["min_idle_share"]:
+    if share < limits.min_idle_share:
         return None
     step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
+    loading = (f" ({one_time / 1e6:.2g} ms of it first launches that load their module: start-up, not saved)"
+               if one_time >= 0.1 * idle_ns else "")
     finding = Finding(
         check=ID,
-        title=f"Launch-bound: the GPU waits on kernel launches {share:.0%} of the window{step_text}; "
-              f"{launches['short_kernels']} of {launches['launches']} kernels run shorter than their launch call",
+        title=f"Launch-bound: the GPU waits on kernel launches {share:.0%} of the window{step_text}{loading}; "
+              f"{launches.short_kernels} of {launches.launches} kernels run shorter than their launch call",
         estimated_speedup=share,
-        evidence={"idle_launch_share": evidence(share, limits["min_idle_share"], unit="ratio"),
+        evidence={"idle_launch_share": evidence(share, limits.min_idle_share, unit="ratio"),
                   "idle_launch_ns": evidence(idle_ns, unit="ns"),
-                  "short_kernels": evidence(launches["short_kernels"]),
-                  "short_kernel_ns": evidence(launches["short_kernel_ns"], unit="ns"),
-                  "launch_api_ns": evidence(launches["short_launch_api_ns"], unit="ns"),
-                  "kernels": launches["top"]},
+                  "short_kernels": evidence(launches.short_kernels),
+                  "short_kernel_ns": evidence(launches.short_kernel_ns, unit="ns"),
+                  "launch_api_ns": evidence(launches.short_launch_api_ns, unit="ns"),
+                  "kernels": plain(launches.top)},
         advice=ADVICE,
-        notes=[f"includes {one_time / 1e3:.0f} us of launch calls of kernels launched once that load their "
+        notes=[f"leaves out {one_time / 1e3:.0f} us of launch calls of kernels launched once that load their "
                "module (start-up, once per process)"] if one_time else [],
     )
-    finding.estimated_savings_ns = idle_ns
+    finding.estimated_savings_ns = idle_ns - one_time   # module loading is once per process: no graph removes it
     _framework_ops(finding, launches, timeline)
     return finding
 
@@ -112,24 +116,24 @@ def run(timeline, limits) -> Finding | None:
 PROFILER_OPS_PER_LAUNCH = 4.0
 
 
-def _framework_ops(finding: Finding, launches: dict, timeline=None) -> None:
+def _framework_ops(finding: Finding, launches: Launches, timeline=None) -> None:
     """Kineto traces: the top-level framework op or annotation that issues most launches, and a note
     when the profiler's own CPU-side work inflates the host time this finding is read off."""
-    by_op, profiler = launches.get("by_op") or [], launches.get("profiler") or {}
-    if by_op and profiler.get("launches"):
-        top, per_step = by_op[0], profiler.get("launches_per_step")
-        if top.get("per_step") and per_step:
-            phrase = f"{top['op']} issues {top['per_step']:.0f} of {per_step:.0f} launches a step"
+    by_op, profiler = launches.by_op or (), launches.profiler or ProfilerCost()
+    if by_op and profiler.launches:
+        top, per_step = by_op[0], profiler.launches_per_step
+        if top.per_step and per_step:
+            phrase = f"{top.op} issues {top.per_step:.0f} of {per_step:.0f} launches a step"
         else:
-            phrase = f"{top['op']} issues {top['launches']} of {profiler['launches']} launches"
+            phrase = f"{top.op} issues {top.launches} of {profiler.launches} launches"
         finding.title += f"; {phrase}"
-        finding.evidence["launches_by_op"] = by_op[:5]
-        finding.advice = _op_advice(top["op"], phrase) + finding.advice
-    ops_per_launch = profiler.get("cpu_ops_per_launch") or 0
-    if profiler.get("record_shapes") or ops_per_launch >= PROFILER_OPS_PER_LAUNCH:
+        finding.evidence["launches_by_op"] = plain(by_op[:5])
+        finding.advice = _op_advice(top.op, phrase) + finding.advice
+    ops_per_launch = profiler.cpu_ops_per_launch or 0
+    if profiler.record_shapes or ops_per_launch >= PROFILER_OPS_PER_LAUNCH:
         host_per_launch = _host_ns_per_launch(timeline, profiler)
         why = f"{ops_per_launch:.1f} CPU ops recorded a launch" + (", with record_shapes=True"
-                                                                   if profiler.get("record_shapes") else "")
+                                                                   if profiler.record_shapes else "")
         finding.evidence["cpu_ops_per_launch"] = evidence(ops_per_launch, PROFILER_OPS_PER_LAUNCH)
         where = ""
         if host_per_launch:
@@ -141,10 +145,10 @@ def _framework_ops(finding: Finding, launches: dict, timeline=None) -> None:
             "with nsys or a trace without record_shapes")
 
 
-def _host_ns_per_launch(timeline, profiler: dict) -> float | None:
+def _host_ns_per_launch(timeline, profiler: ProfilerCost) -> float | None:
     """The host range of a median step over the launches a step: the host time each launch costs."""
-    steps = getattr(timeline, "steps", None) or {}
-    host, per_step = steps.get("host_median_ns"), profiler.get("launches_per_step")
+    steps = getattr(timeline, "steps", None)
+    host, per_step = steps.host_median_ns if steps else None, profiler.launches_per_step
     return float(host) / per_step if host and per_step else None
 
 

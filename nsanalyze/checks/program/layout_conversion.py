@@ -71,22 +71,22 @@ y = model(x.to(memory_format=torch.channels_last))
 
 def run(timeline, limits) -> Finding | None:
     analysis = timeline.work_analysis
-    window_ns = timeline.summary.get("span_ns") or 0
+    window_ns = timeline.summary.span_ns or 0
     if analysis is None or not window_ns:
         return None
-    convolutions = [k for k in analysis.by_kernel if k["role"] in ("matmul_tensor", "matmul_simt")
-                    and CONVOLUTION.search(k["demangled"] or k["name"] or "")]
-    conversions = [k for k in analysis.by_kernel if k["role"] == "layout"
-                   and CONVERSION.search(k["demangled"] or k["name"] or "")]
+    convolutions = [k for k in analysis.by_kernel if k.role in ("matmul_tensor", "matmul_simt")
+                    and CONVOLUTION.search(k.demangled or k.name or "")]
+    conversions = [k for k in analysis.by_kernel if k.role == "layout"
+                   and CONVERSION.search(k.demangled or k.name or "")]
     if not convolutions or not conversions:
         return None
-    layout_ns = float(sum(k["ns"] for k in conversions))
-    if layout_ns / window_ns < limits["min_share"]:
+    layout_ns = float(sum(k.ns for k in conversions))
+    if layout_ns / window_ns < limits.min_share:
         return None
-    conv_ns = float(sum(k["ns"] for k in convolutions))
-    nchw = [k for k in analysis.by_kernel if k["role"] in ("normalization", "reduction")
-            and NCHW_KERNEL.search(k["demangled"] or k["name"] or "")]
-    nchw_ns = float(sum(k["ns"] for k in nchw))
+    conv_ns = float(sum(k.ns for k in convolutions))
+    nchw = [k for k in analysis.by_kernel if k.role in ("normalization", "reduction")
+            and NCHW_KERNEL.search(k.demangled or k.name or "")]
+    nchw_ns = float(sum(k.ns for k in nchw))
     finding = Finding(
         check=ID,
         title=f"Convolutions in NCHW: NCHW<->NHWC conversion kernels take {layout_ns / (analysis.kernel_ns or 1):.0%} "
@@ -94,12 +94,12 @@ def run(timeline, limits) -> Finding | None:
               f"normalization and pooling kernels {nchw_ns / 1e6:.1f} ms; use channels_last for model and input",
         estimated_speedup=0.0,
         evidence={"layout_ns": evidence(layout_ns, unit="ns"),
-                  "layout_share": evidence(layout_ns / window_ns, limits["min_share"], unit="ratio"),
+                  "layout_share": evidence(layout_ns / window_ns, limits.min_share, unit="ratio"),
                   "convolution_ns": evidence(conv_ns, unit="ns"),
                   "nchw_kernel_ns": evidence(nchw_ns, unit="ns"),
-                  "kernels": [{"name": k["name"], "duration_ns": k["ns"], "launches": k["launches"]}
+                  "kernels": [{"name": k.name, "duration_ns": k.ns, "launches": k.launches}
                               for k in conversions[:5]]},
         advice=ADVICE,
     )
-    finding.estimated_savings_ns = layout_ns + nchw_ns * (1 - 1 / limits["nchw_speedup"])
+    finding.estimated_savings_ns = layout_ns + nchw_ns * (1 - 1 / limits.nchw_speedup)
     return finding

@@ -25,6 +25,12 @@ with torch.autocast("cuda", dtype=torch.bfloat16):
     y = model(x)                      # tensor cores
 ```
 
+On an Nsight Compute report alone, kernels whose instruction mix missing-tensor-cores read are left
+to it (their FLOP counts outrank their names: a `conv2d` it declined is not re-judged by name), and a
+library GEMM beside the user's own kernels that take at least as long is a baseline, not a target.
+A GPU without tensor cores (device_caps.csv: the GTX 16xx) gets no finding. Savings never exceed the
+kernels' time less a launch floor per launch, as the kernel checks'.
+
 ## Known problems
 FP64 and integer matrix products that have no tensor-core path on the GPU count too. Matrix-vector
 products (`gemv`) are left out: they read each matrix element once, are bound by memory, and run no
@@ -40,9 +46,11 @@ evidence of its instructions); Nsight Compute's `missing-tensor-cores` judges it
 
 import re
 
+from nsanalyze.checks import global_settings
 from nsanalyze.checks.base import Finding, Threshold, evidence
 from nsanalyze.checks.libraries import library_of
 from nsanalyze.checks.program.rank_imbalance import straggler
+from nsanalyze.normalize.device_caps import has_tensor_cores
 
 ID = "low-tensor-activity"
 NAME = "program.utilization.tensor"
@@ -79,37 +87,55 @@ with torch.autocast("cuda", dtype=torch.bfloat16): y = model(x)
 
 
 
-def _judged(analysis, by_name_only: bool) -> list[dict]:
+def _judged(analysis, by_name_only: bool) -> list:
     """The CUDA-core matrix kernels the check speaks for: role matmul_simt, no matrix-vector products;
     from names alone (no GPU metrics), only the kernels a library named after their instructions."""
     kernels = analysis.kernels_of("matmul_simt", limit=len(analysis.by_kernel))
-    kernels = [k for k in kernels if not MATRIX_VECTOR.search(f"{k.get('demangled') or ''} {k.get('name') or ''}")]
+    kernels = [k for k in kernels if not MATRIX_VECTOR.search(f"{k.demangled or ''} {k.name or ''}")]
     if by_name_only:
-        kernels = [k for k in kernels if library_of(k.get("demangled") or k.get("name"))
-                   or library_of(k.get("name"))]
+        kernels = [k for k in kernels if library_of(k.demangled or k.name)
+                   or library_of(k.name)]
     return kernels
+
+
+def _without_tensor_cores(timeline) -> bool:
+    """Every GPU the profile names is one the device table knows to have no tensor cores (a GTX 16xx)."""
+    listed = timeline.kernel_list.device_names if timeline.kernel_list is not None else ()
+    names = [d.name for d in timeline.devices or ()] + list(listed)
+    found = [has_tensor_cores(name) for name in names if name]
+    return bool(found) and not any(found)
+
+
+def _launch_room_ns(kernels: list, floor_ns: float) -> float:
+    """What the kernels can lose at most: their time less a launch floor per launch (as the kernel checks)."""
+    return float(sum(max(0.0, k.ns - (k.launches or 1) * floor_ns) for k in kernels))
 
 
 def run(timeline, limits) -> Finding | None:
     analysis = timeline.work_analysis
-    if analysis is None or not analysis.kernel_ns:
+    if analysis is None or not analysis.kernel_ns or _without_tensor_cores(timeline):
         return None
-    metrics = timeline.gpu_metrics or {}
-    gr, issue, tensor = (metrics.get(k, {}).get("mean") if metrics.get(k) else None
-                         for k in ("gr_active_pct", "sm_issue_pct", "tensor_active_pct"))
+    kernel_list = timeline.kernel_list
+    gr, issue, tensor = (timeline.metric_mean(k) for k in ("gr_active_pct", "sm_issue_pct", "tensor_active_pct"))
     by_name_only = tensor is None
     kernels = _judged(analysis, by_name_only)
-    simt_ns = float(sum(k["ns"] for k in kernels))
+    # An ncu report's kernels whose instruction mix missing-tensor-cores read (it judged them, fired or
+    # declined): their FLOP counts outrank their names.
+    by_mix = kernel_list.instruction_mix_judged if kernel_list is not None else ()
+    kernels = [k for k in kernels if (k.demangled or k.name) not in by_mix and k.name not in by_mix]
+    simt_ns = float(sum(k.ns for k in kernels))
     matrix_share = simt_ns / analysis.kernel_ns
-    if matrix_share < limits["min_matrix_share"]:
+    if matrix_share < limits.min_matrix_share:
         return None
-    if tensor is not None and tensor >= limits["max_tensor_active_pct"]:
+    if kernel_list is not None and kernel_list.user_kernel_ns >= simt_ns:
+        return None  # a profile of the user's own kernels beside a library baseline: the baseline is no target
+    if tensor is not None and tensor >= limits.max_tensor_active_pct:
         return None  # the tensor cores run: the names' CUDA-core GEMMs are not where the time goes
     measured = "".join([f", GPU-Util {gr:.0f}%" if gr is not None else "",
                         f", SMs issue on {issue:.0f}% of cycles" if issue is not None else "",
                         f", tensor cores active {tensor:.1f}%" if tensor is not None else
                         " (by their library names; tensor activity was not measured)"])
-    libraries = sorted({library_of(k.get("demangled") or k.get("name")) or library_of(k.get("name")) or "?"
+    libraries = sorted({library_of(k.demangled or k.name) or library_of(k.name) or "?"
                         for k in kernels} - {"?"})
     notes = []
     if by_name_only:
@@ -122,12 +148,12 @@ def run(timeline, limits) -> Finding | None:
         title=f"Matrix products on the CUDA cores: FP32 GEMM kernels ({matrix_share:.0%} of GPU kernel time) do not "
               f"use the tensor cores{measured}",
         estimated_speedup=0.0,
-        evidence={"matrix_kernel_share": evidence(matrix_share, limits["min_matrix_share"], unit="ratio"),
+        evidence={"matrix_kernel_share": evidence(matrix_share, limits.min_matrix_share, unit="ratio"),
                   "matrix_kernel_ns": evidence(simt_ns, unit="ns"),
                   "gr_active_pct": evidence(gr, unit="%"),
                   "sm_issue_pct": evidence(issue, unit="%"),
-                  "tensor_active_pct": evidence(tensor, limits["max_tensor_active_pct"], unit="%", compare="<"),
-                  "matrix_kernels": [{"name": k["name"], "duration_ns": k["ns"], "launches": k["launches"]}
+                  "tensor_active_pct": evidence(tensor, limits.max_tensor_active_pct, unit="%", compare="<"),
+                  "matrix_kernels": [{"name": k.name, "duration_ns": k.ns, "launches": k.launches}
                                      for k in kernels[:5]]},
         advice=ADVICE,
         notes=notes,
@@ -136,8 +162,14 @@ def run(timeline, limits) -> Finding | None:
     if device is not None:  # GPUs run side by side: wall time is saved on the GPU with most GEMM time
         finding.budget_device = device
         finding.evidence["busiest_gpu_matrix_ns"] = evidence(wall_ns, unit="ns")
-    # the GEMMs get faster, never more than their own time goes
-    finding.estimated_savings_ns = min(wall_ns, wall_ns * (1 - 1 / limits["tensor_speedup"]))
+    # the GEMMs get faster, never more than their own time goes, nor below a launch floor per launch
+    floor_ns = (kernel_list.launch_floor_ns if kernel_list is not None else None) or \
+        global_settings()["savings"]["launch_floor_ns"]
+    room_ns = _launch_room_ns(kernels, floor_ns) * (wall_ns / simt_ns if simt_ns else 0.0)
+    finding.estimated_savings_ns = min(wall_ns, wall_ns * (1 - 1 / limits.tensor_speedup), room_ns)
+    if finding.estimated_savings_ns < wall_ns * (1 - 1 / limits.tensor_speedup):
+        finding.notes.append(f"savings held to the kernels' time less a launch floor of {floor_ns / 1e3:.1f} us "
+                             "a launch")
     return finding
 
 
@@ -154,6 +186,6 @@ def _wall_gemm_ns(analysis, judged_ns: float, devices=None) -> tuple[float, obje
                   for device, split in analysis.devices.items()}
     device = max(per_device, key=per_device.get)
     found = straggler(devices or [])
-    if found is not None and found["straggler"]["device_id"] in per_device:
-        device = found["straggler"]["device_id"]
+    if found is not None and found.straggler.device_id in per_device:
+        device = found.straggler.device_id
     return per_device[device], device

@@ -36,6 +36,7 @@ as host-compute or host-sync time between steps.
 """
 
 from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.normalize.model import part_ns, plain
 
 ID = "non-step-phase"
 NAME = "program.phase"
@@ -77,14 +78,14 @@ def _candidates(phases: list, window_ns: float, limits, parent=None) -> list[tup
     holds enough of the window and whose GPU mostly does not compute."""
     out = []
     for phase in phases:
-        if phase["is_steps"] or not phase.get("budget") or not phase["duration_ns"]:
+        if phase.is_steps or not phase.budget or not phase.duration_ns:
             continue
-        parts = {p["part"]: p["ns"] for p in phase["budget"]}
-        idle_share = 1.0 - parts.get("gpu_compute", 0) / phase["duration_ns"]
-        window_share = phase["in_window_ns"] / window_ns
-        if window_share >= limits["min_window_share"] and idle_share >= limits["min_idle_share"]:
-            out.append((phase["in_window_ns"] * idle_share, phase, parts, idle_share, window_share, parent))
-        out += _candidates(phase.get("children") or [], window_ns, limits, phase)
+        parts = {p.part: p.ns for p in phase.budget}
+        idle_share = 1.0 - part_ns(phase.budget, "gpu_compute") / phase.duration_ns
+        window_share = phase.in_window_ns / window_ns
+        if window_share >= limits.min_window_share and idle_share >= limits.min_idle_share:
+            out.append((phase.in_window_ns * idle_share, phase, parts, idle_share, window_share, parent))
+        out += _candidates(phase.children, window_ns, limits, phase)
     return out
 
 
@@ -95,7 +96,7 @@ DEEPEST_SHARE = 0.5
 
 def chosen(timeline, limits) -> tuple | None:
     """The phase this check speaks of, as its candidate tuple (see _candidates), or None."""
-    window_ns = timeline.summary.get("span_ns") or 0
+    window_ns = timeline.summary.span_ns or 0
     if not timeline.steps or not window_ns:  # without steps the window is one phase or the other
         return None
     candidates = _candidates(timeline.phases or [], window_ns, limits)
@@ -117,33 +118,33 @@ def claimed_parts(timeline, limits) -> dict[str, float]:
     if best is None:
         return {}
     phase = best[1]
-    inside = phase["in_window_ns"] / phase["duration_ns"]
-    return {entry["part"]: entry["ns"] * inside for entry in phase["budget"] if entry["part"] != "gpu_compute"}
+    inside = phase.in_window_ns / phase.duration_ns
+    return {entry.part: entry.ns * inside for entry in phase.budget if entry.part != "gpu_compute"}
 
 
 def run(timeline, limits) -> Finding | None:
     best = chosen(timeline, limits)
     if best is None:
         return None
-    window_ns = timeline.summary["span_ns"]
+    window_ns = timeline.summary.span_ns
     savings, phase, parts, idle_share, window_share, _ = best
     cause_part = max(CAUSES, key=lambda part: parts.get(part, 0))
-    cause_share = parts.get(cause_part, 0) / phase["duration_ns"]
-    each = phase["duration_ns"] / phase["count"]
-    where = f" (in {phase['path'].rsplit(' › ', 1)[0]})" if phase.get("path") else ""
+    cause_share = part_ns(phase.budget, cause_part) / phase.duration_ns
+    each = phase.duration_ns / phase.count
+    where = f" (in {phase.path.rsplit(' › ', 1)[0]})" if phase.path else ""
     host = _host_classes(timeline, phase)
     finding = Finding(
         check=ID,
-        title=(f"The '{phase['name']}' phase{where} holds {window_share:.0%} of the window ({phase['count']} instance"
-               f"{'s' if phase['count'] != 1 else ''}, {each / 1e6:.1f} ms each); the GPU computes in only "
+        title=(f"The '{phase.name}' phase{where} holds {window_share:.0%} of the window ({phase.count} instance"
+               f"{'s' if phase.count != 1 else ''}, {each / 1e6:.1f} ms each); the GPU computes in only "
                f"{1 - idle_share:.0%} of it, the rest mostly {CAUSES[cause_part]} ({cause_share:.0%})"
                + (f"; the host meanwhile in {host}" if host else "")),
         estimated_speedup=savings / window_ns,
-        evidence={"phase": phase["name"], "path": phase.get("path", phase["name"]), "instances": phase["count"],
-                  "phase_ns": evidence(phase["duration_ns"], unit="ns"),
-                  "window_share": evidence(window_share, limits["min_window_share"], unit="ratio"),
-                  "idle_share": evidence(idle_share, limits["min_idle_share"], unit="ratio"),
-                  "cause": cause_part, "budget": phase["budget"]},
+        evidence={"phase": phase.name, "path": phase.path or phase.name, "instances": phase.count,
+                  "phase_ns": evidence(phase.duration_ns, unit="ns"),
+                  "window_share": evidence(window_share, limits.min_window_share, unit="ratio"),
+                  "idle_share": evidence(idle_share, limits.min_idle_share, unit="ratio"),
+                  "cause": cause_part, "budget": plain(phase.budget)},
         advice=ADVICE,
     )
     finding.estimated_savings_ns = min(savings, window_ns)
@@ -153,11 +154,11 @@ def run(timeline, limits) -> Finding | None:
 def _host_classes(timeline, phase: dict) -> str:
     """The host-activity classes that cover the phase's idle time (normalize.host_activity), largest first."""
     activity = getattr(timeline, "host_activity", None)
-    if activity is None or not phase.get("instances"):
+    if activity is None or not phase.instances:
         return ""
-    starts = [s for s, _ in phase["instances"]]
-    ends = [e for _, e in phase["instances"]]
+    starts = [s for s, _ in phase.instances]
+    ends = [e for _, e in phase.instances]
     covered = [(activity.idle_within(c.name, starts, ends), c) for c in activity.classes]
-    idle = phase.get("idle_ns") or 0
+    idle = phase.idle_ns or 0
     named = sorted(((ns, c) for ns, c in covered if idle and ns >= 0.1 * idle), key=lambda x: -x[0])[:3]
     return ", ".join(f"{c.name} {ns / 1e6:.0f} ms ({', '.join(n for n, _, _ in c.top_calls[:2])})" for ns, c in named)

@@ -69,29 +69,27 @@ def _time(ns: float) -> str:
 
 
 def run(timeline, limits) -> Finding | None:
-    summary = timeline.summary or {}
-    kernels, span = summary.get("kernels") or 0, summary.get("span_ns") or 0
-    kernel_ns = summary.get("kernel_ns") or 0
-    if not kernels or kernels > limits["max_kernels"] or not span:
+    summary = timeline.summary
+    kernels, span, kernel_ns = summary.kernels or 0, summary.span_ns or 0, summary.kernel_ns or 0
+    if not kernels or kernels > limits.max_kernels or not span:
         return None
-    if any(part["role"] == "graph" and part["ns"] for part in timeline.work or []):
+    if any(part.role == "graph" and part.ns for part in timeline.work or ()):
         return None  # a whole-graph execution is many kernels: the graph note says how to see them
     share = kernel_ns / span
-    if share < limits["min_kernel_share"]:
+    if share < limits.min_kernel_share:
         return None
     # the longest kernel of the window's summary; the launch checks' list holds short kernels only
-    longest = max(getattr(timeline, "kernel_summary", None) or [], key=lambda r: r.get("duration_ns") or 0,
-                  default=None)
-    top = (timeline.launches or {}).get("top") or []
-    name = (longest or {}).get("name") or (top[0]["name"] if top else None)
+    longest = max(timeline.kernel_summary or [], key=lambda r: r["duration_ns"] or 0, default=None)
+    top = timeline.launches.top
+    name = (longest["name"] if longest else None) or (top[0].name if top else None)
     finding = Finding(
         check=ID,
         title=f"GPU-bound in {plural(kernels, 'kernel launch')}"
               + (f" ('{name}')" if name else "")
               + f": {_time(kernel_ns)} of the {_time(span)} window; profile it with ncu to see what limits it",
         estimated_speedup=0.0,
-        evidence={"kernel_share": evidence(share, limits["min_kernel_share"], unit="ratio"),
-                  "kernel_launches": evidence(kernels, limits["max_kernels"], compare="<="),
+        evidence={"kernel_share": evidence(share, limits.min_kernel_share, unit="ratio"),
+                  "kernel_launches": evidence(kernels, limits.max_kernels, compare="<="),
                   "kernel_ns": evidence(kernel_ns, unit="ns")},
         advice=_advice(name),
     )

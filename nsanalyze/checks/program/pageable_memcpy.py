@@ -35,6 +35,9 @@ copies also allow, is transfer-bound's to count.
 - `near_link_share`: pageable copies at this share of the pinned rate or above gain nothing from pinning.
 """
 
+from dataclasses import asdict
+
+from nsanalyze.normalize.model import plain
 from nsanalyze.checks.base import Finding, Threshold, evidence, median_step_part, plural
 from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving
 
@@ -67,36 +70,36 @@ float* h; cudaMallocHost(&h, bytes); cudaMemcpyAsync(d, h, bytes, cudaMemcpyHost
 
 
 def run(timeline, limits) -> Finding | None:
-    pageable = timeline.copies["pageable"]
-    if pageable["copies"] < limits["min_copies"]:
+    pageable = timeline.copies.pageable
+    if pageable is None or pageable.copies < limits.min_copies:
         return None
     saving_ns, directions = pageable_saving(timeline)
     for direction in directions:  # near the pinned rate already: the staging costs nothing worth a change
-        if direction["gb_per_s"] and direction["gb_per_s"] >= limits["near_link_share"] * direction["reference_gb_per_s"]:
-            saving_ns -= direction["saving_ns"]
-            direction["saving_ns"] = 0.0
+        if direction.gb_per_s and direction.gb_per_s >= limits.near_link_share * direction.reference_gb_per_s:
+            saving_ns -= direction.saving_ns
+            direction.saving_ns = 0.0
     top = directions[0] if directions else None
-    rate = (f"; {top['copy_kind'].lower()} at {top['gb_per_s']:.1f} GB/s where pinned copies reach "
-            f"{top['reference_gb_per_s']:.0f}" if top and top["gb_per_s"] else "")
-    steps = (timeline.steps or {}).get("count") or 0
+    rate = (f"; {top.copy_kind.lower()} at {top.gb_per_s:.1f} GB/s where pinned copies reach "
+            f"{top.reference_gb_per_s:.0f}" if top and top.gb_per_s else "")
+    steps = timeline.steps.count if timeline.steps else 0
     step_copy_ns = median_step_part(timeline, BUDGET_PART)
     # per step only when the copies are the steps' own (not a checkpoint's between them)
-    per_step = (f", about {saving_ns / steps / 1e6:.3g} ms of each {timeline.steps['median_ns'] / 1e6:.3g} ms step"
+    per_step = (f", about {saving_ns / steps / 1e6:.3g} ms of each {timeline.steps.median_ns / 1e6:.3g} ms step"
                 if steps and saving_ns and step_copy_ns and saving_ns / steps <= step_copy_ns else "")
     finding = Finding(
         check=ID,
-        title=f"{plural(pageable['copies'], 'copy')} used pageable host memory "
-              f"({pageable['bytes'] / 1e6:.1f} MB, {pageable['duration_ns'] / 1e6:.2f} ms){rate}: pinned, they save "
+        title=f"{plural(pageable.copies, 'copy')} used pageable host memory "
+              f"({pageable.bytes / 1e6:.1f} MB, {pageable.duration_ns / 1e6:.2f} ms){rate}: pinned, they save "
               f"{saving_ns / 1e6:.3g} ms{per_step}",
         estimated_speedup=0.0,
-        evidence={"pageable_copies": evidence(pageable["copies"], limits["min_copies"], compare=">="),
-                  "pageable_bytes": evidence(pageable["bytes"], unit="byte"),
-                  "pageable_copy_ns": evidence(pageable["duration_ns"], unit="ns"),
-                  "directions": directions,
-                  "largest_async": pageable["async_top"][:5]},
+        evidence={"pageable_copies": evidence(pageable.copies, limits.min_copies, compare=">="),
+                  "pageable_bytes": evidence(pageable.bytes, unit="byte"),
+                  "pageable_copy_ns": evidence(pageable.duration_ns, unit="ns"),
+                  "directions": [asdict(d) for d in directions],
+                  "largest_async": plain(pageable.async_top[:5])},
         advice=ADVICE,
-        notes=[f"{d['copy_kind']}: {d['gb_per_s']} GB/s achieved; the reference is {d['reference']}"
-               for d in directions if d["gb_per_s"]],
+        notes=[f"{d.copy_kind}: {d.gb_per_s} GB/s achieved; the reference is {d.reference}"
+               for d in directions if d.gb_per_s],
     )
-    finding.estimated_savings_ns = min(saving_ns, float(pageable["duration_ns"]))
+    finding.estimated_savings_ns = min(saving_ns, float(pageable.duration_ns))
     return finding

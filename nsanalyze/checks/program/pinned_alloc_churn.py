@@ -63,11 +63,11 @@ cudaFreeHost(h);                        if (!h) cudaMallocHost(&h, max_bytes);
 
 def run(timeline, limits) -> Finding | None:
     cost = class_cost(timeline, CLASS)
-    window_ns = timeline.summary.get("span_ns") or 0
+    window_ns = timeline.summary.span_ns or 0
     if cost is None or not window_ns:
         return None
     share = cost.savings_ns / window_ns
-    if share < limits["min_window_share"]:
+    if share < limits.min_window_share:
         return None
     finding = Finding(
         check=ID,
@@ -77,7 +77,7 @@ def run(timeline, limits) -> Finding | None:
         estimated_speedup=share,
         evidence={"pinned_alloc_calls": evidence(cost.calls),
                   "pinned_alloc_host_ns": evidence(cost.host_ns, unit="ns"),
-                  "savings_share": evidence(share, limits["min_window_share"], unit="ratio"),
+                  "savings_share": evidence(share, limits.min_window_share, unit="ratio"),
                   "calls": [{"name": n, "calls": c, "ns": int(ns)} for n, c, ns in cost.top_calls]},
         advice=ADVICE,
     )

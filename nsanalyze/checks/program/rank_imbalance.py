@@ -32,7 +32,10 @@ it no longer waits, which is not counted.
   else the slowest device's extra compute over its own compute time.
 """
 
+from dataclasses import asdict, dataclass
+
 from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.normalize.model import part_ns, plain
 from nsanalyze.checks.program.host_compute import _blocked
 
 ID = "rank-imbalance"
@@ -71,41 +74,62 @@ HOST_PART_WORDS = {"idle_host": "waiting on host code", "idle_launch": "waiting 
 
 
 def _parts(device) -> dict:
-    return {p["part"]: p["ns"] for p in device["budget"]}
+    return {p.part: p.ns for p in device.budget}
 
 
 def _exposed(device) -> float:
     """A GPU's communication with nothing beside it: its budget's part, else the device figure."""
-    if device.get("budget"):
-        return float(_parts(device).get("gpu_communication", 0.0))
-    return float(device.get("exposed_communication_ns") or 0.0)
+    if device.budget:
+        return float(part_ns(device.budget, "gpu_communication"))
+    return float(device.exposed_communication_ns or 0.0)
 
 
 def label(device) -> str:
     """`GPU 1`, or `rank 1 (GPU 1:1)` for merged per-rank exports."""
-    if isinstance(device["device_id"], str) and "rank" in device:
-        return f"rank {device['rank']} (GPU {device['device_id']})"
-    return f"GPU {device['device_id']}"
+    if isinstance(device.device_id, str) and device.rank is not None:
+        return f"rank {device.rank} (GPU {device.device_id})"
+    return f"GPU {device.device_id}"
 
 
-def straggler(devices) -> dict | None:
+@dataclass(frozen=True)
+class DeviceTime:
+    """One GPU's figures beside the straggler's (the finding's per-device table)."""
+    device_id: object
+    compute_ns: float
+    host_ns: float
+    communication_ns: float
+    exposed_communication_ns: float
+    waiting_ns: float
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """The GPUs that meet in collectives, and the one the others wait for."""
+    straggler: object          # the Device that waits least in its collectives
+    others: list
+    transfer_ns: float         # what the straggler itself spends in bare collectives: the transfers
+    waits: dict                # device id -> time it waits for the straggler
+    wait_ns: float             # the least any other GPU waits: the saving
+    least_waiting: object
+    worst: object              # the GPU with the most exposed communication
+
+
+def straggler(devices) -> Straggler | None:
     """GPUs that meet in collectives: the straggler is the one that waits least in them (it reaches them last);
     each other GPU's exposed communication beyond the straggler's is waiting for it, the rest (what the
     straggler itself spends in bare collectives) is the transfers. Overlap with compute can hide the transfers,
     never the waiting; only the straggler catching up removes it, and then only until the next-slowest GPU
     is the last to arrive: the saving is the least any other GPU waits. None with fewer than two
     communicating GPUs."""
-    talking = [d for d in devices if d.get("communication_ns")]
+    talking = [d for d in devices if d.communication_ns]
     if len(talking) < 2:
         return None
     slow = min(talking, key=_exposed)
     others = [d for d in talking if d is not slow]
     transfer = _exposed(slow)
-    waits = {d["device_id"]: max(0.0, _exposed(d) - transfer) for d in others}
-    first = min(others, key=lambda d: waits[d["device_id"]])
-    return {"straggler": slow, "others": others, "transfer_ns": transfer, "waits": waits,
-            "wait_ns": waits[first["device_id"]], "least_waiting": first,
-            "worst": max(talking, key=_exposed)}
+    waits = {d.device_id: max(0.0, _exposed(d) - transfer) for d in others}
+    first = min(others, key=lambda d: waits[d.device_id])
+    return Straggler(slow, others, transfer, waits, waits[first.device_id], first, max(talking, key=_exposed))
 
 
 def _from_budgets(timeline, devices, limits) -> Finding | None:
@@ -115,58 +139,57 @@ def _from_budgets(timeline, devices, limits) -> Finding | None:
     found = straggler(devices)
     if found is None:
         return None
-    slow, others, wait = found["straggler"], found["others"], found["wait_ns"]
-    window = sum(d["window_ns"] for d in devices) / len(devices)
+    slow, others, wait = found.straggler, found.others, found.wait_ns
+    window = sum(d.window_ns for d in devices) / len(devices)
     share = wait / window if window else 0.0
-    if share < limits["min_imbalance_share"]:
+    if share < limits.min_imbalance_share:
         return None
-    parts = {d["device_id"]: _parts(d) for d in devices}
-    mine = parts[slow["device_id"]]
+    parts = {d.device_id: _parts(d) for d in devices}
+    mine = parts[slow.device_id]
 
     def mean_others(keys):
-        return sum(sum(parts[d["device_id"]][k] for k in keys) for d in others) / len(others)
+        return sum(sum(parts[d.device_id][k] for k in keys) for d in others) / len(others)
     extra_host = sum(mine[k] for k in HOST_PARTS) - mean_others(HOST_PARTS)
-    extra_compute = mine["gpu_compute"] - mean_others(("gpu_compute",))
+    extra_compute = part_ns(slow.budget, "gpu_compute") - mean_others(("gpu_compute",))
     side = "on the host" if extra_host > extra_compute else "on the GPU"
     if side == "on the host":
         top = max(HOST_PARTS, key=lambda k: mine[k] - mean_others((k,)))
         cause = (f"its GPU spends {mine[top] / 1e6:.1f} ms {HOST_PART_WORDS[top]} ({top}) against "
                  f"{mean_others((top,)) / 1e6:.1f} ms on the others; {extra_host / 1e6:.1f} ms more host time in all")
-        blocked = _blocked([s for s in timeline.host_stretches if s.get("device_id") == slow["device_id"]][:5])
+        blocked = _blocked([s for s in timeline.host_stretches if s.device_id == slow.device_id][:5])
         if top == "idle_host" and blocked and blocked[0] >= 0.5 and blocked[1]:
-            cause += (f"; its launching thread sits in {blocked[1][0]['name']} ({blocked[1][0]['kind']}) "
+            cause += (f"; its launching thread sits in {blocked[1][0].name} ({blocked[1][0].kind}) "
                       f"{blocked[0]:.0%} of its longest host stretches")
     else:
         top = "gpu_compute"
-        cause = (f"its GPU computes {mine['gpu_compute'] / 1e6:.1f} ms against {mean_others(('gpu_compute',)) / 1e6:.1f} "
+        cause = (f"its GPU computes {part_ns(slow.budget, 'gpu_compute') / 1e6:.1f} ms against {mean_others(('gpu_compute',)) / 1e6:.1f} "
                  f"ms on the others ({extra_compute / 1e6:.1f} ms more)")
-    table = [{"device_id": d["device_id"], "compute_ns": parts[d["device_id"]]["gpu_compute"],
-              "host_ns": sum(parts[d["device_id"]][k] for k in HOST_PARTS),
-              "communication_ns": d.get("communication_ns"),
-              "exposed_communication_ns": parts[d["device_id"]]["gpu_communication"],
-              "waiting_ns": found["waits"].get(d["device_id"], 0.0)} for d in devices]
-    stretches = [s for s in timeline.host_stretches if s.get("device_id") == slow["device_id"]][:3]
+    table = [DeviceTime(d.device_id, part_ns(d.budget, "gpu_compute"), sum(part_ns(d.budget, k) for k in HOST_PARTS),
+                        d.communication_ns, part_ns(d.budget, "gpu_communication"), found.waits.get(d.device_id, 0.0))
+             for d in devices]
+    stretches = [s for s in timeline.host_stretches if s.device_id == slow.device_id][:3]
     finding = Finding(
         check=ID,
         title=f"{label(slow)} is the straggler, slow {side}: the other GPUs wait for it in their collectives "
               f"{wait / 1e6:.1f} ms ({share:.0%} of the window), time no overlap can hide; {cause}",
         estimated_speedup=0.0,
-        evidence={"wait_share": evidence(share, limits["min_imbalance_share"], unit="ratio"),
+        evidence={"wait_share": evidence(share, limits.min_imbalance_share, unit="ratio"),
                   "others_wait_ns": evidence(wait, unit="ns"),
                   "straggler_side": side.removeprefix("on the "),
                   "straggler_part": top,
                   "extra_host_ns": evidence(extra_host, unit="ns"),
                   "extra_compute_ns": evidence(extra_compute, unit="ns"),
-                  "transfer_ns": evidence(found["transfer_ns"], unit="ns"),
-                  "per_device": table,
-                  **({"straggler_host_stretches": stretches} if side == "on the host" and stretches else {})},
+                  "transfer_ns": evidence(found.transfer_ns, unit="ns"),
+                  "per_device": [asdict(row) for row in table],
+                  **({"straggler_host_stretches": plain(tuple(stretches))} if side == "on the host" and stretches
+                     else {})},
         advice=ADVICE,
-        device_id=slow["device_id"],
+        device_id=slow.device_id,
     )
     finding.notes.append(f"the saving is the least any other GPU waits for {label(slow)} in its collectives: once "
                          "the straggler catches up, the next-slowest GPU is the last to arrive")
     finding.estimated_savings_ns = float(wait)
-    finding.budget_device = found["least_waiting"]["device_id"]
+    finding.budget_device = found.least_waiting.device_id
     return finding
 
 
@@ -174,32 +197,35 @@ def run(timeline, limits) -> Finding | None:
     devices = timeline.devices
     if len(devices) < 2:
         return None
-    if all(d.get("budget") for d in devices) and any(d.get("communication_ns") for d in devices):
+    if all(d.budget for d in devices) and any(d.communication_ns for d in devices):
         return _from_budgets(timeline, devices, limits)
-    slow = max(devices, key=lambda d: d["compute_kernel_ns"])
+    slow = max(devices, key=lambda d: d.compute_kernel_ns)
     others = [d for d in devices if d is not slow]
-    mean_others = sum(d["compute_kernel_ns"] for d in others) / len(others)
-    extra = slow["compute_kernel_ns"] - mean_others
-    share = extra / slow["compute_kernel_ns"] if slow["compute_kernel_ns"] else 0.0
-    if share < limits["min_imbalance_share"]:
+    mean_others = sum(d.compute_kernel_ns for d in others) / len(others)
+    extra = slow.compute_kernel_ns - mean_others
+    share = extra / slow.compute_kernel_ns if slow.compute_kernel_ns else 0.0
+    if share < limits.min_imbalance_share:
         return None
-    per_kernel: dict[str, dict] = {}
+    on_slow: dict[str, float] = {}
+    on_others: dict[str, float] = {}
     for row in timeline.device_kernels:
-        entry = per_kernel.setdefault(row["name"], {"slow": 0, "others": 0})
-        entry["slow" if row["device_id"] == slow["device_id"] else "others"] += row["duration_ns"]
-    where = sorted(((name, v["slow"] - v["others"] / len(others)) for name, v in per_kernel.items()),
+        side = on_slow if row.device_id == slow.device_id else on_others
+        on_slow.setdefault(row.name, 0)
+        on_others.setdefault(row.name, 0)
+        side[row.name] += row.duration_ns
+    where = sorted(((name, on_slow[name] - on_others[name] / len(others)) for name in on_slow),
                    key=lambda item: -item[1])[:3]
     finding = Finding(
         check=ID,
-        title=f"GPU {slow['device_id']} computes {extra / 1e6:.1f} ms ({share:.0%}) longer than the others; "
+        title=f"GPU {slow.device_id} computes {extra / 1e6:.1f} ms ({share:.0%}) longer than the others; "
               f"most of it in {where[0][0] if where else 'its kernels'}",
         estimated_speedup=0.0,
-        evidence={"imbalance_share": evidence(share, limits["min_imbalance_share"], unit="ratio"),
+        evidence={"imbalance_share": evidence(share, limits.min_imbalance_share, unit="ratio"),
                   "extra_compute_ns": evidence(extra, unit="ns"),
-                  "compute_ns_per_device": {str(d["device_id"]): d["compute_kernel_ns"] for d in devices},
+                  "compute_ns_per_device": {str(d.device_id): d.compute_kernel_ns for d in devices},
                   "extra_by_kernel": [{"name": n, "extra_ns": e} for n, e in where if e > 0]},
         advice=ADVICE,
-        device_id=slow["device_id"],
+        device_id=slow.device_id,
     )
     finding.estimated_savings_ns = float(extra)
     return finding

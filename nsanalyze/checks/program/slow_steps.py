@@ -31,11 +31,14 @@ if step % 500 == 499:                                  # much less often
 ## Known problems
 Slow steps at the start are warm-up and lie outside the window; a slow step in the middle of the run
 is counted here. A step that is slow because another phase (a checkpoint) lies inside it on the GPU's
-clock is told by non-step-phase as well.
+clock is told by non-step-phase as well. Slow steps that come at no period and whose extra idle time the
+host spent waiting on a queue or a lock (a DataLoader that does not keep up) are the data pipeline's:
+host-compute names the wait.
 
 ## Options
 - `outlier_factor`: a step this many times the median step stands out.
 - `min_window_share`: the slow steps' excess over the median, as a share of the window, before the check speaks.
+- `max_slow_share`: above this share of slow steps the run drifts and no step stands out.
 """
 
 from __future__ import annotations
@@ -53,11 +56,13 @@ ID = "slow-steps"
 NAME = "program.steps.outliers"
 TITLE = "Steps that stand out hold a large share of the run"
 SECTION = "busy"
-REQUIRES = ("step_starts", "host_activity")
+REQUIRES = ("host_activity",)   # and steps: a run without them has no step to stand out
 THRESHOLDS = {
     "outlier_factor": Threshold(1.5, "half again the median step is beyond the noise of a steady loop (its MAD "
                                      "is a few percent)"),
     "min_window_share": Threshold(0.05, "a twentieth of the run in a few steps is worth a look at what they do"),
+    "max_slow_share": Threshold(0.25, "when more than a quarter of the steps are slow, the run drifts (a growing "
+                                      "cache, a warming clock): no step stands out"),
 }
 SPEEDUP_MODEL = "each slow step's excess over the median step: done elsewhere or less often, they cost a median step"
 PART_WORDS = {"gpu_compute": "GPU compute", "gpu_communication": "communication", "gpu_copy": "copies on the GPU",
@@ -97,18 +102,41 @@ def outliers(timeline, limits) -> tuple[np.ndarray, float, np.ndarray] | None:
     """(slow-step mask over the steady steps, their excess over the median step less the time inside other
     phases, that time per slow step), when the slow steps hold enough of the window to speak."""
     periods = timeline.step_periods
-    window_ns = timeline.summary.get("span_ns") or 0
+    window_ns = timeline.summary.span_ns or 0
     if periods is None or len(periods) < 3 or not window_ns:
         return None
     typical = float(np.median(periods))
-    slow = periods > limits["outlier_factor"] * typical
+    slow = periods > limits.outlier_factor * typical
     if not slow.any() or slow.sum() > len(periods) // 2:
         return None
+    if slow.sum() > limits.max_slow_share * len(periods):
+        return None   # a third of the steps slower is a trend (a growing KV cache), not steps that stand out
     in_phases = _in_other_phases(timeline, slow)
     excess = float(np.clip(periods[slow] - typical - in_phases, 0, None).sum())
-    if excess / window_ns < limits["min_window_share"]:
+    if excess / window_ns < limits.min_window_share:
         return None
+    if every_nth(timeline.step_indices[slow], int(timeline.step_indices[0]), int(timeline.step_indices[-1])) is None \
+            and _waiting_share(timeline, slow) >= WAITING_SHARE:
+        return None   # irregular stalls on a queue: the data pipeline, host-compute's finding names the wait
     return slow, excess, in_phases
+
+
+# OS-call classes in which the launching threads wait on another thread or process (a DataLoader's queue).
+WAITING_CLASSES = ("lock-wait", "io-wait", "sleep")
+# Irregular slow steps whose excess idle time is mostly such waits are the pipeline not keeping up.
+WAITING_SHARE = 0.5
+
+
+def _waiting_share(timeline, slow: np.ndarray) -> float:
+    """The share of the slow steps' excess GPU idle time in which the host waited on a queue or lock."""
+    activity = timeline.host_activity
+    idle = activity.step_idle_ns() if activity is not None else None
+    if idle is None:
+        return 0.0
+    excess = float(np.clip(idle[slow] - np.median(idle[~slow]), 0, None).sum())
+    waiting = sum(float(np.clip(c.step_idle_ns[slow] - np.median(c.step_idle_ns[~slow]), 0, None).sum())
+                  for c in activity.classes if c.name in WAITING_CLASSES and c.step_idle_ns is not None)
+    return waiting / excess if excess else 0.0
 
 
 def excess_by_part(timeline, limits) -> dict[str, float]:
@@ -129,7 +157,7 @@ def run(timeline, limits) -> Finding | None:
         return None
     slow, excess, in_phases = found
     periods, indices = timeline.step_periods, timeline.step_indices
-    window_ns = timeline.summary["span_ns"]
+    window_ns = timeline.summary.span_ns
     typical = float(np.median(periods))
     share = excess / window_ns
     steps = indices[slow]
@@ -149,10 +177,10 @@ def run(timeline, limits) -> Finding | None:
         estimated_speedup=share,
         evidence={"slow_steps": [int(i) for i in steps], "every_nth": n,
                   "median_step_ns": evidence(typical, unit="ns"), "mean_step_ns": evidence(mean, unit="ns"),
-                  "slow_step_median_ns": evidence(float(np.median(periods[slow])), typical * limits["outlier_factor"],
+                  "slow_step_median_ns": evidence(float(np.median(periods[slow])), typical * limits.outlier_factor,
                                                   unit="ns"),
                   "excess_ns": evidence(excess, unit="ns"),
-                  "excess_share": evidence(share, limits["min_window_share"], unit="ratio")},
+                  "excess_share": evidence(share, limits.min_window_share, unit="ratio")},
         advice=ADVICE,
     )
     if in_phases.any():
@@ -172,9 +200,9 @@ def _in_other_phases(timeline, slow: np.ndarray) -> np.ndarray:
     starts, ends = timeline.step_starts[slow], timeline.step_ends[slow]
     inside = np.zeros(len(starts))
     for phase in _all_phases(timeline.phases or []):
-        if phase.get("is_steps"):
+        if phase.is_steps:
             continue
-        for begin, end in phase.get("instances") or []:
+        for begin, end in phase.instances or ():
             inside += np.clip(np.minimum(ends, end) - np.maximum(starts, begin), 0, None)
     return np.minimum(inside, ends - starts)
 
@@ -206,5 +234,20 @@ def _what_they_do(timeline, slow: np.ndarray) -> str:
             classes.append((extra, entry))
     classes.sort(key=lambda c: -c[0])
     calls = [f"{e.name} {_time(x)} ({', '.join(n for n, _, _ in e.top_calls[:2])})" for x, e in classes[:3]]
-    return "; ".join(filter(None, [", ".join(words), ("the GPU idle while the host was in " + ", ".join(calls)) if calls else ""]))
+    moved = [f"{humanize.naturalsize(extra)} {_direction(label)} a slow step"
+             for label, per_step in timeline.step_copy_bytes.items()
+             if (extra := float(np.median(per_step[slow]) - np.median(per_step[normal]))) >= MIN_COPY_BYTES]
+    return "; ".join(filter(None, [", ".join(words), ("the GPU idle while the host was in " + ", ".join(calls)) if calls else "",
+                                   ("copies of " + ", ".join(moved)) if moved else ""]))
+
+
+def _direction(label: str) -> str:
+    """`Device-to-Host, Pageable` -> `device-to-host into pageable memory`."""
+    direction, _, memory = label.partition(", ")
+    into = "into" if direction.endswith("to-Host") else "from"
+    return f"{direction.lower()} {into} {memory.lower()} memory" if memory else direction.lower()
+
+
+# Copies a slow step makes beyond an ordinary one are named from this many bytes (a tensor's worth, not a scalar).
+MIN_COPY_BYTES = 1 << 20
 

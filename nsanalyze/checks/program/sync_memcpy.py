@@ -39,6 +39,7 @@ copy itself needs once asynchronous is not recorded.
 
 import re
 
+from nsanalyze.normalize.model import SyncCopies, plain
 from nsanalyze.checks.base import Finding, Threshold, evidence, plural
 
 ID = "sync-memcpy"
@@ -65,9 +66,8 @@ cudaMemcpyAsync(d, h_pinned, bytes, cudaMemcpyHostToDevice, stream);
 
 
 def _gpu_not_traced(timeline) -> bool:
-    summary = timeline.summary or {}
-    return not (summary.get("kernels") or summary.get("memcpy_ns") or summary.get("memset_ns")) and \
-        bool(getattr(timeline, "api_calls", None))
+    summary = timeline.summary
+    return not (summary.kernels or summary.memcpy_ns or summary.memset_ns) and bool(timeline.api_calls)
 
 
 def _from_api(timeline, limits) -> Finding | None:
@@ -75,25 +75,25 @@ def _from_api(timeline, limits) -> Finding | None:
     asynchronous calls that held it min_blocking_call_ns on average."""
     calls = []
     for call in timeline.api_calls:
-        name = call.get("name") or ""
+        name = call.name or ""
         if ASYNC_COPY.match(name):
-            if call["calls"] and call["total_ns"] / call["calls"] >= limits["min_blocking_call_ns"]:
-                calls.append({**call, "why": "asynchronous by name, but it held the host "
-                                             f"{call['total_ns'] / call['calls'] / 1e6:.3g} ms a call"})
+            if call.calls and call.total_ns / call.calls >= limits.min_blocking_call_ns:
+                calls.append((call, "asynchronous by name, but it held the host "
+                                    f"{call.total_ns / call.calls / 1e6:.3g} ms a call"))
         elif BLOCKING_COPY.match(name):
-            calls.append({**call, "why": "synchronous: returns once the copy is done"})
-    count, total = sum(c["calls"] for c in calls), sum(c["total_ns"] for c in calls)
-    if count < limits["min_copies"] or not total:
+            calls.append((call, "synchronous: returns once the copy is done"))
+    count, total = sum(c.calls for c, _ in calls), sum(c.total_ns for c, _ in calls)
+    if count < limits.min_copies or not total:
         return None
-    shown = ", ".join(f"{c['name']} {c['total_ns'] / 1e6:.1f} ms ({plural(c['calls'], 'call')})" for c in calls[:3])
+    shown = ", ".join(f"{c.name} {c.total_ns / 1e6:.1f} ms ({plural(c.calls, 'call')})" for c, _ in calls[:3])
     finding = Finding(
         check=ID,
         title=f"{plural(count, 'copy call')} blocked the host for {total / 1e6:.1f} ms by the CUDA API table "
               f"({shown}); GPU activity was not recorded, so their bytes and memory kind are not known",
         estimated_speedup=0.0,
-        evidence={"blocking_copy_calls": evidence(count, limits["min_copies"], compare=">="),
+        evidence={"blocking_copy_calls": evidence(count, limits.min_copies, compare=">="),
                   "blocking_copy_call_ns": evidence(total, unit="ns"),
-                  "calls": calls[:5]},
+                  "calls": [dict(c.to_json(), why=why) for c, why in calls[:5]]},
         advice=ADVICE,
         notes=["from the CUDA API table (no GPU activity recorded): host time in the copy calls; the saving is "
                "at most that time, since what the copy itself needs once asynchronous is not recorded",
@@ -105,19 +105,19 @@ def _from_api(timeline, limits) -> Finding | None:
 
 
 def run(timeline, limits) -> Finding | None:
-    sync = timeline.copies["sync"]
-    if not sync["copies"] and _gpu_not_traced(timeline):
+    sync = timeline.copies.sync or SyncCopies()
+    if not sync.copies and _gpu_not_traced(timeline):
         return _from_api(timeline, limits)
-    if sync["copies"] < limits["min_copies"]:
+    if sync.copies < limits.min_copies:
         return None
     finding = Finding(
         check=ID,
-        title=f"{plural(sync['copies'], 'synchronous copy')} blocked the host for {sync['duration_ns'] / 1e6:.2f} ms",
+        title=f"{plural(sync.copies, 'synchronous copy')} blocked the host for {sync.duration_ns / 1e6:.2f} ms",
         estimated_speedup=0.0,
-        evidence={"sync_copies": evidence(sync["copies"], limits["min_copies"], compare=">="),
-                  "sync_copy_ns": evidence(sync["duration_ns"], unit="ns"),
-                  "largest": sync["top"][:5]},
+        evidence={"sync_copies": evidence(sync.copies, limits.min_copies, compare=">="),
+                  "sync_copy_ns": evidence(sync.duration_ns, unit="ns"),
+                  "largest": plain(sync.top[:5])},
         advice=ADVICE,
     )
-    finding.estimated_savings_ns = float(sync["duration_ns"])
+    finding.estimated_savings_ns = float(sync.duration_ns)
     return finding

@@ -47,6 +47,8 @@ once did.
 - `near_link_share`: pinned copies at this share of the reference rate run at the link's rate.
 """
 
+from dataclasses import asdict, dataclass
+
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving, pinned_time_ns, reference_rate
 
@@ -81,63 +83,77 @@ x = torch.from_numpy(batch).pin_memory().cuda(non_blocking=True)
 ```"""
 
 
-def _directions(by_kind: list[dict]) -> list[dict]:
+@dataclass
+class CopyDirection:
+    """The window's copies of one direction: count, bytes, time, the pageable part, the reference rate."""
+    copy_kind: str
+    copies: int = 0
+    bytes: int = 0
+    duration_ns: float = 0
+    pageable_bytes: int = 0
+    gb_per_s: float | None = None
+    pageable_ns: float = 0
+    pageable_copies: int = 0
+    reference_gb_per_s: float | None = None
+    reference: str | None = None
+
+
+def _directions(by_kind) -> list[CopyDirection]:
     """Per copy direction: copies, bytes, time and the achieved bandwidth (bytes over copy time)."""
-    out: dict[str, dict] = {}
+    out: dict[str, CopyDirection] = {}
     for row in by_kind:
-        entry = out.setdefault(row["copy_kind"], {"copy_kind": row["copy_kind"], "copies": 0, "bytes": 0,
-                                                   "duration_ns": 0, "pageable_bytes": 0})
-        entry["copies"] += int(row.get("copies") or 0)
-        entry["bytes"] += int(row.get("bytes") or 0)
-        entry["duration_ns"] += int(row.get("duration_ns") or 0)
-        if "Pageable" in (row.get("src_kind"), row.get("dst_kind")):
-            entry["pageable_bytes"] += int(row.get("bytes") or 0)
+        entry = out.setdefault(row.copy_kind, CopyDirection(row.copy_kind))
+        entry.copies += int(row.copies or 0)
+        entry.bytes += int(row.bytes or 0)
+        entry.duration_ns += int(row.duration_ns or 0)
+        if "Pageable" in (row.src_kind, row.dst_kind):
+            entry.pageable_bytes += int(row.bytes or 0)
     for entry in out.values():
-        entry["gb_per_s"] = round(entry["bytes"] / entry["duration_ns"], 2) if entry["duration_ns"] else None
-    return sorted(out.values(), key=lambda e: -e["duration_ns"])
+        entry.gb_per_s = round(entry.bytes / entry.duration_ns, 2) if entry.duration_ns else None
+    return sorted(out.values(), key=lambda e: -e.duration_ns)
 
 
-def _rate_gap(timeline, directions: list[dict], near: float) -> tuple[float, list[dict]]:
+def _rate_gap(timeline, directions: list[CopyDirection], near: float) -> tuple[float, list[CopyDirection]]:
     """What the non-pageable copies lose to the link: their time less their bytes at the reference rate,
     for directions below `near` of it (many small copies, a shared link); with the reference each used."""
     gap = 0.0
     for direction in directions:
-        rate, source = reference_rate(timeline, direction["copy_kind"])
-        direction["reference_gb_per_s"], direction["reference"] = round(rate, 2), source
-        pinned_bytes = direction["bytes"] - direction["pageable_bytes"]
-        pinned_ns = direction["duration_ns"] - direction["pageable_ns"]
+        rate, source = reference_rate(timeline, direction.copy_kind)
+        direction.reference_gb_per_s, direction.reference = round(rate, 2), source
+        pinned_bytes = direction.bytes - direction.pageable_bytes
+        pinned_ns = direction.duration_ns - direction.pageable_ns
         if pinned_ns <= 0 or pinned_bytes <= 0 or pinned_bytes / pinned_ns >= near * rate:
             continue
-        gap += max(0.0, pinned_ns - pinned_time_ns(direction["copies"] - direction["pageable_copies"],
-                                                   pinned_bytes, rate))
+        gap += max(0.0, pinned_ns - pinned_time_ns(direction.copies - direction.pageable_copies, pinned_bytes, rate))
     return gap, directions
 
 
 def run(timeline, limits) -> Finding | None:
     copy_ns, copy_share = budget_part(timeline, BUDGET_PART)
     compute_ns, compute_share = budget_part(timeline, "gpu_compute")
-    if copy_share < limits["min_copy_share"] or copy_share <= compute_share:
+    if copy_share < limits.min_copy_share or copy_share <= compute_share:
         return None
-    directions = _directions(timeline.copies.get("by_kind") or [])
+    directions = _directions(timeline.copies.by_kind)
     if not directions:
         return None
-    pageable_by_kind = {d["copy_kind"]: d for d in (timeline.copies.get("pageable") or {}).get("by_direction") or []}
+    pageable_copies = timeline.copies.pageable
+    by_kind = {d.copy_kind: d for d in (pageable_copies.by_direction if pageable_copies is not None else ())}
     for direction in directions:
-        own = pageable_by_kind.get(direction["copy_kind"], {})
-        direction["pageable_ns"], direction["pageable_copies"] = own.get("duration_ns", 0), own.get("copies", 0)
+        own = by_kind.get(direction.copy_kind)
+        direction.pageable_ns, direction.pageable_copies = (own.duration_ns, own.copies) if own else (0, 0)
     top = directions[0]
-    rate = f" at {top['gb_per_s']:.1f} GB/s" if top["gb_per_s"] else ""
-    pageable = sum(d["pageable_bytes"] for d in directions)
-    total = sum(d["bytes"] for d in directions)
+    rate = f" at {top.gb_per_s:.1f} GB/s" if top.gb_per_s else ""
+    pageable = sum(d.pageable_bytes for d in directions)
+    total = sum(d.bytes for d in directions)
     # pinning is pageable-memcpy's saving, and making the synchronous copies asynchronous sync-memcpy's
     # (their own time): this finding counts what the copy time has left after both (1 - prod(1 - s_i))
     pinning_ns, _ = pageable_saving(timeline) if pageable else (0.0, [])
     pinning_ns = min(pinning_ns, copy_ns)
-    sync_ns = min(float(((timeline.copies or {}).get("sync") or {}).get("duration_ns") or 0), copy_ns)
+    sync_ns = min(float(timeline.copies.sync.duration_ns if timeline.copies.sync else 0), copy_ns)
     claimed_ns = copy_ns * (1 - (1 - pinning_ns / copy_ns) * (1 - sync_ns / copy_ns)) if copy_ns else 0.0
     left_ns = max(0.0, copy_ns - claimed_ns)
     earlier = [c for c, ns in (("pageable-memcpy", pinning_ns), ("sync-memcpy", sync_ns)) if ns]
-    gap_ns, directions = _rate_gap(timeline, directions, limits["near_link_share"])
+    gap_ns, directions = _rate_gap(timeline, directions, limits.near_link_share)
     gap_ns = min(gap_ns, left_ns)
     overlap_ns = min(left_ns - gap_ns, compute_ns)
     at_link = not gap_ns and not pinning_ns
@@ -145,18 +161,18 @@ def run(timeline, limits) -> Finding | None:
         outlook = (f"; the bytes come from pageable memory: pinning them comes first (pageable-memcpy), after it "
                    f"overlap with compute ({compute_ns / 1e6:.3g} ms in the window) or fewer bytes save time")
     elif at_link:
-        outlook = (f", near the {top['reference_gb_per_s']:.0f} GB/s pinned copies reach: the link is the limit; "
+        outlook = (f", near the {top.reference_gb_per_s:.0f} GB/s pinned copies reach: the link is the limit; "
                    f"only fewer bytes, or overlap with the {compute_ns / 1e6:.3g} ms of compute, save time")
     else:
-        outlook = (f", below the {top['reference_gb_per_s']:.0f} GB/s pinned copies reach: larger, fewer copies "
+        outlook = (f", below the {top.reference_gb_per_s:.0f} GB/s pinned copies reach: larger, fewer copies "
                    "and overlap with compute save time")
     finding = Finding(
         check=ID,
         title=f"Transfer-bound: copies take {copy_share:.0%} of the window{per_step_phrase(timeline, BUDGET_PART)}, "
-              f"the GPU computes {compute_share:.0%}; {plural(top['copies'], 'copy')} {top['copy_kind'].lower()} "
-              f"moved {top['bytes'] / 1e9:.2f} GB{rate}{outlook}",
+              f"the GPU computes {compute_share:.0%}; {plural(top.copies, 'copy')} {top.copy_kind.lower()} "
+              f"moved {top.bytes / 1e9:.2f} GB{rate}{outlook}",
         estimated_speedup=0.0,
-        evidence={"copy_share": evidence(copy_share, limits["min_copy_share"], unit="ratio"),
+        evidence={"copy_share": evidence(copy_share, limits.min_copy_share, unit="ratio"),
                   "compute_share": evidence(compute_share, unit="ratio"),
                   "copy_ns": evidence(copy_ns, unit="ns"),
                   "copy_bytes": evidence(total, unit="byte"),
@@ -164,9 +180,9 @@ def run(timeline, limits) -> Finding | None:
                   "pinning_saves_ns": evidence(pinning_ns, unit="ns"),
                   "rate_gap_ns": evidence(gap_ns, unit="ns"),
                   "overlap_ns": evidence(overlap_ns, unit="ns"),
-                  "directions": directions},
+                  "directions": [asdict(d) for d in directions]},
         advice=ADVICE,
-        notes=[f"achieved bandwidth is bytes over copy time; the reference is {top['reference']}",
+        notes=[f"achieved bandwidth is bytes over copy time; the reference is {top.reference}",
                "what fewer bytes would save (data kept on the GPU, narrower types) is not estimated"]
               + ([f"counted after {' and '.join(earlier)}: of the {left_ns / 1e6:.3g} ms of copy time they leave"]
                  if earlier else []),

@@ -64,16 +64,16 @@ block = torch.compile(block)
 
 def run(timeline, limits) -> Finding | None:
     analysis = timeline.work_analysis
-    window_ns = timeline.summary.get("span_ns") or 0
+    window_ns = timeline.summary.span_ns or 0
     if analysis is None or not window_ns:
         return None
-    chains = analysis.chains.with_ops(limits["min_ops"])
+    chains = analysis.chains.with_ops(limits.min_ops)
     savings = float((chains.ns - chains.longest_ns).sum())
-    if savings / window_ns < limits["min_share"]:
+    if savings / window_ns < limits.min_share:
         return None
     chain_ns = float(chains.ns.sum())
     common = chains.launches_by_name()[:5]
-    steps = (timeline.steps or {}).get("count")
+    steps = (timeline.steps.count if timeline.steps else None)
     per_step = f" ({len(chains) / steps:.0f} chains per step)" if steps else ""
     mean_length = float(chains.kernels.sum()) / len(chains)
     finding = Finding(
@@ -83,10 +83,10 @@ def run(timeline, limits) -> Finding | None:
               "fuse them with torch.compile",
         estimated_speedup=0.0,
         evidence={"chains": evidence(len(chains)),
-                  "chain_kernels_mean": evidence(mean_length, limits["min_ops"]),
+                  "chain_kernels_mean": evidence(mean_length, limits.min_ops),
                   "chain_ns": evidence(chain_ns, unit="ns"),
                   "beyond_one_pass_ns": evidence(savings, unit="ns"),
-                  "saving_share": evidence(savings / window_ns, limits["min_share"], unit="ratio"),
+                  "saving_share": evidence(savings / window_ns, limits.min_share, unit="ratio"),
                   "kernels": [{"name": analysis.names.get(i), "launches_in_chains": n} for i, n in common]},
         advice=ADVICE,
     )

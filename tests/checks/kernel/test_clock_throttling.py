@@ -151,3 +151,34 @@ def test_h200_is_in_the_clock_table(analyzed):
     clock = analyzed(REAL / "gpt_basic_clock_base.ncu-rep.xz")["profiles"][0]["clock_control"]
     assert clock["mode"] == "locked" and clock["base_hz"] == 1490e6 and clock["max_hz"] == 1980e6
     assert "base clock" in clock["reason"] and "not in the clock table" not in clock["reason"]
+
+
+def test_clock_below_the_lock_is_evidence(analyzed):
+    """Issue 35: a clock below the one ncu locks is no lock held, it is slowdown. The MX450 report rgb_correct ran its
+    22 us kernel at 1256 MHz, 10% below the 1395 MHz base clock ncu locks: judged against the lock, a finding (not
+    'locked, not judged'); rgb_original at 3.4% below stays within the lock's slack."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / "Alaric617R__COALDA__examples__rgb__rgb_correct.ncu-rep.xz")
+    clock = model["profiles"][0]["clock_control"]
+    assert clock["mode"] == "below-lock" and clock["lock_hz"] == 1395e6 and "10.0% below" in clock["reason"]
+    finding = next(f for f in model["findings"] if f["check"] == CHECK)
+    assert finding["evidence"]["sm_clock_ratio"]["value"] == pytest.approx(clock["clock_hz"] / 1395e6, abs=1e-4)
+    assert "below the base clock ncu locked (1256 of 1395 MHz)" in finding["title"]
+    assert CHECK not in {n["check"] for n in model["not_judged"]}
+    assert analyzed(PUBLIC / "Alaric617R__COALDA__examples__rgb__rgb_original.ncu-rep.xz")["profiles"][0][
+        "clock_control"]["mode"] == "locked"
+
+
+def test_one_steady_clock_is_not_called_free_running(analyzed):
+    """TedJoin's two A100 kernels both ran at 1404 MHz: one steady clock near the maximum is not evidence of a free
+    clock (nor of throttling)."""
+    from nsanalyze.normalize.clocks import clock_control
+    from tests.conftest import PUBLIC
+
+    clock = analyzed(PUBLIC / (FASTED + "TedJoin__tedjoin_brute_100000_128D_profile.ncu-rep.xz"))["profiles"][0]["clock_control"]
+    assert clock["mode"] == "steady" and "free-running)" in clock["reason"] and "not throttled" in clock["reason"]
+    assert clock_control(_rows([1975, 1976, 1974]))["mode"] == "steady"
+    assert clock_control(_rows([1800, 1975]))["mode"] == "free"          # clocks that vary near the maximum
+    below = clock_control(_rows([530, 554], device="Tesla T4", maximum_mhz=1590))   # the issue's T4 against 585 MHz
+    assert below["mode"] == "below-lock" and below["lock_hz"] == 585e6

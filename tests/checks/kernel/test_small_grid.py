@@ -1,5 +1,7 @@
 """`small-grid` and its line with `tail-effect`, on real reports."""
 
+import pytest
+
 from tests.conftest import REAL
 
 
@@ -30,7 +32,7 @@ def test_one_block_too_many_keeps_its_tail(dev_suite_model):
 
 def test_idle_sms_whatever_the_block_limit():
     """64 blocks on 80 SMs leave 20% of the SMs idle at 0.8 waves (one block per SM fits) as at 0.4 waves;
-    128 blocks on 80 SMs leave none idle (few blocks per SM is occupancy, not the grid)."""
+    160 blocks on 80 SMs leave none idle (the same few blocks on every SM is occupancy, not the grid)."""
     from nsanalyze.checks import limits_for
     from nsanalyze.checks.base import KernelView
     from nsanalyze.checks.kernel import small_grid
@@ -41,8 +43,23 @@ def test_idle_sms_whatever_the_block_limit():
                            "waves_per_sm": 64 / (80 * per_sm)})
         finding = small_grid.run(view, limits)
         assert finding is not None and abs(finding.evidence["idle_sm_share"]["value"] - 0.2) < 1e-9
-    assert small_grid.run(KernelView({"grid_size": 128, "sm_count": 80, "blocks_per_sm_limit": 16,
-                                      "waves_per_sm": 0.1}), limits) is None
+    assert small_grid.run(KernelView({"grid_size": 160, "sm_count": 80, "blocks_per_sm_limit": 16,
+                                      "waves_per_sm": 0.125}), limits) is None
+
+
+def test_uneven_grid_under_one_wave(analyzed):
+    """Issue 35: a grid of a little more blocks than SMs, under one wave, runs two blocks on some SMs and one on the
+    rest, which then idle. The A100's MatrixTransferKernel: 128 blocks on 108 SMs (occupancy 7.5% of a 56% limit):
+    20 SMs run 2 blocks, 88 run 1, 1 - (128/108)/2 = 40.7% of the SMs' time idles. It had no small-grid finding."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__memCpyAsync_Minimum_Reproducible__Pipeline_Depth_1.ncu-rep.xz")
+    finding = next(f for f in model["findings"] if f["check"] == "small-grid")
+    assert finding["evidence"]["grid_size"]["value"] == 128 and finding["evidence"]["sm_count"]["value"] == 108
+    assert finding["evidence"]["idle_sm_share"]["value"] == pytest.approx(1 - (128 / 108) / 2, abs=1e-4)
+    assert "20 SMs run 2 blocks while 88 run 1" in finding["title"]
+    kernel = model["kernels"][finding["kernel_id"]]["metrics"]
+    assert kernel["achieved_occupancy_pct"] < 0.2 * kernel["theoretical_occupancy_pct"]
 
 
 def _finding(check, speedup):

@@ -106,3 +106,34 @@ def test_a_tma_gemms_few_ldgs_are_no_disagreement_worth_telling(analyzed):
         assert sectors * 32 < 0.1 * kernel["metrics"]["dram_bytes"]
     ids = {k["id"] for k in gemms}
     assert not [f for f in model["findings"] if f["check"] == CHECK and f["kernel_id"] in ids]
+
+
+ACCESS_CONCEPTS = ("global_sectors", "global_sectors_ideal", "global_sectors_excess_share", "global_load_bytes_per_sector",
+                   "global_store_bytes_per_sector", "global_load_sectors", "global_store_sectors",
+                   "sectors_per_request_global_load", "l1_hit_rate_pct")
+
+
+def test_basic_set_signature_speaks_with_the_sections_to_collect():
+    """Issue 35: a dominant kernel at L1 99%, SM 12%, DRAM 0.5% in a basic-set report was left silent. The fp16 suite's
+    hgemm_wmma (H200) has that signature: L1 99.6%, DRAM 0.7%, SM 17% (its WMMA fragments load from global memory, L1
+    serving split sectors). Its row without the access counters, as ncu's basic set leaves it: the check says L1 is
+    the limit while DRAM idles, names the sections to collect, and estimates half of L1's time (said in a note)."""
+    from nsanalyze.checks import limits_for
+    from nsanalyze.checks.base import KernelView
+    from nsanalyze.checks.kernel import uncoalesced_global
+    from nsanalyze.normalize import normalize_ncu
+    from nsanalyze.normalize.kernels import metrics_to_read
+    from nsanalyze.read import read_profile
+    from tests.conftest import FIXTURES
+
+    rows = normalize_ncu(read_profile(FIXTURES / "fp16" / "fp16_suite_full.ncu-rep.xz", metrics_to_read)).rows
+    row = next(r for r in rows if r["name"] == "hgemm_wmma")
+    basic = {k: v for k, v in row.items() if k not in ACCESS_CONCEPTS}
+    limits = limits_for(uncoalesced_global)
+    finding = uncoalesced_global.run(KernelView(basic), limits)
+    assert finding is not None and finding.title.startswith("L1 at 100% of its peak while DRAM idles (0.7%)")
+    assert finding.estimated_speedup == pytest.approx(row["l1_throughput_pct"] / 100 * 0.5)
+    assert any("--section MemoryWorkloadAnalysis_Tables --section SourceCounters" in n for n in finding.notes)
+    # a GEMM whose SM pipes are busy too (sgemm-like), and a one-block launch, are not that signature
+    assert uncoalesced_global.run(KernelView({**basic, "sm_throughput_pct": 76.0}), limits).__class__.__name__ == "NotJudged"
+    assert uncoalesced_global.run(KernelView({**basic, "grid_size": 1}), limits).__class__.__name__ == "NotJudged"

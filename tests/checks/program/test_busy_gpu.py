@@ -138,3 +138,22 @@ def test_an_ncu_report_alone_gets_the_work_checks(analyzed):
     assert sum(w["share"] for w in model["work"]) == pytest.approx(1.0)
     suite = analyzed(FIXTURES / "dev_suite_full.ncu-rep.xz")
     assert not [f for f in suite["findings"] if f["check"] in BUSY_CHECKS]
+
+
+def test_illusion_advice_says_what_the_launch_shapes_support(analyzed):
+    """Issue 33/35: the spin program's GPU is held by a 1-block, 1-thread kernel on the H200's 132 SMs (the export's
+    launch shape). The finding says the kernels are too small to fill the GPU, advises more work a launch (batching)
+    and what that buys, instead of only 'profile with ncu'."""
+    from tests.conftest import sql
+
+    model = _model(analyzed, "spin_gpumetrics")
+    finding = _finding(model, "gpu-util-illusion")
+    (blocks, threads), = sql(REAL / "spin_gpumetrics_nsys.sqlite.xz", """SELECT DISTINCT k.gridX*k.gridY*k.gridZ,
+        k.blockX*k.blockY*k.blockZ FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+        WHERE s.value = 'spin_kernel'""")
+    assert (blocks, threads) == (1, 1)
+    assert "spin_kernel (99%, 1 block of 1 thread)" in finding["title"]
+    assert "too small to fill the 132-SM GPU" in finding["title"] and "batching" in finding["title"]
+    assert finding["severity"] in ("high", "medium") and "Batch the work" in finding["advice"]
+    held = sum(k["duration_ns"] for k in finding["evidence"]["kernels"])
+    assert "instead of" in finding["title"] and 0 < finding["estimated_savings_ns"] <= held

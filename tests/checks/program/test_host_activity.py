@@ -128,3 +128,25 @@ def test_a_checkpoint_nested_in_epochs_is_found_and_named(analyzed):
     assert per_step == pytest.approx(mean_step_saved(NESTED, NESTED_OFF, 'train_step %'), rel=0.30)
     assert any("› checkpoint" in (s.get("nvtx_path") or "") for s in model["timeline"]["host_stretches"])
     assert "non-step-phase" not in {f["check"] for f in program_findings(analyzed(NESTED_OFF))}
+
+
+FIRST_CALL = "SELECT MIN(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+MODULE_LOADS = """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+                  WHERE (s.value LIKE 'cuLibraryLoad%' OR s.value LIKE 'cuModuleLoad%' OR s.value IN
+                         ('cuLibraryGetKernel', 'cuLibraryGetModule', 'cuModuleGetFunction'))
+                    AND r.start >= {start} AND r.start < {end}"""   # the table's module-load names
+
+
+def test_what_the_window_leaves_out_is_measured_and_named(analyzed):
+    """The nested-phases run starts 6.1 s before its first steady step (half the run): the report says so,
+    from the first CUDA call (SQL) to the window, with the module loads in it counted as SQL counts them."""
+    model = analyzed(NESTED)
+    left = model["timeline"]["left_out"]
+    (first,), = sql(NESTED, FIRST_CALL)
+    assert left["start_ns"] == first and left["end_ns"] == model["timeline"]["window"]["start_ns"]
+    loads = next(c for c in left["classes"] if c["class"] == "module-load")
+    assert loads["calls"] == sql(NESTED, MODULE_LOADS.format(start=left["start_ns"], end=left["end_ns"]))[0][0]
+    assert left["capture_share"] > 0.5 and left["warmup_steps"] == 1
+    finding = next(f for f in model["findings"] if f["check"] == "start-up")
+    assert finding["severity"] == "info" and finding["estimated_savings_ns"] == 0
+    assert f"{left['ns'] / 1e9:.2f} s" in finding["title"] and "CUDA module loading" in finding["title"]

@@ -9,6 +9,7 @@ import copy
 
 import pytest
 
+from nsanalyze.normalize.model import HostStretch, records
 from nsanalyze.checks import limits_for
 from nsanalyze.checks.program import host_compute
 from nsanalyze.normalize.timeline import build_timeline
@@ -32,8 +33,8 @@ def _all_inside(per_thread, start, end):
 def with_thread_calls(path, timeline):
     """The timeline with its host stretches' OS calls split by thread, from SQL."""
     timeline = copy.copy(timeline)
-    timeline.host_stretches = [dict(s) for s in timeline.host_stretches]
-    for stretch in timeline.host_stretches:
+    stretches = [s.to_json() for s in timeline.host_stretches]
+    for stretch in stretches:
         start, end = stretch["start_ns"], stretch["start_ns"] + stretch["duration_ns"]
         threads = [r[0] for r in sql(path, f"""
             SELECT DISTINCT r.globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME r
@@ -56,6 +57,7 @@ def with_thread_calls(path, timeline):
                 entry["calls"] += 1
                 entry["overlap_ns"] += e - s
         stretch["thread_os_calls"] = sorted(calls.values(), key=lambda c: -c["overlap_ns"])
+    timeline.host_stretches = records(HostStretch, stretches)
     return timeline
 
 
@@ -75,7 +77,7 @@ def test_loader_workers_main_thread_waits_on_the_queue(timelines):
     path = REAL / "loader_workers_nsys.sqlite.xz"
     timeline = with_thread_calls(path, timelines[path.name])
     finding = run(timeline)
-    measured = sum(s["blocked_ns"] for s in timeline.host_stretches) / sum(s["duration_ns"] for s in timeline.host_stretches)
+    measured = sum(s.blocked_ns for s in timeline.host_stretches) / sum(s.duration_ns for s in timeline.host_stretches)
     assert finding.evidence["blocked_share"]["value"] == pytest.approx(measured, rel=1e-5) and measured > 0.9
     assert finding.evidence["blocking_calls"][0]["name"] == "sem_clockwait"
     assert "blocked, not computing" in finding.title and "sem_clockwait" in finding.title
@@ -94,11 +96,11 @@ def test_computing_host_thread_is_not_called_blocked(timelines, path):
     assert "runs its own code" in finding.title and "blocked" not in finding.title
     assert finding.advice == host_compute.ADVICE
     longest = timeline.host_stretches[0]
-    own = sum(c["overlap_ns"] for c in longest["thread_os_calls"])
-    assert own < 0.05 * longest["duration_ns"]
+    own = sum(c.overlap_ns for c in longest.thread_os_calls)
+    assert own < 0.05 * longest.duration_ns
     if path == CUDF:   # 212.5 ms: other threads in pthread_cond_timedwait, sem_timedwait and poll all of it
-        others = {c["name"]: c["overlap_ns"] for c in timelines[path.name].host_stretches[0]["os_calls"]}
-        assert others["pthread_cond_timedwait"] == longest["duration_ns"]
+        others = {c.name: c.overlap_ns for c in timelines[path.name].host_stretches[0].os_calls}
+        assert others["pthread_cond_timedwait"] == longest.duration_ns
 
 
 def test_sleeping_straggler_is_named(timelines):
@@ -117,17 +119,17 @@ def test_the_timeline_splits_the_calls_by_thread(timelines, name):
     path = CUDF if name == CUDF.name else REAL / name
     mine = timelines[name].host_stretches
     oracle = with_thread_calls(path, timelines[name]).host_stretches
-    assert mine and all("blocked_ns" in s and s["host_threads"] >= 1 for s in mine)
+    assert mine and all(s.blocked_ns is not None and s.host_threads >= 1 for s in mine)
     for got, want in zip(mine, oracle):
-        assert got["blocked_ns"] == want["blocked_ns"] and got["host_threads"] == want["host_threads"]
-        assert [c["name"] for c in got["thread_os_calls"]] == [c["name"] for c in want["thread_os_calls"]][:3]
+        assert got.blocked_ns == want.blocked_ns and got.host_threads == want.host_threads
+        assert [c.name for c in got.thread_os_calls] == [c.name for c in want.thread_os_calls][:3]
 
 
 def test_launching_threads_are_matched_within_their_process(timelines):
     """ddp_host_all: each rank launches from its main and autograd threads; its event-querying helper
     thread shares correlation ids only with the other rank's kernels and is not a launching thread."""
     stretches = timelines["ddp_host_all_nsys.sqlite.xz"].host_stretches
-    assert stretches and all(s["host_threads"] == 2 for s in stretches)
+    assert stretches and all(s.host_threads == 2 for s in stretches)
 
 
 def test_straggler_cause_names_the_sleep(timelines):

@@ -121,3 +121,63 @@ def test_with_a_straggler_the_critical_gpu_is_judged(analyzed):
     assert finding["budget_device"] == straggler
     assert 0 < finding["estimated_savings_ns"] <= gemm_ns
     assert model["findings"][0]["check"] == "rank-imbalance"
+
+
+def _kernel_list(*paths):
+    """The kernels of real ncu reports, as analyze() hands them to the kernel-list work checks (ids made distinct)."""
+    from nsanalyze.analyze import Options, analyze_ncu
+    from nsanalyze.normalize.kernels import metrics_to_read
+    from nsanalyze.read import read_profile
+
+    kernels, floors = [], []
+    for path in paths:
+        entries, _, _, _, facts = analyze_ncu(read_profile(path, metrics_to_read), Options())
+        for entry in entries:
+            entry["id"] += len(kernels)
+        kernels += entries
+        floors.append(facts["launch_floor"]["ns"])
+    return kernels, {k["id"]: k["total_ns"] for k in kernels}, min(floors)
+
+
+def _work_findings(kernels, time, floor, options=None):
+    from nsanalyze.analyze import Options, _kernel_list_work
+
+    findings, _ = _kernel_list_work(kernels, time, options or Options(), [], floor, ["NVIDIA H200"])
+    return {f.check: f for f in findings}
+
+
+def test_ncu_kernels_whose_instruction_mix_was_read_are_not_judged_by_name():
+    """gpt_fp32_full holds the FLOP counts of its cuBLAS FFMA GEMMs: missing-tensor-cores reads their instruction mix
+    (fired or declined), so their names decide nothing, even with no kernel finding to defer to; the basic-set report
+    of the same step has no FLOP counts, and the names speak."""
+    from tests.conftest import REAL
+
+    assert "low-tensor-activity" not in _work_findings(*_kernel_list(REAL / "gpt_fp32_full.ncu-rep.xz"))
+    assert "low-tensor-activity" in _work_findings(*_kernel_list(REAL / "gpt_basic_clock_base.ncu-rep.xz"))
+
+
+def test_library_baseline_beside_the_users_kernels_is_no_target():
+    """The user's own kernels (the dev suite, 9.1 ms, no library's marks) profiled with a cuBLAS FFMA baseline (the GPT
+    step's SIMT GEMMs, 5.6 ms): the baseline gets no tensor-core finding."""
+    from tests.conftest import DEV_SUITE_NCU, REAL
+
+    kernels, time, floor = _kernel_list(DEV_SUITE_NCU, REAL / "gpt_basic_clock_base.ncu-rep.xz")
+    user = sum(time[k["id"]] for k in kernels if not k.get("library"))
+    assert user > 9e6
+    assert "low-tensor-activity" not in _work_findings(kernels, time, floor)
+
+
+def test_savings_respect_the_launch_floor():
+    """With a tensor-core speed-up of 1000x, the GEMMs' savings are their time less the report's measured launch
+    floor per launch, not 99.9% of their time."""
+    from nsanalyze.analyze import Options
+    from tests.conftest import REAL
+
+    kernels, time, floor = _kernel_list(REAL / "gpt_basic_clock_base.ncu-rep.xz")
+    finding = _work_findings(kernels, time, floor, Options(thresholds={"low-tensor-activity.tensor_speedup": 1000.0}))[
+        "low-tensor-activity"]
+    matrix_ns = finding.evidence["matrix_kernel_ns"]["value"]
+    listed_launches = sum(k["launches"] for k in finding.evidence["matrix_kernels"])
+    assert finding.estimated_savings_ns <= matrix_ns - floor * listed_launches
+    assert finding.estimated_savings_ns < matrix_ns * (1 - 1 / 1000)
+    assert any("launch floor" in n for n in finding.notes)

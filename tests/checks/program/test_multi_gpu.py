@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 from nsanalyze.analyze import analyze
+from nsanalyze.checks import limits_for
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profile
 from nsanalyze.read.files import open_local
@@ -31,9 +32,9 @@ def test_per_device_kernel_and_nccl_time_equal_sql(before_timeline):
     expected = dict(direct(BEFORE, "SELECT deviceId, SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1"))
     nccl = dict(direct(BEFORE, """SELECT k.deviceId, SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
                                  JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'nccl%' GROUP BY 1"""))
-    devices = {d["device_id"]: d for d in before_timeline.devices}
-    assert {k: d["kernel_ns"] for k, d in devices.items()} == expected
-    assert {k: d["communication_ns"] for k, d in devices.items()} == nccl == {0: 17172652, 1: 8229100}
+    devices = {d.device_id: d for d in before_timeline.devices}
+    assert {k: d.kernel_ns for k, d in devices.items()} == expected
+    assert {k: d.communication_ns for k, d in devices.items()} == nccl == {0: 17172652, 1: 8229100}
 
 
 def test_exposed_communication_on_one_stream(before_timeline):
@@ -41,7 +42,7 @@ def test_exposed_communication_on_one_stream(before_timeline):
     streams = direct(BEFORE, "SELECT deviceId, COUNT(DISTINCT streamId) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1")
     assert all(count == 1 for _, count in streams)
     for device in before_timeline.devices:
-        assert device["exposed_communication_ns"] == device["communication_ns"]
+        assert device.exposed_communication_ns == device.communication_ns
 
 
 def test_report_names_the_exposed_device():
@@ -163,7 +164,7 @@ def test_after_run_moves_the_waiting_to_the_other_gpu():
 def test_imbalance_fires_when_lowered(before_timeline):
     from nsanalyze.checks.program import rank_imbalance
 
-    finding = rank_imbalance.run(before_timeline, {"min_imbalance_share": 0.005})
+    finding = rank_imbalance.run(before_timeline, limits_for(rank_imbalance, {"rank-imbalance.min_imbalance_share": 0.005}))
     assert finding.device_id == 1                      # 256.1 ms of compute against 253.7 ms
     # the budget's compute is the union of compute kernels in time: within 1% of the kernel sums' difference
     assert finding.evidence["extra_compute_ns"]["value"] == pytest.approx(256095624 - 253703274, rel=0.01)
@@ -186,10 +187,16 @@ def test_per_rank_exports_merge(tmp_path):
     assert [d["device_id"] for d in model["timeline"]["devices"]] == ["0:0", "1:1"]
     finding = next(f for f in model["findings"] if f["check"] == "exposed-communication")
     assert finding["device_id"] == "0:0"
-    # a rank without a session start cannot be aligned, and the report says so
+    # a rank without a session start cannot be told a rank of the run (--as-ranks), nor aligned: the report says so
     with sqlite3.connect(paths[1]) as con:
         con.execute("DELETE FROM TARGET_INFO_SESSION_START_TIME")
-    assert analyze(paths)["timeline"]["merged"]["clock_alignment"].startswith("not aligned")
+    from nsanalyze.analyze import Options
+    from nsanalyze.errors import InputError
+
+    with pytest.raises(InputError, match="cannot tell whether they are ranks of one run: .*rank1.sqlite gives no capture"):
+        analyze(paths)
+    merged = analyze(paths, Options(as_ranks=True))["timeline"]["merged"]
+    assert merged["clock_alignment"].startswith("not aligned")
 
 
 def test_before_after_pair_through_diff():

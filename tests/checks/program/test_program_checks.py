@@ -19,28 +19,34 @@ def _oracle_rows(name: str, section: str) -> list[tuple[int, int]]:
 
 def test_pageable_copies_are_those_nsys_analyze_reports(dev_infer_timeline):
     oracle = _oracle_rows("dev_infer_nsys_analyze.txt", "cuda_memcpy_async")
-    ours = [(c["duration_ns"], c["start"]) for c in dev_infer_timeline.copies["pageable"]["async_top"]]
+    ours = [(c.duration_ns, c.start) for c in dev_infer_timeline.copies.pageable.async_top]
     assert len(oracle) == 50            # nsys analyze prints its top 50
     assert sorted(d for d, _ in ours) == sorted(d for d, _ in oracle)
     cut = min(d for d, _ in oracle)     # copies tied at the cut may be listed in another order
     assert {row for row in oracle if row[0] > cut} <= set(ours)
-    assert dev_infer_timeline.copies["pageable"]["copies"] == 607   # 306 host-to-device + 301 device-to-host
+    assert dev_infer_timeline.copies.pageable.copies == 607   # 306 host-to-device + 301 device-to-host
 
 
 def test_sync_copy_is_the_one_nsys_analyze_reports(dev_suite_timeline):
     oracle = _oracle_rows("dev_suite_nsys_analyze.txt", "cuda_memcpy_sync")
-    ours = [(c["duration_ns"], c["start"]) for c in dev_suite_timeline.copies["sync"]["top"]]
+    ours = [(c.duration_ns, c.start) for c in dev_suite_timeline.copies.sync.top]
     assert ours == oracle == [(9519775, 593303497)]
 
 
 def test_small_step_launch_overhead(dev_suite_timeline):
     """The dev suite's label: the 200 small_step launches (~2 us kernels) make the GPU wait on launches
-    (4% of this capture, dominated by large copies and kernels: a low-severity finding)."""
+    (4% of this capture, dominated by large copies and kernels); a third of that wait is one kernel's first
+    launch loading its module, start-up that no graph removes: the saving is the rest, an info finding."""
     findings, _ = run_program_checks(dev_suite_timeline)
     launch = next(f for f in findings if f.check == "launch-overhead")
     assert launch.evidence["short_kernels"]["value"] >= 200
     assert any(k["name"] == "small_step" and k["launches"] == 200 for k in launch.evidence["kernels"])
-    assert 0.03 <= launch.evidence["idle_launch_share"]["value"] < 0.05 and launch.severity == "low"
+    assert 0.03 <= launch.evidence["idle_launch_share"]["value"] < 0.05
+    # aos_update's one launch (0.58 ms: its module loads) is start-up, not saved: 0.42 ms are, 1.8% of the window
+    module_load = next(k["mean_launch_ns"] for k in launch.evidence["kernels"] if k["launches"] == 1)
+    assert module_load > 100_000 and "load their module" in launch.title
+    assert launch.estimated_savings_ns == pytest.approx(launch.evidence["idle_launch_ns"]["value"] - module_load, rel=1e-6)
+    assert launch.severity == "info"
 
 
 def test_per_request_range_waits_on_the_host():
@@ -60,9 +66,9 @@ def test_bf16_range_shows_tensor_activity_that_fp32_lacks(dev_infer_timeline):
 
 def test_timeline_totals_are_sql_sums(dev_suite_timeline):
     summary = dev_suite_timeline.summary
-    assert summary["kernel_ns"] == 9297600 and summary["kernels"] == 212      # sum of kern_sum oracle totals
-    assert summary["memcpy_ns"] == 9519775
-    assert summary["gpu_busy_ns"] + summary["gpu_idle_ns"] == summary["span_ns"]
+    assert summary.kernel_ns == 9297600 and summary.kernels == 212      # sum of kern_sum oracle totals
+    assert summary.memcpy_ns == 9519775
+    assert summary.gpu_busy_ns + summary.gpu_idle_ns == summary.span_ns
 
 
 def test_nvtx_projection(dev_suite_timeline):
@@ -89,15 +95,15 @@ def test_copies_and_ranges_match_nsys_stats(stem):
     with open(ORACLE / f"{stem}_cuda_gpu_mem_time_sum.csv", newline="") as handle:
         oracle = {row["Operation"]: row for row in csv.DictReader(handle)}
     by_kind = {}
-    for row in timeline.copies["by_kind"]:
-        entry = by_kind.setdefault(row["copy_kind"], [0, 0])
-        entry[0] += row["copies"]
-        entry[1] += row["duration_ns"]
+    for row in timeline.copies.by_kind:
+        entry = by_kind.setdefault(row.copy_kind, [0, 0])
+        entry[0] += row.copies
+        entry[1] += row.duration_ns
     for kind, (count, total) in by_kind.items():
         expected = oracle[f"[CUDA memcpy {kind}]"]
         assert (count, total) == (int(expected["Count"]), int(expected["Total Time (ns)"]))
     if "[CUDA memset]" in oracle:
-        assert timeline.summary["memset_ns"] == int(oracle["[CUDA memset]"]["Total Time (ns)"])
+        assert timeline.summary.memset_ns == int(oracle["[CUDA memset]"]["Total Time (ns)"])
     with open(ORACLE / f"{stem}_nvtx_sum.csv", newline="") as handle:
         ranges = {row["Range"].lstrip(":"): row for row in csv.DictReader(handle)}
     ours = {r["name"]: r for r in timeline.ranges}

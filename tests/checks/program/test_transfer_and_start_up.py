@@ -131,8 +131,8 @@ def test_copies_at_the_link_rate_promise_only_the_overlap(transfer_pair):
 
 def test_compute_bound_program_is_not_transfer_bound(dev_suite_timeline):
     timeline = copy.copy(dev_suite_timeline)
-    timeline.budget = [{**p, "share": 0.6} if p["part"] == "gpu_compute" else
-                       {**p, "share": 0.35} if p["part"] == "gpu_copy" else p for p in dev_suite_timeline.budget]
+    timeline.budget = tuple(p.with_(share=0.6) if p.part == "gpu_compute" else
+                            p.with_(share=0.35) if p.part == "gpu_copy" else p for p in dev_suite_timeline.budget)
     assert transfer_bound.run(timeline, limits_for(transfer_bound)) is None
 
 
@@ -141,7 +141,7 @@ def test_a_handful_of_launches_is_start_up(dev_suite_timeline):
     launch overhead; 212 launches (the dev suite) still are judged."""
     limits = limits_for(launch_overhead)
     few = copy.copy(dev_suite_timeline)
-    few.launches = {**dev_suite_timeline.launches, "launches": 3}
+    few.launches = dev_suite_timeline.launches.with_(launches=3)
     assert launch_overhead.run(few, limits) is None
     finding = launch_overhead.run(dev_suite_timeline, limits)
     assert finding is not None and any("load their module" in n for n in finding.notes)
@@ -167,7 +167,7 @@ def test_one_long_kernel_points_to_ncu(one_kernel):
 
 
 def test_a_loop_of_launches_is_not_one_long_kernel(dev_suite_timeline):
-    assert dev_suite_timeline.summary["kernels"] > 100
+    assert dev_suite_timeline.summary.kernels > 100
     assert one_long_kernel.run(dev_suite_timeline, limits_for(one_long_kernel)) is None
 
 

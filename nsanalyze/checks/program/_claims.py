@@ -1,0 +1,55 @@
+"""What wider causes claim of the time budget's parts, so that two findings never sell the same nanoseconds.
+
+A finding of one budget part (launch-overhead, host-compute, host-sync, gpu-idle, the copy checks' caps) prices
+only what is left of its part after the causes that span parts have taken theirs: the allocator and pinned
+allocation classes' idle time (checks/program/_host_class.py), the excess of steps that stand out
+(slow-steps) and the time of a phase that is not the steps (non-step-phase), each with its check's defaults.
+"""
+
+from __future__ import annotations
+
+from nsanalyze.checks import limits_for
+from nsanalyze.checks.base import budget_part
+from nsanalyze.checks.program import allocator_churn, non_step_phase, pinned_alloc_churn, slow_steps
+
+
+def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
+    """Per wider cause (its check id), the ns of each budget part its finding claims: the allocator and
+    pinned-allocation classes' idle time, the excess of steps that stand out (slow-steps), the time of a
+    phase that is not the steps (non-step-phase), each with its check's default thresholds. A finding of
+    one budget part then prices only what is left, so two findings never sell the same nanoseconds."""
+    out: dict[str, dict[str, float]] = {}
+    activity = getattr(timeline, "host_activity", None)
+    if activity is not None:
+        for check in (allocator_churn, pinned_alloc_churn):
+            entry = activity.by_class(check.CLASS)
+            if entry is not None and entry.idle_ns:
+                out[check.ID] = dict(entry.idle_by_part)
+        if getattr(timeline, "step_starts", None) is not None:
+            out[slow_steps.ID] = slow_steps.excess_by_part(timeline, limits_for(slow_steps))
+    if getattr(timeline, "phases", None):
+        out[non_step_phase.ID] = non_step_phase.claimed_parts(timeline, limits_for(non_step_phase))
+    return {cause: parts for cause, parts in out.items() if any(parts.values())}
+
+
+def claims(timeline) -> dict[str, float]:
+    """ns of each budget part that wider causes claim (claims_by_cause, summed)."""
+    out: dict[str, float] = {}
+    for parts in claims_by_cause(timeline).values():
+        for part, ns in parts.items():
+            out[part] = out.get(part, 0.0) + ns
+    return out
+
+
+def unclaimed_part(timeline, part: str, device_id=None) -> tuple[float, float]:
+    """(ns, share) of a budget part less what wider causes claim of it (see claims)."""
+    ns, share = budget_part(timeline, part, device_id)
+    if device_id is not None:
+        return ns, share   # one GPU's part: the claims are over the GPUs' mean
+    claimed = min(ns, claims(timeline).get(part, 0.0))
+    if claimed and ns:
+        share *= (ns - claimed) / ns
+        ns -= claimed
+    return ns, share
+
+

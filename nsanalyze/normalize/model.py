@@ -1,0 +1,397 @@
+"""The program model's typed sections: what the program checks read by attribute, as kernel checks read
+KernelView, and what the JSON report's `timeline` is written from (`to_json`).
+
+Each section is a frozen dataclass whose fields are the keys of its JSON object. A section remembers
+which keys it carries and in which order (`keys`), so `to_json` writes the object the report has always
+had, key for key: a key a section does not carry (a figure an export cannot give) stays absent rather
+than null. A figure is added in one place: a field here, and the normalize function that makes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Record:
+    """A section of the model made from, and written back to, a JSON object."""
+
+    NESTED: ClassVar[dict[str, type]] = {}   # key -> Record type of its object, or of its list's items
+    keys: tuple = field(default=(), repr=False, compare=False)
+
+    @classmethod
+    def of(cls, data: dict | None):
+        if data is None:
+            return None
+        if isinstance(data, cls):
+            return data
+        known = {f.name for f in fields(cls)} - {"keys"}
+        unknown = [k for k in data if k not in known]
+        if unknown:
+            raise KeyError(f"{cls.__name__} has no field for {', '.join(unknown)}")
+        return cls(**{k: _typed(cls.NESTED.get(k), v) for k, v in data.items()}, keys=tuple(data))
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: plain(getattr(self, k)) for k in self.keys}
+
+    def with_(self, **changes) -> "Record":
+        """A copy with these fields set; a field it did not carry is added at the end, as a key is."""
+        new = tuple(k for k in changes if k not in self.keys)
+        typed = {k: _typed(self.NESTED.get(k), v) for k, v in changes.items()}
+        return replace(self, **typed, keys=self.keys + new)
+
+
+def _typed(kind: type | None, value):
+    if kind is None or value is None:
+        return value
+    if isinstance(value, list):
+        return tuple(kind.of(v) if isinstance(v, dict) else v for v in value)
+    return kind.of(value) if isinstance(value, dict) else value
+
+
+def plain(value):
+    """A section or a tuple of sections as JSON values."""
+    if isinstance(value, Record):
+        return value.to_json()
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def part_ns(budget, part: str) -> float:
+    """ns of one part in a budget (a tuple of BudgetPart); 0 where the budget lacks it."""
+    return next((float(p.ns) for p in budget or () if p.part == part), 0.0)
+
+
+def records(kind: type, rows) -> tuple:
+    return tuple(kind.of(r) for r in rows or ())
+
+
+@dataclass(frozen=True)
+class BudgetPart(Record):
+    part: str = ""
+    ns: float = 0
+    share: float | None = None
+
+
+@dataclass(frozen=True)
+class RoleTime(Record):
+    role: str = ""
+    ns: float = 0
+    share: float | None = None
+
+
+@dataclass(frozen=True)
+class Summary(Record):
+    span_ns: float = 0
+    gpu_busy_ns: float = 0
+    gpu_idle_ns: float = 0
+    gpu_busy_share: float | None = None
+    kernel_ns: float = 0
+    kernels: int = 0
+    memcpy_ns: float = 0
+    memset_ns: float = 0
+    gap_histogram: Any = None
+
+
+@dataclass(frozen=True)
+class Device(Record):
+    NESTED: ClassVar[dict[str, type]] = {"budget": BudgetPart, "work": RoleTime}
+    device_id: Any = None
+    first_ns: int = 0
+    last_ns: int = 0
+    gpu_busy_ns: float = 0
+    kernel_ns: float = 0
+    memcpy_ns: float = 0
+    memset_ns: float = 0
+    name: str | None = None
+    span_ns: float = 0
+    gpu_idle_ns: float = 0
+    communication_ns: float = 0
+    exposed_communication_ns: float = 0
+    communication_kernels: int = 0
+    compute_kernel_ns: float = 0
+    window_ns: float | None = None
+    budget: tuple | None = None
+    work: tuple | None = None
+    rank: int | None = None
+    device: Any = None
+    clock_offset_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class DeviceKernel(Record):
+    device_id: Any = None
+    name: str | None = None
+    duration_ns: float = 0
+    launches: int | None = None
+
+
+@dataclass(frozen=True)
+class LaunchedKernel(Record):
+    name: str | None = None
+    launches: int = 0
+    mean_kernel_ns: float = 0
+    mean_launch_ns: float = 0
+
+
+@dataclass(frozen=True)
+class OpLaunches(Record):
+    op: str = ""
+    launches: int = 0
+    per_step: float | None = None
+    share: float | None = None
+
+
+@dataclass(frozen=True)
+class ProfilerCost(Record):
+    launches: int = 0
+    launches_per_step: float | None = None
+    cpu_ops: int | None = None
+    launch_calls: int | None = None
+    record_shapes: bool | None = None
+    cpu_ops_per_launch: float | None = None
+
+
+@dataclass(frozen=True)
+class Launches(Record):
+    NESTED: ClassVar[dict[str, type]] = {"top": LaunchedKernel, "by_op": OpLaunches, "profiler": ProfilerCost}
+    launches: int = 0
+    short_kernels: int = 0
+    short_kernel_ns: float = 0
+    short_launch_api_ns: float = 0
+    idle_before_short_ns: float = 0
+    top: tuple = ()
+    by_op: tuple = ()
+    profiler: ProfilerCost | None = None
+
+
+@dataclass(frozen=True)
+class SyncCalls(Record):
+    name: str | None = None
+    calls: int = 0
+    wait_ns: float = 0
+    relaunch_gap_ns: float = 0
+
+
+@dataclass(frozen=True)
+class Syncs(Record):
+    NESTED: ClassVar[dict[str, type]] = {"explicit": SyncCalls, "implicit": SyncCalls}
+    explicit: tuple = ()
+    implicit: tuple = ()
+    relaunch_gap_ns: float = 0
+
+
+@dataclass(frozen=True)
+class CopyRow(Record):
+    """One copy, or copies grouped by kind or direction (the figures a group has)."""
+    start: int | None = None
+    duration_ns: float = 0
+    bytes: int = 0
+    copy_kind: str | None = None
+    src_kind: str | None = None
+    dst_kind: str | None = None
+    api: str | None = None
+    device_id: Any = None
+    stream_id: Any = None
+    copies: int | None = None
+    gb_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PageableCopies(Record):
+    NESTED: ClassVar[dict[str, type]] = {"async_top": CopyRow, "by_direction": CopyRow}
+    copies: int = 0
+    duration_ns: float = 0
+    bytes: int = 0
+    async_top: tuple = ()
+    by_direction: tuple = ()
+
+
+@dataclass(frozen=True)
+class SyncCopies(Record):
+    NESTED: ClassVar[dict[str, type]] = {"top": CopyRow}
+    copies: int = 0
+    duration_ns: float = 0
+    top: tuple = ()
+
+
+@dataclass(frozen=True)
+class Copies(Record):
+    NESTED: ClassVar[dict[str, type]] = {"by_kind": CopyRow, "pageable": PageableCopies,
+                                         "pinned_large": CopyRow, "sync": SyncCopies}
+    by_kind: tuple = ()
+    pageable: PageableCopies | None = None
+    pinned_large: tuple = ()
+    sync: SyncCopies | None = None
+
+
+@dataclass(frozen=True)
+class HostOutlier(Record):
+    step: int = 0
+    host_ns: float = 0
+    wait: str | None = None
+    wait_ns: float = 0
+
+
+@dataclass(frozen=True)
+class StepsSummary(Record):
+    NESTED: ClassVar[dict[str, type]] = {"budget": BudgetPart, "host_outliers": HostOutlier}
+    name: str = ""
+    count: int = 0
+    warmup: int = 0
+    first_step: int = 0
+    last_step: int = 0
+    clock: str = "host"
+    median_ns: float = 0
+    mean_ns: float | None = None
+    p95_ns: float = 0
+    stddev_ns: float = 0
+    mad_ns: float = 0
+    min_ns: int = 0
+    max_ns: int = 0
+    start_ns: int = 0
+    end_ns: int = 0
+    host_median_ns: float = 0
+    host_p95_ns: float = 0
+    host_min_ns: int = 0
+    host_max_ns: int = 0
+    host_lead_ns: float | None = None
+    host_relation: str | None = None
+    host_relation_text: str | None = None
+    host_outliers: tuple = ()
+    budget: tuple | None = None
+
+
+@dataclass(frozen=True)
+class FirstFinding(Record):
+    check: str | None = None
+    title: str | None = None
+    part: str | None = None
+    share: float | None = None
+
+
+@dataclass(frozen=True)
+class Phase(Record):
+    NESTED: ClassVar[dict[str, type]] = {"budget": BudgetPart, "first_finding": FirstFinding}
+    name: str = ""
+    start_ns: int = 0
+    end_ns: int = 0
+    count: int = 0
+    instances: Any = ()
+    duration_ns: float = 0
+    in_window_ns: float = 0
+    is_steps: bool = False
+    budget: tuple | None = None
+    first_finding: FirstFinding | None = None
+    path: str | None = None
+    idle_ns: float | None = None
+    children: tuple = ()
+
+
+Phase.NESTED = {**Phase.NESTED, "children": Phase}
+
+
+@dataclass(frozen=True)
+class OsCalls(Record):
+    name: str | None = None
+    calls: int = 0
+    overlap_ns: float = 0
+
+
+@dataclass(frozen=True)
+class HostStretch(Record):
+    NESTED: ClassVar[dict[str, type]] = {"os_calls": OsCalls, "thread_os_calls": OsCalls}
+    device_id: Any = None
+    start_ns: int = 0
+    duration_ns: float = 0
+    nvtx_range: str | None = None
+    nvtx_path: str | None = None
+    os_calls: tuple = ()
+    host_threads: int | None = None
+    blocked_ns: float | None = None
+    thread_os_calls: tuple = ()
+
+
+@dataclass(frozen=True)
+class ApiCall(Record):
+    name: str | None = None
+    calls: int = 0
+    total_ns: float = 0
+
+
+@dataclass(frozen=True)
+class HostCalls(Record):
+    name: str | None = None
+    calls: int = 0
+    overlap_ns: float = 0
+
+
+@dataclass(frozen=True)
+class Gap(Record):
+    NESTED: ClassVar[dict[str, type]] = {"host_calls": HostCalls}
+    device_id: Any = None
+    start: int = 0
+    end: int = 0
+    duration_ns: float = 0
+    host_calls: tuple = ()
+    nvtx_range: str | None = None
+
+
+@dataclass(frozen=True)
+class BusyClock(Record):
+    median_mhz: float = 0
+    max_mhz: float | None = None
+    samples: int = 0
+
+
+@dataclass(frozen=True)
+class KernelRole(Record):
+    """A kernel name of the window with its role (normalize.work) and its time."""
+    name: str | None = None
+    demangled: str | None = None
+    role: str = "other"
+    ns: float = 0
+    launches: int = 0
+
+
+@dataclass(frozen=True)
+class CallClassTime(Record):
+    """Host time in the CUDA calls of one host-activity class (normalize.host_activity)."""
+    class_: str = ""
+    calls: int = 0
+    host_ns: float = 0
+    top_call: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"class": self.class_, "calls": self.calls, "host_ns": int(self.host_ns), "top_call": self.top_call}
+
+
+@dataclass(frozen=True)
+class LeftOut(Record):
+    """What the steady window leaves out before it: start-up and warm-up steps, with the host's CUDA calls
+    in it by class."""
+    start_ns: int = 0
+    end_ns: int = 0
+    ns: float = 0
+    capture_share: float = 0      # of the capture from its start to the window's end
+    warmup_steps: int = 0
+    warmup_ns: float = 0
+    gpu_busy_ns: float = 0
+    classes: tuple = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start_ns": self.start_ns, "end_ns": self.end_ns, "ns": int(self.ns),
+                "capture_share": self.capture_share, "warmup_steps": self.warmup_steps,
+                "warmup_ns": int(self.warmup_ns), "gpu_busy_ns": int(self.gpu_busy_ns),
+                "classes": [c.to_json() for c in self.classes]}
+
+
+@dataclass(frozen=True)
+class KernelList(Record):
+    """What an ncu report's kernel list tells the program checks beside its kernels' time."""
+    launch_floor_ns: float | None = None   # the report's measured launch floor
+    device_names: Any = ()
+    instruction_mix_judged: frozenset = frozenset()   # kernels whose FLOPs missing-tensor-cores read
+    user_kernel_ns: float = 0              # the user's own kernels (not a library's)

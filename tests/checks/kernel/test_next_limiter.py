@@ -1,0 +1,95 @@
+"""Savings bounded by the next limiter, or measured on the report's own twin of the kernel (issue 35)."""
+
+import copy
+
+import pytest
+
+from nsanalyze.rank import bound_by_next_limiter, measured_twins, next_limiter
+from tests.conftest import DEV_SUITE_NCU, FIXTURES, PUBLIC
+
+FASTED = "bwcurless__FaSTED__profiles__"
+
+
+def _rows(path):
+    from nsanalyze.normalize import normalize_ncu
+    from nsanalyze.normalize.kernels import metrics_to_read
+    from nsanalyze.read import read_profile
+
+    return normalize_ncu(read_profile(path, metrics_to_read)).rows
+
+
+def test_uncoalesced_saving_bounded_by_dram_that_stays_busy(analyzed):
+    """The A100's MmaPtxShared (16B-aligned pipeline): 35% of its time estimated for uncoalesced loads, but DRAM, which
+    moves no more than the bytes the loads need, stays 70.1% busy: at most 29.9% can go."""
+    path = PUBLIC / (FASTED + "Shared_Memory_Alignment_Specifiers__Pipeline_Depth_1_16B_Align.ncu-rep.xz")
+    row = _rows(path)[0]
+    assert row["dram_bytes"] <= 1.1 * row["global_sectors_ideal"] * 32          # DRAM at the bytes' minimum
+    assert next_limiter("uncoalesced-global", row) == ("dram", pytest.approx(row["dram_throughput_pct"]))
+    finding = next(f for f in analyzed(path)["findings"] if f["check"] == "uncoalesced-global")
+    cap = 1 - row["dram_throughput_pct"] / 100
+    assert finding["evidence"]["next_limiter_pct"]["value"] == pytest.approx(row["dram_throughput_pct"], abs=0.01)
+    assert finding["estimated_savings_ns"] <= cap * row["duration_ns"] * 1.0001
+    assert any(n.startswith("bounded by the next limiter: the DRAM stays 70.1% busy") for n in finding["notes"])
+
+
+def test_bank_conflicts_bounded_by_the_issue_rate(analyzed):
+    """The dev suite's reduce_interleaved: conflicts were estimated at 57% of its time, but its schedulers issue on 63%
+    of the elapsed cycles and the fix takes no instruction away: at most 37% can go. The fixed kernel (dev_suite_v2,
+    sequential addressing) runs 16.6% faster, inside the bound, far from the 57%."""
+    row = next(r for r in _rows(DEV_SUITE_NCU) if r["name"] == "reduce_interleaved")
+    unit, pct = next_limiter("bank-conflicts", row)
+    active = row["sm_active_cycles_avg"] / row["sm_cycles_elapsed"]
+    assert unit == "issue" and pct == pytest.approx(row["issue_active_pct"] * active)
+    finding = next(f for f in analyzed(DEV_SUITE_NCU)["findings"]
+                   if f["check"] == "bank-conflicts" and f["kernel_name"] == "reduce_interleaved")
+    assert finding["estimated_speedup"] <= 1 - pct / 100 + 1e-4
+    fixed = next(r for r in _rows(FIXTURES / "dev_suite_v2_full.ncu-rep.xz") if r["name"] == "reduce_interleaved")
+    assert 1 - fixed["duration_ns"] / row["duration_ns"] <= 1 - pct / 100
+
+
+def test_every_saving_within_its_next_limiter(analyzed):
+    """On every public report and the dev suite: no kernel finding saves more than its next limiter allows."""
+    for path in [DEV_SUITE_NCU, *sorted(PUBLIC.glob("*.ncu-rep.xz"))]:
+        model = analyzed(path)
+        for finding in model["findings"]:
+            limiter = finding["evidence"].get("next_limiter_pct")
+            if limiter:
+                assert finding["estimated_speedup"] <= 1 - limiter["value"] / 100 + 1e-4
+
+
+def test_twin_in_the_report_gives_the_measured_estimate(analyzed):
+    """The dev suite holds aos_update (an array of structures) and its healthy twin soa_update (the same update on
+    separate arrays; same grid and block, 10.5 against 13.1 million instructions): uncoalesced-global on aos_update
+    takes the measured difference, 1 - 56.8/260.9 = 78.2%, as its estimate and says so."""
+    rows = {r["name"]: r for r in _rows(DEV_SUITE_NCU)}
+    finding = next(f for f in analyzed(DEV_SUITE_NCU)["findings"]
+                   if f["check"] == "uncoalesced-global" and f["kernel_name"] == "aos_update")
+    expected = 1 - rows["soa_update"]["duration_ns"] / rows["aos_update"]["duration_ns"]
+    assert finding["estimated_speedup"] == pytest.approx(expected, abs=1e-3)
+    assert finding["evidence"]["twin_duration_ns"]["kernel"] == "soa_update"
+    assert any(n.startswith("measured in this report: soa_update") for n in finding["notes"])
+
+
+def test_no_twin_between_generated_siblings_or_other_shapes():
+    """OpenACC's compute_tendencies_x_279_gpu and _309_gpu (one grid, names alike but their line numbers) are not one
+    kernel's variants; nor are kernels of other launch shapes."""
+    from nsanalyze.checks.base import Finding
+    from nsanalyze.rank import _stem_shared
+
+    assert not _stem_shared("compute_tendencies_x_279_gpu", "compute_tendencies_x_309_gpu")
+    assert _stem_shared("transposeSmem", "transposeSmemPad") and _stem_shared("aos_update", "soa_update")
+    rows = _rows(PUBLIC / "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_Baseline.ncu-rep.xz")
+    records = {r["id"]: r for r in rows}
+    finding = Finding("costly-fp-math", "t", 0.4, {}, "", kernel_id=next(r["id"] for r in rows
+                                                                        if r["name"] == "compute_tendencies_x_279_gpu"))
+    measured_twins([finding], records)
+    assert finding.estimated_speedup == 0.4 and not finding.notes
+
+
+def test_bound_never_raises_a_saving(dev_suite_table):
+    from nsanalyze.checks.base import Finding
+
+    records = {r["id"]: r for r in dev_suite_table.rows}
+    findings = [Finding("bank-conflicts", "t", 0.01, {}, "", kernel_id=i) for i in records]
+    bound_by_next_limiter(findings, records)
+    assert all(f.estimated_speedup == 0.01 for f in findings)
