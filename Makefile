@@ -41,6 +41,7 @@ $(SARIF_SCHEMA): $(TEST_SYSTEM_STAMP)
 bench: setup
 	$(BIN)/python bench/lean.py
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/calibration.py
 
 # Bytecode compiled ahead, as a wheel's install does: an editable install compiles on import, and where
 # PYTHONDONTWRITEBYTECODE is set (this project's machines) it compiles every module on every run (0.2 s).

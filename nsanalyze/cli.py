@@ -173,6 +173,45 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
             sys.exit(1)
 
 
+@cli.command(name="whatif")
+@click.argument("profiles", nargs=-1, required=True)
+@click.option("--speedup", "speedups", multiple=True, metavar="regex:PATTERN=FACTOR",
+              help="kernels whose name matches PATTERN run FACTOR times faster (2: twice as fast; repeatable)")
+@click.option("--remove", "remove", multiple=True, metavar="CLASS",
+              help="drop the host calls of a host-activity class (allocator, sync, launch, ...; repeatable)")
+@click.option("--graph", is_flag=True, help="each step's launches replaced by one CUDA graph launch")
+@click.option("--outliers", is_flag=True, help="steps that stand out set to the median step")
+@click.option("--pinned", is_flag=True, help="pageable copies at the capture's pinned-memory rate")
+@click.option("-o", "--output", "outputs", multiple=True, help="JSON file, or - for JSON on stdout")
+@click.option("--skip-first-ns", type=click.IntRange(min=0), help="nsys: ignore the first N ns (warm-up)")
+@click.option("--nvtx-range", help="nsys: analyze only the GPU work launched inside the NVTX ranges of this name")
+@click.option("--window", "window", type=click.Choice(["steady", "capture"]),
+              help="nsys: the steady steps (the default) or the whole capture")
+def whatif_command(profiles, speedups, remove, graph, outliers, pinned, outputs, skip_first_ns, nvtx_range, window):
+    """What a change would buy: the steps replayed with it (their dependency graph re-timed), against
+    the same replay without it, which must reproduce the measured steps within 2%."""
+    from nsanalyze.analyze import Options
+    from nsanalyze.config import load_settings
+    from nsanalyze.render import check_target, format_for, refuse_inputs, write_many
+    from nsanalyze.render.whatif_report import render_json, summary_line
+    from nsanalyze.whatif import WhatIf, label, parse_changes, whatif
+
+    parse_changes(speedups, remove)   # a bad option is refused before any work
+    for target in outputs:
+        if target != "-" and format_for(target) != "json":
+            raise InputError(target, "whatif writes JSON (.json, or - for stdout)")
+        check_target(target)
+    refuse_inputs(outputs, profiles, "the input profiles")
+    config = load_settings()
+    results = whatif(list(profiles), Options(dict(config.thresholds), skip_first_ns, nvtx_range,
+                                             window or config.window or "steady"),
+                     WhatIf(tuple(speedups), tuple(remove), graph, outliers, pinned))
+    write_many([(target, render_json(results).encode()) for target in outputs])
+    for result in results:
+        line = summary_line(result, label(result))
+        click.echo(line, err=bool(outputs) and "-" in outputs)
+
+
 @cli.command(name="batch")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--db", "db_path", required=True, help="history database (SQLite), created on first use")

@@ -1,0 +1,133 @@
+"""`make bench`: predictions against what the fix saved, on the real fix pairs in fixtures/real (each a run
+and its twin with the fix: README there), and `nsanalyze whatif`'s own time on the largest bench export.
+
+Per pair: the base report's first program finding, its estimated savings per step (the finding's savings
+over the steps in the window), the `whatif` replay of the change the fix stands for where one maps, and
+the actual saving: the difference of the mean GPU step periods (steps.mean_ns, what a run costs).
+Writes the tables into docs/performance.md between the calibration markers."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+REAL = ROOT / "fixtures" / "real"
+
+# (base, fixed, whatif change, what the fix was)
+PAIRS = [
+    ("graphs_eager", "graphs_after", {"graph": True}, "the step captured as one CUDA graph"),
+    ("loader_inline", "loader_workers", None, "DataLoader workers, pinned memory"),
+    ("attn_naive", "attn_sdpa", None, "scaled_dot_product_attention"),
+    ("cnn_nchw", "cnn_cl", None, "channels_last"),
+    ("mlp_eager", "mlp_compile", None, "torch.compile"),
+    ("transfer_pageable", "transfer_pinned", {"pinned": True}, "pinned host memory"),
+    ("alloc_churn", "alloc_cached", {"remove": ("allocator",)}, "no empty_cache() each step"),
+    ("histlog_every10", "histlog_off", {"outliers": True}, "no histogram logging"),
+    ("nested_phases", "nested_phases_nockpt", {"outliers": True}, "no checkpoint"),
+    ("hostsync_every1", "hostsync_every20", {"remove": ("sync",)}, "a sync every 20 steps, not every step"),
+]
+
+
+def change_text(change: dict | None) -> str:
+    if not change:
+        return "-"
+    if change.get("graph"):
+        return "`--graph`"
+    if change.get("pinned"):
+        return "`--pinned`"
+    if change.get("outliers"):
+        return "`--outliers`"
+    return " ".join(f"`--remove {c}`" for c in change.get("remove", ()))
+
+
+def calibration_rows() -> list[dict]:
+    from nsanalyze.analyze import analyze
+    from nsanalyze.analyze import Options
+    from nsanalyze.whatif import WhatIf, whatif
+
+    rows = []
+    for base, fixed, change, fix in PAIRS:
+        base_path, fixed_path = REAL / f"{base}_nsys.sqlite.xz", REAL / f"{fixed}_nsys.sqlite.xz"
+        if not base_path.exists() or not fixed_path.exists():
+            continue
+        before, after = analyze([str(base_path)]), analyze([str(fixed_path)])
+        steps = before["timeline"]["steps"]
+        actual = steps["mean_ns"] - after["timeline"]["steps"]["mean_ns"]
+        first = next((f for f in before["findings"] if f["kernel_id"] is None and f["severity"] != "info"), None)
+        row = {"pair": f"{base} -> {fixed}", "fix": fix, "actual_ns": actual,
+               "finding": first["check"] if first else None,
+               "finding_ns": first["estimated_savings_ns"] / steps["count"] if first else None,
+               "change": change_text(change), "whatif_ns": None, "self_check": None}
+        if change:
+            result = whatif([str(base_path)], Options(), WhatIf(remove=tuple(change.get("remove", ())),
+                                                               graph=bool(change.get("graph")),
+                                                               outliers=bool(change.get("outliers")),
+                                                               pinned=bool(change.get("pinned"))))[0]
+            row["whatif_ns"] = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
+            row["self_check"] = result["self_check"]["error"]
+        rows.append(row)
+    return rows
+
+
+def whatif_time() -> list[tuple[str, tuple[float, float]]]:
+    """`nsanalyze whatif --speedup` on the bench exports (bench/run.py's 1,500-step training loop and its x20
+    replica, the largest): wall seconds and peak MB. `report` on the same exports is in bench/run.py's table."""
+    from run import SCALE, measure, scaled, unpack   # bench/run.py
+
+    small = unpack("train_nsys.sqlite.xz")
+    out = Path(tempfile.mkdtemp()) / "out.json"
+    binary = str(Path(sys.executable).parent / "nsanalyze")
+    rows = []
+    for path in (small, scaled(small, SCALE)):
+        rows.append((f"{path.name}, {path.stat().st_size / 1e6:,.0f} MB",
+                     measure([binary, "whatif", str(path), "--speedup", "regex:gemm=2", "-o", str(out)])))
+    return rows
+
+
+def share(predicted: float | None, actual: float) -> str:
+    if predicted is None or not actual:
+        return "-"
+    return f"{(predicted - actual) / actual:+.0%}"
+
+
+def render(rows: list[dict], timing) -> str:
+    ms = lambda ns: "-" if ns is None else f"{ns / 1e6:.2f} ms"  # noqa: E731
+    lines = ["Predicted against actual savings a step on the real fix pairs (fixtures/real); actual: the difference "
+             "of the twins' mean GPU step periods (steps.mean_ns).", "",
+             "| pair (fix) | actual | first finding | its savings a step | error | whatif change | replayed savings "
+             "| error | self-check |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        check = "-" if r["self_check"] is None else f"{r['self_check']:.2%} off"
+        lines.append(f"| {r['pair']} ({r['fix']}) | {ms(r['actual_ns'])} | {r['finding'] or '-'} "
+                     f"| {ms(r['finding_ns'])} | {share(r['finding_ns'], r['actual_ns'])} | {r['change']} | {ms(r['whatif_ns'])} "
+                     f"| {share(r['whatif_ns'], r['actual_ns'])} | {check} |")
+    if timing:
+        lines += ["", "| input | nsanalyze whatif --speedup regex:gemm=2 -o out.json (report: the table above) |",
+                  "|---|---|"]
+        lines += [f"| {label} | {wall:.2f} s, {peak:,.0f} MB |" for label, (wall, peak) in timing]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(path: Path, table: str) -> None:
+    begin, end = "<!-- calibration:begin -->", "<!-- calibration:end -->"
+    text = path.read_text()
+    if begin not in text:
+        text = text.replace("## Notes", f"## Calibration: predicted against actual\n\n{begin}\n{end}\n\n## Notes", 1)
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    path.write_text(f"{head}{begin}\n{table}{end}{tail}")
+
+
+if __name__ == "__main__":
+    started = time.perf_counter()
+    rows = calibration_rows()
+    timing = None if os.environ.get("NSANALYZE_BENCH_NO_TIMING") else whatif_time()
+    table = render(rows, timing)
+    print(table)
+    write_table(ROOT / "docs" / "performance.md", table)
+    print(f"({time.perf_counter() - started:.0f} s)", file=sys.stderr)

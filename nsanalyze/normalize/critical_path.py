@@ -1,0 +1,672 @@
+"""The program as a dependency graph, replayed: the critical path of a step and what a change would buy.
+
+Nodes: the CUDA calls of the threads that launch GPU work (one chain per thread, the time between two calls
+being the host's own compute) and the GPU operations (one chain per stream: kernels, copies, memsets,
+whole-graph executions or the node-level kernels of graph launches). Edges:
+- program order on a thread; where a thread resumes after another launching thread of its process made
+  calls (PyTorch's autograd thread takes over from the main thread and back), the hand-off;
+- stream order, and an implied wait on another stream where an operation started later than its stream
+  and its launch allow (an event wait, a graph's edge): on the operation that ended last before it;
+- launch -> operation, by correlation id (a graph launch -> each of its nodes);
+- the calls that wait for the GPU (the host-activity table's `waits_for_gpu` classes: syncs, blocking
+  copies, cudaFree, ...) -> the operation queued before them that ended last; a pageable async copy ->
+  its own copy; an enqueue call made with the launch queue full -> the operation whose end freed a slot
+  (the queue's depth is read from the calls that blocked).
+
+Replay re-times the nodes in the order they happened: a call starts when its predecessor on the thread
+ended plus the host compute between them; an operation starts at max(stream ready + the queue gap, its
+launch call's start + the launch latency), both medians measured in the capture; a waiting call returns
+at max(its start + its own duration, the awaited operation's end + the time it took to return). The
+replay with no change is the self-check: it must give the measured steps within SELF_CHECK_TOLERANCE.
+Walking back from a step's end along the dependency that finished last gives its critical path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+
+import numpy as np
+
+from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median
+from nsanalyze.normalize.host_activity import base_name, classify, rules
+from nsanalyze.normalize.work import role_of
+from nsanalyze.read.nsys import CALL_TABLES, NsysExport
+
+SELF_CHECK_TOLERANCE = 0.02   # the replay without change within 2% of the measured steps, else untrusted
+# Replayed at most this many calls and operations (a Python loop): a longer window is replayed as the
+# block of consecutive steps around its median step that fits.
+REPLAY_EVENTS_AT_MOST = 300_000
+# An enqueue call this much longer than its name's median, and at least BLOCKED_MIN_NS, waited for a slot.
+BLOCKED_FACTOR, BLOCKED_MIN_NS = 5.0, 20_000
+MIN_BLOCKED_CALLS = 10        # fewer blocked calls: the queue never filled; no queue edge
+QUEUE_SPREAD = 0.1            # the blocked calls' queued operations within 10% of their median: a full queue
+# An operation that started this much later than its stream and launch allow waited for something else.
+IMPLIED_WAIT_NS = 5_000
+HOST_COMPUTE = "host:compute"
+
+# binding codes
+NONE, PREV, CROSS, OWN, WAIT, STREAM, LAUNCH, IMPLIED, FIXED = range(9)
+
+
+def _waits(name: str) -> bool:
+    """Whether a CUDA call waits for the GPU's queued work (the host-activity table's `waits_for_gpu`)."""
+    base = base_name(name)
+    return any(r.source == "cuda" and r.waits_for_gpu and fnmatchcase(base, r.pattern) for r in rules())
+
+
+@dataclass
+class Graph:
+    """A block of consecutive steps as a dependency graph (arrays by node, measured times)."""
+
+    # calls of the launching threads
+    c_start: np.ndarray
+    c_end: np.ndarray
+    c_class: list            # host-activity class per call
+    c_prev: np.ndarray       # previous call on the thread (-1)
+    c_cross: np.ndarray      # the other thread's call it resumed after (-1)
+    c_own: np.ndarray        # the call's own duration (what it takes without waiting)
+    c_target: np.ndarray     # the operation it waited for (-1)
+    c_tail: np.ndarray       # from that operation's end (or the call's start) to its return
+    # GPU operations
+    o_start: np.ndarray
+    o_end: np.ndarray
+    o_call: np.ndarray       # launch call (-1: none in the block; then the operation keeps its times)
+    o_prev: np.ndarray       # previous operation on the stream (-1)
+    o_implied: np.ndarray    # operation on another stream it waited for (-1)
+    o_gap: np.ndarray        # queue gap after the stream's previous operation
+    o_latency: np.ndarray    # launch latency from its call's start
+    o_label: list            # "gpu:<role>", "gpu:copy", "gpu:memset"
+    o_names: list            # (short name, demangled) of kernels, None for copies
+    o_copy_kind: np.ndarray  # memcpy kind (-1: kernel or memset)
+    o_bytes: np.ndarray
+    o_pageable: np.ndarray   # a copy from or to pageable host memory
+    # steps (instances of the block, in order)
+    step_first_op: list      # per step: indices of the operations its calls launched
+    step_index: np.ndarray   # steady-step position of each block step
+    queue_depth: int | None = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def events(self) -> int:
+        return len(self.c_start) + len(self.o_start)
+
+
+@dataclass
+class Replay:
+    cs: np.ndarray
+    ce: np.ndarray
+    os: np.ndarray
+    oe: np.ndarray
+    c_start_bind: np.ndarray
+    c_end_bind: np.ndarray
+    o_bind: np.ndarray
+    step_starts: np.ndarray    # per block step: first operation's start (-1 where none)
+    step_ends: np.ndarray      # ... and its operations' last end
+
+    def periods(self, with_last: bool = False) -> np.ndarray:
+        """The GPU periods of the block's steps (first work of the next step - its own); the last step's
+        to the end of its own work `with_last` (the window's last step: normalize.steps does the same)."""
+        periods = np.diff(self.step_starts)
+        return np.append(periods, self.step_ends[-1] - self.step_starts[-1]) if with_last else periods
+
+    def valid(self, with_last: bool = False) -> np.ndarray:
+        """Where periods() holds a period: the steps on both sides launched GPU work."""
+        ok = (self.step_starts[:-1] >= 0) & (self.step_starts[1:] >= 0)
+        return np.append(ok, self.step_starts[-1] >= 0) if with_last else ok
+
+
+@dataclass
+class Change:
+    """What a replay changes: kernels faster by a factor (regex on their names), host classes removed,
+    the steps' launches replaced by one graph launch, pageable copies at the pinned rate."""
+
+    speedups: tuple = ()          # ((label, compiled regex, factor), ...)
+    remove: frozenset = frozenset()
+    graph: bool = False
+    pinned_rate: dict | None = None   # memcpy kind id -> bytes/ns of pinned copies, where pageable ones change
+
+    @property
+    def empty(self) -> bool:
+        return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None
+
+
+# ---------------------------------------------------------------- the graph
+
+
+def read_calls(export: NsysExport, start: int, end: int) -> dict[str, np.ndarray]:
+    """The CUDA calls begun in [start, end) with their thread (one columnar query: the window's Activity
+    holds process ids only)."""
+    parts = [f"SELECT start, end, globalTid, correlationId, nameId FROM \"{t}\" WHERE start >= {int(start)} "
+             f"AND start < {int(end)} AND end >= start"
+             for t in CALL_TABLES if export.has(t, "start", "end", "nameId", "globalTid", "correlationId")]
+    names = ("start", "end", "tid", "corr", "name_id")
+    if not parts:
+        return {n: np.zeros(0, np.int64) for n in names}
+    rows = export.query(" UNION ALL ".join(parts))
+    cols = {n: np.fromiter((r[i] if isinstance(r[i], int) else -1 for r in rows), np.int64, len(rows))
+            for i, n in enumerate(names)}
+    order = np.lexsort((cols["end"], cols["start"]))
+    return {n: v[order] for n, v in cols.items()}
+
+
+def process_calls(activity: Activity, start: int, end: int) -> dict[str, np.ndarray]:
+    """The window's CUDA calls begun in [start, end), each process's as one chain (`tid` its process id: the
+    Activity's calls carry no thread), ordered by start: no second read of the call table."""
+    calls = activity.calls
+    mask = (calls.start >= start) & (calls.start < end) & (calls.end >= calls.start)
+    cols = {"start": calls.start[mask], "end": calls.end[mask], "tid": calls.pid[mask] << PID_SHIFT,
+            "corr": calls.correlation_id[mask], "name_id": calls.name_id[mask].astype(np.int64)}
+    order = np.lexsort((cols["end"], cols["start"]))
+    return {n: v[order] for n, v in cols.items()}
+
+
+def build_graph(export: NsysExport, activity: Activity, launching_threads: np.ndarray, host_starts: np.ndarray,
+                host_ends: np.ndarray, step_pid: int | None, steady_positions: np.ndarray,
+                threads: bool = True) -> Graph | None:
+    """The graph of the steps whose host ranges are given (consecutive instances, in order). `threads`: the
+    launching threads' calls, one chain each (a read of the call table's thread column over the block);
+    else each process's calls as one chain (the window's Activity, no read)."""
+    if not len(host_starts):
+        return None
+    block_start, block_end = int(host_starts[0]), int(host_ends[-1])
+    if threads:
+        calls = read_calls(export, block_start, block_end)
+        launching = set(int(t) for t in launching_threads)
+        keep = np.isin(calls["tid"], list(launching)) if launching else np.ones(len(calls["tid"]), bool)
+    else:
+        calls = process_calls(activity, block_start, block_end)
+        keep = np.ones(len(calls["tid"]), bool)
+    if step_pid is not None:
+        keep &= (calls["tid"] >> PID_SHIFT) == step_pid
+    calls = {n: v[keep] for n, v in calls.items()}
+    n_calls = len(calls["start"])
+    if not n_calls:
+        return None
+    names = export.strings(distinct(calls["name_id"]))
+    c_class = [classify(names.get(int(i)) or f"call {int(i)}") for i in calls["name_id"]]
+    waits = {int(i): _waits(names.get(int(i)) or "") for i in distinct(calls["name_id"])}
+
+    # operations: those the block's calls launched, and those running between the block's start and the
+    # last of them (launched before the block: its past, kept as measured)
+    k, c = activity.kernels, activity.copies
+    kmask = k.end > block_start
+    cmask = c.end > block_start
+    if step_pid is not None:
+        kmask &= (k.pid == step_pid) | (k.pid < 0)
+        cmask &= (c.pid == step_pid) | (c.pid < 0)
+    block_corr = calls["corr"][calls["corr"] >= 0]
+    if len(block_corr):
+        low, high = int(block_corr.min()), int(block_corr.max())
+        launched_k = kmask & (k.correlation_id >= low) & (k.correlation_id <= high)
+        launched_c = cmask & (c.correlation_id >= low) & (c.correlation_id <= high)
+        last = max(int(k.start[launched_k].max(initial=block_start)), int(c.start[launched_c].max(initial=block_start)))
+        kmask &= k.start <= last
+        cmask &= c.start <= last
+    o_start = np.concatenate((k.start[kmask], c.start[cmask]))
+    o_end = np.concatenate((k.end[kmask], c.end[cmask]))
+    o_stream = np.concatenate((k.device_id[kmask] * (1 << 32) + k.stream_id[kmask],
+                               c.device_id[cmask] * (1 << 32) + c.stream_id[cmask]))
+    o_corr = np.concatenate((k.correlation_id[kmask], c.correlation_id[cmask]))
+    nk = int(kmask.sum())
+    short, dem = k.short_name_id[kmask], k.demangled_id[kmask]
+    op_names = export.strings(np.concatenate((distinct(short), distinct(dem)))) if nk else {}
+    memset = c.memset[cmask]
+    o_copy_kind = np.concatenate((np.full(nk, -1, np.int64), np.where(memset == 1, -1, c.copy_kind[cmask])))
+    o_bytes = np.concatenate((np.zeros(nk, np.int64), c.bytes[cmask]))
+    pageable_kinds = [int(i) for i, label in export.query("SELECT id, label FROM memory_kinds")
+                      if str(label).lower() == "pageable"]
+    o_pageable = np.concatenate((np.zeros(nk, bool), (memset == 0) & (np.isin(c.src_kind[cmask], pageable_kinds)
+                                                                     | np.isin(c.dst_kind[cmask], pageable_kinds))))
+    o_label = [None] * nk + ["gpu:memset" if m else "gpu:copy" for m in memset]
+    o_names = [(op_names.get(int(s)), op_names.get(int(d))) for s, d in zip(short, dem)] + [None] * int(cmask.sum())
+    for i in range(nk):
+        o_label[i] = "gpu:" + role_of(*o_names[i])
+    order = np.lexsort((o_end, o_start))
+    o_start, o_end, o_stream, o_corr, o_copy_kind, o_bytes, o_pageable = (
+        a[order] for a in (o_start, o_end, o_stream, o_corr, o_copy_kind, o_bytes, o_pageable))
+    o_label = [o_label[i] for i in order]
+    o_names = [o_names[i] for i in order]
+    n_ops = len(o_start)
+
+    # launch -> operation, by correlation id (one process: ids are unique in it)
+    corr_sorted = np.argsort(calls["corr"], kind="stable")
+    at = np.searchsorted(calls["corr"][corr_sorted], o_corr)
+    at = np.minimum(at, max(n_calls - 1, 0))
+    found = (calls["corr"][corr_sorted][at] == o_corr) & (o_corr >= 0)
+    o_call = np.where(found, corr_sorted[at], -1)
+
+    # stream order
+    o_prev = np.full(n_ops, -1, np.int64)
+    by_stream = np.lexsort((np.arange(n_ops), o_stream))
+    same = o_stream[by_stream[1:]] == o_stream[by_stream[:-1]]
+    o_prev[by_stream[1:][same]] = by_stream[:-1][same]
+
+    # thread order and hand-offs
+    tid = calls["tid"]
+    c_prev = np.full(n_calls, -1, np.int64)
+    by_thread = np.lexsort((np.arange(n_calls), tid))
+    same = tid[by_thread[1:]] == tid[by_thread[:-1]]
+    c_prev[by_thread[1:][same]] = by_thread[:-1][same]
+    overlap = (c_prev >= 0) & (calls["end"][np.maximum(c_prev, 0)] > calls["start"])
+    if overlap.any():   # calls of one chain that overlap (threads of a process): after the last one ended
+        by_end = np.argsort(calls["end"], kind="stable")
+        pos = np.searchsorted(calls["end"][by_end], calls["start"][overlap], side="right") - 1
+        c_prev[overlap] = np.where(pos >= 0, by_end[np.maximum(pos, 0)], -1)
+    c_cross = np.full(n_calls, -1, np.int64)
+    for thread in distinct(tid):
+        mine = tid == thread
+        others = np.flatnonzero(~mine)
+        if not len(others):
+            continue
+        by_end = others[np.argsort(calls["end"][others], kind="stable")]
+        idx = np.flatnonzero(mine)
+        pos = np.searchsorted(calls["end"][by_end], calls["start"][idx], side="right") - 1
+        ok = pos >= 0
+        cand = np.where(ok, by_end[np.maximum(pos, 0)], -1)
+        prev = c_prev[idx]
+        prev_end = np.where(prev >= 0, calls["end"][np.maximum(prev, 0)], np.iinfo(np.int64).min)
+        later = ok & (calls["end"][np.maximum(cand, 0)] > prev_end)
+        c_cross[idx[later]] = cand[later]
+
+    # launch latency (the stream idle when the call began) and queue gap (queued behind the stream)
+    has_call = o_call >= 0
+    call_start_of_op = np.where(has_call, calls["start"][np.maximum(o_call, 0)], o_start)
+    prev_end = np.where(o_prev >= 0, o_end[np.maximum(o_prev, 0)], np.iinfo(np.int64).min // 4)
+    idle_launch = has_call & (call_start_of_op >= prev_end)
+    op_class = np.array([c_class[int(i)] if i >= 0 else "" for i in o_call], dtype=object)
+    o_latency = np.zeros(n_ops)
+    fallback = median((o_start - call_start_of_op)[idle_launch]) if idle_launch.any() else 0.0
+    for cls in set(op_class[has_call].tolist()):
+        mine = idle_launch & (op_class == cls)
+        o_latency[op_class == cls] = median((o_start - call_start_of_op)[mine]) if mine.any() else fallback
+    queued = (o_prev >= 0) & (o_start - prev_end >= 0) & (~has_call | (call_start_of_op + o_latency < prev_end))
+    gap = median((o_start - prev_end)[queued]) if queued.any() else 0.0
+    # an operation queued behind its stream keeps its own gap (graph nodes, launch shapes differ); one
+    # that waited for its launch, the median gap, should it be queued once the change moves it
+    o_gap = np.where(queued, o_start - prev_end, gap).astype(np.float64)
+    # graph nodes after the first: queued behind their graph's previous node
+    # implied waits on another stream
+    expected = np.maximum(np.where(o_prev >= 0, prev_end + o_gap, -np.inf),
+                          np.where(has_call, call_start_of_op + o_latency, -np.inf))
+    late = has_call & (o_start - expected > IMPLIED_WAIT_NS)
+    o_implied = np.full(n_ops, -1, np.int64)
+    if late.any():
+        by_end = np.argsort(o_end, kind="stable")
+        pos = np.searchsorted(o_end[by_end], o_start[late], side="right") - 1
+        cand = np.where(pos >= 0, by_end[np.maximum(pos, 0)], -1)
+        o_implied[np.flatnonzero(late)] = cand
+
+    # waits: the operation queued before the call that ended last (device-wide, the call's process)
+    c_target = np.full(n_calls, -1, np.int64)
+    c_start, c_end = calls["start"], calls["end"]
+    by_queue = np.argsort(call_start_of_op, kind="stable")
+    ends_q = o_end[by_queue]
+    if n_ops:
+        prefix = np.maximum.accumulate(ends_q)
+        best = np.maximum.accumulate(np.where(ends_q == prefix, np.arange(n_ops), 0))
+    waiting = np.array([waits[int(i)] for i in calls["name_id"]], dtype=bool)
+    if n_ops and waiting.any():
+        pos = np.searchsorted(call_start_of_op[by_queue], c_start[waiting], side="right") - 1
+        c_target[np.flatnonzero(waiting)] = np.where(pos >= 0, by_queue[best[np.maximum(pos, 0)]], -1)
+    # a copy call that returned after its own copy ended waited for it (pageable memory)
+    copy_ops = np.flatnonzero(has_call & (o_copy_kind >= 0))
+    for i in copy_ops:
+        call = int(o_call[i])
+        if o_end[i] <= c_end[call] and c_class[call] in ("copy-async", "copy") and \
+                (c_target[call] < 0 or o_end[i] > o_end[c_target[call]]):
+            c_target[call] = i
+    # the launch queue: enqueue calls in order; one made with the queue full waited for a slot
+    notes = []
+    enqueue = distinct(o_call[has_call])
+    last_op_end = np.full(n_calls, -1, np.int64)
+    last_op = np.full(n_calls, -1, np.int64)
+    np.maximum.at(last_op_end, o_call[has_call], o_end[has_call])
+    for i in np.flatnonzero(has_call):  # the operation that ends last, per call
+        if o_end[i] == last_op_end[o_call[i]]:
+            last_op[o_call[i]] = i
+    durations = c_end - c_start
+    depth = None
+    if len(enqueue) > 1:
+        enqueue = enqueue[np.argsort(c_start[enqueue], kind="stable")]
+        typical = {}
+        for cls in set(c_class[int(i)] for i in enqueue):
+            mine = [int(i) for i in enqueue if c_class[int(i)] == cls]
+            typical[cls] = median(durations[mine])
+        long = np.array([durations[i] > max(BLOCKED_FACTOR * typical[c_class[int(i)]], BLOCKED_MIN_NS)
+                         and c_target[i] < 0 for i in enqueue])
+        if int(long.sum()) >= MIN_BLOCKED_CALLS:
+            ends_sorted = np.sort(last_op_end[enqueue])
+            position = np.flatnonzero(long)
+            ended = np.searchsorted(ends_sorted, c_end[enqueue[position]], side="right")
+            # counted only where a call of the block had ended: the work queued before the block had then
+            # ended too (a stream runs in order), so the count is the queue's, not the block's share of it
+            outstanding = (position - ended)[ended >= 1]
+            depth = 1
+            if len(outstanding) >= MIN_BLOCKED_CALLS:
+                low, mid, high = np.percentile(outstanding, [10, 50, 90])
+                # a full queue holds the same number of operations at every blocked call; long calls that
+                # found it otherwise waited for something else (host work inside the call)
+                if high - low <= QUEUE_SPREAD * mid:
+                    depth = int(mid) + 1
+            if depth > 1:
+                released = np.arange(len(enqueue)) - depth
+                ok = released >= 0
+                idx = enqueue[ok]
+                tgt = last_op[enqueue[released[ok]]]
+                free = c_target[idx] < 0
+                c_target[idx[free]] = tgt[free]
+                notes.append(f"the launch queue filled: {int(long.sum())} enqueue calls waited for a slot; "
+                             f"depth read as {depth} operations")
+            else:
+                depth = None
+    target_end = np.where(c_target >= 0, o_end[np.maximum(c_target, 0)], np.iinfo(np.int64).min // 4)
+    waited = target_end > c_start
+    c_tail = (c_end - np.maximum(c_start, target_end)).astype(np.float64)
+    c_tail = np.maximum(c_tail, 0.0)
+    # own duration of a call that waited: its name's typical duration when it did not wait
+    c_own = durations.astype(np.float64)
+    if waited.any():
+        ids = calls["name_id"]
+        for name_id in distinct(ids[waited]):
+            same = ids == name_id
+            free = same & ~waited
+            own = median(durations[free]) if free.any() else None
+            mask = same & waited
+            c_own[mask] = np.minimum(durations[mask], own) if own is not None else c_tail[mask]
+
+    # steps: the operations launched by each step's calls
+    step_of_call = np.searchsorted(host_starts, c_start, side="right") - 1
+    inside = (step_of_call >= 0) & (c_start < host_ends[np.maximum(step_of_call, 0)])
+    step_ops = [[] for _ in range(len(host_starts))]
+    op_step = np.where(has_call, np.where(inside[np.maximum(o_call, 0)], step_of_call[np.maximum(o_call, 0)], -1), -1)
+    for s in range(len(host_starts)):
+        step_ops[s] = np.flatnonzero(op_step == s)
+    return Graph(c_start, c_end, c_class, c_prev, c_cross, c_own, c_target, c_tail,
+                 o_start, o_end, o_call, o_prev, o_implied, o_gap, o_latency, o_label, o_names, o_copy_kind, o_bytes,
+                 o_pageable, step_ops, np.asarray(steady_positions), depth, notes)
+
+
+# ---------------------------------------------------------------- replay
+
+
+def replay(graph: Graph, change: Change | None = None) -> Replay:
+    """Re-times the graph in the order its nodes happened, with the change applied."""
+    change = change or Change()
+    n_calls, n_ops = len(graph.c_start), len(graph.o_start)
+    duration = (graph.o_end - graph.o_start).astype(np.float64)
+    for _, regex, factor in change.speedups:
+        hit = np.array([names is not None and any(n and regex.search(n) for n in names) for names in graph.o_names],
+                       dtype=bool)
+        duration[hit] /= factor
+    if change.pinned_rate:
+        pageable = pageable_copies(graph)
+        rate = np.array([change.pinned_rate.get(int(k)) or np.inf for k in graph.o_copy_kind[pageable]])
+        duration[pageable] = np.minimum(duration[pageable], graph.o_bytes[pageable] / rate)
+    removed = np.array([c in change.remove for c in graph.c_class], dtype=bool) if change.remove else \
+        np.zeros(n_calls, bool)
+    own = np.where(removed, 0.0, graph.c_own)
+    target = np.where(removed, -1, graph.c_target)
+    gap_host = (graph.c_start - np.where(graph.c_prev >= 0, graph.c_end[np.maximum(graph.c_prev, 0)], 0)).astype(float)
+    cross_end = np.where(graph.c_cross >= 0, graph.c_end[np.maximum(graph.c_cross, 0)], 0)
+    cross_gap = (graph.c_start - cross_end).astype(float)
+    latency = graph.o_latency.copy()
+    gap_ops = graph.o_gap.copy()
+    if change.graph:
+        own, gap_host, cross_gap, latency = _as_graph_launch(graph, own, gap_host, cross_gap, latency)
+    if change.pinned_rate:   # a copy from pinned memory returns once queued: as a kernel launch does
+        pageable = pageable_copies(graph)
+        launches = np.array([c == "launch" for c in graph.c_class], dtype=bool)
+        queued = median((graph.c_end - graph.c_start)[launches]) if launches.any() else 0.0
+        for i in np.flatnonzero(pageable):
+            call = graph.o_call[i]
+            if target[call] == i:
+                target[call] = -1
+            own[call] = min(own[call], queued)
+
+    # events in measured order: call start (2), operation (1), call end (0) at equal times: ends first
+    times = np.concatenate((graph.c_start, graph.o_start, graph.c_end))
+    kind = np.concatenate((np.full(n_calls, 2), np.ones(n_ops, np.int64), np.zeros(n_calls, np.int64)))
+    index = np.concatenate((np.arange(n_calls), np.arange(n_ops), np.arange(n_calls)))
+    order = np.lexsort((kind, times))
+    cs = graph.c_start.astype(float).tolist()
+    ce = graph.c_end.astype(float).tolist()
+    os_ = graph.o_start.astype(float).tolist()
+    oe = graph.o_end.astype(float).tolist()
+    cb_s, cb_e, ob = [NONE] * n_calls, [OWN] * n_calls, [FIXED] * n_ops
+    c_prev, c_cross = graph.c_prev.tolist(), graph.c_cross.tolist()
+    o_prev, o_call, o_implied = graph.o_prev.tolist(), graph.o_call.tolist(), graph.o_implied.tolist()
+    own_l, target_l, tail_l = own.tolist(), target.tolist(), graph.c_tail.tolist()
+    gap_l, cross_l, lat_l, qgap_l, dur_l = gap_host.tolist(), cross_gap.tolist(), latency.tolist(), gap_ops.tolist(), \
+        duration.tolist()
+    for k, i in zip(kind[order].tolist(), index[order].tolist()):
+        if k == 2:
+            p, x = c_prev[i], c_cross[i]
+            if x >= 0:
+                t = ce[x] + cross_l[i]
+                cb_s[i] = CROSS
+                if p >= 0 and ce[p] > t:
+                    t, cb_s[i] = ce[p], PREV
+                cs[i] = t
+            elif p >= 0:
+                cs[i], cb_s[i] = ce[p] + gap_l[i], PREV
+        elif k == 0:
+            t, b = cs[i] + own_l[i], OWN
+            o = target_l[i]
+            if o >= 0 and oe[o] + tail_l[i] > t:
+                t, b = oe[o] + tail_l[i], WAIT
+            ce[i], cb_e[i] = t, b
+        else:
+            c = o_call[i]
+            if c < 0:
+                continue   # launched before the block (or by no call seen): keeps its times
+            t, b = cs[c] + lat_l[i], LAUNCH
+            p = o_prev[i]
+            if p >= 0 and oe[p] + qgap_l[i] > t:
+                t, b = oe[p] + qgap_l[i], STREAM
+            q = o_implied[i]
+            if q >= 0 and oe[q] > t:
+                t, b = oe[q], IMPLIED
+            os_[i], oe[i], ob[i] = t, t + dur_l[i], b
+    os_a = np.array(os_)
+    oe_a = np.array(oe)
+    starts = np.array([os_a[ops].min() if len(ops) else -1.0 for ops in graph.step_first_op])
+    ends = np.array([oe_a[ops].max() if len(ops) else -1.0 for ops in graph.step_first_op])
+    return Replay(np.array(cs), np.array(ce), os_a, oe_a, np.array(cb_s), np.array(cb_e), np.array(ob), starts, ends)
+
+
+def pageable_copies(graph: Graph) -> np.ndarray:
+    """Copies from or to pageable host memory (staged by the host) that a call in the block made."""
+    return graph.o_pageable & (graph.o_call >= 0)
+
+
+def _as_graph_launch(graph: Graph, own, gap_host, cross_gap, latency):
+    """Each step's launches as one graph launch: its enqueue calls and the host compute between them
+    cost nothing but the first launch; calls that wait for the GPU keep their place."""
+    own, gap_host, cross_gap, latency = own.copy(), gap_host.copy(), cross_gap.copy(), latency.copy()
+    enqueue_classes = {"launch", "memset", "copy-async", "graph-launch", "event", "query"}
+    for ops in graph.step_first_op:
+        if not len(ops):
+            continue
+        calls = distinct(graph.o_call[ops][graph.o_call[ops] >= 0])
+        if not len(calls):
+            continue
+        first, last = int(calls.min()), int(calls.max())
+        for c in range(first + 1, last + 1):
+            if graph.c_class[c] in enqueue_classes and graph.c_target[c] < 0:
+                own[c] = 0.0
+                gap_host[c] = 0.0
+                cross_gap[c] = 0.0
+        mine = np.isin(graph.o_call, calls)
+        latency[mine] = graph.o_latency[ops[0]]
+    return own, gap_host, cross_gap, latency
+
+
+# ---------------------------------------------------------------- the critical path
+
+
+def critical_path(graph: Graph, result: Replay, step: int) -> list[dict] | None:
+    """The critical path of block step `step` (it needs the next step's first operation): walking back from
+    the next step's first operation along the dependency that finished last, time summed by class."""
+    if step + 1 >= len(graph.step_first_op) or result.step_starts[step] < 0 or result.step_starts[step + 1] < 0:
+        return None
+    t0 = result.step_starts[step]
+    ops = graph.step_first_op[step + 1]
+    node, i = 1, int(ops[np.argmin(result.os[ops])])
+    t = result.os[i]
+    parts: dict[str, float] = {}
+
+    def add(label, a, b):
+        a, b = max(a, t0), b
+        if b > a:
+            parts[label] = parts.get(label, 0.0) + (b - a)
+
+    guard = 0
+    while t > t0 and guard < 10 * graph.events + 10:
+        guard += 1
+        if node == 1:   # an operation's start
+            b = result.o_bind[i]
+            if b in (STREAM, IMPLIED):
+                p = graph.o_prev[i] if b == STREAM else graph.o_implied[i]
+                add(graph.o_label[p], result.oe[p], t)   # the queue gap with the work before it
+                add(graph.o_label[p], result.os[p], result.oe[p])
+                i, t = p, result.os[p]
+            elif b == LAUNCH:
+                c = graph.o_call[i]
+                add("host:" + graph.c_class[c], result.cs[c], t)
+                node, i, t = 2, c, result.cs[c]
+            else:   # fixed: launched before the block; the stream's work before it, if queued
+                p = graph.o_prev[i]
+                if p >= 0 and result.os[i] - result.oe[p] <= IMPLIED_WAIT_NS:
+                    add(graph.o_label[p], result.os[p], t)
+                    i, t = p, result.os[p]
+                else:
+                    add("unknown", t0, t)
+                    break
+        elif node == 2:   # a call's start
+            b = result.c_start_bind[i]
+            p = graph.c_prev[i] if b == PREV else graph.c_cross[i] if b == CROSS else -1
+            if p < 0:
+                add(HOST_COMPUTE, t0, t)
+                break
+            add(HOST_COMPUTE, result.ce[p], t)
+            node, i, t = 3, p, result.ce[p]
+        else:   # a call's end
+            label = "host:" + graph.c_class[i]
+            if result.c_end_bind[i] == WAIT:
+                o = graph.c_target[i]
+                add(label, result.oe[o], t)
+                add(graph.o_label[o], result.os[o], result.oe[o])
+                node, i, t = 1, o, result.os[o]
+            else:
+                add(label, result.cs[i], t)
+                node, t = 2, result.cs[i]
+    total = result.step_starts[step + 1] - t0
+    return [{"part": part, "ns": float(ns), "share": float(ns / total) if total else None}
+            for part, ns in sorted(parts.items(), key=lambda kv: -kv[1])]
+
+
+def host_share(path: list[dict] | None) -> float | None:
+    if not path:
+        return None
+    total = sum(p["ns"] for p in path)
+    return sum(p["ns"] for p in path if p["part"].startswith("host:")) / total if total else None
+
+
+# ---------------------------------------------------------------- steps and the self-check
+
+
+@dataclass
+class StepBlock:
+    """The consecutive steady steps replayed, and the measured periods they give."""
+
+    graph: Graph
+    base: Replay
+    measured: np.ndarray          # measured GPU periods of the block's steps (the last one's where it ends the window)
+    replayed: np.ndarray          # the no-change replay's
+    self_check_error: float       # |replayed - measured| over the block, relative
+    median_step: int              # block step of the median period
+    with_last: bool = False       # the block ends the window: its last step is timed to its own work's end
+
+    @property
+    def trusted(self) -> bool:
+        return self.self_check_error <= SELF_CHECK_TOLERANCE
+
+
+def step_block(export: NsysExport, activity: Activity, launching_threads: np.ndarray, host_starts: np.ndarray,
+               host_ends: np.ndarray, steady: np.ndarray, step_gpu_starts: np.ndarray, step_pid: int | None,
+               around_median: int | None = None, step_gpu_ends: np.ndarray | None = None,
+               threads: bool = True) -> StepBlock | None:
+    """Replays consecutive steady steps: all of them where the window is small enough, else the block
+    around the median step (`around_median` steps on each side when given). With `step_gpu_ends` (the
+    steps' periods' ends, normalize.steps), a block that ends the window times its last step too."""
+    if len(steady) < 3:
+        return None
+    periods = np.diff(step_gpu_starts)
+    mid = int(np.argsort(periods, kind="stable")[len(periods) // 2])
+    if around_median is not None:
+        lo, hi = max(0, mid - around_median), min(len(steady) - 1, mid + around_median + 1)
+    else:
+        lo, hi = 0, len(steady) - 1
+        calls = len(activity.calls) + len(activity.kernels) + len(activity.copies)
+        if calls > REPLAY_EVENTS_AT_MOST:
+            half = max(2, int(len(steady) * REPLAY_EVENTS_AT_MOST / calls / 2))
+            lo, hi = max(0, mid - half), min(len(steady) - 1, mid + half)
+    picked = steady[lo:hi + 1]
+    if np.any(np.diff(picked) != 1):   # steps not consecutive (a window of the user's): the first run
+        return None
+    graph = build_graph(export, activity, launching_threads, host_starts[picked], host_ends[picked], step_pid,
+                        np.arange(lo, hi + 1), threads)
+    if graph is None:
+        return None
+    base = replay(graph)
+    with_last = step_gpu_ends is not None and hi == len(steady) - 1
+    measured = (step_gpu_ends - step_gpu_starts)[lo:hi + 1] if with_last else periods[lo:hi]
+    replayed = base.periods(with_last)
+    ok = base.valid(with_last)
+    if not ok.any():
+        return None
+    error = abs(float(replayed[ok].sum() - measured[ok].sum())) / max(float(measured[ok].sum()), 1.0)
+    return StepBlock(graph, base, measured, replayed, error, mid - lo, with_last)
+
+
+def median_step_critical_path(export: NsysExport, steps, activity: Activity,
+                              launching_threads: np.ndarray) -> list[dict] | None:
+    """For the timeline: the critical path of a median step, [{part, ns, share}] adding up to the step;
+    None where the replay of the steps around it misses the measured ones by more than the self-check
+    allows (the path would then describe another program)."""
+    if steps is None or steps.clock != "gpu" or len(steps.steady) < 3:
+        return None
+    pid = steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
+    # each process's calls as one chain (no read of the call table's threads: a report's time matters;
+    # on the real loops the paths are those of the threads' chains)
+    block = step_block(export, activity, launching_threads, steps.host_starts, steps.host_ends, steps.steady,
+                       steps.starts, pid, around_median=3, threads=False)
+    if block is None:
+        return None
+    if not block.trusted:
+        return None
+    path = critical_path(block.graph, block.base, block.median_step)
+    return [{"part": p["part"], "ns": int(round(p["ns"])), "share": float(p["share"])} for p in path] if path else None
+
+
+_SPEEDUP = re.compile(r"^regex:(?P<pattern>.+)=(?P<factor>[^=]+)$")
+
+
+def parse_speedup(text: str) -> tuple[str, re.Pattern, float]:
+    """`regex:PATTERN=FACTOR` -> (text, compiled, factor); ValueError with the reason."""
+    match = _SPEEDUP.match(text)
+    if not match:
+        raise ValueError(f"{text!r}: expected regex:PATTERN=FACTOR")
+    try:
+        factor = float(match["factor"])
+    except ValueError:
+        raise ValueError(f"{text!r}: the factor {match['factor']!r} is not a number") from None
+    if not np.isfinite(factor) or factor <= 0:
+        raise ValueError(f"{text!r}: the factor must be a finite number above 0")
+    try:
+        regex = re.compile(match["pattern"])
+    except re.error as exc:
+        raise ValueError(f"{text!r}: not a regular expression ({exc})") from None
+    return text, regex, factor

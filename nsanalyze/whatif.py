@@ -1,0 +1,186 @@
+"""`nsanalyze whatif`: what a change would buy, by replaying the program's dependency graph
+(normalize.critical_path) with it: kernels faster, host-activity classes gone, each step one graph
+launch, outlier steps at the median, pageable copies at the pinned rate.
+
+The steady steps are replayed twice, as measured and changed; the saving is the difference of the two
+replays, taken from the measured steps (so what the model misses cancels). The unchanged replay is the
+self-check: off the measured steps by more than 2%, the prediction says it is not trusted."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+import numpy as np
+
+from nsanalyze.errors import InputError
+from nsanalyze.normalize import critical_path as cp
+from nsanalyze.normalize.activity import PID_SHIFT, median
+from nsanalyze.normalize.host_activity import class_order, rules
+from nsanalyze.normalize.steps import find_steps
+from nsanalyze.normalize.timeline import build_timeline
+from nsanalyze.read import read_profiles
+from nsanalyze.read.nsys import NsysExport, sqlite_input_error
+
+# A step this many times the median is an outlier (`--outliers`: set to the median).
+OUTLIER_FACTOR = 1.5
+
+
+@dataclass
+class WhatIf:
+    speedups: tuple = ()        # ("regex:PATTERN=FACTOR", ...)
+    remove: tuple = ()          # host-activity classes
+    graph: bool = False
+    outliers: bool = False
+    pinned: bool = False
+
+
+def parse_changes(speedups, remove) -> tuple[tuple, frozenset]:
+    """The command's change options, checked: one error naming the option and the reason."""
+    parsed = []
+    for text in speedups:
+        try:
+            parsed.append(cp.parse_speedup(text))
+        except ValueError as exc:
+            raise InputError("--speedup", str(exc)) from None
+    known = [name for name in class_order() if any(r.name == name and r.source == "cuda" for r in rules())]
+    for name in remove:
+        if name not in known:
+            raise InputError("--remove", f"{name!r} is no class of CUDA calls (one of: {', '.join(known)})")
+    return tuple(parsed), frozenset(remove)
+
+
+def whatif(paths: list[str], options, asked: WhatIf) -> list[dict]:
+    speedups, remove = parse_changes(asked.speedups, asked.remove)
+    if not (speedups or remove or asked.graph or asked.outliers or asked.pinned):
+        raise InputError("whatif", "no change given: --speedup, --remove, --graph, --outliers or --pinned")
+    results = []
+    for path in paths:
+        for profile in read_profiles(path):
+            if not isinstance(profile, NsysExport) or profile.kind == "kineto":
+                raise InputError(getattr(profile, "path", path), "whatif replays an Nsight Systems export (.sqlite)")
+            try:
+                results.append(whatif_export(profile, options, speedups, remove, asked))
+            except sqlite3.DatabaseError as exc:
+                raise sqlite_input_error(profile.path, exc) from None
+    return results
+
+
+def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) -> dict:
+    timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range, options.window)
+    steps = find_steps(export, options.nvtx_range)
+    if steps is None or timeline.steps is None or timeline.step_starts is None or timeline.steps.clock != "gpu":
+        raise InputError(export.path, "no steps on the GPU's clock in the window (an NVTX range per step that "
+                                      "launches GPU work): whatif replays steps")
+    pid = steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
+    activity = timeline.activity
+    instances = timeline.step_indices
+    if timeline.window.kind in ("nvtx-range", "skip-first"):
+        # the timeline counts the steps inside the window from 0: the first is the instance whose host range
+        # holds the call that launched the window's first step's first GPU work
+        instances = _instances_from(export, steps, activity, timeline)
+        if instances is None:
+            raise InputError(export.path, "the window's steps could not be matched to their NVTX ranges to replay")
+    block = cp.step_block(export, activity, activity.launching_threads, steps.host_starts, steps.host_ends,
+                          instances, timeline.step_starts, pid, step_gpu_ends=timeline.step_ends, threads=False)
+    if block is None:
+        raise InputError(export.path, "the steps' calls and GPU work could not be replayed (no launch calls found)")
+    pinned_rate = _pinned_rate(export, timeline) if asked.pinned else None
+    change = cp.Change(speedups, remove, asked.graph, pinned_rate)
+    changed = cp.replay(block.graph, change)
+    ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
+    predicted = block.measured - (block.replayed - changed.periods(block.with_last))
+    measured = block.measured[ok]
+    predicted = predicted[ok]
+    if asked.outliers:
+        typical = median(predicted)
+        predicted = np.where(predicted > OUTLIER_FACTOR * typical, typical, predicted)
+    base_step, predicted_step = median(measured), median(predicted)
+    steps_in_window = timeline.steps.count
+    base_window = float(timeline.summary.span_ns or measured.sum())
+    saved_per_step = float(measured.sum() - predicted.sum()) / len(measured)
+    predicted_window = base_window - saved_per_step * steps_in_window
+    path_before = cp.critical_path(block.graph, block.base, block.median_step)
+    path_after = cp.critical_path(block.graph, changed, block.median_step)
+    return {
+        "profile": export.path,
+        "base_step_ns": base_step, "predicted_step_ns": predicted_step,
+        "base_mean_step_ns": float(measured.mean()), "predicted_mean_step_ns": float(predicted.mean()),
+        "base_window_ns": base_window, "predicted_window_ns": predicted_window,
+        "steps": int(steps_in_window), "replayed_steps": int(len(measured)),
+        "self_check": {"replayed_ns": float(block.replayed[ok].sum()), "measured_ns": float(measured.sum()),
+                       "error": block.self_check_error, "tolerance": cp.SELF_CHECK_TOLERANCE,
+                       "trusted": block.trusted},
+        "critical_path": _rounded(path_after), "critical_path_before": _rounded(path_before),
+        "changes": _changes(block.graph, speedups, remove, asked, pinned_rate, len(block.graph.step_first_op)),
+        "notes": list(block.graph.notes),
+    }
+
+
+def _instances_from(export: NsysExport, steps, activity, timeline) -> np.ndarray | None:
+    first = int(timeline.step_starts[0])
+    ids = np.concatenate((activity.kernels.correlation_id[activity.kernels.start == first],
+                          activity.copies.correlation_id[activity.copies.start == first]))
+    ids = ids[ids >= 0]
+    if not len(ids):
+        return None
+    row = export.query("SELECT MIN(start) FROM api_raw WHERE correlation_id = ?", (int(ids[0]),))
+    if not row or row[0][0] is None:
+        return None
+    instance = int(np.searchsorted(steps.host_starts, row[0][0], side="right")) - 1
+    instances = instance + (timeline.step_indices - timeline.step_indices[0])
+    return instances if instance >= 0 and instances[-1] < steps.total else None
+
+
+def _rounded(path):
+    return [{"part": p["part"], "ns": int(round(p["ns"])), "share": p["share"]} for p in path] if path else []
+
+
+def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, steps: int) -> list[dict]:
+    out = []
+    durations = graph.o_end - graph.o_start
+    for text, regex, factor in speedups:
+        hit = np.array([names is not None and any(n and regex.search(n) for n in names) for names in graph.o_names],
+                       dtype=bool)
+        out.append({"change": "speedup", "pattern": text.removeprefix("regex:").rsplit("=", 1)[0], "factor": factor,
+                    "kernels": int(hit.sum()), "kernel_ns_per_step": float(durations[hit].sum()) / steps})
+    classes = np.array(graph.c_class, dtype=object)
+    for name in sorted(remove):
+        mine = classes == name
+        out.append({"change": "remove", "class": name, "calls": int(mine.sum()),
+                    "host_ns_per_step": float((graph.c_end - graph.c_start)[mine].sum()) / steps})
+    if asked.graph:
+        out.append({"change": "graph", "what": "each step's launches as one CUDA graph launch"})
+    if asked.outliers:
+        out.append({"change": "outliers", "what": f"steps over {OUTLIER_FACTOR:g}x the median set to the median"})
+    if asked.pinned:
+        pageable = cp.pageable_copies(graph)
+        kinds = sorted({int(k) for k in graph.o_copy_kind[pageable]})
+        out.append({"change": "pinned", "copies": int(pageable.sum()),
+                    "pinned_gb_per_s": {str(k): pinned_rate.get(k) for k in kinds}})
+    return out
+
+
+def _pinned_rate(export: NsysExport, timeline) -> dict:
+    """Per memcpy kind id, the rate (bytes/ns = GB/s) pinned copies reach in that direction: what the
+    pageable-memcpy check prices a pinned copy at (the export's own large pinned copies, else the GPU's link)."""
+    from nsanalyze.checks.program._copies import reference_rate
+
+    return {int(kind): reference_rate(timeline, str(label))[0]
+            for kind, label in export.query("SELECT id, label FROM memcpy_kinds")}
+
+
+def label(result: dict) -> str:
+    words = []
+    for change in result["changes"]:
+        if change["change"] == "speedup":
+            words.append(f"kernels /{change['pattern']}/ {change['factor']:g}x faster")
+        elif change["change"] == "remove":
+            words.append(f"no {change['class']} calls")
+        elif change["change"] == "graph":
+            words.append("each step one graph launch")
+        elif change["change"] == "outliers":
+            words.append("outlier steps at the median")
+        elif change["change"] == "pinned":
+            words.append("pageable copies pinned")
+    return ", ".join(words)

@@ -1,0 +1,139 @@
+"""The dependency graph of real H200 loops (normalize.critical_path): the replay without change reproduces the
+measured steps, and the critical path of a median step adds up to the step, GPU work and host time each
+against SQL over the export: synchronous, host-runs-ahead and graphed loops (node-level kernels included)."""
+
+import statistics
+
+import numpy as np
+import pytest
+
+from nsanalyze.normalize import critical_path as cp
+from nsanalyze.normalize.steps import find_steps
+from nsanalyze.normalize.timeline import build_timeline
+from nsanalyze.read import read_profile
+from tests.conftest import GPU_STEP_SQL, REAL, sql, sql_gpu_step_periods
+
+
+@pytest.fixture(scope="module")
+def timelines():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            export = read_profile(REAL / name)
+            cache[name] = (export, build_timeline(export))
+        return cache[name]
+    return get
+
+
+def gpu_busy_per_step(path) -> float:
+    """Kernel, memset and memcpy time between the first and the last step's first GPU work, per step, by SQL
+    (the loops run on one stream: work never overlaps)."""
+    tables = {name for (name,) in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    work = " UNION ALL ".join(f"SELECT start, correlationId FROM {t}" for t in (
+        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
+    firsts = [first for _, first in sql(path, GPU_STEP_SQL.format(work=work, like="step %"))]
+    start, end = firsts[len(firsts) // 3], firsts[-1]   # past warm-up
+    query = "SELECT COALESCE(SUM(end - start), 0) FROM {} WHERE start >= {} AND start < {}"
+    busy = sum(sql(path, query.format(t, start, end))[0][0] for t in (
+        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
+    return busy / (len(firsts) - 1 - len(firsts) // 3)
+
+
+def parts(path_rows, prefix) -> float:
+    return sum(p["ns"] for p in path_rows if p["part"].startswith(prefix))
+
+
+LOOPS = ["matmul_sync_nsys.sqlite.xz", "matmul_async_nsys.sqlite.xz", "matmul_graph_nsys.sqlite.xz",
+         "matmul_graph_node_nsys.sqlite.xz", "graphs_eager_nsys.sqlite.xz", "alloc_churn_nsys.sqlite.xz",
+         "transfer_pageable_nsys.sqlite.xz", "gpt_fp32_nsys.sqlite.xz"]
+
+
+def like(name: str) -> str:
+    return "train_step" if name.startswith("gpt_") else "step %"
+
+
+@pytest.mark.parametrize("name", LOOPS)
+def test_the_critical_path_adds_up_to_the_median_step(timelines, name):
+    _, timeline = timelines(name)
+    path = timeline.critical_path
+    assert path is not None
+    median = statistics.median(sql_gpu_step_periods(REAL / name, like(name)))
+    assert sum(p["ns"] for p in path) == pytest.approx(median, rel=0.02)
+    assert sum(p["share"] for p in path) == pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.parametrize("name", LOOPS)
+def test_the_replay_without_change_reproduces_the_steps(timelines, name):
+    _, timeline = timelines(name)
+    export = read_profile(REAL / name)   # opened again: an export's SQLite time limit runs from its opening
+    steps = find_steps(export)
+    block = cp.step_block(export, timeline.activity, timeline.activity.launching_threads, steps.host_starts,
+                          steps.host_ends, timeline.step_indices, timeline.step_starts, steps.global_tid >> 24)
+    periods = np.array(sql_gpu_step_periods(REAL / name, like(name)))
+    steady = periods[int(timeline.step_indices[0]):][:len(block.measured)]
+    assert block.measured.sum() == pytest.approx(steady.sum(), rel=0.01)   # the steps the replay is checked on
+    assert block.trusted and block.self_check_error < cp.SELF_CHECK_TOLERANCE
+    assert block.replayed.sum() == pytest.approx(steady.sum(), rel=cp.SELF_CHECK_TOLERANCE)
+
+
+def test_a_synchronous_step_is_its_gpu_work_then_its_host_work(timelines):
+    """matmul_sync: the products, `.item()`, 2 ms of host work, in turn: all the GPU work and the host's
+    time between are on the path."""
+    name = "matmul_sync_nsys.sqlite.xz"
+    path = timelines(name)[1].critical_path
+    busy = gpu_busy_per_step(REAL / name)
+    median = statistics.median(sql_gpu_step_periods(REAL / name))
+    assert parts(path, "gpu:") == pytest.approx(busy, rel=0.05)
+    assert parts(path, "host:") == pytest.approx(median - busy, rel=0.08)
+    assert parts(path, "host:compute") >= 2_000_000   # the loop's 2 ms of host work a step
+
+
+@pytest.mark.parametrize("name", ["matmul_async_nsys.sqlite.xz", "matmul_graph_node_nsys.sqlite.xz"])
+def test_a_gpu_bound_step_is_its_gpu_work(timelines, name):
+    """The host runs ahead (eagerly or through one graph launch a step): the path is the GPU's work."""
+    path = timelines(name)[1].critical_path
+    assert parts(path, "gpu:") / sum(p["ns"] for p in path) > 0.98
+    assert parts(path, "gpu:") == pytest.approx(gpu_busy_per_step(REAL / name), rel=0.03)
+
+
+def test_graph_node_kernels_are_on_the_path(timelines):
+    """Node-level trace: the graph's kernels carry the correlation id of their cudaGraphLaunch; the path
+    names their roles, not a whole graph."""
+    name = "matmul_graph_node_nsys.sqlite.xz"
+    launched = sql(REAL / name, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+                                   ON r.correlationId = k.correlationId JOIN StringIds s ON s.id = r.nameId
+                                   WHERE s.value LIKE 'cudaGraphLaunch%'""")[0][0]
+    assert launched > 3000
+    names = [p["part"] for p in timelines(name)[1].critical_path]
+    assert "gpu:graph" not in names and "gpu:matmul_tensor" == names[0]
+    graph_level = [p["part"] for p in timelines("matmul_graph_nsys.sqlite.xz")[1].critical_path]
+    assert graph_level[0] == "gpu:graph"
+
+
+def test_the_launch_queue_depth_is_read_from_blocked_launches(timelines):
+    """matmul_async fills CUDA's launch queue: its launches block until a slot frees; the depth read is about
+    a thousand operations, as the calls that blocked show (ops queued but not ended when each returned)."""
+    name = "matmul_async_nsys.sqlite.xz"
+    _, timeline = timelines(name)
+    export = read_profile(REAL / name)   # opened again: an export's SQLite time limit runs from its opening
+    steps = find_steps(export)
+    block = cp.step_block(export, timeline.activity, timeline.activity.launching_threads, steps.host_starts,
+                          steps.host_ends, timeline.step_indices, timeline.step_starts, steps.global_tid >> 24)
+    assert 900 <= block.graph.queue_depth <= 1100
+    long_launches = sql(REAL / name, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s
+                                        ON s.id = r.nameId WHERE s.value LIKE 'cudaLaunchKernel%'
+                                        AND r.end - r.start > 100000""")[0][0]
+    assert long_launches > 500
+
+
+def test_no_steps_no_path(dev_infer_timeline):
+    assert dev_infer_timeline.critical_path is None or isinstance(dev_infer_timeline.critical_path, list)
+
+
+def test_speedup_option_parsing():
+    text, regex, factor = cp.parse_speedup("regex:gemm|nvjet=2.5")
+    assert regex.pattern == "gemm|nvjet" and factor == 2.5
+    for bad in ("gemm=2", "regex:gemm", "regex:gemm=0", "regex:gemm=-1", "regex:gemm=nan", "regex:(=2"):
+        with pytest.raises(ValueError):
+            cp.parse_speedup(bad)

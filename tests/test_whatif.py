@@ -1,0 +1,174 @@
+"""`nsanalyze whatif` on real H200 loops: the replay's predictions against the physics of each loop and
+against the twin run the change was recorded as, each figure checked with SQL over the exports."""
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+from functools import lru_cache
+
+import pytest
+from click.testing import CliRunner
+
+from nsanalyze.analyze import Options
+from nsanalyze.cli import cli
+from nsanalyze.whatif import WhatIf, whatif
+from tests.conftest import GPU_STEP_SQL, REAL, sql, sql_gpu_step_periods
+
+GEMM = "regex:gemm|nvjet=2"   # cuBLAS/CUTLASS matrix products by name (short or demangled)
+
+
+@lru_cache(maxsize=None)
+def predict(name: str, speedups=(), remove=(), graph=False, outliers=False, pinned=False) -> dict:
+    return whatif([str(REAL / name)], Options(), WhatIf(speedups, remove, graph, outliers, pinned))[0]
+
+
+def like(name: str) -> str:
+    """The step range's name in SQL's LIKE (fixtures/real/README.md)."""
+    return "train_step" if name.startswith("gpt_") else "token %" if name.startswith("token_") else "step %"
+
+
+def sql_step_firsts(path, like_text: str) -> list[int]:
+    tables = {name for (name,) in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    work = " UNION ALL ".join(f"SELECT start, correlationId FROM {t}" for t in (
+        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_GRAPH_TRACE") if t in tables)
+    return [first for _, first in sql(path, GPU_STEP_SQL.format(work=work, like=like_text))]
+
+
+def sql_kernel_ns_per_step(name: str, pattern: str) -> float:
+    """Time of the kernels whose short or demangled name matches, per step, over the steps past the first
+    third (warm-up), by SQL (the regex applied to the names SQL returns)."""
+    firsts = sql_step_firsts(REAL / name, like(name))
+    skip = len(firsts) // 3
+    rows = sql(REAL / name, f"""SELECT s.value, d.value, SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                                 JOIN StringIds s ON s.id = k.shortName JOIN StringIds d ON d.id = k.demangledName
+                                 WHERE k.start >= {firsts[skip]} AND k.start < {firsts[-1]} GROUP BY 1, 2""")
+    regex = re.compile(pattern)
+    return sum(ns for short, demangled, ns in rows if regex.search(short) or regex.search(demangled)) / \
+        (len(firsts) - 1 - skip)
+
+
+def sql_mean_step(name: str) -> float:
+    """The mean GPU period of the steps past warm-up (the first third left out), by SQL."""
+    periods = sql_gpu_step_periods(REAL / name, like(name))
+    return statistics.mean(periods[len(periods) // 3:])
+
+
+@pytest.mark.parametrize("name", ["gpt_fp32_nsys.sqlite.xz", "matmul_async_nsys.sqlite.xz"])
+def test_faster_gemms_on_a_gpu_bound_loop_save_half_their_time(name):
+    """GPU-bound loops (fp32 GPT; bf16 products with the host running ahead): GEMMs twice as fast save half
+    the GEMM time of a step, within 15%."""
+    result = predict(name, (GEMM,))
+    assert result["self_check"]["trusted"]
+    gemm = sql_kernel_ns_per_step(name, "gemm|nvjet")
+    saved = result["base_step_ns"] - result["predicted_step_ns"]
+    assert saved == pytest.approx(gemm / 2, rel=0.15)
+    assert result["changes"][0]["kernel_ns_per_step"] == pytest.approx(gemm, rel=0.05)
+
+
+@pytest.mark.parametrize("name", ["graphs_eager_nsys.sqlite.xz", "token_gen_nsys.sqlite.xz"])
+def test_faster_kernels_on_a_host_bound_loop_save_almost_nothing(name):
+    """Launch-bound loops (an eager MLP; batch-1 decoding): every kernel twice as fast saves under 3% of a
+    step, though the kernels are a tenth of it (SQL)."""
+    result = predict(name, ("regex:.=2",))
+    assert result["self_check"]["trusted"]
+    kernels = sql_kernel_ns_per_step(name, ".")
+    assert kernels > 0.05 * result["base_step_ns"]
+    assert result["base_step_ns"] - result["predicted_step_ns"] < 0.03 * result["base_step_ns"]
+    assert result["base_mean_step_ns"] - result["predicted_mean_step_ns"] < 0.03 * result["base_mean_step_ns"]
+
+
+def test_removing_launches_from_a_graphed_loop_saves_nothing():
+    """One cudaGraphLaunch a step and a host far ahead: launches cost the step nothing."""
+    result = predict("matmul_graph_nsys.sqlite.xz", (), ("launch", "graph-launch"))
+    launches = sql(REAL / "matmul_graph_nsys.sqlite.xz", """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+                   JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE 'cudaGraphLaunch%'""")[0][0]
+    assert launches >= 150 and result["changes"][0]["calls"] >= 140
+    assert abs(result["base_step_ns"] - result["predicted_step_ns"]) < 0.005 * result["base_step_ns"]
+    assert abs(result["base_window_ns"] - result["predicted_window_ns"]) < 0.005 * result["base_window_ns"]
+
+
+def test_removing_the_allocator_predicts_the_cached_twin():
+    """alloc_churn empties the caching allocator every step; its twin does not: without allocator calls the
+    replay predicts the twin's mean step within 25% (SQL on both exports)."""
+    result = predict("alloc_churn_nsys.sqlite.xz", (), ("allocator",))
+    assert result["self_check"]["trusted"]
+    assert result["base_mean_step_ns"] == pytest.approx(sql_mean_step("alloc_churn_nsys.sqlite.xz"), rel=0.05)
+    assert result["predicted_mean_step_ns"] == pytest.approx(sql_mean_step("alloc_cached_nsys.sqlite.xz"), rel=0.25)
+
+
+def test_pinned_copies_predict_the_pinned_twin():
+    result = predict("transfer_pageable_nsys.sqlite.xz", pinned=True)
+    assert result["changes"][0]["copies"] > 0
+    saved = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
+    actual = sql_mean_step("transfer_pageable_nsys.sqlite.xz") - sql_mean_step("transfer_pinned_nsys.sqlite.xz")
+    assert saved == pytest.approx(actual, rel=0.25)
+
+
+def test_one_graph_launch_a_step_predicts_the_graphed_twin():
+    result = predict("graphs_eager_nsys.sqlite.xz", graph=True)
+    saved = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
+    actual = sql_mean_step("graphs_eager_nsys.sqlite.xz") - sql_mean_step("graphs_after_nsys.sqlite.xz")
+    assert saved == pytest.approx(actual, rel=0.25)
+
+
+def test_outlier_steps_at_the_median_leave_the_median_and_cut_the_mean():
+    """histlog_every10: every 10th step logs histograms (about a second); at the median they cost the run
+    its median step."""
+    result = predict("histlog_every10_nsys.sqlite.xz", outliers=True)
+    periods = sql_gpu_step_periods(REAL / "histlog_every10_nsys.sqlite.xz")
+    assert result["predicted_step_ns"] == pytest.approx(result["base_step_ns"], rel=0.01)
+    assert result["base_mean_step_ns"] > 3 * result["base_step_ns"]
+    assert result["predicted_mean_step_ns"] == pytest.approx(statistics.median(periods), rel=0.05)
+
+
+def test_the_command_writes_json_and_one_line():
+    runner = CliRunner()
+    result = runner.invoke(cli, ["whatif", str(REAL / "alloc_churn_nsys.sqlite.xz"), "--remove", "allocator",
+                                 "-o", "-"], catch_exceptions=False)
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert {"base_step_ns", "predicted_step_ns", "base_window_ns", "predicted_window_ns", "critical_path",
+            "changes"} <= set(data)
+    assert data["changes"] == [{"change": "remove", "class": "allocator", "calls": data["changes"][0]["calls"],
+                                "host_ns_per_step": data["changes"][0]["host_ns_per_step"]}]
+    assert sum(p["share"] for p in data["critical_path"]) == pytest.approx(1.0, abs=0.02)
+    line = runner.invoke(cli, ["whatif", str(REAL / "alloc_churn_nsys.sqlite.xz"), "--remove", "allocator"],
+                         catch_exceptions=False).stdout.strip()
+    assert re.fullmatch(r"no allocator calls: [\d.]+ ms -> [\d.]+ ms a step \(-\d+%\); the critical path is then "
+                        r"\d+% host", line), line
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--speedup", "gemm=2"], "--speedup"),
+    (["--speedup", "regex:gemm=0"], "--speedup"),
+    (["--remove", "no-such-class"], "--remove"),
+    ([], "no change given"),
+    (["--remove", "sync", "-o", "out.html"], "out.html"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, says, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "nsanalyze", "whatif", str(REAL / "matmul_sync_nsys.sqlite.xz"),
+                           *args], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr
+
+
+def test_an_ncu_report_is_refused(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "nsanalyze", "whatif", str(REAL / "gpt_fp32_full.ncu-rep.xz"),
+                           "--remove", "sync"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and "Nsight Systems" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_replay_that_misses_the_steps_says_it_is_not_trusted():
+    """Two ranks in one export whose steps wait on each other's NCCL collectives: the graph of one rank does
+    not hold the other's work, the unchanged replay misses the measured steps by more than 2%, and the
+    prediction says so rather than promise a saving."""
+    from nsanalyze.render.whatif_report import summary_line
+
+    result = predict("ddp_gpu_all_nsys.sqlite.xz", ("regex:gemm|nvjet=2",))
+    check = result["self_check"]
+    assert not check["trusted"] and check["error"] > check["tolerance"]
+    assert check["error"] == pytest.approx(abs(check["replayed_ns"] - check["measured_ns"]) / check["measured_ns"])
+    assert "not trusted" in summary_line(result, "GEMMs 2x faster")
