@@ -24,3 +24,9 @@ def finite_float(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
+
+
+def ms_text(ns: float) -> str:
+    """A duration in prose: `12.7 ms`, `4.46 s` (never `4.46e+03 ms`)."""
+    ns = float(ns)
+    return f"{ns / 1e9:.3g} s" if abs(ns) >= 1e9 else f"{ns / 1e6:.3g} ms"

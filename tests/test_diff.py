@@ -273,4 +273,7 @@ def test_a_regression_under_the_same_check_says_why(dev_suite_model):
     assert same["findings_worse"] == []
     result = {"base": dev_suite_model["profiles"], "new": slower["profiles"], "kernels": [row], "ranges": [],
               "predictions": []}
-    assert "uncoalesced\\-global 191 µs → 381 µs" in render_diff(result, "markdown").split("| aos\\_update |")[1].splitlines()[0]
+    from nsanalyze.render.format import duration
+
+    why = f"uncoalesced\\-global {duration(before_ns)} → {duration(2 * before_ns)}"
+    assert why in render_diff(result, "markdown").split("| aos\\_update |")[1].splitlines()[0]

@@ -21,10 +21,10 @@ ALLOWED = {
     "rank": {"read", "normalize", "checks"},
     "render": {"checks", "rank"},               # neither the readers nor normalize's internals
     "config": {"checks"},
-    "program": {"read", "normalize", "checks", "rank", "render"},
-    "analyze": {"read", "normalize", "checks", "rank", "program", "config"},
-    "metrics_export": {"read", "normalize", "render"},
-    "kernel_filter": {"read", "analyze", "metrics_export"},
+    "kernel_filter": {"read", "normalize"},     # `-k` as a parameter: the readers' and the model's narrowing
+    "program": {"read", "normalize", "checks", "rank", "render", "kernel_filter"},
+    "analyze": {"read", "normalize", "checks", "rank", "program", "config", "kernel_filter"},
+    "metrics_export": {"read", "normalize", "render", "kernel_filter"},
     "figures": {"normalize"},                   # per-step figures of finished reports, for diff, batch, trend
     "batch": {"read", "normalize", "analyze", "render", "figures"},
     "diff": {"analyze", "render", "figures"},   # works on finished reports: not on normalize's data
@@ -41,9 +41,6 @@ ALLOWED = {
 KNOWN = {
     # normalize.steps' median_noise and steps_in_window take report-JSON dicts (issue 39: the lead's)
     "diff imports normalize: nsanalyze.diff -> nsanalyze.normalize.steps",
-    # kernel_filter narrows `-k` by replacing analyze's and metrics_export's read_profile (issue 39: h36's)
-    "monkeypatch: nsanalyze.kernel_filter sets nsanalyze.analyze.read_profile",
-    "monkeypatch: nsanalyze.kernel_filter sets nsanalyze.metrics_export.read_profile",
 }
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from nsanalyze.normalize.activity import PID_SHIFT, median, percentile
 from nsanalyze.normalize.checked_rows import VALID_NVTX
+from nsanalyze.numbers import ms_text
 from nsanalyze.read.nsys import NsysExport
 
 MIN_STEPS = 3
@@ -137,7 +138,7 @@ def host_relation(gpu_median: float, host_median: float, lead: float) -> str:
 
 
 def host_relation_text(summary: dict) -> str:
-    ms = lambda ns: f"{ns / 1e6:.3g} ms"  # noqa: E731
+    ms = ms_text
     figures = (f"host ranges: median {ms(summary['host_median_ns'])}, {ms(summary['host_min_ns'])} to "
                f"{ms(summary['host_max_ns'])}; the GPU's period: median {ms(summary['median_ns'])}")
     if summary["host_relation"] == "ahead":

@@ -27,6 +27,7 @@ from nsanalyze.normalize.phases import find_phases
 from nsanalyze.normalize.steps import (Steps, find_steps, is_step_like, named_range, normalize_name,
                                       project_on_gpu)
 from nsanalyze.normalize.work import analyze_work
+from nsanalyze.numbers import ms_text
 from nsanalyze.normalize.window import (FOREVER, SYNC_APIS, Window, WindowActivity, capture_start,  # noqa: F401
                                         choose_window, ids_where, name_like, window_activity)
 from nsanalyze.read.nsys import CALL_TABLES, GRAPH_NAME_BASE, KERNEL_TABLE, NsysExport
@@ -448,7 +449,7 @@ def _gpu_clock_phrase(steps: Steps, instance: int, median_ns: float) -> str:
     period = float(steps.durations[where[0]])
     if period <= 1.5 * median_ns:
         return "on the GPU's clock it is an ordinary step."
-    return f"on the GPU's clock it took {period / 1e6:.3g} ms too ({period / median_ns:.0f}x the median step)."
+    return f"on the GPU's clock it took {ms_text(period)} too ({period / median_ns:.0f}x the median step)."
 
 
 def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -> dict:
@@ -457,11 +458,11 @@ def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -
     section["host_outliers"] = _host_outliers(steps, capture, call_names)
     if section["host_outliers"] and steps.clock == "gpu":
         top = section["host_outliers"][0]
-        wait = f", {top['wait_ns'] / 1e6:.3g} ms of it in {top['wait']} (the host waits for the queued steps)" \
+        wait = f", {ms_text(top['wait_ns'])} of it in {top['wait']} (the host waits for the queued steps)" \
             if top["wait"] else ""
         section["host_relation_text"] = (section.get("host_relation_text", "") + " " + (
                                          "1 host range stands out" if len(section["host_outliers"]) == 1 else
-                                         f"{len(section['host_outliers'])} host ranges stand out") + f": step {top['step']} took {top['host_ns'] / 1e6:.3g} ms"
+                                         f"{len(section['host_outliers'])} host ranges stand out") + f": step {top['step']} took {ms_text(top['host_ns'])}"
                                          f"{wait}; " + _gpu_clock_phrase(steps, top["step"], section["median_ns"])).strip()
     if budgets:
         durations = np.maximum(steps.durations, 1)

@@ -195,6 +195,33 @@ def budget_svg(timeline: dict | None) -> str | None:
     return _svg(figure)
 
 
+def critical_path_svg(timeline: dict | None) -> str | None:
+    """The critical path of a median step as one stacked bar: GPU work by role, the host's activity by class,
+    its own code; what a faster part would shorten (normalize.critical_path)."""
+    path = (timeline or {}).get("critical_path") or []
+    if not path:
+        return None
+    from nsanalyze.render.format import duration
+
+    total = sum(p["ns"] for p in path) or 1
+    figure, axes = plt.subplots(figsize=(7, 1.5))
+    left, host_shades = 0.0, iter(["#8e44ad", "#a569bd", "#bb8fce", "#d2b4de", "#5b2c6f", "#e8daef"])
+    for entry in sorted(path, key=lambda p: (not str(p["part"]).startswith("gpu:"), -p["ns"])):
+        share = 100 * entry["ns"] / total
+        if share < 0.5:
+            continue
+        part = str(entry["part"])
+        color = WORK_COLORS.get(part.removeprefix("gpu:"), "#2e6da4") if part.startswith("gpu:") else \
+            next(host_shades, "#888888")
+        axes.barh([literal(f"median step ({duration(total)})")], [share], left=[left], color=color,
+                  label=literal(part))
+        left += share
+    axes.set_xlim(0, 100)
+    axes.set_xlabel("% of the step on its critical path")
+    axes.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.6))
+    return _svg(figure)
+
+
 WORK_COLORS = {"matmul_tensor": "#2e6da4", "matmul_simt": "#8fb3d9", "attention_fused": "#1f8a70",
                "attention_unfused": "#c0392b", "normalization": "#d98cb3", "elementwise": "#f0c27b",
                "reduction": "#d68910", "layout": "#8e6fb5", "cast": "#b39ddb", "copy": "#9bc49b",

@@ -87,6 +87,7 @@ def view(model: dict) -> dict:
         "kernels_left": max(0, len(kernels) - 100),
         "charts": {
             "budget": Markup(charts.budget_svg(model.get("timeline")) or ""),
+            "critical_path": Markup(charts.critical_path_svg(model.get("timeline")) or ""),
             "phases": Markup(charts.phases_svg(model.get("timeline")) or ""),
             "work": Markup(charts.work_svg(model.get("timeline")) or ""),
             "roofline": Markup(charts.roofline_svg(kernels, list(dict.fromkeys(

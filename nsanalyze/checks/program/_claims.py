@@ -11,6 +11,7 @@ from __future__ import annotations
 from nsanalyze.checks import limits_for
 from nsanalyze.checks.base import budget_part
 from nsanalyze.checks.program import allocator_churn, non_step_phase, pinned_alloc_churn, slow_steps
+from nsanalyze.checks.program._host_class import class_cost
 
 
 def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
@@ -24,12 +25,31 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
         for check in (allocator_churn, pinned_alloc_churn):
             entry = activity.by_class(check.CLASS)
             if entry is not None and entry.idle_ns:
-                out[check.ID] = dict(entry.idle_by_part)
+                out[check.ID] = _class_claim(timeline, entry, class_cost(timeline, check.CLASS))
         if getattr(timeline, "step_starts", None) is not None:
             out[slow_steps.ID] = slow_steps.excess_by_part(timeline, limits_for(slow_steps))
     if getattr(timeline, "phases", None):
         out[non_step_phase.ID] = non_step_phase.claimed_parts(timeline, limits_for(non_step_phase))
     return {cause: parts for cause, parts in out.items() if any(parts.values())}
+
+
+# Where a class's saving exceeds the idle time its calls cover (a cudaFree drains the launch queue, and the
+# host relaunches into an idle GPU), the rest lies in these parts, in this order.
+DRAIN_PARTS = ("idle_launch", "idle_host", "idle_sync", "idle_other")
+
+
+def _class_claim(timeline, entry, cost) -> dict[str, float]:
+    """The parts a class's finding claims: the idle time its calls cover, and the rest of its saving from the
+    parts the drained queue leaves idle (what removing the calls gives back beyond their own time)."""
+    parts = dict(entry.idle_by_part)
+    extra = max(0.0, (cost.savings_ns if cost else 0.0) - entry.idle_ns)
+    for part in DRAIN_PARTS:
+        if extra <= 0:
+            break
+        take = min(extra, max(0.0, budget_part(timeline, part)[0] - parts.get(part, 0.0)))
+        parts[part] = parts.get(part, 0.0) + take
+        extra -= take
+    return parts
 
 
 def claims(timeline) -> dict[str, float]:

@@ -49,11 +49,13 @@ THRESHOLDS = {"min_window_share": Threshold(0.02, "a fiftieth of the window in d
                                                   "one line of code to keep")}
 SPEEDUP_MODEL = ("per steady step, the host time in allocator calls, up to the GPU's idle time in that step: "
                  "removed, the host keeps its lead and the GPU its work")
-ADVICE = """Keep the caching allocator's blocks across steps.
+ADVICE = """Keep device memory across iterations instead of handing it back to the driver.
 
-- Remove `torch.cuda.empty_cache()` (and `gc.collect()` paired with it) from the training or
+- PyTorch: remove `torch.cuda.empty_cache()` (and `gc.collect()` paired with it) from the training or
   inference loop: it hands every cached block back to the driver, and the next step allocates them
   again with `cudaMalloc`, after `cudaFree` has waited for the device.
+- Other libraries: allocate from a pool instead of `cudaMalloc`/`cudaFree` per operation (RAPIDS RMM:
+  `rmm.reinitialize(pool_allocator=True)`; CuPy's memory pool; `cudaMallocAsync` with a memory pool).
 - Shapes that change every step (variable sequence lengths) miss the cache: pad to a few bucket sizes,
   or set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
 - Allocate buffers once outside the loop and reuse them (`out=` arguments, static buffers).
@@ -81,10 +83,11 @@ def run(timeline, limits) -> Finding | None:
                 if cost.steps else "")
     finding = Finding(
         check=ID,
-        title=(f"Device memory is allocated and freed inside the loop: {calls_phrase(cost)}; the GPU idles "
-               f"{cost.savings_ns / 1e6:.1f} ms behind them ({share:.0%} of the window{per_step}): the caching "
-               "allocator is emptied (`torch.cuda.empty_cache()`) or re-sized by changing shapes, and cudaFree "
-               "waits for the device"),
+        title=(f"Device memory is allocated and freed {'inside the loop' if cost.steps else 'while the program runs'}: "
+               f"{calls_phrase(cost)}; the GPU idles "
+               f"{cost.savings_ns / 1e6:.1f} ms behind them ({share:.0%} of the window{per_step}): memory is handed "
+               "back to the driver and taken again (a caching allocator emptied, `torch.cuda.empty_cache()`, or no "
+               "pool), and cudaFree waits for the device"),
         estimated_speedup=share,
         evidence={"allocator_calls": evidence(cost.calls),
                   "allocator_host_ns": evidence(cost.host_ns, unit="ns"),

@@ -38,6 +38,7 @@ copies also allow, is transfer-bound's to count.
 from dataclasses import asdict
 
 from nsanalyze.normalize.model import plain
+from nsanalyze.numbers import ms_text
 from nsanalyze.checks.base import Finding, Threshold, evidence, median_step_part, plural
 from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving
 
@@ -90,7 +91,7 @@ def run(timeline, limits) -> Finding | None:
         check=ID,
         title=f"{plural(pageable.copies, 'copy')} used pageable host memory "
               f"({pageable.bytes / 1e6:.1f} MB, {pageable.duration_ns / 1e6:.2f} ms){rate}: pinned, they save "
-              f"{saving_ns / 1e6:.3g} ms{per_step}",
+              f"{ms_text(saving_ns)}{per_step}",
         estimated_speedup=0.0,
         evidence={"pageable_copies": evidence(pageable.copies, limits.min_copies, compare=">="),
                   "pageable_bytes": evidence(pageable.bytes, unit="byte"),
