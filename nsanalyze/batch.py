@@ -388,6 +388,10 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
     else:
         # forkserver, not fork: a parent with threads (a notebook, a test runner) can deadlock forked
         # workers; the server imports the analysis once, so each worker starts in milliseconds.
+        try:
+            os.getcwd()
+        except OSError:   # a deleted working directory: multiprocessing needs one (the paths here are absolute)
+            os.chdir(os.path.dirname(db_path) if os.path.isabs(db_path) else os.sep)
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["nsanalyze._forkserver_guard", "nsanalyze.analyze", "nsanalyze.batch"])
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_die_with_parent)

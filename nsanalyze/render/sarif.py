@@ -23,7 +23,11 @@ def _located(model: dict):
     headers attributed to the user's calling line or left out (render/locations.py)."""
     from pathlib import Path
 
-    for finding, path, line, note in placed_locations(model, Locator(root=Path.cwd(), path_map=list(_path_map))):
+    try:
+        root = Path.cwd()
+    except OSError:   # the working directory was deleted: no checkout to place findings on
+        return
+    for finding, path, line, note in placed_locations(model, Locator(root=root, path_map=list(_path_map))):
         path = inside(path)
         if path is not None:
             yield finding, path, line, note
