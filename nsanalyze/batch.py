@@ -146,7 +146,9 @@ def analyze_for_history(path: str) -> dict:
         file_hash = content_hash(Path(path))   # what is read here, not what the batch hashed a moment before
         rows = _history_rows(path)
         rows["content"] = _decompressed_hash(path)
-        if _identity(path) != before:
+        # the hash again once analysed: a file rewritten in place with its size and mtime kept (or within
+        # the clock's step) shows no other identity, and its figures would go under the first content's key
+        if _identity(path) != before or content_hash(Path(path)) != file_hash:
             return {"error": "it changed while it was read (replaced, or still being written): run batch again"}
         rows["file_hash"] = file_hash
         return rows
