@@ -35,6 +35,7 @@ start-up, not launch-bound; a note names the module-loading launches a longer ru
 """
 
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
+from nsanalyze.text import code_span
 
 ID = "launch-overhead"
 NAME = "program.launch.overhead"
@@ -118,12 +119,13 @@ def _framework_ops(finding: Finding, launches: dict, timeline=None) -> None:
     if by_op and profiler.get("launches"):
         top, per_step = by_op[0], profiler.get("launches_per_step")
         if top.get("per_step") and per_step:
-            phrase = f"{top['op']} issues {top['per_step']:.0f} of {per_step:.0f} launches a step"
+            issues = f" issues {top['per_step']:.0f} of {per_step:.0f} launches a step"
         else:
-            phrase = f"{top['op']} issues {top['launches']} of {profiler['launches']} launches"
-        finding.title += f"; {phrase}"
+            issues = f" issues {top['launches']} of {profiler['launches']} launches"
+        finding.title += f"; {top['op']}{issues}"
         finding.evidence["launches_by_op"] = by_op[:5]
-        finding.advice = _op_advice(top["op"], phrase) + finding.advice
+        # the op's name is the trace's text: in the advice (Markdown) a code span it cannot close
+        finding.advice = _op_advice(top["op"], code_span(top["op"]) + issues) + finding.advice
     ops_per_launch = profiler.get("cpu_ops_per_launch") or 0
     if profiler.get("record_shapes") or ops_per_launch >= PROFILER_OPS_PER_LAUNCH:
         host_per_launch = _host_ns_per_launch(timeline, profiler)
