@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.isolated import analyze_apart
+from tests.isolated import analyze_apart, give_back_free_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -146,3 +146,33 @@ def sql_gpu_step_periods(path) -> list[int]:
         "CUPTI_ACTIVITY_KIND_GRAPH_TRACE") if t in tables)
     firsts = [first for _, first in sql(path, GPU_STEP_SQL.format(work=work))]
     return [b - a for a, b in zip(firsts, firsts[1:])]
+
+
+def _give_back_free_memory() -> None:
+    """What a test file freed goes back to the system before the next: glibc keeps freed heap (and Arrow
+    its pool) for later allocations, so the process held the high-water mark of every file before it."""
+    import gc
+
+    gc.collect()
+    import sys
+
+    if "pyarrow" in sys.modules:
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
+    give_back_free_memory()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _note_memory(request):
+    """Freed memory given back after each test file; with NSANALYZE_TEST_PEAKS set, each test file's memory after it ran (README: how the figures
+    there were measured): this process's resident and peak memory, in KiB."""
+    yield
+    _give_back_free_memory()
+    log = os.environ.get("NSANALYZE_TEST_PEAKS")
+    if log:
+        import resource
+
+        with open("/proc/self/status") as status:
+            resident = next((line.split()[1] for line in status if line.startswith("VmRSS")), "?")
+        with open(log, "a") as handle:
+            handle.write(f"{resident}\t{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\tmodule\t"
+                         f"{request.node.nodeid}\n")

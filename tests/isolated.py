@@ -46,11 +46,11 @@ def _call(function, args, kwargs):
 def apart(function, *args, **kwargs):
     """function(*args, **kwargs) in a process of its own (a module-level function; pickled arguments
     and result): the same result, the same exceptions."""
-    _give_back_free_memory()
+    give_back_free_memory()
     return _pool().submit(_call, function, args, kwargs).result()
 
 
-def _give_back_free_memory() -> None:
+def give_back_free_memory() -> None:
     """The test process's freed heap returned to the system while the other process works (glibc keeps
     it otherwise), so the two together stay as small as what each holds."""
     import ctypes
