@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.isolated import analyze_apart, give_back_free_memory
+from tests.isolated import analyze_apart, close_pool, give_back_free_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -166,6 +166,7 @@ def _note_memory(request):
     """Freed memory given back after each test file; with NSANALYZE_TEST_PEAKS set, each test file's memory after it ran (README: how the figures
     there were measured): this process's resident and peak memory, in KiB."""
     yield
+    close_pool()
     _give_back_free_memory()
     log = os.environ.get("NSANALYZE_TEST_PEAKS")
     if log:

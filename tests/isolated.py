@@ -24,8 +24,19 @@ def _pool() -> ProcessPoolExecutor:
         context.set_forkserver_preload(["nsanalyze._forkserver_guard", "nsanalyze.analyze", "tests.isolated"])
         # one process per analysis: what ncu_report keeps ends with it
         _POOL = ProcessPoolExecutor(max_workers=1, mp_context=context, max_tasks_per_child=1)
-        atexit.register(_POOL.shutdown, wait=True, cancel_futures=True)
     return _POOL
+
+
+def close_pool() -> None:
+    """The pool's threads and queues ended (after each test file): a test that signals its own process
+    (Ctrl-C) meets the interpreter's main thread alone. The fork server stays for the next pool."""
+    global _POOL
+    if _POOL is not None:
+        _POOL.shutdown(wait=True, cancel_futures=True)
+        _POOL = None
+
+
+atexit.register(close_pool)
 
 
 def _call(function, args, kwargs):
