@@ -177,7 +177,9 @@ def analyze_for_history(path: str) -> dict:
         file_hash = content_hash(Path(path))   # what is read here, not what the batch hashed a moment before
         rows = _history_rows(path)
         rows["content"] = _decompressed_hash(path)
-        if _identity(path) != before:
+        # the hash again once analysed: a file rewritten in place with its size and mtime kept (or within
+        # the clock's step) shows no other identity, and its figures would go under the first content's key
+        if _identity(path) != before or content_hash(Path(path)) != file_hash:
             return {"error": "it changed while it was read (replaced, or still being written): run batch again"}
         rows["file_hash"] = file_hash
         return rows
@@ -420,6 +422,10 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
     else:
         # forkserver, not fork: a parent with threads (a notebook, a test runner) can deadlock forked
         # workers; the server imports the analysis once, so each worker starts in milliseconds.
+        try:
+            os.getcwd()
+        except OSError:   # a deleted working directory: multiprocessing needs one (the paths here are absolute)
+            os.chdir(os.path.dirname(db_path) if os.path.isabs(db_path) else os.sep)
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["nsanalyze._forkserver_guard", "nsanalyze.analyze", "nsanalyze.batch"])
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_die_with_parent)

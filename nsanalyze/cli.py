@@ -61,7 +61,20 @@ class FiniteFloat(click.ParamType):
         return number
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _ReaderGone(Exception):
+    """stdout's reader closed the pipe (`nsanalyze report x | head -1`): a BrokenPipeError carried past
+    click, which ends such a run with status 1 where `git log | head` ends with 0."""
+
+
+class _Commands(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise _ReaderGone from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nsanalyze")
 def cli():
     """Reads saved Nsight Compute reports and Nsight Systems exports and says what holds the program back."""
@@ -113,6 +126,7 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
     refuse_inputs(outputs, profiles, "the input profiles")
     model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window, kernel, as_ranks))
     apply_skip(model, (*config.skip, *skip))
+    model = _as_utf8(model, profiles)
     write_reports(model, outputs)
     if not outputs:
         from nsanalyze.render.terminal import print_summary
@@ -160,6 +174,7 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
     config = load_settings()
     result = diff(base, new, Options(dict(config.thresholds), window=config.window or "steady", kernel=kernel),
                   force=force)
+    result = _as_utf8(result, (base, new))
     write_many([(target, render_diff(result, format_for(target)).encode()) for target in outputs])
     if not outputs:
         from nsanalyze.render.terminal import print_diff
@@ -318,7 +333,9 @@ def stats_command(export_path, reports, fmt, output, window):
     description = chosen.description if chosen else "the whole capture"
     tables = nsstats.stats(export, names, chosen)
     if fmt == "table":
-        nsstats.print_tables(tables, export_path, description)
+        from nsanalyze.render.terminal import Console
+
+        nsstats.print_tables(tables, export_path, description, Console())
     elif output and output != "-" and fmt == "csv" and len(names) > 1:
         stem = output[:-4] if output.lower().endswith(".csv") else output
         files = [(f"{stem}_{name}.csv", nsstats.to_csv(name, rows).encode()) for name, rows in tables.items()]
@@ -475,16 +492,17 @@ def _main(argv, INTERRUPTED) -> None:
                 pass
     try:
         os.getcwd()
-    except OSError:   # the working directory was deleted: relative paths and pyproject.toml mean nothing
-        click.echo("nsanalyze: .: the working directory no longer exists (deleted?); run it from an existing "
-                   "folder", err=True)
-        sys.exit(2)
+        cwd_gone = False
+    except OSError:   # the working directory was deleted: absolute paths still work, relative ones cannot
+        cwd_gone = True
     try:
         cli.main(args=argv, prog_name="nsanalyze", standalone_mode=False)
         if INTERRUPTED.is_set():   # a Ctrl-C swallowed on the way: the run did not end as asked
             raise KeyboardInterrupt
     except InputError as exc:
-        click.echo(f"nsanalyze: {_one_line(exc.path)}: {_one_line(exc.reason)}", err=True)
+        gone = ("; the working directory no longer exists (deleted?): give absolute paths or run it from an "
+                "existing folder") if cwd_gone and exc.path and not os.path.isabs(str(exc.path)) else ""
+        click.echo(f"nsanalyze: {_one_line(exc.path)}: {_one_line(exc.reason)}{gone}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:
         click.echo("nsanalyze: interrupted", err=True)
@@ -499,9 +517,12 @@ def _main(argv, INTERRUPTED) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(2)
-    except BrokenPipeError:
+    except (BrokenPipeError, _ReaderGone):
         _quiet_stdout()
         sys.exit(0)
+    except PermissionError as exc:   # a file in a folder the user cannot enter, wherever it was first touched
+        click.echo(f"nsanalyze: {_one_line(exc.filename or '.')}: permission denied", err=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         click.echo("nsanalyze: interrupted", err=True)
         sys.exit(130)
@@ -514,6 +535,15 @@ def _main(argv, INTERRUPTED) -> None:
         click.echo(f"nsanalyze: internal error ({exc.__class__.__name__}: {_one_line(exc)})"
                    + (f"; traceback saved to {saved}" if saved else "; rerun with NSANALYZE_DEBUG=1"), err=True)
         sys.exit(3)
+
+
+def _as_utf8(model: dict, paths) -> dict:
+    """Paths given in a locale that could not decode them (LC_ALL=C) hold surrogates (Python keeps each
+    undecodable byte as one): the report shows them as the UTF-8 they were, or as \\xNN escapes, since no
+    UTF-8 file can hold a surrogate. Only then is the model walked; names read from profiles are text."""
+    from nsanalyze.text import decoded_all, has_surrogates
+
+    return decoded_all(model) if any(has_surrogates(p) for p in paths) else model
 
 
 def _one_line(text) -> str:

@@ -36,7 +36,10 @@ class Settings:
 
 def find_pyproject(start: Path | None = None) -> Path | None:
     """The nearest pyproject.toml with a [tool.nsanalyze] table, from `start` (the working directory) up."""
-    folder = (start or Path.cwd()).resolve()
+    try:
+        folder = (start or Path.cwd()).resolve()
+    except OSError:   # the working directory was deleted: no project around it to read settings from
+        return None
     for candidate in (folder, *folder.parents):
         path = candidate / "pyproject.toml"
         if path.is_file() and "nsanalyze" in _tool(path):

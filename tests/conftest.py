@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.isolated import analyze_apart, close_pool, give_back_free_memory
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 PUBLIC = FIXTURES / "public"
@@ -27,6 +29,34 @@ def _cache_dir(tmp_path_factory):
     os.environ.setdefault("NSANALYZE_CACHE", str(tmp_path_factory.mktemp("nsanalyze-cache")))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _each_ncu_report_read_once():
+    """An Nsight Compute report read in the test process is read once per session and each reader gets
+    its own copy: NVIDIA's ncu_report keeps what every read loads until the process ends (tests/isolated.py
+    says how much), so the tenth test to read a report would otherwise hold ten copies of it. The copies
+    are deep (-k narrows a report in place); the live source counters are shared, as copy.deepcopy does."""
+    import copy
+
+    import nsanalyze.read as read
+
+    original, kept = read.read_ncu, {}
+
+    def read_once(path, display_path=None, metrics=None):
+        info = os.stat(path)
+        key = (os.path.realpath(path), info.st_ino, info.st_size, info.st_mtime_ns,
+               None if metrics is None else frozenset(metrics))
+        if key not in kept:
+            kept[key] = original(path, display_path=display_path, metrics=metrics)
+        report = copy.deepcopy(kept[key])
+        report.path = str(display_path or path)
+        return report
+
+    read.read_ncu = read_once
+    yield
+    read.read_ncu = original
+    kept.clear()
+
+
 @pytest.fixture(scope="session")
 def dev_suite_report():
     from nsanalyze.read import read_profile
@@ -36,9 +66,7 @@ def dev_suite_report():
 
 @pytest.fixture(scope="session")
 def dev_suite_model():
-    from nsanalyze.analyze import analyze
-
-    return analyze([str(DEV_SUITE_NCU)])
+    return analyze_apart([DEV_SUITE_NCU])
 
 
 @pytest.fixture(scope="session")
@@ -75,12 +103,11 @@ REAL_NSYS = sorted(REAL.glob("*.sqlite.xz"))
 
 @pytest.fixture(scope="session")
 def analyzed():
-    """analyze() of one profile with default options, computed once per session."""
+    """analyze() of one profile with default options, computed once per session in a process of its
+    own (tests/isolated.py: why); the models (a few hundred KB each) are kept."""
     from functools import lru_cache
 
-    from nsanalyze.analyze import analyze
-
-    return lru_cache(maxsize=None)(lambda path: analyze([str(path)]))
+    return lru_cache(maxsize=None)(lambda path: analyze_apart([path]))
 
 
 def program_findings(model: dict) -> list[dict]:
@@ -119,3 +146,34 @@ def sql_gpu_step_periods(path, like: str = "step %") -> list[int]:
         "CUPTI_ACTIVITY_KIND_GRAPH_TRACE") if t in tables)
     firsts = [first for _, first in sql(path, GPU_STEP_SQL.format(work=work, like=like))]
     return [b - a for a, b in zip(firsts, firsts[1:])]
+
+
+def _give_back_free_memory() -> None:
+    """What a test file freed goes back to the system before the next: glibc keeps freed heap (and Arrow
+    its pool) for later allocations, so the process held the high-water mark of every file before it."""
+    import gc
+
+    gc.collect()
+    import sys
+
+    if "pyarrow" in sys.modules:
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
+    give_back_free_memory()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _note_memory(request):
+    """Freed memory given back after each test file; with NSANALYZE_TEST_PEAKS set, each test file's memory after it ran (README: how the figures
+    there were measured): this process's resident and peak memory, in KiB."""
+    yield
+    close_pool()
+    _give_back_free_memory()
+    log = os.environ.get("NSANALYZE_TEST_PEAKS")
+    if log:
+        import resource
+
+        with open("/proc/self/status") as status:
+            resident = next((line.split()[1] for line in status if line.startswith("VmRSS")), "?")
+        with open(log, "a") as handle:
+            handle.write(f"{resident}\t{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\tmodule\t"
+                         f"{request.node.nodeid}\n")

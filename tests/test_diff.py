@@ -12,7 +12,9 @@ from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, DEV_SUITE_V2_NCU, DEV_
 
 @pytest.fixture(scope="module")
 def ncu_diff():
-    return diff(str(DEV_SUITE_NCU), str(DEV_SUITE_V2_NCU))
+    from tests.isolated import apart
+
+    return apart(diff, str(DEV_SUITE_NCU), str(DEV_SUITE_V2_NCU))   # ncu_report's memory stays there
 
 
 def rows(result):
@@ -53,15 +55,21 @@ def test_nsys_pair_uses_repeated_launches_for_noise():
     assert {r["name"]: r for r in result["ranges"]}["layout"]["verdict"] == "regression"
 
 
+def _invoke(args) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, args)
+    return result.exit_code, result.stderr
+
+
 def test_cli_gate_and_outputs(tmp_path):
-    runner = CliRunner()
-    gated = runner.invoke(cli, ["diff", str(DEV_SUITE_NCU), str(DEV_SUITE_V2_NCU), "--fail-on-regression", "20",
-                                "-o", str(tmp_path / "d.json"), "-o", str(tmp_path / "d.html"), "-o", str(tmp_path / "d.md")])
-    assert gated.exit_code == 1 and "soa_update" in gated.stderr
+    from tests.isolated import apart
+
+    gated_code, gated_stderr = apart(_invoke, ["diff", str(DEV_SUITE_NCU), str(DEV_SUITE_V2_NCU), "--fail-on-regression",
+                                               "20", "-o", str(tmp_path / "d.json"), "-o", str(tmp_path / "d.html"),
+                                               "-o", str(tmp_path / "d.md")])
+    assert gated_code == 1 and "soa_update" in gated_stderr
     assert json.loads((tmp_path / "d.json").read_text())["schema"] == "nsanalyze/diff@1"
     assert "regression" in (tmp_path / "d.html").read_text() and "| soa\\_update |" in (tmp_path / "d.md").read_text()
-    relaxed = runner.invoke(cli, ["diff", str(DEV_SUITE_NCU), str(DEV_SUITE_NCU), "--fail-on-regression", "20"])
-    assert relaxed.exit_code == 0
+    assert apart(_invoke, ["diff", str(DEV_SUITE_NCU), str(DEV_SUITE_NCU), "--fail-on-regression", "20"])[0] == 0
 
 
 def test_regressions_respect_the_threshold(ncu_diff):
@@ -73,7 +81,9 @@ def test_precision_switch_is_followed_by_nvtx_range():
     """fp32 -> bf16 autocast: nearly every GEMM is another cuBLAS kernel, the range is the same."""
     from tests.conftest import REAL
 
-    result = diff(str(REAL / "gpt_fp32_full.ncu-rep.xz"), str(REAL / "gpt_bf16_full.ncu-rep.xz"))
+    from tests.isolated import apart
+
+    result = apart(diff, str(REAL / "gpt_fp32_full.ncu-rep.xz"), str(REAL / "gpt_bf16_full.ncu-rep.xz"))
     step = next(r for r in result["ranges"] if r["name"] == "train_step")
     assert step["verdict"] == "improvement" and step["after_ns"] < 0.5 * step["before_ns"]   # 5.67 -> 2.11 ms
     assert set(step["kernels_before"]) != set(step["kernels_after"])

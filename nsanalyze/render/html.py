@@ -41,7 +41,8 @@ def _highlight(code: str, language: str, _attrs) -> str:
 
 @lru_cache(maxsize=1)
 def _markdown() -> MarkdownIt:
-    return MarkdownIt("commonmark", {"html": False, "highlight": _highlight})
+    # no raw HTML, links or images: the advice holds none of its own, so any would come from a name
+    return MarkdownIt("commonmark", {"html": False, "highlight": _highlight}).disable(["link", "image", "autolink"])
 
 
 def markdown_filter(text: str) -> Markup:

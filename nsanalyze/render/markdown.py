@@ -73,6 +73,20 @@ def html_text(text) -> str:
     return re.sub(r"(?i)\b(https?|ftp|www)(:|\.)", lambda m: m.group(1) + "&#8203;" + m.group(2), text)
 
 
+def inert_advice(advice) -> str:
+    """A finding's advice, Markdown the checks write with names from the profile in code spans. Advice
+    holds no link, image or HTML of its own: should a name still bring one (a check that forgot its code
+    span), the whole advice is shown as escaped text, so no comment carries a link the profile chose."""
+    from markdown_it import MarkdownIt
+
+    text = show_invisible(advice)
+    live = {"link_open", "image", "html_inline", "html_block"}
+    tokens = MarkdownIt("commonmark").parse(text)
+    if not any(t.type in live or any(c.type in live for c in t.children or ()) for t in tokens):
+        return text
+    return "\n".join(escape(line) for line in text.splitlines())
+
+
 def _table(findings: list[dict], model: dict | None = None) -> list[str]:
     lines = ["| # | severity | check | kernel / scope | saves | finding |", "|---|---|---|---|---|---|"]
     names = distinct_names(scope_names(model or {}, findings), NAME_LIMIT)
@@ -93,7 +107,7 @@ def _details(f: dict) -> str:
     return (f"<details><summary>{f['rank']}. <code>{html_text(f['check'])}</code> on "
             f"{html_text(shorten(f['kernel_name'] or 'the program', NAME_LIMIT))}: {html_text(f['title'])}</summary>\n\n{evidence}\n\n" + (f"Source:\n{source}\n\n" if source else "")
             + (f"Notes:\n{notes}\n\n" if notes else "")
-            + f"{show_invisible(f['advice'])}\n\n</details>")
+            + f"{inert_advice(f['advice'])}\n\n</details>")
 
 
 def render(model: dict) -> str:

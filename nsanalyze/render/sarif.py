@@ -23,7 +23,11 @@ def _located(model: dict):
     headers attributed to the user's calling line or left out (render/locations.py)."""
     from pathlib import Path
 
-    for finding, path, line, note in placed_locations(model, Locator(root=Path.cwd(), path_map=list(_path_map))):
+    try:
+        root = Path.cwd()
+    except OSError:   # the working directory was deleted: no checkout to place findings on
+        return
+    for finding, path, line, note in placed_locations(model, Locator(root=root, path_map=list(_path_map))):
         path = inside(path)
         if path is not None:
             yield finding, path, line, note
@@ -146,7 +150,20 @@ def _escape_data(text: str) -> str:
 
 
 def github_annotations(model: dict) -> list[str]:
-    kind = {"high": "error", "medium": "warning", "low": "notice", "info": "notice"}
-    return [f"::{kind[f['severity']]} file={_escape_property(visible(path))},line={line},"
-            f"title={_escape_property(f['check'])}::{_escape_data(_message(f, note))}"
-            for f, path, line, note in _located(model)]
+    """One `::warning file=PATH,line=N,title=CHECK::MESSAGE` workflow command per finding that CI can
+    place (its first location; the finding's other lines in that file named in the message), escaped
+    per GitHub's rules: `%`, CR and LF in the message, and `:` and `,` too in the properties. A warning
+    whatever the severity (given in the message): `::error` made a run's located findings read as
+    failures of the step, and `::notice` hid them from the checks' summary."""
+    first: dict[int, list] = {}
+    for f, path, line, note in _located(model):
+        entry = first.setdefault(id(f), [f, path, line, note, []])
+        if path == entry[1] and line != entry[2]:
+            entry[4].append(line)
+    lines = []
+    for f, path, line, note, more in first.values():
+        also = f"; also line{'s' if len(more) > 1 else ''} {', '.join(map(str, more))}" if more else ""
+        message = f"{_message(f, note)} [{f['severity']}]{also}"
+        lines.append(f"::warning file={_escape_property(visible(path))},line={line},"
+                     f"title={_escape_property(visible(f['check']))}::{_escape_data(message)}")
+    return lines

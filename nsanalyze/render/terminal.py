@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from rich.console import Console
+import rich.console
 from rich.table import Table
 from rich.text import Text
 
@@ -12,11 +12,19 @@ from nsanalyze.render.format import (budget_text, distinct_names, duration, heal
                                      finding_gpu, set_aside_note, several_gpus_line, shorten, visible,
                                      window_lines)
 
+class Console(rich.console.Console):
+    """rich's console, but a reader that closed the pipe (`nsanalyze report x | head -1`) is the
+    reader's choice: BrokenPipeError reaches the CLI, which ends quietly with 0 (rich exits with 1)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
 
 def print_summary(model: dict, console: Console | None = None, limit: int = 15) -> None:
-    console = console or Console(width=None if sys.stdout.isatty() else 140)
+    console = _console(console)
     for profile in model["profiles"]:
         console.print(Text(f"{profile['kind']}: {visible(profile['path'])}  ({visible(profile['gpu']) or 'unknown GPU'}, "
                            f"CC {profile['compute_capability'] or '?'})", style="bold"))

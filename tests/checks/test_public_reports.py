@@ -6,25 +6,26 @@ import pytest
 from nsanalyze.analyze import analyze
 from nsanalyze.render import render_bytes
 from tests.conftest import DEV_SUITE_NCU, PUBLIC, PUBLIC_NCU, REAL
+from tests.isolated import analyze_apart
 
 
 @pytest.mark.parametrize("path", PUBLIC_NCU, ids=lambda p: p.name[:60])
-def test_report_runs(path):
-    model = analyze([str(path)])
+def test_report_runs(path, analyzed):
+    model = analyzed(path)
     assert model["kernels"] and render_bytes(model, "json")
     for finding in model["findings"]:
         assert 0 <= finding["estimated_speedup"] <= 1 and finding["severity"] in ("high", "medium", "low", "info")
 
 
-def test_default_set_report_says_what_to_collect():
-    model = analyze([str(PUBLIC / "Alaric617R__COALDA__examples__rgb__rgb_original.ncu-rep.xz")])   # MX450, default set
+def test_default_set_report_says_what_to_collect(analyzed):
+    model = analyzed(PUBLIC / "Alaric617R__COALDA__examples__rgb__rgb_original.ncu-rep.xz")   # MX450, default set
     unjudged = {n["check"]: n for n in model["not_judged"]}
     assert {"bank-conflicts", "warp-divergence", "low-ilp", "local-memory-spill"} <= set(unjudged)
     assert all(n["collect"].startswith("--") for n in unjudged.values())
 
 
-def test_volta_full_set_is_judged():
-    model = analyze([str(PUBLIC / "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_Baseline.ncu-rep.xz")])   # V100
+def test_volta_full_set_is_judged(analyzed):
+    model = analyzed(PUBLIC / "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_Baseline.ncu-rep.xz")   # V100
     assert model["profiles"][0]["compute_capability"] == "7.0"
     judged_everywhere = {"uncoalesced-global", "warp-divergence", "low-occupancy"}
     assert not judged_everywhere & {n["check"] for n in model["not_judged"]}
@@ -91,7 +92,7 @@ def test_joined_report_reads_in_order_on_one_scale():
     severity scale (savings over the program's time), so the table reads in order."""
     from tests.conftest import DEV_SUITE_NSYS
 
-    model = analyze([str(DEV_SUITE_NCU), str(DEV_SUITE_NSYS)])
+    model = analyze_apart([DEV_SUITE_NCU, DEV_SUITE_NSYS])
     order = ("high", "medium", "low", "info")
     severities = [order.index(f["severity"]) for f in model["findings"]]
     assert severities == sorted(severities)

@@ -332,7 +332,7 @@ def test_a_launch_bound_trace_names_the_op_that_launches_most(tmp_path, analyzed
     by_op = model["timeline"]["launches"]["by_op"]
     assert first["title"].endswith(f"{by_op[0]['op']} issues {by_op[0]['per_step']:.0f} of "
                                    f"{model['timeline']['launches']['profiler']['launches_per_step']:.0f} launches a step")
-    assert first["advice"].startswith(by_op[0]["op"])
+    assert first["advice"].startswith(f"`{by_op[0]['op']}` issues ")   # the trace's name in a code span
     budget = {p["part"]: p["ns"] for p in model["timeline"]["budget"]}
     assert sum(budget.values()) == pytest.approx(model["timeline"]["span_ns"], rel=1e-6)  # a budget that adds up
     assert first["estimated_savings_ns"] <= budget["idle_launch"] + 1

@@ -7,7 +7,9 @@ from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NCU, DEV_SUITE_NSYS
 @pytest.fixture(scope="session")
 def joined_model():
     """The dev suite's ncu report joined with its nsys export: the report `make report` writes."""
-    return analyze([str(DEV_SUITE_NCU), str(DEV_SUITE_NSYS)])
+    from tests.isolated import analyze_apart
+
+    return analyze_apart([DEV_SUITE_NCU, DEV_SUITE_NSYS])
 
 
 @pytest.fixture(scope="session")

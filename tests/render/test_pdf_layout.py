@@ -14,9 +14,9 @@ BASIC = FIXTURES / "real" / "gpt_basic_clock_base.ncu-rep.xz"  # collected with 
 
 @pytest.fixture(scope="module")
 def basic_model():
-    from nsanalyze.analyze import analyze
+    from tests.isolated import analyze_apart
 
-    return analyze([str(BASIC)])
+    return analyze_apart([BASIC])
 
 
 def pdf_of(model, tmp_path):

@@ -38,6 +38,7 @@ saving, and a note says how long they took.
 from nsanalyze.normalize.model import Launches, ProfilerCost, plain
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
 from nsanalyze.checks.program._claims import unclaimed_part
+from nsanalyze.text import code_span
 
 ID = "launch-overhead"
 NAME = "program.launch.overhead"
@@ -123,12 +124,13 @@ def _framework_ops(finding: Finding, launches: Launches, timeline=None) -> None:
     if by_op and profiler.launches:
         top, per_step = by_op[0], profiler.launches_per_step
         if top.per_step and per_step:
-            phrase = f"{top.op} issues {top.per_step:.0f} of {per_step:.0f} launches a step"
+            issues = f" issues {top.per_step:.0f} of {per_step:.0f} launches a step"
         else:
-            phrase = f"{top.op} issues {top.launches} of {profiler.launches} launches"
-        finding.title += f"; {phrase}"
+            issues = f" issues {top.launches} of {profiler.launches} launches"
+        finding.title += f"; {top.op}{issues}"
         finding.evidence["launches_by_op"] = plain(by_op[:5])
-        finding.advice = _op_advice(top.op, phrase) + finding.advice
+        # the op's name is the trace's text: in the advice (Markdown) a code span it cannot close
+        finding.advice = _op_advice(top.op, code_span(top.op) + issues) + finding.advice
     ops_per_launch = profiler.cpu_ops_per_launch or 0
     if profiler.record_shapes or ops_per_launch >= PROFILER_OPS_PER_LAUNCH:
         host_per_launch = _host_ns_per_launch(timeline, profiler)

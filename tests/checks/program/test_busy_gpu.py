@@ -37,9 +37,9 @@ def test_attention_written_out_comes_first_at_high(analyzed):
 
 
 def test_attention_stays_first_with_the_ncu_report_joined(analyzed):
-    from nsanalyze.analyze import analyze
+    from tests.isolated import analyze_apart
 
-    model = analyze([str(REAL / "attn_naive_full.ncu-rep.xz"), str(REAL / "attn_naive_nsys.sqlite.xz")])
+    model = analyze_apart([REAL / "attn_naive_full.ncu-rep.xz", REAL / "attn_naive_nsys.sqlite.xz"])
     first = model["findings"][0]
     assert first["check"] == "attention-unfused" and first["severity"] == "high"
     library = {k["id"]: k["library"] for k in model["kernels"]}
