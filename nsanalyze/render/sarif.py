@@ -66,11 +66,13 @@ def _profile_uri(path: str) -> str:
     import os
     from pathlib import Path
 
-    absolute = Path(os.path.abspath(path))
     try:
+        absolute = Path(os.path.abspath(path))
         relative = inside(absolute.relative_to(Path.cwd()).as_posix())
     except ValueError:
         relative = None
+    except FileNotFoundError:   # the working directory is gone: no checkout to be relative to
+        absolute, relative = Path(path), None
     return uri(relative) if relative else absolute.as_uri()
 
 
