@@ -254,6 +254,14 @@ def _left_out(export: NsysExport, window: Window, capture: Activity, call_names:
     mine = (calls.start >= begin) & (calls.start < window.start)
     starts, ends, names = calls.start[mine], np.minimum(calls.end[mine], window.start), calls.name_id[mine]
     rows = []
+    context_ns, context_name = _context_creation(starts, ends, names, calls.pid[mine], call_names)
+    if context_ns:   # the process's first call that created the context: counted as context, not as its own class
+        first = _first_calls(starts, calls.pid[mine])
+        keep = np.ones(len(starts), dtype=bool)
+        keep[first[(ends[first] - starts[first]) >= CONTEXT_CALL_NS]] = False
+        starts, ends, names = starts[keep], ends[keep], names[keep]
+        rows.append(model.CallClassTime(class_="context", calls=int((~keep).sum()), host_ns=context_ns,
+                                        top_call=context_name))
     for group in host_activity.group_calls(starts, ends, names, call_names, "cuda"):
         merged = union(group.starts.copy(), group.ends.copy(), owned=True)
         ids, counts = np.unique(group.name_ids, return_counts=True)
@@ -274,6 +282,33 @@ def _left_out(export: NsysExport, window: Window, capture: Activity, call_names:
                          capture_share=(window.start - begin) / span if span > 0 else 0.0,
                          warmup_steps=steps.warmup if steps is not None else 0, warmup_ns=warmup_ns,
                          gpu_busy_ns=float((islands[1] - islands[0]).sum()), classes=tuple(rows[:8]))
+
+
+# A process's first CUDA call this long created the CUDA context (the runtime initializes lazily, inside whatever
+# call comes first: a cudaMemsetAsync of 2 s is context creation, not a memset).
+CONTEXT_CALL_NS = 50_000_000
+
+
+def _first_calls(starts: np.ndarray, pids: np.ndarray) -> np.ndarray:
+    """Index of each process's first call."""
+    order = np.lexsort((starts, pids))
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = pids[order][1:] != pids[order][:-1]
+    return order[first]
+
+
+def _context_creation(starts, ends, names, pids, call_names: dict) -> tuple[float, str | None]:
+    """Host time of the processes' first CUDA calls long enough to have created the context, and the name of
+    the longest of them."""
+    if not len(starts):
+        return 0.0, None
+    first = _first_calls(starts, pids)
+    long = first[(ends[first] - starts[first]) >= CONTEXT_CALL_NS]
+    if not len(long):
+        return 0.0, None
+    longest = long[np.argmax(ends[long] - starts[long])]
+    name = host_activity.base_name(str(call_names.get(int(names[longest])) or ""))
+    return float((ends[long] - starts[long]).sum()), f"{name}, the first CUDA call"
 
 
 def _step_copy_bytes(wa: WindowActivity, starts: np.ndarray, ends: np.ndarray) -> dict:

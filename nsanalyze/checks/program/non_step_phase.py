@@ -132,13 +132,17 @@ def run(timeline, limits) -> Finding | None:
     cause_share = part_ns(phase.budget, cause_part) / phase.duration_ns
     each = phase.duration_ns / phase.count
     where = f" (in {phase.path.rsplit(' › ', 1)[0]})" if phase.path else ""
-    host = _host_classes(timeline, phase)
+    host, host_ns = _host_classes(timeline, phase)
+    inside = _instances_in_window(timeline, phase)
+    count = (f"{inside} of its {phase.count} instances in the window" if inside != phase.count else
+             f"{phase.count} instance{'s' if phase.count != 1 else ''}")
+    # where the host's calls cover most of the idle time, they are the cause, whatever budget part holds it
+    rest = (f"the rest mostly the host in {host}" if host and host_ns >= 0.5 * (phase.idle_ns or 0) else
+            f"the rest mostly {CAUSES[cause_part]} ({cause_share:.0%})" + (f"; the host meanwhile in {host}" if host else ""))
     finding = Finding(
         check=ID,
-        title=(f"The '{phase.name}' phase{where} holds {window_share:.0%} of the window ({phase.count} instance"
-               f"{'s' if phase.count != 1 else ''}, {each / 1e6:.1f} ms each); the GPU computes in only "
-               f"{1 - idle_share:.0%} of it, the rest mostly {CAUSES[cause_part]} ({cause_share:.0%})"
-               + (f"; the host meanwhile in {host}" if host else "")),
+        title=(f"The '{phase.name}' phase{where} holds {window_share:.0%} of the window ({count}, "
+               f"{each / 1e6:.1f} ms each); the GPU computes in only {1 - idle_share:.0%} of it, {rest}"),
         estimated_speedup=savings / window_ns,
         evidence={"phase": phase.name, "path": phase.path or phase.name, "instances": phase.count,
                   "phase_ns": evidence(phase.duration_ns, unit="ns"),
@@ -151,14 +155,22 @@ def run(timeline, limits) -> Finding | None:
     return finding
 
 
-def _host_classes(timeline, phase: dict) -> str:
-    """The host-activity classes that cover the phase's idle time (normalize.host_activity), largest first."""
+def _instances_in_window(timeline, phase) -> int:
+    """The phase's instances that overlap the analysis window (its priced time lies in those)."""
+    start, end = timeline.window.start, timeline.window.end
+    return sum(1 for s, e in phase.instances or () if e > start and s < end)
+
+
+def _host_classes(timeline, phase) -> tuple[str, float]:
+    """The host-activity classes that cover the phase's idle time (normalize.host_activity), largest first,
+    and the idle time they cover."""
     activity = getattr(timeline, "host_activity", None)
     if activity is None or not phase.instances:
-        return ""
+        return "", 0.0
     starts = [s for s, _ in phase.instances]
     ends = [e for _, e in phase.instances]
     covered = [(activity.idle_within(c.name, starts, ends), c) for c in activity.classes]
     idle = phase.idle_ns or 0
     named = sorted(((ns, c) for ns, c in covered if idle and ns >= 0.1 * idle), key=lambda x: -x[0])[:3]
-    return ", ".join(f"{c.name} {ns / 1e6:.0f} ms ({', '.join(n for n, _, _ in c.top_calls[:2])})" for ns, c in named)
+    return (", ".join(f"{c.name} {ns / 1e6:.0f} ms ({', '.join(n for n, _, _ in c.top_calls[:2])})" for ns, c in named),
+            sum(ns for ns, _ in named))
