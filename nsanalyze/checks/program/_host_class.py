@@ -48,5 +48,5 @@ def calls_phrase(cost: ClassCost) -> str:
     names = "/".join(name for name, _, _ in cost.top_calls[:3])
     if cost.steps:
         return (f"{cost.calls} {names} calls, in {cost.steps_with_calls} of {cost.steps} steady steps "
-                f"({cost.per_step_host_ns / 1e6:.2f} ms of host time in a step that has them)")
+                f"(a median {cost.per_step_host_ns / 1e6:.2f} ms of host time in a step that has them)")
     return f"{cost.calls} {names} calls ({cost.host_ns / 1e6:.1f} ms of host time)"
