@@ -1,6 +1,7 @@
 """The commands of the contract, end to end through the CLI."""
 
 import json
+from dataclasses import dataclass
 
 import pandas as pd
 import pytest
@@ -11,7 +12,27 @@ from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, PUBLIC
 
 
 def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    """The command run by click's test runner in a process of its own (ncu_report keeps what it reads until the
+    process ends): its exit code and output."""
+    from tests.isolated import apart
+
+    return apart(_invoke_here, [str(a) for a in args])
+
+
+@dataclass
+class Invoked:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def _invoke_here(args) -> Invoked:
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    return Invoked(result.exit_code, result.stdout, result.stderr)
 
 
 def test_report_json_contract():
@@ -54,7 +75,7 @@ def test_fail_on_names_what_tripped_it():
     assert host["severity"] == "high" and round(host["estimated_savings_ns"] / 1e6) == 132
     assert lines[0] == ("nsanalyze: --fail-on medium: host-compute (high): steady window 6.589-6.736 s in "
                         f"{DEV_INFER_NSYS}: saves 132 ms (89% of the window)")
-    kernel = CliRunner().invoke(cli, ["report", str(DEV_SUITE_NCU), "--fail-on", "high", "-o", "-"])
+    kernel = invoke("report", DEV_SUITE_NCU, "--fail-on", "high", "-o", "-")
     assert "nsanalyze: --fail-on high: missing-tensor-cores (high): kernel sgemm_tiled in " in kernel.stderr
     passed = CliRunner().invoke(cli, ["report", str(DEV_INFER_NSYS), "--fail-on", "high", "--skip", "host-compute",
                                       "-o", "-"])

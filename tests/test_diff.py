@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from nsanalyze.cli import cli
 from nsanalyze.diff import diff, regressions
+from tests.isolated import apart
 from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, DEV_SUITE_V2_NCU, DEV_SUITE_V2_NSYS
 
 
@@ -46,7 +47,7 @@ def test_predictions_checked(ncu_diff):
 
 
 def test_nsys_pair_uses_repeated_launches_for_noise():
-    result = diff(str(DEV_SUITE_NSYS), str(DEV_SUITE_V2_NSYS))
+    result = apart(diff, str(DEV_SUITE_NSYS), str(DEV_SUITE_V2_NSYS))
     k = rows(result)
     assert k["small_step"]["noise_source"].endswith("over 200 launches")
     assert k["small_step"]["noise"] == 0.02      # 800 ns +- 33 ns over 200 launches: the 2% floor
@@ -107,7 +108,7 @@ def test_cuda_graph_pair_is_compared_per_step():
     from tests.conftest import REAL, sql_gpu_step_periods
 
     before, after = REAL / "graphs_eager_nsys.sqlite.xz", REAL / "graphs_after_nsys.sqlite.xz"
-    result = diff(str(before), str(after))
+    result = apart(diff, str(before), str(after))
     steps = result["steps"]
     for path, median in ((before, steps["before_median_ns"]), (after, steps["after_median_ns"])):
         assert median == pytest.approx(statistics.median(sql_gpu_step_periods(path)), rel=0.03)
@@ -141,7 +142,7 @@ def test_a_shorter_capture_of_the_same_loop_is_no_regression(tmp_path):
                       "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "OSRT_API"):
             if table in tables:
                 con.execute(f"DELETE FROM {table} WHERE start > ?", (end,))
-    result = diff(str(cut), str(full))
+    result = apart(diff, str(cut), str(full))
     assert result["steps"]["before_count"] < 200 <= result["steps"]["after_count"]
     assert abs(result["steps"]["change"]) < 0.05          # the loop drifts a little over 400 steps
     assert regressions(result, 10) == []
@@ -155,9 +156,9 @@ def test_identical_runs_pass_and_a_planted_slowdown_fails():
     from tests.conftest import REAL
 
     runs = [str(REAL / f"{name}_nsys.sqlite.xz") for name in ("nightly1", "nightly2", "nightly3_slow")]
-    same = diff(runs[0], runs[1])
+    same = apart(diff, runs[0], runs[1])
     assert same["steps"]["verdict"] == "within noise" and regressions(same, 3) == []
-    slower = diff(runs[0], runs[2])
+    slower = apart(diff, runs[0], runs[2])
     assert slower["steps"]["verdict"] == "regression" and 0.04 < slower["steps"]["change"] < 0.07
     assert slower["steps"] in regressions(slower, 3)
     for args, code in (((runs[0], runs[1]), 0), ((runs[0], runs[2]), 1)):
@@ -173,7 +174,7 @@ def test_a_sync_bubble_fix_is_predicted_on_the_gpu_clock():
     from tests.conftest import REAL, sql_gpu_step_periods
 
     base, new = REAL / "matmul_sync_nsys.sqlite.xz", REAL / "matmul_async_nsys.sqlite.xz"
-    result = diff(str(base), str(new))
+    result = apart(diff, str(base), str(new))
     first = result["predictions"][0]
     assert first["check"] == "host-sync" and first["kernel_name"] is None
     assert first["predicted_savings_ns"] == pytest.approx(first["actual_savings_ns"], rel=0.3)
@@ -203,7 +204,7 @@ def test_launch_counts_beside_times_and_per_launch_when_they_differ(tmp_path):
         rows = con.execute(small).fetchall()
         con.executemany("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid = ?", [(r,) for r, _ in rows[2:]])
     all_ns = [ns for _, ns in rows]
-    result = diff(str(cut), str(DEV_SUITE_NSYS))
+    result = apart(diff, str(cut), str(DEV_SUITE_NSYS))
     row = next(k for k in result["kernels"] if k["name"] == "small_step")
     assert (row["launches_before"], row["launches_after"]) == (2, 200) and row["compared"] == "per launch"
     assert row["before_per_launch_ns"] == sum(all_ns[:2]) / 2 and row["after_per_launch_ns"] == sum(all_ns) / 200
@@ -228,7 +229,7 @@ def test_every_changed_budget_part_shows_its_time(tmp_path):
     from rich.console import Console
     from tests.conftest import REAL
 
-    result = diff(str(REAL / "transfer_pageable_nsys.sqlite.xz"), str(REAL / "transfer_pinned_nsys.sqlite.xz"))
+    result = apart(diff, str(REAL / "transfer_pageable_nsys.sqlite.xz"), str(REAL / "transfer_pinned_nsys.sqlite.xz"))
     copies = next(b for b in result["budget"] if b["part"] == "gpu_copy")
     assert copies["of"] == "median step"
     assert (round(copies["before_ns"] / 1e5), round(copies["after_ns"] / 1e4)) == (302, 484)
@@ -249,7 +250,7 @@ def test_kernels_of_one_name_at_two_shapes_are_told_apart():
     from tests.conftest import REAL
 
     report = str(REAL / "gpt_fp32_full.ncu-rep.xz")
-    result = diff(report, report)
+    result = apart(diff, report, report)
     gemm = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas"
     shapes = sorted(k["shape"] for k in result["kernels"] if k["name"] == gemm)
     assert shapes == ["grid 2048 x block 128", "grid 768 x block 128"]

@@ -13,11 +13,30 @@ NIGHTLY = FIXTURES / "real" / "nightly1_nsys.sqlite.xz"
 
 
 def run(args) -> int:
-    try:
-        main(args)
-    except SystemExit as exc:
-        return exc.code
-    return 0
+    """main(args) in a process of its own (ncu_report keeps what it reads until the process ends), its output
+    written here, where the tests read it."""
+    import sys
+
+    from tests.isolated import apart
+
+    code, out, err = apart(_run_here, list(args))
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return code
+
+
+def _run_here(args) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
 
 
 def report(tmp_path, *args) -> dict:

@@ -8,6 +8,13 @@ from tests.conftest import PUBLIC, REAL, FIXTURES
 
 
 def _raw_overheads(path):
+    """The raw overheads, read in a process of its own (ncu_report keeps what it reads until the process ends)."""
+    from tests.isolated import apart
+
+    return apart(_raw_overheads_here, path)
+
+
+def _raw_overheads_here(path):
     """Each short launch's duration x (1 - sm__cycles_active.max / sm__cycles_elapsed.avg), from the raw metrics."""
     from nsanalyze.normalize.kernels import metrics_to_read
     from nsanalyze.read import read_profile

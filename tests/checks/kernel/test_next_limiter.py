@@ -11,6 +11,13 @@ FASTED = "bwcurless__FaSTED__profiles__"
 
 
 def _rows(path):
+    """The normalized rows of an ncu report, made in a process of its own (ncu_report keeps what it reads)."""
+    from tests.isolated import apart
+
+    return apart(_rows_here, path)
+
+
+def _rows_here(path):
     from nsanalyze.normalize import normalize_ncu
     from nsanalyze.normalize.kernels import metrics_to_read
     from nsanalyze.read import read_profile

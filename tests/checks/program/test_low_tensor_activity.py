@@ -124,6 +124,13 @@ def test_with_a_straggler_the_critical_gpu_is_judged(analyzed):
 
 
 def _kernel_list(*paths):
+    """_kernel_list_here in a process of its own (ncu_report keeps what it reads until the process ends)."""
+    from tests.isolated import apart
+
+    return apart(_kernel_list_here, *paths)
+
+
+def _kernel_list_here(*paths):
     """The kernels of real ncu reports, as analyze() hands them to the kernel-list work checks (ids made distinct)."""
     from nsanalyze.analyze import Options, analyze_ncu
     from nsanalyze.normalize.kernels import metrics_to_read
