@@ -43,7 +43,7 @@ ID = "start-up"
 NAME = "program.startup"
 TITLE = "Start-up and warm-up cost as much as the steps"
 SECTION = "busy"
-REQUIRES = ("left_out",)
+REQUIRES = ()   # left_out: none where the window is not the steady steps (nothing left out to judge)
 THRESHOLDS = {
     "min_capture_share": Threshold(0.5, "when start-up is half of the run or more, the run is its start-up"),
     "min_left_out_ns": Threshold(1e9, "a second of start-up is worth knowing where it goes"),
