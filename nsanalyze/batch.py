@@ -426,6 +426,10 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
             os.getcwd()
         except OSError:   # a deleted working directory: multiprocessing needs one (the paths here are absolute)
             os.chdir(os.path.dirname(db_path) if os.path.isabs(db_path) else os.sep)
+        # multiprocessing's resource tracker (a process of its own, started with the pool) warns on stderr about
+        # the semaphores of workers stopped on an error, which it then cleans up: the batch's one line says why
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"),
+                                                              "ignore::UserWarning:multiprocessing.resource_tracker"]))
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["nsanalyze._forkserver_guard", "nsanalyze.analyze", "nsanalyze.batch"])
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_die_with_parent)
