@@ -275,7 +275,8 @@ class FirstFinding(Record):
 
 @dataclass(frozen=True)
 class Phase(Record):
-    NESTED: ClassVar[dict[str, type]] = {"budget": BudgetPart, "first_finding": FirstFinding}
+    NESTED: ClassVar[dict[str, type]] = {"budget": BudgetPart, "in_window_budget": BudgetPart,
+                                         "first_finding": FirstFinding}
     name: str = ""
     start_ns: int = 0
     end_ns: int = 0
@@ -285,6 +286,7 @@ class Phase(Record):
     in_window_ns: float = 0
     is_steps: bool = False
     budget: tuple | None = None
+    in_window_budget: tuple | None = None
     first_finding: FirstFinding | None = None
     path: str | None = None
     idle_ns: float | None = None

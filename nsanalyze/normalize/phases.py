@@ -128,6 +128,13 @@ def _group(starts, ends, threads, raw, members: np.ndarray, window, step_name, c
             totals = np.mean(per_device, axis=0)
             phase["budget"] = as_parts(dict(zip(PARTS, totals)), float(durations[mine].sum()))
             phase["idle_ns"] = int(sum(totals[PARTS.index(p)] for p in IDLE_PARTS))
+            # the same over the instances' parts inside the window: what a finding about the phase can
+            # claim of the window's budget (instances cut by the window, or past the capture's last GPU
+            # work, hold another mix than the whole)
+            s_in, e_in = np.maximum(s, window_start), np.minimum(e, window_end)
+            cut = e_in > s_in
+            in_window = np.mean([b.labelled.totals_many(s_in[cut], e_in[cut]).sum(axis=0) for b in budgets], axis=0)
+            phase["in_window_budget"] = as_parts(dict(zip(PARTS, in_window)), float(inside.sum()))
         if depth < MAX_DEPTH and int(mine.sum()) <= MAX_PARENT_INSTANCES and name != step_name:
             children = _children(starts, ends, threads, members[mine])
             if len(children):

@@ -80,8 +80,11 @@ def _candidates(phases: list, window_ns: float, limits, parent=None) -> list[tup
     for phase in phases:
         if phase.is_steps or not phase.budget or not phase.duration_ns:
             continue
-        parts = {p.part: p.ns for p in phase.budget}
-        idle_share = 1.0 - part_ns(phase.budget, "gpu_compute") / phase.duration_ns
+        # inside the window where that is known: instances the window cuts hold another mix
+        budget, span = ((phase.in_window_budget, phase.in_window_ns) if phase.in_window_budget and phase.in_window_ns
+                        else (phase.budget, phase.duration_ns))
+        parts = {p.part: p.ns for p in budget}
+        idle_share = 1.0 - part_ns(budget, "gpu_compute") / span
         window_share = phase.in_window_ns / window_ns
         if window_share >= limits.min_window_share and idle_share >= limits.min_idle_share:
             out.append((phase.in_window_ns * idle_share, phase, parts, idle_share, window_share, parent))
@@ -118,6 +121,8 @@ def claimed_parts(timeline, limits) -> dict[str, float]:
     if best is None:
         return {}
     phase = best[1]
+    if phase.in_window_budget is not None:
+        return {entry.part: entry.ns for entry in phase.in_window_budget if entry.part != "gpu_compute"}
     inside = phase.in_window_ns / phase.duration_ns
     return {entry.part: entry.ns * inside for entry in phase.budget if entry.part != "gpu_compute"}
 

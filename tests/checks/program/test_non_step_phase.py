@@ -1,6 +1,6 @@
 """non-step-phase on real runs: it speaks where a non-step phase holds the window, and nowhere else."""
 
-from tests.conftest import DEV_INFER_NSYS, REAL, program_findings
+from tests.conftest import DEV_INFER_NSYS, REAL, program_findings, sql
 
 
 def test_speaks_on_checkpoints(analyzed):
@@ -12,3 +12,24 @@ def test_silent_on_loops_and_outside_the_window(analyzed):
     """A loop of steps alone, and dev_infer whose other phases lie outside (or hardly inside) its window."""
     for path in (REAL / "nightly1_nsys.sqlite.xz", REAL / "graphs_eager_nsys.sqlite.xz", DEV_INFER_NSYS):
         assert "non-step-phase" not in [f["check"] for f in program_findings(analyzed(path))], path
+
+
+def test_claims_what_its_instances_hold_inside_the_window(analyzed):
+    """phases_nsys: 2 of 3 checkpoints lie in the window, the third past the GPU's last work. The phase
+    prices (and claims from the budget) its in-window instances less the GPU compute in them, by SQL; the
+    host-sync idle time inside those instances is the phase's, so host-sync has under its 3% left (before,
+    a share of the whole phase's budget was claimed, and host-sync sold the rest again: 725 ms)."""
+    path = REAL / "phases_nsys.sqlite.xz"
+    model = analyzed(path)
+    window = model["timeline"]["window"]
+    lo, hi = window["start_ns"], window["end_ns"]
+    ranges = sql(path, "SELECT MAX(n.start, {lo}), MIN(n.end, {hi}) FROM NVTX_EVENTS n LEFT JOIN StringIds s "
+                       "ON s.id = n.textId WHERE n.eventType = 59 AND COALESCE(n.text, s.value) = 'checkpoint' "
+                       "AND n.end > {lo} AND n.start < {hi}".format(lo=lo, hi=hi))
+    inside = sum(e - s for s, e in ranges)
+    computing = sum(sql(path, f"SELECT COALESCE(SUM(MAX(0, MIN(end, {e}) - MAX(start, {s}))), 0) "
+                              "FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0] for s, e in ranges)
+    assert len(ranges) == 2 and inside > 3e9
+    finding = next(f for f in model["findings"] if f["check"] == "non-step-phase")
+    assert abs(finding["estimated_savings_ns"] - (inside - computing)) <= 0.01 * inside
+    assert "host-sync" not in [f["check"] for f in program_findings(model)]
