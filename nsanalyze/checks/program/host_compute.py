@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass
 from nsanalyze.normalize.model import plain
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
 from nsanalyze.checks.program._claims import unclaimed_part
+from nsanalyze.checks.program.launch_overhead import profiler_caveat
 
 ID = "host-compute"
 NAME = "program.host.compute"
@@ -223,5 +224,7 @@ def run(timeline, limits) -> Finding | None:
         notes=notes,
     )
     finding.estimated_savings_ns = idle_ns
+    # the profiler's own work per recorded op lands between launches: host time of the trace, not the program
+    profiler_caveat(finding, timeline.launches, timeline, "the gaps between a step's launches")
     return finding
 

@@ -131,20 +131,28 @@ def _framework_ops(finding: Finding, launches: Launches, timeline=None) -> None:
         finding.evidence["launches_by_op"] = plain(by_op[:5])
         # the op's name is the trace's text: in the advice (Markdown) a code span it cannot close
         finding.advice = _op_advice(top.op, code_span(top.op) + issues) + finding.advice
+    profiler_caveat(finding, launches, timeline, "launch-bound programs")
+
+
+def profiler_caveat(finding: Finding, launches: Launches | None, timeline, where_it_shows: str) -> None:
+    """A note (and its evidence) on a finding read off host time when the trace's profiler recorded enough
+    per launch to inflate that time (see PROFILER_OPS_PER_LAUNCH): the saving is then an upper bound."""
+    profiler = (launches.profiler if launches else None) or ProfilerCost()
     ops_per_launch = profiler.cpu_ops_per_launch or 0
-    if profiler.record_shapes or ops_per_launch >= PROFILER_OPS_PER_LAUNCH:
-        host_per_launch = _host_ns_per_launch(timeline, profiler)
-        why = f"{ops_per_launch:.1f} CPU ops recorded a launch" + (", with record_shapes=True"
-                                                                   if profiler.record_shapes else "")
-        finding.evidence["cpu_ops_per_launch"] = evidence(ops_per_launch, PROFILER_OPS_PER_LAUNCH)
-        where = ""
-        if host_per_launch:
-            finding.evidence["host_ns_per_launch"] = evidence(host_per_launch, unit="ns")
-            where = f" is part of the {host_per_launch / 1e3:.1f} us of host time a launch in this trace and"
-        finding.notes.append(
-            f"the PyTorch profiler's own CPU-side work ({why}){where} inflates host time in launch-bound "
-            "programs: this idle time and its saving are an upper bound within the traced time; confirm "
-            "with nsys or a trace without record_shapes")
+    if not (profiler.record_shapes or ops_per_launch >= PROFILER_OPS_PER_LAUNCH):
+        return
+    host_per_launch = _host_ns_per_launch(timeline, profiler)
+    why = f"{ops_per_launch:.1f} CPU ops recorded a launch" + (", with record_shapes=True"
+                                                               if profiler.record_shapes else "")
+    finding.evidence["cpu_ops_per_launch"] = evidence(ops_per_launch, PROFILER_OPS_PER_LAUNCH)
+    where = ""
+    if host_per_launch:
+        finding.evidence["host_ns_per_launch"] = evidence(host_per_launch, unit="ns")
+        where = f" is part of the {host_per_launch / 1e3:.1f} us of host time a launch in this trace and"
+    finding.notes.append(
+        f"the PyTorch profiler's own CPU-side work ({why}){where} inflates host time in {where_it_shows}: "
+        "this idle time and its saving are an upper bound within the traced time; confirm with nsys or a "
+        "trace without record_shapes")
 
 
 def _host_ns_per_launch(timeline, profiler: ProfilerCost) -> float | None:

@@ -140,3 +140,14 @@ def test_straggler_cause_names_the_sleep(timelines):
     finding = rank_imbalance.run(with_thread_calls(path, timelines[path.name]), limits_for(rank_imbalance))
     assert finding.device_id == 1 and "clock_nanosleep (sleeping)" in finding.title
     assert all(s["device_id"] == 1 for s in finding.evidence["straggler_host_stretches"])
+
+
+def test_kineto_host_time_carries_the_profiler_caveat(analyzed):
+    """The same launch-bound loop under torch.profiler (5.6 CPU ops recorded a launch) and under nsys:
+    the profiler's own work lands in the gaps host-compute reads, so its finding on the trace says the
+    saving is an upper bound, with the ops per launch as evidence; under nsys it does not."""
+    trace = next(f for f in analyzed(REAL / "graphs_eager_kineto.json.gz")["findings"] if f["check"] == "host-compute")
+    assert trace["evidence"]["cpu_ops_per_launch"]["value"] >= 4
+    assert any("upper bound" in note and "profiler" in note for note in trace["notes"])
+    nsys = [f for f in analyzed(REAL / "graphs_eager_nsys.sqlite.xz")["findings"] if f["check"] == "host-compute"]
+    assert all("cpu_ops_per_launch" not in f["evidence"] for f in nsys)
