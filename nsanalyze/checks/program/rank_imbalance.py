@@ -48,8 +48,10 @@ THRESHOLDS = {"min_imbalance_share": Threshold(0.05, "a few percent of jitter be
 SPEEDUP_MODEL = ("with per-GPU budgets: the other GPUs' exposed communication beyond the straggler's (they wait in "
                  "their collectives for it), the least of them (once the straggler catches up the next-slowest GPU "
                  "arrives last): wall-clock time that overlapping communication cannot hide, so exposed-communication "
-                 "leaves it to this check; host findings on the straggler's own host time count after it; else the "
-                 "slow device's extra compute time over the mean of the others")
+                 "leaves it to this check; host findings on the straggler's own host time count after it. Where the "
+                 "straggler runs the same kernels longer (under half its extra in kernels only it runs), balancing: "
+                 "the mean of all GPUs' waits (the straggler's is 0). Without per-GPU budgets, the slow device's "
+                 "extra compute time over the mean of the others, or over the mean of all when balancing")
 ADVICE = """Give every GPU the same amount of work.
 
 - Balance the data per rank (length bucketing, sequence packing, equal token counts).
@@ -132,6 +134,30 @@ def straggler(devices) -> Straggler | None:
     return Straggler(slow, others, transfer, waits, waits[first.device_id], first, max(talking, key=_exposed))
 
 
+# The straggler's extra GPU time is its own work (rank-specific: evaluation, logging, extra products) when at
+# least this share of it lies in kernels no other GPU runs; otherwise the same kernels take longer on it
+# (more data, longer sequences) and the fix is balancing.
+OWN_WORK_SHARE = 0.5
+
+
+def own_kernel_share(timeline, slow, others) -> float | None:
+    """Of the straggler's kernel time beyond the others' mean, name by name, the share in kernels no other GPU
+    runs. None without a per-device kernel breakdown."""
+    mine: dict[str, float] = {}
+    theirs: dict[str, float] = {}
+    ids = {d.device_id for d in others}
+    for row in timeline.device_kernels:
+        if row.device_id == slow.device_id:
+            mine[row.name] = mine.get(row.name, 0.0) + row.duration_ns
+        elif row.device_id in ids:
+            theirs[row.name] = theirs.get(row.name, 0.0) + row.duration_ns / len(ids)
+    excess = {name: ns - theirs.get(name, 0.0) for name, ns in mine.items()}
+    total = sum(e for e in excess.values() if e > 0)
+    if not total:
+        return None
+    return sum(e for name, e in excess.items() if e > 0 and name not in theirs) / total
+
+
 def _from_budgets(timeline, devices, limits) -> Finding | None:
     """The straggler is the GPU that waits least in its collectives; the others wait for it there. Whether it is
     slow on the host or on the GPU: which of its host-idle and compute time exceeds the others'; the cause is
@@ -186,9 +212,31 @@ def _from_budgets(timeline, devices, limits) -> Finding | None:
         advice=ADVICE,
         device_id=slow.device_id,
     )
-    finding.notes.append(f"the saving is the least any other GPU waits for {label(slow)} in its collectives: once "
-                         "the straggler catches up, the next-slowest GPU is the last to arrive")
-    finding.estimated_savings_ns = float(wait)
+    # balanced, every GPU runs the mean of their times: each saves its wait less the mean wait (the straggler's
+    # is 0); where the straggler's extra is work of its own, dropping or moving that work off the step can give
+    # back up to the least any other GPU waits (then the next-slowest GPU arrives last)
+    balanced = sum(found.waits.values()) / (len(others) + 1)
+    own = own_kernel_share(timeline, slow, others) if side == "on the GPU" else None
+    removal = side == "on the host" or (own is not None and own >= OWN_WORK_SHARE)
+    if own is not None:
+        finding.evidence["extra_in_own_kernels_share"] = evidence(own, OWN_WORK_SHARE, unit="ratio")
+    finding.evidence["balanced_savings_ns"] = evidence(balanced, unit="ns")
+    if removal:
+        what = (f"its host's extra {HOST_PART_WORDS[top]}" if side == "on the host" else
+                f"{own:.0%} of its extra kernel time in kernels no other GPU runs")
+        spread = (f"; work that must stay, spread evenly over the GPUs, saves {balanced / 1e6:.1f} ms"
+                  if top in ("idle_host", "gpu_compute") else "")
+        finding.notes.append(f"the saving is the least any other GPU waits for {label(slow)} in its collectives, what "
+                             f"it gives back once {label(slow)} catches up ({what}; the next-slowest GPU then arrives "
+                             f"last){spread}")
+        finding.estimated_savings_ns = float(wait)
+    else:
+        share_text = f" ({own:.0%} of its extra kernel time in kernels no other GPU runs)" if own is not None else ""
+        finding.notes.append(f"the saving is what balancing gives: {label(slow)} runs the same kernels longer{share_text}, "
+                             f"so evened out every GPU runs the mean of their times, {balanced / 1e6:.1f} ms sooner "
+                             "than the straggler (removing the extra altogether would give the least wait, "
+                             f"{wait / 1e6:.1f} ms)")
+        finding.estimated_savings_ns = float(balanced)
     finding.budget_device = found.least_waiting.device_id
     return finding
 
@@ -227,5 +275,10 @@ def run(timeline, limits) -> Finding | None:
         advice=ADVICE,
         device_id=slow.device_id,
     )
+    own = own_kernel_share(timeline, slow, others)
+    if own is not None and own < OWN_WORK_SHARE:   # the same kernels longer: evened out, all run the mean
+        finding.notes.append(f"the saving is what balancing gives: GPU {slow.device_id} runs the same kernels longer, "
+                             "so evened out every GPU computes the mean of their times")
+        extra *= len(others) / len(devices)
     finding.estimated_savings_ns = float(extra)
     return finding

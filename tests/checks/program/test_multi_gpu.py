@@ -249,3 +249,34 @@ def test_straggler_named_from_per_rank_exports(side):
     for device in model["timeline"]["devices"]:
         assert isinstance(device["rank"], int) and isinstance(device["device"], int)
         assert device["device_id"] == f"{device['rank']}:{device['device']}"
+
+
+def test_own_work_is_priced_by_removal_the_same_kernels_by_balancing():
+    """ddp_gpu: rank 1 runs extra matrix products no other rank runs (by SQL, a GEMM kernel only GPU 1 runs
+    holds more than its whole extra time): its catching up gives back the least wait, and the finding says
+    what spreading the work would save instead (half of it with two GPUs). Rebuilt without the kernel only
+    it runs, the straggler's extra lies in the kernels both run, and the saving is what balancing gives."""
+    import copy
+
+    from tests.conftest import REAL
+
+    path = REAL / "ddp_gpu_all_nsys.sqlite.xz"
+    only = direct(path, """SELECT SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE k.deviceId = 1
+                           AND k.shortName NOT IN (SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE deviceId = 0)""")[0][0]
+    timeline = build_timeline(read_profile(path))
+    from nsanalyze.checks.program import rank_imbalance
+
+    limits = limits_for(rank_imbalance)
+    finding = rank_imbalance.run(timeline, limits)
+    wait = finding.evidence["others_wait_ns"]["value"]
+    assert finding.device_id == 1 and only > finding.evidence["extra_compute_ns"]["value"]
+    assert finding.evidence["extra_in_own_kernels_share"]["value"] > 0.9
+    assert finding.estimated_savings_ns == pytest.approx(wait)
+    assert finding.evidence["balanced_savings_ns"]["value"] == pytest.approx(wait / 2, rel=1e-5)
+    shared = [r for r in timeline.device_kernels if r.name in {k.name for k in timeline.device_kernels if k.device_id == 0}]
+    rebuilt = copy.copy(timeline)
+    rebuilt.device_kernels = tuple(shared)
+    balanced = rank_imbalance.run(rebuilt, limits)
+    assert "extra_in_own_kernels_share" in balanced.evidence
+    assert balanced.evidence["extra_in_own_kernels_share"]["value"] == 0.0
+    assert balanced.estimated_savings_ns == pytest.approx(wait / 2, rel=1e-5)
