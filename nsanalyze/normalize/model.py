@@ -261,6 +261,7 @@ class StepsSummary(Record):
     host_lead_ns: float | None = None
     host_relation: str | None = None
     host_relation_text: str | None = None
+    gpu_busy_time_share: float | None = None
     host_outliers: tuple = ()
     budget: tuple | None = None
 

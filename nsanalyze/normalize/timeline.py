@@ -490,6 +490,7 @@ def _gpu_clock_phrase(steps: Steps, instance: int, median_ns: float) -> str:
 def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -> dict:
     """The steady steps' figures and the budget of a median step (mean shares of the steps, times the median)."""
     section = steps.summary()
+    base_text = section.get("host_relation_text", "")
     section["host_outliers"] = _host_outliers(steps, capture, call_names)
     if section["host_outliers"] and steps.clock == "gpu":
         top = section["host_outliers"][0]
@@ -501,10 +502,29 @@ def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -
                                          f"{wait}; " + _gpu_clock_phrase(steps, top["step"], section["median_ns"])).strip()
     if budgets:
         durations = np.maximum(steps.durations, 1)
-        shares = np.mean([np.mean(b.labelled.totals_many(steps.starts, steps.ends) / durations[:, None], axis=0)
-                          for b in budgets], axis=0)
+        per_step = [b.labelled.totals_many(steps.starts, steps.ends) for b in budgets]
+        shares = np.mean([np.mean(t / durations[:, None], axis=0) for t in per_step], axis=0)
         section["budget"] = as_parts(dict(zip(PARTS, shares * section["median_ns"])), section["median_ns"])
+        # over the steps' whole time, not a median step's: long steps weigh what they cost
+        busy = [PARTS.index(p) for p in PARTS if p not in IDLE_PARTS]
+        section["gpu_busy_time_share"] = float(np.mean([t[:, busy].sum() for t in per_step]) / durations.sum())
+        if section.get("host_relation") == "ahead" and section["gpu_busy_time_share"] < BOUND_BUSY_SHARE:
+            section["host_relation_text"] = section["host_relation_text"].replace(base_text, _not_bound_over_time(section), 1)
     return section
+
+
+# "The GPU is the bound" holds for a run only where its GPU is busy this share of the steps' whole time.
+BOUND_BUSY_SHARE = 0.8
+
+
+def _not_bound_over_time(section: dict) -> str:
+    """The host runs ahead in a median step, yet the GPU idles much of the steps' time: the steps that stand out
+    are where the host is the bound, and they weigh what they cost."""
+    ms = ms_text
+    return (f"The host runs ahead in a median step (the GPU starts a step {ms(section['host_lead_ns'])} after the "
+            f"host began it), but the GPU is busy only {section['gpu_busy_time_share']:.0%} of the steps' whole time "
+            f"(mean step {ms(section['mean_ns'])}, median {ms(section['median_ns'])}): over the run the GPU is not "
+            "the bound; the steps that stand out, where it waits, hold the time.")
 
 
 def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, limit: int = 5) -> list[dict]:

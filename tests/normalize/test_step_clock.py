@@ -108,3 +108,31 @@ def test_a_named_range_is_the_gpu_work_it_launched():
     assert timeline["steps"] is None            # one step: the window is the step, no 'steps' of the capture
     compute = next(p for p in timeline["budget"] if p["part"] == "gpu_compute")
     assert compute["share"] > 0.9
+
+
+def _busy_by_sql(path, start: int, end: int) -> int:
+    """ns of [start, end) in which any kernel, copy or memset runs: the union, by SQL rows."""
+    rows = sql(path, " UNION ALL ".join(f"SELECT MAX(start, {start}), MIN(end, {end}) FROM {t} WHERE end > {start} "
+                                        f"AND start < {end}" for t in ("CUPTI_ACTIVITY_KIND_KERNEL",
+                                                                       "CUPTI_ACTIVITY_KIND_MEMCPY",
+                                                                       "CUPTI_ACTIVITY_KIND_MEMSET")) + " ORDER BY 1")
+    busy, cursor = 0, start
+    for a, b in rows:
+        if b > cursor:
+            busy += b - max(a, cursor)
+            cursor = b
+    return busy
+
+
+@pytest.mark.parametrize("name, bound", [("histlog_every10_nsys.sqlite.xz", False), ("histlog_off_nsys.sqlite.xz", True)])
+def test_the_gpu_is_the_bound_only_when_busy_over_the_steps_whole_time(analyzed, name, bound):
+    """Both loops run ahead in a median step (the GPU starts a step 16-26 ms after the host began it). With a
+    histogram logged every 10th step, those steps hold 85% of the time and the GPU idles through them: it is
+    busy 16% of the steps' whole time (by SQL), so the report does not call the GPU the bound; without the
+    logging it is busy over 90% and does."""
+    steps = analyzed(REAL / name)["timeline"]["steps"]
+    busy = _busy_by_sql(REAL / name, steps["start_ns"], steps["end_ns"]) / (steps["end_ns"] - steps["start_ns"])
+    assert steps["host_relation"] == "ahead"
+    assert steps["gpu_busy_time_share"] == pytest.approx(busy, abs=0.01)
+    assert ("the GPU is the bound" in steps["host_relation_text"]) is bound
+    assert ("not the bound" in steps["host_relation_text"]) is not bound
