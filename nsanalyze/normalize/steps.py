@@ -100,6 +100,22 @@ class Steps:
         return Steps(self.name, self.global_tid, self.host_starts[keep], self.host_ends[keep], *gpu,
                      warmup=0, clock=self.clock)
 
+    def next_lead_in(self) -> np.ndarray:
+        """Per steady step on the GPU's clock (aligned with starts/ends), the part of its period in which the
+        GPU had finished the step's work and the host had already begun the next step without launching
+        any of it yet: a stall at the top of the next step (loading its batch) that the GPU's clock counts in
+        this one. Zeros on the host's clock."""
+        if self.clock != "gpu":
+            return np.zeros(len(self.starts), dtype=np.int64)
+        timed = self._timed()
+        index = self.steady
+        position = np.searchsorted(timed, index)
+        following = np.minimum(position + 1, len(timed) - 1)
+        nxt = timed[following]
+        has_next = position + 1 < len(timed)
+        began = np.maximum(self.gpu_ends[index], self.host_starts[nxt])
+        return np.where(has_next, np.clip(self.gpu_starts[nxt] - began, 0, None), 0).astype(np.int64)
+
     def host_durations(self) -> np.ndarray:
         index = self.steady
         return self.host_ends[index] - self.host_starts[index]

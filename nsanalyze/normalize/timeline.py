@@ -65,6 +65,8 @@ class Timeline:
     step_starts: np.ndarray | None = None   # every steady step on its clock (ns), in order
     step_ends: np.ndarray | None = None
     step_indices: np.ndarray | None = None  # ... and its instance index (0 = the first instance of the range)
+    step_next_lead_in: np.ndarray | None = None  # ... and the next step's stall before its first GPU work
+    #                                              that falls in this step's period (Steps.next_lead_in)
     step_copy_bytes: dict = field(default_factory=dict)
     left_out: model.LeftOut | None = None  # start-up and warm-up before a steady window
     kernel_list: model.KernelList | None = None  # an ncu report's kernel list: what it tells beside the kernels  # "Device-to-Host from/to Pageable" -> bytes per steady step
@@ -192,6 +194,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     if steps is not None and timeline.steps is not None:
         timeline.step_starts, timeline.step_ends = steps.starts.copy(), steps.ends.copy()
         timeline.step_indices = steps.steady.copy()
+        timeline.step_next_lead_in = steps.next_lead_in()
         timeline.step_copy_bytes = _step_copy_bytes(wa, timeline.step_starts, timeline.step_ends)
     host_later = _host_activity(export, budgets, activity, call_names, capture.launching_threads,
                                 steps if timeline.steps is not None else None, side)
@@ -483,6 +486,11 @@ def _gpu_clock_phrase(steps: Steps, instance: int, median_ns: float) -> str:
         return "on the GPU's clock it is an ordinary step."
     period = float(steps.durations[where[0]])
     if period <= 1.5 * median_ns:
+        before = np.flatnonzero(steps.steady == instance - 1)
+        stall = float(steps.next_lead_in()[before[0]]) if len(before) else 0.0
+        if stall > 0.5 * median_ns:   # its host stalled before launching: the GPU's clock counts that earlier
+            return (f"on the GPU's clock its {ms_text(stall)} before its first GPU work count in step "
+                    f"{instance - 1}'s period (the GPU, done with that step, waited on this one's host).")
         return "on the GPU's clock it is an ordinary step."
     return f"on the GPU's clock it took {ms_text(period)} too ({period / median_ns:.0f}x the median step)."
 

@@ -160,8 +160,8 @@ def run(timeline, limits) -> Finding | None:
     window_ns = timeline.summary.span_ns
     typical = float(np.median(periods))
     share = excess / window_ns
-    steps = indices[slow]
-    n = every_nth(steps, int(indices[0]), int(indices[-1]))
+    steps = _named_steps(timeline, slow, typical)
+    n = every_nth(steps, int(indices[0]), int(indices[-1]) + 1)
     shown = ", ".join(str(int(i)) for i in steps[:6]) + (", ..." if len(steps) > 6 else "")
     which = (f"every {n}th step ({shown})" if n else
              f"{int(slow.sum())} step{'s' if slow.sum() > 1 else ''} ({shown})")
@@ -188,6 +188,18 @@ def run(timeline, limits) -> Finding | None:
                              "speaks for them) and are not counted here")
     finding.estimated_savings_ns = min(excess, window_ns)
     return finding
+
+
+def _named_steps(timeline, slow: np.ndarray, typical: float) -> np.ndarray:
+    """The step each slow period belongs to: its own, or the next one where most of its excess is the next
+    step's stall before its first GPU work (the host began that step, loading its batch, while the GPU,
+    done with this step's work, waited: the GPU's clock counts that wait in this step's period)."""
+    indices = timeline.step_indices[slow]
+    lead = getattr(timeline, "step_next_lead_in", None)
+    if lead is None:
+        return indices
+    excess = timeline.step_periods[slow] - typical
+    return np.where(lead[slow] >= 0.5 * excess, indices + 1, indices)
 
 
 def _time(ns: float) -> str:

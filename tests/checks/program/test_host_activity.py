@@ -150,3 +150,28 @@ def test_what_the_window_leaves_out_is_measured_and_named(analyzed):
     finding = next(f for f in model["findings"] if f["check"] == "start-up")
     assert finding["severity"] == "info" and finding["estimated_savings_ns"] == 0
     assert f"{left['ns'] / 1e9:.2f} s" in finding["title"] and "CUDA module loading" in finding["title"]
+
+
+SHARDS, SHARDS_PREFETCHED = REAL / "shard_shards_nsys.sqlite.xz", REAL / "shard_prefetched_nsys.sqlite.xz"
+
+
+def test_a_stall_before_a_steps_first_gpu_work_is_that_steps(analyzed):
+    """Every 10th step decodes a new shard on the host (~0.12 s) before it launches any GPU work. On the
+    GPU's clock that wait lies in the period of the step before, but it is the later step's: by SQL, the
+    steps whose host began them while the GPU, done with the previous step's work, waited longest are 10,
+    20, ..., and the finding names those (it named 9, 19, ... before). Its saving is the mean step the twin
+    that decodes a shard ahead in a thread saved, within 25%, and the host-range line says where the wait
+    counts on the GPU's clock."""
+    model = analyzed(SHARDS)
+    first = program_findings(model)[0]
+    rows = sql(SHARDS, RUN_SQL.format(like="step %"))   # (host start, first GPU start, last GPU end) per step
+    stalls = [first_gpu - max(host, previous_end) for (host, first_gpu, _), (_, _, previous_end) in zip(rows[1:], rows)]
+    typical = float(np.median(stalls))
+    stalled = [i + 1 for i, stall in enumerate(stalls) if stall > 10 * max(typical, 1e5)]
+    assert stalled == [10, 20, 30, 40, 50]
+    assert first["check"] == "slow-steps" and first["evidence"]["slow_steps"] == stalled
+    assert first["evidence"]["every_nth"] == 10
+    per_step = first["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+    assert per_step == pytest.approx(mean_step_saved(SHARDS, SHARDS_PREFETCHED), rel=0.25)
+    assert "before its first GPU work count in step 9's period" in model["timeline"]["steps"]["host_relation_text"]
+    assert "slow-steps" not in {f["check"] for f in program_findings(analyzed(SHARDS_PREFETCHED))}
