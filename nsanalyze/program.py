@@ -15,7 +15,7 @@ from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 
 # Checks whose findings claim budget time of a wider cause (checks/program/_host_class.claims): their own
 # savings are not capped by what they claim.
-WIDER_CAUSES = {"allocator-churn", "pinned-alloc-churn", "slow-steps", "non-step-phase"}
+WIDER_CAUSES = {"allocator-churn", "pinned-alloc-churn", "slow-steps", "non-step-phase", "host-wait"}
 from nsanalyze.normalize import model
 from nsanalyze.normalize.checked_rows import invalid_rows
 from nsanalyze.normalize.timeline import Timeline, build_timeline
@@ -59,8 +59,9 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         part = getattr(check, "BUDGET_PART", None)
         finding.budget_part = part
         whole = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
-        limit = unclaimed_part(timeline, part, finding.budget_device)[0] \
-            if part and timeline.budget and check.ID not in WIDER_CAUSES else whole
+        # a wider cause prices its own claim, which may span parts (its part only names where most of it lies)
+        limit = span if check.ID in WIDER_CAUSES else \
+            unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
         if limit < whole and finding.estimated_savings_ns > limit:
             causes = ", ".join(f"{cause} ({parts[part] / 1e6:.3g} ms)" for cause, parts in claims_by_cause(timeline).items()
                                if parts.get(part))
@@ -82,8 +83,8 @@ def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:
     A finding counted after the others (after_others: transfer-bound after pageable-memcpy) already holds
     only what they leave of the part: it is named beside them and not scaled again."""
     by_part: dict[tuple, list[Finding]] = {}
-    for finding in findings:
-        if finding.budget_part and timeline.budget:
+    for finding in findings:   # a wider cause's claim is already taken out of the others' parts
+        if finding.budget_part and timeline.budget and finding.check not in WIDER_CAUSES:
             by_part.setdefault((finding.budget_part, finding.budget_device), []).append(finding)
     for (part, device), group in by_part.items():
         later = [f for f in group if f.after_others and len(group) > 1]

@@ -50,7 +50,10 @@ def rules() -> tuple[HostClassRule, ...]:
 
 @lru_cache(maxsize=1)
 def class_order() -> tuple[str, ...]:
-    """Classes in the table's order: where calls of two classes overlap (two threads), the first wins."""
+    """Classes in the table's order: where calls of two classes overlap (two threads), the first wins. The
+    table lists lock-wait after the other OS waits: a thread waiting on a condition or lock while another
+    sleeps, reads or waits for a child waits for that one (PyTorch's autograd thread while the main thread
+    sleeps), so the other's call is the cause."""
     return tuple(dict.fromkeys(r.name for r in rules()))
 
 

@@ -3,7 +3,8 @@
 A finding of one budget part (launch-overhead, host-compute, host-sync, gpu-idle, the copy checks' caps) prices
 only what is left of its part after the causes that span parts have taken theirs: the allocator and pinned
 allocation classes' idle time (checks/program/_host_class.py), the excess of steps that stand out
-(slow-steps) and the time of a phase that is not the steps (non-step-phase), each with its check's defaults.
+(slow-steps), the time of a phase that is not the steps (non-step-phase), each with its check's defaults, and
+last the GPU idle time in which the launching threads waited on a queue, a lock, I/O or a sleep (host-wait).
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from __future__ import annotations
 from nsanalyze.checks import limits_for
 from nsanalyze.checks.base import budget_part
 from nsanalyze.checks.program import allocator_churn, non_step_phase, pinned_alloc_churn, slow_steps
-from nsanalyze.checks.program._host_class import class_cost
+from nsanalyze.checks.program._host_class import class_cost, wait_parts
+
+# host-wait's id and its default min_window_share: the waits claim their time only where its finding speaks
+HOST_WAIT_ID, HOST_WAIT_MIN_SHARE = "host-wait", 0.05
 
 
 def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
@@ -30,6 +34,14 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
             out[slow_steps.ID] = slow_steps.excess_by_part(timeline, limits_for(slow_steps))
     if getattr(timeline, "phases", None):
         out[non_step_phase.ID] = non_step_phase.claimed_parts(timeline, limits_for(non_step_phase))
+    if activity is not None:   # the waits last: they claim what the causes above leave of each part
+        wider: dict[str, float] = {}
+        for parts in out.values():
+            for part, ns in parts.items():
+                wider[part] = wider.get(part, 0.0) + ns
+        waits = wait_parts(timeline, wider)
+        if sum(waits.values()) >= HOST_WAIT_MIN_SHARE * (timeline.summary.span_ns or float("inf")):
+            out[HOST_WAIT_ID] = waits
     return {cause: parts for cause, parts in out.items() if any(parts.values())}
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nsanalyze.checks.base import budget_part
+
 
 @dataclass(frozen=True)
 class ClassCost:
@@ -50,3 +52,32 @@ def calls_phrase(cost: ClassCost) -> str:
         return (f"{cost.calls} {names} calls, in {cost.steps_with_calls} of {cost.steps} steady steps "
                 f"(a median {cost.per_step_host_ns / 1e6:.2f} ms of host time in a step that has them)")
     return f"{cost.calls} {names} calls ({cost.host_ns / 1e6:.1f} ms of host time)"
+
+
+# host-activity classes in which the launching threads wait on something else, and what it is (host-wait's
+# finding, and its advice's key in host_compute.BLOCKED_ADVICE)
+WAIT_CLASSES = {"lock-wait": "waiting on a lock, a queue or another thread",
+                "io-wait": "waiting for I/O (files, pipes, sockets)",
+                "file-io": "waiting for I/O (files, pipes, sockets)",
+                "network": "waiting for I/O (files, pipes, sockets)",
+                "sleep": "sleeping",
+                "child-process": "waiting for a child process"}
+
+
+def wait_classes(timeline) -> list:
+    """The window's host-activity classes of waits that cover GPU idle time."""
+    activity = timeline.host_activity
+    if activity is None:
+        return []
+    return [c for c in activity.classes if c.name in WAIT_CLASSES and c.idle_ns]
+
+
+def wait_parts(timeline, other_claims: dict[str, float]) -> dict[str, float]:
+    """ns per budget part that host-wait prices: the waiting classes' idle time, part by part no more than what
+    the part has left after the wider causes' claims (`other_claims`: a phase, slow steps, allocator classes)."""
+    out: dict[str, float] = {}
+    for entry in wait_classes(timeline):
+        for part, ns in entry.idle_by_part.items():
+            out[part] = out.get(part, 0.0) + ns
+    return {part: min(ns, max(0.0, budget_part(timeline, part)[0] - other_claims.get(part, 0.0)))
+            for part, ns in out.items()}

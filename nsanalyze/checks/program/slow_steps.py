@@ -33,7 +33,7 @@ Slow steps at the start are warm-up and lie outside the window; a slow step in t
 is counted here. A step that is slow because another phase (a checkpoint) lies inside it on the GPU's
 clock is told by non-step-phase as well. Slow steps that come at no period and whose extra idle time the
 host spent waiting on a queue or a lock (a DataLoader that does not keep up) are the data pipeline's:
-host-compute names the wait.
+host-wait names the wait.
 
 ## Options
 - `outlier_factor`: a step this many times the median step stands out.
@@ -117,7 +117,7 @@ def outliers(timeline, limits) -> tuple[np.ndarray, float, np.ndarray] | None:
         return None
     if every_nth(timeline.step_indices[slow], int(timeline.step_indices[0]), int(timeline.step_indices[-1])) is None \
             and _waiting_share(timeline, slow) >= WAITING_SHARE:
-        return None   # irregular stalls on a queue: the data pipeline, host-compute's finding names the wait
+        return None   # irregular stalls on a queue: the data pipeline, host-wait names the wait
     return slow, excess, in_phases
 
 

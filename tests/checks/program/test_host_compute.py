@@ -11,7 +11,10 @@ import pytest
 
 from nsanalyze.normalize.model import HostStretch, records
 from nsanalyze.checks import limits_for
-from nsanalyze.checks.program import host_compute
+from nsanalyze.checks.base import budget_part
+from nsanalyze.normalize.budget import PARTS
+from nsanalyze.checks.program import host_compute, host_wait
+from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profile
 from tests.conftest import PUBLIC, REAL, sql
@@ -73,16 +76,23 @@ def run(timeline):
 
 
 def test_loader_workers_main_thread_waits_on_the_queue(timelines):
-    """DataLoader with workers too slow for the GPU: the main thread waits in sem_clockwait on the loader's queue."""
+    """DataLoader with workers too slow for the GPU: the main thread waits in sem_clockwait on the loader's queue
+    (by SQL, over 90% of the longest stretches). That time is a wait, host-wait's: it prices the lock-wait class's
+    idle time, host-compute what is left of idle_host (under its 5%), and together they hold the idle time once."""
     path = REAL / "loader_workers_nsys.sqlite.xz"
     timeline = with_thread_calls(path, timelines[path.name])
-    finding = run(timeline)
     measured = sum(s.blocked_ns for s in timeline.host_stretches) / sum(s.duration_ns for s in timeline.host_stretches)
-    assert finding.evidence["blocked_share"]["value"] == pytest.approx(measured, rel=1e-5) and measured > 0.9
-    assert finding.evidence["blocking_calls"][0]["name"] == "sem_clockwait"
-    assert "blocked, not computing" in finding.title and "sem_clockwait" in finding.title
-    assert "runs its own code" not in finding.title
-    assert "num_workers" in finding.advice and "queue" in finding.advice
+    assert measured > 0.9
+    wait = host_wait.run(timeline, limits_for(host_wait))
+    assert wait.evidence["classes"][0]["class"] == "lock-wait"
+    assert "sem_clockwait" in [c["name"] for c in wait.evidence["classes"][0]["top_calls"]]
+    assert "waits, not computing" in wait.title and "num_workers" in wait.advice and "queue" in wait.advice
+    idle_host = budget_part(timeline, "idle_host")[0]
+    assert wait.estimated_savings_ns >= 0.9 * idle_host
+    assert run(timeline) is None
+    idle = [part for part in PARTS if part.startswith("idle_")]   # the waits span parts: each is left once
+    assert sum(unclaimed_part(timeline, part)[0] for part in idle) + wait.estimated_savings_ns == \
+        pytest.approx(sum(budget_part(timeline, part)[0] for part in idle), rel=0.001)
 
 
 @pytest.mark.parametrize("path", [REAL / "loader_inline_nsys.sqlite.xz", CUDF, POWER], ids=lambda p: p.name[:30])
@@ -104,12 +114,14 @@ def test_computing_host_thread_is_not_called_blocked(timelines, path):
 
 
 def test_sleeping_straggler_is_named(timelines):
-    """ddp_host_all: rank 1's main thread sleeps 4 ms a step (time.sleep -> clock_nanosleep)."""
+    """ddp_host_all: rank 1's main thread sleeps 4 ms a step (time.sleep -> clock_nanosleep) while its autograd
+    thread waits on a condition: the wait is the sleep's (the table lists lock-wait after the other waits)."""
     path = REAL / "ddp_host_all_nsys.sqlite.xz"
     timeline = with_thread_calls(path, timelines[path.name])
-    finding = run(timeline)
-    assert finding.evidence["blocking_calls"][0]["name"] == "clock_nanosleep"
-    assert "clock_nanosleep (sleeping)" in finding.title and "time.sleep" in finding.advice
+    finding = host_wait.run(timeline, limits_for(host_wait))
+    assert finding.evidence["classes"][0]["class"] == "sleep"
+    assert finding.evidence["classes"][0]["top_calls"][0]["name"] == "clock_nanosleep"
+    assert "sleeping in clock_nanosleep" in finding.title and "time.sleep" in finding.advice
 
 
 @pytest.mark.parametrize("name", ["loader_workers_nsys.sqlite.xz", "loader_inline_nsys.sqlite.xz", CUDF.name,

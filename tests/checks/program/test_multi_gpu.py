@@ -120,7 +120,7 @@ def _exposed_by_sql(path, window):
 
 def test_host_straggler_one_cause_in_one_export():
     """torchrun, 2 ranks in one export: rank 1 sleeps 4 ms a step in host code, rank 0 waits in NCCL. The wait is
-    rank-imbalance's saving, first; exposed-communication keeps the transfers only; host-compute (the sleep, the
+    rank-imbalance's saving, first; exposed-communication keeps the transfers only; host-wait (the sleep, the
     straggler's own host time) is the same cause, counted after it."""
     from tests.conftest import REAL
 
@@ -138,7 +138,7 @@ def test_host_straggler_one_cause_in_one_export():
     slow, waiting = slow[0][0], next(d for d in exposed if d != slow[0][0])
     program = [f for f in model["findings"] if f["kernel_id"] is None]
     checks = {f["check"]: f for f in program}
-    imbalance, comm, host = checks["rank-imbalance"], checks["exposed-communication"], checks["host-compute"]
+    imbalance, comm, host = checks["rank-imbalance"], checks["exposed-communication"], checks["host-wait"]
     assert imbalance["rank"] == 1 and imbalance["device_id"] == slow and imbalance["evidence"]["straggler_side"] == "host"
     assert imbalance["evidence"]["straggler_part"] == "idle_host" and "idle_host" in imbalance["title"]
     assert imbalance["estimated_savings_ns"] == pytest.approx(exposed[waiting] - exposed[slow], rel=1e-6)   # 450.06 ms
@@ -147,7 +147,7 @@ def test_host_straggler_one_cause_in_one_export():
     devices = {d["device_id"]: d for d in model["timeline"]["devices"]}
     idle_host = {d: _part(devices[d]["budget"], "idle_host") for d in devices}
     assert host["evidence"]["counted_in"] == "rank-imbalance" and host["rank"] > imbalance["rank"]
-    assert host["estimated_savings_ns"] == pytest.approx(idle_host[waiting], abs=1e3)   # what the GPUs share
+    assert host["estimated_savings_ns"] <= idle_host[waiting] + 1e3   # at most what the GPUs share
     assert imbalance["estimated_savings_ns"] + comm["estimated_savings_ns"] <= \
         _part(devices[waiting]["budget"], "gpu_communication") + 1
     _within_their_parts(model)
@@ -242,7 +242,7 @@ def test_straggler_named_from_per_rank_exports(side):
     assert waiting["estimated_savings_ns"] == pytest.approx(comm["1:1"] * scale, rel=1e-6)
     assert straggler["rank"] < waiting["rank"]
     if side == "host":   # rank 1's host time is what rank 0 waits for: counted in rank-imbalance
-        host = next(f for f in program if f["check"] == "host-compute")
+        host = next(f for f in program if f["check"] == "host-wait")   # the sleep
         assert host["evidence"]["counted_in"] == "rank-imbalance" and host["severity"] == "info"
     _within_their_parts(model)
     assert sum(f["estimated_savings_ns"] for f in program) <= model["timeline"]["span_ns"] * 1.0001

@@ -1,0 +1,97 @@
+"""The GPU waits while the thread that launches its work waits itself.
+
+## What it detects
+GPU idle time during which every thread that launches the GPU's work sat in a blocking OS call: on a
+queue, a lock or a semaphore (a DataLoader whose workers do not keep up), in file, pipe or socket I/O,
+in a sleep, or waiting for a child process. The host-activity table (normalize/host_activity.csv) sorts
+the OS runtime calls into these classes by name; the time is what the budget's idle parts hold while
+those calls run, each nanosecond given to one class.
+
+## Why it is slow
+The GPU only runs what the host has queued. A host thread that waits queues nothing: the GPU idles for
+as long as the wait lasts, whatever it waits for. This is not the host's own code running (host-compute):
+faster Python does not help, only a producer that keeps up, or no wait on the loop's path.
+
+## Example
+```python
+loader = DataLoader(ds, batch_size=64, num_workers=2)   # two workers cannot keep up with the GPU
+for x, y in loader:                                       # the main thread waits on their queue
+    train_step(x.cuda(), y.cuda())
+```
+
+## Instead
+```python
+loader = DataLoader(ds, batch_size=64, num_workers=8, prefetch_factor=4,
+                    persistent_workers=True, pin_memory=True)
+```
+
+## Known problems
+Needs OS runtime calls traced (`nsys profile -t cuda,nvtx,osrt`); without them the same time stays in
+host-compute's part. A wait that is the program's own choice (a rate limiter, a barrier before
+evaluation) lands here too: its calls and NVTX range tell. Waits inside a phase that is not the steps
+(a checkpoint's writes) or inside steps that stand out are left to those findings.
+
+## Options
+- `min_window_share`: the waits' GPU idle time over the window before the check speaks.
+"""
+
+from __future__ import annotations
+
+from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.program._claims import claims_by_cause
+from nsanalyze.checks.program._host_class import WAIT_CLASSES, wait_classes, wait_parts
+from nsanalyze.checks.program.host_compute import BLOCKED_ADVICE
+
+ID = "host-wait"
+NAME = "program.host.wait"
+TITLE = "The GPU waits while its host thread waits (a queue, a lock, I/O, a sleep)"
+SECTION = "busy"  # the report section its findings appear in
+REQUIRES = ("host_activity",)
+BUDGET_PART = "idle_host"   # where most of it lies: the budget's idle time on host code
+THRESHOLDS = {"min_window_share": Threshold(0.05, "a twentieth of the window spent waiting on a queue or I/O is "
+                                                  "worth a producer that keeps up")}
+SPEEDUP_MODEL = ("the GPU idle time the waiting classes' calls cover (host-activity table), less what a phase or "
+                 "steps that stand out claim of each budget part: with the wait gone, the host queues work at once")
+ADVICE = BLOCKED_ADVICE["waiting on a lock, a queue or another thread"]
+
+
+def run(timeline, limits) -> Finding | None:
+    window_ns = timeline.summary.span_ns or 0
+    classes = sorted(wait_classes(timeline), key=lambda c: -c.idle_ns)
+    if not window_ns or not classes:
+        return None
+    others: dict[str, float] = {}
+    for cause, parts in claims_by_cause(timeline).items():
+        for part, ns in parts.items():
+            if cause != ID:
+                others[part] = others.get(part, 0.0) + ns
+    savings = sum(wait_parts(timeline, others).values())
+    share = savings / window_ns
+    if share < limits.min_window_share:
+        return None
+    top = classes[0]
+    kind = WAIT_CLASSES[top.name]
+    names = ", ".join(name for name, _, _ in top.top_calls[:3])
+    per_step = ""
+    if top.step_idle_ns is not None and timeline.steps and timeline.steps.count:
+        per_step = f", {savings / timeline.steps.count / 1e6:.2f} ms a step"
+    finding = Finding(
+        check=ID,
+        title=(f"The GPU idles {savings / 1e6:.1f} ms ({share:.0%} of the window{per_step}) while the thread that "
+               f"launches its work waits, not computing: {kind} in {names} ({top.idle_ns / 1e6:.1f} ms of GPU idle "
+               f"time, {top.calls} calls)"),
+        estimated_speedup=share,
+        evidence={"wait_share": evidence(share, limits.min_window_share, unit="ratio"),
+                  "wait_idle_ns": evidence(savings, unit="ns"),
+                  "classes": [{"class": c.name, "what": WAIT_CLASSES[c.name], "calls": c.calls,
+                               "idle_ns": int(round(c.idle_ns)), "host_ns": int(round(c.host_ns)),
+                               "top_calls": [{"name": n, "calls": k, "ns": int(ns)} for n, k, ns in c.top_calls[:3]]}
+                              for c in classes]},
+        advice=BLOCKED_ADVICE[kind],
+    )
+    raw = sum(c.idle_ns for c in classes)
+    if savings < 0.95 * raw:
+        finding.notes.append(f"{(raw - savings) / 1e6:.1f} ms of the waits lie in time a phase or steps that stand out "
+                             "claim (their findings count it)")
+    finding.estimated_savings_ns = savings
+    return finding
