@@ -117,7 +117,8 @@ def _phase_first_findings(timeline: Timeline, findings: list[Finding]) -> None:
     """Each phase's first cause, read off its own budget: the part that holds most of it, told by the
     check that speaks for that part (budget parts are the checks' BUDGET_PART); the steps' phase is the
     window's and takes the report's first program finding."""
-    by_part = {getattr(c, "BUDGET_PART", None): c.ID for c in program_checks() if getattr(c, "BUDGET_PART", None)}
+    by_part = {getattr(c, "BUDGET_PART", None): c.ID for c in program_checks()
+               if getattr(c, "BUDGET_PART", None) and c.ID not in WIDER_CAUSES}   # a part's own check
     by_part["gpu_compute"] = None  # GPU work: judged kernel by kernel (ncu), not by a program check
     ranked = sorted(findings, key=lambda f: -f.estimated_savings_ns)
 
