@@ -46,6 +46,20 @@ def class_cost(timeline, class_name: str) -> ClassCost | None:
     return ClassCost(entry.calls, entry.host_ns, min(entry.host_ns, window_idle), 0, 0, 0.0, 0.0, entry.top_calls)
 
 
+def priced_class(timeline, class_name: str, min_window_share: float) -> tuple[ClassCost, float] | None:
+    """(cost, its share of the window) of removing a class's calls, when that share reaches the threshold."""
+    cost = class_cost(timeline, class_name)
+    window_ns = timeline.summary.span_ns or 0
+    if cost is None or not window_ns:
+        return None
+    share = cost.savings_ns / window_ns
+    return (cost, share) if share >= min_window_share else None
+
+
+def calls_evidence(cost: ClassCost) -> list[dict]:
+    return [{"name": n, "calls": c, "ns": int(ns)} for n, c, ns in cost.top_calls]
+
+
 def calls_phrase(cost: ClassCost) -> str:
     names = "/".join(name for name, _, _ in cost.top_calls[:3])
     if cost.steps:

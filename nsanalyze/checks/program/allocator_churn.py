@@ -37,7 +37,7 @@ once.
 """
 
 from nsanalyze.checks.base import Finding, Threshold, evidence
-from nsanalyze.checks.program._host_class import calls_phrase, class_cost
+from nsanalyze.checks.program._host_class import calls_evidence, calls_phrase, priced_class
 
 ID = "allocator-churn"
 NAME = "program.host.allocator"
@@ -72,13 +72,10 @@ for batch in loader:
 
 
 def run(timeline, limits) -> Finding | None:
-    cost = class_cost(timeline, CLASS)
-    window_ns = timeline.summary.span_ns or 0
-    if cost is None or not window_ns:
+    priced = priced_class(timeline, CLASS, limits.min_window_share)
+    if priced is None:
         return None
-    share = cost.savings_ns / window_ns
-    if share < limits.min_window_share:
-        return None
+    cost, share = priced
     per_step = (f"; {cost.per_step_savings_ns / 1e6:.2f} ms of GPU idle time a step"
                 if cost.steps else "")
     finding = Finding(
@@ -94,7 +91,7 @@ def run(timeline, limits) -> Finding | None:
                   "steps_with_calls": evidence(cost.steps_with_calls),
                   "steps": evidence(cost.steps),
                   "savings_share": evidence(share, limits.min_window_share, unit="ratio"),
-                  "calls": [{"name": n, "calls": c, "ns": int(ns)} for n, c, ns in cost.top_calls]},
+                  "calls": calls_evidence(cost)},
         advice=ADVICE,
     )
     finding.estimated_savings_ns = cost.savings_ns

@@ -35,7 +35,7 @@ start-up, and the finding then reads as such. PyTorch's `pin_memory()` caches pi
 """
 
 from nsanalyze.checks.base import Finding, Threshold, evidence
-from nsanalyze.checks.program._host_class import calls_phrase, class_cost
+from nsanalyze.checks.program._host_class import calls_evidence, calls_phrase, priced_class
 
 ID = "pinned-alloc-churn"
 NAME = "program.host.pinned_alloc"
@@ -62,13 +62,10 @@ cudaFreeHost(h);                        if (!h) cudaMallocHost(&h, max_bytes);
 
 
 def run(timeline, limits) -> Finding | None:
-    cost = class_cost(timeline, CLASS)
-    window_ns = timeline.summary.span_ns or 0
-    if cost is None or not window_ns:
+    priced = priced_class(timeline, CLASS, limits.min_window_share)
+    if priced is None:
         return None
-    share = cost.savings_ns / window_ns
-    if share < limits.min_window_share:
-        return None
+    cost, share = priced
     finding = Finding(
         check=ID,
         title=(f"Page-locked host memory is allocated and freed while the program runs: {calls_phrase(cost)}; "
@@ -78,7 +75,7 @@ def run(timeline, limits) -> Finding | None:
         evidence={"pinned_alloc_calls": evidence(cost.calls),
                   "pinned_alloc_host_ns": evidence(cost.host_ns, unit="ns"),
                   "savings_share": evidence(share, limits.min_window_share, unit="ratio"),
-                  "calls": [{"name": n, "calls": c, "ns": int(ns)} for n, c, ns in cost.top_calls]},
+                  "calls": calls_evidence(cost)},
         advice=ADVICE,
     )
     finding.estimated_savings_ns = cost.savings_ns
