@@ -21,19 +21,26 @@ CALLS_IN = """SELECT COUNT(*), SUM(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUN
 RUN_SQL = """
 WITH steps AS (SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
                WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE '{like}'),
-     work AS (SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL
-              SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL
-              SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_MEMSET),
+     work AS ({work}),
      launched AS (SELECT w.start, w.end, r.start AS call_start FROM work w
                   JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = w.correlationId)
 SELECT steps.start, MIN(l.start), MAX(l.end) FROM steps JOIN launched l ON l.call_start >= steps.start
 AND l.call_start < steps.end GROUP BY steps.start ORDER BY steps.start"""
 
 
+def run_rows(path, like: str) -> list[tuple]:
+    """(host start, first GPU work start, last GPU work end) per step range, by SQL over the GPU work tables
+    the export has (kernels, copies, memsets)."""
+    tables = {name for (name,) in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    work = " UNION ALL ".join(f"SELECT start, end, correlationId FROM {t}" for t in (
+        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
+    return sql(path, RUN_SQL.format(like=like, work=work))
+
+
 def mean_step(path, like: str) -> float:
     """The run's mean step on the GPU's clock by SQL, after the first (warm-up) step: from the first GPU
     work of the second step to the end of the last step's GPU work, over the steps."""
-    rows = sql(path, RUN_SQL.format(like=like))[1:]
+    rows = run_rows(path, like)[1:]
     return (rows[-1][2] - rows[0][1]) / len(rows)
 
 
@@ -164,7 +171,7 @@ def test_a_stall_before_a_steps_first_gpu_work_is_that_steps(analyzed):
     counts on the GPU's clock."""
     model = analyzed(SHARDS)
     first = program_findings(model)[0]
-    rows = sql(SHARDS, RUN_SQL.format(like="step %"))   # (host start, first GPU start, last GPU end) per step
+    rows = run_rows(SHARDS, "step %")   # (host start, first GPU start, last GPU end) per step
     stalls = [first_gpu - max(host, previous_end) for (host, first_gpu, _), (_, _, previous_end) in zip(rows[1:], rows)]
     typical = float(np.median(stalls))
     stalled = [i + 1 for i, stall in enumerate(stalls) if stall > 10 * max(typical, 1e5)]
@@ -175,3 +182,22 @@ def test_a_stall_before_a_steps_first_gpu_work_is_that_steps(analyzed):
     assert per_step == pytest.approx(mean_step_saved(SHARDS, SHARDS_PREFETCHED), rel=0.25)
     assert "before its first GPU work count in step 9's period" in model["timeline"]["steps"]["host_relation_text"]
     assert "slow-steps" not in {f["check"] for f in program_findings(analyzed(SHARDS_PREFETCHED))}
+
+
+PINNED_CHURN, PINNED_ONCE = REAL / "pinned_churn_nsys.sqlite.xz", REAL / "pinned_once_nsys.sqlite.xz"
+
+
+def test_pinning_a_buffer_every_step_is_priced_as_the_twin_that_pins_once_saved(analyzed):
+    """pinned_churn.cu stages each step's 64 MB through a buffer it cudaHostAlloc's and cudaFreeHost's every step
+    (by SQL, 78 such calls, ~25 ms of host time a step); its twin pins once. pinned-alloc-churn leads, and its
+    saving a step is the mean step the twin saved (SQL), within 10%; the twin has no such finding."""
+    model = analyzed(PINNED_CHURN)
+    first = program_findings(model)[0]
+    calls, host_ns = sql(PINNED_CHURN, """SELECT COUNT(*), SUM(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+                                          JOIN StringIds s ON s.id = r.nameId
+                                          WHERE s.value LIKE 'cudaHostAlloc%' OR s.value LIKE 'cudaFreeHost%'""")[0]
+    assert first["check"] == "pinned-alloc-churn"
+    assert first["evidence"]["pinned_alloc_calls"]["value"] <= calls and first["evidence"]["pinned_alloc_host_ns"]["value"] <= host_ns
+    per_step = first["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+    assert per_step == pytest.approx(mean_step_saved(PINNED_CHURN, PINNED_ONCE), rel=0.10)
+    assert "pinned-alloc-churn" not in {f["check"] for f in analyzed(PINNED_ONCE)["findings"]}
