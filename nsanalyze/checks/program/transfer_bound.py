@@ -142,7 +142,10 @@ def run(timeline, limits) -> Finding | None:
         own = by_kind.get(direction.copy_kind)
         direction.pageable_ns, direction.pageable_copies = (own.duration_ns, own.copies) if own else (0, 0)
     top = directions[0]
-    rate = f" at {top.gb_per_s:.1f} GB/s" if top.gb_per_s else ""
+    # every direction that holds a fifth of the copy time or more: copies both ways are named both ways
+    shown = [d for d in directions if d is top or d.duration_ns >= 0.2 * sum(x.duration_ns for x in directions)][:2]
+    moved = " and ".join(f"{plural(d.copies, 'copy')} {d.copy_kind.lower()} moved {d.bytes / 1e9:.2f} GB"
+                         + (f" at {d.gb_per_s:.1f} GB/s" if d.gb_per_s else "") for d in shown)
     pageable = sum(d.pageable_bytes for d in directions)
     total = sum(d.bytes for d in directions)
     # pinning is pageable-memcpy's saving, and making the synchronous copies asynchronous sync-memcpy's
@@ -169,8 +172,7 @@ def run(timeline, limits) -> Finding | None:
     finding = Finding(
         check=ID,
         title=f"Transfer-bound: copies take {copy_share:.0%} of the window{per_step_phrase(timeline, BUDGET_PART)}, "
-              f"the GPU computes {compute_share:.0%}; {plural(top.copies, 'copy')} {top.copy_kind.lower()} "
-              f"moved {top.bytes / 1e9:.2f} GB{rate}{outlook}",
+              f"the GPU computes {compute_share:.0%}; {moved}{outlook}",
         estimated_speedup=0.0,
         evidence={"copy_share": evidence(copy_share, limits.min_copy_share, unit="ratio"),
                   "compute_share": evidence(compute_share, unit="ratio"),

@@ -284,3 +284,13 @@ def test_api_only_export_without_steps_spans_its_calls(tmp_path):
     assert "CUDA call (no GPU activity recorded)" in model["timeline"]["window"]["description"]
     copies = _by_check(model)["sync-memcpy"]
     assert 0 < copies["estimated_savings_ns"] <= copies["evidence"]["blocking_copy_call_ns"]["value"]
+
+
+def test_copies_both_ways_are_named_both_ways(analyzed):
+    """pinned_once.cu copies 64 MB in and out each step (by SQL, 2.68 GB each way, pinned): the transfer-bound
+    title names both directions with their bytes, not the larger one alone."""
+    path = REAL / "pinned_once_nsys.sqlite.xz"
+    finding = next(f for f in analyzed(path)["findings"] if f["check"] == "transfer-bound")
+    by_kind = dict(sql(path, "SELECT copyKind, SUM(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY copyKind"))
+    assert by_kind[1] == by_kind[2] == 2684354560   # 1: host-to-device, 2: device-to-host
+    assert "host-to-device moved 2.68 GB" in finding["title"] and "device-to-host moved 2.68 GB" in finding["title"]
