@@ -39,6 +39,8 @@ once.
 from nsanalyze.checks.base import Finding, Threshold, evidence
 from nsanalyze.checks.program._host_class import calls_phrase, class_cost
 
+CHANGE = {"remove": ("allocator",)}  # the replay change priced (program.py)
+
 ID = "allocator-churn"
 NAME = "program.host.allocator"
 TITLE = "Device memory allocated and freed inside the loop"

@@ -51,6 +51,8 @@ from nsanalyze.normalize.model import plain
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
 from nsanalyze.checks.program._claims import unclaimed_part
 
+CHANGE = None  # the replay change priced (program.py)
+
 ID = "host-compute"
 NAME = "program.host.compute"
 TITLE = "The GPU waits while the host computes"
