@@ -31,6 +31,8 @@ PAIRS = [
     ("nested_phases", "nested_phases_nockpt", {"outliers": True}, "no checkpoint", "non-step-phase"),
     ("hostsync_every1", "hostsync_every20", {"remove": ("sync",)}, "a sync every 20 steps, not every step",
      "host-sync"),
+    ("matmul_sync", "matmul_async", {"remove": ("sync",)}, "no `.item()` each step: the host runs ahead",
+     "host-sync"),
 ]
 
 

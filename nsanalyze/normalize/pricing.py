@@ -4,7 +4,7 @@ change (normalize.critical_path), against the same replay without it.
 Each program check declares its change (`CHANGE` in its module, in `nsanalyze whatif`'s vocabulary):
 `{"remove": (CLASS, ...)}` host-activity classes gone; `{"graph": True}` each step one graph launch;
 `{"pinned": True}` pageable copies at the pinned rate; `{"outliers": True}` steps over 1.5x the median at
-the median; `{"speedup": (ROLE, ...)}` the kernels of these roles faster by the factor that takes the
+the median (capped by the time the check measured for its cause: other causes' slow steps are not its); `{"speedup": (ROLE, ...)}` the kernels of these roles faster by the factor that takes the
 finding's own savings off their time; `{"remove_kernels": (ROLE, ...)}` those kernels gone with the launch
 calls that launched nothing else (their time counted first in the finding's savings). A GPU change on a
 step the host holds saves down to the host's floor; what the replay saves is capped by the time the change
@@ -63,7 +63,8 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         if periods is None or len(periods) < 3:
             return None
         excess = outlier_excess(np.asarray(periods, dtype=np.float64))
-        return Priced(excess, excess, None, f"steps over {OUTLIER_FACTOR:g}x the median at the median")
+        # slow for this cause alone: capped by the time the check measured for it (the phase's, the excess)
+        return Priced(min(excess, own_ns), excess, own_ns, f"steps over {OUTLIER_FACTOR:g}x the median at the median")
     block = getattr(timeline, "step_block", None)
     if block is None or not block.trusted or not count:
         return None
