@@ -116,8 +116,9 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding) -> None:
             f"savings: the replay of the steps with {priced.change} ({per_step(priced.savings_ns)}"
             + (f", capped by the {per_step(priced.cap_ns)} the change takes away" if capped else "")
             + f"), not the check's own estimate ({per_step(own)})"
-            + ("; the host holds the step: a faster GPU saves only down to the host's floor"
-               if declared.get("speedup") or declared.get("remove_kernels") else ""))
+            + ("; the kernels are not all on the step's critical path: faster, they save only down to what "
+               "the host and the other work take" if (declared.get("speedup") or declared.get("remove_kernels"))
+               and priced.savings_ns < own else ""))
 
 
 def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:

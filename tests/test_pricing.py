@@ -84,7 +84,7 @@ def test_a_gpu_change_on_a_host_bound_step_saves_down_to_the_hosts_floor(analyze
     saved = per_step(report, found)
     assert 0 < saved <= 1.05 * bound
     assert saved < 0.5 * own
-    assert any("not the check's own estimate" in note and "host" in note for note in found["notes"])
+    assert any("not the check's own estimate" in note and "critical path" in note for note in found["notes"])
 
 
 def _kernel_findings_on(name: str, share: float, count: int) -> dict:
