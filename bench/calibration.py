@@ -18,18 +18,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 REAL = ROOT / "fixtures" / "real"
 
-# (base, fixed, whatif change, what the fix was)
+# (base, fixed, whatif change, what the fix was, the check whose finding the fix answers)
 PAIRS = [
-    ("graphs_eager", "graphs_after", {"graph": True}, "the step captured as one CUDA graph"),
-    ("loader_inline", "loader_workers", None, "DataLoader workers, pinned memory"),
-    ("attn_naive", "attn_sdpa", None, "scaled_dot_product_attention"),
-    ("cnn_nchw", "cnn_cl", None, "channels_last"),
-    ("mlp_eager", "mlp_compile", None, "torch.compile"),
-    ("transfer_pageable", "transfer_pinned", {"pinned": True}, "pinned host memory"),
-    ("alloc_churn", "alloc_cached", {"remove": ("allocator",)}, "no empty_cache() each step"),
-    ("histlog_every10", "histlog_off", {"outliers": True}, "no histogram logging"),
-    ("nested_phases", "nested_phases_nockpt", {"outliers": True}, "no checkpoint"),
-    ("hostsync_every1", "hostsync_every20", {"remove": ("sync",)}, "a sync every 20 steps, not every step"),
+    ("graphs_eager", "graphs_after", {"graph": True}, "the step captured as one CUDA graph", "launch-overhead"),
+    ("loader_inline", "loader_workers", None, "DataLoader workers, pinned memory", "host-compute"),
+    ("attn_naive", "attn_sdpa", None, "scaled_dot_product_attention", "attention-unfused"),
+    ("cnn_nchw", "cnn_cl", None, "channels_last", "layout-conversion"),
+    ("mlp_eager", "mlp_compile", None, "torch.compile", "unfused-elementwise"),
+    ("transfer_pageable", "transfer_pinned", {"pinned": True}, "pinned host memory", "pageable-memcpy"),
+    ("alloc_churn", "alloc_cached", {"remove": ("allocator",)}, "no empty_cache() each step", "allocator-churn"),
+    ("histlog_every10", "histlog_off", {"outliers": True}, "no histogram logging", "slow-steps"),
+    ("nested_phases", "nested_phases_nockpt", {"outliers": True}, "no checkpoint", "non-step-phase"),
+    ("hostsync_every1", "hostsync_every20", {"remove": ("sync",)}, "a sync every 20 steps, not every step",
+     "host-sync"),
+    ("matmul_sync", "matmul_async", {"remove": ("sync",)}, "no `.item()` each step: the host runs ahead",
+     "host-sync"),
 ]
 
 
@@ -51,7 +54,7 @@ def calibration_rows() -> list[dict]:
     from nsanalyze.whatif import WhatIf, whatif
 
     rows = []
-    for base, fixed, change, fix in PAIRS:
+    for base, fixed, change, fix, answers in PAIRS:
         base_path, fixed_path = REAL / f"{base}_nsys.sqlite.xz", REAL / f"{fixed}_nsys.sqlite.xz"
         if not base_path.exists() or not fixed_path.exists():
             continue
@@ -59,9 +62,12 @@ def calibration_rows() -> list[dict]:
         steps = before["timeline"]["steps"]
         actual = steps["mean_ns"] - after["timeline"]["steps"]["mean_ns"]
         first = next((f for f in before["findings"] if f["kernel_id"] is None and f["severity"] != "info"), None)
+        own = next((f for f in before["findings"] if f["check"] == answers), None)
         row = {"pair": f"{base} -> {fixed}", "fix": fix, "actual_ns": actual,
                "finding": first["check"] if first else None,
                "finding_ns": first["estimated_savings_ns"] / steps["count"] if first else None,
+               "answers": answers, "answers_ns": own["estimated_savings_ns"] / steps["count"] if own else None,
+               "priced_by": _priced_by(own),
                "change": change_text(change), "whatif_ns": None, "self_check": None}
         if change:
             result = whatif([str(base_path)], Options(), WhatIf(remove=tuple(change.get("remove", ())),
@@ -72,6 +78,14 @@ def calibration_rows() -> list[dict]:
             row["self_check"] = result["self_check"]["error"]
         rows.append(row)
     return rows
+
+
+def _priced_by(finding: dict | None) -> str:
+    """How the report priced the finding: by the replay of its change (evidence.replayed_savings_ns) or by the
+    check's own estimate."""
+    if finding is None:
+        return "-"
+    return "replay" if "replayed_savings_ns" in finding["evidence"] else "check"
 
 
 def whatif_time() -> list[tuple[str, tuple[float, float]]]:
@@ -99,12 +113,15 @@ def render(rows: list[dict], timing) -> str:
     ms = lambda ns: "-" if ns is None else f"{ns / 1e6:.2f} ms"  # noqa: E731
     lines = ["Predicted against actual savings a step on the real fix pairs (fixtures/real); actual: the difference "
              "of the twins' mean GPU step periods (steps.mean_ns).", "",
-             "| pair (fix) | actual | first finding | its savings a step | error | whatif change | replayed savings "
-             "| error | self-check |", "|---|---|---|---|---|---|---|---|---|"]
+             "| pair (fix) | actual | first finding | its savings a step | error | the fix's finding | its savings "
+             "(priced by) | error | whatif change | replayed savings | error | self-check |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         check = "-" if r["self_check"] is None else f"{r['self_check']:.2%} off"
         lines.append(f"| {r['pair']} ({r['fix']}) | {ms(r['actual_ns'])} | {r['finding'] or '-'} "
-                     f"| {ms(r['finding_ns'])} | {share(r['finding_ns'], r['actual_ns'])} | {r['change']} | {ms(r['whatif_ns'])} "
+                     f"| {ms(r['finding_ns'])} | {share(r['finding_ns'], r['actual_ns'])} | {r['answers']} "
+                     f"| {ms(r['answers_ns'])} ({r['priced_by']}) | {share(r['answers_ns'], r['actual_ns'])} "
+                     f"| {r['change']} | {ms(r['whatif_ns'])} "
                      f"| {share(r['whatif_ns'], r['actual_ns'])} | {check} |")
     if timing:
         lines += ["", "| input | nsanalyze whatif --speedup regex:gemm=2 -o out.json (report: the table above) |",

@@ -328,7 +328,7 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
 
     kernel_time = {k["id"]: k.get("total_ns") or (k["duration_ns"] or 0.0) * k["launches"] for k in kernels}
     if nsys_exports:
-        from nsanalyze.program import analyze_nsys, join_kernel_times
+        from nsanalyze.program import analyze_nsys, join_kernel_times, price_kernel_findings
 
         program = analyze_nsys(nsys_exports, options)
         model.update(program.sections)
@@ -336,6 +336,7 @@ def analyze(paths: list[str], options: Options | None = None) -> dict:
         model["not_judged"] += [n.to_json() for n in program.not_judged]
         if kernels:
             join_kernel_times(kernels, program.kernel_summary, kernel_time)
+            price_kernel_findings(findings, program, kernels, kernel_time)
         else:
             model["kernels"] = program.kernels
     elif kernels:  # ncu alone: the work checks read the kernel list's split by role (names only)

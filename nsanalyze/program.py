@@ -6,17 +6,21 @@ weighted by that kernel's total time in the nsys timeline (matched by name).
 
 from __future__ import annotations
 
+import math
+import re
 import sqlite3
 from dataclasses import dataclass, field
 
 from nsanalyze.checks import global_settings, limits_for, program_checks
-from nsanalyze.checks.base import Finding, NotJudged, budget_part, severity_for
+from nsanalyze.checks.base import Finding, NotJudged, budget_part, evidence, severity_for
 from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 
 # Checks whose findings claim budget time of a wider cause (checks/program/_host_class.claims): their own
 # savings are not capped by what they claim.
 WIDER_CAUSES = {"allocator-churn", "pinned-alloc-churn", "slow-steps", "non-step-phase", "host-wait"}
-from nsanalyze.normalize import model
+from nsanalyze.normalize import critical_path as cp
+from nsanalyze.normalize import model, pricing
+from nsanalyze.normalize.critical_path import SELF_CHECK_TOLERANCE
 from nsanalyze.normalize.checked_rows import invalid_rows
 from nsanalyze.normalize.timeline import Timeline, build_timeline
 from nsanalyze.numbers import finite
@@ -31,6 +35,8 @@ class ProgramResult:
     kernels: list[dict]
     kernel_summary: list[dict]
     not_judged: list[NotJudged] = field(default_factory=list)
+    step_block: object | None = None   # the replayed steps around the median (one export): prices kernel findings
+    step_count: int = 0                # the steps in its window
 
 
 def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None = None):
@@ -56,6 +62,7 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
             continue
         if finding.estimated_savings_ns == 0.0:
             finding.estimated_savings_ns = finding.estimated_speedup * span
+        _price_by_replay(timeline, check, finding)
         part = getattr(check, "BUDGET_PART", None)
         finding.budget_part = part
         whole = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
@@ -76,6 +83,43 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
         finding.severity = severity_for(finding.estimated_speedup, cuts)
     return findings, not_judged
+
+
+def _price_by_replay(timeline: Timeline, check, finding: Finding) -> None:
+    """The finding's savings: what the replay of the steps saves with the change its check declares
+    (`CHANGE`, normalize.pricing), capped by the time the change takes away; the check's own estimate where
+    no change maps or the replay is not trusted. Where the two disagree the finding says which it used."""
+    declared = getattr(check, "CHANGE", None)
+    if not declared or len(timeline.devices) > 1:   # the replay is one process's steps: one GPU's
+        return
+    own = finding.estimated_savings_ns
+    block = getattr(timeline, "step_block", None)
+    rate = None
+    if declared.get("pinned") and block is not None:
+        from nsanalyze.checks.program._copies import reference_rate
+
+        rate = {kind: reference_rate(timeline, label)[0] for kind, label in block.graph.copy_kinds.items()}
+    priced = pricing.price(timeline, declared, own, rate)
+    steps = timeline.steps.count if timeline.steps is not None and timeline.steps.count else None
+    per_step = (lambda ns: f"{ns / steps / 1e6:.2f} ms a step") if steps else (lambda ns: f"{ns / 1e6:.2f} ms")
+    if priced is None:
+        if block is not None and not block.trusted:
+            finding.notes.append(f"savings: the check's own estimate; the replay of the steps misses the measured "
+                                 f"ones by {block.self_check_error:.1%} (it must come within "
+                                 f"{SELF_CHECK_TOLERANCE:.0%} to price a change)")
+        return
+    finding.estimated_savings_ns = priced.savings_ns
+    finding.evidence = {**finding.evidence, "replayed_savings_ns": evidence(priced.replayed_ns, unit="ns"),
+                        "check_savings_ns": evidence(own, unit="ns")}
+    if abs(priced.savings_ns - own) > pricing.DISAGREE * max(own, priced.savings_ns):
+        capped = priced.cap_ns is not None and priced.replayed_ns > priced.cap_ns
+        finding.notes.append(
+            f"savings: the replay of the steps with {priced.change} ({per_step(priced.savings_ns)}"
+            + (f", capped by the {per_step(priced.cap_ns)} the change takes away" if capped else "")
+            + f"), not the check's own estimate ({per_step(own)})"
+            + ("; the kernels are not all on the step's critical path: faster, they save only down to what "
+               "the host and the other work take" if (declared.get("speedup") or declared.get("remove_kernels"))
+               and priced.savings_ns < own else ""))
 
 
 def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:
@@ -368,7 +412,10 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
     for finding in findings:
         _rank_and_device(finding, devices)
     _fit_the_window(findings, sections.get("timeline", {}).get("span_ns") or 0)
-    return ProgramResult(sections, findings, kernels, summary, not_judged)
+    one = timelines[0] if len(timelines) == 1 else None
+    return ProgramResult(sections, findings, kernels, summary, not_judged,
+                         one.step_block if one is not None else None,
+                         one.steps.count if one is not None and one.steps is not None else 0)
 
 
 def join_kernel_times(ncu_kernels: list[dict], nsys_summary: list[dict], kernel_time: dict) -> None:
@@ -392,3 +439,48 @@ def join_kernel_times(ncu_kernels: list[dict], nsys_summary: list[dict], kernel_
             kernel["nsys"] = {"total_ns": finite(match["duration_ns"] * share), "launches": int(match["launches"]),
                               "time_share": finite(match["duration_ns"] * share / total) if total else None}
             kernel_time[kernel["id"]] = float(match["duration_ns"]) * share
+
+
+# At most this many kernels' findings are replayed (one replay a kernel, the longest kernels first).
+KERNELS_REPLAYED_AT_MOST = 20
+
+
+def price_kernel_findings(findings: list[Finding], program: ProgramResult, ncu_kernels: list[dict],
+                          kernel_time: dict) -> None:
+    """Kernel findings joined with nsys time go through the replay of the steps: the kernel faster by the
+    share its findings promise together (1 - prod(1 - s)); where the replay saves less (the kernel is off the
+    critical path, the host holds the step), each finding's share is scaled to what the replay saves."""
+    block = program.step_block
+    if block is None or not block.trusted or not program.step_count:
+        return
+    by_kernel: dict[int, list[Finding]] = {}
+    for finding in findings:
+        if finding.kernel_id is not None and finding.estimated_speedup > 0 and kernel_time.get(finding.kernel_id):
+            by_kernel.setdefault(finding.kernel_id, []).append(finding)
+    kernels = {k["id"]: k for k in ncu_kernels if k.get("nsys")}
+    ranked = sorted((kid for kid in by_kernel if kid in kernels), key=lambda kid: -kernel_time[kid])
+    for kernel_id in ranked[:KERNELS_REPLAYED_AT_MOST]:
+        group, kernel = by_kernel[kernel_id], kernels[kernel_id]
+        left = 1.0
+        for finding in group:
+            left *= 1.0 - min(finding.estimated_speedup, 1.0)
+        share = 1.0 - left
+        promised = share * kernel_time[kernel_id]
+        names = {n for n in (kernel.get("demangled"), kernel.get("name")) if n}
+        pattern = re.compile("^(?:" + "|".join(re.escape(n) for n in names) + ")$")
+        if not cp.matching_ops(block.graph, pattern).any():
+            continue
+        factor = math.inf if share >= 1.0 else 1.0 / (1.0 - share)
+        per_step = cp.saving_per_step(block, cp.Change(speedups=(("kernel", pattern, factor),)))
+        if per_step is None or not promised:
+            continue
+        replayed = max(0.0, per_step) * program.step_count
+        if replayed >= (1.0 - pricing.DISAGREE) * promised:
+            continue
+        ratio = replayed / promised
+        for finding in group:
+            finding.estimated_speedup *= ratio
+            finding.notes.append(f"savings: the replay of the steps with this kernel {factor:.2g}x faster saves "
+                                 f"{replayed / 1e6:.3g} ms of the {promised / 1e6:.3g} ms its findings promise "
+                                 f"({ratio:.0%}): the kernel is not all on the critical path (the host or other "
+                                 "work holds the step)")

@@ -17,13 +17,11 @@ from nsanalyze.errors import InputError
 from nsanalyze.normalize import critical_path as cp
 from nsanalyze.normalize.activity import PID_SHIFT, median
 from nsanalyze.normalize.host_activity import class_order, rules
+from nsanalyze.normalize.pricing import OUTLIER_FACTOR   # `--outliers`: steps over it x the median at the median
 from nsanalyze.normalize.steps import find_steps
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profiles
 from nsanalyze.read.nsys import NsysExport, sqlite_input_error
-
-# A step this many times the median is an outlier (`--outliers`: set to the median).
-OUTLIER_FACTOR = 1.5
 
 
 @dataclass

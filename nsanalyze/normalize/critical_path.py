@@ -31,7 +31,7 @@ import numpy as np
 
 from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median
 from nsanalyze.normalize.host_activity import base_name, classify, rules
-from nsanalyze.normalize.work import role_of
+from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, role_of
 from nsanalyze.read.nsys import CALL_TABLES, NsysExport
 
 SELF_CHECK_TOLERANCE = 0.02   # the replay without change within 2% of the measured steps, else untrusted
@@ -87,6 +87,7 @@ class Graph:
     step_index: np.ndarray   # steady-step position of each block step
     queue_depth: int | None = None
     notes: list = field(default_factory=list)
+    copy_kinds: dict = field(default_factory=dict)   # memcpy kind id -> its label ("Host-to-Device", ...)
 
     @property
     def events(self) -> int:
@@ -126,10 +127,14 @@ class Change:
     remove: frozenset = frozenset()
     graph: bool = False
     pinned_rate: dict | None = None   # memcpy kind id -> bytes/ns of pinned copies, where pageable ones change
+    # ((roles, factor), ...): the kernels of these roles (normalize/kernel_roles.csv; "*" every kernel) faster
+    # by the factor; an infinite factor removes them, with the launch calls that launched nothing else
+    roles: tuple = ()
 
     @property
     def empty(self) -> bool:
-        return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None
+        return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None \
+            and not self.roles
 
 
 # ---------------------------------------------------------------- the graph
@@ -221,8 +226,8 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
                                                                      | np.isin(c.dst_kind[cmask], pageable_kinds))))
     o_label = [None] * nk + ["gpu:memset" if m else "gpu:copy" for m in memset]
     o_names = [(op_names.get(int(s)), op_names.get(int(d))) for s, d in zip(short, dem)] + [None] * int(cmask.sum())
-    for i in range(nk):
-        o_label[i] = "gpu:" + role_of(*o_names[i])
+    for i, role in enumerate(_kernel_roles(export, k.where(kmask), o_names[:nk])):
+        o_label[i] = "gpu:" + role
     order = np.lexsort((o_end, o_start))
     o_start, o_end, o_stream, o_corr, o_copy_kind, o_bytes, o_pageable = (
         a[order] for a in (o_start, o_end, o_stream, o_corr, o_copy_kind, o_bytes, o_pageable))
@@ -383,9 +388,25 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     op_step = np.where(has_call, np.where(inside[np.maximum(o_call, 0)], step_of_call[np.maximum(o_call, 0)], -1), -1)
     for s in range(len(host_starts)):
         step_ops[s] = np.flatnonzero(op_step == s)
+    copy_kinds = {int(i): str(label) for i, label in export.query("SELECT id, label FROM memcpy_kinds")}
     return Graph(c_start, c_end, c_class, c_prev, c_cross, c_own, c_target, c_tail,
                  o_start, o_end, o_call, o_prev, o_implied, o_gap, o_latency, o_label, o_names, o_copy_kind, o_bytes,
-                 o_pageable, step_ops, np.asarray(steady_positions), depth, notes)
+                 o_pageable, step_ops, np.asarray(steady_positions), depth, notes, copy_kinds)
+
+
+def _kernel_roles(export: NsysExport, kernels, names: list) -> list[str]:
+    """Each kernel's role as the window's work split gives it (normalize.work): by name, and attention's
+    scores kernels (the elementwise, cast and copy launches between its GEMMs) by context, so a change to a
+    role changes the kernels its findings count."""
+    roles = [role_of(*n) for n in names]
+    launches = _launch_roles(export.strings, kernels)
+    if launches is None:
+        return roles
+    _scores_context(launches)   # relabels the scores' glue in launches["role"]
+    order = np.lexsort((np.asarray(kernels.start), np.asarray(kernels.stream_id), np.asarray(kernels.device_id)))
+    by_row = np.empty(len(order), dtype=np.int64)
+    by_row[order] = launches["role"]
+    return [ROLES[int(r)] for r in by_row]
 
 
 # ---------------------------------------------------------------- replay
@@ -397,15 +418,29 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
     n_calls, n_ops = len(graph.c_start), len(graph.o_start)
     duration = (graph.o_end - graph.o_start).astype(np.float64)
     for _, regex, factor in change.speedups:
-        hit = np.array([names is not None and any(n and regex.search(n) for n in names) for names in graph.o_names],
-                       dtype=bool)
-        duration[hit] /= factor
+        hit = matching_ops(graph, regex)
+        duration[hit] = 0.0 if np.isinf(factor) else duration[hit] / factor
+    gone = np.zeros(n_ops, bool)
+    for roles, factor in change.roles:
+        hit = role_mask(graph, roles)
+        if np.isinf(factor):
+            gone |= hit
+            duration[hit] = 0.0
+        else:
+            duration[hit] /= factor
     if change.pinned_rate:
         pageable = pageable_copies(graph)
         rate = np.array([change.pinned_rate.get(int(k)) or np.inf for k in graph.o_copy_kind[pageable]])
         duration[pageable] = np.minimum(duration[pageable], graph.o_bytes[pageable] / rate)
     removed = np.array([c in change.remove for c in graph.c_class], dtype=bool) if change.remove else \
         np.zeros(n_calls, bool)
+    if gone.any():   # a kernel that no longer exists is not launched: calls that launched only such kernels go
+        launched = graph.o_call >= 0
+        kept = np.zeros(n_calls, bool)
+        kept[graph.o_call[launched & ~gone]] = True
+        dropped = np.zeros(n_calls, bool)
+        dropped[graph.o_call[launched & gone]] = True
+        removed = removed | (dropped & ~kept)
     own = np.where(removed, 0.0, graph.c_own)
     target = np.where(removed, -1, graph.c_target)
     gap_host = (graph.c_start - np.where(graph.c_prev >= 0, graph.c_end[np.maximum(graph.c_prev, 0)], 0)).astype(float)
@@ -474,6 +509,21 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
     starts = np.array([os_a[ops].min() if len(ops) else -1.0 for ops in graph.step_first_op])
     ends = np.array([oe_a[ops].max() if len(ops) else -1.0 for ops in graph.step_first_op])
     return Replay(np.array(cs), np.array(ce), os_a, oe_a, np.array(cb_s), np.array(cb_e), np.array(ob), starts, ends)
+
+
+def matching_ops(graph: Graph, regex: re.Pattern) -> np.ndarray:
+    """The graph's kernels whose short or demangled name the regex finds."""
+    return np.array([names is not None and any(n and regex.search(n) for n in names) for names in graph.o_names],
+                    dtype=bool)
+
+
+def role_mask(graph: Graph, roles) -> np.ndarray:
+    """The graph's kernels of these roles ("*": every kernel; copies and memsets are no kernels)."""
+    labels = np.array(graph.o_label, dtype=object)
+    kernels = np.array([names is not None for names in graph.o_names], dtype=bool)
+    if "*" in roles:
+        return kernels
+    return kernels & np.isin(labels, ["gpu:" + r for r in roles])
 
 
 def pageable_copies(graph: Graph) -> np.ndarray:
@@ -631,24 +681,50 @@ def step_block(export: NsysExport, activity: Activity, launching_threads: np.nda
     return StepBlock(graph, base, measured, replayed, error, mid - lo, with_last)
 
 
-def median_step_critical_path(export: NsysExport, steps, activity: Activity,
-                              launching_threads: np.ndarray) -> list[dict] | None:
-    """For the timeline: the critical path of a median step, [{part, ns, share}] adding up to the step;
-    None where the replay of the steps around it misses the measured ones by more than the self-check
-    allows (the path would then describe another program)."""
+def median_step_block(export: NsysExport, steps, activity: Activity, launching_threads: np.ndarray) -> StepBlock | None:
+    """The steps around a median step replayed (the report's critical path and the pricing of its findings);
+    None without steps on the GPU's clock or where they could not be replayed."""
     if steps is None or steps.clock != "gpu" or len(steps.steady) < 3:
         return None
     pid = steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
     # each process's calls as one chain (no read of the call table's threads: a report's time matters;
     # on the real loops the paths are those of the threads' chains)
-    block = step_block(export, activity, launching_threads, steps.host_starts, steps.host_ends, steps.steady,
-                       steps.starts, pid, around_median=3, threads=False)
-    if block is None:
-        return None
-    if not block.trusted:
+    return step_block(export, activity, launching_threads, steps.host_starts, steps.host_ends, steps.steady,
+                      steps.starts, pid, around_median=3, threads=False)
+
+
+def block_critical_path(block: StepBlock | None) -> list[dict] | None:
+    """For the timeline: the critical path of a median step, [{part, ns, share}] adding up to the step;
+    None where the replay of the steps around it misses the measured ones by more than the self-check
+    allows (the path would then describe another program)."""
+    if block is None or not block.trusted:
         return None
     path = critical_path(block.graph, block.base, block.median_step)
     return [{"part": p["part"], "ns": int(round(p["ns"])), "share": float(p["share"])} for p in path] if path else None
+
+
+def saving_per_step(block: StepBlock, change: Change) -> float | None:
+    """What the change saves of a step: the mean over the block's steps of the unchanged replay's period
+    less the changed replay's (what the model misses cancels); None where no period compares."""
+    changed = replay(block.graph, change)
+    ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
+    if not ok.any():
+        return None
+    return float((block.replayed[ok] - changed.periods(block.with_last)[ok]).mean())
+
+
+def kernel_ns_per_step(block: StepBlock, roles) -> float:
+    """The block's time in kernels of these roles, per step."""
+    graph = block.graph
+    mine = role_mask(graph, roles) & (graph.o_call >= 0)
+    return float((graph.o_end - graph.o_start)[mine].sum()) / max(len(graph.step_first_op), 1)
+
+
+def class_ns_per_step(block: StepBlock, classes) -> float:
+    """The block's host time in calls of these host-activity classes, per step."""
+    graph = block.graph
+    mine = np.isin(np.array(graph.c_class, dtype=object), list(classes))
+    return float((graph.c_end - graph.c_start)[mine].sum()) / max(len(graph.step_first_op), 1)
 
 
 _SPEEDUP = re.compile(r"^regex:(?P<pattern>.+)=(?P<factor>[^=]+)$")

@@ -20,7 +20,7 @@ from nsanalyze.normalize import host_activity, host_calls, model
 from nsanalyze.normalize import work as work_split
 from nsanalyze.normalize.activity import Activity, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
-from nsanalyze.normalize.critical_path import median_step_critical_path
+from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, median_step_block
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.kernels import KernelTable, normalize_nsys_kernels
 from nsanalyze.normalize.phases import find_phases
@@ -73,6 +73,7 @@ class Timeline:
     # The critical path of a median step, [{part, ns, share}] (normalize.critical_path); None where the
     # replay of its steps does not reproduce them (self-check) or there are no steps on the GPU's clock.
     critical_path: list[dict] | None = None
+    step_block: StepBlock | None = None     # ... the steps it replayed: what prices the findings (program.py)
 
     def metric_mean(self, name: str) -> float | None:
         """The window's mean of a sampled GPU metric (normalize.gpu_metrics: `sm_issue_pct`, ...); None
@@ -200,7 +201,8 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
                                 steps if timeline.steps is not None else None, side)
     # -- the critical path of a median step (normalize.critical_path) --
     if export.kind == "nsys" and timeline.steps is not None:
-        timeline.critical_path = median_step_critical_path(export, steps, activity, capture.launching_threads)
+        timeline.step_block = median_step_block(export, steps, activity, capture.launching_threads)
+        timeline.critical_path = block_critical_path(timeline.step_block)
     # --
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
         from nsanalyze.read.kineto import launch_attribution

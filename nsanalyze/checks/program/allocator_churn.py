@@ -39,6 +39,8 @@ once.
 from nsanalyze.checks.base import Finding, Threshold, evidence
 from nsanalyze.checks.program._host_class import calls_evidence, calls_phrase, priced_class
 
+CHANGE = {"remove": ("allocator",)}  # the replay change priced (program.py)
+
 ID = "allocator-churn"
 NAME = "program.host.allocator"
 TITLE = "Device memory allocated and freed inside the loop"

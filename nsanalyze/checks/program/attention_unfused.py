@@ -35,6 +35,8 @@ counts too; its kernels are small. Log-softmax (cross-entropy over logits) is no
 
 from nsanalyze.checks.base import Finding, Threshold, evidence
 
+CHANGE = {"speedup": ("attention_unfused",)}  # the replay change priced (program.py)
+
 ID = "attention-unfused"
 NAME = "program.work.attention_unfused"
 TITLE = "Attention written out: the scores go through memory"

@@ -26,6 +26,8 @@ Idle samples run at low clocks by design and are excluded only approximately (by
 
 from nsanalyze.checks.base import Finding, Threshold, clamp01, evidence
 
+CHANGE = {"speedup": ("*",)}  # the replay change priced (program.py)
+
 ID = "clock-throttling"
 NAME = "program.device.clock"
 TITLE = "GPU clock below its maximum while busy"

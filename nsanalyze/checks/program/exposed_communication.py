@@ -32,6 +32,8 @@ Send/receive pairs of pipeline parallelism are exposed by design when a stage wa
 from nsanalyze.checks.base import Finding, Threshold, evidence
 from nsanalyze.checks.program.rank_imbalance import _exposed, label, straggler
 
+CHANGE = {"speedup": ("communication",)}  # the replay change priced (program.py)
+
 ID = "exposed-communication"
 NAME = "program.communication.exposed"
 TITLE = "Communication not hidden behind compute"

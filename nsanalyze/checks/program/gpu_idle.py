@@ -36,6 +36,8 @@ from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.normalize.model import plain
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence
 
+CHANGE = None  # the replay change priced (program.py)
+
 ID = "gpu-idle"
 NAME = "program.idle"
 TITLE = "The GPU idles with work already queued"

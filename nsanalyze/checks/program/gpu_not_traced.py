@@ -40,6 +40,8 @@ from nsanalyze.checks.base import Finding, Threshold, evidence, plural
 HOST_ALLOCATION = re.compile(r"^(?:cudaHostAlloc|cudaMallocHost|cudaFreeHost|cudaHostRegister|cudaHostUnregister|"
                              r"cuMemHostAlloc|cuMemAllocHost|cuMemFreeHost|cuMemHostRegister|cuMemHostUnregister)$")
 
+CHANGE = None  # the replay change priced (program.py)
+
 ID = "gpu-not-traced"
 NAME = "program.trace.no_gpu_activity"
 TITLE = "GPU activity not recorded: what the CUDA API table shows"

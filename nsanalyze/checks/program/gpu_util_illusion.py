@@ -43,6 +43,8 @@ from nsanalyze.checks.base import Finding, Threshold, clamp01, evidence
 from nsanalyze.checks.program import unfused_elementwise
 from nsanalyze.normalize.device_caps import sm_count
 
+CHANGE = None  # the replay change priced (program.py)
+
 ID = "gpu-util-illusion"
 NAME = "program.utilization.illusion"
 TITLE = "Busy by GPU-Util, but the SMs barely issue"

@@ -52,6 +52,8 @@ from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.checks.program.launch_overhead import profiler_caveat
 
+CHANGE = None  # the replay change priced (program.py)
+
 ID = "host-compute"
 NAME = "program.host.compute"
 TITLE = "The GPU waits while the host computes"

@@ -32,6 +32,8 @@ idle time they cause.
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.checks.base import Finding, plural, Threshold, budget_part, evidence, per_step_phrase
 
+CHANGE = {"remove": ("sync",)}  # the replay change priced (program.py)
+
 ID = "host-sync"
 NAME = "program.sync.host"
 TITLE = "Host synchronization leaves the GPU waiting"

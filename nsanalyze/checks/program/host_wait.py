@@ -42,6 +42,8 @@ from nsanalyze.checks.program._claims import claims_by_cause
 from nsanalyze.checks.program._host_class import WAIT_CLASSES, wait_classes, wait_parts
 from nsanalyze.checks.program.host_compute import BLOCKED_ADVICE
 
+CHANGE = None  # the replay change priced (program.py): OS waits are not in the replayed graph
+
 ID = "host-wait"
 NAME = "program.host.wait"
 TITLE = "The GPU waits while its host thread waits (a queue, a lock, I/O, a sleep)"

@@ -40,6 +40,8 @@ from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.text import code_span
 
+CHANGE = {"graph": True}  # the replay change priced (program.py)
+
 ID = "launch-overhead"
 NAME = "program.launch.overhead"
 TITLE = "Launch-bound: the GPU waits on kernel launches"

@@ -36,6 +36,8 @@ import re
 
 from nsanalyze.checks.base import Finding, Threshold, evidence
 
+CHANGE = {"remove_kernels": ("layout",), "speedup": ("normalization", "reduction")}  # the replay change priced (program.py)
+
 ID = "layout-conversion"
 NAME = "program.work.layout_conversion"
 TITLE = "Convolutions in NCHW: layout conversion kernels around them"

@@ -52,6 +52,8 @@ from nsanalyze.checks.libraries import library_of
 from nsanalyze.checks.program.rank_imbalance import straggler
 from nsanalyze.normalize.device_caps import has_tensor_cores
 
+CHANGE = {"speedup": ("matmul_simt",)}  # the replay change priced (program.py)
+
 ID = "low-tensor-activity"
 NAME = "program.utilization.tensor"
 TITLE = "Matrix products on the CUDA cores, not the tensor cores"

@@ -38,6 +38,8 @@ as host-compute or host-sync time between steps.
 from nsanalyze.checks.base import Finding, Threshold, evidence
 from nsanalyze.normalize.model import part_ns, plain
 
+CHANGE = {"outliers": True}  # the replay change priced (program.py)
+
 ID = "non-step-phase"
 NAME = "program.phase"
 TITLE = "A phase that is not the steps holds the window"

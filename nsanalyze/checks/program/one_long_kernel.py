@@ -31,6 +31,8 @@ the kernel's share of the window.
 
 from nsanalyze.checks.base import Finding, Threshold, evidence, plural
 
+CHANGE = None  # the replay change priced (program.py)
+
 ID = "one-long-kernel"
 NAME = "program.kernel.one_long"
 TITLE = "GPU-bound in one long kernel: profile it with Nsight Compute"

@@ -42,6 +42,8 @@ from nsanalyze.numbers import ms_text
 from nsanalyze.checks.base import Finding, Threshold, evidence, median_step_part, plural
 from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving
 
+CHANGE = {"pinned": True}  # the replay change priced (program.py)
+
 ID = "pageable-memcpy"
 NAME = "program.copies.pageable"
 TITLE = "Copies from or to pageable host memory"

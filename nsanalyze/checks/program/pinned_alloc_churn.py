@@ -37,6 +37,8 @@ start-up, and the finding then reads as such. PyTorch's `pin_memory()` caches pi
 from nsanalyze.checks.base import Finding, Threshold, evidence
 from nsanalyze.checks.program._host_class import calls_evidence, calls_phrase, priced_class
 
+CHANGE = {"remove": ("pinned-alloc",)}  # the replay change priced (program.py)
+
 ID = "pinned-alloc-churn"
 NAME = "program.host.pinned_alloc"
 TITLE = "Page-locked host memory allocated and freed while the program runs"

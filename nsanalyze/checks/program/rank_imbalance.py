@@ -38,6 +38,8 @@ from nsanalyze.checks.base import Finding, Threshold, evidence
 from nsanalyze.normalize.model import part_ns, plain
 from nsanalyze.checks.program.host_compute import _blocked
 
+CHANGE = None  # the replay change priced (program.py)
+
 ID = "rank-imbalance"
 NAME = "program.communication.imbalance"
 TITLE = "One GPU holds the others back"

@@ -52,6 +52,8 @@ import humanize
 from nsanalyze.checks.base import Finding, Threshold, evidence
 from nsanalyze.normalize.budget import PARTS
 
+CHANGE = {"outliers": True}  # the replay change priced (program.py)
+
 ID = "slow-steps"
 NAME = "program.steps.outliers"
 TITLE = "Steps that stand out hold a large share of the run"

@@ -39,6 +39,8 @@ before the first CUDA call is not in the export.
 from nsanalyze.checks.base import Finding, Threshold, evidence
 from nsanalyze.normalize.model import plain
 
+CHANGE = None  # the replay change priced (program.py)
+
 ID = "start-up"
 NAME = "program.startup"
 TITLE = "Start-up and warm-up cost as much as the steps"

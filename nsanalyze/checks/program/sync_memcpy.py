@@ -42,6 +42,8 @@ import re
 from nsanalyze.normalize.model import SyncCopies, plain
 from nsanalyze.checks.base import Finding, Threshold, evidence, plural
 
+CHANGE = {"remove": ("copy",)}  # the replay change priced (program.py)
+
 ID = "sync-memcpy"
 NAME = "program.copies.sync"
 TITLE = "Synchronous copies block the host"

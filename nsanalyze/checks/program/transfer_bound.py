@@ -52,6 +52,8 @@ from dataclasses import asdict, dataclass
 from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving, pinned_time_ns, reference_rate
 
+CHANGE = None  # the replay change priced (program.py)
+
 ID = "transfer-bound"
 NAME = "program.copies.transfer_bound"
 TITLE = "Transfer-bound: copies take most of the window"

@@ -34,6 +34,8 @@ the middle of a chain (a mean) may need a second pass in the fused kernel too.
 
 from nsanalyze.checks.base import Finding, Threshold, evidence
 
+CHANGE = {"speedup": ("elementwise",)}  # the replay change priced (program.py)
+
 ID = "unfused-elementwise"
 NAME = "program.work.unfused_elementwise"
 TITLE = "Elementwise code written out: chains of memory-bound kernels"

@@ -1,0 +1,125 @@
+"""A program finding priced by the change it stands for: the steps around the median step replayed with the
+change (normalize.critical_path), against the same replay without it.
+
+Each program check declares its change (`CHANGE` in its module, in `nsanalyze whatif`'s vocabulary):
+`{"remove": (CLASS, ...)}` host-activity classes gone; `{"graph": True}` each step one graph launch;
+`{"pinned": True}` pageable copies at the pinned rate; `{"outliers": True}` steps over 1.5x the median at
+the median (capped by the time the check measured for its cause: other causes' slow steps are not its); `{"speedup": (ROLE, ...)}` the kernels of these roles faster by the factor that takes the
+finding's own savings off their time; `{"remove_kernels": (ROLE, ...)}` those kernels gone with the launch
+calls that launched nothing else (their time counted first in the finding's savings). A GPU change on a
+step the host holds saves down to the host's floor; what the replay saves is capped by the time the change
+takes away (the kernels' time, the class's host time), never more than the time it comes from."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from nsanalyze.normalize import critical_path as cp
+from nsanalyze.normalize.activity import median
+
+OUTLIER_FACTOR = 1.5   # a step this many times the median step is an outlier (`--outliers`)
+# The replay and the check's own estimate this far apart (relative): the finding says which it used.
+DISAGREE = 0.1
+
+
+@dataclass
+class Priced:
+    """What the replay of a finding's change saves over the window, and the time it is capped by."""
+
+    savings_ns: float            # what the finding now promises (replayed, capped)
+    replayed_ns: float           # the replay's saving over the window, before the cap
+    cap_ns: float | None         # the time the change takes away (None: the budget's cap only)
+    change: str                  # the change in words
+
+
+def role_ns(timeline, roles) -> float:
+    """The window's kernel time in these roles (timeline.work; "*": every kernel)."""
+    work = timeline.work or ()
+    return float(sum(r.ns for r in work if "*" in roles or r.role in roles))
+
+
+def outlier_excess(periods: np.ndarray) -> float:
+    """The time steps over OUTLIER_FACTOR x the median step spend beyond the median: what setting them to
+    the median saves."""
+    if periods is None or len(periods) < 3:
+        return 0.0
+    typical = median(periods)
+    slow = periods > OUTLIER_FACTOR * typical
+    return float((periods[slow] - typical).sum())
+
+
+def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | None = None) -> Priced | None:
+    """The finding's savings by its change's replay; None where no change is declared, the steps are not
+    replayed (no steps on the GPU's clock) or the replay misses the measured steps (the self-check)."""
+    if not declared:
+        return None
+    steps = timeline.steps
+    count = steps.count if steps is not None else 0
+    if declared.get("outliers"):
+        periods = timeline.step_periods
+        if periods is None or len(periods) < 3:
+            return None
+        excess = outlier_excess(np.asarray(periods, dtype=np.float64))
+        # slow for this cause alone: capped by the time the check measured for it (the phase's, the excess)
+        return Priced(min(excess, own_ns), excess, own_ns, f"steps over {OUTLIER_FACTOR:g}x the median at the median")
+    block = getattr(timeline, "step_block", None)
+    if block is None or not block.trusted or not count:
+        return None
+    words, cap_per_step = [], 0.0
+    roles, removed = [], tuple(declared.get("remove_kernels", ()))
+    capped = False
+    if removed:
+        roles.append((removed, math.inf))
+        words.append(f"{'/'.join(removed)} kernels gone with their launches")
+        cap_per_step += cp.kernel_ns_per_step(block, removed) + _only_launches_ns_per_step(block, removed)
+        capped = True
+    if declared.get("speedup"):
+        sped = tuple(declared["speedup"])
+        left = max(0.0, own_ns - role_ns(timeline, removed))
+        total = role_ns(timeline, sped)
+        if total <= 0 or left <= 0:
+            if not removed:
+                return None
+        else:
+            share = min(left / total, 1.0)
+            factor = math.inf if share >= 1.0 else 1.0 / (1.0 - share)
+            roles.append((sped, factor))
+            words.append(f"{'/'.join(sped)} kernels {factor:.2g}x faster" if math.isfinite(factor)
+                         else f"{'/'.join(sped)} kernels gone")
+            cap_per_step += cp.kernel_ns_per_step(block, sped) * share
+            capped = True
+    classes = tuple(declared.get("remove", ()))
+    if classes:
+        words.append(f"no {'/'.join(classes)} calls")
+        cap_per_step += cp.class_ns_per_step(block, classes)
+        capped = True
+    pinned = pinned_rate if declared.get("pinned") else None
+    if declared.get("pinned"):
+        if not pinned:
+            return None
+        words.append("pageable copies at the pinned rate")
+    if declared.get("graph"):
+        words.append("each step one graph launch")
+    change = cp.Change(remove=frozenset(classes), graph=bool(declared.get("graph")), pinned_rate=pinned,
+                       roles=tuple(roles))
+    if change.empty:
+        return None
+    per_step = cp.saving_per_step(block, change)
+    if per_step is None:
+        return None
+    replayed = max(0.0, per_step) * count
+    cap = cap_per_step * count if capped else None
+    savings = min(replayed, cap) if cap is not None else replayed
+    return Priced(savings, replayed, cap, ", ".join(words))
+
+
+def _only_launches_ns_per_step(block, roles) -> float:
+    """The host time a step spends in the calls that launched only kernels of these roles."""
+    graph = block.graph
+    launched = graph.o_call >= 0
+    mine = cp.role_mask(graph, roles)
+    only = np.setdiff1d(np.unique(graph.o_call[mine & launched]), np.unique(graph.o_call[~mine & launched]))
+    return float((graph.c_end - graph.c_start)[only].sum()) / max(len(graph.step_first_op), 1)

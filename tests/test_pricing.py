@@ -1,0 +1,138 @@
+"""Program findings priced by the change they stand for (normalize/pricing.py): the report's savings are the
+replay of the steps with the check's declared change, checked against what the fix saved on real H200 twins
+(the difference of their mean GPU step periods, by SQL), and against the physics of a host-bound loop: a
+faster kernel there saves what the replay says, not its own time."""
+
+import statistics
+
+import pytest
+
+from nsanalyze.checks import program_checks
+from tests.conftest import REAL, sql, sql_gpu_step_periods
+from tests.isolated import apart
+
+
+def sql_mean_step(name: str) -> float:
+    """The mean GPU period of the steps past warm-up (the first third left out), by SQL."""
+    periods = sql_gpu_step_periods(REAL / name)
+    return statistics.mean(periods[len(periods) // 3:])
+
+
+def finding(report: dict, check: str) -> dict:
+    return next(f for f in report["findings"] if f["check"] == check)
+
+
+def per_step(report: dict, found: dict) -> float:
+    return found["estimated_savings_ns"] / report["timeline"]["steps"]["count"]
+
+
+def test_every_program_check_declares_its_change():
+    """A change in whatif's vocabulary, or None where no replay change maps."""
+    known = {"remove", "graph", "pinned", "outliers", "speedup", "remove_kernels"}
+    for check in program_checks():
+        assert hasattr(check, "CHANGE"), check.ID
+        assert check.CHANGE is None or (isinstance(check.CHANGE, dict) and set(check.CHANGE) <= known), check.ID
+
+
+# (base, fixed, the check whose finding the fix answers)
+TWINS = [
+    ("graphs_eager", "graphs_after", "launch-overhead"),
+    ("alloc_churn", "alloc_cached", "allocator-churn"),
+    ("transfer_pageable", "transfer_pinned", "pageable-memcpy"),
+    ("attn_naive", "attn_sdpa", "attention-unfused"),
+    ("mlp_eager", "mlp_compile", "unfused-elementwise"),
+]
+
+
+@pytest.mark.parametrize("base,fixed,check", TWINS)
+def test_a_finding_priced_by_its_replay_predicts_its_twin(analyzed, base, fixed, check):
+    """The finding's savings a step are the replay's (evidence.replayed_savings_ns), within 25% of what the
+    fix saved (SQL: the twins' mean GPU step periods past warm-up)."""
+    report = analyzed(str(REAL / f"{base}_nsys.sqlite.xz"))
+    found = finding(report, check)
+    assert "replayed_savings_ns" in found["evidence"] and "check_savings_ns" in found["evidence"]
+    assert found["estimated_savings_ns"] <= found["evidence"]["replayed_savings_ns"]["value"] * 1.001
+    actual = sql_mean_step(f"{base}_nsys.sqlite.xz") - sql_mean_step(f"{fixed}_nsys.sqlite.xz")
+    assert per_step(report, found) == pytest.approx(actual, rel=0.25)
+
+
+def test_a_gpu_change_on_a_host_bound_step_saves_down_to_the_hosts_floor(analyzed):
+    """ResNet-50 in NCHW: the host issues the step slower than the GPU runs it (SQL: host step range vs GPU
+    kernel time). The step cannot get shorter than the host's own time in it: its range, less its waits for
+    the GPU (syncs) and the launch calls of the kernels the change removes. The replay stays within that;
+    the check's own estimate (the kernels' time) promises more, and the finding says it took the replay."""
+    name = "cnn_nchw_nsys.sqlite.xz"
+    report = analyzed(str(REAL / name))
+    found = finding(report, "layout-conversion")
+    ranges = sql(REAL / name, """SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+                                 WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE 'step %' ORDER BY n.start""")
+    steady = ranges[len(ranges) // 3:]
+    first, last = steady[0][0], steady[-1][1]
+    host_step = statistics.mean(end - start for start, end in steady)
+    kernel_step = sql(REAL / name, f"SELECT SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start >= {first} "
+                                   f"AND start < {last}")[0][0] / len(steady)
+    assert kernel_step < 0.85 * host_step   # the host holds the step
+    conversion_launches = sql(REAL / name, f"""SELECT SUM(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId JOIN StringIds s ON s.id = k.shortName
+        WHERE (s.value LIKE '%nchwToNhwc%' OR s.value LIKE '%nhwcToNchw%') AND r.start >= {first} AND r.start < {last}
+        """)[0][0] / len(steady)
+    syncs = sql(REAL / name, f"""SELECT COALESCE(SUM(r.end - r.start), 0) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE '%Synchronize%' AND r.start >= {first}
+        AND r.start < {last}""")[0][0] / len(steady)
+    bound = sql_mean_step(name) - (host_step - syncs - conversion_launches)
+    own = found["evidence"]["check_savings_ns"]["value"] / report["timeline"]["steps"]["count"]
+    saved = per_step(report, found)
+    assert 0 < saved <= 1.05 * bound
+    assert saved < 0.5 * own
+    assert any("not the check's own estimate" in note and "critical path" in note for note in found["notes"])
+
+
+def _kernel_findings_on(name: str, share: float, count: int) -> dict:
+    """The export's `count` longest kernels each given a finding promising `share` of its time, priced as
+    analyze prices ncu findings joined with nsys time (program.price_kernel_findings)."""
+    from nsanalyze.analyze import Options
+    from nsanalyze.checks.base import Finding
+    from nsanalyze.program import analyze_nsys, join_kernel_times, price_kernel_findings
+    from nsanalyze.read import read_profile
+
+    export = read_profile(REAL / name)
+    program = analyze_nsys([export], Options())
+    top = sorted(program.kernel_summary, key=lambda row: -row["duration_ns"])[:count]
+    kernels = [{"id": i, "name": row["name"], "demangled": row["demangled"], "duration_ns": row["duration_ns"],
+                "launches": row["launches"]} for i, row in enumerate(top)]
+    kernel_time = {i: 0.0 for i in range(len(top))}
+    join_kernel_times(kernels, program.kernel_summary, kernel_time)
+    findings = [Finding(check="test", title="", estimated_speedup=share, evidence={}, advice="", kernel_id=i)
+                for i in range(len(top))]
+    price_kernel_findings(findings, program, kernels, kernel_time)
+    steps = program.sections["timeline"]["steps"]
+    return {"names": [row["name"] for row in top], "kernel_ns": [kernel_time[i] for i in range(len(top))],
+            "shares": [f.estimated_speedup for f in findings], "notes": [f.notes for f in findings],
+            "steps": steps["count"], "mean_step_ns": steps["mean_ns"]}
+
+
+def test_kernel_findings_on_a_host_bound_loop_save_what_the_replay_says():
+    """Batch-1 decoding (token_gen: the host issues each token's small kernels): findings that halve its 20
+    longest kernels promise more than 3% of a step (SQL: those kernels' time), but the replay says the step
+    shortens by under 3%: the findings keep that, and say why."""
+    name = "token_gen_nsys.sqlite.xz"
+    result = apart(_kernel_findings_on, name, 0.5, 20)
+    names = ", ".join("'" + n.replace("'", "''") + "'" for n in result["names"])
+    by_sql = sql(REAL / name, f"""SELECT SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                                  JOIN StringIds s ON s.id = k.shortName WHERE s.value IN ({names})""")[0][0]
+    assert sum(result["kernel_ns"]) <= by_sql
+    step, steps = result["mean_step_ns"], result["steps"]
+    promised = 0.5 * sum(result["kernel_ns"]) / steps
+    assert promised > 0.03 * step
+    saved = sum(s * ns for s, ns in zip(result["shares"], result["kernel_ns"])) / steps
+    assert saved < 0.03 * step
+    assert any("replay of the steps" in note for notes in result["notes"] for note in notes)
+
+
+def test_a_kernel_finding_on_a_gpu_bound_loop_keeps_its_own_savings():
+    """matmul_async (the host runs ahead; the GPU's products hold each step): halving the longest kernel
+    saves about half its time, so the finding keeps its own estimate."""
+    result = apart(_kernel_findings_on, "matmul_async_nsys.sqlite.xz", 0.5, 1)
+    assert result["kernel_ns"][0] / result["steps"] > 0.5 * result["mean_step_ns"]
+    assert result["shares"][0] == pytest.approx(0.5)
+    assert not result["notes"][0]
