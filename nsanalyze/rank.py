@@ -107,8 +107,14 @@ def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = No
         if time_ns and launches:
             cap = max(0.0, 1.0 - launches * floor / time_ns)
             if combined > cap:
+                # the floor takes from the findings counted after the others first: they claim what is left
+                primary_share = combined - later_combined * left
+                keep_primary = min(1.0, cap / primary_share) if primary_share > 0 else 0.0
+                keep_later = (cap - primary_share * keep_primary) / (combined - primary_share) \
+                    if combined > primary_share else 0.0
+                later_ids = {id(f) for f in later}
                 for finding in group:
-                    finding.estimated_speedup *= cap / combined if combined else 0.0
+                    finding.estimated_speedup *= keep_later if id(finding) in later_ids else keep_primary
                 combined = cap
                 floor_note = (f"at most {cap:.0%} of the kernel's time can go: {launches} launch"
                               f"{'es' if launches != 1 else ''} of {time_ns / launches / 1e3:.1f} us each keep a "

@@ -29,6 +29,7 @@ well at low occupancy, which is why the check only speaks when the kernel is lat
 """
 
 from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
+from nsanalyze.checks.kernel.low_ilp import grid_leaves_most_sms_idle
 
 ID = "low-occupancy"
 NAME = "latency.occupancy"
@@ -37,7 +38,7 @@ SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("achieved_occupancy_pct",)
 OPTIONAL = ("issue_active_pct", "theoretical_occupancy_pct", "waves_per_sm", "blocks_per_sm_limit_registers",
             "blocks_per_sm_limit_shared_mem", "blocks_per_sm_limit_warps", "blocks_per_sm_limit", "block_size",
-            "eligible_warps_per_scheduler")
+            "eligible_warps_per_scheduler", "grid_size", "sm_count")
 COLLECT = "--set full (Occupancy and LaunchStats sections)"
 RELIEVES = None
 THRESHOLDS = {
@@ -85,8 +86,8 @@ def run(kernel: KernelView, limits) -> Finding | None:
     share = roof_share(kernel)
     if share is None:
         return unjudged("sm_throughput_pct", "memory_throughput_pct", collect="--section SpeedOfLight")
-    if share >= limits["max_roof_share"]:
-        return None
+    if share >= limits["max_roof_share"] or grid_leaves_most_sms_idle(kernel):
+        return None  # near a roof; or most SMs idle for want of blocks, small-grid's (more warps per SM come after)
     eligible = kernel.get("eligible_warps_per_scheduler")
     if share >= LATENCY_BAND and (eligible is None or eligible >= 1.0):
         return None  # at 40-60% of a roof only a scheduler short of ready warps shows the latency
