@@ -241,7 +241,7 @@ UNIT_NAMES = {"issue": "instruction issue", "dram": "DRAM", "l2": "L2", "l1": "L
               "adu": "ADU pipe (indexed constant loads, branch targets)", "tensor": "tensor pipe"}
 RELIEVED_UNITS = {
     "bank-conflicts": ("l1",),                                  # fewer wavefronts; the same instructions issue
-    "uncoalesced-global": ("l1", "l2", "dram"),                 # DRAM only where its bytes exceed the need
+    "uncoalesced-global": ("l1", "l2", "dram"),                 # L2, DRAM only where their bytes exceed the need
     "local-memory-spill": ("l1", "l2", "dram", "issue"),
     "atomic-contention": ("l1", "l2"),
     "missing-tensor-cores": ("fma", "issue", "l1", "alu"),
@@ -265,13 +265,13 @@ def _active_share(record: dict) -> float | None:
     return clamp01(active / elapsed) if active is not None and elapsed else None
 
 
-def _dram_at_minimum(record: dict) -> bool:
-    """DRAM moves no more than the bytes the accesses need (the ideal sectors'), or the need is unknown:
-    coalescing then takes no bytes off DRAM."""
-    dram, ideal = record.get("dram_bytes"), record.get("global_sectors_ideal")
-    if not isinstance(dram, (int, float)) or not isinstance(ideal, (int, float)) or ideal != ideal or dram != dram:
+def _at_minimum(record: dict, concept: str) -> bool:
+    """The unit (DRAM: dram_bytes, L2: l2_bytes) moves no more than the bytes the global accesses need (the ideal
+    sectors'), or the need is unknown: coalescing then takes no bytes off it (L1 hits absorb the excess sectors)."""
+    moved, ideal = record.get(concept), record.get("global_sectors_ideal")
+    if not isinstance(moved, (int, float)) or not isinstance(ideal, (int, float)) or ideal != ideal or moved != moved:
         return True
-    return dram <= 1.1 * ideal * 32
+    return moved <= 1.1 * ideal * 32
 
 
 def next_limiter(check: str, record: dict) -> tuple[str, float] | None:
@@ -279,8 +279,8 @@ def next_limiter(check: str, record: dict) -> tuple[str, float] | None:
     if check in UNBOUNDED:
         return None
     relieved = set(RELIEVED_UNITS.get(check, ()))
-    if check == "uncoalesced-global" and _dram_at_minimum(record):
-        relieved.discard("dram")
+    if check == "uncoalesced-global":
+        relieved -= {unit for unit, concept in (("dram", "dram_bytes"), ("l2", "l2_bytes")) if _at_minimum(record, concept)}
     busy, active = [], _active_share(record)
     for unit, concepts in UNITS.items():
         if unit in relieved:
