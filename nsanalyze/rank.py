@@ -6,7 +6,8 @@
   (a copy at 90% of DRAM bandwidth is doing its job).
 - A kernel's findings overlap (1 - prod(1 - s_i)), a grid sized by a small problem counts after the
   kernel's own findings, and no kernel saves below its launch floor (the least launch overhead
-  measured in its report, at most launch_floor_ns a launch).
+  measured in its report, at most launch_floor_ns a launch, or the kernel's own time with no SM at work
+  where longer); the floor takes from the findings counted after the others first.
 - Launch shapes of one kernel are one finding; severity is the savings' share of the report's time.
 - Rank 1 is the most time to win.
 """
