@@ -27,6 +27,8 @@ for (int s = 0; s < steps; ++s) {               // four independent chains per t
 ## Known problems
 Atomic-heavy kernels look the same; the check leaves them to `atomic-contention`. A report without
 atomic counters cannot tell them apart: the finding then notes that atomics were not measured.
+A grid that gives most SMs no block (a one-block demo, 2 warps of a warm-up kernel) is small-grid's to say:
+the few busy SMs' latency is not the first thing to fix.
 
 ## Options
 - `max_roof_share`: speed of light below which a kernel counts as latency-bound.
@@ -48,7 +50,7 @@ OPTIONAL = ("achieved_occupancy_pct", "theoretical_occupancy_pct",
             "stall_barrier_cycles", "stall_membar_cycles", "global_atomic_instructions", "global_atomic_requests",
             "block_size",
             "blocks_per_sm_limit", "blocks_per_sm_limit_warps", "blocks_per_sm_limit_registers",
-            "blocks_per_sm_limit_shared_mem", "bank_conflict_share", "grid_size", "sm_count")
+            "blocks_per_sm_limit_shared_mem", "grid_size", "sm_count")
 COLLECT = "--set full (WarpStateStats and SchedulerStats sections)"
 RELIEVES = None
 DEPENDENCY_STALLS = ("stall_long_scoreboard_cycles", "stall_short_scoreboard_cycles", "stall_wait_cycles")
@@ -118,25 +120,11 @@ def _small_block_cap(kernel: KernelView, limits) -> bool:
     return block_limit is not None and (not others or block_limit < min(others))
 
 
-REPLAY_SHARE = 0.5  # most shared-memory wavefronts are bank-conflict replays: the shared loads' latency is theirs
-
-
 def grid_leaves_most_sms_idle(kernel: KernelView) -> bool:
     """Most SMs get no block: the few busy SMs' warps describe a GPU mostly switched off, and small-grid names the
     first fix (more blocks); more independent work or warps per SM come after it."""
     grid, sms = kernel.get("grid_size"), kernel.get("sm_count")
     return bool(grid and sms and grid <= sms / 2)
-
-
-def _waits_on_conflicts(kernel: KernelView, dependency: float, barrier: float) -> str | None:
-    """The warps wait mostly on shared-memory results (short scoreboard) that bank conflicts replay: the latency is
-    the conflicts', which bank-conflicts fixes first."""
-    short = kernel.get("stall_short_scoreboard_cycles") or 0.0
-    conflicts = kernel.get("bank_conflict_share")
-    if conflicts is not None and conflicts >= REPLAY_SHARE and short >= max(dependency - short, barrier):
-        return (f"the warps wait mostly on shared-memory results (short scoreboard) and {conflicts:.0%} of the shared "
-                "wavefronts are bank-conflict replays: counted after the kernel's other findings")
-    return None
 
 
 def run(kernel: KernelView, limits) -> Finding | None:
@@ -167,9 +155,6 @@ def run(kernel: KernelView, limits) -> Finding | None:
     if kernel.get("global_atomic_instructions") is None and kernel.get("global_atomic_requests") is None:
         notes.append("atomics not measured (no atomic instruction or request counters): a kernel waiting on "
                      "contended atomics looks the same; --set full (InstructionStats) counts them")
-    behind = _waits_on_conflicts(kernel, dependency, barrier)
-    if behind:
-        notes.append(behind)
     waiting = "at barriers" if cause == "barriers" else "on dependent instructions and barriers" if barrier else \
         "on dependent instructions"
     return Finding(
@@ -192,5 +177,4 @@ def run(kernel: KernelView, limits) -> Finding | None:
         source=kernel.top_spots("smsp__pcsamp_warps_issue_stalled_barrier" if cause == "barriers"
                                 else "smsp__pcsamp_warps_issue_stalled_long_scoreboard"),
         notes=notes,
-        after_others=behind is not None,
     )
