@@ -6,7 +6,8 @@
   (a copy at 90% of DRAM bandwidth is doing its job).
 - A kernel's findings overlap (1 - prod(1 - s_i)), a grid sized by a small problem counts after the
   kernel's own findings, and no kernel saves below its launch floor (the least launch overhead
-  measured in its report, at most launch_floor_ns a launch).
+  measured in its report, at most launch_floor_ns a launch, or the kernel's own time with no SM at work
+  where longer); the floor takes from the findings counted after the others first.
 - Launch shapes of one kernel are one finding; severity is the savings' share of the report's time.
 - Rank 1 is the most time to win.
 """
@@ -107,8 +108,14 @@ def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = No
         if time_ns and launches:
             cap = max(0.0, 1.0 - launches * floor / time_ns)
             if combined > cap:
+                # the floor takes from the findings counted after the others first: they claim what is left
+                primary_share = combined - later_combined * left
+                keep_primary = min(1.0, cap / primary_share) if primary_share > 0 else 0.0
+                keep_later = (cap - primary_share * keep_primary) / (combined - primary_share) \
+                    if combined > primary_share else 0.0
+                later_ids = {id(f) for f in later}
                 for finding in group:
-                    finding.estimated_speedup *= cap / combined if combined else 0.0
+                    finding.estimated_speedup *= keep_later if id(finding) in later_ids else keep_primary
                 combined = cap
                 floor_note = (f"at most {cap:.0%} of the kernel's time can go: {launches} launch"
                               f"{'es' if launches != 1 else ''} of {time_ns / launches / 1e3:.1f} us each keep a "
@@ -235,7 +242,7 @@ UNIT_NAMES = {"issue": "instruction issue", "dram": "DRAM", "l2": "L2", "l1": "L
               "adu": "ADU pipe (indexed constant loads, branch targets)", "tensor": "tensor pipe"}
 RELIEVED_UNITS = {
     "bank-conflicts": ("l1",),                                  # fewer wavefronts; the same instructions issue
-    "uncoalesced-global": ("l1", "l2", "dram"),                 # DRAM only where its bytes exceed the need
+    "uncoalesced-global": ("l1", "l2", "dram"),                 # L2, DRAM only where their bytes exceed the need
     "local-memory-spill": ("l1", "l2", "dram", "issue"),
     "atomic-contention": ("l1", "l2"),
     "missing-tensor-cores": ("fma", "issue", "l1", "alu"),
@@ -259,13 +266,13 @@ def _active_share(record: dict) -> float | None:
     return clamp01(active / elapsed) if active is not None and elapsed else None
 
 
-def _dram_at_minimum(record: dict) -> bool:
-    """DRAM moves no more than the bytes the accesses need (the ideal sectors'), or the need is unknown:
-    coalescing then takes no bytes off DRAM."""
-    dram, ideal = record.get("dram_bytes"), record.get("global_sectors_ideal")
-    if not isinstance(dram, (int, float)) or not isinstance(ideal, (int, float)) or ideal != ideal or dram != dram:
+def _at_minimum(record: dict, concept: str) -> bool:
+    """The unit (DRAM: dram_bytes, L2: l2_bytes) moves no more than the bytes the global accesses need (the ideal
+    sectors'), or the need is unknown: coalescing then takes no bytes off it (L1 hits absorb the excess sectors)."""
+    moved, ideal = record.get(concept), record.get("global_sectors_ideal")
+    if not isinstance(moved, (int, float)) or not isinstance(ideal, (int, float)) or ideal != ideal or moved != moved:
         return True
-    return dram <= 1.1 * ideal * 32
+    return moved <= 1.1 * ideal * 32
 
 
 def next_limiter(check: str, record: dict) -> tuple[str, float] | None:
@@ -273,8 +280,8 @@ def next_limiter(check: str, record: dict) -> tuple[str, float] | None:
     if check in UNBOUNDED:
         return None
     relieved = set(RELIEVED_UNITS.get(check, ()))
-    if check == "uncoalesced-global" and _dram_at_minimum(record):
-        relieved.discard("dram")
+    if check == "uncoalesced-global":
+        relieved -= {unit for unit, concept in (("dram", "dram_bytes"), ("l2", "l2_bytes")) if _at_minimum(record, concept)}
     busy, active = [], _active_share(record)
     for unit, concepts in UNITS.items():
         if unit in relieved:

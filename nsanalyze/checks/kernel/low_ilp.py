@@ -27,6 +27,8 @@ for (int s = 0; s < steps; ++s) {               // four independent chains per t
 ## Known problems
 Atomic-heavy kernels look the same; the check leaves them to `atomic-contention`. A report without
 atomic counters cannot tell them apart: the finding then notes that atomics were not measured.
+A grid that gives most SMs no block (a one-block demo, 2 warps of a warm-up kernel) is small-grid's to say:
+the few busy SMs' latency is not the first thing to fix.
 
 ## Options
 - `max_roof_share`: speed of light below which a kernel counts as latency-bound.
@@ -48,7 +50,7 @@ OPTIONAL = ("achieved_occupancy_pct", "theoretical_occupancy_pct",
             "stall_barrier_cycles", "stall_membar_cycles", "global_atomic_instructions", "global_atomic_requests",
             "block_size",
             "blocks_per_sm_limit", "blocks_per_sm_limit_warps", "blocks_per_sm_limit_registers",
-            "blocks_per_sm_limit_shared_mem")
+            "blocks_per_sm_limit_shared_mem", "grid_size", "sm_count")
 COLLECT = "--set full (WarpStateStats and SchedulerStats sections)"
 RELIEVES = None
 DEPENDENCY_STALLS = ("stall_long_scoreboard_cycles", "stall_short_scoreboard_cycles", "stall_wait_cycles")
@@ -118,11 +120,18 @@ def _small_block_cap(kernel: KernelView, limits) -> bool:
     return block_limit is not None and (not others or block_limit < min(others))
 
 
+def grid_leaves_most_sms_idle(kernel: KernelView) -> bool:
+    """Most SMs get no block: the few busy SMs' warps describe a GPU mostly switched off, and small-grid names the
+    first fix (more blocks); more independent work or warps per SM come after it."""
+    grid, sms = kernel.get("grid_size"), kernel.get("sm_count")
+    return bool(grid and sms and grid <= sms / 2)
+
+
 def run(kernel: KernelView, limits) -> Finding | None:
     share = roof_share(kernel)
     if share is None:
         return unjudged("sm_throughput_pct", "memory_throughput_pct", collect="--section SpeedOfLight")
-    if share >= limits["max_roof_share"]:
+    if share >= limits["max_roof_share"] or grid_leaves_most_sms_idle(kernel):
         return None
     eligible = kernel.get("eligible_warps_per_scheduler")
     if eligible is not None and eligible >= limits["max_eligible_warps"]:

@@ -22,6 +22,9 @@ kernel<<<n / 256, 256>>>(...);   // enough warps per SM to cover memory latency
 ## Known problems
 Occupancy is a means, not a goal: a kernel with plenty of instruction-level parallelism can run
 well at low occupancy, which is why the check only speaks when the kernel is latency-bound.
+cuBLAS, cuDNN and CUTLASS kernels whose registers or shared memory cap their occupancy (a Hopper GEMM: one
+block of 384 threads an SM, 19%) are tiled that way on purpose and pipeline their loads instead: no finding.
+A grid that gives most SMs no block is small-grid's to say; low occupancy is judged where the SMs have work.
 
 ## Options
 - `max_achieved_occupancy_pct`: achieved occupancy below which the check speaks.
@@ -29,6 +32,8 @@ well at low occupancy, which is why the check only speaks when the kernel is lat
 """
 
 from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
+from nsanalyze.checks.kernel.low_ilp import grid_leaves_most_sms_idle
+from nsanalyze.checks.libraries import library_of
 
 ID = "low-occupancy"
 NAME = "latency.occupancy"
@@ -37,7 +42,7 @@ SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("achieved_occupancy_pct",)
 OPTIONAL = ("issue_active_pct", "theoretical_occupancy_pct", "waves_per_sm", "blocks_per_sm_limit_registers",
             "blocks_per_sm_limit_shared_mem", "blocks_per_sm_limit_warps", "blocks_per_sm_limit", "block_size",
-            "eligible_warps_per_scheduler")
+            "eligible_warps_per_scheduler", "grid_size", "sm_count")
 COLLECT = "--set full (Occupancy and LaunchStats sections)"
 RELIEVES = None
 THRESHOLDS = {
@@ -50,6 +55,7 @@ THRESHOLDS = {
 }
 SPEEDUP_MODEL = ("(1 - speed of light / target_roof_share) x (1 - achieved / target occupancy): "
                  "the latency-bound time more warps could overlap")
+TUNED_LIBRARIES = frozenset({"cuBLAS", "cuBLASLt", "cuDNN", "CUTLASS"})  # GEMM/conv kernels tiled for their occupancy
 LATENCY_BAND = 0.40  # from here up to max_roof_share the kernel must also lack ready warps
 LIMITERS = {"blocks_per_sm_limit_registers": "registers per thread",
             "blocks_per_sm_limit_shared_mem": "shared memory per block",
@@ -85,8 +91,8 @@ def run(kernel: KernelView, limits) -> Finding | None:
     share = roof_share(kernel)
     if share is None:
         return unjudged("sm_throughput_pct", "memory_throughput_pct", collect="--section SpeedOfLight")
-    if share >= limits["max_roof_share"]:
-        return None
+    if share >= limits["max_roof_share"] or grid_leaves_most_sms_idle(kernel):
+        return None  # near a roof; or most SMs idle for want of blocks, small-grid's (more warps per SM come after)
     eligible = kernel.get("eligible_warps_per_scheduler")
     if share >= LATENCY_BAND and (eligible is None or eligible >= 1.0):
         return None  # at 40-60% of a roof only a scheduler short of ready warps shows the latency
@@ -94,7 +100,13 @@ def run(kernel: KernelView, limits) -> Finding | None:
     if issue is not None and issue >= limits["max_issue_active_pct"]:
         return None
     waves = kernel.get("waves_per_sm")
-    cause = "the grid fills less than one wave" if waves is not None and waves < 1 else _limiter(kernel)
+    theoretical = kernel.get("theoretical_occupancy_pct")
+    capped = theoretical is not None and theoretical < limits["max_achieved_occupancy_pct"]
+    if capped and library_of(kernel.name) in TUNED_LIBRARIES:
+        return None  # the library's tile (registers, shared memory) sets its occupancy by design
+    # the grid is the cause only where the SM's limits would hold more warps than it gets: under one wave with a
+    # launch capped at 19% by its shared memory (one block an SM), the limit is the shared memory, not the grid
+    cause = "the grid fills less than one wave" if waves is not None and waves < 1 and not capped else _limiter(kernel)
     speedup = clamp01(1 - share / limits["target_roof_share"]) * clamp01(1 - achieved / limits["target_occupancy_pct"])
     return Finding(
         check=ID,

@@ -44,7 +44,8 @@ NAME = "scheduling.grid.small"
 TITLE = "Grid too small to fill the GPU"
 SECTION = "kernel"  # the report section its findings appear in
 REQUIRES = ("grid_size", "sm_count")
-OPTIONAL = ("blocks_per_sm_limit", "waves_per_sm", "block_size", "achieved_occupancy_pct", "theoretical_occupancy_pct")
+OPTIONAL = ("blocks_per_sm_limit", "waves_per_sm", "block_size", "achieved_occupancy_pct", "theoretical_occupancy_pct",
+            "sm_active_cycles_max", "sm_cycles_elapsed")
 COLLECT = "--section LaunchStats --section Occupancy"
 RELIEVES = None
 # Its savings count after the kernel's own code problems (rank.combine_per_kernel); latency findings that
@@ -58,8 +59,8 @@ THRESHOLDS = {
                                           "share: the split adds reductions and the kernel may be latency-bound"),
 }
 SPEEDUP_MODEL = ("(1 - blocks / SMs, the share of SMs left without a block; under one wave, 1 - blocks per SM / "
-                 "the most blocks an SM runs) x parallel_efficiency, "
-                 "of the time left after the kernel's code-level findings")
+                 "the most blocks an SM runs) x parallel_efficiency x the share of the kernel's cycles the busiest SM "
+                 "ran (the launch's front end stays), of the time left after the kernel's code-level findings")
 ADVICE = """Give every SM work.
 
 - Launch more, smaller blocks: split each block's work (rows over several blocks, a split-K
@@ -108,16 +109,23 @@ def run(kernel: KernelView, limits) -> Finding | None:
     if idle_sms < limits["min_idle_sm_share"]:
         return None
     waves = kernel.get("waves_per_sm")
+    # More blocks shorten only the time the SMs run; the launch's front end and drain, when no SM runs, stay
+    active, elapsed = kernel.get("sm_active_cycles_max"), kernel.get("sm_cycles_elapsed")
+    running = clamp01(active / elapsed) if active is not None and elapsed else 1.0
+    notes = [f"the busiest SM ran {running:.0%} of the kernel's cycles; more blocks shorten only that part"] \
+        if running < 0.9 else []
     return Finding(
         check=ID,
         title=title,
-        estimated_speedup=idle_sms * limits["parallel_efficiency"],
+        estimated_speedup=idle_sms * limits["parallel_efficiency"] * running,
         evidence={"idle_sm_share": evidence(idle_sms, limits["min_idle_sm_share"], unit="ratio"),
                   "grid_size": evidence(grid, unit="blocks"), "sm_count": evidence(sms),
                   "waves_per_sm": evidence(waves),
                   "blocks_per_sm_limit": evidence(kernel.get("blocks_per_sm_limit")),
                   "achieved_occupancy_pct": evidence(kernel.get("achieved_occupancy_pct"), unit="%"),
                   "theoretical_occupancy_pct": evidence(kernel.get("theoretical_occupancy_pct"), unit="%"),
-                  "block_size": evidence(kernel.get("block_size"), unit="threads")},
+                  "block_size": evidence(kernel.get("block_size"), unit="threads"),
+                  **({"sm_running_share": evidence(running, unit="ratio")} if running < 1.0 else {})},
         advice=ADVICE,
+        notes=notes,
     )

@@ -55,6 +55,12 @@ work<<<sms, 1024>>>(data, n);   // for (i = blockIdx.x; i < tiles; i += gridDim.
 ```"""
 
 
+WHOLE_WAVE = 0.01  # waves within 1% of a whole number leave no partial wave
+UNEVEN_ADVICE = ("**Cause: uneven work per block.** The grid already fills whole waves; some blocks run longer than "
+                 "others (data-dependent loops, uneven tiles or splits): balance the work per block, or split the long "
+                 "blocks' work over more, smaller blocks.\n\n")
+
+
 def run(kernel: KernelView, limits) -> Finding | None:
     idle = kernel.get("sm_busy_imbalance")
     if idle < limits["min_idle_share"]:
@@ -63,11 +69,14 @@ def run(kernel: KernelView, limits) -> Finding | None:
     if grid is not None and sms is not None and grid < sms:
         return None  # SMs without any block: the grid is too small (small-grid), there is no last wave
     shape = f" ({grid:.0f} blocks on {sms:.0f} SMs, {waves:.2f} waves)" if None not in (grid, sms, waves) else ""
+    # a whole number of waves has no partial last wave: the spread is the blocks' uneven work
+    uneven = waves is not None and waves >= 1 and abs(waves - round(waves)) < WHOLE_WAVE
     return Finding(
         check=ID,
-        title=f"The average SM idles {idle:.0%} of the kernel while the busiest finishes{shape}",
+        title=f"The average SM idles {idle:.0%} of the kernel while the busiest finishes{shape}"
+              + (": the grid fills whole waves, so its blocks' work is uneven" if uneven else ""),
         estimated_speedup=clamp01(idle),
         evidence={"sm_busy_imbalance": evidence(idle, limits["min_idle_share"], unit="ratio"),
                   "waves_per_sm": evidence(waves), "grid_size": evidence(grid), "sm_count": evidence(sms)},
-        advice=ADVICE,
+        advice=(UNEVEN_ADVICE if uneven else "") + ADVICE,
     )

@@ -100,3 +100,21 @@ def test_bound_never_raises_a_saving(dev_suite_table):
     findings = [Finding("bank-conflicts", "t", 0.01, {}, "", kernel_id=i) for i in records]
     bound_by_next_limiter(findings, records)
     assert all(f.estimated_speedup == 0.01 for f in findings)
+
+
+def test_excess_sectors_served_by_l1_relieve_only_l1(analyzed):
+    """The FP16 suite's hgemm_wmma loads each 32-byte row half by half; L1 hits (87%) serve the other half, so L2
+    moves 566 MB against the 2.16 GB its accesses need and coalescing takes nothing off it: L2, 17.0% busy, stays the
+    next limiter (it was counted as relieved, leaving the issue rate's 10%). aos_update's L2 moves 8x the need: there
+    coalescing relieves L2 and DRAM, and the next limiter is a pipe."""
+    path = FIXTURES / "fp16" / "fp16_suite_full.ncu-rep.xz"
+    row = next(r for r in _rows(path) if r["name"] == "hgemm_wmma")
+    assert row["l2_bytes"] < row["global_sectors_ideal"] * 32 and row["l1_hit_rate_pct"] > 80
+    assert next_limiter("uncoalesced-global", row) == ("l2", pytest.approx(row["l2_throughput_pct"]))
+    finding = next(f for f in analyzed(path)["findings"]
+                   if f["check"] == "uncoalesced-global" and f["kernel_name"] == "hgemm_wmma")
+    assert "L1 serves the rest" in finding["title"]
+    assert finding["estimated_speedup"] <= 1 - row["l2_throughput_pct"] / 100 + 1e-4
+    aos = next(r for r in _rows(DEV_SUITE_NCU) if r["name"] == "aos_update")
+    assert aos["l2_bytes"] > 1.1 * aos["global_sectors_ideal"] * 32
+    assert next_limiter("uncoalesced-global", aos)[0] not in ("l2", "dram", "l1")

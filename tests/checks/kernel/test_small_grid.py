@@ -88,3 +88,23 @@ def test_one_block_reads_as_a_sentence(analyzed):
     titles = {f["kernel_name"]: f["title"] for f in model["findings"] if f["check"] == "small-grid"}
     assert titles["DeviceMergeSortPartitionKernel"].startswith("1 block on 108 SMs")
     assert titles["DeviceMergeSortMergeKernel"].startswith("49 blocks on 108 SMs")
+
+
+def test_a_grid_that_leaves_most_sms_idle_leads_with_the_grid(analyzed):
+    """One block on 132 SMs (the GPT's nll_loss reduction) or on 108 (FaSTED's initOnDemandRasterizer): the first
+    finding is the grid, not the latency of the one busy SM (both led with low-occupancy, 'the grid fills less than
+    one wave'); and small-grid saves only over the cycles the busiest SM ran."""
+    from tests.conftest import PUBLIC
+
+    cases = ((REAL / "gpt_fp32_full.ncu-rep.xz", "nll_loss_forward_reduce_cuda_kernel_2d"),
+             (PUBLIC / "bwcurless__FaSTED__profiles__OnDemandRasterizer__Post_OnDemandRasterizer.ncu-rep.xz",
+              "initOnDemandRasterizer"))
+    for path, name in cases:
+        model = analyzed(path)
+        kernel = next(k for k in model["kernels"] if k["name"] == name)
+        mine = [f for f in model["findings"] if f["kernel_id"] == kernel["id"]]
+        assert mine[0]["check"] == "small-grid", (name, mine[0]["check"])
+        assert not [f for f in mine if f["check"] in ("low-ilp", "low-occupancy")]
+        metrics = kernel["metrics"]
+        running = metrics["sm_active_cycles_max"] / metrics["sm_cycles_elapsed"]
+        assert mine[0]["estimated_speedup"] <= 0.5 * running + 1e-4
