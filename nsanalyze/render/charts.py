@@ -62,6 +62,12 @@ def _svg(figure) -> str:
     return text[text.index("<svg"):]
 
 
+def _legend_beside(axes) -> None:
+    """The legend right of the plot, outside it: inside, "best" or a corner still sat on a full-width bar
+    or on a GPU-Util line at 100% (the SVG's tight box makes room for it)."""
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+
+
 def roofline_svg(kernels: list[dict], labelled: list | None = None, max_labels: int = 6) -> str | None:
     """Kernels as points sized by time share; names only on the kernels that carry the top findings
     (`labelled` ids, at most max_labels), so a real program's 60 kernels stay readable."""
@@ -123,7 +129,7 @@ def utilization_svg(gpu_metrics: dict | None) -> str | None:
     axes.set_xlabel("time (ms)")
     axes.set_ylabel("%")
     axes.set_ylim(0, 105)
-    axes.legend(fontsize=7, loc="upper right")
+    _legend_beside(axes)
     return _svg(figure)
 
 
@@ -138,7 +144,7 @@ def ranges_svg(ranges: list[dict], limit: int = 10) -> str | None:
     axes.barh(names, wall, color="#ccc", label="wall time")
     axes.barh(names, gpu, color="#4a7ab5", label="GPU work launched")
     axes.set_xlabel("ms")
-    axes.legend(fontsize=7)
+    _legend_beside(axes)
     return _svg(figure)
 
 
