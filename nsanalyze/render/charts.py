@@ -44,7 +44,10 @@ from nsanalyze.render.format import visible  # noqa: E402
 with NativeStderr():
     import matplotlib.pyplot as plt  # noqa: E402
 
-plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+# A fixed salt for the SVG's element ids (random by default) and no date: one model, one report, byte for byte
+# (reports diffed in CI, golden files in tests/golden).
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
+                     "svg.hashsalt": "nsanalyze"})
 
 
 def literal(text) -> str:
@@ -55,7 +58,7 @@ def literal(text) -> str:
 def _svg(figure) -> str:
     buffer = io.StringIO()
     try:
-        figure.savefig(buffer, format="svg", bbox_inches="tight")
+        figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
     finally:
         plt.close(figure)
     text = buffer.getvalue()
