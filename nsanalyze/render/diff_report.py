@@ -105,4 +105,7 @@ def render_html(result: dict) -> str:
 
 
 def render_diff(result: dict, fmt: str) -> str:
-    return {"json": render_json, "markdown": render_markdown, "html": render_html}[fmt](result)
+    """The diff in the format `fmt` (json, markdown, html), through render.formats' one dispatch."""
+    from nsanalyze.render.formats import render
+
+    return render(result, fmt, "diff").decode("utf-8")

@@ -76,4 +76,7 @@ def render_html(result: dict) -> str:
 
 
 def render_trend(result: dict, fmt: str) -> str:
-    return {"json": render_json, "markdown": render_markdown, "html": render_html}[fmt](result)
+    """The trend in the format `fmt` (json, markdown, html), through render.formats' one dispatch."""
+    from nsanalyze.render.formats import render
+
+    return render(result, fmt, "trend").decode("utf-8")
