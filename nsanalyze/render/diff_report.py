@@ -13,7 +13,7 @@ def _change(value) -> str:
 
 
 PREDICTIONS_SCOPE = ("kernel findings of the base that are gone; program findings per mean step on the GPU's clock, "
-                     "what the run costs, with the median step's change beside it")
+                     "what the run costs, with what the median step saved beside it")
 
 
 def prediction_scope(prediction: dict) -> str:
@@ -76,7 +76,7 @@ def render_markdown(result: dict) -> str:
                      f"{escape(diff_why(k))} |")
     if result["predictions"]:
         lines += ["", f"Predictions checked ({PREDICTIONS_SCOPE}):", "",
-                  "| kernel | check | predicted savings | actual savings | the median step's change |", "|---|---|---|---|---|"]
+                  "| kernel | check | predicted savings | actual savings | the median step saved |", "|---|---|---|---|---|"]
         lines += [f"| {name(p['kernel_name']) if p['kernel_name'] else prediction_scope(p)} | `{p['check']}` | "
                   f"{duration(p['predicted_savings_ns'])} | {duration(p['actual_savings_ns'])} | "
                   f"{duration(p.get('actual_median_savings_ns'))} |" for p in result["predictions"]]

@@ -176,7 +176,7 @@ def print_diff(result: dict, console: Console | None = None, limit: int = 25) ->
         from nsanalyze.render.diff_report import PREDICTIONS_SCOPE, prediction_scope
 
         table = Table(title=f"Predictions checked ({PREDICTIONS_SCOPE})", title_justify="left")
-        for column in ("kernel", "check", "predicted savings", "actual savings", "median step's change"):
+        for column in ("kernel", "check", "predicted savings", "actual savings", "median step saved"):
             table.add_column(column, overflow="fold")
         for p in result["predictions"][:limit]:
             table.add_row(_text(p.get("kernel_name") or prediction_scope(p), 50), p["check"],
