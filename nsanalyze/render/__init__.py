@@ -14,6 +14,7 @@ from pathlib import Path
 
 from nsanalyze.errors import InputError
 
+
 def render_bytes(model: dict, fmt: str) -> bytes:
     """The report in the format `fmt` (a name of render.formats.RENDERERS["report"])."""
     from nsanalyze.render.formats import render
