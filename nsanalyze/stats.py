@@ -243,7 +243,7 @@ def _is_text(column: str) -> bool:
 
 
 def print_tables(tables: dict[str, list[dict]], source: str, window_description: str, console=None) -> None:
-    """The tables as rich tables on the terminal, names shortened to fit."""
+    """The tables as rich tables on the terminal, long names folded to fit the terminal."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
