@@ -1,4 +1,5 @@
-"""Golden files: every report format of two small real profiles, byte for byte, through the one format
+"""Golden files: every report format of two small real profiles (and every diff format of one real fix
+pair), byte for byte, through the one format
 dispatch (render.formats).
 
 The profiles: the dev suite's ncu report (kernel findings with source lines: SARIF regions, the roofline)
@@ -78,3 +79,28 @@ def test_format_is_its_golden(models, profile, fmt, monkeypatch):
     else:
         produced = render(model, fmt)
     _compare(f"{profile}/{FILES[fmt]}", produced)
+
+
+DIFF_PAIR = ("graphs_eager_nsys.sqlite.xz", "graphs_after_nsys.sqlite.xz")   # eager steps -> one CUDA graph a step
+DIFF_FILES = {"json": "diff.json", "markdown": "diff.md", "html": "diff.html"}
+
+
+@pytest.fixture(scope="module")
+def diff_result():
+    from nsanalyze.diff import diff
+    from tests.conftest import REAL
+    from tests.isolated import apart
+
+    return _relative(apart(diff, *(str(REAL / name) for name in DIFF_PAIR)))
+
+
+def test_every_diff_format_has_a_golden():
+    assert set(RENDERERS["diff"]) == set(DIFF_FILES)
+
+
+@pytest.mark.parametrize("fmt", DIFF_FILES)
+def test_diff_format_is_its_golden(diff_result, fmt):
+    """A real fix pair through diff's renderers: the JSON from a fresh diff, the others from the stored JSON."""
+    stored = GOLDEN / "graphs_diff" / DIFF_FILES["json"]
+    result = diff_result if fmt == "json" or UPDATE or not stored.exists() else json.loads(stored.read_text())
+    _compare(f"graphs_diff/{DIFF_FILES[fmt]}", render(result, fmt, "diff"))
