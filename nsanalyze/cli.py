@@ -160,12 +160,10 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
 def diff_command(base, new, outputs, fail_on_regression, force, kernel):
     """Compare two profiles of the same program: per kernel and NVTX range, before, after, and why."""
     from nsanalyze.diff import diff, regressions
-    from nsanalyze.render import check_target, format_for, refuse_inputs, write_many
-    from nsanalyze.render.diff_report import render_diff
+    from nsanalyze.render import check_target, format_for, refuse_inputs, write_reports
 
     for target in outputs:
-        if format_for(target) not in ("json", "markdown", "html"):
-            raise InputError(target, "diff reports are .html, .md or .json")
+        format_for(target, "diff")   # a format diff has no renderer for is refused before the work
         check_target(target)
     refuse_inputs(outputs, (base, new), "the profiles compared")
     from nsanalyze.analyze import Options
@@ -175,7 +173,7 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
     result = diff(base, new, Options(dict(config.thresholds), window=config.window or "steady", kernel=kernel),
                   force=force)
     result = _as_utf8(result, (base, new))
-    write_many([(target, render_diff(result, format_for(target)).encode()) for target in outputs])
+    write_reports(result, outputs, "diff")
     if not outputs:
         from nsanalyze.render.terminal import print_diff
 
@@ -207,21 +205,20 @@ def whatif_command(profiles, speedups, remove, graph, outliers, pinned, outputs,
     the same replay without it, which must reproduce the measured steps within 2%."""
     from nsanalyze.analyze import Options
     from nsanalyze.config import load_settings
-    from nsanalyze.render import check_target, format_for, refuse_inputs, write_many
-    from nsanalyze.render.whatif_report import render_json, summary_line
+    from nsanalyze.render import check_target, format_for, refuse_inputs, write_reports
+    from nsanalyze.render.whatif_report import summary_line
     from nsanalyze.whatif import WhatIf, label, parse_changes, whatif
 
     parse_changes(speedups, remove)   # a bad option is refused before any work
     for target in outputs:
-        if target != "-" and format_for(target) != "json":
-            raise InputError(target, "whatif writes JSON (.json, or - for stdout)")
+        format_for(target, "whatif")
         check_target(target)
     refuse_inputs(outputs, profiles, "the input profiles")
     config = load_settings()
     results = whatif(list(profiles), Options(dict(config.thresholds), skip_first_ns, nvtx_range,
                                              window or config.window or "steady"),
                      WhatIf(tuple(speedups), tuple(remove), graph, outliers, pinned))
-    write_many([(target, render_json(results).encode()) for target in outputs])
+    write_reports(results, outputs, "whatif")
     for result in results:
         line = summary_line(result, label(result))
         click.echo(line, err=bool(outputs) and "-" in outputs)
@@ -269,19 +266,17 @@ def batch_command(paths, db_path, jobs, label, git_revision, scheduler):
 @click.option("--fail-on-regression", is_flag=True, help="exit 1 when the latest run of a kernel or range regressed")
 def trend_command(db_path, outputs, fail_on_regression):
     """Per-kernel and per-range time across the runs in a history database, regressions marked."""
-    from nsanalyze.render import check_target, format_for, refuse_inputs, write_many
-    from nsanalyze.render.trend_report import render_trend
+    from nsanalyze.render import check_target, format_for, refuse_inputs, write_reports
     from nsanalyze.trend import regressions_in_last_run, trend
 
     if not Path(db_path).is_file():
         raise InputError(db_path, "no such history database")
     for target in outputs:
-        if format_for(target) not in ("json", "markdown", "html"):
-            raise InputError(target, "trend reports are .html, .md or .json")
+        format_for(target, "trend")
         check_target(target)
     refuse_inputs(outputs, (db_path, f"{db_path}-wal", f"{db_path}-shm"), "the history database's files")
     result = trend(db_path)
-    write_many([(target, render_trend(result, format_for(target)).encode()) for target in outputs])
+    write_reports(result, outputs, "trend")
     if not outputs:
         from nsanalyze.render.terminal import print_trend
 

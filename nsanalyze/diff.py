@@ -215,16 +215,20 @@ def diff(base_path: str, new_path: str, options: Options | None = None, force: b
 
 def _steps_row(base: dict, new: dict) -> dict | None:
     """The median steady step before and after; the noise band from the steps' own spread (twice the
-    standard error of each median, combined), at least MIN_NOISE."""
+    standard error of each median, combined), at least MIN_NOISE. The mean step beside it: what the run
+    costs, where a step in ten that logs for a second moves the mean and not the median."""
     before, after = ((m.get("timeline") or {}).get("steps") for m in (base, new))
     if not before or not after:
         return None
     noise = max(MIN_NOISE, math.hypot(median_noise(before), median_noise(after)))
     change = (after["median_ns"] - before["median_ns"]) / before["median_ns"] if before["median_ns"] else None
+    before_mean, after_mean = before.get("mean_ns"), after.get("mean_ns")
+    mean_change = (after_mean - before_mean) / before_mean if before_mean and after_mean is not None else None
     return {"name": before["name"] if before["name"] == after["name"] else f"{before['name']} -> {after['name']}",
             "before_median_ns": before["median_ns"], "after_median_ns": after["median_ns"],
+            "before_mean_ns": before_mean, "after_mean_ns": after_mean,
             "before_count": before["count"], "after_count": after["count"],
-            "change": change, "noise": noise, "verdict": _verdict(change, noise)}
+            "change": change, "mean_change": mean_change, "noise": noise, "verdict": _verdict(change, noise)}
 
 
 def budget_scope(base: dict, new: dict) -> str:
@@ -247,19 +251,25 @@ def _budget_rows(base: dict, new: dict) -> list[dict]:
             for part in dict.fromkeys([*before, *after])]
 
 
-def _per_step_savings(finding: dict, median_ns: float) -> float:
-    """A program finding's savings in a median step: its share of the window, of the step."""
-    return float(finding.get("estimated_speedup") or 0.0) * median_ns
+def _per_step_savings(finding: dict, step_ns: float) -> float:
+    """A program finding's savings in a step: its share of the window, of the step (of a mean step, the
+    window being the steady steps end to end)."""
+    return float(finding.get("estimated_speedup") or 0.0) * step_ns
 
 
 def _program_predictions(before: dict[str, dict], steps: dict | None) -> list[dict]:
-    """Each base program finding's predicted saving per median step beside the step time the new
-    profile actually saved, both on the GPU's clock: how far the model's promises held."""
+    """Each base program finding's predicted saving per mean step beside the mean step time the new profile
+    actually saved, both on the GPU's clock: the mean is what the run costs (removing a periodic spike saves
+    the mean, not the median); the median step's change beside it."""
     if not steps or not steps.get("before_median_ns") or steps.get("after_median_ns") is None:
         return []
-    actual = steps["before_median_ns"] - steps["after_median_ns"]
-    return [{"check": check, "kernel_name": None, "predicted_savings_ns": _per_step_savings(f, steps["before_median_ns"]),
-             "actual_savings_ns": actual, "per": "median step"} for check, f in before.items()]
+    mean = steps.get("before_mean_ns") is not None and steps.get("after_mean_ns") is not None
+    before_ns = steps["before_mean_ns"] if mean else steps["before_median_ns"]
+    actual = before_ns - (steps["after_mean_ns"] if mean else steps["after_median_ns"])
+    return [{"check": check, "kernel_name": None, "predicted_savings_ns": _per_step_savings(f, before_ns),
+             "actual_savings_ns": actual, "per": "mean step" if mean else "median step",
+             "actual_median_savings_ns": steps["before_median_ns"] - steps["after_median_ns"]}
+            for check, f in before.items()]
 
 
 def _findings_changed(before: dict[str, dict], after: dict[str, dict], steps: dict | None) -> list[dict]:
@@ -269,9 +279,9 @@ def _findings_changed(before: dict[str, dict], after: dict[str, dict], steps: di
         b, a = before[check], after[check]
         row = {"check": check, "severity_before": b["severity"], "severity_after": a["severity"],
                "savings_before_ns": b["estimated_savings_ns"], "savings_after_ns": a["estimated_savings_ns"]}
-        if steps:
-            row["per_step_before_ns"] = _per_step_savings(b, steps["before_median_ns"])
-            row["per_step_after_ns"] = _per_step_savings(a, steps["after_median_ns"])
+        if steps:   # per mean step, as the predictions
+            row["per_step_before_ns"] = _per_step_savings(b, steps.get("before_mean_ns") or steps["before_median_ns"])
+            row["per_step_after_ns"] = _per_step_savings(a, steps.get("after_mean_ns") or steps["after_median_ns"])
         if b["severity"] != a["severity"] or abs((a.get("estimated_speedup") or 0) - (b.get("estimated_speedup") or 0)) >= 0.05:
             rows.append(row)
     return sorted(rows, key=lambda r: r["check"])
@@ -290,12 +300,15 @@ def _summary(steps: dict | None, budget: list[dict], gone: list[str], appeared: 
 
     text = (f"{steps['name']} {duration(steps['before_median_ns'])} → {duration(steps['after_median_ns'])}"
             f" ({steps['change']:+.0%}, {steps['verdict']})")
+    if steps.get("mean_change") is not None and abs(steps["mean_change"] - steps["change"]) > steps["noise"]:
+        text += (f", the mean step {duration(steps['before_mean_ns'])} → {duration(steps['after_mean_ns'])}"
+                 f" ({steps['mean_change']:+.0%})")   # what the run costs moved otherwise: periodic spikes
     if gone:
         text += f": {', '.join(gone)} {'is' if len(gone) == 1 else 'are'} gone"
     if predictions:
         first = predictions[0]
-        text += (f"; {first['check']} predicted {duration(first['predicted_savings_ns'])} a step, the new profile "
-                 f"saved {duration(first['actual_savings_ns'])}")
+        text += (f"; {first['check']} predicted {duration(first['predicted_savings_ns'])} a {first['per']}, the new "
+                 f"profile saved {duration(first['actual_savings_ns'])}")
     idle = [b for b in budget if b["part"].startswith("idle_") and (b["after_share"] or 0) >= 0.05]
     first = next(iter(_program_findings(new).values()), None)
     if first:

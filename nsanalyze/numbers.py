@@ -30,3 +30,17 @@ def ms_text(ns: float) -> str:
     """A duration in prose: `12.7 ms`, `4.46 s` (never `4.46e+03 ms`)."""
     ns = float(ns)
     return f"{ns / 1e9:.3g} s" if abs(ns) >= 1e9 else f"{ns / 1e6:.3g} ms"
+
+
+def duration_text(ns) -> str:
+    """9.52 ms, 812 ns, 2.50 µs: nanoseconds as people read them (humanize's SI prefixes, 3 figures).
+    The one rounding of a duration in every report: a title and the header never print one figure twice
+    in two roundings (29.68 ms beside 29.7 ms)."""
+    import humanize
+
+    if ns is None:
+        return "-"
+    ns = float(ns)
+    if abs(ns) < 1000:
+        return f"{ns:.0f} ns"
+    return humanize.metric(ns * 1e-9, "s").replace("\u03bc", "\u00b5")

@@ -243,7 +243,7 @@ def _is_text(column: str) -> bool:
 
 
 def print_tables(tables: dict[str, list[dict]], source: str, window_description: str, console=None) -> None:
-    """The tables as rich tables on the terminal, names shortened to fit."""
+    """The tables as rich tables on the terminal, long names folded to fit the terminal."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -271,12 +271,14 @@ def print_tables(tables: dict[str, list[dict]], source: str, window_description:
         figure_width = {i: max([len(r[i]) for r in cells] + [len(w) for w in c.split()] + [1])
                         for i, c in enumerate(columns) if not _is_text(c)}
         texts = sum(1 for c in columns if _is_text(c)) or 1
-        # The figures keep their full width; long names are cut to what is left of the terminal
-        # (3 characters of border and padding a column, 1 for the last border).
+        # The figures keep their full width; long names fold onto the next lines within what is left of
+        # the terminal (3 characters of border and padding a column, 1 for the last border): a signature
+        # cut with "…" could not be told from its overloads.
         name_width = max(12, (console.width - sum(figure_width.values()) - 3 * len(columns) - 1) // texts)
         for i, column in enumerate(columns):
-            grid.add_column(column, justify="left" if _is_text(column) else "right", overflow="ellipsis",
-                            no_wrap=_is_text(column), min_width=figure_width.get(i),
+            grid.add_column(column, justify="left" if _is_text(column) else "right",
+                            overflow="fold" if _is_text(column) else "ellipsis",
+                            no_wrap=False, min_width=figure_width.get(i),
                             max_width=name_width if _is_text(column) else figure_width.get(i))
         for row in cells:
             grid.add_row(*(Text(visible(cell)) for cell in row))

@@ -226,6 +226,10 @@ def test_trend_over_unrelated_programs_finds_no_regression(tmp_path):
     # the shared PyTorch kernel is four series, one per program, each of one run
     shared = [s for s in result["kernels"] if s["name"] == "vectorized_elementwise_kernel"]
     assert len(shared) >= 3 and all(len(s["points"]) == 1 for s in shared)
+    from nsanalyze.render.trend_report import render_trend
+
+    markdown = render_trend(result, "markdown")   # one run each: "(1 run)", never "(1 runs)"
+    assert markdown.count(" (1 run)") == len(names) and "(1 runs)" not in markdown
     labelled = tmp_path / "labelled.sqlite"
     batch([str(tmp_path / "runs")], str(labelled), jobs=1, label="one")
     assert [p["name"] for p in trend(str(labelled))["programs"]] == ["one"]

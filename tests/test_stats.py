@@ -145,7 +145,7 @@ def test_unknown_report_is_a_usage_error(capsys):
 
 def test_tables_fit_an_80_column_terminal():
     """On 80 columns every table stays inside the terminal, headers wrap between words (`Instances`, not
-    `Insta…`), the figures stay whole and names are cut, not the figures."""
+    `Insta…`), the figures stay whole and long names fold onto the next lines, whole (never `const f…`)."""
     from rich.console import Console
 
     from nsanalyze.read import read_profile
@@ -160,3 +160,9 @@ def test_tables_fit_an_80_column_terminal():
     assert "Instances" in headers and "Insta…" not in headers and "Calls" in headers
     assert any("│ 20.7 │ 1927961 │         1 │ 1927961.0 │ one_block_too_many(float *, int)" in line for line in lines)
     assert any(" 200 │     801.8 │ small_step(float *, int)" in line for line in lines)   # nsys stats: 160352 / 200
+    assert "…" not in "\n".join(line for line in lines if line.startswith("│"))
+    kernels = tables["cuda_gpu_kern_sum"]
+    name_cells = " ".join(line.rstrip(" │").rsplit("│", 1)[1].strip() for line in lines
+                          if line.startswith("│") and line.count("│") == 6)   # the kernel table's rows
+    for row in kernels:   # each name whole, folded at spaces or the column's edge
+        assert row["Name"].replace(" ", "") in name_cells.replace(" ", ""), row["Name"]

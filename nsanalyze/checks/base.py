@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nsanalyze.numbers import finite
+from nsanalyze.numbers import duration_text, finite
 
 SEVERITIES = ("high", "medium", "low", "info")
 
@@ -276,7 +276,8 @@ def per_step_phrase(timeline, part: str, window_ns: float | None = None) -> str:
     raw_ns = budget_part(timeline, part)[0]
     if window_ns is not None and raw_ns and window_ns < raw_ns:
         per_step *= window_ns / raw_ns
-    text = f"{per_step / 1e6:.2f} ms of each {timeline.steps.median_ns / 1e6:.2f} ms step"
+    # the step's median as the header prints it (3 figures): never 29.68 ms here beside 29.7 ms there
+    text = f"{duration_text(per_step)} of each {duration_text(timeline.steps.median_ns)} step"
     window_ns = budget_part(timeline, part)[0] if window_ns is None else window_ns
     steps_ns = per_step * timeline.steps.count
     if window_ns > 2 * steps_ns:  # most of it lies between the steps (a phase, the steps' outliers)

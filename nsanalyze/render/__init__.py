@@ -1,7 +1,8 @@
 """Renderers: each turns the report model (a dict, the JSON contract) into one format.
 
-`write_report(model, target)` picks the renderer from the file extension and writes through a
-temporary file renamed into place, so an interrupted run never leaves half a report.
+`write_report(model, target)` picks the renderer from the file extension (render.formats: one registry
+of format -> renderer for every kind of document) and writes through a temporary file renamed into
+place, so an interrupted run never leaves half a report.
 """
 
 from __future__ import annotations
@@ -13,34 +14,19 @@ from pathlib import Path
 
 from nsanalyze.errors import InputError
 
-FORMATS = {".json": "json", ".md": "markdown", ".html": "html", ".htm": "html", ".pdf": "pdf", ".sarif": "sarif"}
-
 
 def render_bytes(model: dict, fmt: str) -> bytes:
-    if fmt == "json":
-        from nsanalyze.render.json_report import render
-    elif fmt == "markdown":
-        from nsanalyze.render.markdown import render
-    elif fmt == "html":
-        from nsanalyze.render.html import render
-    elif fmt == "pdf":
-        from nsanalyze.render.pdf import render
-    elif fmt == "sarif":
-        from nsanalyze.render.sarif import render
-    else:  # pragma: no cover - guarded by format_for
-        raise ValueError(fmt)
-    output = render(model)
-    return output if isinstance(output, bytes) else output.encode("utf-8")
+    """The report in the format `fmt` (a name of render.formats.RENDERERS["report"])."""
+    from nsanalyze.render.formats import render
+
+    return render(model, fmt)
 
 
-def format_for(target: str) -> str:
-    if target == "-":
-        return "json"
-    suffix = Path(target).suffix.lower()
-    if suffix not in FORMATS:
-        raise InputError(target, f"unknown report format {suffix or '(no extension)'}; use one of "
-                                  + ", ".join(sorted(FORMATS)))
-    return FORMATS[suffix]
+def format_for(target: str, kind: str = "report") -> str:
+    """The format name an output path asks for; an unknown extension is refused in one line."""
+    from nsanalyze.render.formats import renderer_for
+
+    return renderer_for(target, kind).name
 
 
 def _umask() -> int:
@@ -49,13 +35,16 @@ def _umask() -> int:
     return mask
 
 
-def write_report(model: dict, target: str) -> None:
-    write_bytes(render_bytes(model, format_for(target)), target)
+def write_report(model: dict, target: str, kind: str = "report") -> None:
+    write_reports(model, [target], kind)
 
 
-def write_reports(model: dict, targets) -> None:
-    """Every target rendered first, then all put in place together: an interrupt or an error leaves none."""
-    write_many([(target, render_bytes(model, format_for(target))) for target in targets])
+def write_reports(document, targets, kind: str = "report") -> None:
+    """Every target rendered first, then all put in place together: an interrupt or an error leaves none.
+    `kind`: what the document is (report, diff, trend, whatif: render.formats.RENDERERS)."""
+    from nsanalyze.render.formats import renderer_for
+
+    write_many([(target, renderer_for(target, kind).render(document)) for target in targets])
 
 
 def _stop_if_interrupted() -> None:

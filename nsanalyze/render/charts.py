@@ -44,7 +44,10 @@ from nsanalyze.render.format import visible  # noqa: E402
 with NativeStderr():
     import matplotlib.pyplot as plt  # noqa: E402
 
-plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+# A fixed salt for the SVG's element ids (random by default) and no date: one model, one report, byte for byte
+# (reports diffed in CI, golden files in tests/golden).
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
+                     "svg.hashsalt": "nsanalyze"})
 
 
 def literal(text) -> str:
@@ -55,11 +58,17 @@ def literal(text) -> str:
 def _svg(figure) -> str:
     buffer = io.StringIO()
     try:
-        figure.savefig(buffer, format="svg", bbox_inches="tight")
+        figure.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
     finally:
         plt.close(figure)
     text = buffer.getvalue()
     return text[text.index("<svg"):]
+
+
+def _legend_beside(axes) -> None:
+    """The legend right of the plot, outside it: inside, "best" or a corner still sat on a full-width bar
+    or on a GPU-Util line at 100% (the SVG's tight box makes room for it)."""
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
 
 
 def roofline_svg(kernels: list[dict], labelled: list | None = None, max_labels: int = 6) -> str | None:
@@ -123,7 +132,7 @@ def utilization_svg(gpu_metrics: dict | None) -> str | None:
     axes.set_xlabel("time (ms)")
     axes.set_ylabel("%")
     axes.set_ylim(0, 105)
-    axes.legend(fontsize=7, loc="upper right")
+    _legend_beside(axes)
     return _svg(figure)
 
 
@@ -138,7 +147,7 @@ def ranges_svg(ranges: list[dict], limit: int = 10) -> str | None:
     axes.barh(names, wall, color="#ccc", label="wall time")
     axes.barh(names, gpu, color="#4a7ab5", label="GPU work launched")
     axes.set_xlabel("ms")
-    axes.legend(fontsize=7)
+    _legend_beside(axes)
     return _svg(figure)
 
 

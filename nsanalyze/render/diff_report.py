@@ -12,6 +12,22 @@ def _change(value) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
 
+PREDICTIONS_SCOPE = ("kernel findings of the base that are gone; program findings per mean step on the GPU's clock, "
+                     "what the run costs, with what the median step saved beside it")
+
+
+def prediction_scope(prediction: dict) -> str:
+    """`program, per mean step`: where a program finding's prediction is checked."""
+    return f"program, per {prediction.get('per') or 'step'}"
+
+
+def mean_cell(steps: dict) -> str:
+    """`446 ms → 12.9 ms (-97.1%)`: the mean step, what the run costs, beside the median's verdict."""
+    if steps.get("before_mean_ns") is None or steps.get("after_mean_ns") is None:
+        return "-"
+    return f"{duration(steps['before_mean_ns'])} → {duration(steps['after_mean_ns'])} ({_change(steps.get('mean_change'))})"
+
+
 def render_json(result: dict) -> str:
     return dumps(result)
 
@@ -26,10 +42,11 @@ def render_markdown(result: dict) -> str:
         lines += [f"**{escape(shorten(result['summary'], LINE_LIMIT))}**", ""]
     steps = result.get("steps")
     if steps:
-        lines += ["| steps | median before | median after | change | noise band | verdict |", "|---|---|---|---|---|---|",
+        lines += ["| steps | median before | median after | change | noise band | verdict | mean before → after (change) |",
+                  "|---|---|---|---|---|---|---|",
                   f"| {name(steps['name'])} ({steps['before_count']} / {steps['after_count']}) | "
                   f"{duration(steps['before_median_ns'])} | {duration(steps['after_median_ns'])} | {_change(steps['change'])} "
-                  f"| ±{steps['noise']:.0%} | {steps['verdict']} |", ""]
+                  f"| ±{steps['noise']:.0%} | {steps['verdict']} | {mean_cell(steps)} |", ""]
     if result.get("budget"):
         from nsanalyze.render.format import BUDGET_LABELS, budget_cell, budget_changed
 
@@ -58,12 +75,11 @@ def render_markdown(result: dict) -> str:
                      f"{_change(k['change'])}{per_launch} | {k['verdict']} | {', '.join(k['findings_gone'])} | "
                      f"{escape(diff_why(k))} |")
     if result["predictions"]:
-        lines += ["", "Predictions checked (kernel findings of the base that are gone; program findings per median "
-                  "step on the GPU's clock):", "",
-                  "| kernel | check | predicted savings | actual savings |", "|---|---|---|---|"]
-        lines += [f"| {name(p['kernel_name']) if p['kernel_name'] else 'program, per step'} | `{p['check']}` | "
-                  f"{duration(p['predicted_savings_ns'])} | {duration(p['actual_savings_ns'])} |"
-                  for p in result["predictions"]]
+        lines += ["", f"Predictions checked ({PREDICTIONS_SCOPE}):", "",
+                  "| kernel | check | predicted savings | actual savings | the median step saved |", "|---|---|---|---|---|"]
+        lines += [f"| {name(p['kernel_name']) if p['kernel_name'] else prediction_scope(p)} | `{p['check']}` | "
+                  f"{duration(p['predicted_savings_ns'])} | {duration(p['actual_savings_ns'])} | "
+                  f"{duration(p.get('actual_median_savings_ns'))} |" for p in result["predictions"]]
     changed = (result.get("program") or {}).get("findings_changed") or []
     if changed:
         lines += ["", "Program findings that changed:", "", "| check | severity before → after | per step before → after |",
@@ -83,8 +99,13 @@ def render_html(result: dict) -> str:
     return environment().get_template("diff.html.j2").render(result=result, change=_change, share=_share,
                                                              labels=BUDGET_LABELS, budget_cell=budget_cell,
                                                              budget_changed=budget_changed, diff_time=diff_time,
-                                                             why=diff_why, kernel_name=diff_kernel_name)
+                                                             why=diff_why, kernel_name=diff_kernel_name,
+                                                             mean_cell=mean_cell, prediction_scope=prediction_scope,
+                                                             predictions_scope=PREDICTIONS_SCOPE)
 
 
 def render_diff(result: dict, fmt: str) -> str:
-    return {"json": render_json, "markdown": render_markdown, "html": render_html}[fmt](result)
+    """The diff in the format `fmt` (json, markdown, html), through render.formats' one dispatch."""
+    from nsanalyze.render.formats import render
+
+    return render(result, fmt, "diff").decode("utf-8")

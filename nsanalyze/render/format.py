@@ -6,15 +6,12 @@ import os
 
 import humanize
 
+from nsanalyze.numbers import duration_text
+
 
 def duration(ns) -> str:
-    """9.52 ms, 812 ns, 2.50 µs: nanoseconds as people read them (humanize's SI prefixes)."""
-    if ns is None:
-        return "-"
-    ns = float(ns)
-    if abs(ns) < 1000:
-        return f"{ns:.0f} ns"
-    return humanize.metric(ns * 1e-9, "s").replace("μ", "µ")
+    """9.52 ms, 812 ns, 2.50 µs: nanoseconds as people read them (numbers.duration_text)."""
+    return duration_text(ns)
 
 
 def percent(share) -> str:

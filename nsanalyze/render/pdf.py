@@ -31,6 +31,12 @@ table.findings th:nth-child(2), table.findings td:nth-child(2) { width: 9%; }
 table.findings th:nth-child(3), table.findings td:nth-child(3) { width: 15%; }
 table.findings th:nth-child(4), table.findings td:nth-child(4) { width: 17%; }
 table.findings th:nth-child(5), table.findings td:nth-child(5) { width: 9%; }
+table.nvidia th:nth-child(1), table.nvidia td:nth-child(1) { width: 18%; }
+table.nvidia th:nth-child(2), table.nvidia td:nth-child(2) { width: 20%; }
+table.evidence td:nth-child(1) { width: 40%; } table.evidence td:nth-child(2) { width: 22%; }
+table.waits th:nth-child(1), table.waits td:nth-child(1), table.gaps th:nth-child(1), table.gaps td:nth-child(1) { width: 8%; }
+table.waits th:nth-child(2), table.waits td:nth-child(2), table.gaps th:nth-child(2), table.gaps td:nth-child(2) { width: 11%; }
+table.kernels th, table.kernels td { hyphens: none; }
 code, pre { font-size: 7.2pt; overflow-wrap: anywhere; }
 pre { white-space: pre-wrap; padding: .35em .5em; margin: .3em 0; }
 .finding { break-inside: auto; page-break-inside: auto; padding: .2em .6em; margin: .6em 0; }

@@ -104,12 +104,15 @@ def print_diff(result: dict, console: Console | None = None, limit: int = 25) ->
         console.print(Text(visible(result["summary"])))
     steps = result.get("steps")
     if steps:
-        table = Table(title="Steps (median)", title_justify="left")
-        for column in ("steps", "before", "after", "change", "noise band", "verdict"):
+        table = Table(title="Steps (median; the mean, what the run costs, beside it)", title_justify="left")
+        from nsanalyze.render.diff_report import mean_cell
+
+        for column in ("steps", "before", "after", "change", "noise band", "verdict", "mean before → after"):
             table.add_column(column, overflow="fold")
         table.add_row(_text(f"{steps['name']} ({steps['before_count']} / {steps['after_count']})"),
                       duration(steps["before_median_ns"]), duration(steps["after_median_ns"]), _change(steps["change"]),
-                      f"±{steps['noise']:.0%}", Text(steps["verdict"], style=VERDICT_STYLE.get(steps["verdict"], "")))
+                      f"±{steps['noise']:.0%}", Text(steps["verdict"], style=VERDICT_STYLE.get(steps["verdict"], "")),
+                      mean_cell(steps))
         console.print(table)
     if result.get("budget"):
         from nsanalyze.render.format import BUDGET_LABELS, budget_cell, budget_changed
@@ -170,13 +173,15 @@ def print_diff(result: dict, console: Console | None = None, limit: int = 25) ->
             console.print(f"... and {len(rows) - len(shown)} more without changed findings (write a report with -o "
                           "for all)")
     if result.get("predictions"):
-        table = Table(title="Predictions checked (kernel findings of the base gone; program findings per median step)",
-                      title_justify="left")
-        for column in ("kernel", "check", "predicted savings", "actual savings"):
+        from nsanalyze.render.diff_report import PREDICTIONS_SCOPE, prediction_scope
+
+        table = Table(title=f"Predictions checked ({PREDICTIONS_SCOPE})", title_justify="left")
+        for column in ("kernel", "check", "predicted savings", "actual savings", "median step saved"):
             table.add_column(column, overflow="fold")
         for p in result["predictions"][:limit]:
-            table.add_row(_text(p.get("kernel_name") or "program, per step", 50), p["check"], duration(p["predicted_savings_ns"]),
-                          duration(p["actual_savings_ns"]))
+            table.add_row(_text(p.get("kernel_name") or prediction_scope(p), 50), p["check"],
+                          duration(p["predicted_savings_ns"]), duration(p["actual_savings_ns"]),
+                          duration(p.get("actual_median_savings_ns")))
         console.print(table)
 
 

@@ -47,7 +47,7 @@ def render_markdown(result: dict) -> str:
              f"to {_date(result['runs'][-1]['date']) if result['runs'] else '-'}", "",
              *[f"- {escape(note)}" for note in result.get("notes") or []], *([""] if result.get("notes") else []),
              *([f"{len(result['programs'])} programs, compared each with itself only: " + "; ".join(
-                 f"{escape(p['name'])} ({p['runs']} runs)" for p in result["programs"]), ""]
+                 f"{escape(p['name'])} ({p['runs']} run{'s' if p['runs'] != 1 else ''})" for p in result["programs"]), ""]
                if len(result.get("programs") or []) > 1 else []),
              "| kernel | runs | last | baseline | change | noise band | regression |", "|---|---|---|---|---|---|---|"]
     for s in result["kernels"][:TOP]:
@@ -76,4 +76,7 @@ def render_html(result: dict) -> str:
 
 
 def render_trend(result: dict, fmt: str) -> str:
-    return {"json": render_json, "markdown": render_markdown, "html": render_html}[fmt](result)
+    """The trend in the format `fmt` (json, markdown, html), through render.formats' one dispatch."""
+    from nsanalyze.render.formats import render
+
+    return render(result, fmt, "trend").decode("utf-8")

@@ -60,3 +60,18 @@ def test_not_judged_is_one_row_per_check(basic_model, tmp_path):
     # 13: issue 35 keeps template instances of other registers apart and says uneven grids under one wave (13 cards)
     assert pages <= 13 and outside == []
     assert basic_model["not_judged"] is entries  # the caller's model is left as it is
+
+
+def test_columns_are_sized_for_what_they_hold(dev_suite_model, tmp_path):
+    """NVIDIA's second opinion: the rules' messages get most of the width (they had a third, beside two
+    columns of one short word each), and no header word of the kernels table is hyphenated."""
+    boxes = subprocess.run(["pdftotext", "-bbox", str(pdf_of(dev_suite_model, tmp_path)), "-"], capture_output=True,
+                           text=True, check=True).stdout
+    width = float(re.search(r'<page width="([\d.]+)"', boxes).group(1))
+    words = re.findall(r'<word xMin="([\d.]+)" yMin="([\d.]+)" xMax="[\d.]+" yMax="[\d.]+">([^<]*)', boxes)
+    header = [i for i, (_, _, w) in enumerate(words) if w == "NVIDIA&apos;s" and words[i + 1][2] == "top"]
+    assert header
+    left = float(words[header[0]][0])
+    assert left < 0.45 * width                         # the rules' column: over half the printed width
+    assert float(words[header[0] - 1][0]) > left - 0.3 * width   # the first finding's column: a fifth or so
+    assert not [w for _, _, w in words if w in ("occu-", "Insta-")]

@@ -38,7 +38,7 @@ copies also allow, is transfer-bound's to count.
 from dataclasses import asdict
 
 from nsanalyze.normalize.model import plain
-from nsanalyze.numbers import ms_text
+from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Finding, Threshold, evidence, median_step_part, plural
 from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving
 
@@ -87,13 +87,13 @@ def run(timeline, limits) -> Finding | None:
     steps = timeline.steps.count if timeline.steps else 0
     step_copy_ns = median_step_part(timeline, BUDGET_PART)
     # per step only when the copies are the steps' own (not a checkpoint's between them)
-    per_step = (f", about {saving_ns / steps / 1e6:.3g} ms of each {timeline.steps.median_ns / 1e6:.3g} ms step"
+    per_step = (f", {duration_text(saving_ns / steps)} less in each {duration_text(timeline.steps.median_ns)} step"
                 if steps and saving_ns and step_copy_ns and saving_ns / steps <= step_copy_ns else "")
     finding = Finding(
         check=ID,
         title=f"{plural(pageable.copies, 'copy')} used pageable host memory "
-              f"({pageable.bytes / 1e6:.1f} MB, {pageable.duration_ns / 1e6:.2f} ms){rate}: pinned, they save "
-              f"{ms_text(saving_ns)}{per_step}",
+              f"({pageable.bytes / 1e6:.1f} MB, {duration_text(pageable.duration_ns)}){rate}: pinned, they would take "   # what the copies would take, not a saving:
+              f"{duration_text(pageable.duration_ns - saving_ns)}{per_step}",   # the savings column may share it
         estimated_speedup=0.0,
         evidence={"pageable_copies": evidence(pageable.copies, limits.min_copies, compare=">="),
                   "pageable_bytes": evidence(pageable.bytes, unit="byte"),

@@ -64,6 +64,12 @@ block = torch.compile(block)
 ```"""
 
 
+def _count(chains: float) -> str:
+    """`1 chain`, `14 chains`, `0.5 chains`: a count a step as a sentence reads it."""
+    text = f"{chains:.0f}" if chains >= 0.95 else f"{chains:.1g}"
+    return f"{text} chain" if text == "1" else f"{text} chains"
+
+
 def run(timeline, limits) -> Finding | None:
     analysis = timeline.work_analysis
     window_ns = timeline.summary.span_ns or 0
@@ -76,7 +82,7 @@ def run(timeline, limits) -> Finding | None:
     chain_ns = float(chains.ns.sum())
     common = chains.launches_by_name()[:5]
     steps = (timeline.steps.count if timeline.steps else None)
-    per_step = f" ({len(chains) / steps:.0f} chains per step)" if steps else ""
+    per_step = f" ({_count(len(chains) / steps)} per step)" if steps else ""
     mean_length = float(chains.kernels.sum()) / len(chains)
     finding = Finding(
         check=ID,

@@ -80,7 +80,7 @@ def test_diff_checks_the_prediction_against_the_pinned_run():
 
     result = diff(str(PAGEABLE), str(PINNED))
     prediction = next(p for p in result["predictions"] if p["check"] == "pageable-memcpy")
-    assert prediction["per"] == "median step"
+    assert prediction["per"] == "mean step"
     assert abs(prediction["predicted_savings_ns"] - prediction["actual_savings_ns"]) <= 0.3 * prediction["actual_savings_ns"]
 
 

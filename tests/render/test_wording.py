@@ -1,0 +1,51 @@
+"""A report reads as one text: counts agree with their nouns, a figure has one rounding wherever it
+appears, and no title promises a saving other than the one in its savings column (issue 36, item 9)."""
+
+import re
+
+from nsanalyze.analyze import Options, analyze
+from nsanalyze.render.format import duration
+from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, REAL
+
+FIGURE = r"(\d+(?:\.\d+)? (?:ns|µs|ms|s))"
+
+
+def test_one_chain_a_step_is_singular():
+    """The fp32 GPT with chains of 3 counted: 30 chains over 30 steps read `1 chain per step`."""
+    settings = {"unfused-elementwise.min_ops": 3, "unfused-elementwise.min_share": 0.0}
+    model = analyze([str(REAL / "gpt_fp32_nsys.sqlite.xz")], Options(settings))
+    finding = next(f for f in model["findings"] if f["check"] == "unfused-elementwise")
+    chains, steps = finding["evidence"]["chains"]["value"], model["timeline"]["steps"]["count"]
+    assert round(chains / steps) == 1
+    assert "(1 chain per step)" in finding["title"] and "chains per step" not in finding["title"]
+
+
+def test_the_median_step_has_one_rounding_in_the_report(analyzed):
+    """ResNet in channels_last: the header's median step and the launch finding's `of each … step` are one
+    figure, printed alike (it was 29.7 ms in the header, 29.68 ms in the title)."""
+    from nsanalyze.render.markdown import render
+
+    model = analyzed(REAL / "cnn_cl_nsys.sqlite.xz")
+    median = duration(model["timeline"]["steps"]["median_ns"])
+    text = render(model)
+    in_titles = set(re.findall(r"of each " + FIGURE + " step", text))
+    assert in_titles == {median}
+    assert f"median {median}" in text
+
+
+def test_no_title_promises_a_saving_other_than_its_column(analyzed):
+    """The dev suite joined: pageable-memcpy's row said `saves 4.46 ms` beside `they save 8.18 ms` (its copy
+    time is shared with sync-memcpy); a title now says what the copies would take, and any saving a title
+    names is the one in its column."""
+    from tests.isolated import analyze_apart
+
+    for model in (analyze_apart([DEV_SUITE_NCU, DEV_SUITE_NSYS]), analyzed(REAL / "transfer_pageable_nsys.sqlite.xz")):
+        pageable = next(f for f in model["findings"] if f["check"] == "pageable-memcpy")
+        copy_ns = pageable["evidence"]["pageable_copy_ns"]["value"]
+        pinned_ns = sum(d["pinned_ns"] for d in pageable["evidence"]["directions"])
+        assert f"they would take {duration(copy_ns - sum(d['saving_ns'] for d in pageable['evidence']['directions']))}" \
+            in pageable["title"]
+        assert pinned_ns <= copy_ns
+        for finding in model["findings"]:
+            promised = set(re.findall(r"\bsaves? " + FIGURE, finding["title"]))
+            assert promised <= {duration(finding["estimated_savings_ns"])}, finding["title"]
