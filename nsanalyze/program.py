@@ -43,24 +43,24 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
     cuts = global_settings()["severity"]
     span = timeline.summary.span_ns or 0
     for check in program_checks():
-        if only is not None and check.ID not in only:
+        if only is not None and check.id not in only:
             continue
-        missing = [name for name in check.REQUIRES if getattr(timeline, name, None) is None]
+        missing = [name for name in check.requires if getattr(timeline, name, None) is None]
         if missing:
             hint = "nsys profile --gpu-metrics-devices=all" if "gpu_metrics" in missing or "busy_clock" in missing \
                 else "nsys profile -t cuda,nvtx"
-            not_judged.append(NotJudged(check.ID, None, missing, hint))
+            not_judged.append(NotJudged(check.id, None, missing, hint))
             continue
         finding = check.run(timeline, limits_for(check, overrides))
         if finding is None:
             continue
         if finding.estimated_savings_ns == 0.0:
             finding.estimated_savings_ns = finding.estimated_speedup * span
-        part = getattr(check, "BUDGET_PART", None)
+        part = check.budget_part
         finding.budget_part = part
         whole = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
         limit = unclaimed_part(timeline, part, finding.budget_device)[0] \
-            if part and timeline.budget and check.ID not in WIDER_CAUSES else whole
+            if part and timeline.budget and check.id not in WIDER_CAUSES else whole
         if limit < whole and finding.estimated_savings_ns > limit:
             causes = ", ".join(f"{cause} ({parts[part] / 1e6:.3g} ms)" for cause, parts in claims_by_cause(timeline).items()
                                if parts.get(part))
@@ -68,7 +68,7 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
                                  f"causes that their own findings count ({causes}); this one counts the "
                                  f"{limit / 1e6:.3g} ms left")
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
-        finding.check = check.ID
+        finding.check = check.id
         findings.append(finding)
     _combine_overlapping(findings, timeline)
     for finding in findings:
@@ -116,7 +116,7 @@ def _phase_first_findings(timeline: Timeline, findings: list[Finding]) -> None:
     """Each phase's first cause, read off its own budget: the part that holds most of it, told by the
     check that speaks for that part (budget parts are the checks' BUDGET_PART); the steps' phase is the
     window's and takes the report's first program finding."""
-    by_part = {getattr(c, "BUDGET_PART", None): c.ID for c in program_checks() if getattr(c, "BUDGET_PART", None)}
+    by_part = {c.budget_part: c.id for c in program_checks() if c.budget_part}
     by_part["gpu_compute"] = None  # GPU work: judged kernel by kernel (ncu), not by a program check
     ranked = sorted(findings, key=lambda f: -f.estimated_savings_ns)
 
