@@ -49,7 +49,8 @@ def _module_problems(module: ModuleType) -> list[str]:
                 field = close[0].lower()
                 problems.append(f"module global {name} looks like the declaration's field `{field}`: "
                                 f"declare it as CHECK = Check(..., {field}=...)")
-        elif callable(value) and getattr(value, "__module__", None) == module.__name__ and name not in FUNCTIONS:
+        elif callable(value) and getattr(value, "__module__", None) == module.__name__ and name not in FUNCTIONS \
+                and not name.startswith("_"):
             close = difflib.get_close_matches(name, FUNCTIONS, n=1, cutoff=0.8)
             if close:
                 problems.append(f"function {name}() looks like `{close[0]}` misspelled")
