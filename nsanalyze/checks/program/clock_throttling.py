@@ -20,6 +20,9 @@ nvidia-smi -rgc                # reset; then check nvidia-smi -q -d PERFORMANCE 
 ## Known problems
 Idle samples run at low clocks by design and are excluded only approximately (by GR Active).
 
+Its id was `clock-throttling` until that id became the kernel check's alone (ids are unique across
+kernel and program checks); `--skip` and `--set` take `gpu-clock-throttling`.
+
 ## Options
 - `max_clock_ratio`: median busy clock over the maximum below which the check speaks.
 """
