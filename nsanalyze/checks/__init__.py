@@ -66,8 +66,10 @@ def _registered(module: ModuleType, kind: str) -> Check:
     problems = _module_problems(module)
     if not callable(getattr(module, "run", None)):
         problems.append("no run() function")
-    if getattr(module, "ID", declared.id) != declared.id:
-        problems.append(f"ID {module.ID!r} is not the declaration's id {declared.id!r}")
+    for constant in ("ID", "BUDGET_PART", "ADVICE"):   # what run() reads must be what the registry declares
+        field = constant.lower() if constant != "ID" else "id"
+        if constant in vars(module) and vars(module)[constant] != getattr(declared, field):
+            problems.append(f"{constant} {vars(module)[constant]!r:.60} is not the declaration's {field}")
     if kind == "program" and getattr(module, "applies", None) is not None:
         problems.append("applies() is read for kernel checks only")
     if problems:

@@ -78,6 +78,14 @@ def test_a_metadata_global_beside_the_declaration_fails(tmp_path, monkeypatch):
             load(packages)
 
 
+def test_constants_run_reads_are_the_declared_ones(tmp_path, monkeypatch):
+    """run() reads ID and BUDGET_PART: a declaration naming other values would price one part and claim another."""
+    source = _source("program", "host_sync", "    budget_part=BUDGET_PART,", '    budget_part="idle_host",')
+    packages = _package(tmp_path, monkeypatch, {}, {"host_sync.py": source})
+    with pytest.raises(CheckDeclarationError, match="BUDGET_PART 'idle_sync' is not the declaration's budget_part"):
+        load(packages)
+
+
 def test_a_misspelled_applies_fails(tmp_path, monkeypatch):
     source = _source("kernel", "missing_tensor_cores", "def applies(kernel", "def aplies(kernel")
     packages = _package(tmp_path, monkeypatch, {"missing_tensor_cores.py": source}, {})
