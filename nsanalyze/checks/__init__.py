@@ -78,6 +78,7 @@ def _registered(module: ModuleType, kind: str) -> Check:
                                doc=module.__doc__ or "")
 
 
+@lru_cache(maxsize=None)
 def known_requirements(kind: str) -> frozenset[str]:
     """What a check of this kind may require or read: a kernel check, the normalized kernel concepts
     (normalize/metrics.csv and the concepts derived in normalize/kernels.py); a program check, the
