@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from nsanalyze import __version__
-from nsanalyze.checks import global_settings, run_kernel_checks, validate_overrides
+from nsanalyze.checks import global_settings, run_kernel_checks, runs, skipping, validate_overrides
 from nsanalyze.checks.base import Finding, KernelView, NotJudged
 from nsanalyze.checks.libraries import cap_code_level, hot_source_files, library_advice, library_of
 from nsanalyze.errors import InputError
@@ -34,6 +34,7 @@ class Options:
     window: str = "steady"  # nsys: "steady" (the steady steps when found) or "capture" (everything)
     kernel: str | None = None  # -k NAME|regex:PATTERN: only these kernels are judged (kernel_filter.py)
     as_ranks: bool = False     # several nsys/Kineto inputs: merge them as ranks whatever the files say
+    skip: frozenset[str] = frozenset()  # checks that never run (--skip): the report is that of a build without them
 
 
 def _profile_entry(profile) -> dict:
@@ -194,7 +195,8 @@ def _kernel_list_work(kernels: list[dict], kernel_time: dict, options, kernel_fi
         "launch_floor_ns": floor_ns, "device_names": sorted(set(device_names) - {None, ""}),
         # kernels whose FLOPs missing-tensor-cores read: their instruction mix, not their name, decides
         "instruction_mix_judged": frozenset(k.get("demangled") or k["name"] for k in kernels
-                                            if (k.get("metrics") or {}).get("fp32_flops") is not None),
+                                            if (k.get("metrics") or {}).get("fp32_flops") is not None
+                                            and runs("missing-tensor-cores")),
         # the user's own kernels (no library's marks, or hot source lines in the user's files)
         "user_kernel_ns": float(sum(kernel_time.get(k["id"], 0.0) for k in kernels if not k.get("library")))})
     timeline = Timeline.of_kernel_list(Window(0, int(total), "the report's kernels", "kernels"), total, analysis,
@@ -277,8 +279,13 @@ def _distributed(export: NsysExport) -> tuple[int, int | None] | None:
 
 
 def analyze(paths: list[str], options: Options | None = None) -> dict:
-    """Analyzes one or more profiles into the report model."""
+    """Analyzes one or more profiles into the report model; skipped checks never run."""
     options = options or Options()
+    with skipping(options.skip):
+        return _analyze(paths, options)
+
+
+def _analyze(paths: list[str], options: Options) -> dict:
     try:
         validate_overrides(options.thresholds)
     except ValueError as exc:

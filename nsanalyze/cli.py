@@ -90,7 +90,7 @@ def cli():
 @click.option("--window", "window", type=click.Choice(["steady", "capture"]),
               help="nsys: analyze the steady steps (start-up and warm-up left out; the default) or the whole capture")
 @click.option("--fail-on", type=click.Choice(SEVERITY_CHOICES), help="exit 1 when a finding has this severity or worse")
-@click.option("--skip", "skip", multiple=True, metavar="CHECK", help="leave this check's findings out (repeatable)")
+@click.option("--skip", "skip", multiple=True, metavar="CHECK", help="never run this check: the report of a build without it (repeatable)")
 @click.option("-k", "--kernel", metavar="NAME|regex:PATTERN",
               help="analyze only these kernels (function name or demangled signature; regex: searches either), as ncu's -k")
 @click.option("--as-ranks", is_flag=True,
@@ -124,8 +124,10 @@ def report(profiles, outputs, settings, skip_first_ns, nvtx_range, window, fail_
         format_for(target)  # reject unknown formats and unwritable targets before the work
         check_target(target)
     refuse_inputs(outputs, profiles, "the input profiles")
-    model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window, kernel, as_ranks))
-    apply_skip(model, (*config.skip, *skip))
+    skipped = (*config.skip, *skip)
+    model = analyze(list(profiles), Options(thresholds, skip_first_ns, nvtx_range, window, kernel, as_ranks,
+                                            frozenset(skipped)))
+    apply_skip(model, skipped)
     model = _as_utf8(model, profiles)
     write_reports(model, outputs)
     if not outputs:

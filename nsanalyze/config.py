@@ -4,7 +4,7 @@ pyproject.toml with a `[tool.nsanalyze]` table, from the working directory up. C
     [tool.nsanalyze]
     fail-on = "high"              # as --fail-on
     window = "capture"            # as --window (steady | capture)
-    skip = ["tail-effect"]        # checks whose findings are left out of reports (as --skip)
+    skip = ["tail-effect"]        # checks that never run (as --skip)
 
     [tool.nsanalyze.thresholds]   # as --set CHECK.KEY=VALUE
     "bank-conflicts.min_conflict_share" = 0.2
@@ -110,30 +110,23 @@ def load_settings(start: Path | None = None) -> Settings:
 def check_skip(skip, where: str) -> None:
     from nsanalyze.checks import all_checks
 
-    known = {c.ID for c in all_checks()}
+    known = {c.id for c in all_checks()}
     unknown = sorted(set(skip) - known)
     if unknown:
         raise InputError(where, f"unknown check(s) to skip: {', '.join(unknown)}; `nsanalyze checks` lists them")
 
 
 def apply_skip(model: dict, skip) -> dict:
-    """The report without the skipped checks' findings and not-judged notes, ranks renumbered 1..n."""
-    skip = set(skip)
-    if not skip:
-        return model
-    findings = [f for f in model["findings"] if f["check"] not in skip]
-    for rank, finding in enumerate(sorted(findings, key=lambda f: f["rank"]), start=1):
-        finding["rank"] = rank
-    model["findings"] = sorted(findings, key=lambda f: f["rank"])
-    model["not_judged"] = [n for n in model.get("not_judged", []) if n.get("check") not in skip]
-    model["skipped_checks"] = sorted(skip)
+    """The report says which checks were skipped (analyze's Options.skip: they never ran)."""
+    if skip:
+        model["skipped_checks"] = sorted(set(skip))
     return model
 
 
 def effective_summary(settings: Settings, cli_thresholds: dict[str, float] | None = None, cli_skip=()) -> str:
     """`nsanalyze checks`: every check with the thresholds in effect here, each overridden one with
     where its value comes from and the default, and the checks skipped."""
-    from nsanalyze.checks import all_checks, kernel_checks
+    from nsanalyze.checks import all_checks
 
     thresholds = {**settings.thresholds, **(cli_thresholds or {})}
     skip = set(settings.skip) | set(cli_skip)
@@ -145,20 +138,20 @@ def effective_summary(settings: Settings, cli_thresholds: dict[str, float] | Non
                      + (f"; window = {settings.window}" if settings.window else ""))
         lines.append("")
     for check in all_checks():
-        scope = "kernel" if check in kernel_checks() else "program"
-        skipped = "  (skipped: " + ("--skip" if check.ID in cli_skip else "pyproject.toml") + ")" \
-            if check.ID in skip else ""
-        lines.append(f"{check.ID}  [{scope}]  {check.TITLE}{skipped}")
-        lines.append(f"    reads: {', '.join(check.REQUIRES + tuple(getattr(check, 'OPTIONAL', ())))}")
-        for key, threshold in check.THRESHOLDS.items():
-            name = f"{check.ID}.{key}"
+        scope = check.kind
+        skipped = "  (skipped: " + ("--skip" if check.id in cli_skip else "pyproject.toml") + ")" \
+            if check.id in skip else ""
+        lines.append(f"{check.id}  [{scope}]  {check.title}{skipped}")
+        lines.append(f"    reads: {', '.join(check.requires + check.optional)}")
+        for key, threshold in check.thresholds.items():
+            name = f"{check.id}.{key}"
             if name in thresholds:
                 source = "--set" if name in (cli_thresholds or {}) else "pyproject.toml"
                 lines.append(f"    {name} = {thresholds[name]:g}  [{source}; default {threshold.default:g}]  "
                              f"({threshold.why})")
             else:
                 lines.append(f"    {name} = {threshold.default:g}  ({threshold.why})")
-        lines.append(f"    speedup model: {check.SPEEDUP_MODEL}")
+        lines.append(f"    speedup model: {check.speedup_model}")
         lines.append("")
     lines.append("Full documentation with examples: nsanalyze checks --markdown")
     return "\n".join(lines)

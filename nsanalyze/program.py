@@ -49,13 +49,13 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
     cuts = global_settings()["severity"]
     span = timeline.summary.span_ns or 0
     for check in program_checks():
-        if only is not None and check.ID not in only:
+        if only is not None and check.id not in only:
             continue
-        missing = [name for name in check.REQUIRES if getattr(timeline, name, None) is None]
+        missing = [name for name in check.requires if getattr(timeline, name, None) is None]
         if missing:
             hint = "nsys profile --gpu-metrics-devices=all" if "gpu_metrics" in missing or "busy_clock" in missing \
                 else "nsys profile -t cuda,nvtx"
-            not_judged.append(NotJudged(check.ID, None, missing, hint))
+            not_judged.append(NotJudged(check.id, None, missing, hint))
             continue
         finding = check.run(timeline, limits_for(check, overrides))
         if finding is None:
@@ -63,11 +63,11 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         if finding.estimated_savings_ns == 0.0:
             finding.estimated_savings_ns = finding.estimated_speedup * span
         _price_by_replay(timeline, check, finding)
-        part = getattr(check, "BUDGET_PART", None)
+        part = check.budget_part
         finding.budget_part = part
         whole = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
         # a wider cause prices its own claim, which may span parts (its part only names where most of it lies)
-        limit = span if check.ID in WIDER_CAUSES else \
+        limit = span if check.id in WIDER_CAUSES else \
             unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
         if limit < whole and finding.estimated_savings_ns > limit:
             causes = ", ".join(f"{cause} ({parts[part] / 1e6:.3g} ms)" for cause, parts in claims_by_cause(timeline).items()
@@ -76,7 +76,7 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
                                  f"causes that their own findings count ({causes}); this one counts the "
                                  f"{limit / 1e6:.3g} ms left")
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
-        finding.check = check.ID
+        finding.check = check.id
         findings.append(finding)
     _combine_overlapping(findings, timeline)
     for finding in findings:
@@ -87,9 +87,9 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
 
 def _price_by_replay(timeline: Timeline, check, finding: Finding) -> None:
     """The finding's savings: what the replay of the steps saves with the change its check declares
-    (`CHANGE`, normalize.pricing), capped by the time the change takes away; the check's own estimate where
+    (its `change`, normalize.pricing), capped by the time the change takes away; the check's own estimate where
     no change maps or the replay is not trusted. Where the two disagree the finding says which it used."""
-    declared = getattr(check, "CHANGE", None)
+    declared = check.change
     if not declared or len(timeline.devices) > 1:   # the replay is one process's steps: one GPU's
         return
     own = finding.estimated_savings_ns
@@ -161,8 +161,8 @@ def _phase_first_findings(timeline: Timeline, findings: list[Finding]) -> None:
     """Each phase's first cause, read off its own budget: the part that holds most of it, told by the
     check that speaks for that part (budget parts are the checks' BUDGET_PART); the steps' phase is the
     window's and takes the report's first program finding."""
-    by_part = {getattr(c, "BUDGET_PART", None): c.ID for c in program_checks()
-               if getattr(c, "BUDGET_PART", None) and c.ID not in WIDER_CAUSES}   # a part's own check
+    by_part = {c.budget_part: c.id for c in program_checks()
+               if c.budget_part and c.id not in WIDER_CAUSES}   # a part's own check, not a wider cause's
     by_part["gpu_compute"] = None  # GPU work: judged kernel by kernel (ncu), not by a program check
     ranked = sorted(findings, key=lambda f: -f.estimated_savings_ns)
 

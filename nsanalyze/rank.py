@@ -61,7 +61,7 @@ def _yields_to() -> dict[str, frozenset[str]]:
     """Checks whose findings count after some others' on the same kernel (check id -> those checks)."""
     from nsanalyze.checks import kernel_checks
 
-    return {c.ID: frozenset(c.AFTER) for c in kernel_checks() if getattr(c, "AFTER", None)}
+    return {c.id: frozenset(c.after) for c in kernel_checks() if c.after}
 
 
 def _later(finding: Finding, group: list[Finding], yields: dict) -> bool:

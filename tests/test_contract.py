@@ -30,3 +30,16 @@ def test_every_emitted_key_is_documented(tmp_path):
 
 def test_checks_doc_is_current():
     assert CliRunner().invoke(cli, ["checks", "--markdown"]).stdout == (DOCS / "checks.md").read_text()
+
+
+def test_contract_check_ids_are_the_registry():
+    """docs/contract.md's table of check ids is generated from the registry (`python -m
+    nsanalyze.render.checks_doc`): a renamed or added check shows there, and nowhere by hand."""
+    from nsanalyze.checks import all_checks
+    from nsanalyze.render.checks_doc import IDS_BEGIN, IDS_END, with_check_ids
+
+    contract = (DOCS / "contract.md").read_text()
+    assert with_check_ids(contract) == contract
+    table = contract.split(IDS_BEGIN)[1].split(IDS_END)[0]
+    assert re.findall(r"^\| `([a-z0-9-]+)` \| (kernel|program) \|", table, flags=re.M) == \
+        [(c.id, c.kind) for c in all_checks()]

@@ -654,7 +654,7 @@ def test_impossible_ncu_values_are_set_aside_and_counted(tmp_path, monkeypatch, 
 
 @pytest.mark.parametrize("value", [-1, 0, float("inf"), "fast"])
 def test_impossible_gpu_clock_in_an_export_is_set_aside(tmp_path, value):
-    """A clock rate of -1 in TARGET_INFO_GPU made clock-throttling say "runs at -198000000000% of its maximum"."""
+    """A clock rate of -1 in TARGET_INFO_GPU made gpu-clock-throttling say "runs at -198000000000% of its maximum"."""
     import json
 
     path = _real(tmp_path, "clock.sqlite", "spin_gpumetrics_nsys.sqlite.xz")
@@ -663,7 +663,7 @@ def test_impossible_gpu_clock_in_an_export_is_set_aside(tmp_path, value):
     out = tmp_path / "r.json"
     assert_handled(run_cli("report", path, "-o", out, "-o", tmp_path / "r.md"))
     model = json.loads(out.read_text())
-    assert not [f for f in model["findings"] if f["check"] == "clock-throttling"]
+    assert not [f for f in model["findings"] if f["check"] == "gpu-clock-throttling"]
     assert any(n.startswith("Set aside: 1 value") and "TARGET_INFO_GPU.clockRate" in n for n in model["timeline"]["notes"])
     assert "Set aside: 1 value" in (tmp_path / "r.md").read_text()
 
@@ -1007,7 +1007,7 @@ def test_nvtx_osrt_and_sync_rows_without_an_interval_are_left_out_and_counted(tm
 
 @pytest.mark.parametrize("metric_id, value", [(0, 0), (0, -1), (5, -5), (3, 200)])
 def test_gpu_metric_samples_no_measurement_gives_are_set_aside_and_counted(tmp_path, metric_id, value):
-    """Sampled GPU metrics of a real export: a GPC clock of 0 MHz made clock-throttling say "the GPU clock
+    """Sampled GPU metrics of a real export: a GPC clock of 0 MHz made gpu-clock-throttling say "the GPU clock
     runs at 0% of its maximum"; a negative or above-100% percentage was left out without a word. Each is
     set aside and counted in the notes ("GPU_METRICS.value")."""
     import json
@@ -1018,7 +1018,7 @@ def test_gpu_metric_samples_no_measurement_gives_are_set_aside_and_counted(tmp_p
     out = tmp_path / "r"
     assert_handled(run_cli("report", path, "-o", f"{out}.json", "-o", f"{out}.md"))
     model = json.loads((tmp_path / "r.json").read_text())
-    assert not [f["title"] for f in model["findings"] if f["check"] == "clock-throttling"]
+    assert not [f["title"] for f in model["findings"] if f["check"] == "gpu-clock-throttling"]
     assert any(n.startswith("Set aside: ") and "GPU_METRICS.value" in n for n in model["timeline"]["notes"])
     assert "GPU\\_METRICS.value" in (tmp_path / "r.md").read_text()
 

@@ -29,9 +29,10 @@ def per_step(report: dict, found: dict) -> float:
 def test_every_program_check_declares_its_change():
     """A change in whatif's vocabulary, or None where no replay change maps."""
     known = {"remove", "graph", "pinned", "outliers", "speedup", "remove_kernels"}
-    for check in program_checks():
-        assert hasattr(check, "CHANGE"), check.ID
-        assert check.CHANGE is None or (isinstance(check.CHANGE, dict) and set(check.CHANGE) <= known), check.ID
+    declared = [check for check in program_checks() if check.change is not None]
+    assert len(declared) >= 10
+    for check in declared:
+        assert isinstance(check.change, dict) and set(check.change) <= known, check.id
 
 
 # (base, fixed, the check whose finding the fix answers)

@@ -1,16 +1,10 @@
-"""What every check shares: the view of a kernel it reads, the finding it returns, severities.
+"""What every check shares: its declaration, the view of a kernel it reads, the finding it returns, severities.
 
-A check is a module in checks/kernel/ or checks/program/ with its metadata beside its logic:
-
-    ID, NAME, TITLE      the id users see (contract), a dotted name, a one-line title
-    REQUIRES             normalized concepts it cannot judge without
-    OPTIONAL             concepts it uses when present
-    THRESHOLDS           {key: Threshold(default, why)}; overridable from the CLI
-    SPEEDUP_MODEL        how estimated_speedup is computed, in words
-    RELIEVES             the roof a fix takes load off ("memory", "compute", or None)
-    COLLECT              the ncu option that collects what REQUIRES needs
-    ADVICE               Markdown with a before/after example
-    run(kernel, limits)  -> Finding | None   (a pure function)
+A check is a module in checks/kernel/ or checks/program/: its documentation (the module docstring), one
+declaration `CHECK = Check(...)` beside its logic, and `run(kernel_or_timeline, limits) -> Finding | None`
+(a pure function). A kernel check may also define `applies(kernel) -> bool` (hardware the GPU has).
+The registry (checks/__init__.py) validates every declaration when it loads them; `scripts/new_check.py`
+writes a new one.
 
 The module docstring uses fixed headings: What it detects / Why it is slow / Example /
 Instead / Known problems / Options; a registry test fails when one is missing.
@@ -18,19 +12,67 @@ Instead / Known problems / Options; a registry test fails when one is missing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from nsanalyze.numbers import duration_text, finite
 
 SEVERITIES = ("high", "medium", "low", "info")
+SECTIONS = ("busy", "work", "memory", "tensor", "kernel")  # the report's sections, in its order (render/html.py)
+ROOFS = ("memory", "compute")                               # what a kernel finding's fix may relieve
+KINDS = ("kernel", "program")
+CHECK_ID = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 
 
 @dataclass(frozen=True)
 class Threshold:
     default: float
     why: str
+
+
+@dataclass(frozen=True, eq=False)
+class Check:
+    """One check, declared once in its module (`CHECK = Check(...)`). A misspelled field is a TypeError
+    when the module is imported; the registry checks the rest (unique ids, known REQUIRES) when it loads."""
+
+    id: str                           # the id users see: --skip, --set ID.key, the report's `check` (contract)
+    name: str                         # a dotted name (SARIF's rule name)
+    title: str                        # one line
+    section: str                      # the report section its findings appear in (SECTIONS)
+    requires: tuple[str, ...]         # what it cannot judge without: kernel concepts, or Timeline attributes
+    thresholds: Mapping[str, Threshold]  # {key: Threshold(default, why)}; overridable with --set ID.key=value
+    speedup_model: str                # how estimated_speedup is computed, in words
+    advice: str                       # Markdown with a before/after example
+    optional: tuple[str, ...] = ()    # what it uses when present
+    collect: str = "--set full"       # kernel checks: the ncu option that collects what `requires` needs
+    relieves: str | None = None       # kernel checks: the roof a fix takes load off (ROOFS), or None
+    after: tuple[str, ...] = ()       # kernel checks: checks whose savings this one counts after (rank.py)
+    budget_part: str | None = None    # program checks: the part of the time budget its savings come from
+    change: Any = None                # the change the finding stands for, replayed by `nsanalyze whatif`
+    # filled in by the registry from the module: not declared
+    kind: str = ""
+    run: Callable | None = None
+    applies: Callable | None = None
+    doc: str = ""
+
+    def __post_init__(self):
+        problems = []
+        if not isinstance(self.id, str) or not CHECK_ID.fullmatch(self.id):
+            problems.append(f"id {self.id!r} is not lower-case words joined by '-'")
+        if self.section not in SECTIONS:
+            problems.append(f"section {self.section!r} is none of {', '.join(SECTIONS)}")
+        if self.relieves is not None and self.relieves not in ROOFS:
+            problems.append(f"relieves {self.relieves!r} is none of {', '.join(ROOFS)} (or None)")
+        for attribute in ("requires", "optional", "after"):
+            value = getattr(self, attribute)
+            if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+                problems.append(f"{attribute} must be a tuple of names, not {value!r}")
+        if not all(isinstance(k, str) and isinstance(t, Threshold) for k, t in dict(self.thresholds).items()):
+            problems.append("thresholds must map names to Threshold(default, why)")
+        if problems:
+            raise ValueError(f"check {self.id!r}: " + "; ".join(problems))
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """A program finding priced by the change it stands for: the steps around the median step replayed with the
 change (normalize.critical_path), against the same replay without it.
 
-Each program check declares its change (`CHANGE` in its module, in `nsanalyze whatif`'s vocabulary):
+Each program check declares its change (`change=` of its `Check`, in `nsanalyze whatif`'s vocabulary):
 `{"remove": (CLASS, ...)}` host-activity classes gone; `{"graph": True}` each step one graph launch;
 `{"pinned": True}` pageable copies at the pinned rate; `{"outliers": True}` steps over 1.5x the median at
 the median (capped by the time the check measured for its cause: other causes' slow steps are not its); `{"speedup": (ROLE, ...)}` the kernels of these roles faster by the factor that takes the

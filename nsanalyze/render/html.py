@@ -15,20 +15,19 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from nsanalyze.checks import kernel_checks, program_checks
+from nsanalyze.checks import check_by_id
+from nsanalyze.checks.base import SECTIONS
 from nsanalyze.render import charts
 from nsanalyze.render.format import (duration, evidence_value, health_line, percent, quantity, shorten,
                                      set_aside_note, show_invisible, window_lines)
 
-SECTIONS = ("busy", "work", "memory", "tensor", "kernel")
 SUMMARY_ROWS = 15  # "What to fix first" lists these; every finding still has its card below  # an expert's order of diagnosis
 
 
 def _section_of(finding: dict) -> str:
-    """The section a finding's check declares (checks' SECTION attribute): a new check can't be dropped."""
-    group = program_checks() if finding["kernel_id"] is None else kernel_checks()
-    check = next((c for c in group if c.ID == finding["check"]), None)
-    return getattr(check, "SECTION", "kernel") if check else "kernel"
+    """The section a finding's check declares (its Check's `section`): a new check can't be dropped."""
+    check = check_by_id(finding["check"])
+    return check.section if check else "kernel"
 
 
 def _highlight(code: str, language: str, _attrs) -> str:

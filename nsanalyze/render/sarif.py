@@ -123,9 +123,9 @@ def render(model: dict) -> str:
 
     urls = project_urls()
     docs = urls.get("Documentation")  # docs/checks.md: each check's section is its id
-    rules = [{"id": c.ID, "name": c.NAME, "shortDescription": {"text": c.TITLE},
-              "help": {"text": c.SPEEDUP_MODEL, "markdown": c.ADVICE},
-              **({"helpUri": f"{docs}#{c.ID}"} if docs else {})} for c in all_checks()]
+    rules = [{"id": c.id, "name": c.name, "shortDescription": {"text": c.title},
+              "help": {"text": c.speedup_model, "markdown": c.advice},
+              **({"helpUri": f"{docs}#{c.id}"} if docs else {})} for c in all_checks()]
     index = {rule["id"]: i for i, rule in enumerate(rules)}
     located = list(_located(model))
     results = [{

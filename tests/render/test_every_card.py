@@ -15,7 +15,7 @@ REPORTS = [DEV_SUITE_NCU, DEV_INFER_NSYS, REAL / "ddp_gpu_all_nsys.sqlite.xz", R
 
 
 def test_every_check_declares_a_section_the_report_has():
-    assert {check.SECTION for check in all_checks()} <= set(SECTIONS)
+    assert {check.section for check in all_checks()} <= set(SECTIONS)
 
 
 @pytest.mark.parametrize("path", REPORTS, ids=lambda p: p.name[:40])

@@ -30,25 +30,10 @@ atomic share and from how far the kernel sits below its roofs.
 - `max_roof_share`: speed of light below which the atomics are taken to serialize.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
 from nsanalyze.checks.kernel.low_ilp import atomic_share
 
 ID = "atomic-contention"
-NAME = "memory.global.atomics"
-TITLE = "Contended global atomics"
-SECTION = "memory"  # the report section its findings appear in
-REQUIRES = ("global_load_requests",)
-OPTIONAL = ("global_atomic_instructions", "global_atomic_requests", "global_store_requests", "l2_atomic_sectors")
-COLLECT = "--set full (MemoryWorkloadAnalysis_Tables and InstructionStats sections)"
-RELIEVES = "memory"
-THRESHOLDS = {
-    "min_atomic_share": Threshold(0.10, "a tenth of the memory instructions being atomics is a design choice "
-                                        "worth checking"),
-    "max_roof_share": Threshold(0.40, "a kernel at 40%+ of a roof is limited by that roof, not by atomics"),
-    "target_roof_share": Threshold(0.6, "a privatized version runs near its memory roof"),
-}
-SPEEDUP_MODEL = ("(1 - speed of light / target_roof_share) x atomic share of memory instructions x 2, "
-                 "at most 1: the distance to the roof, the part of it attributed to the atomics")
 ADVICE = """Spread or privatize the updates.
 
 - Accumulate in shared memory (or registers, with warp `__reduce_add_sync`/`__shfl` first) and
@@ -64,6 +49,26 @@ __shared__ unsigned b[16]; if (threadIdx.x < 16) b[threadIdx.x] = 0; __syncthrea
 atomicAdd(&b[v[i] & 15], 1u); __syncthreads();
 if (threadIdx.x < 16) atomicAdd(&bins[threadIdx.x], b[threadIdx.x]);
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="memory.global.atomics",
+    title="Contended global atomics",
+    section="memory",
+    requires=("global_load_requests",),
+    optional=("global_atomic_instructions", "global_atomic_requests", "global_store_requests", "l2_atomic_sectors"),
+    collect="--set full (MemoryWorkloadAnalysis_Tables and InstructionStats sections)",
+    relieves="memory",
+    thresholds={
+        "min_atomic_share": Threshold(0.10, "a tenth of the memory instructions being atomics is a design choice "
+                                            "worth checking"),
+        "max_roof_share": Threshold(0.40, "a kernel at 40%+ of a roof is limited by that roof, not by atomics"),
+        "target_roof_share": Threshold(0.6, "a privatized version runs near its memory roof"),
+    },
+    speedup_model=("(1 - speed of light / target_roof_share) x atomic share of memory instructions x 2, "
+                   "at most 1: the distance to the roof, the part of it attributed to the atomics"),
+    advice=ADVICE,
+)
 
 
 def _atomic_spots(kernel: KernelView) -> list[dict]:

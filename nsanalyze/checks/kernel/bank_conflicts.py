@@ -33,21 +33,9 @@ are used, which on some GPUs also count stalls that are not bank conflicts.
 - `min_conflict_share`: the part of wavefronts that are excess before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence
 
 ID = "bank-conflicts"
-NAME = "memory.shared.bank_conflicts"
-TITLE = "Shared-memory bank conflicts"
-SECTION = "memory"  # the report section its findings appear in
-REQUIRES = ("bank_conflict_share",)
-OPTIONAL = ("l1_throughput_pct", "shared_wavefronts", "shared_wavefronts_ideal")
-COLLECT = "--set full (SourceCounters and MemoryWorkloadAnalysis_Tables sections)"
-RELIEVES = "memory"
-THRESHOLDS = {
-    "min_conflict_share": Threshold(0.10, "NVIDIA's own shared-memory rule starts at 10% excess wavefronts; "
-                                          "below that padding rarely pays"),
-}
-SPEEDUP_MODEL = "excess wavefronts / all shared wavefronts, times how busy L1/shared memory was (its throughput share)"
 ADVICE = """Make the threads of a warp hit 32 different banks (4-byte words, `address / 4 % 32`).
 
 - Pad 2-D tiles by one element: `__shared__ float tile[32][33];` so that column walks change bank.
@@ -62,6 +50,23 @@ float v = tile[threadIdx.x][k];
 __shared__ float tile[32][33];
 float v = tile[threadIdx.x][k];
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="memory.shared.bank_conflicts",
+    title="Shared-memory bank conflicts",
+    section="memory",
+    requires=("bank_conflict_share",),
+    optional=("l1_throughput_pct", "shared_wavefronts", "shared_wavefronts_ideal"),
+    collect="--set full (SourceCounters and MemoryWorkloadAnalysis_Tables sections)",
+    relieves="memory",
+    thresholds={
+        "min_conflict_share": Threshold(0.10, "NVIDIA's own shared-memory rule starts at 10% excess wavefronts; "
+                                              "below that padding rarely pays"),
+    },
+    speedup_model="excess wavefronts / all shared wavefronts, times how busy L1/shared memory was (its throughput share)",
+    advice=ADVICE,
+)
 
 
 def run(kernel: KernelView, limits) -> Finding | None:

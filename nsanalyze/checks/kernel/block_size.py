@@ -35,21 +35,10 @@ size, saves nothing (info) and notes what would measure it, rather than assume a
 
 import math
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, busy_scaled, scheduler_busy, evidence
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, busy_scaled, scheduler_busy, evidence
 
 ID = "block-size"
-NAME = "scheduling.block.size"
-TITLE = "Block size wastes warp lanes"
-SECTION = "kernel"  # the report section its findings appear in
-REQUIRES = ("block_size",)
-OPTIONAL = ("grid_size", "sm_count", "issue_active_pct", "sm_throughput_pct")
-COLLECT = "--section LaunchStats"
-RELIEVES = None
-THRESHOLDS = {"min_wasted_lanes": Threshold(0.10, "a tenth of every warp's lanes idle is worth a one-line change")}
 SCHEDULERS_PER_SM = 4
-SPEEDUP_MODEL = ("the share of warp lanes the block size leaves empty (1 - threads / (warps x 32)) times the "
-                 "schedulers' issue-slot use (else the SM throughput); nothing when the launch has no more warps than the GPU "
-                 "has schedulers; without either measured, no savings (info) and a note naming what measures them")
 ADVICE = """Use a block size that is a multiple of 32 (128-256 threads is a good default).
 
 ```cuda
@@ -58,6 +47,22 @@ kernel<<<n, 1>>>(x);
 // after
 kernel<<<(n + 127) / 128, 128>>>(x, n);   // if (i < n) guards the tail
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="scheduling.block.size",
+    title="Block size wastes warp lanes",
+    section="kernel",
+    requires=("block_size",),
+    optional=("grid_size", "sm_count", "issue_active_pct", "sm_throughput_pct"),
+    collect="--section LaunchStats",
+    relieves=None,
+    thresholds={"min_wasted_lanes": Threshold(0.10, "a tenth of every warp's lanes idle is worth a one-line change")},
+    speedup_model=("the share of warp lanes the block size leaves empty (1 - threads / (warps x 32)) times the "
+                   "schedulers' issue-slot use (else the SM throughput); nothing when the launch has no more warps than the GPU "
+                   "has schedulers; without either measured, no savings (info) and a note naming what measures them"),
+    advice=ADVICE,
+)
 
 
 def run(kernel: KernelView, limits) -> Finding | None:

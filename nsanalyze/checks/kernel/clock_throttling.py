@@ -36,24 +36,9 @@ the lock (`max_lock_ratio`), not the maximum.
 - `max_clock_ratio`: measured over maximum SM clock below which the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, busy_scaled, evidence
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, busy_scaled, evidence
 
 ID = "clock-throttling"
-NAME = "device.clock"
-TITLE = "SM clock below the device's maximum"
-SECTION = "kernel"  # the report section its findings appear in
-REQUIRES = ("sm_clock_ratio",)
-OPTIONAL = ("sm_frequency_hz", "max_sm_frequency_hz", "sm_throughput_pct", "locked_clock_hz")
-COLLECT = "--section SpeedOfLight"
-RELIEVES = "compute"
-THRESHOLDS = {
-    "max_clock_ratio": Threshold(0.85, "boost clocks wander by a few percent under load; 15% below the maximum "
-                                       "is throttling or a locked clock"),
-    "max_lock_ratio": Threshold(0.96, "under ncu's clock lock kernels run within a few tenths of a percent of the "
-                                      "base clock (H200: 1492 of 1490 MHz); 4% below it the GPU did not hold the lock"),
-}
-SPEEDUP_MODEL = ("(1 - measured / maximum clock) x compute speed-of-light share: only clock-bound time shrinks; "
-                 "without a measured compute share, no savings (info) and a note naming --section SpeedOfLight")
 ADVICE = """Find out why the clock is low before tuning the kernel.
 
 - Profiles taken with ncu's default `--clock-control base` run at the base clock: re-profile with
@@ -68,6 +53,26 @@ ncu --set full -o report ./app
 # after: clocks as the application sees them
 ncu --clock-control none --set full -o report ./app
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="device.clock",
+    title="SM clock below the device's maximum",
+    section="kernel",
+    requires=("sm_clock_ratio",),
+    optional=("sm_frequency_hz", "max_sm_frequency_hz", "sm_throughput_pct", "locked_clock_hz"),
+    collect="--section SpeedOfLight",
+    relieves="compute",
+    thresholds={
+        "max_clock_ratio": Threshold(0.85, "boost clocks wander by a few percent under load; 15% below the maximum "
+                                           "is throttling or a locked clock"),
+        "max_lock_ratio": Threshold(0.96, "under ncu's clock lock kernels run within a few tenths of a percent of the "
+                                          "base clock (H200: 1492 of 1490 MHz); 4% below it the GPU did not hold the lock"),
+    },
+    speedup_model=("(1 - measured / maximum clock) x compute speed-of-light share: only clock-bound time shrinks; "
+                   "without a measured compute share, no savings (info) and a note naming --section SpeedOfLight"),
+    advice=ADVICE,
+)
 
 
 def run(kernel: KernelView, limits) -> Finding | None:

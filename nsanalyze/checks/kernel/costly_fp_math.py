@@ -47,42 +47,11 @@ Thread instruction counts are turned into warp instructions at 32 threads.
 - `max_tensor_pipe_pct`: tensor-pipe activity above which the kernel is matrix math: not this check's.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share, unjudged
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share, unjudged
 from nsanalyze.checks.libraries import library_of
 
 ID = "costly-fp-math"
-NAME = "compute.fp.costly"
-TITLE = "FP pipe busy with costly instructions: divisions, unfused add/multiply, slow FP64"
-SECTION = "kernel"  # the report section its findings appear in
-REQUIRES = ("sm_throughput_pct",)
-OPTIONAL = ("fp64_pipe_pct", "fma_pipe_pct", "fp64_add_thread_instructions", "fp64_mul_thread_instructions", "fp64_fma_thread_instructions",
-            "fp32_add_thread_instructions", "fp32_mul_thread_instructions", "fp32_fma_thread_instructions",
-            "opcode_instructions", "fp64_reciprocal_instructions", "fp32_division_check_instructions",
-            "fp64_peak_flops_per_s", "fp32_peak_flops_per_s", "tensor_pipe_pct", "xu_pipe_pct",
-            "memory_throughput_pct", "dram_throughput_pct", "sm_throughput_pct")
-COLLECT = "--set full (ComputeWorkloadAnalysis and InstructionStats sections)"
-RELIEVES = "compute"
 WARP = 32.0
-THRESHOLDS = {
-    "min_pipe_share": Threshold(0.5, "at half its peak or more, and busier than the memory system, an FP pipe is "
-                                     "what the kernel waits for; below it, latency or memory sets the time"),
-    "fp64_division_pipe_instructions": Threshold(6.0, "CUDA's FP64 division: MUFU.RCP64H, two Newton-Raphson "
-                                                      "steps (4 DFMA), the quotient (DMUL) and its correction "
-                                                      "(2 DFMA) are 7 FP64-pipe instructions; a multiplication "
-                                                      "by a hoisted reciprocal is 1: 6 saved"),
-    "fp32_division_pipe_instructions": Threshold(4.0, "an IEEE FP32 division is 5 FFMAs around MUFU.RCP and "
-                                                      "FCHK; a multiplication is 1: 4 saved"),
-    "max_fp64_rate_ratio": Threshold(1 / 16, "data-center GPUs run FP64 at 1/2 of FP32; consumer and "
-                                             "workstation parts (Turing, GA10x, Ada) at 1/32-1/64"),
-    "min_removable_share": Threshold(0.05, "fewer than 5% of the pipe's instructions to remove is within "
-                                           "what a rebuild changes anyway"),
-    "max_tensor_pipe_pct": Threshold(5.0, "a kernel that keeps its tensor pipe busy is matrix math (GEMM, "
-                                          "convolution): its FMA work is the library's"),
-}
-SPEEDUP_MODEL = ("the pipe's busy share x the share of its instructions the fix removes (divisions turned into "
-                 "multiplications, add+multiply pairs fused, or FP64 moved to FP32 at the GPU's rate ratio), "
-                 "never more than the distance to the memory roof (1 - memory throughput share); where the "
-                 "divisions' MUFU/FCHK keep the XU busiest, 1 - the next-busiest unit's share")
 ADVICE = """Take work off the busy floating-point pipe.
 
 - **Divisions:** compute a reciprocal once and multiply (`inv = 1.0 / r; a * inv; b * inv`); write a
@@ -100,6 +69,42 @@ double u = ru / r, w = rw / r, t = rt / r;   flux = (a - b) / 12.0;
 double inv_r = 1.0 / r;
 double u = ru * inv_r, w = rw * inv_r, t = rt * inv_r;   flux = (a - b) * (1.0 / 12.0);
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="compute.fp.costly",
+    title="FP pipe busy with costly instructions: divisions, unfused add/multiply, slow FP64",
+    section="kernel",
+    requires=("sm_throughput_pct",),
+    optional=("fp64_pipe_pct", "fma_pipe_pct", "fp64_add_thread_instructions", "fp64_mul_thread_instructions", "fp64_fma_thread_instructions",
+              "fp32_add_thread_instructions", "fp32_mul_thread_instructions", "fp32_fma_thread_instructions",
+              "opcode_instructions", "fp64_reciprocal_instructions", "fp32_division_check_instructions",
+              "fp64_peak_flops_per_s", "fp32_peak_flops_per_s", "tensor_pipe_pct", "xu_pipe_pct",
+              "memory_throughput_pct", "dram_throughput_pct", "sm_throughput_pct"),
+    collect="--set full (ComputeWorkloadAnalysis and InstructionStats sections)",
+    relieves="compute",
+    thresholds={
+        "min_pipe_share": Threshold(0.5, "at half its peak or more, and busier than the memory system, an FP pipe is "
+                                         "what the kernel waits for; below it, latency or memory sets the time"),
+        "fp64_division_pipe_instructions": Threshold(6.0, "CUDA's FP64 division: MUFU.RCP64H, two Newton-Raphson "
+                                                          "steps (4 DFMA), the quotient (DMUL) and its correction "
+                                                          "(2 DFMA) are 7 FP64-pipe instructions; a multiplication "
+                                                          "by a hoisted reciprocal is 1: 6 saved"),
+        "fp32_division_pipe_instructions": Threshold(4.0, "an IEEE FP32 division is 5 FFMAs around MUFU.RCP and "
+                                                          "FCHK; a multiplication is 1: 4 saved"),
+        "max_fp64_rate_ratio": Threshold(1 / 16, "data-center GPUs run FP64 at 1/2 of FP32; consumer and "
+                                                 "workstation parts (Turing, GA10x, Ada) at 1/32-1/64"),
+        "min_removable_share": Threshold(0.05, "fewer than 5% of the pipe's instructions to remove is within "
+                                               "what a rebuild changes anyway"),
+        "max_tensor_pipe_pct": Threshold(5.0, "a kernel that keeps its tensor pipe busy is matrix math (GEMM, "
+                                              "convolution): its FMA work is the library's"),
+    },
+    speedup_model=("the pipe's busy share x the share of its instructions the fix removes (divisions turned into "
+                   "multiplications, add+multiply pairs fused, or FP64 moved to FP32 at the GPU's rate ratio), "
+                   "never more than the distance to the memory roof (1 - memory throughput share); where the "
+                   "divisions' MUFU/FCHK keep the XU busiest, 1 - the next-busiest unit's share"),
+    advice=ADVICE,
+)
 
 CLOSED = frozenset({"cuBLAS", "cuBLASLt", "cuDNN", "CUTLASS", "NCCL"})
 

@@ -27,21 +27,9 @@ which also includes intended local arrays.
 - `min_local_share`: local bytes over all L1 global+local bytes before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share, size_text
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share, size_text
 
 ID = "local-memory-spill"
-NAME = "memory.local.spill"
-TITLE = "Register spills and local-memory traffic"
-SECTION = "memory"  # the report section its findings appear in
-REQUIRES = ("local_bytes",)
-OPTIONAL = ("spill_instructions", "local_instructions", "global_load_sectors", "global_store_sectors",
-            "registers_per_thread", "memory_throughput_pct")
-COLLECT = "--set full (MemoryWorkloadAnalysis_Tables and SourceCounters sections)"
-RELIEVES = "memory"
-THRESHOLDS = {
-    "min_local_share": Threshold(0.05, "under 5% of the L1 traffic, local memory costs less than the fix"),
-}
-SPEEDUP_MODEL = "local bytes / (local + global bytes at L1), times the kernel's memory speed-of-light share"
 ADVICE = """Keep per-thread data in registers.
 
 - Loosen the register cap: raise `__launch_bounds__` threads or drop `minBlocksPerSM`, or remove
@@ -55,6 +43,23 @@ __global__ void __launch_bounds__(1024, 2) k(const float* in, float* out) { floa
 // after: room for the registers, compile-time indices
 __global__ void __launch_bounds__(256) k(const float* in, float* out) { float r[48]; /* #pragma unroll */ }
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="memory.local.spill",
+    title="Register spills and local-memory traffic",
+    section="memory",
+    requires=("local_bytes",),
+    optional=("spill_instructions", "local_instructions", "global_load_sectors", "global_store_sectors",
+              "registers_per_thread", "memory_throughput_pct"),
+    collect="--set full (MemoryWorkloadAnalysis_Tables and SourceCounters sections)",
+    relieves="memory",
+    thresholds={
+        "min_local_share": Threshold(0.05, "under 5% of the L1 traffic, local memory costs less than the fix"),
+    },
+    speedup_model="local bytes / (local + global bytes at L1), times the kernel's memory speed-of-light share",
+    advice=ADVICE,
+)
 
 
 def run(kernel: KernelView, limits) -> Finding | None:

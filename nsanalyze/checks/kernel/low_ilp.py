@@ -38,37 +38,11 @@ the few busy SMs' latency is not the first thing to fix.
 - `min_theoretical_occupancy_pct`: below this the launch itself caps the warps: low-occupancy instead.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
 
 ID = "low-ilp"
-NAME = "latency.ilp"
-TITLE = "Latency-bound: too little independent work in flight"
-SECTION = "kernel"  # the report section its findings appear in
-REQUIRES = ("issue_active_pct", "warp_latency_cycles", "stall_long_scoreboard_cycles")
-OPTIONAL = ("achieved_occupancy_pct", "theoretical_occupancy_pct",
-            "eligible_warps_per_scheduler", "stall_short_scoreboard_cycles", "stall_wait_cycles",
-            "stall_barrier_cycles", "stall_membar_cycles", "global_atomic_instructions", "global_atomic_requests",
-            "block_size",
-            "blocks_per_sm_limit", "blocks_per_sm_limit_warps", "blocks_per_sm_limit_registers",
-            "blocks_per_sm_limit_shared_mem", "grid_size", "sm_count")
-COLLECT = "--set full (WarpStateStats and SchedulerStats sections)"
-RELIEVES = None
 DEPENDENCY_STALLS = ("stall_long_scoreboard_cycles", "stall_short_scoreboard_cycles", "stall_wait_cycles")
 BARRIER_STALLS = ("stall_barrier_cycles", "stall_membar_cycles")
-THRESHOLDS = {
-    "min_theoretical_occupancy_pct": Threshold(25.0, "below a quarter of the warp slots by launch limits, "
-                                                     "occupancy is the limiter: low-occupancy speaks instead"),
-    "max_roof_share": Threshold(0.60, "a kernel at 60%+ of a roof is near what tuned code sustains; below it, with "
-                                     "few ready warps, latency holds it back (reductions at 40-50% of a roof still "
-                                     "wait on barriers)"),
-    "max_eligible_warps": Threshold(1.0, "with fewer than one ready warp per scheduler, issue slots go unused"),
-    "min_dependency_stall_share": Threshold(0.5, "dependency and barrier stalls must explain most of the latency"),
-    "small_block_threads": Threshold(64.0, "blocks of one or two warps reach the SM's block limit before its warp "
-                                           "limit: the launch caps the warps per SM"),
-    "max_atomic_share": Threshold(0.2, "above this share of memory instructions, atomics explain the latency"),
-    "target_roof_share": Threshold(0.6, "well-overlapped kernels reach about 60% of a roof"),
-}
-SPEEDUP_MODEL = "1 - (the kernel's speed of light / target_roof_share): the distance to where a latency fix stops"
 ADVICE = """Give each warp several independent operations, and the SM more warps.
 
 - Unroll loops so that several loads are issued before the first result is used.
@@ -82,6 +56,37 @@ for (int s = 0; s < steps; ++s) p = next[p];
 // after: four chains in flight per thread
 for (int s = 0; s < steps; ++s) { a = next[a]; b = next[b]; c = next[c]; d = next[d]; }
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="latency.ilp",
+    title="Latency-bound: too little independent work in flight",
+    section="kernel",
+    requires=("issue_active_pct", "warp_latency_cycles", "stall_long_scoreboard_cycles"),
+    optional=("achieved_occupancy_pct", "theoretical_occupancy_pct",
+              "eligible_warps_per_scheduler", "stall_short_scoreboard_cycles", "stall_wait_cycles",
+              "stall_barrier_cycles", "stall_membar_cycles", "global_atomic_instructions", "global_atomic_requests",
+              "block_size",
+              "blocks_per_sm_limit", "blocks_per_sm_limit_warps", "blocks_per_sm_limit_registers",
+              "blocks_per_sm_limit_shared_mem", "grid_size", "sm_count"),
+    collect="--set full (WarpStateStats and SchedulerStats sections)",
+    relieves=None,
+    thresholds={
+        "min_theoretical_occupancy_pct": Threshold(25.0, "below a quarter of the warp slots by launch limits, "
+                                                         "occupancy is the limiter: low-occupancy speaks instead"),
+        "max_roof_share": Threshold(0.60, "a kernel at 60%+ of a roof is near what tuned code sustains; below it, with "
+                                         "few ready warps, latency holds it back (reductions at 40-50% of a roof still "
+                                         "wait on barriers)"),
+        "max_eligible_warps": Threshold(1.0, "with fewer than one ready warp per scheduler, issue slots go unused"),
+        "min_dependency_stall_share": Threshold(0.5, "dependency and barrier stalls must explain most of the latency"),
+        "small_block_threads": Threshold(64.0, "blocks of one or two warps reach the SM's block limit before its warp "
+                                               "limit: the launch caps the warps per SM"),
+        "max_atomic_share": Threshold(0.2, "above this share of memory instructions, atomics explain the latency"),
+        "target_roof_share": Threshold(0.6, "well-overlapped kernels reach about 60% of a roof"),
+    },
+    speedup_model="1 - (the kernel's speed of light / target_roof_share): the distance to where a latency fix stops",
+    advice=ADVICE,
+)
 
 
 def atomic_share(kernel: KernelView) -> float:

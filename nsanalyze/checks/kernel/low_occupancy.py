@@ -31,30 +31,11 @@ A grid that gives most SMs no block is small-grid's to say; low occupancy is jud
 - `target_occupancy_pct`: occupancy where latency hiding usually suffices.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
 from nsanalyze.checks.kernel.low_ilp import grid_leaves_most_sms_idle
 from nsanalyze.checks.libraries import library_of
 
 ID = "low-occupancy"
-NAME = "latency.occupancy"
-TITLE = "Too few warps per SM to hide latency"
-SECTION = "kernel"  # the report section its findings appear in
-REQUIRES = ("achieved_occupancy_pct",)
-OPTIONAL = ("issue_active_pct", "theoretical_occupancy_pct", "waves_per_sm", "blocks_per_sm_limit_registers",
-            "blocks_per_sm_limit_shared_mem", "blocks_per_sm_limit_warps", "blocks_per_sm_limit", "block_size",
-            "eligible_warps_per_scheduler", "grid_size", "sm_count")
-COLLECT = "--set full (Occupancy and LaunchStats sections)"
-RELIEVES = None
-THRESHOLDS = {
-    "max_achieved_occupancy_pct": Threshold(30.0, "below 30% of the SM's warp slots latency hiding usually fails"),
-    "max_roof_share": Threshold(0.60, "a kernel at 60%+ of a roof is near what tuned code sustains; below it, "
-                                     "too few warps leave latency exposed"),
-    "max_issue_active_pct": Threshold(50.0, "a scheduler issuing half the cycles is not starved"),
-    "target_occupancy_pct": Threshold(50.0, "about half the warp slots hide DRAM latency for typical code"),
-    "target_roof_share": Threshold(0.6, "well-overlapped kernels reach about 60% of a roof"),
-}
-SPEEDUP_MODEL = ("(1 - speed of light / target_roof_share) x (1 - achieved / target occupancy): "
-                 "the latency-bound time more warps could overlap")
 TUNED_LIBRARIES = frozenset({"cuBLAS", "cuBLASLt", "cuDNN", "CUTLASS"})  # GEMM/conv kernels tiled for their occupancy
 LATENCY_BAND = 0.40  # from here up to max_roof_share the kernel must also lack ready warps
 LIMITERS = {"blocks_per_sm_limit_registers": "registers per thread",
@@ -75,6 +56,30 @@ chase<<<264, 32>>>(next, out, steps);
 // after: the same threads in full blocks, and more independent work per SM
 chase<<<(n + 255) / 256, 256>>>(next, out, steps);
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="latency.occupancy",
+    title="Too few warps per SM to hide latency",
+    section="kernel",
+    requires=("achieved_occupancy_pct",),
+    optional=("issue_active_pct", "theoretical_occupancy_pct", "waves_per_sm", "blocks_per_sm_limit_registers",
+              "blocks_per_sm_limit_shared_mem", "blocks_per_sm_limit_warps", "blocks_per_sm_limit", "block_size",
+              "eligible_warps_per_scheduler", "grid_size", "sm_count"),
+    collect="--set full (Occupancy and LaunchStats sections)",
+    relieves=None,
+    thresholds={
+        "max_achieved_occupancy_pct": Threshold(30.0, "below 30% of the SM's warp slots latency hiding usually fails"),
+        "max_roof_share": Threshold(0.60, "a kernel at 60%+ of a roof is near what tuned code sustains; below it, "
+                                         "too few warps leave latency exposed"),
+        "max_issue_active_pct": Threshold(50.0, "a scheduler issuing half the cycles is not starved"),
+        "target_occupancy_pct": Threshold(50.0, "about half the warp slots hide DRAM latency for typical code"),
+        "target_roof_share": Threshold(0.6, "well-overlapped kernels reach about 60% of a roof"),
+    },
+    speedup_model=("(1 - speed of light / target_roof_share) x (1 - achieved / target occupancy): "
+                   "the latency-bound time more warps could overlap"),
+    advice=ADVICE,
+)
 
 
 def _limiter(kernel: KernelView) -> str | None:

@@ -45,38 +45,9 @@ results on tensor cores (TF32) carry a 10-bit mantissa: check that the model tol
 - `tensor_efficiency`: the share of the tensor roof a library kernel reaches, for the estimate.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, unjudged
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, unjudged
 
 ID = "missing-tensor-cores"
-NAME = "compute.tensor.missing"
-TITLE = "Matrix math on FMA pipes instead of tensor cores"
-SECTION = "tensor"  # the report section its findings appear in
-REQUIRES = ("duration_ns", "fp32_flops", "fp32_peak_flops_per_s")
-OPTIONAL = ("tensor_pipe_pct", "tensor_hmma_pipe_pct", "tensor_gmma_pipe_pct", "fp16_flops",
-            "shared_load_requests", "shared_wavefronts", "warp_execution_efficiency", "dram_bytes",
-            "fma_pipe_pct", "fp16_pipe_pct",
-            "tf32_peak_flops_per_s", "bf16_peak_flops_per_s", "fp_fma_share", "fp16_fma_share", "tensor_mma_ops",
-            "l1_throughput_pct", "bank_conflict_share", "tensor_cores")
-COLLECT = "--set full (ComputeWorkloadAnalysis and the roofline sections)"
-RELIEVES = "compute"
-THRESHOLDS = {
-    "min_fp_roof_share": Threshold(0.05, "below 5% of the FP roof the FMAs are not where the time goes"),
-    "min_arithmetic_intensity": Threshold(12.0, "matrix products reuse each operand byte many times (measured GEMMs: "
-                                                "26-380 FLOP per DRAM byte); softmax, layer norm and element-wise "
-                                                "kernels do 0.1-8"),
-    "max_tensor_pipe_pct": Threshold(1.0, "a kernel on tensor cores keeps the pipe busy well above 1%"),
-    "min_warp_efficiency": Threshold(0.8, "divergent code is not a matrix product; fix divergence first"),
-    "min_fma_share": Threshold(0.6, "a matrix product's inner loop is almost all FMA (FFMA, HFMA, HFMA2); softmax, "
-                                    "norms and element-wise math are adds, multiplies and special functions"),
-    "shared_bottleneck_l1_pct": Threshold(90.0, "L1/shared memory this busy sets the kernel's time"),
-    "shared_bottleneck_conflict_share": Threshold(0.4, "with this many bank-conflict replays the shared-memory "
-                                                       "pipe is the bottleneck: tensor cores would wait on it too"),
-    "min_fp16_pipe_pct": Threshold(20.0, "without HFMA counters, an FP16 pipe issuing on a fifth of its peak is "
-                                         "FP16 arithmetic at scale (the fp16 suite's GEMMs: 32%; its stencil: 7%)"),
-    "tensor_efficiency": Threshold(0.5, "cuBLAS/CUTLASS GEMMs of moderate size reach about half the dense roof"),
-}
-SPEEDUP_MODEL = ("1 - (the kernel's FLOPs at tensor_efficiency of the device's dense TF32 roof, or its "
-                 "FP16/BF16 roof where TF32 is missing) / the kernel's duration")
 ADVICE = """Run the matrix products on tensor cores.
 
 - Call cuBLAS/cuBLASLt or CUTLASS instead of a hand-written FMA loop, with a tensor-core math mode:
@@ -95,6 +66,40 @@ wmma::load_matrix_sync(a, A + ..., lda);
 wmma::load_matrix_sync(b, B + ..., ldb);
 wmma::mma_sync(acc, a, b, acc);
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="compute.tensor.missing",
+    title="Matrix math on FMA pipes instead of tensor cores",
+    section="tensor",
+    requires=("duration_ns", "fp32_flops", "fp32_peak_flops_per_s"),
+    optional=("tensor_pipe_pct", "tensor_hmma_pipe_pct", "tensor_gmma_pipe_pct", "fp16_flops",
+              "shared_load_requests", "shared_wavefronts", "warp_execution_efficiency", "dram_bytes",
+              "fma_pipe_pct", "fp16_pipe_pct",
+              "tf32_peak_flops_per_s", "bf16_peak_flops_per_s", "fp_fma_share", "fp16_fma_share", "tensor_mma_ops",
+              "l1_throughput_pct", "bank_conflict_share", "tensor_cores"),
+    collect="--set full (ComputeWorkloadAnalysis and the roofline sections)",
+    relieves="compute",
+    thresholds={
+        "min_fp_roof_share": Threshold(0.05, "below 5% of the FP roof the FMAs are not where the time goes"),
+        "min_arithmetic_intensity": Threshold(12.0, "matrix products reuse each operand byte many times (measured GEMMs: "
+                                                    "26-380 FLOP per DRAM byte); softmax, layer norm and element-wise "
+                                                    "kernels do 0.1-8"),
+        "max_tensor_pipe_pct": Threshold(1.0, "a kernel on tensor cores keeps the pipe busy well above 1%"),
+        "min_warp_efficiency": Threshold(0.8, "divergent code is not a matrix product; fix divergence first"),
+        "min_fma_share": Threshold(0.6, "a matrix product's inner loop is almost all FMA (FFMA, HFMA, HFMA2); softmax, "
+                                        "norms and element-wise math are adds, multiplies and special functions"),
+        "shared_bottleneck_l1_pct": Threshold(90.0, "L1/shared memory this busy sets the kernel's time"),
+        "shared_bottleneck_conflict_share": Threshold(0.4, "with this many bank-conflict replays the shared-memory "
+                                                           "pipe is the bottleneck: tensor cores would wait on it too"),
+        "min_fp16_pipe_pct": Threshold(20.0, "without HFMA counters, an FP16 pipe issuing on a fifth of its peak is "
+                                             "FP16 arithmetic at scale (the fp16 suite's GEMMs: 32%; its stencil: 7%)"),
+        "tensor_efficiency": Threshold(0.5, "cuBLAS/CUTLASS GEMMs of moderate size reach about half the dense roof"),
+    },
+    speedup_model=("1 - (the kernel's FLOPs at tensor_efficiency of the device's dense TF32 roof, or its "
+                   "FP16/BF16 roof where TF32 is missing) / the kernel's duration"),
+    advice=ADVICE,
+)
 
 
 def _tensor_activity(kernel: KernelView) -> float | None:

@@ -37,30 +37,9 @@ atomics) gets that first: the small-grid savings count only the time left after 
 
 import math
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, plural
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, plural
 
 ID = "small-grid"
-NAME = "scheduling.grid.small"
-TITLE = "Grid too small to fill the GPU"
-SECTION = "kernel"  # the report section its findings appear in
-REQUIRES = ("grid_size", "sm_count")
-OPTIONAL = ("blocks_per_sm_limit", "waves_per_sm", "block_size", "achieved_occupancy_pct", "theoretical_occupancy_pct",
-            "sm_active_cycles_max", "sm_cycles_elapsed")
-COLLECT = "--section LaunchStats --section Occupancy"
-RELIEVES = None
-# Its savings count after the kernel's own code problems (rank.combine_per_kernel); latency findings that
-# the small grid itself causes (low-occupancy: "the grid fills less than one wave") overlap with it instead.
-AFTER = ("bank-conflicts", "uncoalesced-global", "warp-divergence", "local-memory-spill", "atomic-contention",
-         "missing-tensor-cores")
-THRESHOLDS = {
-    "min_idle_sm_share": Threshold(0.10, "a tenth of the SMs without a block is more than launch-to-launch noise "
-                                         "in how blocks land on SMs"),
-    "parallel_efficiency": Threshold(0.5, "splitting the work over more blocks recovers about half the idle "
-                                          "share: the split adds reductions and the kernel may be latency-bound"),
-}
-SPEEDUP_MODEL = ("(1 - blocks / SMs, the share of SMs left without a block; under one wave, 1 - blocks per SM / "
-                 "the most blocks an SM runs) x parallel_efficiency x the share of the kernel's cycles the busiest SM "
-                 "ran (the launch's front end stays), of the time left after the kernel's code-level findings")
 ADVICE = """Give every SM work.
 
 - Launch more, smaller blocks: split each block's work (rows over several blocks, a split-K
@@ -74,6 +53,32 @@ reduce<<<16, 1024>>>(x, n);
 // after: enough blocks for every SM, then a second pass over the partial results
 reduce<<<numSMs * 4, 256>>>(x, partial, n); reduce<<<1, 1024>>>(partial, out, numSMs * 4);
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="scheduling.grid.small",
+    title="Grid too small to fill the GPU",
+    section="kernel",
+    requires=("grid_size", "sm_count"),
+    optional=("blocks_per_sm_limit", "waves_per_sm", "block_size", "achieved_occupancy_pct", "theoretical_occupancy_pct",
+              "sm_active_cycles_max", "sm_cycles_elapsed"),
+    collect="--section LaunchStats --section Occupancy",
+    relieves=None,
+    # Its savings count after the kernel's own code problems (rank.combine_per_kernel); latency findings that
+    # the small grid itself causes (low-occupancy: "the grid fills less than one wave") overlap with it instead.
+    after=("bank-conflicts", "uncoalesced-global", "warp-divergence", "local-memory-spill", "atomic-contention",
+           "missing-tensor-cores"),
+    thresholds={
+        "min_idle_sm_share": Threshold(0.10, "a tenth of the SMs without a block is more than launch-to-launch noise "
+                                             "in how blocks land on SMs"),
+        "parallel_efficiency": Threshold(0.5, "splitting the work over more blocks recovers about half the idle "
+                                              "share: the split adds reductions and the kernel may be latency-bound"),
+    },
+    speedup_model=("(1 - blocks / SMs, the share of SMs left without a block; under one wave, 1 - blocks per SM / "
+                   "the most blocks an SM runs) x parallel_efficiency x the share of the kernel's cycles the busiest SM "
+                   "ran (the launch's front end stays), of the time left after the kernel's code-level findings"),
+    advice=ADVICE,
+)
 
 
 MOST_UNEVEN_BLOCKS = 2  # one block against two per SM halves an SM's work; 4 against 5 is within latency's noise

@@ -26,20 +26,9 @@ Uneven work per block shows the same signature; the advice then is to balance th
 - `min_idle_share`: the busiest SM's time the average SM spent idle.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence
 
 ID = "tail-effect"
-NAME = "scheduling.tail"
-TITLE = "Tail effect: SMs idle while the last blocks finish"
-SECTION = "kernel"  # the report section its findings appear in
-REQUIRES = ("sm_busy_imbalance",)
-OPTIONAL = ("waves_per_sm", "grid_size", "sm_count", "blocks_per_sm_limit")
-COLLECT = "--set full (SpeedOfLight and LaunchStats sections)"
-RELIEVES = None
-THRESHOLDS = {
-    "min_idle_share": Threshold(0.15, "busy-time spread across SMs of a few percent is normal; 15% is a wave problem"),
-}
-SPEEDUP_MODEL = "1 - mean SM active cycles / max SM active cycles: the time a perfectly balanced launch would save"
 ADVICE = """Make the work divide evenly over the SMs.
 
 - Size the grid as a whole number of waves: `blocks = k * numSMs * blocksPerSM`.
@@ -53,6 +42,22 @@ work<<<133, 1024>>>(data, n);
 int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
 work<<<sms, 1024>>>(data, n);   // for (i = blockIdx.x; i < tiles; i += gridDim.x) ...
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="scheduling.tail",
+    title="Tail effect: SMs idle while the last blocks finish",
+    section="kernel",
+    requires=("sm_busy_imbalance",),
+    optional=("waves_per_sm", "grid_size", "sm_count", "blocks_per_sm_limit"),
+    collect="--set full (SpeedOfLight and LaunchStats sections)",
+    relieves=None,
+    thresholds={
+        "min_idle_share": Threshold(0.15, "busy-time spread across SMs of a few percent is normal; 15% is a wave problem"),
+    },
+    speedup_model="1 - mean SM active cycles / max SM active cycles: the time a perfectly balanced launch would save",
+    advice=ADVICE,
+)
 
 
 WHOLE_WAVE = 0.01  # waves within 1% of a whole number leave no partial wave

@@ -62,41 +62,9 @@ that measure it.
 - `min_traffic_share`: L1 global sectors' bytes over DRAM bytes below which a disagreement is not told.
 """
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share, unjudged
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share, unjudged
 
 ID = "uncoalesced-global"
-NAME = "memory.global.uncoalesced"
-TITLE = "Uncoalesced global memory access"
-SECTION = "memory"  # the report section its findings appear in
-REQUIRES = ("duration_ns",)
-OPTIONAL = ("global_sectors", "global_sectors_ideal", "global_sectors_excess_share",
-            "global_load_bytes_per_sector", "global_store_bytes_per_sector", "global_load_sectors",
-            "global_store_sectors", "sectors_per_request_global_load", "memory_throughput_pct",
-            "l1_hit_rate_pct", "l1_throughput_pct", "dram_bytes", "dram_throughput_pct", "sm_throughput_pct",
-            "grid_size", "sm_count")
-COLLECT = "--set full (SourceCounters and MemoryWorkloadAnalysis_Tables sections)"
-RELIEVES = "memory"
-THRESHOLDS = {
-    "min_excess_share": Threshold(0.25, "a quarter of the sectors wasted is more than alignment noise "
-                                        "(tail elements, misaligned starts) ever costs"),
-    "min_l1_share": Threshold(0.6, "an L1 under 60% busy has room for the extra sector work of split requests"),
-    "min_traffic_share": Threshold(0.1, "the two coalescing measures' disagreement is told only where the L1 global "
-                                         "sectors carry a tenth of the kernel's DRAM bytes: below that (TMA kernels' "
-                                         "few LDGs) it changes nothing"),
-    "signature_l1_pct": Threshold(80.0, "L1 this busy bounds the kernel: with DRAM idle it is the unit to relieve"),
-    "signature_dram_pct": Threshold(20.0, "DRAM this idle while L1 is near its roof: the loads re-read data L1 "
-                                          "holds, or split their sectors, instead of streaming new bytes"),
-    "signature_sm_pct": Threshold(40.0, "a kernel whose SM pipes also run above 40% is computing on what L1 serves "
-                                        "(a tiled GEMM), not re-reading it"),
-    "signature_waste_share": Threshold(0.5, "without access counters half of L1's busy time is taken as waste: "
-                                            "strided or redundant loads typically cost 2-8x the needed L1 work"),
-    "ideal_sectors_per_request": Threshold(16.0, "without source counters or bytes per sector the access width is "
-                                                 "unknown: 32 threads x 16-byte vectors = 16 sectors is still coalesced, "
-                                                 "so only more than that is surely waste"),
-}
-SPEEDUP_MODEL = ("excess sectors / all sectors, times the kernel's memory speed-of-light share: "
-                 "removing wasted traffic saves the time the memory system spent on it; when L1 hits serve the "
-                 "loads' excess (nothing wasted past L1), the excess share of the L1's busy share instead")
 ADVICE = """Lay data out so that consecutive threads of a warp read consecutive addresses.
 
 - Turn arrays of structures into structures of arrays (or read structs with `float4`/vector loads).
@@ -110,6 +78,43 @@ p[i].x += dt * p[i].vx;
 // after: structure of arrays
 x[i] += dt * vx[i];
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="memory.global.uncoalesced",
+    title="Uncoalesced global memory access",
+    section="memory",
+    requires=("duration_ns",),
+    optional=("global_sectors", "global_sectors_ideal", "global_sectors_excess_share",
+              "global_load_bytes_per_sector", "global_store_bytes_per_sector", "global_load_sectors",
+              "global_store_sectors", "sectors_per_request_global_load", "memory_throughput_pct",
+              "l1_hit_rate_pct", "l1_throughput_pct", "dram_bytes", "dram_throughput_pct", "sm_throughput_pct",
+              "grid_size", "sm_count"),
+    collect="--set full (SourceCounters and MemoryWorkloadAnalysis_Tables sections)",
+    relieves="memory",
+    thresholds={
+        "min_excess_share": Threshold(0.25, "a quarter of the sectors wasted is more than alignment noise "
+                                            "(tail elements, misaligned starts) ever costs"),
+        "min_l1_share": Threshold(0.6, "an L1 under 60% busy has room for the extra sector work of split requests"),
+        "min_traffic_share": Threshold(0.1, "the two coalescing measures' disagreement is told only where the L1 global "
+                                             "sectors carry a tenth of the kernel's DRAM bytes: below that (TMA kernels' "
+                                             "few LDGs) it changes nothing"),
+        "signature_l1_pct": Threshold(80.0, "L1 this busy bounds the kernel: with DRAM idle it is the unit to relieve"),
+        "signature_dram_pct": Threshold(20.0, "DRAM this idle while L1 is near its roof: the loads re-read data L1 "
+                                              "holds, or split their sectors, instead of streaming new bytes"),
+        "signature_sm_pct": Threshold(40.0, "a kernel whose SM pipes also run above 40% is computing on what L1 serves "
+                                            "(a tiled GEMM), not re-reading it"),
+        "signature_waste_share": Threshold(0.5, "without access counters half of L1's busy time is taken as waste: "
+                                                "strided or redundant loads typically cost 2-8x the needed L1 work"),
+        "ideal_sectors_per_request": Threshold(16.0, "without source counters or bytes per sector the access width is "
+                                                     "unknown: 32 threads x 16-byte vectors = 16 sectors is still coalesced, "
+                                                     "so only more than that is surely waste"),
+    },
+    speedup_model=("excess sectors / all sectors, times the kernel's memory speed-of-light share: "
+                   "removing wasted traffic saves the time the memory system spent on it; when L1 hits serve the "
+                   "loads' excess (nothing wasted past L1), the excess share of the L1's busy share instead"),
+    advice=ADVICE,
+)
 ACCESS_SECTIONS = "--section MemoryWorkloadAnalysis_Tables --section SourceCounters"
 L1_SIGNATURE_ADVICE = f"""Find which accesses keep L1 busy, then make each warp's loads touch fewer sectors.
 

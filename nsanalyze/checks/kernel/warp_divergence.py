@@ -36,24 +36,9 @@ what would measure it.
 
 import math
 
-from nsanalyze.checks.base import Finding, KernelView, Threshold, busy_scaled, scheduler_busy, clamp01, evidence
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, busy_scaled, scheduler_busy, clamp01, evidence
 
 ID = "warp-divergence"
-NAME = "compute.control.divergence"
-TITLE = "Warp divergence"
-SECTION = "kernel"  # the report section its findings appear in
-REQUIRES = ("warp_execution_efficiency",)
-OPTIONAL = ("issue_active_pct", "sm_throughput_pct", "divergent_branches", "branch_uniform_pct", "block_size")
-COLLECT = "--set full (InstructionStats and SourceCounters sections)"
-RELIEVES = "compute"
-THRESHOLDS = {
-    "max_warp_efficiency": Threshold(0.70, "below 70% (22 of 32 threads) divergence costs more than bounds "
-                                           "checks and grid tails ever do"),
-}
-SPEEDUP_MODEL = ("(1 - warp execution efficiency / the lane share the block size fills) times the scheduler's "
-                 "issue-slot use (else the SM throughput): masked lanes cost time in proportion to how much the kernel "
-                 "is bound by instruction issue; lanes the block never fills are block-size's; without an issue or "
-                 "throughput measure, no savings (info) and a note")
 ADVICE = """Make the threads of each warp take the same path.
 
 - Branch on values that are uniform per warp (`threadIdx.x / 32`, `blockIdx`), not on the lane.
@@ -66,6 +51,26 @@ switch (threadIdx.x % 4) { case 0: ...; case 1: ...; }
 // after: one path per warp
 switch ((threadIdx.x / warpSize) % 4) { case 0: ...; case 1: ...; }
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="compute.control.divergence",
+    title="Warp divergence",
+    section="kernel",
+    requires=("warp_execution_efficiency",),
+    optional=("issue_active_pct", "sm_throughput_pct", "divergent_branches", "branch_uniform_pct", "block_size"),
+    collect="--set full (InstructionStats and SourceCounters sections)",
+    relieves="compute",
+    thresholds={
+        "max_warp_efficiency": Threshold(0.70, "below 70% (22 of 32 threads) divergence costs more than bounds "
+                                               "checks and grid tails ever do"),
+    },
+    speedup_model=("(1 - warp execution efficiency / the lane share the block size fills) times the scheduler's "
+                   "issue-slot use (else the SM throughput): masked lanes cost time in proportion to how much the kernel "
+                   "is bound by instruction issue; lanes the block never fills are block-size's; without an issue or "
+                   "throughput measure, no savings (info) and a note"),
+    advice=ADVICE,
+)
 
 
 def _block_fill(kernel: KernelView) -> float:

@@ -9,7 +9,7 @@ last the GPU idle time in which the launching threads waited on a queue, a lock,
 
 from __future__ import annotations
 
-from nsanalyze.checks import limits_for
+from nsanalyze.checks import limits_for, runs
 from nsanalyze.checks.base import budget_part
 from nsanalyze.checks.program import allocator_churn, non_step_phase, pinned_alloc_churn, slow_steps
 from nsanalyze.checks.program._host_class import class_cost, wait_parts
@@ -22,19 +22,20 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
     """Per wider cause (its check id), the ns of each budget part its finding claims: the allocator and
     pinned-allocation classes' idle time, the excess of steps that stand out (slow-steps), the time of a
     phase that is not the steps (non-step-phase), each with its check's default thresholds. A finding of
-    one budget part then prices only what is left, so two findings never sell the same nanoseconds."""
+    one budget part then prices only what is left, so two findings never sell the same nanoseconds.
+    A skipped cause (--skip) claims nothing: its finding is not there to count the time."""
     out: dict[str, dict[str, float]] = {}
     activity = getattr(timeline, "host_activity", None)
     if activity is not None:
         for check in (allocator_churn, pinned_alloc_churn):
             entry = activity.by_class(check.CLASS)
-            if entry is not None and entry.idle_ns:
+            if entry is not None and entry.idle_ns and runs(check.ID):
                 out[check.ID] = _class_claim(timeline, entry, class_cost(timeline, check.CLASS))
-        if getattr(timeline, "step_starts", None) is not None:
+        if getattr(timeline, "step_starts", None) is not None and runs(slow_steps.ID):
             out[slow_steps.ID] = slow_steps.excess_by_part(timeline, limits_for(slow_steps))
-    if getattr(timeline, "phases", None):
+    if getattr(timeline, "phases", None) and runs(non_step_phase.ID):
         out[non_step_phase.ID] = non_step_phase.claimed_parts(timeline, limits_for(non_step_phase))
-    if activity is not None:   # the waits last: they claim what the causes above leave of each part
+    if activity is not None and runs(HOST_WAIT_ID):   # the waits last: what the causes above leave of each part
         wider: dict[str, float] = {}
         for parts in out.values():
             for part, ns in parts.items():

@@ -36,21 +36,12 @@ once.
 - `min_window_share`: the savings as a share of the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.checks.program._host_class import calls_evidence, calls_phrase, priced_class
 
-CHANGE = {"remove": ("allocator",)}  # the replay change priced (program.py)
 
 ID = "allocator-churn"
-NAME = "program.host.allocator"
-TITLE = "Device memory allocated and freed inside the loop"
-SECTION = "busy"
-REQUIRES = ("host_activity",)
 CLASS = "allocator"
-THRESHOLDS = {"min_window_share": Threshold(0.02, "a fiftieth of the window in driver allocation calls is worth "
-                                                  "one line of code to keep")}
-SPEEDUP_MODEL = ("per steady step, the host time in allocator calls, up to the GPU's idle time in that step: "
-                 "removed, the host keeps its lead and the GPU its work")
 ADVICE = """Keep device memory across iterations instead of handing it back to the driver.
 
 - PyTorch: remove `torch.cuda.empty_cache()` (and `gc.collect()` paired with it) from the training or
@@ -71,6 +62,20 @@ for batch in loader:
 for batch in loader:
     train_step(batch)
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.host.allocator",
+    title="Device memory allocated and freed inside the loop",
+    section="busy",
+    requires=("host_activity",),
+    thresholds={"min_window_share": Threshold(0.02, "a fiftieth of the window in driver allocation calls is worth "
+                                                    "one line of code to keep")},
+    speedup_model=("per steady step, the host time in allocator calls, up to the GPU's idle time in that step: "
+                   "removed, the host keeps its lead and the GPU its work"),
+    change={"remove": ("allocator",)},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def run(timeline, limits) -> Finding | None:

@@ -33,25 +33,10 @@ counts too; its kernels are small. Log-softmax (cross-entropy over logits) is no
   pass recomputes the scores: one product of six).
 """
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
-
-CHANGE = {"speedup": ("attention_unfused",)}  # the replay change priced (program.py)
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 
 ID = "attention-unfused"
-NAME = "program.work.attention_unfused"
-TITLE = "Attention written out: the scores go through memory"
-SECTION = "work"  # the report section its findings appear in
-REQUIRES = ("work",)
 BUDGET_PART = "gpu_compute"
-THRESHOLDS = {
-    "min_share": Threshold(0.03, "the low-severity cut: 3% of the window in the scores' passes is worth one call"),
-    "recompute_share": Threshold(1 / 6, "forward QK^T and PV, backward four products: a fused backward "
-                                          "computes QK^T once more, one product in six"),
-}
-SPEEDUP_MODEL = ("the scores path's kernels are passes through memory at the bandwidth they measured: a fused "
-                 "kernel removes them and does the matrix products on the tensor cores, spending recompute_share of "
-                 "the products' time again: attention_unfused time - recompute_share x the products' time, at most "
-                 "the attention_unfused time")
 ADVICE = """Call fused attention: the scores then never leave the chip.
 
 - `torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=..., is_causal=...)`
@@ -67,6 +52,26 @@ y = torch.softmax(att, dim=-1) @ v
 # after
 y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.work.attention_unfused",
+    title="Attention written out: the scores go through memory",
+    section="work",
+    requires=("work",),
+    thresholds={
+        "min_share": Threshold(0.03, "the low-severity cut: 3% of the window in the scores' passes is worth one call"),
+        "recompute_share": Threshold(1 / 6, "forward QK^T and PV, backward four products: a fused backward "
+                                              "computes QK^T once more, one product in six"),
+    },
+    speedup_model=("the scores path's kernels are passes through memory at the bandwidth they measured: a fused "
+                   "kernel removes them and does the matrix products on the tensor cores, spending recompute_share of "
+                   "the products' time again: attention_unfused time - recompute_share x the products' time, at most "
+                   "the attention_unfused time"),
+    budget_part=BUDGET_PART,
+    change={"speedup": ("attention_unfused",)},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def run(timeline, limits) -> Finding | None:

@@ -20,22 +20,17 @@ nvidia-smi -rgc                # reset; then check nvidia-smi -q -d PERFORMANCE 
 ## Known problems
 Idle samples run at low clocks by design and are excluded only approximately (by GR Active).
 
+Its id was `clock-throttling` until that id became the kernel check's alone (ids are unique across
+kernel and program checks); `--skip` and `--set` take `gpu-clock-throttling`.
+
 ## Options
 - `max_clock_ratio`: median busy clock over the maximum below which the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, clamp01, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, clamp01, evidence
 
-CHANGE = {"speedup": ("*",)}  # the replay change priced (program.py)
-
-ID = "clock-throttling"
-NAME = "program.device.clock"
-TITLE = "GPU clock below its maximum while busy"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("busy_clock",)
+ID = "gpu-clock-throttling"
 BUDGET_PART = "gpu_compute"
-THRESHOLDS = {"max_clock_ratio": Threshold(0.85, "boost clocks wander a few percent; 15% below the maximum is throttling")}
-SPEEDUP_MODEL = "1 - busy median clock / maximum clock, times the busy share of the window"
 ADVICE = """Find out why the clock is low: `nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE,CLOCK`.
 
 - Power or thermal slowdown: cooling, power limits, fewer wasted instructions.
@@ -47,6 +42,19 @@ nvidia-smi -lgc 900
 # after
 nvidia-smi -rgc
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.device.clock",
+    title="GPU clock below its maximum while busy",
+    section="busy",
+    requires=("busy_clock",),
+    thresholds={"max_clock_ratio": Threshold(0.85, "boost clocks wander a few percent; 15% below the maximum is throttling")},
+    speedup_model="1 - busy median clock / maximum clock, times the busy share of the window",
+    budget_part=BUDGET_PART,
+    change={"speedup": ("*",)},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def run(timeline, limits) -> Finding | None:

@@ -29,21 +29,11 @@ Send/receive pairs of pipeline parallelism are exposed by design when a stage wa
 - `min_exposed_share`: exposed communication over the device's span before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.checks.program.rank_imbalance import _exposed, label, straggler
 
-CHANGE = {"speedup": ("communication",)}  # the replay change priced (program.py)
-
 ID = "exposed-communication"
-NAME = "program.communication.exposed"
-TITLE = "Communication not hidden behind compute"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("devices",)
 BUDGET_PART = "gpu_communication"
-THRESHOLDS = {"min_exposed_share": Threshold(0.03, "a few percent of a step in bare collectives is worth overlapping")}
-SPEEDUP_MODEL = ("the transfers: the exposed communication of the GPU that waits least in its collectives (the "
-                 "straggler's, which waits for no one); what the others spend beyond it is waiting for the straggler, "
-                 "which overlap cannot hide (rank-imbalance's saving)")
 ADVICE = """Overlap communication with compute.
 
 - PyTorch DDP: tune `bucket_cap_mb` so that all-reduces start during backward; keep
@@ -59,6 +49,21 @@ loss.backward(); [dist.all_reduce(p.grad) for p in model.parameters()]
 # after: bucketed all-reduces overlapping backward
 model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True); loss.backward()
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.communication.exposed",
+    title="Communication not hidden behind compute",
+    section="busy",
+    requires=("devices",),
+    thresholds={"min_exposed_share": Threshold(0.03, "a few percent of a step in bare collectives is worth overlapping")},
+    speedup_model=("the transfers: the exposed communication of the GPU that waits least in its collectives (the "
+                   "straggler's, which waits for no one); what the others spend beyond it is waiting for the straggler, "
+                   "which overlap cannot hide (rank-imbalance's saving)"),
+    budget_part=BUDGET_PART,
+    change={"speedup": ("communication",)},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def run(timeline, limits) -> Finding | None:

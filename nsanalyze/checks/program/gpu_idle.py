@@ -34,20 +34,10 @@ narrow the window with `--skip-first-ns` or `--nvtx-range`.
 
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.normalize.model import plain
-from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence
-
-CHANGE = None  # the replay change priced (program.py)
+from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence
 
 ID = "gpu-idle"
-NAME = "program.idle"
-TITLE = "The GPU idles with work already queued"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("summary", "budget")
 BUDGET_PART = "idle_other"
-THRESHOLDS = {
-    "min_idle_share": Threshold(0.10, "a tenth of the time idle is worth a look in any pipeline"),
-}
-SPEEDUP_MODEL = "the budget's idle_other: idle time that no host cause explains (the next work was already queued)"
 ADVICE = """Keep work queued on the GPU.
 
 - Prepare inputs ahead: `DataLoader(num_workers=..., pin_memory=True, prefetch_factor=...)`.
@@ -61,6 +51,21 @@ for x in requests: y = model(x.cuda()).cpu()
 # after: batched, pinned, asynchronous
 batch = torch.stack(requests).pin_memory().cuda(non_blocking=True); y = model(batch)
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.idle",
+    title="The GPU idles with work already queued",
+    section="busy",
+    requires=("summary", "budget"),
+    thresholds={
+        "min_idle_share": Threshold(0.10, "a tenth of the time idle is worth a look in any pipeline"),
+    },
+    speedup_model="the budget's idle_other: idle time that no host cause explains (the next work was already queued)",
+    budget_part=BUDGET_PART,
+    change=None,  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def run(timeline, limits) -> Finding | None:

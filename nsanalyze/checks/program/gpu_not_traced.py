@@ -35,22 +35,12 @@ Copy sizes and kernel durations are not in the API table; the finding carries no
 import re
 
 from nsanalyze.normalize.model import plain
-from nsanalyze.checks.base import Finding, Threshold, evidence, plural
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 
 HOST_ALLOCATION = re.compile(r"^(?:cudaHostAlloc|cudaMallocHost|cudaFreeHost|cudaHostRegister|cudaHostUnregister|"
                              r"cuMemHostAlloc|cuMemAllocHost|cuMemFreeHost|cuMemHostRegister|cuMemHostUnregister)$")
 
-CHANGE = None  # the replay change priced (program.py)
-
 ID = "gpu-not-traced"
-NAME = "program.trace.no_gpu_activity"
-TITLE = "GPU activity not recorded: what the CUDA API table shows"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("summary", "syncs")
-THRESHOLDS = {
-    "min_wait_ns": Threshold(1_000_000, "a millisecond of synchronization waits is work the GPU held the host for"),
-}
-SPEEDUP_MODEL = "none: without GPU activity nothing is measured to save; the finding states what the API shows"
 ADVICE = """Record the GPU's side, or profile the kernels directly.
 
 - Profile on native Linux, or with a driver and nsys that trace GPU activity under WSL2.
@@ -65,6 +55,20 @@ nsys profile -t cuda,nvtx -o run ./app
 nsys profile -t cuda,nvtx,osrt -o run ./app
 ncu --set full --import-source yes -o kernels ./app
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.trace.no_gpu_activity",
+    title="GPU activity not recorded: what the CUDA API table shows",
+    section="busy",
+    requires=("summary", "syncs"),
+    thresholds={
+        "min_wait_ns": Threshold(1_000_000, "a millisecond of synchronization waits is work the GPU held the host for"),
+    },
+    speedup_model="none: without GPU activity nothing is measured to save; the finding states what the API shows",
+    change=None,  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def run(timeline, limits) -> Finding | None:

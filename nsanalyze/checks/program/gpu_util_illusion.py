@@ -39,29 +39,13 @@ legitimately issues little; a sampled metric over a short window is noisy.
   layout conversions, long elementwise chains), as a share, before this check speaks for it.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, clamp01, evidence
+from nsanalyze.checks import runs
+from nsanalyze.checks.base import Check, Finding, Threshold, clamp01, evidence
 from nsanalyze.checks.program import unfused_elementwise
 from nsanalyze.normalize.device_caps import sm_count
 
-CHANGE = None  # the replay change priced (program.py)
-
 ID = "gpu-util-illusion"
-NAME = "program.utilization.illusion"
-TITLE = "Busy by GPU-Util, but the SMs barely issue"
-SECTION = "work"  # the report section its findings appear in
-REQUIRES = ("gpu_metrics", "work")
 BUDGET_PART = "gpu_compute"
-THRESHOLDS = {
-    "min_gr_active_pct": Threshold(50.0, "GPU-Util over half the window reads as a busy GPU to its user"),
-    "max_sm_issue_pct": Threshold(30.0, "tuned kernels issue on well over 30% of SM cycles"),
-    "max_tensor_active_pct": Threshold(5.0, "matrix-heavy work keeps tensor cores active far above 5%"),
-    "max_simt_matrix_share": Threshold(0.15, "low-tensor-activity's min_matrix_share: above it the cause is "
-                                              "matrix products on the CUDA cores, one finding for one cause"),
-    "min_unexplained_share": Threshold(0.5, "below half the kernel time left unexplained, the busy GPU is the waste "
-                                             "another check names (attention written out, layout, fusion)"),
-}
-SPEEDUP_MODEL = ("the kernels' time in the window that no other busy-GPU check explains x (1 - SM issue / "
-                 "max_sm_issue_pct): what they would take issuing at a tuned kernel's rate; at most their time")
 EXPLAINED_ROLES = ("attention_unfused", "layout")  # roles whose waste attention-unfused, layout-conversion name
 HOLDING_SHARE = 0.05  # kernels named as holding the GPU: at least this share of its kernel time (the top one always)
 ADVICE = """Find out what the resident kernels wait on; GPU-Util cannot say.
@@ -77,12 +61,36 @@ ADVICE = """Find out what the resident kernels wait on; GPU-Util cannot say.
 ncu -k regex:spin_kernel --set full -o busy python train.py
 ```"""
 
+CHECK = Check(
+    id=ID,
+    name="program.utilization.illusion",
+    title="Busy by GPU-Util, but the SMs barely issue",
+    section="work",
+    requires=("gpu_metrics", "work"),
+    thresholds={
+        "min_gr_active_pct": Threshold(50.0, "GPU-Util over half the window reads as a busy GPU to its user"),
+        "max_sm_issue_pct": Threshold(30.0, "tuned kernels issue on well over 30% of SM cycles"),
+        "max_tensor_active_pct": Threshold(5.0, "matrix-heavy work keeps tensor cores active far above 5%"),
+        "max_simt_matrix_share": Threshold(0.15, "low-tensor-activity's min_matrix_share: above it the cause is "
+                                                  "matrix products on the CUDA cores, one finding for one cause"),
+        "min_unexplained_share": Threshold(0.5, "below half the kernel time left unexplained, the busy GPU is the waste "
+                                                 "another check names (attention written out, layout, fusion)"),
+    },
+    speedup_model=("the kernels' time in the window that no other busy-GPU check explains x (1 - SM issue / "
+                   "max_sm_issue_pct): what they would take issuing at a tuned kernel's rate; at most their time"),
+    budget_part=BUDGET_PART,
+    change=None,  # the replay change priced (program.py)
+    advice=ADVICE,
+)
+
 
 def _explained_ns(analysis) -> float:
     """Kernel time another busy-GPU check names a cause for: attention's scores path, layout conversions,
     and the fusable kernels of chains long enough for unfused-elementwise."""
-    min_ops = unfused_elementwise.THRESHOLDS["min_ops"].default
-    return analysis.role_ns(*EXPLAINED_ROLES) + float(analysis.chains.with_ops(min_ops).ns.sum())
+    min_ops = unfused_elementwise.CHECK.thresholds["min_ops"].default
+    named = [role for role, check in zip(EXPLAINED_ROLES, ("attention-unfused", "layout-conversion")) if runs(check)]
+    chains = float(analysis.chains.with_ops(min_ops).ns.sum()) if runs(unfused_elementwise.ID) else 0.0
+    return analysis.role_ns(*named) + chains
 
 
 SMALL_ADVICE = """Give each launch enough work to fill the GPU; that is what the busy time lacks.

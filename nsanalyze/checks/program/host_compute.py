@@ -48,22 +48,12 @@ GPU of several, a straggler's host time is what the others wait for: rank-imbala
 from dataclasses import asdict, dataclass
 
 from nsanalyze.normalize.model import plain
-from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
+from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.checks.program.launch_overhead import profiler_caveat
 
-CHANGE = None  # the replay change priced (program.py)
-
 ID = "host-compute"
-NAME = "program.host.compute"
-TITLE = "The GPU waits while the host computes"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("budget",)
 BUDGET_PART = "idle_host"
-THRESHOLDS = {"min_idle_share": Threshold(0.05, "a twentieth of the window spent waiting on host code is worth moving"),
-              "min_blocked_share": Threshold(0.5, "when the launching threads sit in blocking OS calls most of the "
-                                                  "longest stretches, the host waits rather than computes")}
-SPEEDUP_MODEL = "the budget's idle_host: moved off the critical path (workers, prefetch), the GPU would not wait"
 ADVICE = """Take the host work off the critical path.
 
 - Data loading and preprocessing: `DataLoader(num_workers=N, pin_memory=True, prefetch_factor=...,
@@ -77,6 +67,21 @@ x, y = make_batch(i)
 # after: built ahead by worker processes
 loader = DataLoader(ds, batch_size=64, num_workers=8, pin_memory=True, persistent_workers=True)
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.host.compute",
+    title="The GPU waits while the host computes",
+    section="busy",
+    requires=("budget",),
+    thresholds={"min_idle_share": Threshold(0.05, "a twentieth of the window spent waiting on host code is worth moving"),
+                "min_blocked_share": Threshold(0.5, "when the launching threads sit in blocking OS calls most of the "
+                                                    "longest stretches, the host waits rather than computes")},
+    speedup_model="the budget's idle_host: moved off the critical path (workers, prefetch), the GPU would not wait",
+    budget_part=BUDGET_PART,
+    change=None,  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 # OS runtime calls in which a thread waits rather than computes, by what it waits for

@@ -30,19 +30,10 @@ idle time they cause.
 """
 
 from nsanalyze.checks.program._claims import unclaimed_part
-from nsanalyze.checks.base import Finding, plural, Threshold, budget_part, evidence, per_step_phrase
-
-CHANGE = {"remove": ("sync",)}  # the replay change priced (program.py)
+from nsanalyze.checks.base import Check, Finding, plural, Threshold, budget_part, evidence, per_step_phrase
 
 ID = "host-sync"
-NAME = "program.sync.host"
-TITLE = "Host synchronization leaves the GPU waiting"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("syncs", "budget")
 BUDGET_PART = "idle_sync"
-THRESHOLDS = {"min_idle_share": Threshold(0.03, "under 3% of the window the syncs are cheap insurance")}
-SPEEDUP_MODEL = ("the budget's idle_sync: of the GPU idle time after each wait, the part that the work queued "
-                 "before the wait would have covered had the host not waited")
 ADVICE = """Synchronize less: keep results on the GPU and read them rarely.
 
 - Replace per-step `.item()`/`.cpu()`/`print(tensor)` with accumulation on the GPU, read every N steps.
@@ -56,6 +47,20 @@ for x in loader: loss = step(x); total += loss.item()
 for x in loader: loss = step(x); total += loss.detach()
 print(total.item())
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.sync.host",
+    title="Host synchronization leaves the GPU waiting",
+    section="busy",
+    requires=("syncs", "budget"),
+    thresholds={"min_idle_share": Threshold(0.03, "under 3% of the window the syncs are cheap insurance")},
+    speedup_model=("the budget's idle_sync: of the GPU idle time after each wait, the part that the work queued "
+                   "before the wait would have covered had the host not waited"),
+    budget_part=BUDGET_PART,
+    change={"remove": ("sync",)},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def run(timeline, limits) -> Finding | None:

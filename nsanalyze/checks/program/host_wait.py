@@ -37,24 +37,30 @@ evaluation) lands here too: its calls and NVTX range tell. Waits inside a phase 
 
 from __future__ import annotations
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.checks.program._claims import claims_by_cause
 from nsanalyze.checks.program._host_class import WAIT_CLASSES, wait_classes, wait_parts
 from nsanalyze.checks.program.host_compute import BLOCKED_ADVICE
 
-CHANGE = None  # the replay change priced (program.py): OS waits are not in the replayed graph
 
 ID = "host-wait"
-NAME = "program.host.wait"
-TITLE = "The GPU waits while its host thread waits (a queue, a lock, I/O, a sleep)"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("host_activity",)
 BUDGET_PART = "idle_host"   # where most of it lies: the budget's idle time on host code
-THRESHOLDS = {"min_window_share": Threshold(0.05, "a twentieth of the window spent waiting on a queue or I/O is "
-                                                  "worth a producer that keeps up")}
-SPEEDUP_MODEL = ("the GPU idle time the waiting classes' calls cover (host-activity table), less what a phase or "
-                 "steps that stand out claim of each budget part: with the wait gone, the host queues work at once")
 ADVICE = BLOCKED_ADVICE["waiting on a lock, a queue or another thread"]
+
+CHECK = Check(
+    id=ID,
+    name="program.host.wait",
+    title="The GPU waits while its host thread waits (a queue, a lock, I/O, a sleep)",
+    section="busy",
+    requires=("host_activity",),
+    thresholds={"min_window_share": Threshold(0.05, "a twentieth of the window spent waiting on a queue or I/O is "
+                                                    "worth a producer that keeps up")},
+    speedup_model=("the GPU idle time the waiting classes' calls cover (host-activity table), less what a phase or "
+                   "steps that stand out claim of each budget part: with the wait gone, the host queues work at once"),
+    change=None,  # the replay change priced (program.py): OS waits are not in the replayed graph
+    budget_part=BUDGET_PART,
+    advice=ADVICE,
+)
 
 
 def run(timeline, limits) -> Finding | None:

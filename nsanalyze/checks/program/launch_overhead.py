@@ -36,26 +36,12 @@ saving, and a note says how long they took.
 """
 
 from nsanalyze.normalize.model import Launches, ProfilerCost, plain
-from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase
+from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.text import code_span
 
-CHANGE = {"graph": True}  # the replay change priced (program.py)
-
 ID = "launch-overhead"
-NAME = "program.launch.overhead"
-TITLE = "Launch-bound: the GPU waits on kernel launches"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("launches", "budget")
 BUDGET_PART = "idle_launch"
-THRESHOLDS = {"min_idle_share": Threshold(0.03, "the low-severity cut: 3% of the window idle behind launches is "
-                                                  "worth a graph where the loop runs"),
-              "min_launches": Threshold(10, "a handful of launches is start-up (the first launch loads the module), "
-                                            "not a launch-bound loop"),
-              "one_time_launch_ns": Threshold(50_000, "a kernel launched once whose launch call takes 50 us or more "
-                                                      "loaded its module (measured: 141-157 us); that is start-up")}
-SPEEDUP_MODEL = ("the budget's idle_launch: GPU idle time while the host was issuing CUDA calls back to back "
-                 "(calls and the framework's dispatch between them): what a CUDA graph or fusion removes")
 ADVICE = """Launch fewer, bigger kernels.
 
 - Capture the loop in a CUDA graph (`cudaStreamBeginCapture`/`cudaGraphLaunch`;
@@ -70,6 +56,25 @@ g = torch.cuda.CUDAGraph()
 with torch.cuda.graph(g): out = step(static_in)
 g.replay()
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.launch.overhead",
+    title="Launch-bound: the GPU waits on kernel launches",
+    section="busy",
+    requires=("launches", "budget"),
+    thresholds={"min_idle_share": Threshold(0.03, "the low-severity cut: 3% of the window idle behind launches is "
+                                                    "worth a graph where the loop runs"),
+                "min_launches": Threshold(10, "a handful of launches is start-up (the first launch loads the module), "
+                                              "not a launch-bound loop"),
+                "one_time_launch_ns": Threshold(50_000, "a kernel launched once whose launch call takes 50 us or more "
+                                                        "loaded its module (measured: 141-157 us); that is start-up")},
+    speedup_model=("the budget's idle_launch: GPU idle time while the host was issuing CUDA calls back to back "
+                   "(calls and the framework's dispatch between them): what a CUDA graph or fusion removes"),
+    budget_part=BUDGET_PART,
+    change={"graph": True},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def _one_time_ns(launches: Launches, limits) -> float:

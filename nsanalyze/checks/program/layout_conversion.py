@@ -34,22 +34,10 @@ runs faster in NHWC are not counted.
 
 import re
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
-
-CHANGE = {"remove_kernels": ("layout",), "speedup": ("normalization", "reduction")}  # the replay change priced (program.py)
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 
 ID = "layout-conversion"
-NAME = "program.work.layout_conversion"
-TITLE = "Convolutions in NCHW: layout conversion kernels around them"
-SECTION = "work"  # the report section its findings appear in
-REQUIRES = ("work",)
 BUDGET_PART = "gpu_compute"
-THRESHOLDS = {"min_share": Threshold(0.03, "the low-severity cut: 3% of the window in layout conversions "
-                                             "is worth a memory-format change"),
-              "nchw_speedup": Threshold(1.5, "channels-last batch-norm and pooling kernels read each pixel's "
-                                               "channels contiguously; conservatively 1.5x the NCHW kernels")}
-SPEEDUP_MODEL = ("the conversion kernels' time, which channels_last for model and input removes, plus the NCHW "
-                 "normalization and pooling kernels' time x (1 - 1/nchw_speedup)")
 # NCHW <-> NHWC conversions as cuDNN, TensorRT and CUTLASS name them.
 CONVERSION = re.compile(r"(?:nchw|nhwc|ncdhw|ndhwc)\w*?To\w*?(?:nchw|nhwc|ncdhw|ndhwc)|nchw_?to_?nhwc|nhwc_?to_?nchw",
                         re.I)
@@ -69,6 +57,23 @@ y = model(x)
 model = model.to(memory_format=torch.channels_last)
 y = model(x.to(memory_format=torch.channels_last))
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.work.layout_conversion",
+    title="Convolutions in NCHW: layout conversion kernels around them",
+    section="work",
+    requires=("work",),
+    thresholds={"min_share": Threshold(0.03, "the low-severity cut: 3% of the window in layout conversions "
+                                               "is worth a memory-format change"),
+                "nchw_speedup": Threshold(1.5, "channels-last batch-norm and pooling kernels read each pixel's "
+                                                 "channels contiguously; conservatively 1.5x the NCHW kernels")},
+    speedup_model=("the conversion kernels' time, which channels_last for model and input removes, plus the NCHW "
+                   "normalization and pooling kernels' time x (1 - 1/nchw_speedup)"),
+    budget_part=BUDGET_PART,
+    change={"remove_kernels": ("layout",), "speedup": ("normalization", "reduction")},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def run(timeline, limits) -> Finding | None:

@@ -47,30 +47,13 @@ evidence of its instructions); Nsight Compute's `missing-tensor-cores` judges it
 import re
 
 from nsanalyze.checks import global_settings
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.checks.libraries import library_of
 from nsanalyze.checks.program.rank_imbalance import straggler
 from nsanalyze.normalize.device_caps import has_tensor_cores
 
-CHANGE = {"speedup": ("matmul_simt",)}  # the replay change priced (program.py)
-
 ID = "low-tensor-activity"
-NAME = "program.utilization.tensor"
-TITLE = "Matrix products on the CUDA cores, not the tensor cores"
-SECTION = "work"  # the report section its findings appear in
-REQUIRES = ("work",)
-OPTIONAL = ("gpu_metrics",)  # tensor activity; without it the library kernels' names are the evidence
 BUDGET_PART = "gpu_compute"
-THRESHOLDS = {
-    "max_tensor_active_pct": Threshold(5.0, "matrix-heavy work keeps tensor cores active far above 5%"),
-    "min_matrix_share": Threshold(0.15, "matrix products under 15% of GPU time are not where the time goes"),
-    "tensor_speedup": Threshold(2.0, "TF32/BF16 tensor-core peaks are 7-16x FP32 on Ampere and Hopper; "
-                                      "real GEMMs on them run at least 2x faster"),
-}
-SPEEDUP_MODEL = ("the CUDA-core matrix products' time (role matmul_simt, by kernel name, matrix-vector products "
-                 "left out; without GPU metrics only library kernels) x (1 - 1/tensor_speedup): within that time; "
-                 "with several GPUs, that of the GPU with most of it, or of the straggler where they meet in "
-                 "collectives (the others wait for it)")
 # Matrix-vector products: one multiply-add per matrix element read, bound by memory whatever unit multiplies.
 MATRIX_VECTOR = re.compile(r"gemv", re.I)
 ADVICE = """Put the matrix math on the tensor cores, then make the busy time do more work.
@@ -86,6 +69,28 @@ y = model(x)
 # after
 with torch.autocast("cuda", dtype=torch.bfloat16): y = model(x)
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.utilization.tensor",
+    title="Matrix products on the CUDA cores, not the tensor cores",
+    section="work",
+    requires=("work",),
+    optional=("gpu_metrics",),  # tensor activity; without it the library kernels' names are the evidence
+    thresholds={
+        "max_tensor_active_pct": Threshold(5.0, "matrix-heavy work keeps tensor cores active far above 5%"),
+        "min_matrix_share": Threshold(0.15, "matrix products under 15% of GPU time are not where the time goes"),
+        "tensor_speedup": Threshold(2.0, "TF32/BF16 tensor-core peaks are 7-16x FP32 on Ampere and Hopper; "
+                                          "real GEMMs on them run at least 2x faster"),
+    },
+    speedup_model=("the CUDA-core matrix products' time (role matmul_simt, by kernel name, matrix-vector products "
+                   "left out; without GPU metrics only library kernels) x (1 - 1/tensor_speedup): within that time; "
+                   "with several GPUs, that of the GPU with most of it, or of the straggler where they meet in "
+                   "collectives (the others wait for it)"),
+    budget_part=BUDGET_PART,
+    change={"speedup": ("matmul_simt",)},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 

@@ -35,22 +35,10 @@ as host-compute or host-sync time between steps.
 - `min_idle_share`: the share of the phase in which the GPU does not compute.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.normalize.model import part_ns, plain
 
-CHANGE = {"outliers": True}  # the replay change priced (program.py)
-
 ID = "non-step-phase"
-NAME = "program.phase"
-TITLE = "A phase that is not the steps holds the window"
-SECTION = "busy"
-REQUIRES = ("budget",)
-THRESHOLDS = {
-    "min_window_share": Threshold(0.10, "a tenth of the window outside the steps changes the run's throughput"),
-    "min_idle_share": Threshold(0.50, "a phase whose GPU computes most of its time is GPU work, judged by kernels"),
-}
-SPEEDUP_MODEL = ("the phase's time inside the window in which its GPU does not compute: made asynchronous, "
-                 "less frequent or overlapped, the steps would not wait for it")
 # Where the phase's time goes, in words, by budget part.
 CAUSES = {
     "gpu_copy": "copies between host and GPU",
@@ -73,6 +61,22 @@ pending = dcp.async_save(model.state_dict(), checkpoint_id=f"ckpt/{epoch}")
 ...
 pending.result()   # before the next save
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.phase",
+    title="A phase that is not the steps holds the window",
+    section="busy",
+    requires=("budget",),
+    thresholds={
+        "min_window_share": Threshold(0.10, "a tenth of the window outside the steps changes the run's throughput"),
+        "min_idle_share": Threshold(0.50, "a phase whose GPU computes most of its time is GPU work, judged by kernels"),
+    },
+    speedup_model=("the phase's time inside the window in which its GPU does not compute: made asynchronous, "
+                   "less frequent or overlapped, the steps would not wait for it"),
+    change={"outliers": True},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def _candidates(phases: list, window_ns: float, limits, parent=None) -> list[tuple]:

@@ -29,20 +29,9 @@ the kernel's share of the window.
 - `max_kernels`: at most this many kernel launches count as "one long kernel".
 """
 
-from nsanalyze.checks.base import Finding, Threshold, evidence, plural
-
-CHANGE = None  # the replay change priced (program.py)
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 
 ID = "one-long-kernel"
-NAME = "program.kernel.one_long"
-TITLE = "GPU-bound in one long kernel: profile it with Nsight Compute"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("summary", "launches")
-THRESHOLDS = {
-    "min_kernel_share": Threshold(0.5, "a kernel filling half the window is where the time goes"),
-    "max_kernels": Threshold(3, "a handful of launches is one computation, not a loop of steps"),
-}
-SPEEDUP_MODEL = "none: what the kernel could save needs a kernel profile (ncu); the finding names it"
 ADVICE = """Profile the kernel with Nsight Compute; the timeline cannot show what limits it.
 
 ```
@@ -52,6 +41,21 @@ nsanalyze report kernel.ncu-rep
 
 Build with `-lineinfo` so the findings point at source lines; for a kernel of many seconds, add
 `--replay-mode application` or shrink the input, since ncu replays the kernel once per metric pass."""
+
+CHECK = Check(
+    id=ID,
+    name="program.kernel.one_long",
+    title="GPU-bound in one long kernel: profile it with Nsight Compute",
+    section="busy",
+    requires=("summary", "launches"),
+    thresholds={
+        "min_kernel_share": Threshold(0.5, "a kernel filling half the window is where the time goes"),
+        "max_kernels": Threshold(3, "a handful of launches is one computation, not a loop of steps"),
+    },
+    speedup_model="none: what the kernel could save needs a kernel profile (ncu); the finding names it",
+    change=None,  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def _advice(name: str | None) -> str:

@@ -39,25 +39,12 @@ from dataclasses import asdict
 
 from nsanalyze.normalize.model import plain
 from nsanalyze.numbers import duration_text
-from nsanalyze.checks.base import Finding, Threshold, evidence, median_step_part, plural
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, median_step_part, plural
 from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving
 
-CHANGE = {"pinned": True}  # the replay change priced (program.py)
 
 ID = "pageable-memcpy"
-NAME = "program.copies.pageable"
-TITLE = "Copies from or to pageable host memory"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("copies",)
 BUDGET_PART = "gpu_copy"
-THRESHOLDS = {
-    "min_copies": Threshold(1, "one large pageable copy in a loop is already a stall"),
-    "near_link_share": Threshold(PINNED_SHARE_NEAR_LINK, "a copy at 80% of what pinned copies reach has no staging "
-                                                          "cost left worth a change"),
-}
-SPEEDUP_MODEL = ("per direction, the pageable copies' time less their bytes over the rate pinned copies reach "
-                 "(the export's own large pinned copies, else the GPU's link), at least ~10 us a copy: never more "
-                 "than the copies' own time")
 ADVICE = """Use pinned (page-locked) host buffers for anything copied to or from the GPU repeatedly.
 
 - CUDA: `cudaMallocHost`/`cudaHostAlloc`, or `cudaHostRegister` an existing buffer.
@@ -70,6 +57,25 @@ float* h = (float*)malloc(bytes); cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToD
 // after
 float* h; cudaMallocHost(&h, bytes); cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s);
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.copies.pageable",
+    title="Copies from or to pageable host memory",
+    section="busy",
+    requires=("copies",),
+    thresholds={
+        "min_copies": Threshold(1, "one large pageable copy in a loop is already a stall"),
+        "near_link_share": Threshold(PINNED_SHARE_NEAR_LINK, "a copy at 80% of what pinned copies reach has no staging "
+                                                              "cost left worth a change"),
+    },
+    speedup_model=("per direction, the pageable copies' time less their bytes over the rate pinned copies reach "
+                   "(the export's own large pinned copies, else the GPU's link), at least ~10 us a copy: never more "
+                   "than the copies' own time"),
+    change={"pinned": True},  # the replay change priced (program.py)
+    budget_part=BUDGET_PART,
+    advice=ADVICE,
+)
 
 
 def run(timeline, limits) -> Finding | None:

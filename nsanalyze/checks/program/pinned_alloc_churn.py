@@ -34,21 +34,12 @@ start-up, and the finding then reads as such. PyTorch's `pin_memory()` caches pi
 - `min_window_share`: the savings as a share of the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.checks.program._host_class import calls_evidence, calls_phrase, priced_class
 
-CHANGE = {"remove": ("pinned-alloc",)}  # the replay change priced (program.py)
 
 ID = "pinned-alloc-churn"
-NAME = "program.host.pinned_alloc"
-TITLE = "Page-locked host memory allocated and freed while the program runs"
-SECTION = "busy"
-REQUIRES = ("host_activity",)
 CLASS = "pinned-alloc"
-THRESHOLDS = {"min_window_share": Threshold(0.02, "a fiftieth of the window in pinning calls is worth allocating "
-                                                  "the buffer once")}
-SPEEDUP_MODEL = ("per steady step (or over the window), the host time in pinned-allocation calls, up to the "
-                 "GPU's idle time: allocated once and reused, they cost nothing in the loop")
 ADVICE = """Allocate page-locked buffers once and reuse them.
 
 - `cudaMallocHost`/`cudaHostAlloc` a staging buffer at start-up, sized for the largest transfer, and
@@ -61,6 +52,20 @@ ADVICE = """Allocate page-locked buffers once and reuse them.
 cudaMallocHost(&h, bytes); ...          static float *h = nullptr;
 cudaFreeHost(h);                        if (!h) cudaMallocHost(&h, max_bytes);
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.host.pinned_alloc",
+    title="Page-locked host memory allocated and freed while the program runs",
+    section="busy",
+    requires=("host_activity",),
+    thresholds={"min_window_share": Threshold(0.02, "a fiftieth of the window in pinning calls is worth allocating "
+                                                    "the buffer once")},
+    speedup_model=("per steady step (or over the window), the host time in pinned-allocation calls, up to the "
+                   "GPU's idle time: allocated once and reused, they cost nothing in the loop"),
+    change={"remove": ("pinned-alloc",)},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def run(timeline, limits) -> Finding | None:

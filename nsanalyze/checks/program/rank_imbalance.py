@@ -34,26 +34,13 @@ it no longer waits, which is not counted.
 
 from dataclasses import asdict, dataclass
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.normalize.model import part_ns, plain
 from nsanalyze.checks.program.host_compute import _blocked
 
-CHANGE = None  # the replay change priced (program.py)
 
 ID = "rank-imbalance"
-NAME = "program.communication.imbalance"
-TITLE = "One GPU holds the others back"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("devices",)
 BUDGET_PART = "gpu_communication"
-THRESHOLDS = {"min_imbalance_share": Threshold(0.05, "a few percent of jitter between GPUs is normal")}
-SPEEDUP_MODEL = ("with per-GPU budgets: the other GPUs' exposed communication beyond the straggler's (they wait in "
-                 "their collectives for it), the least of them (once the straggler catches up the next-slowest GPU "
-                 "arrives last): wall-clock time that overlapping communication cannot hide, so exposed-communication "
-                 "leaves it to this check; host findings on the straggler's own host time count after it. Where the "
-                 "straggler runs the same kernels longer (under half its extra in kernels only it runs), balancing: "
-                 "the mean of all GPUs' waits (the straggler's is 0). Without per-GPU budgets, the slow device's "
-                 "extra compute time over the mean of the others, or over the mean of all when balancing")
 ADVICE = """Give every GPU the same amount of work.
 
 - Balance the data per rank (length bucketing, sequence packing, equal token counts).
@@ -70,6 +57,25 @@ loader = DataLoader(ds, sampler=DistributedSampler(ds))
 # after: batches of equal token count per rank
 loader = DataLoader(ds, batch_sampler=TokenBudgetSampler(ds, tokens_per_batch=65536, rank=rank))
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.communication.imbalance",
+    title="One GPU holds the others back",
+    section="busy",
+    requires=("devices",),
+    thresholds={"min_imbalance_share": Threshold(0.05, "a few percent of jitter between GPUs is normal")},
+    speedup_model=("with per-GPU budgets: the other GPUs' exposed communication beyond the straggler's (they wait in "
+                   "their collectives for it), the least of them (once the straggler catches up the next-slowest GPU "
+                   "arrives last): wall-clock time that overlapping communication cannot hide, so exposed-communication "
+                   "leaves it to this check; host findings on the straggler's own host time count after it. Where the "
+                   "straggler runs the same kernels longer (under half its extra in kernels only it runs), balancing: "
+                   "the mean of all GPUs' waits (the straggler's is 0). Without per-GPU budgets, the slow device's "
+                   "extra compute time over the mean of the others, or over the mean of all when balancing"),
+    change=None,  # the replay change priced (program.py)
+    budget_part=BUDGET_PART,
+    advice=ADVICE,
+)
 
 
 HOST_PARTS = ("idle_host", "idle_launch", "idle_sync")

@@ -49,24 +49,10 @@ import numpy as np
 
 import humanize
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.normalize.budget import PARTS
 
-CHANGE = {"outliers": True}  # the replay change priced (program.py)
-
 ID = "slow-steps"
-NAME = "program.steps.outliers"
-TITLE = "Steps that stand out hold a large share of the run"
-SECTION = "busy"
-REQUIRES = ("host_activity",)   # and steps: a run without them has no step to stand out
-THRESHOLDS = {
-    "outlier_factor": Threshold(1.5, "half again the median step is beyond the noise of a steady loop (its MAD "
-                                     "is a few percent)"),
-    "min_window_share": Threshold(0.05, "a twentieth of the run in a few steps is worth a look at what they do"),
-    "max_slow_share": Threshold(0.25, "when more than a quarter of the steps are slow, the run drifts (a growing "
-                                      "cache, a warming clock): no step stands out"),
-}
-SPEEDUP_MODEL = "each slow step's excess over the median step: done elsewhere or less often, they cost a median step"
 PART_WORDS = {"gpu_compute": "GPU compute", "gpu_communication": "communication", "gpu_copy": "copies on the GPU",
               "idle_other": "waits on queued work", "idle_sync": "idle after host syncs",
               "idle_launch": "idle on launches", "idle_host": "idle on host code"}
@@ -85,6 +71,24 @@ if step % 10 == 9: [writer.add_histogram(n, w, step) for n, w in model.named_par
 # after: rarely, and the binning stays on the GPU
 if step % 1000 == 999: [writer.add_histogram(n, w.detach().float().histc(64).cpu(), step) for n, w in params]
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.steps.outliers",
+    title="Steps that stand out hold a large share of the run",
+    section="busy",
+    requires=("host_activity",),  # and steps: a run without them has no step to stand out
+    thresholds={
+        "outlier_factor": Threshold(1.5, "half again the median step is beyond the noise of a steady loop (its MAD "
+                                         "is a few percent)"),
+        "min_window_share": Threshold(0.05, "a twentieth of the run in a few steps is worth a look at what they do"),
+        "max_slow_share": Threshold(0.25, "when more than a quarter of the steps are slow, the run drifts (a growing "
+                                          "cache, a warming clock): no step stands out"),
+    },
+    speedup_model="each slow step's excess over the median step: done elsewhere or less often, they cost a median step",
+    change={"outliers": True},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def every_nth(indices: np.ndarray, first: int, last: int) -> int | None:

@@ -36,21 +36,10 @@ before the first CUDA call is not in the export.
 - `min_left_out_ns`: the left-out part's length.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.normalize.model import plain
 
-CHANGE = None  # the replay change priced (program.py)
-
 ID = "start-up"
-NAME = "program.startup"
-TITLE = "Start-up and warm-up cost as much as the steps"
-SECTION = "busy"
-REQUIRES = ()   # left_out: none where the window is not the steady steps (nothing left out to judge)
-THRESHOLDS = {
-    "min_capture_share": Threshold(0.5, "when start-up is half of the run or more, the run is its start-up"),
-    "min_left_out_ns": Threshold(1e9, "a second of start-up is worth knowing where it goes"),
-}
-SPEEDUP_MODEL = "none within the window: start-up is paid once per process, outside the steady steps"
 ADVICE = """Pay start-up less often, or make it shorter.
 
 - Run more work per process: keep a server or worker process alive between jobs, batch evaluations.
@@ -65,6 +54,21 @@ for config in configs: subprocess.run(["python", "bench.py", config])
 # after: one process runs them all
 for config in configs: bench(config)
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.startup",
+    title="Start-up and warm-up cost as much as the steps",
+    section="busy",
+    requires=(),  # left_out: none where the window is not the steady steps (nothing left out to judge)
+    thresholds={
+        "min_capture_share": Threshold(0.5, "when start-up is half of the run or more, the run is its start-up"),
+        "min_left_out_ns": Threshold(1e9, "a second of start-up is worth knowing where it goes"),
+    },
+    speedup_model="none within the window: start-up is paid once per process, outside the steady steps",
+    change=None,  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 WORDS = {"module-load": "CUDA module loading", "allocator": "device memory allocation",
          "pinned-alloc": "pinned host allocation", "copy": "synchronous copies", "copy-async": "copies",

@@ -40,23 +40,13 @@ copy itself needs once asynchronous is not recorded.
 import re
 
 from nsanalyze.normalize.model import SyncCopies, plain
-from nsanalyze.checks.base import Finding, Threshold, evidence, plural
-
-CHANGE = {"remove": ("copy",)}  # the replay change priced (program.py)
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 
 ID = "sync-memcpy"
-NAME = "program.copies.sync"
-TITLE = "Synchronous copies block the host"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("copies",)
 BUDGET_PART = "gpu_copy"
-THRESHOLDS = {"min_copies": Threshold(1, "each one drains the GPU's queue"),
-              "min_blocking_call_ns": Threshold(100_000, "an asynchronous copy from pinned memory returns in ~10 us; "
-                                                         "one that holds the host 10x that waited for the copy")}
 # copy calls of the runtime and driver APIs that return only once the copy is done (API table only)
 BLOCKING_COPY = re.compile(r"^(?:cudaMemcpy(?:2D|3D)?(?:ToArray|FromArray|ToSymbol|FromSymbol|Peer)?|cuMemcpy\w*?)$")
 ASYNC_COPY = re.compile(r"^(?:cudaMemcpy\w*Async|cuMemcpy\w*Async)$")
-SPEEDUP_MODEL = "the copies' own time: done asynchronously on a side stream they overlap compute"
 ADVICE = """Issue copies asynchronously, from pinned memory, on a stream, and synchronize once where the result is needed.
 
 ```cpp
@@ -65,6 +55,21 @@ cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice);
 // after
 cudaMemcpyAsync(d, h_pinned, bytes, cudaMemcpyHostToDevice, stream);
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.copies.sync",
+    title="Synchronous copies block the host",
+    section="busy",
+    requires=("copies",),
+    thresholds={"min_copies": Threshold(1, "each one drains the GPU's queue"),
+                "min_blocking_call_ns": Threshold(100_000, "an asynchronous copy from pinned memory returns in ~10 us; "
+                                                           "one that holds the host 10x that waited for the copy")},
+    speedup_model="the copies' own time: done asynchronously on a side stream they overlap compute",
+    budget_part=BUDGET_PART,
+    change={"remove": ("copy",)},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def _gpu_not_traced(timeline) -> bool:

@@ -49,26 +49,12 @@ once did.
 
 from dataclasses import asdict, dataclass
 
-from nsanalyze.checks.base import Finding, Threshold, budget_part, evidence, per_step_phrase, plural
+from nsanalyze.checks import runs
+from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving, pinned_time_ns, reference_rate
 
-CHANGE = None  # the replay change priced (program.py)
-
 ID = "transfer-bound"
-NAME = "program.copies.transfer_bound"
-TITLE = "Transfer-bound: copies take most of the window"
-SECTION = "busy"  # the report section its findings appear in
-REQUIRES = ("copies", "budget")
 BUDGET_PART = "gpu_copy"
-THRESHOLDS = {
-    "min_copy_share": Threshold(0.30, "copies taking 30% of the window outweigh everything but compute; the "
-                                      "check also needs them above the compute share"),
-    "near_link_share": Threshold(PINNED_SHARE_NEAR_LINK, "copies at 80% of what pinned copies reach on the link "
-                                                          "run at its rate: no rate left to win"),
-}
-SPEEDUP_MODEL = ("of the exposed copy time (gpu_copy) pageable-memcpy leaves: pinned copies' time over their bytes at "
-                 "the reference rate (when below near_link_share of it), plus what is left, up to the window's "
-                 "compute time (copies on a side stream overlap kernels)")
 ADVICE = """Move fewer bytes, over a faster path, while the GPU computes.
 
 - Keep data on the GPU across steps; copy results back only when needed (not every iteration).
@@ -83,6 +69,26 @@ x = torch.from_numpy(batch).cuda()
 # after: pinned, asynchronous, overlapped with the previous step's compute
 x = torch.from_numpy(batch).pin_memory().cuda(non_blocking=True)
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.copies.transfer_bound",
+    title="Transfer-bound: copies take most of the window",
+    section="busy",
+    requires=("copies", "budget"),
+    thresholds={
+        "min_copy_share": Threshold(0.30, "copies taking 30% of the window outweigh everything but compute; the "
+                                          "check also needs them above the compute share"),
+        "near_link_share": Threshold(PINNED_SHARE_NEAR_LINK, "copies at 80% of what pinned copies reach on the link "
+                                                              "run at its rate: no rate left to win"),
+    },
+    speedup_model=("of the exposed copy time (gpu_copy) pageable-memcpy leaves: pinned copies' time over their bytes at "
+                   "the reference rate (when below near_link_share of it), plus what is left, up to the window's "
+                   "compute time (copies on a side stream overlap kernels)"),
+    budget_part=BUDGET_PART,
+    change=None,  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 @dataclass
@@ -152,9 +158,9 @@ def run(timeline, limits) -> Finding | None:
     total = sum(d.bytes for d in directions)
     # pinning is pageable-memcpy's saving, and making the synchronous copies asynchronous sync-memcpy's
     # (their own time): this finding counts what the copy time has left after both (1 - prod(1 - s_i))
-    pinning_ns, _ = pageable_saving(timeline) if pageable else (0.0, [])
+    pinning_ns, _ = pageable_saving(timeline) if pageable and runs("pageable-memcpy") else (0.0, [])
     pinning_ns = min(pinning_ns, copy_ns)
-    sync_ns = min(float(timeline.copies.sync.duration_ns if timeline.copies.sync else 0), copy_ns)
+    sync_ns = min(float(timeline.copies.sync.duration_ns if timeline.copies.sync and runs("sync-memcpy") else 0), copy_ns)
     claimed_ns = copy_ns * (1 - (1 - pinning_ns / copy_ns) * (1 - sync_ns / copy_ns)) if copy_ns else 0.0
     left_ns = max(0.0, copy_ns - claimed_ns)
     earlier = [c for c, ns in (("pageable-memcpy", pinning_ns), ("sync-memcpy", sync_ns)) if ns]

@@ -32,23 +32,10 @@ the middle of a chain (a mean) may need a second pass in the fused kernel too.
 - `min_share`: the chains' saving as a share of the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Finding, Threshold, evidence
-
-CHANGE = {"speedup": ("elementwise",)}  # the replay change priced (program.py)
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 
 ID = "unfused-elementwise"
-NAME = "program.work.unfused_elementwise"
-TITLE = "Elementwise code written out: chains of memory-bound kernels"
-SECTION = "work"  # the report section its findings appear in
-REQUIRES = ("work",)
 BUDGET_PART = "gpu_compute"
-THRESHOLDS = {
-    "min_ops": Threshold(8, "a PyTorch module launches 1 to 3 kernels, a loss written out with its backward 6 or 7; "
-                            "8 or more in a row are a function written out op by op (a tanh GELU: 8, a LayerNorm: 10)"),
-    "min_share": Threshold(0.03, "the low-severity cut: 3% of the window is worth a torch.compile"),
-}
-SPEEDUP_MODEL = ("per chain, the bytes it moves beyond one pass: its kernels' time (each at the bandwidth it "
-                 "measured) less its largest kernel's, the one pass a fused kernel still makes")
 ADVICE = """Fuse the chain into one kernel.
 
 - `torch.compile(model)` (or of the function holding the chain) fuses elementwise and
@@ -62,6 +49,24 @@ y = x + down(gelu(up(layer_norm(x, w, b))))
 # after
 block = torch.compile(block)
 ```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.work.unfused_elementwise",
+    title="Elementwise code written out: chains of memory-bound kernels",
+    section="work",
+    requires=("work",),
+    thresholds={
+        "min_ops": Threshold(8, "a PyTorch module launches 1 to 3 kernels, a loss written out with its backward 6 or 7; "
+                                "8 or more in a row are a function written out op by op (a tanh GELU: 8, a LayerNorm: 10)"),
+        "min_share": Threshold(0.03, "the low-severity cut: 3% of the window is worth a torch.compile"),
+    },
+    speedup_model=("per chain, the bytes it moves beyond one pass: its kernels' time (each at the bandwidth it "
+                   "measured) less its largest kernel's, the one pass a fused kernel still makes"),
+    budget_part=BUDGET_PART,
+    change={"speedup": ("elementwise",)},  # the replay change priced (program.py)
+    advice=ADVICE,
+)
 
 
 def _count(chains: float) -> str:

@@ -26,7 +26,7 @@ def test_judged_without_issue_active(dev_suite_model):
 
     kernel = next(k for k in dev_suite_model["kernels"] if k["name"] == "pointer_chase")
     values = {k: v for k, v in kernel["metrics"].items() if k != "issue_active_pct"}
-    assert "issue_active_pct" not in low_occupancy.REQUIRES
+    assert "issue_active_pct" not in low_occupancy.CHECK.requires
     finding = low_occupancy.run(KernelView({**values, "name": "pointer_chase"}), limits_for(low_occupancy))
     assert finding is not None and finding.evidence["achieved_occupancy_pct"]["value"] < 10
 

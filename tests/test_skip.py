@@ -1,0 +1,65 @@
+"""`--skip X` never runs X: the report is the one of a build without X (X left out of the registry), on
+real profiles, for checks that combine with others: claims of wider causes (non-step-phase, slow-steps,
+allocator-churn), overlaps of one budget part or one kernel (1 - prod(1 - s_i)), findings counted after
+others (transfer-bound after pageable-memcpy and sync-memcpy, small-grid after a kernel's code problems),
+the straggler's host time (rank-imbalance), and low-tensor-activity, which yields to missing-tensor-cores.
+Skipping once only dropped X's findings after ranking: host-sync kept the 0.55 scaling non-step-phase caused.
+
+Each report is made in a process of its own (tests/isolated.py); the build without X is the registry
+without X in that process."""
+
+import pytest
+
+from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, REAL
+from tests.isolated import apart
+
+CASES = [
+    (REAL / "phases_nsys.sqlite.xz", "non-step-phase"),     # claims idle_sync time from host-sync and host-wait
+    (REAL / "loader_workers_nsys.sqlite.xz", "host-wait"),  # claims the queue waits from host-compute
+    (REAL / "phases_nsys.sqlite.xz", "pageable-memcpy"),    # transfer-bound counts after it (gpu_copy)
+    (REAL / "gpt_fp32_nsys.sqlite.xz", "low-tensor-activity"),   # overlaps attention-unfused (gpu_compute)
+    (REAL / "histlog_every10_nsys.sqlite.xz", "slow-steps"),     # claims the slow steps' excess
+    (REAL / "alloc_churn_nsys.sqlite.xz", "allocator-churn"),    # claims the allocator's idle time
+    (REAL / "ddp_gpu_all_nsys.sqlite.xz", "rank-imbalance"),     # the straggler's host time; fits the window
+    (DEV_SUITE_NSYS, "sync-memcpy"),                             # transfer-bound counts after it
+    (DEV_SUITE_NCU, "small-grid"),            # overlaps tail-effect on one kernel
+    (DEV_SUITE_NCU, "low-ilp"),               # overlaps low-occupancy and uncoalesced-global on one kernel
+    (DEV_SUITE_NCU, "missing-tensor-cores"),  # low-tensor-activity speaks for the GEMMs without it
+]
+
+
+def report(path, skip=(), unregistered=()) -> dict:
+    """The report model, in a process of its own: with `skip` skipped, or built without `unregistered`."""
+    from nsanalyze import checks
+    from nsanalyze.analyze import Options, analyze
+
+    if unregistered:
+        every = checks.registry()
+        checks.registry = lambda: tuple(c for c in every if c.id not in unregistered)
+    return analyze([str(path)], Options(skip=frozenset(skip)))
+
+
+def _savings(model: dict) -> dict[str, float]:
+    return {f["check"]: f["estimated_savings_ns"] for f in model["findings"] if f["kernel_id"] is None}
+
+
+@pytest.mark.parametrize("path, check", CASES, ids=lambda v: getattr(v, "name", v)[:24])
+def test_skip_is_a_build_without_the_check(path, check):
+    skipped = apart(report, path, skip=(check,))
+    assert check not in {f["check"] for f in skipped["findings"]} | {n["check"] for n in skipped["not_judged"]}
+    assert skipped == apart(report, path, unregistered=(check,))
+
+
+def test_a_skipped_check_shapes_no_other():
+    """The issue's two cases, with the figures the reports give: the checkpoints' idle time that
+    non-step-phase claims (all of the window's idle time after syncs: no host-sync finding is left) and
+    attention-unfused sharing gpu_compute with low-tensor-activity (45.7 ms); skipped, they no longer do:
+    the checkpoints' file writes are then host-wait's (1687 ms, the file-io class's idle time)."""
+    phases = REAL / "phases_nsys.sqlite.xz"
+    full, skipped = apart(report, phases), apart(report, phases, skip=("non-step-phase",))
+    assert "host-sync" not in _savings(full) and "host-wait" not in _savings(full)
+    assert round(_savings(skipped)["host-wait"] / 1e6) == 1687
+    gpt = REAL / "gpt_fp32_nsys.sqlite.xz"
+    full, skipped = apart(report, gpt), apart(report, gpt, skip=("low-tensor-activity",))
+    assert round(_savings(full)["attention-unfused"] / 1e5) == 457
+    assert round(_savings(skipped)["attention-unfused"] / 1e5) == 484
