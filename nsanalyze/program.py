@@ -62,7 +62,7 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
             continue
         if finding.estimated_savings_ns == 0.0:
             finding.estimated_savings_ns = finding.estimated_speedup * span
-        _price_by_replay(timeline, check, finding)
+        replay_note = _price_by_replay(timeline, check, finding)
         part = check.budget_part
         finding.budget_part = part
         whole = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
@@ -76,6 +76,8 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
                                  f"causes that their own findings count ({causes}); this one counts the "
                                  f"{limit / 1e6:.3g} ms left")
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
+        if replay_note is not None:   # written once the caps have set the figure it names
+            finding.notes.append(replay_note(finding.estimated_savings_ns))
         finding.check = check.id
         findings.append(finding)
     _combine_overlapping(findings, timeline)
@@ -85,13 +87,14 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
     return findings, not_judged
 
 
-def _price_by_replay(timeline: Timeline, check, finding: Finding) -> None:
+def _price_by_replay(timeline: Timeline, check, finding: Finding):
     """The finding's savings: what the replay of the steps saves with the change its check declares
     (its `change`, normalize.pricing), capped by the time the change takes away; the check's own estimate where
-    no change maps or the replay is not trusted. Where the two disagree the finding says which it used."""
+    no change maps or the replay is not trusted. Where the two disagree, returns the note that says which
+    figure the finding's savings are (called with them once the budget's caps have set them)."""
     declared = check.change
     if not declared or len(timeline.devices) > 1:   # the replay is one process's steps: one GPU's
-        return
+        return None
     own = finding.estimated_savings_ns
     block = getattr(timeline, "step_block", None)
     rate = None
@@ -107,19 +110,31 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding) -> None:
             finding.notes.append(f"savings: the check's own estimate; the replay of the steps misses the measured "
                                  f"ones by {block.self_check_error:.1%} (it must come within "
                                  f"{SELF_CHECK_TOLERANCE:.0%} to price a change)")
-        return
+        return None
     finding.estimated_savings_ns = priced.savings_ns
     finding.evidence = {**finding.evidence, "replayed_savings_ns": evidence(priced.replayed_ns, unit="ns"),
                         "check_savings_ns": evidence(own, unit="ns")}
-    if abs(priced.savings_ns - own) > pricing.DISAGREE * max(own, priced.savings_ns):
-        capped = priced.cap_ns is not None and priced.replayed_ns > priced.cap_ns
-        finding.notes.append(
-            f"savings: the replay of the steps with {priced.change} ({per_step(priced.savings_ns)}"
-            + (f", capped by the {per_step(priced.cap_ns)} the change takes away" if capped else "")
-            + f"), not the check's own estimate ({per_step(own)})"
-            + ("; the kernels are not all on the step's critical path: faster, they save only down to what "
-               "the host and the other work take" if (declared.get("speedup") or declared.get("remove_kernels"))
-               and priced.savings_ns < own else ""))
+    if abs(priced.savings_ns - own) <= pricing.DISAGREE * max(own, priced.savings_ns):
+        return None
+    capped = priced.cap_ns is not None and priced.replayed_ns > priced.cap_ns
+    replay = (f"the replay of the steps with {priced.change} ({per_step(priced.savings_ns)}"
+              + (f", capped by the {per_step(priced.cap_ns)} the change takes away" if capped else "") + ")")
+    off_path = ("; the kernels are not all on the step's critical path: faster, they save only down to what "
+                "the host and the other work take" if (declared.get("speedup") or declared.get("remove_kernels"))
+                and priced.savings_ns < own else "")
+
+    def note(final_ns: float) -> str:
+        """Names the figure the savings are: the caps after the replay can only lower it."""
+        def near(a: float, b: float) -> bool:
+            return abs(a - b) <= 0.01 * max(a, b)
+        if near(final_ns, priced.savings_ns):
+            return f"savings: {replay}, not the check's own estimate ({per_step(own)}){off_path}"
+        if near(final_ns, own):
+            return (f"savings: the check's own estimate ({per_step(own)}), what its budget part leaves it; {replay} "
+                    "is more: it also takes away time beside this cause, which other findings count")
+        return (f"savings: {per_step(final_ns)}, what its budget part leaves it; {replay} and the check's own "
+                f"estimate ({per_step(own)}) are both more")
+    return note
 
 
 def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:

@@ -137,3 +137,19 @@ def test_a_kernel_finding_on_a_gpu_bound_loop_keeps_its_own_savings():
     assert result["kernel_ns"][0] / result["steps"] > 0.5 * result["mean_step_ns"]
     assert result["shares"][0] == pytest.approx(0.5)
     assert not result["notes"][0]
+
+
+@pytest.mark.parametrize("name", ["attn_sdpa", "loader_workers", "cnn_nchw", "shard_shards"])
+def test_the_savings_note_names_the_figure_in_the_column(analyzed, name):
+    """Where the replay and the check's own estimate disagree, the note's first figure a step is the finding's
+    savings over the steps, whichever figure (or the budget part's cap after them) it is: attn_sdpa's
+    launch-overhead shows the check's 1.35 ms a step, and its note once said the replay's 1.55 was used."""
+    import re
+
+    model = analyzed(REAL / f"{name}_nsys.sqlite.xz")
+    steps = model["timeline"]["steps"]["count"]
+    noted = [(f, n) for f in model["findings"] if f["kernel_id"] is None for n in f["notes"] if n.startswith("savings: ")]
+    assert noted
+    for finding, note in noted:
+        first = float(re.search(r"([\d.]+) ms a step", note).group(1))
+        assert first == pytest.approx(finding["estimated_savings_ns"] / steps / 1e6, abs=0.006), (finding["check"], note)

@@ -171,10 +171,11 @@ def test_ten_thousand_kernels(tmp_path):
 
 def test_interrupted_write_keeps_the_old_report(tmp_path, monkeypatch):
     from nsanalyze import render
+    from nsanalyze.render import formats
 
     target = tmp_path / "report.json"
     target.write_text("old report")
-    monkeypatch.setattr(render, "render_bytes", lambda model, fmt: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(formats.ModuleRenderer, "render", lambda self, document: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         render.write_report({"findings": []}, str(target))
     assert target.read_text() == "old report"
