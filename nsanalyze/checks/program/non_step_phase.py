@@ -140,20 +140,20 @@ def run(timeline, limits) -> Finding | None:
     window_ns = timeline.summary.span_ns
     savings, phase, parts, idle_share, window_share, _ = best
     cause_part = max(CAUSES, key=lambda part: parts.get(part, 0))
-    cause_share = part_ns(phase.budget, cause_part) / phase.duration_ns
-    each = phase.duration_ns / phase.count
+    # the figures of the instances the saving counts: those inside the window where that budget is known
+    inside = _instances_in_window(timeline, phase)
+    in_window = bool(phase.in_window_budget and phase.in_window_ns and inside)
+    span, shown = (phase.in_window_ns, inside) if in_window else (phase.duration_ns, phase.count)
+    each = span / shown
     where = f" (in {phase.path.rsplit(' › ', 1)[0]})" if phase.path else ""
     host, host_ns = _host_classes(timeline, phase)
-    inside = _instances_in_window(timeline, phase)
     count = (f"{inside} of its {phase.count} instances in the window" if inside != phase.count else
              f"{phase.count} instance{'s' if phase.count != 1 else ''}")
-    # where the host's calls cover most of the idle time, they are the cause, whatever budget part holds it
-    rest = (f"the rest mostly the host in {host}" if host and host_ns >= 0.5 * (phase.idle_ns or 0) else
-            f"the rest mostly {CAUSES[cause_part]} ({cause_share:.0%})" + (f"; the host meanwhile in {host}" if host else ""))
+    rest = _what_it_holds(parts, span, host, host_ns)
     finding = Finding(
         check=ID,
         title=(f"The '{phase.name}' phase{where} holds {window_share:.0%} of the window ({count}, "
-               f"{each / 1e6:.1f} ms each); the GPU computes in only {1 - idle_share:.0%} of it, {rest}"),
+               f"{each / 1e6:.1f} ms each); the GPU computes in only {1 - idle_share:.0%} of it: {rest}"),
         estimated_speedup=savings / window_ns,
         evidence={"phase": phase.name, "path": phase.path or phase.name, "instances": phase.count,
                   "phase_ns": evidence(phase.duration_ns, unit="ns"),
@@ -164,6 +164,30 @@ def run(timeline, limits) -> Finding | None:
     )
     finding.estimated_savings_ns = min(savings, window_ns)
     return finding
+
+
+# Every part of the phase's time holding this share or more is named in the finding's title.
+NAMED_PART_SHARE = 0.2
+
+
+def _what_it_holds(parts: dict, span: float, host: str, host_ns: float) -> str:
+    """The phase's time beside compute, part by part (each at NAMED_PART_SHARE or more): copies and
+    communication on the GPU, then its idle time, told by the host's calls where they cover most of it."""
+    pieces = [f"{CAUSES[part]} {parts[part] / span:.0%}" for part in ("gpu_copy", "gpu_communication")
+              if parts.get(part, 0) >= NAMED_PART_SHARE * span]
+    idle = {part: parts.get(part, 0) for part in CAUSES if part.startswith("idle_")}
+    idle_ns = sum(idle.values())
+    if host and host_ns >= 0.5 * idle_ns:   # the host's calls cover most of the idle time: they are its cause
+        pieces.append(f"the GPU idle {idle_ns / span:.0%}, the host mostly in {host}")
+    else:
+        named = sorted((p for p in idle if idle[p] >= NAMED_PART_SHARE * span), key=lambda p: -idle[p])
+        pieces += [f"{CAUSES[part]} {idle[part] / span:.0%}" for part in named]
+        if host:
+            pieces.append(f"the host meanwhile in {host}")
+    if not pieces:
+        top = max(CAUSES, key=lambda part: parts.get(part, 0))
+        pieces.append(f"mostly {CAUSES[top]} ({parts.get(top, 0) / span:.0%})")
+    return "; ".join(pieces)
 
 
 def _instances_in_window(timeline, phase) -> int:

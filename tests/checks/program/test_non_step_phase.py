@@ -33,3 +33,19 @@ def test_claims_what_its_instances_hold_inside_the_window(analyzed):
     finding = next(f for f in model["findings"] if f["check"] == "non-step-phase")
     assert abs(finding["estimated_savings_ns"] - (inside - computing)) <= 0.01 * inside
     assert "host-sync" not in [f["check"] for f in program_findings(model)]
+
+
+def test_the_title_tells_the_instances_it_prices_and_every_large_part(analyzed):
+    """phases_nsys: the two checkpoints in the window take 4.06 s (by SQL): the title's time each is their
+    mean, not that of all three; their pageable device-to-host copies (37%) are named beside the idle time
+    the host's file writes cover."""
+    path = REAL / "phases_nsys.sqlite.xz"
+    model = analyzed(path)
+    window = model["timeline"]["window"]
+    ranges = sql(path, "SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                       "WHERE n.eventType = 59 AND COALESCE(n.text, s.value) = 'checkpoint' "
+                       f"AND n.end > {window['start_ns']} AND n.start < {window['end_ns']}")
+    each = sum(min(e, window["end_ns"]) - max(s, window["start_ns"]) for s, e in ranges) / len(ranges)
+    finding = next(f for f in model["findings"] if f["check"] == "non-step-phase")
+    assert f"{each / 1e6:.1f} ms each" in finding["title"]
+    assert "copies between host and GPU 37%" in finding["title"] and "file-io" in finding["title"]
