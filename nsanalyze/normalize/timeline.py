@@ -462,7 +462,9 @@ def _host_outliers(steps: Steps, capture: Activity, call_names: dict, limit: int
     host = steps.host_ends[index] - steps.host_starts[index]
     if not len(host):
         return []
-    long = np.flatnonzero(host > HOST_OUTLIER_FACTOR * np.median(host))
+    # far longer than the others, and by enough to matter next to a step: half a median step or more
+    typical = float(np.median(steps.durations)) if len(steps.durations) else 0.0
+    long = np.flatnonzero((host > HOST_OUTLIER_FACTOR * np.median(host)) & (host - np.median(host) >= 0.5 * typical))
     calls = capture.calls
     waits = np.isin(calls.name_id, ids_where(call_names, lambda n: name_like(n, SYNC_APIS) or (
         name_like(n, ("cudaMemcpy", "cuMemcpy")) and "async" not in str(n).lower())))
@@ -504,8 +506,9 @@ def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -
     section["host_outliers"] = _host_outliers(steps, capture, call_names)
     if section["host_outliers"] and steps.clock == "gpu":
         top = section["host_outliers"][0]
+        # the wait is named as the reason only where it holds most of the range
         wait = f", {ms_text(top['wait_ns'])} of it in {top['wait']} (the host waits for the queued steps)" \
-            if top["wait"] else ""
+            if top["wait"] and top["wait_ns"] >= 0.5 * top["host_ns"] else ""
         section["host_relation_text"] = (section.get("host_relation_text", "") + " " + (
                                          "1 host range stands out" if len(section["host_outliers"]) == 1 else
                                          f"{len(section['host_outliers'])} host ranges stand out") + f": step {top['step']} took {ms_text(top['host_ns'])}"
@@ -520,11 +523,21 @@ def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -
         section["gpu_busy_time_share"] = float(np.mean([t[:, busy].sum() for t in per_step]) / durations.sum())
         if section.get("host_relation") == "ahead" and section["gpu_busy_time_share"] < BOUND_BUSY_SHARE:
             section["host_relation_text"] = section["host_relation_text"].replace(base_text, _not_bound_over_time(section), 1)
+        elif section.get("host_relation") == "ahead":   # busy, but with what: copies or collectives are not compute
+            totals = np.mean([t.sum(axis=0) for t in per_step], axis=0)
+            top = max(busy, key=lambda k: totals[k])
+            if PARTS[top] in BOUND_WORDS and totals[top] >= 0.5 * totals[busy].sum():
+                words = (f"{BOUND_WORDS[PARTS[top]]} {totals[top] / durations.sum():.0%} of the steps' time, compute "
+                         f"{totals[PARTS.index('gpu_compute')] / durations.sum():.0%}")
+                section["host_relation_text"] = section["host_relation_text"].replace("the GPU is the bound", words, 1)
     return section
 
 
 # "The GPU is the bound" holds for a run only where its GPU is busy this share of the steps' whole time.
 BOUND_BUSY_SHARE = 0.8
+# ... and names what keeps it busy where that is not compute (half its busy time or more)
+BOUND_WORDS = {"gpu_copy": "the link is the bound: copies between host and GPU take",
+               "gpu_communication": "the collectives are the bound: communication takes"}
 
 
 def _not_bound_over_time(section: dict) -> str:

@@ -136,3 +136,25 @@ def test_the_gpu_is_the_bound_only_when_busy_over_the_steps_whole_time(analyzed,
     assert steps["gpu_busy_time_share"] == pytest.approx(busy, abs=0.01)
     assert ("the GPU is the bound" in steps["host_relation_text"]) is bound
     assert ("not the bound" in steps["host_relation_text"]) is not bound
+
+
+def test_a_gpu_busy_with_copies_is_not_called_compute_bound(analyzed):
+    """transfer_pinned: the host runs ahead and the GPU is busy, but with copies (by SQL, the copies cover
+    nearly all of the steps' time and kernels none): the header names the link as the bound, not "the GPU"."""
+    path = REAL / "transfer_pinned_nsys.sqlite.xz"
+    steps = analyzed(path)["timeline"]["steps"]
+    span = steps["end_ns"] - steps["start_ns"]
+    copying = sql(path, f"SELECT SUM(MIN(end, {steps['end_ns']}) - MAX(start, {steps['start_ns']})) FROM "
+                        f"CUPTI_ACTIVITY_KIND_MEMCPY WHERE end > {steps['start_ns']} AND start < {steps['end_ns']}")[0][0]
+    assert copying > 0.9 * span and steps["host_relation"] == "ahead"
+    assert "the link is the bound" in steps["host_relation_text"] and "the GPU is the bound" not in steps["host_relation_text"]
+
+
+def test_a_host_range_that_stands_out_names_a_wait_only_where_it_holds_the_range(analyzed):
+    """token_gen's step 103 took 10.2 ms on the host, 0.0122 ms of it in cudaStreamSynchronize: the header no
+    longer gives that sync as the reason; nightly1's long host range is 98% a sync, and it still does."""
+    token = analyzed(REAL / "token_gen_nsys.sqlite.xz")["timeline"]["steps"]
+    top = token["host_outliers"][0]
+    assert top["wait_ns"] < 0.5 * top["host_ns"] and "cudaStreamSynchronize" not in token["host_relation_text"]
+    nightly = analyzed(REAL / "nightly1_nsys.sqlite.xz")["timeline"]["steps"]
+    assert "of it in cudaStreamSynchronize" in nightly["host_relation_text"]
