@@ -17,7 +17,7 @@ from nsanalyze.checks.program import host_compute, host_wait
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profile
-from tests.conftest import PUBLIC, REAL, sql
+from tests.conftest import PUBLIC, REAL, sql, sql_gpu_step_periods
 
 CUDF = PUBLIC / "quasiben__nvtx-examples__cudf.sqlite.xz"
 POWER = PUBLIC / "brycelelbach__nsightful__tests__power_iteration__baseline.sqlite.xz"
@@ -163,3 +163,22 @@ def test_kineto_host_time_carries_the_profiler_caveat(analyzed):
     assert any("upper bound" in note and "profiler" in note for note in trace["notes"])
     nsys = [f for f in analyzed(REAL / "graphs_eager_nsys.sqlite.xz")["findings"] if f["check"] == "host-compute"]
     assert all("cpu_ops_per_launch" not in f["evidence"] for f in nsys)
+
+
+def test_waits_held_by_a_few_steps_name_those_steps(analyzed):
+    """loader_workers: the loader's workers fall behind now and then, and a few steps hold most of the queue
+    waits. host-wait names them: by SQL they are among the steps with the longest GPU periods (the GPU waits
+    through them), and they are a minority of the steps."""
+    import re
+
+    path = REAL / "loader_workers_nsys.sqlite.xz"
+    model = analyzed(path)
+    finding = next(f for f in model["findings"] if f["check"] == "host-wait")
+    found = re.search(r"in (\d+) of (\d+) steps \(([\d, ]+)", finding["title"])
+    assert found, finding["title"]
+    count, steps = int(found.group(1)), int(found.group(2))
+    named = [int(i) for i in found.group(3).split(", ") if i]
+    assert count <= 0.25 * steps and len(named) == min(count, 8)
+    periods = sql_gpu_step_periods(path)   # period i: from step i's first GPU work to step i+1's
+    longest = set(sorted(range(len(periods)), key=lambda i: -periods[i])[:2 * count])
+    assert set(named) <= longest
