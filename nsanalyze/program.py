@@ -51,9 +51,11 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
     for check in program_checks():
         if only is not None and check.id not in only:
             continue
-        missing = [name for name in check.requires if getattr(timeline, name, None) is None]
+        missing = [name for name in check.requires if getattr(timeline, name, None) is None
+                   or (name == "work" and _graphs_hide_kernels(timeline))]
         if missing:
             hint = "nsys profile --gpu-metrics-devices=all" if "gpu_metrics" in missing or "busy_clock" in missing \
+                else "nsys profile --cuda-graph-trace=node" if "work" in missing and timeline.work \
                 else "nsys profile -t cuda,nvtx"
             not_judged.append(NotJudged(check.id, None, missing, hint))
             continue
@@ -85,6 +87,13 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
         finding.severity = severity_for(finding.estimated_speedup, cuts)
     return findings, not_judged
+
+
+def _graphs_hide_kernels(timeline: Timeline) -> bool:
+    """A graph-level trace whose whole-graph executions hold most of the kernel time: the kernels' roles,
+    which the busy-GPU checks read, are not in the export, so those checks cannot judge."""
+    total = sum(r.ns for r in timeline.work or ())
+    return bool(total) and sum(r.ns for r in timeline.work if r.role == "graph") >= 0.5 * total
 
 
 def _price_by_replay(timeline: Timeline, check, finding: Finding):

@@ -6,7 +6,7 @@ import pytest
 
 from nsanalyze.analyze import Options, analyze
 from nsanalyze.program import run_program_checks
-from tests.conftest import DEV_INFER_NSYS, ORACLE, PUBLIC_NSYS
+from tests.conftest import DEV_INFER_NSYS, ORACLE, PUBLIC_NSYS, REAL, sql
 
 
 def _oracle_rows(name: str, section: str) -> list[tuple[int, int]]:
@@ -109,3 +109,18 @@ def test_copies_and_ranges_match_nsys_stats(stem):
     ours = {r["name"]: r for r in timeline.ranges}
     for name, row in ranges.items():
         assert ours[name]["wall_ns"] == int(row["Total Time (ns)"]) and ours[name]["instances"] == int(row["Instances"])
+
+
+def test_a_graph_level_trace_says_which_checks_it_blinds(analyzed):
+    """graphs_graphtrace: the same graphed MLP as graphs_after, traced at graph level, so its kernel rows are
+    whole-graph executions (by SQL, the graph trace holds all its GPU work). The checks that read the kernels'
+    roles are named as not judged, with the option that records the kernels; on the node-level trace of the
+    same program low-tensor-activity judges and speaks."""
+    graph_level = analyzed(REAL / "graphs_graphtrace_nsys.sqlite.xz")
+    executions = sql(REAL / "graphs_graphtrace_nsys.sqlite.xz", "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")[0][0]
+    assert executions > 100
+    blinded = {n["check"]: n for n in graph_level["not_judged"] if "work" in n["missing"]}
+    assert {"low-tensor-activity", "unfused-elementwise", "attention-unfused", "layout-conversion"} <= set(blinded)
+    assert blinded["low-tensor-activity"]["collect"] == "nsys profile --cuda-graph-trace=node"
+    node_level = analyzed(REAL / "graphs_after_nsys.sqlite.xz")
+    assert "low-tensor-activity" in {f["check"] for f in node_level["findings"]}
