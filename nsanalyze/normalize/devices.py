@@ -38,9 +38,26 @@ def devices(export: NsysExport, wa: WindowActivity, comm_ids: np.ndarray, expose
         row["communication_ns"] = kernel_comm_ns + int(c_ns[comm_copies].sum())
         row["exposed_communication_ns"] = exposed_ns.get(device_id, 0) if has_comm else 0
         row["communication_kernels"] = int(comm_kernels.sum() + comm_copies.sum())
+        row["communication_wait_ns"] = _beyond_fast_launches(kernels.short_name_id[comm_kernels], k_ns[comm_kernels])
         row["compute_kernel_ns"] = row["kernel_ns"] - kernel_comm_ns
         rows.append(row)
     return rows
+
+
+# A collective's launches of one kind that take their 10th-percentile time or less do not wait for another
+# rank; what the others take beyond it is waiting (for a rank arriving later), at least this many launches.
+FAST_PERCENTILE, MIN_COLLECTIVES = 10, 10
+
+
+def _beyond_fast_launches(name_ids: np.ndarray, durations: np.ndarray) -> int:
+    """Per kind of collective (kernel name), its time beyond its launches' 10th-percentile duration: in a
+    synchronous collective, the time a rank waits for the others to arrive. One rank's export sees only it."""
+    total = 0
+    for name in np.unique(name_ids):
+        mine = durations[name_ids == name]
+        if len(mine) >= MIN_COLLECTIVES:
+            total += int(mine.sum() - len(mine) * np.percentile(mine, FAST_PERCENTILE))
+    return total
 
 
 def device_kernel_breakdown(export: NsysExport, wa: WindowActivity) -> list[dict]:

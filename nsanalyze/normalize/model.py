@@ -112,6 +112,7 @@ class Device(Record):
     communication_ns: float = 0
     exposed_communication_ns: float = 0
     communication_kernels: int = 0
+    communication_wait_ns: float = 0
     compute_kernel_ns: float = 0
     window_ns: float | None = None
     budget: tuple | None = None

@@ -66,6 +66,10 @@ CHECK = Check(
 )
 
 
+# One GPU whose collectives spend this share of their time beyond their fast launches waits for other ranks.
+ONE_RANK_WAIT_SHARE = 0.5
+
+
 def run(timeline, limits) -> Finding | None:
     devices = [d for d in timeline.devices if d.communication_ns]
     if not devices:
@@ -92,6 +96,17 @@ def run(timeline, limits) -> Finding | None:
     elif found and waiting_ns > 0:
         title += (f": collectives not overlapped with compute, {transfer / 1e6:.1f} ms of transfers; "
                   f"{waiting_ns / 1e6:.1f} ms more is waiting for {label(found.straggler)}")
+    elif len(devices) == 1 and worst.communication_wait_ns >= ONE_RANK_WAIT_SHARE * worst.communication_ns:
+        # one GPU alone in the export: its collectives' time beyond their fast launches is waiting for ranks
+        # this export does not hold; that is no overlap's to hide
+        waiting_ns = min(float(worst.communication_wait_ns), exposed)
+        waiting = waiting_ns / exposed if exposed else 0.0
+        transfer = exposed - waiting_ns
+        title += (f"; {waiting_ns / 1e6:.1f} ms of it ({waiting:.0%}) is its collectives running beyond their fast "
+                  "launches: waiting for another rank, which this export does not hold; profile all ranks (one "
+                  "export, or one per rank given together) to find the straggler"
+                  + (f"; the transfers themselves, {transfer / 1e6:.1f} ms, could hide behind compute"
+                     if transfer >= 0.01 * exposed else "; nothing of it is left for overlap to hide"))
     else:
         title += ": collectives not overlapped with compute"
     finding = Finding(
@@ -110,6 +125,10 @@ def run(timeline, limits) -> Finding | None:
         advice=ADVICE,
         device_id=worst.device_id,
     )
+    if not found and waiting_ns > 0:
+        finding.notes.append(f"saves the transfers only, {transfer / 1e6:.2f} ms; the other {waiting_ns / 1e6:.2f} ms is "
+                             "waiting for another rank: balancing the ranks gives it back (rank-imbalance, given "
+                             "every rank's export)")
     if found and waiting_ns > 0:
         finding.notes.append(f"saves the transfers only, {transfer / 1e6:.2f} ms (the exposed communication of "
                              f"{label(found.straggler)}, which waits for no one); the other {waiting_ns / 1e6:.2f} ms "

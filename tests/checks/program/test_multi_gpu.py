@@ -280,3 +280,28 @@ def test_own_work_is_priced_by_removal_the_same_kernels_by_balancing():
     assert "extra_in_own_kernels_share" in balanced.evidence
     assert balanced.evidence["extra_in_own_kernels_share"]["value"] == 0.0
     assert balanced.estimated_savings_ns == pytest.approx(wait / 2, rel=1e-5)
+
+
+def test_one_rank_alone_is_told_it_waits_for_another():
+    """The per-rank exports of ddp_gpu, each alone: rank 0's all-reduces take 0.29 ms at their 10th percentile
+    and 4.6 ms on average (by SQL), waiting for rank 1, which runs extra products; rank 1's take 0.08 / 0.12 ms.
+    Rank 0's report says its collectives wait for another rank and asks for all ranks, and prices no overlap for
+    time that is waiting; rank 1's says nothing of the kind."""
+    from tests.conftest import REAL
+
+    def spread(path, device):
+        durations = sorted(d for (d,) in direct(path, f"""SELECT k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k
+            JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'ncclDevKernel_AllReduce%' AND k.deviceId = {device}"""))
+        return sum(durations) / len(durations) / durations[len(durations) // 10]
+
+    waiting, straggler = REAL / "ddp_gpu_rank0_nsys.sqlite.xz", REAL / "ddp_gpu_rank1_nsys.sqlite.xz"
+    assert spread(waiting, 0) > 10 and spread(straggler, 1) < 2
+    model = analyze([str(waiting)])
+    device = model["timeline"]["devices"][0]
+    assert device["communication_wait_ns"] > 0.9 * device["communication_ns"]
+    finding = next(f for f in model["findings"] if f["check"] == "exposed-communication")
+    assert "waiting for another rank" in finding["title"] and finding["estimated_savings_ns"] < 0.01 * device["communication_ns"]
+    assert "profile all ranks" in model["timeline"]["steps"]["host_relation_text"]
+    other = analyze([str(straggler)])
+    assert other["timeline"]["devices"][0]["communication_wait_ns"] < 0.5 * other["timeline"]["devices"][0]["communication_ns"]
+    assert "profile all ranks" not in other["timeline"]["steps"]["host_relation_text"]
