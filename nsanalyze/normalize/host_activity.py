@@ -271,16 +271,23 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
         del at
         idle = (seg_part >= PARTS.index("idle_other")) & (seg_class < len(groups))
         seg_s, seg_e, seg_class, seg_part = seg_s[idle], seg_e[idle], seg_class[idle], seg_part[idle]
-        by_class_part = np.bincount(seg_class.astype(np.int64) * len(PARTS) + seg_part, weights=seg_e - seg_s,
-                                    minlength=len(groups) * len(PARTS)).reshape(len(groups), len(PARTS)) \
-            if len(groups) else np.zeros((0, len(PARTS)))
+        if len(groups):
+            key = seg_class.astype(np.int64)   # (class, part) as one key, made in place
+            key *= len(PARTS)
+            key += seg_part
+            by_class_part = np.bincount(key, weights=seg_e - seg_s,
+                                        minlength=len(groups) * len(PARTS)).reshape(len(groups), len(PARTS))
+            del key
+        else:
+            by_class_part = np.zeros((0, len(PARTS)))
         idle_total = labelled.totals()
         claimed = by_class_part.sum(axis=0)
         order = np.argsort(seg_class, kind="stable")
         bounds = np.searchsorted(seg_class[order], np.arange(len(groups) + 1))
+        seg_s, seg_e = seg_s[order], seg_e[order]   # by class, each class's pieces in time order: slices of
+        del order                                   # these, not a copy of its own each (12M pieces at 1 GB)
         for k, group in enumerate(groups):
-            mine = order[bounds[k]:bounds[k + 1]]   # this class's idle pieces, in time order
-            idle_s, idle_e = seg_s[mine], seg_e[mine]
+            idle_s, idle_e = seg_s[bounds[k]:bounds[k + 1]], seg_e[bounds[k]:bounds[k + 1]]   # this class's pieces
             entry = acc.setdefault((group.source, group.name), _empty(group, step_windows))
             isl_s, isl_e = islands[k]
             inside = (group.ends > budget.start) & (group.starts < budget.end)
