@@ -106,7 +106,7 @@ DISK_KEPT_FREE = 30e9   # what the replicas must leave free on the data disk
 def large_rows(nsanalyze: list[str], out: Path) -> list[tuple]:
     """Issue 38's rows: the 299k-kernel export x100 (about 5 GB) and the GPU-metrics export x40 (1.4 GB), each
     against the SQL floor of its table. A replica is made only where the disk keeps DISK_KEPT_FREE after it;
-    else the row says it was not measured."""
+    else the row is left out, and said so on stderr. A scale of 0 leaves its row out."""
     floor_sql = ("SELECT demangledName, COUNT(*), SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY demangledName; "
                  "SELECT nameId, COUNT(*), SUM(end - start) FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY nameId;")
     metrics_sql = floor_sql + " SELECT metricId, COUNT(*), AVG(value) FROM GPU_METRICS GROUP BY metricId;"
@@ -114,6 +114,8 @@ def large_rows(nsanalyze: list[str], out: Path) -> list[tuple]:
     for name, folder, factor, sql, key in (("train_nsys.sqlite.xz", "bench", LARGE_SCALE, floor_sql, "nsys_large"),
                                            ("spin_gpumetrics_nsys.sqlite.xz", "real", LARGE_METRICS_SCALE, metrics_sql,
                                             "gpu_metrics_large")):
+        if factor <= 0:   # NSANALYZE_BENCH_LARGE_SCALE=0 (or ..._METRICS_SCALE=0): that row left out
+            continue
         source = unpack(name, folder)
         target = DATA / f"{source.stem}_x{factor}.sqlite"
         needed = source.stat().st_size * factor * 1.05
