@@ -139,7 +139,8 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
 
 def _library(group, launch_by_id: dict) -> str | None:
     """The kernel's library by its name's marks, unless its hot source lines are in the user's files (looked
-    up only for kernels a name marks as a library's: a few file look-ups each)."""
+    up only for kernels a name marks as a library's: a few file look-ups each, through the source map its
+    module shares with the report's other launches: read.ncu.SourceCode)."""
     name = group.demangled or group.name
     if library_of(name) is None:
         return None

@@ -397,6 +397,23 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
+def distinct_in_place(ordered: np.ndarray, chunk: int = 1 << 20) -> np.ndarray:
+    """distinct() of values already sorted, in the caller's own array: its distinct values moved to its
+    front a chunk at a time, the front returned (a view). No second array as long as the values: at
+    36M segment edges (the 1 GB export's host-activity paint) that copy was 290 MB at the peak."""
+    n = len(ordered)
+    if n < 2:
+        return ordered
+    kept = 1   # ordered[:kept] are the distinct values so far; the next chunk's first value is compared
+    for at in range(1, n, chunk):   # with the one before it in the input (a value not yet overwritten:
+        values = ordered[at:at + chunk]   # writes stay at or below `at`)
+        new = values != ordered[at - 1:at - 1 + len(values)]
+        run = values[new]   # (a copy: at most one chunk)
+        ordered[kept:kept + len(run)] = run
+        kept += len(run)
+    return ordered[:kept]
+
+
 def median(values: np.ndarray) -> float:
     """np.median, the same float operations, without its NaN check (it builds numpy's masked-array
     module: see percentile)."""

@@ -60,12 +60,15 @@ def read_samples(export: NsysExport) -> Samples | None:
         return None
     query = IntQuery({"timestamp": ("timestamp", NOT_AN_INTEGER), "metric": ("metricId", NOT_AN_INTEGER),
                       "value": ("value", NOT_AN_INTEGER)},
-                     f"FROM GPU_METRICS WHERE metricId IN ({','.join(str(i) for i in ids.values())})")
+                     f"FROM GPU_METRICS WHERE metricId IN ({','.join(str(i) for i in ids.values())})",
+                     narrow=frozenset({"metric"}))   # (int32 where the ids fit: tens of millions of samples)
     (columns,) = export.read_columns([query])  # a view in GPU_METRICS' place: no Arrow reader (its time limit)
-    times, metric, values = columns["timestamp"], columns["metric"], columns["value"]
+    times, metric, values = columns.pop("timestamp"), columns.pop("metric"), columns.pop("value")
     valid = (times != NOT_AN_INTEGER) & (values != NOT_AN_INTEGER) & (values >= 0)
     set_aside = int(len(times) - np.count_nonzero(valid))
-    times, metric, values = times[valid], metric[valid], values[valid]
+    if set_aside:   # (all valid, the usual case: no second copy of the columns beside the first)
+        times, metric, values = times[valid], metric[valid], values[valid]
+    del valid
     if not len(times):
         return None
     series = {}

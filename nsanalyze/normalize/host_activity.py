@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nsanalyze.normalize.activity import distinct
+from nsanalyze.normalize.activity import distinct, distinct_in_place
 from nsanalyze.normalize.budget import IDLE_PARTS, PARTS, DeviceBudget, union
 
 TABLE_PATH = Path(__file__).with_name("host_activity.csv")
@@ -182,16 +182,24 @@ def paint(layers: list[tuple[np.ndarray, np.ndarray]], window: tuple[int, int],
     """The window cut at every island edge (and at `cuts`), each segment labelled by the first layer whose
     islands cover it (len(layers): none). Layers are disjoint sorted islands (budget.union)."""
     start, end = window
-    edges = [np.array([start, end], dtype=np.int64)] + ([np.clip(cuts, start, end)] if cuts is not None else [])
     clipped = []
     for s, e in layers:
         s, e = np.clip(s, start, end), np.clip(e, start, end)
         keep = e > s
         clipped.append((s[keep], e[keep]))
-        edges += [s[keep], e[keep]]
-    times = np.concatenate(edges)
+    # every edge written once into one array (no list of clipped copies beside it: at the 1 GB export's
+    # 12M cuts and 12M islands that list was 480 MB held at the peak), sorted and made distinct in place
+    times = np.empty(2 + (len(cuts) if cuts is not None else 0) + 2 * sum(len(s) for s, _ in clipped), dtype=np.int64)
+    times[:2] = start, end
+    at = 2
+    if cuts is not None:
+        np.clip(cuts, start, end, out=times[at:at + len(cuts)])
+        at += len(cuts)
+    for s, e in clipped:
+        times[at:at + len(s)], times[at + len(s):at + 2 * len(s)] = s, e
+        at += 2 * len(s)
     times.sort(kind="stable")   # sorted runs (the cuts, each layer's islands): a merge of runs
-    times = distinct(times)
+    times = distinct_in_place(times)
     label = np.full(len(times) - 1, len(layers), dtype=np.int16)
     for index in reversed(range(len(layers))):
         s, e = clipped[index]
@@ -260,19 +268,29 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
         # part and is painted with at most one class, so (class, part) sums are one bincount
         labelled = budget.labelled
         seg_s, seg_e, seg_class = paint(islands, (budget.start, budget.end), labelled.starts)
-        seg_part = labelled.labels[np.maximum(np.searchsorted(labelled.starts, seg_s, side="right") - 1, 0)]
+        at = np.searchsorted(labelled.starts, seg_s, side="right")   # (in place: three arrays as long as the
+        at -= 1                                                          # segments were one at a time)
+        seg_part = labelled.labels[np.maximum(at, 0, out=at)]
+        del at
         idle = (seg_part >= PARTS.index("idle_other")) & (seg_class < len(groups))
         seg_s, seg_e, seg_class, seg_part = seg_s[idle], seg_e[idle], seg_class[idle], seg_part[idle]
-        by_class_part = np.bincount(seg_class.astype(np.int64) * len(PARTS) + seg_part, weights=seg_e - seg_s,
-                                    minlength=len(groups) * len(PARTS)).reshape(len(groups), len(PARTS)) \
-            if len(groups) else np.zeros((0, len(PARTS)))
+        if len(groups):
+            key = seg_class.astype(np.int64)   # (class, part) as one key, made in place
+            key *= len(PARTS)
+            key += seg_part
+            by_class_part = np.bincount(key, weights=seg_e - seg_s,
+                                        minlength=len(groups) * len(PARTS)).reshape(len(groups), len(PARTS))
+            del key
+        else:
+            by_class_part = np.zeros((0, len(PARTS)))
         idle_total = labelled.totals()
         claimed = by_class_part.sum(axis=0)
         order = np.argsort(seg_class, kind="stable")
         bounds = np.searchsorted(seg_class[order], np.arange(len(groups) + 1))
+        seg_s, seg_e = seg_s[order], seg_e[order]   # by class, each class's pieces in time order: slices of
+        del order                                   # these, not a copy of its own each (12M pieces at 1 GB)
         for k, group in enumerate(groups):
-            mine = order[bounds[k]:bounds[k + 1]]   # this class's idle pieces, in time order
-            idle_s, idle_e = seg_s[mine], seg_e[mine]
+            idle_s, idle_e = seg_s[bounds[k]:bounds[k + 1]], seg_e[bounds[k]:bounds[k + 1]]   # this class's pieces
             entry = acc.setdefault((group.source, group.name), _empty(group, step_windows))
             isl_s, isl_e = islands[k]
             inside = (group.ends > budget.start) & (group.starts < budget.end)

@@ -38,22 +38,20 @@ SOURCE_COUNTERS = (
 class SourceSpot:
     """One SASS instruction: its value for one source counter, and where it comes from. File, line and
     SASS text are looked up when first read (each lookup costs 0.4-0.7 ms, and most spots are never
-    shown: a finding shows the top lines of the spots its check selects)."""
+    shown: a finding shows the top lines of the spots its check selects). `code`: the function's source
+    look-ups (SourceCode); without it, `file`, `line` and `sass` are as given."""
 
-    __slots__ = ("pc", "value", "_where", "_sass", "_action", "_lines")
+    __slots__ = ("pc", "value", "_where", "_sass", "_code")
 
     def __init__(self, pc: int, value: float, file: str | None = None, line: int | None = None, sass=None,
-                 action=None, lines: dict | None = None):
-        self.pc, self.value, self._action, self._lines = pc, value, action, lines
-        self._where = (file, line) if action is None else None
+                 code: "SourceCode | None" = None):
+        self.pc, self.value, self._code = pc, value, code
+        self._where = (file, line) if code is None else None
         self._sass = sass
 
     def _source(self) -> tuple[str | None, int | None]:
         if self._where is None:
-            if self.pc not in self._lines:
-                info = self._action.source_info(self.pc)
-                self._lines[self.pc] = (info.file_name(), info.line()) if info is not None else (None, None)
-            self._where = self._lines[self.pc]
+            self._where = self._code.where(self.pc)
         return self._where
 
     @property
@@ -66,28 +64,63 @@ class SourceSpot:
 
     @property
     def sass(self) -> str | None:
-        if self._sass is None and self._action is not None:
-            text = self._action.sass_by_pc(self.pc)
+        if self._sass is None and self._code is not None:
+            text = self._code.action_for(self.pc).sass_by_pc(self.pc)
             self._sass = text.strip() if text else ""
         return self._sass or None
+
+
+class SourceCode:
+    """Where one loaded function's PCs come from in the source. NVIDIA's `ncu_report` builds a launch's
+    PC-to-source map (the SASS of the launch's whole module, disassembled, with its line table) on the
+    first look-up: 0.05-0.4 s and about 16-20 MB kept until the report is closed, for each launch. So
+    launches share maps: launches of one function at one address in one context and device run the same
+    code and share one SourceCode; and a function whose PCs lie in a map already built for another
+    function of the same context and device (one module, one map) reads that map. The GPT step's
+    `--set full` report: 63 launches, 26 functions, 18 modules (maps)."""
+
+    __slots__ = ("action", "lines", "built", "peers")
+
+    def __init__(self, action, peers: list | None = None):
+        self.action, self.lines, self.built = action, {}, False
+        self.peers = peers if peers is not None else []   # the SourceCodes of the same context and device
+        self.peers.append(self)
+
+    def action_for(self, pc: int):
+        """The action whose map answers for `pc`: a peer's already-built map where it holds `pc` (its module
+        is this function's), else this function's own, built now."""
+        if not self.built:
+            for peer in self.peers:
+                if peer is not self and peer.built and peer.action.sass_by_pc(pc):
+                    self.action = peer.action
+                    break
+            self.built = True
+        return self.action
+
+    def where(self, pc: int) -> tuple[str | None, int | None]:
+        if pc not in self.lines:
+            info = self.action_for(pc).source_info(pc)
+            self.lines[pc] = (info.file_name(), info.line()) if info is not None else (None, None)
+        return self.lines[pc]
 
 
 class SourceCounters:
     """The per-PC values of one launch's SOURCE_COUNTERS, read on first use: a `--set full` report holds
     thousands of PCs per kernel, and only kernels with a finding show source lines. Behaves as a
-    read-only mapping metric -> [SourceSpot]; the loaded report stays alive with it."""
+    read-only mapping metric -> [SourceSpot]; the loaded report stays alive with it. `code`: the
+    function's shared source look-ups (SourceCode), where the launch's function is known."""
 
-    def __init__(self, action, available: list[str], keep_alive=None):
+    def __init__(self, action, available: list[str], keep_alive=None, code: SourceCode | None = None):
         self._action, self._available, self._keep_alive = action, available, keep_alive
         self._read: dict[str, list[SourceSpot]] = {}
-        self._pc_cache: dict = {}
+        self._code = code or SourceCode(action)
 
     def get(self, metric: str | None, default=None):
         if metric not in self._available:
             return default
         if metric not in self._read:
             try:
-                self._read[metric] = _source_spots(self._action, self._action.metric_by_name(metric), self._pc_cache)
+                self._read[metric] = _source_spots(self._action, self._action.metric_by_name(metric), self._code)
             except Exception:  # noqa: BLE001 - a damaged source section costs the source lines only
                 self._read[metric] = []
         return self._read[metric]
@@ -173,15 +206,31 @@ def _nvtx_ranges(action) -> list[str]:
     return names
 
 
-def _source_spots(action, metric, lines: dict) -> list[SourceSpot]:
-    """The PCs with a nonzero value; `lines` caches each PC's file and line for the launch."""
+def _source_spots(action, metric, code: SourceCode) -> list[SourceSpot]:
+    """The PCs with a nonzero value (read from `action`); their file, line and SASS are looked up through
+    `code`, the function's shared map, which caches each PC's file and line."""
     correlation = metric.correlation_ids()
     spots = []
     for i in range(metric.num_instances()):
         value = metric.as_double(i)
         if value:
-            spots.append(SourceSpot(pc=correlation.as_uint64(i), value=value, action=action, lines=lines))
+            spots.append(SourceSpot(pc=correlation.as_uint64(i), value=value, code=code))
     return spots
+
+
+def _code_key(action, mangled: str):
+    """What identifies a launch's loaded code: (function name, context, device, the function's address
+    (`launch__function_pcs`)); None where the report does not say."""
+    try:
+        key = [mangled]
+        for name in ("launch__context_id", "launch__device_id", "launch__function_pcs"):
+            metric = action.metric_by_name(name)
+            if metric is None or not metric.has_value() or metric.num_instances() > 1:
+                return None
+            key.append(metric.as_uint64(0) if name == "launch__function_pcs" else metric.as_double())
+    except Exception:  # noqa: BLE001 - no address: the launch keeps a map of its own
+        return None
+    return tuple(key)
 
 
 # Instanced metrics keyed by SASS opcode (not by PC): each opcode's count is kept as `NAME:OPCODE`
@@ -234,7 +283,8 @@ def impossible(name: str, value: float) -> bool:
 
 
 def _read_action(ncu_report, action, index: int, range_index: int, units: dict, context=None,
-                 wanted: frozenset | None = None, set_aside: dict | None = None) -> NcuLaunch:
+                 wanted: frozenset | None = None, set_aside: dict | None = None,
+                 code_of: dict | None = None) -> NcuLaunch:
     metrics: dict[str, float] = {}
     strings: dict[str, str] = {}
     with_source: list[str] = []
@@ -266,15 +316,24 @@ def _read_action(ncu_report, action, index: int, range_index: int, units: dict, 
         if name in SOURCE_COUNTERS and metric.has_correlation_ids():
             with_source.append(name)
     base = ncu_report.IAction
+    mangled = action.name(base.NameBase_MANGLED)
+    code = None
+    if with_source and code_of is not None:
+        key = _code_key(action, mangled)
+        code = code_of.get(key) if key else None
+        if code is None:
+            code = SourceCode(action, code_of.setdefault(key[1:3] if key else None, []) if key else None)
+            if key:
+                code_of[key] = code
     return NcuLaunch(
         index=index,
         range_index=range_index,
         name=action.name(base.NameBase_FUNCTION),
         demangled=action.name(base.NameBase_DEMANGLED),
-        mangled=action.name(base.NameBase_MANGLED),
+        mangled=mangled,
         metrics=metrics,
         strings=strings,
-        source=SourceCounters(action, with_source, context) if with_source else {},
+        source=SourceCounters(action, with_source, context, code) if with_source else {},
         nvtx=_nvtx_ranges(action),
         nvidia_rules=list(action.rule_results_as_dicts() or []),
     )
@@ -335,13 +394,14 @@ def _read_loaded(ncu_report, path, display: str, wanted) -> NcuReport:
     units: dict[str, str] = {}
     set_aside: dict[str, int] = {}
     launches: list[NcuLaunch] = []
+    code_of: dict = {}   # the launches' SourceCode by code key, and the peers' lists by (context, device)
     try:
         for range_index in range(context.num_ranges()):
             profile_range = context.range_by_idx(range_index)
             for action_index in range(profile_range.num_actions()):
                 action = profile_range.action_by_idx(action_index)
                 launches.append(_read_action(ncu_report, action, len(launches), range_index, units, context, wanted,
-                                             set_aside))
+                                             set_aside, code_of))
     except Exception as exc:
         raise InputError(display, f"corrupt Nsight Compute report ({exc})") from None
     if not launches:

@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from nsanalyze.normalize.activity import Columns, distinct, finder, first_by_key, group_sums, lookup, read_activity
+from nsanalyze.normalize.activity import (Columns, distinct, distinct_in_place, finder, first_by_key, group_sums, lookup,
+                                          read_activity)
 from nsanalyze.read import read_profile
 from tests.conftest import REAL, sql
 
@@ -71,6 +72,20 @@ def test_key_table_and_binary_search_find_the_same_calls():
 def test_distinct_is_sorted_unique():
     values = _activity().calls.name_id
     assert distinct(values).tolist() == sorted(set(values.tolist()))
+
+
+def test_distinct_in_place_is_distinct_of_the_sorted_values():
+    """The sorted edges of a real export's kernels and calls (many shared: back-to-back work) made distinct
+    in their own array, in chunks down to one value: the values of `distinct`, the start of that array."""
+    activity = _activity()
+    edges = np.sort(np.concatenate((activity.kernels.start, activity.kernels.end, activity.calls.start,
+                                    activity.calls.end)))
+    expected = distinct(edges)
+    assert len(expected) < len(edges)   # shared edges there are
+    for chunk in (1, 7, 1000, 1 << 20):
+        own = edges.copy()
+        found = distinct_in_place(own, chunk)
+        assert np.array_equal(found, expected) and np.shares_memory(found, own)
 
 
 def test_selection_copies_columns_only_when_read():

@@ -80,3 +80,41 @@ def test_source_counters_are_read_when_asked(dev_suite_report):
     assert first is reduce.source.get("memory_l1_wavefronts_shared") and first
     assert sum(s.value for s in first) == reduce.metrics["memory_l1_wavefronts_shared"] == 9928704  # all PCs
     assert reduce.source.get("no_such_counter") is None
+
+
+def test_launches_of_one_module_share_its_source_map():
+    """Launches of one function share one source map, and a function whose PCs a map already built holds
+    (one module) reads that map: the hot spots' file, line and SASS of launches that read another launch's
+    map are those of their own map, asked of NVIDIA's reader directly, on a report built with -lineinfo
+    (one module) and the GPT step (PyTorch's and cuBLAS's modules, no line info)."""
+    from tests.conftest import REAL
+    from tests.isolated import apart
+
+    textbook = apart(_shared_and_own, REAL.parent / "kernels35" / "textbook_full.ncu-rep.xz", 12)
+    assert textbook["maps"] == 1 and textbook["compared"] == textbook["launches"] - 1 > 0   # one module: one map
+    assert textbook["files"] == {"textbook.cu"}
+    assert textbook["shared"] == textbook["own"]
+    gpt = apart(_shared_and_own, REAL / "gpt_fp32_full.ncu-rep.xz", 6)   # (each own map: up to 80 MB kept)
+    assert gpt["maps"] == 18 and gpt["launches"] == 63 and gpt["compared"] == 6   # 26 functions in 18 modules
+    assert gpt["shared"] == gpt["own"] and gpt["files"] == set()
+
+
+def _shared_and_own(path, most: int) -> dict:
+    """Each launch's top 3 spots by inst_executed through the reader's shared maps; then, for up to `most`
+    launches that read another launch's map, the same PCs through their own action."""
+    from pathlib import Path
+
+    report = read_profile(path)
+    hot = [sorted(launch.source["inst_executed"], key=lambda s: -s.value)[:3] for launch in report.launches]
+    shared = [[(s.file, s.line, s.sass) for s in spots] for spots in hot]
+    maps = len({id(launch.source._code.action) for launch in report.launches if launch.source._code.built})
+    borrowing = [k for k, launch in enumerate(report.launches) if launch.source._code.action is not launch.source._action]
+    own = []
+    for k in borrowing[:most]:
+        action = report.launches[k].source._action   # its own map, built now
+        where = [action.source_info(s.pc) for s in hot[k]]
+        own.append([(w.file_name() if w else None, w.line() if w else None, action.sass_by_pc(s.pc).strip() or None)
+                    for w, s in zip(where, hot[k])])
+    files = {Path(f).name for spots in shared for f, _, _ in spots if f}
+    return {"maps": maps, "launches": len(report.launches), "compared": len(own),
+            "shared": [shared[k] for k in borrowing[:most]], "own": own, "files": files}
