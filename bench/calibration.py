@@ -33,6 +33,10 @@ PAIRS = [
      "host-sync"),
     ("matmul_sync", "matmul_async", {"remove": ("sync",)}, "no `.item()` each step: the host runs ahead",
      "host-sync"),
+    ("shard_shards", "shard_prefetched", {"outliers": True}, "the next shard decoded ahead in a thread",
+     "slow-steps"),
+    ("pinned_churn", "pinned_once", {"remove": ("pinned-alloc",)}, "the staging buffer pinned once",
+     "pinned-alloc-churn"),
 ]
 
 

@@ -172,3 +172,14 @@ def test_a_replay_that_misses_the_steps_says_it_is_not_trusted():
     assert not check["trusted"] and check["error"] > check["tolerance"]
     assert check["error"] == pytest.approx(abs(check["replayed_ns"] - check["measured_ns"]) / check["measured_ns"])
     assert "not trusted" in summary_line(result, "GEMMs 2x faster")
+
+
+def test_removing_a_host_class_whose_calls_delay_the_copies_saves_their_time():
+    """pinned_churn: 25 ms a step in cudaHostAlloc/cudaFreeHost, then the copies. Each step's first copy call
+    is long (it follows the allocation), a pattern the replay once read as a launch queue two operations deep,
+    which then held the removal at 0%. A queue that full is no launch queue (those read ~1022 on the fixtures'
+    host-runs-ahead loops): removed, the calls save what the twin that pins once saved (by SQL), within 5%."""
+    base, twin = predict("pinned_churn_nsys.sqlite.xz", remove=("pinned-alloc",)), "pinned_once_nsys.sqlite.xz"
+    assert not any("launch queue filled" in note for note in base.get("notes", []))
+    saved = base["base_step_ns"] - base["predicted_step_ns"]
+    assert saved == pytest.approx(sql_mean_step("pinned_churn_nsys.sqlite.xz") - sql_mean_step(twin), rel=0.05)

@@ -42,6 +42,9 @@ REPLAY_EVENTS_AT_MOST = 300_000
 BLOCKED_FACTOR, BLOCKED_MIN_NS = 5.0, 20_000
 MIN_BLOCKED_CALLS = 10        # fewer blocked calls: the queue never filled; no queue edge
 QUEUE_SPREAD = 0.1            # the blocked calls' queued operations within 10% of their median: a full queue
+# CUDA's launch queue holds about a thousand operations (1022 read on the fixtures' host-runs-ahead loops): calls
+# that waited with a handful queued waited for something else (pinned_churn's copies after cudaHostAlloc, 1)
+MIN_QUEUE_DEPTH = 64
 # An operation that started this much later than its stream and launch allow waited for something else.
 IMPLIED_WAIT_NS = 5_000
 HOST_COMPUTE = "host:compute"
@@ -353,7 +356,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
                 low, mid, high = np.percentile(outstanding, [10, 50, 90])
                 # a full queue holds the same number of operations at every blocked call; long calls that
                 # found it otherwise waited for something else (host work inside the call)
-                if high - low <= QUEUE_SPREAD * mid:
+                if high - low <= QUEUE_SPREAD * mid and mid + 1 >= MIN_QUEUE_DEPTH:
                     depth = int(mid) + 1
             if depth > 1:
                 released = np.arange(len(enqueue)) - depth
