@@ -133,8 +133,10 @@ def _group(starts, ends, threads, raw, members: np.ndarray, window, step_name, c
             # work, hold another mix than the whole)
             s_in, e_in = np.maximum(s, window_start), np.minimum(e, window_end)
             cut = e_in > s_in
-            in_window = np.mean([b.labelled.totals_many(s_in[cut], e_in[cut]).sum(axis=0) for b in budgets], axis=0)
-            phase["in_window_budget"] = as_parts(dict(zip(PARTS, in_window)), float(inside.sum()))
+            if cut.any():   # none where the phase lies outside the window
+                in_window = np.mean([b.labelled.totals_many(s_in[cut], e_in[cut]).sum(axis=0) for b in budgets],
+                                    axis=0)
+                phase["in_window_budget"] = as_parts(dict(zip(PARTS, in_window)), float(inside.sum()))
         if depth < MAX_DEPTH and int(mine.sum()) <= MAX_PARENT_INSTANCES and name != step_name:
             children = _children(starts, ends, threads, members[mine])
             if len(children):
