@@ -209,7 +209,7 @@ def _decompressed_hash(path: str) -> str | None:
 
 def _history_rows(path: str) -> dict:
     from nsanalyze.analyze import analyze
-    from nsanalyze.normalize.steps import median_noise, steps_in_window
+    from nsanalyze.figures import median_noise, steps_in_window
 
     model = analyze([path])
     profile = model["profiles"][0]

@@ -14,8 +14,7 @@ import math
 from nsanalyze import __version__
 from nsanalyze.analyze import Options, analyze
 from nsanalyze.errors import InputError
-from nsanalyze.figures import ranges_per_instance
-from nsanalyze.normalize.steps import median_noise, steps_in_window
+from nsanalyze.figures import median_noise, ranges_per_instance, steps_in_window
 
 DIFF_SCHEMA = "nsanalyze/diff@1"
 # Two ncu runs of unchanged code on the H200 dev suite differed by up to 6.3% per kernel

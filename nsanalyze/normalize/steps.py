@@ -240,24 +240,6 @@ def find_launch_pattern(export: NsysExport) -> LaunchPattern | None:
     return LaunchPattern(str(name), int(launches), int(start), int(end))
 
 
-def median_noise(steps: dict) -> float:
-    """The relative noise of a run's step time from its own steps: one robust standard deviation of a
-    step (1.4826 x the MAD; outliers such as a queue-draining step do not widen it), over the median.
-    Not the standard error of the median: steps are not independent draws (a launch-bound loop drifts
-    by several percent between the first and second half of one run), so a narrower band would call
-    that drift a regression."""
-    if not steps.get("median_ns"):
-        return 0.0
-    return 1.4826 * steps.get("mad_ns", 0.0) / steps["median_ns"]
-
-
-def steps_in_window(timeline: dict | None) -> float:
-    """How many steps an nsys report's window totals cover (1 without steps): kernel totals divided by it
-    compare per step, so a capture with more steps is not slower. One rule for diff, batch and trend."""
-    steps = (timeline or {}).get("steps")
-    return float(steps["count"]) if steps and steps.get("count") else 1.0
-
-
 def normalize_name(name: str) -> str:
     """`step 12` -> `step N`, `epoch3` -> `epochN`: instances of one loop share a name. Digits inside a
     word stay (`bf16_autocast`, `layer3.conv`): they name a thing, not an instance."""
