@@ -93,7 +93,7 @@ def run(timeline, limits) -> Finding | None:
     steps = timeline.steps.count if timeline.steps else 0
     step_copy_ns = median_step_part(timeline, BUDGET_PART)
     # per step only when the copies are the steps' own (not a checkpoint's between them)
-    per_step = (f", {duration_text(saving_ns / steps)} less in each {duration_text(timeline.steps.median_ns)} step"
+    per_step = (f", {duration_text(saving_ns / steps)} less copy time in each {duration_text(timeline.steps.median_ns)} step"
                 if steps and saving_ns and step_copy_ns and saving_ns / steps <= step_copy_ns else "")
     finding = Finding(
         check=ID,
