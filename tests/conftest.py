@@ -25,8 +25,16 @@ PUBLIC_NSYS = sorted(PUBLIC.glob("*.sqlite.xz"))
 
 @pytest.fixture(scope="session", autouse=True)
 def _cache_dir(tmp_path_factory):
-    """Decompressed profiles go to one cache for the whole session (not the user's ~/.cache)."""
-    os.environ.setdefault("NSANALYZE_CACHE", str(tmp_path_factory.mktemp("nsanalyze-cache")))
+    """Decompressed profiles go to one cache for the whole session (not the user's ~/.cache); under
+    pytest-xdist, one for all the workers (their temporary folders share a parent), and one lock file that
+    lets a single analysis process run at a time (tests/isolated.py: why)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent
+        (shared / "nsanalyze-cache").mkdir(exist_ok=True)
+        os.environ.setdefault("NSANALYZE_CACHE", str(shared / "nsanalyze-cache"))
+        os.environ.setdefault("NSANALYZE_TEST_APART_LOCK", str(shared / "apart.lock"))
+    else:
+        os.environ.setdefault("NSANALYZE_CACHE", str(tmp_path_factory.mktemp("nsanalyze-cache")))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -108,6 +116,17 @@ def analyzed():
     from functools import lru_cache
 
     return lru_cache(maxsize=None)(lambda path: analyze_apart([path]))
+
+
+@pytest.fixture(scope="session")
+def ncu_rows():
+    """The normalized rows of an ncu report (read with the metrics the analysis reads), made once per
+    session in a process of its own (tests/isolated.py: why); the rows are kept."""
+    from functools import lru_cache
+
+    from tests.isolated import apart, ncu_rows_here
+
+    return lru_cache(maxsize=None)(lambda path: apart(ncu_rows_here, path))
 
 
 def program_findings(model: dict) -> list[dict]:

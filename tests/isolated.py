@@ -11,7 +11,10 @@ analysis runs in a process of its own, forked from a server that has the analysi
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor
 
 _POOL: ProcessPoolExecutor | None = None
@@ -40,8 +43,6 @@ atexit.register(close_pool)
 
 
 def _call(function, args, kwargs):
-    import os
-
     try:
         return function(*args, **kwargs)
     finally:
@@ -58,7 +59,56 @@ def apart(function, *args, **kwargs):
     """function(*args, **kwargs) in a process of its own (a module-level function; pickled arguments
     and result): the same result, the same exceptions."""
     give_back_free_memory()
-    return _pool().submit(_call, function, args, kwargs).result()
+    with _one_at_a_time():
+        return _pool().submit(_call, function, args, kwargs).result()
+
+
+@contextlib.contextmanager
+def _one_at_a_time():
+    """Under pytest-xdist, one analysis process at a time across all the workers (a lock on a file that
+    conftest.py names): the largest takes 1.7 GB (gpt_fp32_full.ncu-rep), and two side by side beside
+    two workers would pass the suite's 3 GB. Their CPU time is a small part of the suite's."""
+    path = os.environ.get("NSANALYZE_TEST_APART_LOCK")
+    if not path:
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _main_here(args, cwd):
+    """nsanalyze's main(args) run from the folder cwd, its stdout and stderr captured at the file descriptors
+    (the native library's lines included): (exit status, stdout, stderr)."""
+    import sys
+    import tempfile
+
+    from nsanalyze.cli import main
+
+    os.chdir(cwd)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        out.seek(0)
+        err.seek(0)
+        return code, out.read(), err.read()
+
+
+def main_apart(args, cwd=None) -> tuple[int, str, str]:
+    """The command line `nsanalyze ARGS` run in a process of its own, from the folder cwd (the test's working
+    directory by default), as main() would run in the test: (exit status, stdout, stderr)."""
+    return apart(_main_here, [str(a) for a in args], str(cwd or os.getcwd()))
 
 
 def give_back_free_memory() -> None:
@@ -77,3 +127,12 @@ def analyze_apart(paths, options=None) -> dict:
     from nsanalyze.analyze import analyze
 
     return apart(analyze, [str(p) for p in paths], options)
+
+
+def ncu_rows_here(path) -> list[dict]:
+    """The normalized rows of an ncu report read with the metrics the analysis reads (for apart)."""
+    from nsanalyze.normalize import normalize_ncu
+    from nsanalyze.normalize.kernels import metrics_to_read
+    from nsanalyze.read import read_profile
+
+    return normalize_ncu(read_profile(path, metrics_to_read)).rows

@@ -7,6 +7,7 @@ import pytest
 from nsanalyze.cli import main
 from nsanalyze.config import find_pyproject, load_settings
 from tests.conftest import DEV_SUITE_NCU
+from tests.isolated import main_apart
 
 SETTINGS = """
 [project]
@@ -28,6 +29,12 @@ def run(args) -> int:
     except SystemExit as exc:
         return exc.code
     return 0
+
+
+def report(args) -> int:
+    """`nsanalyze report ARGS` run from this working directory in a process of its own: an ncu report read
+    in the test process would stay in its memory (tests/isolated.py)."""
+    return main_apart(["report", *args])[0]
 
 
 def checks_in(path) -> set[str]:
@@ -52,12 +59,12 @@ def test_found_from_the_working_directory_up(project):
 
 def test_report_uses_the_settings_and_flags_win(project, tmp_path_factory, capsys):
     out = tmp_path_factory.mktemp("out")
-    plain = run(["report", str(DEV_SUITE_NCU), "-o", str(out / "cli.json"), "--set",
-                 "bank-conflicts.min_conflict_share=0.1", "--fail-on", "high"])
+    plain = report([str(DEV_SUITE_NCU), "-o", str(out / "cli.json"), "--set",
+                    "bank-conflicts.min_conflict_share=0.1", "--fail-on", "high"])
     assert plain == 1  # the dev suite has high findings
     assert "bank-conflicts" in checks_in(out / "cli.json")  # --set wins over pyproject's 0.9
     assert "tail-effect" not in checks_in(out / "cli.json")  # skipped by pyproject.toml
-    configured = run(["report", str(DEV_SUITE_NCU), "-o", str(out / "cfg.json")])
+    configured = report([str(DEV_SUITE_NCU), "-o", str(out / "cfg.json")])
     assert configured == 1  # fail-on = "medium" from pyproject.toml
     model = json.loads((out / "cfg.json").read_text())
     assert "bank-conflicts" not in checks_in(out / "cfg.json") and model["skipped_checks"] == ["tail-effect"]
@@ -67,7 +74,7 @@ def test_report_uses_the_settings_and_flags_win(project, tmp_path_factory, capsy
 def test_without_settings_everything_is_default(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert find_pyproject() is None or "nsanalyze" not in str(find_pyproject())
-    assert run(["report", str(DEV_SUITE_NCU), "-o", str(tmp_path / "r.json")]) == 0
+    assert report([str(DEV_SUITE_NCU), "-o", str(tmp_path / "r.json")]) == 0
     assert {"tail-effect", "bank-conflicts"} <= checks_in(tmp_path / "r.json")
 
 

@@ -87,13 +87,19 @@ def inert_advice(advice) -> str:
     return "\n".join(escape(line) for line in text.splitlines())
 
 
-def _table(findings: list[dict], model: dict | None = None) -> list[str]:
+def _table(findings: list[dict], model: dict | None = None, made: dict | None = None) -> list[str]:
+    """The findings' table; `made` keeps rows already written (by finding and shown name) for a caller
+    that writes the table again with fewer rows."""
     lines = ["| # | severity | check | kernel / scope | saves | finding |", "|---|---|---|---|---|---|"]
     names = distinct_names(scope_names(model or {}, findings), NAME_LIMIT)
+    made = {} if made is None else made
     for f, name in zip(findings, names):
-        lines.append(f"| {f['rank']} | {f['severity']} | `{f['check']}` | "
-                     f"{escape(name)} | "
-                     f"{duration(f['estimated_savings_ns'])} | {escape(f['title'])} |")
+        line = made.get((id(f), name))
+        if line is None:
+            line = made[id(f), name] = (f"| {f['rank']} | {f['severity']} | `{f['check']}` | "
+                                        f"{escape(name)} | "
+                                        f"{duration(f['estimated_savings_ns'])} | {escape(f['title'])} |")
+        lines.append(line)
     return lines
 
 
@@ -142,10 +148,11 @@ def render(model: dict) -> str:
         text += block
         shown += 1
     left = len(findings) - shown
+    made: dict = {}
     while len(text) > LIMIT - 200 and findings:   # a table too long on its own: drop rows from the end
         findings = findings[:-1]
         left += 1
-        text = "\n".join(head + [""] + _table(findings, model) + [""])
+        text = "\n".join(head + [""] + _table(findings, model, made) + [""])
     if len(text) > LIMIT - 200:   # the header alone too long (many profiles): cut at a line, always ends
         text = text[: text.rfind("\n", 0, LIMIT - 400) + 1] + "\n_The header was cut to fit a comment._\n"
     if left > 0:

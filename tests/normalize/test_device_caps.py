@@ -7,6 +7,7 @@ import pytest
 
 from nsanalyze.normalize.device_caps import _rows, device_caps, has_tensor_cores
 from tests.conftest import DEV_SUITE_NCU, FIXTURES, PUBLIC, REAL
+from tests.isolated import apart
 
 
 def test_every_row_cites_nvidia_and_is_complete():
@@ -83,13 +84,20 @@ def test_no_tensor_core_advice_on_a_gtx_1660(analyzed):
     """The real H200 dev suite, whose hand-written FP32 GEMM (sgemm_tiled) gets missing-tensor-cores first, read
     as if from a GTX 1660 SUPER (no real GEMM report from a chip without tensor cores is here): the same
     kernel's instruction mix, no tensor-core advice, and the check is not listed as unjudged either."""
-    from nsanalyze.analyze import Options, analyze_ncu
-
     assert any(f["check"] == "missing-tensor-cores" and f["kernel_name"] == "sgemm_tiled"
                for f in analyzed(DEV_SUITE_NCU)["findings"])
-    _, findings, not_judged, _, _ = analyze_ncu(_renamed(DEV_SUITE_NCU, "NVIDIA GeForce GTX 1660 SUPER"), Options())
-    assert "missing-tensor-cores" not in {f.check for f in findings}
-    assert "missing-tensor-cores" not in {n.check for n in not_judged}
+    found, unjudged = apart(_kernel_checks_as_if_on, DEV_SUITE_NCU, "NVIDIA GeForce GTX 1660 SUPER")
+    assert "missing-tensor-cores" not in found
+    assert "missing-tensor-cores" not in unjudged
+
+
+def _kernel_checks_as_if_on(path, device: str) -> tuple[set[str], set[str]]:
+    """The checks that find something in a report read as if from `device`, and those left unjudged (run
+    apart: the report read stays in that process's memory)."""
+    from nsanalyze.analyze import Options, analyze_ncu
+
+    _, findings, not_judged, _, _ = analyze_ncu(_renamed(path, device), Options())
+    return {f.check for f in findings}, {n.check for n in not_judged}
 
 
 def test_the_rule_reads_the_table_not_the_compute_capability(dev_suite_table):
@@ -105,19 +113,21 @@ def test_the_rule_reads_the_table_not_the_compute_capability(dev_suite_table):
     assert missing_tensor_cores.applies(KernelView({**row, "tensor_cores": 0.0})) is False
 
 
-def test_program_tensor_check_on_a_gpu_without_tensor_cores():
+def test_program_tensor_check_on_a_gpu_without_tensor_cores(analyzed):
     """The H200 basic-set GPT report gets low-tensor-activity from cuBLAS's FFMA GEMM names; the same kernels on a
     GTX 1660 SUPER get none."""
-    from nsanalyze.analyze import analyze
-
     path = REAL / "gpt_basic_clock_base.ncu-rep.xz"
-    assert "low-tensor-activity" in {f["check"] for f in analyze([str(path)])["findings"]}
+    assert "low-tensor-activity" in {f["check"] for f in analyzed(path)["findings"]}
+    assert "low-tensor-activity" not in apart(_kernel_list_checks_as_if_on, path, "NVIDIA GeForce GTX 1660 SUPER")
+
+
+def _kernel_list_checks_as_if_on(path, device: str) -> set[str]:
+    """The kernel-list (program) checks that find something in a report read as if from `device` (run apart)."""
     from nsanalyze.analyze import Options, _kernel_list_work, analyze_ncu
 
-    kernels, kernel_findings, _, _, facts = analyze_ncu(_renamed(path, "NVIDIA GeForce GTX 1660 SUPER"), Options())
+    kernels, kernel_findings, _, _, facts = analyze_ncu(_renamed(path, device), Options())
     for kernel in kernels:
         kernel["profile"] = str(path)
     time = {k["id"]: k["total_ns"] for k in kernels}
-    findings, _ = _kernel_list_work(kernels, time, Options(), kernel_findings, facts["launch_floor"]["ns"],
-                                    ["NVIDIA GeForce GTX 1660 SUPER"])
-    assert "low-tensor-activity" not in {f.check for f in findings}
+    findings, _ = _kernel_list_work(kernels, time, Options(), kernel_findings, facts["launch_floor"]["ns"], [device])
+    return {f.check for f in findings}

@@ -11,6 +11,7 @@ from nsanalyze.cli import main
 from nsanalyze.render.locations import Locator, is_system
 from nsanalyze.render.sarif import github_annotations, render, set_paths
 from tests.conftest import DEV_SUITE_NCU, FIXTURES
+from tests.isolated import main_apart
 
 HEADER = "/usr/local/cuda/targets/x86_64-linux/include/device_atomic_functions.hpp"
 
@@ -55,16 +56,18 @@ def test_header_left_out_when_the_kernel_is_not_found(tmp_path, monkeypatch, dev
     assert {uri for _, uri, _, _ in located} == {"work/steering/gen/dev_suite.cu"}  # unresolved: as given
 
 
-def test_path_map_on_the_command_line(checkout, capsys):
+def test_path_map_on_the_command_line(checkout):
     (checkout / "src").mkdir()
     shutil.move(checkout / "gen", checkout / "src" / "gen")
     shutil.rmtree(checkout / "other")
-    main(["report", str(DEV_SUITE_NCU), "-o", "f.sarif", "--annotations", "github", "--path-map", "/work/steering/=src/"])
+    # in a process of its own, from the checkout: an ncu report read here would stay in the test process's memory
+    _, out, _ = main_apart(["report", DEV_SUITE_NCU, "-o", "f.sarif", "--annotations", "github", "--path-map",
+                            "/work/steering/=src/"])
     uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
             for r in json.loads((checkout / "f.sarif").read_text())["runs"][0]["results"]
             if "logicalLocations" not in r["locations"][0]}   # the source lines (the rest: on the profile)
     assert uris == {"src/gen/dev_suite.cu"}
-    assert "::warning file=src/gen/dev_suite.cu,line=16,title=uncoalesced-global::" in capsys.readouterr().out
+    assert "::warning file=src/gen/dev_suite.cu,line=16,title=uncoalesced-global::" in out
 
 
 def test_bad_path_map_is_one_line(capsys):

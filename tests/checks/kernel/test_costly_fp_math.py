@@ -13,10 +13,17 @@ KERNEL = "compute_tendencies_x_279_gpu"
 OPCODES = "sass__inst_executed_per_opcode_with_modifier_all"
 
 
-def _launch(path, name):
+def _launch_metrics(path, name):
+    """One launch's raw metrics as the reader gives them, read in a process of its own (tests/isolated.py)."""
+    from tests.isolated import apart
+
+    return apart(_launch_metrics_here, path, name)
+
+
+def _launch_metrics_here(path, name):
     from nsanalyze.read import read_profile
 
-    return next(launch for launch in read_profile(path).launches if launch.name == name)
+    return next(launch for launch in read_profile(path).launches if launch.name == name).metrics
 
 
 def _kernel(model, name):
@@ -31,7 +38,7 @@ def test_baseline_divisions_are_counted_from_the_report(analyzed):
     model = analyzed(BASELINE)
     finding = _finding(model, KERNEL)
     assert finding is not None and finding["severity"] == "high"
-    raw = _launch(BASELINE, KERNEL).metrics
+    raw = _launch_metrics(BASELINE, KERNEL)
     ev = finding["evidence"]
     # the opcode breakdown as ncu stored it: 38,647,495 MUFU.RCP64H, one per FP64 division
     assert raw[f"{OPCODES}:MUFU.RCP64H"] == 38647495
@@ -70,7 +77,7 @@ def test_predicted_division_saving_against_div_to_mult(analyzed):
     # the whole finding adds fusing the remaining add/multiply pairs (not done by this fix): 49%
     assert predicted_division < finding["estimated_speedup"] < 0.55
     # the fix did what the finding says: 31.8M of the 38.6M divisions went, FP64 pipe 70.4% -> 52.4%
-    raw_after = _launch(DIV_TO_MULT, KERNEL).metrics
+    raw_after = _launch_metrics(DIV_TO_MULT, KERNEL)
     assert raw_after[f"{OPCODES}:MUFU.RCP64H"] == 6876943
     # after the fix the kernel is memory-bound (80.7% memory, 52.4% FP64): the check is quiet
     assert _finding(after, KERNEL) is None

@@ -1,8 +1,11 @@
 """Launches grouped into kernels, savings that fit each kernel's time, partial reports (real ncu reports)."""
 
+import re
+
 import pytest
 
 from tests.conftest import DEV_SUITE_NCU, REAL
+from tests.isolated import apart
 
 
 def test_launches_group_by_kernel_shape_and_range(analyzed):
@@ -51,25 +54,55 @@ def test_overlapping_findings_say_so(dev_suite_model):
 
 def test_launch_without_metrics_is_left_out_with_a_note():
     """A launch ncu could not profile keeps its name but no metrics. Made from the real dev suite by
-    clearing one launch's metrics in memory: the report is analysed without it, and says which."""
+    clearing one launch's metrics in memory: the report is analysed without it, and says which. (Read
+    and analysed in processes of their own: an ncu report read here would stay in the test process.)"""
+    indices, unmeasured, names = apart(_without_the_third_launchs_metrics)
+    assert len(indices) == 11 and indices == list(range(11))
+    assert unmeasured == [{"index": 2, "name": "random_gather"}]
+    assert "random_gather" not in names and len(names) == 11
+    refused = apart(_without_the_first_launchs_name_either)
+    assert refused is not None and re.search("truncated or damaged", refused)
+
+
+def _dev_suite_set_aside():
+    """The dev suite read with launch 2's metrics cleared, its unmeasured launches set aside."""
     import copy
 
-    from nsanalyze.analyze import Options, analyze_ncu
-    from nsanalyze.errors import InputError
     from nsanalyze.read import read_profile
     from nsanalyze.read.ncu import set_aside_unmeasured
 
     report = copy.deepcopy(read_profile(DEV_SUITE_NCU))
     report.launches[2].metrics = {}
     report.launches, report.unmeasured = set_aside_unmeasured(report.launches, report.path)
-    assert len(report.launches) == 11 and [l.index for l in report.launches] == list(range(11))
-    kernels, findings, _, _, facts = analyze_ncu(report, Options())
-    assert facts["unmeasured_launches"] == [{"index": 2, "name": "random_gather"}]
-    assert "random_gather" not in {k["name"] for k in kernels} and len(kernels) == 11
+    return report
+
+
+def _without_the_third_launchs_metrics():
+    """(the measured launches' indices, the facts' unmeasured launches, the analysed kernels' names)."""
+    from nsanalyze.analyze import Options, analyze_ncu
+
+    report = _dev_suite_set_aside()
+    indices = [l.index for l in report.launches]
+    kernels, _, _, _, facts = analyze_ncu(report, Options())
+    return indices, facts["unmeasured_launches"], [k["name"] for k in kernels]
+
+
+def _without_the_first_launchs_name_either():
+    """Set aside again after the first launch lost its name and metrics too (after the analysis, as before):
+    the InputError's message (it does not cross processes itself), or None if none was raised."""
+    from nsanalyze.analyze import Options, analyze_ncu
+    from nsanalyze.errors import InputError
+    from nsanalyze.read.ncu import set_aside_unmeasured
+
+    report = _dev_suite_set_aside()
+    analyze_ncu(report, Options())
     report.launches[0].name = None
     report.launches[0].metrics = {}
-    with pytest.raises(InputError, match="truncated or damaged"):
+    try:
         set_aside_unmeasured(report.launches, report.path)
+    except InputError as exc:
+        return str(exc)
+    return None
 
 
 def test_template_instances_under_one_short_name_stay_apart(analyzed):

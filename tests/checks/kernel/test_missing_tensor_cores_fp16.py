@@ -99,7 +99,7 @@ def test_tensor_core_gemm_has_its_flops_on_the_roofline(suite):
 HFMA_COUNTERS = ("fp16_flops", "fp_fma_share", "fp16_fma_share", "tensor_mma_ops")
 
 
-def test_labels_hold_without_the_hfma_counters():
+def test_labels_hold_without_the_hfma_counters(ncu_rows):
     """Issue 35: hand-written HFMA/HFMA2 GEMMs missed missing-tensor-cores in a labelled suite whose reports hold no
     HFMA counters (ncu's sets without the roofline, older ncu). The suite's own rows with those counters removed
     keep only the FP16 pipe's instruction rate: the GEMMs (FP16 pipe 32%) still get the finding, from FLOPs estimated
@@ -108,12 +108,9 @@ def test_labels_hold_without_the_hfma_counters():
     from nsanalyze.checks import limits_for
     from nsanalyze.checks.base import KernelView
     from nsanalyze.checks.kernel import missing_tensor_cores
-    from nsanalyze.normalize import normalize_ncu
-    from nsanalyze.normalize.kernels import metrics_to_read
-    from nsanalyze.read import read_profile
 
     limits = limits_for(missing_tensor_cores)
-    rows = normalize_ncu(read_profile(FIXTURES / "fp16" / "fp16_suite_full.ncu-rep.xz", metrics_to_read)).rows
+    rows = ncu_rows(FIXTURES / "fp16" / "fp16_suite_full.ncu-rep.xz")
     seen = set()
     for row in rows:
         older = {k: v for k, v in row.items() if k not in HFMA_COUNTERS}

@@ -12,17 +12,9 @@ FASTED = "bwcurless__FaSTED__profiles__"
 
 def _rows(path):
     """The normalized rows of an ncu report, made in a process of its own (ncu_report keeps what it reads)."""
-    from tests.isolated import apart
+    from tests.isolated import apart, ncu_rows_here
 
-    return apart(_rows_here, path)
-
-
-def _rows_here(path):
-    from nsanalyze.normalize import normalize_ncu
-    from nsanalyze.normalize.kernels import metrics_to_read
-    from nsanalyze.read import read_profile
-
-    return normalize_ncu(read_profile(path, metrics_to_read)).rows
+    return apart(ncu_rows_here, path)
 
 
 def test_uncoalesced_saving_bounded_by_dram_that_stays_busy(analyzed):

@@ -113,7 +113,7 @@ ACCESS_CONCEPTS = ("global_sectors", "global_sectors_ideal", "global_sectors_exc
                    "sectors_per_request_global_load", "l1_hit_rate_pct")
 
 
-def test_basic_set_signature_speaks_with_the_sections_to_collect():
+def test_basic_set_signature_speaks_with_the_sections_to_collect(ncu_rows):
     """Issue 35: a dominant kernel at L1 99%, SM 12%, DRAM 0.5% in a basic-set report was left silent. The fp16 suite's
     hgemm_wmma (H200) has that signature: L1 99.6%, DRAM 0.7%, SM 17% (its WMMA fragments load from global memory, L1
     serving split sectors). Its row without the access counters, as ncu's basic set leaves it: the check says L1 is
@@ -121,12 +121,9 @@ def test_basic_set_signature_speaks_with_the_sections_to_collect():
     from nsanalyze.checks import limits_for
     from nsanalyze.checks.base import KernelView
     from nsanalyze.checks.kernel import uncoalesced_global
-    from nsanalyze.normalize import normalize_ncu
-    from nsanalyze.normalize.kernels import metrics_to_read
-    from nsanalyze.read import read_profile
     from tests.conftest import FIXTURES
 
-    rows = normalize_ncu(read_profile(FIXTURES / "fp16" / "fp16_suite_full.ncu-rep.xz", metrics_to_read)).rows
+    rows = ncu_rows(FIXTURES / "fp16" / "fp16_suite_full.ncu-rep.xz")
     row = next(r for r in rows if r["name"] == "hgemm_wmma")
     basic = {k: v for k, v in row.items() if k not in ACCESS_CONCEPTS}
     limits = limits_for(uncoalesced_global)
