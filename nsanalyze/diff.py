@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from nsanalyze import __version__
-from nsanalyze.analyze import Options, analyze
+from nsanalyze.analyze import Options, analyze, analyze_each
 from nsanalyze.errors import InputError
 from nsanalyze.figures import median_noise, ranges_per_instance, steps_in_window
 
@@ -185,7 +185,7 @@ def _range_rows(base: dict, new: dict) -> list[dict]:
 def diff(base_path: str, new_path: str, options: Options | None = None, force: bool = False) -> dict:
     """Compares two profiles of one program; profiles of different kinds or GPUs are refused unless forced
     (an ncu report against an nsys export would list every finding as gone)."""
-    base, new = analyze([base_path], options), analyze([new_path], options)
+    base, new = analyze_each([base_path, new_path], options)
     if not force:
         (before,), (after,) = base["profiles"], new["profiles"]
         if before["kind"] != after["kind"]:

@@ -15,3 +15,6 @@ class InputError(Exception):
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
+
+    def __reduce__(self):   # raised in a worker process, re-raised in the CLI's (analyze.analyze_each)
+        return (type(self), (self.path, self.reason))

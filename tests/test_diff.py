@@ -1,6 +1,7 @@
 """`nsanalyze diff` on the real before/after pair dev_suite -> dev_suite_v2 (shared/profiles/README.md)."""
 
 import json
+import lzma
 
 import pytest
 from click.testing import CliRunner
@@ -8,7 +9,7 @@ from click.testing import CliRunner
 from nsanalyze.cli import cli
 from nsanalyze.diff import diff, regressions
 from tests.isolated import apart
-from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, DEV_SUITE_V2_NCU, DEV_SUITE_V2_NSYS
+from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, DEV_SUITE_V2_NCU, DEV_SUITE_V2_NSYS, FIXTURES
 
 
 @pytest.fixture(scope="module")
@@ -347,3 +348,24 @@ def test_removing_periodic_spikes_is_measured_as_what_the_run_saved():
     print_diff(result, console)
     text = console.export_text()
     assert "per mean step" in text and duration(prediction["actual_savings_ns"]) in text
+
+
+def test_ncu_sides_are_analyzed_apart_and_their_errors_still_name_the_file(tmp_path):
+    """Two ncu reports are analyzed each in a process of its own (NVIDIA's reader keeps what it read until
+    its process ends: the two GPT steps' reports held 2.54 GiB in one process, 1.45 GiB summed apart). A
+    side's error crosses back as the same one line, exit 2."""
+    import pickle
+    import subprocess
+    import sys
+
+    from nsanalyze.errors import InputError
+
+    error = pickle.loads(pickle.dumps(InputError("a.ncu-rep", "not a usable report")))
+    assert (error.path, error.reason, str(error)) == ("a.ncu-rep", "not a usable report", "a.ncu-rep: not a usable report")
+    good = FIXTURES / "kernels35" / "textbook_basic.ncu-rep.xz"
+    broken = tmp_path / "broken.ncu-rep"
+    broken.write_bytes(lzma.decompress(good.read_bytes())[:5000])
+    done = subprocess.run([sys.executable, "-m", "nsanalyze", "diff", str(good), str(broken)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and str(broken) in done.stderr
+    assert "Traceback" not in done.stderr
