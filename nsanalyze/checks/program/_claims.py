@@ -12,10 +12,7 @@ from __future__ import annotations
 from nsanalyze.checks import limits_for, runs
 from nsanalyze.checks.base import budget_part
 from nsanalyze.checks.program import allocator_churn, non_step_phase, pinned_alloc_churn, slow_steps
-from nsanalyze.checks.program._host_class import class_cost, wait_parts
-
-# host-wait's id and its default min_window_share: the waits claim their time only where its finding speaks
-HOST_WAIT_ID, HOST_WAIT_MIN_SHARE = "host-wait", 0.05
+from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_MIN_SHARE, class_cost, wait_parts
 
 
 def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
@@ -41,7 +38,7 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
             for part, ns in parts.items():
                 wider[part] = wider.get(part, 0.0) + ns
         waits = wait_parts(timeline, wider)
-        if sum(waits.values()) >= HOST_WAIT_MIN_SHARE * (timeline.summary.span_ns or float("inf")):
+        if sum(waits.values()) >= WAIT_MIN_SHARE * (timeline.summary.span_ns or float("inf")):
             out[HOST_WAIT_ID] = waits
     return {cause: parts for cause, parts in out.items() if any(parts.values())}
 

@@ -68,6 +68,10 @@ def calls_phrase(cost: ClassCost) -> str:
     return f"{cost.calls} {names} calls ({cost.host_ns / 1e6:.1f} ms of host time)"
 
 
+# host-wait's id and its default min_window_share, here so that the claims (checks/program/_claims.py, which
+# host-wait imports) read the one value: the waits claim their time only where host-wait's finding speaks
+HOST_WAIT_ID, WAIT_MIN_SHARE = "host-wait", 0.05
+
 # host-activity classes in which the launching threads wait on something else, and what it is (host-wait's
 # finding, and its advice's key in host_compute.BLOCKED_ADVICE)
 WAIT_CLASSES = {"lock-wait": "waiting on a lock, a queue or another thread",

@@ -41,11 +41,11 @@ import numpy as np
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.checks.program._claims import claims_by_cause
-from nsanalyze.checks.program._host_class import WAIT_CLASSES, wait_classes, wait_parts
+from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_CLASSES, WAIT_MIN_SHARE, wait_classes, wait_parts
 from nsanalyze.checks.program.host_compute import BLOCKED_ADVICE
 
 
-ID = "host-wait"
+ID = HOST_WAIT_ID
 BUDGET_PART = "idle_host"   # where most of it lies: the budget's idle time on host code
 ADVICE = BLOCKED_ADVICE["waiting on a lock, a queue or another thread"]
 
@@ -55,7 +55,7 @@ CHECK = Check(
     title="The GPU waits while its host thread waits (a queue, a lock, I/O, a sleep)",
     section="busy",
     requires=("host_activity",),
-    thresholds={"min_window_share": Threshold(0.05, "a twentieth of the window spent waiting on a queue or I/O is "
+    thresholds={"min_window_share": Threshold(WAIT_MIN_SHARE, "a twentieth of the window spent waiting on a queue or I/O is "
                                                     "worth a producer that keeps up")},
     speedup_model=("the GPU idle time the waiting classes' calls cover (host-activity table), less what a phase or "
                    "steps that stand out claim of each budget part: with the wait gone, the host queues work at once"),
