@@ -179,8 +179,9 @@ def budget_svg(timeline: dict | None) -> str | None:
     """The time budget as stacked bars: a median step (when the run has steps), then each GPU's window."""
     if not timeline or not timeline.get("budget"):
         return None
-    from nsanalyze.render.format import BUDGET_LABELS, duration
+    from nsanalyze.render.format import budget_labels, duration
 
+    names = budget_labels(timeline)
     rows = []
     steps = timeline.get("steps") or {}
     if steps.get("budget"):
@@ -196,7 +197,7 @@ def budget_svg(timeline: dict | None) -> str | None:
         values = [100 * (next((p["share"] for p in b if p["part"] == part), 0) or 0) for b in budgets]
         if not any(v >= 0.5 for v in values):
             continue
-        axes.barh(labels, values, left=left, color=color, label=BUDGET_LABELS[part])
+        axes.barh(labels, values, left=left, color=color, label=names[part])
         left = [a + b for a, b in zip(left, values)]
     axes.set_xlim(0, 100)
     axes.set_xlabel("% of the time")

@@ -77,10 +77,29 @@ BUDGET_LABELS = {"gpu_compute": "compute", "gpu_communication": "exposed communi
                  "idle_launch": "idle on launches", "idle_host": "idle on host code"}
 
 
-def budget_text(budget: list[dict] | None, min_share: float = 0.01) -> str:
+def budget_labels(timeline: dict | None) -> dict[str, str]:
+    """BUDGET_LABELS, with `idle_launch` named after the class of CUDA calls that held most of it.
+
+    The part is GPU idle time while the host issued CUDA calls back to back; those calls are launches in an eager
+    loop, but allocator calls (`cudaMalloc`/`cudaFree` every step) or memsets fill it as well, and calling them
+    launches sends the reader to CUDA graphs for an allocator problem. The window's host-activity classes say
+    which calls the idle time lay under."""
+    labels = dict(BUDGET_LABELS)
+    classes = [c for c in ((timeline or {}).get("host_activity") or {}).get("classes") or []
+               if c.get("source") == "cuda" and (c.get("idle_by_part") or {}).get("idle_launch")]
+    if not classes:
+        return labels
+    top = max(classes, key=lambda c: c["idle_by_part"]["idle_launch"])
+    if top["class"] != "launch":
+        labels["idle_launch"] = f"idle on CUDA calls (mostly {visible(top['class'])})"
+    return labels
+
+
+def budget_text(budget: list[dict] | None, min_share: float = 0.01, labels: dict[str, str] | None = None) -> str:
     """`compute 10%, idle on launches 87%, idle on host code 3%`: the parts of 1% or more, largest first."""
+    labels = labels or BUDGET_LABELS
     parts = sorted((p for p in budget or [] if (p.get("share") or 0) >= min_share), key=lambda p: -p["share"])
-    return ", ".join(f"{BUDGET_LABELS.get(p['part'], p['part'])} {percent(p['share'])}" for p in parts)
+    return ", ".join(f"{labels.get(p['part'], p['part'])} {percent(p['share'])}" for p in parts)
 
 
 WORK_LABELS = {"matmul_tensor": "tensor-core GEMM", "matmul_simt": "CUDA-core GEMM", "attention_fused": "fused attention",
@@ -125,7 +144,8 @@ def window_lines(timeline: dict) -> list[str]:
         lines.append("Phases: " + ", ".join(phase_text(p) for p in phases))
     if timeline.get("budget"):
         scope = "a median step" if steps and steps.get("budget") else f"the window ({duration(timeline['span_ns'])})"
-        lines.append(f"Time budget of {scope}: {budget_text((steps or {}).get('budget') or timeline['budget'])}")
+        lines.append(f"Time budget of {scope}: "
+                     f"{budget_text((steps or {}).get('budget') or timeline['budget'], labels=budget_labels(timeline))}")
     if timeline.get("work"):
         lines.append(f"GPU kernel time by role: {work_text(timeline['work'])}")
     return lines

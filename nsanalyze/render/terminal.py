@@ -8,7 +8,7 @@ import rich.console
 from rich.table import Table
 from rich.text import Text
 
-from nsanalyze.render.format import (budget_text, distinct_names, duration, health_line, kernel_list_work_line,
+from nsanalyze.render.format import (budget_labels, budget_text, distinct_names, duration, health_line, kernel_list_work_line,
                                      finding_gpu, set_aside_note, several_gpus_line, shorten, visible,
                                      window_lines)
 
@@ -49,7 +49,7 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
         console.print(Text(visible(kernel_list_work_line(model))))
     if timeline and len(timeline.get("devices", [])) > 1:
         for device in timeline["devices"]:
-            console.print(Text(f"  GPU {visible(device['device_id'])}: {budget_text(device.get('budget'))}; communication "
+            console.print(Text(f"  GPU {visible(device['device_id'])}: {budget_text(device.get('budget'), labels=budget_labels(timeline))}; communication "
                                f"{duration(device['communication_ns'])} (exposed {duration(device['exposed_communication_ns'])})"))
     metrics = model.get("gpu_metrics")
     if metrics and metrics.get("headline"):

@@ -4,8 +4,8 @@ appears, and no title promises a saving other than the one in its savings column
 import re
 
 from nsanalyze.analyze import Options, analyze
-from nsanalyze.render.format import duration
-from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, REAL
+from nsanalyze.render.format import duration, window_lines
+from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, REAL, sql
 
 FIGURE = r"(\d+(?:\.\d+)? (?:ns|µs|ms|s))"
 
@@ -49,3 +49,23 @@ def test_no_title_promises_a_saving_other_than_its_column(analyzed):
         for finding in model["findings"]:
             promised = set(re.findall(r"\bsaves? " + FIGURE, finding["title"]))
             assert promised <= {duration(finding["estimated_savings_ns"])}, finding["title"]
+
+
+def test_idle_time_under_allocator_calls_is_not_called_launches(analyzed):
+    """The header's budget named the GPU's idle time under back-to-back CUDA calls `idle on launches`, also where
+    the calls were cudaMalloc/cudaFree every step (alloc_churn: 4313 of them, more host time than all launches by
+    SQL), which sends the reader to CUDA graphs. It is named after the calls that held it; an eager loop whose
+    calls are launches keeps the old words."""
+    churn = analyzed(REAL / "alloc_churn_nsys.sqlite.xz")
+    [(allocator_ns, launch_ns)] = sql(
+        REAL / "alloc_churn_nsys.sqlite.xz",
+        "SELECT SUM(CASE WHEN s.value LIKE 'cudaMalloc%' OR s.value LIKE 'cudaFree%' THEN r.end - r.start END), "
+        "SUM(CASE WHEN s.value LIKE 'cudaLaunchKernel%' OR s.value LIKE 'cuLaunchKernel%' THEN r.end - r.start END) "
+        "FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId")
+    assert allocator_ns > 3 * launch_ns
+    budget_line = next(line for line in window_lines(churn["timeline"]) if line.startswith("Time budget"))
+    assert "idle on CUDA calls (mostly allocator)" in budget_line and "idle on launches" not in budget_line
+
+    eager = analyzed(REAL / "graphs_eager_nsys.sqlite.xz")
+    budget_line = next(line for line in window_lines(eager["timeline"]) if line.startswith("Time budget"))
+    assert "idle on launches" in budget_line
