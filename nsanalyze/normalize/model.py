@@ -262,6 +262,8 @@ class StepsSummary(Record):
     host_lead_ns: float | None = None
     host_relation: str | None = None
     host_relation_text: str | None = None
+    # One export of a multi-rank run whose collectives mostly wait: for a rank the export does not hold.
+    rank_wait_text: str | None = None
     gpu_busy_time_share: float | None = None
     host_outliers: tuple = ()
     budget: tuple | None = None

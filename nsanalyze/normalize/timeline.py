@@ -194,8 +194,8 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.steps = _steps_section(steps, budgets, capture, call_names) if steps is not None else None
     if timeline.steps is not None and len(devices) == 1 and devices[0].get("communication_ns") and \
             devices[0].get("communication_wait_ns", 0) >= 0.5 * devices[0]["communication_ns"]:
-        timeline.steps["host_relation_text"] += (" Its collectives run mostly beyond their fast launches: this rank "
-                                                 "waits for another, which the export does not hold (profile all ranks).")
+        timeline.steps["rank_wait_text"] = ("Its collectives run mostly beyond their fast launches: this rank waits "
+                                            "for another, which the export does not hold (profile all ranks).")
     if steps is not None and timeline.steps is not None:
         timeline.step_starts, timeline.step_ends = steps.starts.copy(), steps.ends.copy()
         timeline.step_indices = steps.steady.copy()

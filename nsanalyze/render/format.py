@@ -130,24 +130,30 @@ def window_lines(timeline: dict) -> list[str]:
         lines.append("Left out: " + ", ".join(f"{n} rows of {t} without a valid interval (no start/end, or longer "
                                                "than a day)" for t, n in timeline["dropped_rows"].items()))
     steps = timeline.get("steps")
+    # Several exports merged as ranks: the window, steps and budget are the first export's (each GPU's budget
+    # follows the header); its wait "for a rank the export does not hold" is for a rank the report holds.
+    ranks = len((timeline.get("merged") or {}).get("ranks") or ())
+    of_rank = " of rank 0 (the first export)" if ranks > 1 else ""
     if steps:
         clock = " on the GPU's clock" if steps.get("clock") == "gpu" else ""
         mean = f", mean {duration(steps['mean_ns'])}" if steps.get("mean_ns") else ""
-        lines.append(f"Steps: {steps['count']} of '{steps['name']}'{clock}, median {duration(steps['median_ns'])}{mean} "
+        lines.append(f"Steps{of_rank}: {steps['count']} of '{steps['name']}'{clock}, median {duration(steps['median_ns'])}{mean} "
                      f"(p95 {duration(steps['p95_ns'])}, min {duration(steps['min_ns'])}, max {duration(steps['max_ns'])})")
         if steps.get("host_relation_text"):
-            lines.append(steps["host_relation_text"])
+            lines.append(steps["host_relation_text"] + ("" if ranks > 1 or not steps.get("rank_wait_text")
+                                                        else " " + steps["rank_wait_text"]))
     for note in timeline.get("notes") or []:
         lines.append(note)
     phases = timeline.get("phases") or []
     if phases:
         lines.append("Phases: " + ", ".join(phase_text(p) for p in phases))
     if timeline.get("budget"):
-        scope = "a median step" if steps and steps.get("budget") else f"the window ({duration(timeline['span_ns'])})"
+        scope = ("a median step" if steps and steps.get("budget") else f"the window ({duration(timeline['span_ns'])})") \
+            + of_rank
         lines.append(f"Time budget of {scope}: "
                      f"{budget_text((steps or {}).get('budget') or timeline['budget'], labels=budget_labels(timeline))}")
     if timeline.get("work"):
-        lines.append(f"GPU kernel time by role: {work_text(timeline['work'])}")
+        lines.append(f"GPU kernel time{of_rank} by role: {work_text(timeline['work'])}")
     return lines
 
 

@@ -11,6 +11,7 @@ from nsanalyze.checks import limits_for
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profile
 from nsanalyze.read.files import open_local
+from nsanalyze.render.format import window_lines
 from tests.conftest import PUBLIC
 
 BEFORE = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__mfu_2gpu_before.sqlite.xz"
@@ -301,7 +302,14 @@ def test_one_rank_alone_is_told_it_waits_for_another():
     assert device["communication_wait_ns"] > 0.9 * device["communication_ns"]
     finding = next(f for f in model["findings"] if f["check"] == "exposed-communication")
     assert "waiting for another rank" in finding["title"] and finding["estimated_savings_ns"] < 0.01 * device["communication_ns"]
-    assert "profile all ranks" in model["timeline"]["steps"]["host_relation_text"]
+    assert "profile all ranks" in " ".join(window_lines(model["timeline"]))
     other = analyze([str(straggler)])
     assert other["timeline"]["devices"][0]["communication_wait_ns"] < 0.5 * other["timeline"]["devices"][0]["communication_ns"]
-    assert "profile all ranks" not in other["timeline"]["steps"]["host_relation_text"]
+    assert "profile all ranks" not in " ".join(window_lines(other["timeline"]))
+
+    # Both ranks given: the header is rank 0's and says so, and the rank it waits for is in the report.
+    merged = analyze([str(waiting), str(straggler)])
+    header = window_lines(merged["timeline"])
+    assert "profile all ranks" not in " ".join(header)
+    assert any(line.startswith("Steps of rank 0 (the first export): ") for line in header)
+    assert any(line.startswith("Time budget of a median step of rank 0 (the first export): ") for line in header)
