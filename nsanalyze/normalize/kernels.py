@@ -84,6 +84,18 @@ def _tensor_ratios() -> list[dict]:
         return list(csv.DictReader(line for line in handle if not line.startswith("#")))
 
 
+def tensor_over_fp32(cc: tuple[int, int] | None) -> float | None:
+    """How many times the FP32 peak FP32 matrix math reaches on the tensor cores of a CC: TF32's ratio where
+    the CC has TF32, else the FP16 path's (Volta, Turing: autocast is the only way); None for an unknown CC."""
+    if cc is None:
+        return None
+    for row in _tensor_ratios():
+        if _cc_tuple(row["min_cc"]) <= cc <= _cc_tuple(row["max_cc"]):
+            ratio = row["tf32_over_fp32"] or row["bf16_over_fp32"]
+            return float(ratio) if ratio else None
+    return None
+
+
 def tensor_peaks(cc: tuple[int, int] | None, fp32_peak: float | None) -> dict[str, float | None]:
     """Tensor-core roofs: the FP32 roof at the measured clock times the datasheet ratio for this CC."""
     peaks = {concept: None for concept in TENSOR_CONCEPTS}

@@ -91,3 +91,23 @@ def test_start_up_left_out_counts_host_work_before_the_gpu(analyzed):
     left_out = (window["start_ns"] - min(first_call, first_kernel)) / 1e9
     assert left_out > 1.5 and (window["start_ns"] - first_kernel) / 1e9 < 0.1
     assert f"{left_out:.2f} s of start-up before it left out" in window["description"]
+
+
+def test_a_loop_whose_launches_start_late_is_no_steady_state(analyzed):
+    """nvtx-examples' workflow: its most launched kernel (cupy_subtract, 198 launches) runs only in the last
+    phase, after a long allocation; the window read off it was 13.9 ms of a 107 ms GPU span and left out the
+    phases that hold the program's allocator churn. Where the kernel's window covers less than a quarter of
+    the GPU span (SQL), the whole capture is analysed, and the churn inside it (SQL: 210 cudaMalloc/cudaFree) leads."""
+    from tests.conftest import PUBLIC
+
+    path = PUBLIC / "quasiben__nvtx-examples__workflow.sqlite.xz"
+    model = analyzed(path)
+    (first, last), = sql(path, "SELECT MIN(start), MAX(end) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    window = model["timeline"]["window"]
+    (allocations,), = sql(path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
+                                "WHERE (s.value LIKE 'cudaMalloc%' OR s.value LIKE 'cudaFree%') "
+                                f"AND r.start >= {window['start_ns']} AND r.start < {window['end_ns']}")
+    assert window["kind"] == "capture" and window["start_ns"] <= first and window["end_ns"] >= last
+    top = model["findings"][0]
+    assert top["check"] == "allocator-churn" and top["severity"] != "info"
+    assert f"{allocations} cudaFree/cudaMalloc calls" in top["title"]

@@ -51,7 +51,8 @@ from dataclasses import asdict, dataclass
 
 from nsanalyze.checks import runs
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
-from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving, pinned_time_ns, reference_rate
+from nsanalyze.checks.program._copies import (PINNED_SHARE_NEAR_LINK, link_of, pageable_saving, pinned_time_ns,
+                                              reference_rate)
 
 ID = "transfer-bound"
 BUDGET_PART = "gpu_copy"
@@ -152,8 +153,13 @@ def run(timeline, limits) -> Finding | None:
     top = directions[0]
     # every direction that holds a fifth of the copy time or more: copies both ways are named both ways
     shown = [d for d in directions if d is top or d.duration_ns >= 0.2 * sum(x.duration_ns for x in directions)][:2]
-    moved = " and ".join(f"{plural(d.copies, 'copy')} {d.copy_kind.lower()} moved {d.bytes / 1e9:.2f} GB"
-                         + (f" at {d.gb_per_s:.1f} GB/s" if d.gb_per_s else "") for d in shown)
+    # the window's copies of every GPU are summed; each copy's rate is one GPU's link: say both, or the bytes
+    # over one rate read as a time longer than the window
+    copying = sum(1 for device in timeline.devices or () if device.memcpy_ns)
+    on_gpus = f" over {copying} GPUs" if copying > 1 else ""
+    moved = " and ".join(f"{plural(d.copies, 'copy')} {d.copy_kind.lower()} moved {d.bytes / 1e9:.2f} GB{on_gpus}"
+                         + (f" at {d.gb_per_s:.1f} GB/s{' a GPU' if on_gpus else ''}" if d.gb_per_s else "")
+                         for d in shown)
     pageable = sum(d.pageable_bytes for d in directions)
     total = sum(d.bytes for d in directions)
     # pinning is pageable-memcpy's saving, and making the synchronous copies asynchronous sync-memcpy's
@@ -171,6 +177,11 @@ def run(timeline, limits) -> Finding | None:
     if pinning_ns:
         outlook = (f"; the bytes come from pageable memory: pinning them comes first (pageable-memcpy), after it "
                    f"overlap with compute ({compute_ns / 1e6:.3g} ms in the window) or fewer bytes save time")
+    elif at_link and not link_of(timeline)[2]:
+        # the reference is the export's own copies: a rate measured against itself says nothing of the link
+        outlook = (f", the rate of this export's own large pinned copies; the GPU's link is not known, so whether "
+                   f"it allows more is not measured; fewer bytes, or overlap with the {compute_ns / 1e6:.3g} ms of "
+                   "compute, save time")
     elif at_link:
         outlook = (f", near the {top.reference_gb_per_s:.0f} GB/s pinned copies reach: the link is the limit; "
                    f"only fewer bytes, or overlap with the {compute_ns / 1e6:.3g} ms of compute, save time")
