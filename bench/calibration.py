@@ -37,6 +37,8 @@ PAIRS = [
      "slow-steps"),
     ("pinned_churn", "pinned_once", {"remove": ("pinned-alloc",)}, "the staging buffer pinned once",
      "pinned-alloc-churn"),
+    ("opt_loop", "opt_fused", None, "fused AdamW, not a foreach=False per-parameter loop", "launch-overhead"),
+    ("fp32", "tf32", None, "TF32 matmuls: allow_tf32, precision 'high'", "low-tensor-activity"),
 ]
 
 

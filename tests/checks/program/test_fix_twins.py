@@ -1,0 +1,65 @@
+"""Round seven's twins (fixtures/real/README.md, record_round7.sh), recorded to check the findings on fixes
+the checks were not tuned to: AdamW as a per-parameter loop vs fused, and fp32 GEMMs on the CUDA cores vs TF32.
+Each against SQL over the export."""
+
+import statistics
+
+import pytest
+
+from tests.conftest import REAL, program_findings, sql, sql_gpu_step_periods
+
+TWINS = ["opt_loop_nsys.sqlite.xz", "opt_fused_nsys.sqlite.xz", "fp32_nsys.sqlite.xz", "tf32_nsys.sqlite.xz"]
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_steps_are_the_gpu_periods(analyzed, name):
+    """Every step ends in loss.item(): host and GPU take turns, the GPU period is the step (mean and median
+    within 1% of SQL's periods over the same steps)."""
+    steps = analyzed(REAL / name)["timeline"]["steps"]
+    periods = sql_gpu_step_periods(REAL / name)[steps["first_step"]:]
+    assert steps["clock"] == "gpu"
+    assert steps["median_ns"] == pytest.approx(statistics.median(periods), rel=0.01)
+    assert steps["mean_ns"] == pytest.approx(statistics.mean(periods), rel=0.01)
+
+
+def _launches_per_step(path) -> float:
+    (count,) = sql(path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
+    (steps,) = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE eventType = 59 AND text LIKE 'step %'")[0]
+    return count / steps
+
+
+def test_the_optimizer_loop_is_launch_bound_and_its_fix_less(analyzed):
+    """foreach=False AdamW launches 8 kernels for each of 128 parameters (1,576 kernels a step against 560
+    fused): launch-overhead is the first finding of both (the fused step is still host-bound), and its
+    savings a step fall with the launches. What it prices on the loop (every launch wait gone) is more than
+    the fix saved, never more than the step."""
+    loop, fused = REAL / "opt_loop_nsys.sqlite.xz", REAL / "opt_fused_nsys.sqlite.xz"
+    assert _launches_per_step(loop) > 2.5 * _launches_per_step(fused)
+    per_step = {}
+    for path in (loop, fused):
+        model = analyzed(path)
+        steps = model["timeline"]["steps"]
+        first = program_findings(model)[0]
+        assert first["check"] == "launch-overhead"
+        per_step[path] = first["estimated_savings_ns"] / steps["count"]
+        assert per_step[path] < steps["mean_ns"]
+    saved = analyzed(loop)["timeline"]["steps"]["mean_ns"] - analyzed(fused)["timeline"]["steps"]["mean_ns"]
+    assert per_step[fused] < per_step[loop]
+    assert saved < per_step[loop]
+
+
+def test_fp32_gemms_on_cuda_cores_and_not_in_the_tf32_twin(analyzed):
+    """fp32: low-tensor-activity first, its matrix kernel time within 1% of SQL's GEMM kernels (by demangled
+    name) in the steps' window; tf32: the same GEMMs on the tensor cores, no such finding."""
+    path = REAL / "fp32_nsys.sqlite.xz"
+    model = analyzed(path)
+    steps = model["timeline"]["steps"]
+    first = program_findings(model)[0]
+    assert first["check"] == "low-tensor-activity"
+    (gemm_ns,) = sql(path, f"""SELECT SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN StringIds d ON d.id = k.demangledName WHERE d.value LIKE '%gemm%'
+        AND k.start >= {steps['start_ns']} AND k.end <= {steps['end_ns']}""")[0]
+    assert first["evidence"]["matrix_kernel_ns"]["value"] == pytest.approx(gemm_ns, rel=0.01)
+    assert first["estimated_savings_ns"] <= first["evidence"]["matrix_kernel_ns"]["value"]
+    twin = analyzed(REAL / "tf32_nsys.sqlite.xz")
+    assert "low-tensor-activity" not in {f["check"] for f in twin["findings"]}
