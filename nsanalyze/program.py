@@ -23,7 +23,7 @@ from nsanalyze.normalize import model, pricing
 from nsanalyze.normalize.critical_path import SELF_CHECK_TOLERANCE
 from nsanalyze.normalize.checked_rows import invalid_rows
 from nsanalyze.normalize.timeline import Timeline, build_timeline
-from nsanalyze.numbers import finite
+from nsanalyze.numbers import duration_text, finite
 from nsanalyze.read.nsys import NsysExport, sqlite_input_error
 from nsanalyze.render.format import set_aside_note
 
@@ -72,11 +72,11 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         limit = span if check.id in WIDER_CAUSES else \
             unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
         if limit < whole and finding.estimated_savings_ns > limit:
-            causes = ", ".join(f"{cause} ({parts[part] / 1e6:.3g} ms)" for cause, parts in claims_by_cause(timeline).items()
+            causes = ", ".join(f"{cause} ({duration_text(parts[part])})" for cause, parts in claims_by_cause(timeline).items()
                                if parts.get(part))
-            finding.notes.append(f"of the {whole / 1e6:.3g} ms of {part} time, {(whole - limit) / 1e6:.3g} ms lie in wider "
+            finding.notes.append(f"of the {duration_text(whole)} of {part} time, {duration_text((whole - limit))} lie in wider "
                                  f"causes that their own findings count ({causes}); this one counts the "
-                                 f"{limit / 1e6:.3g} ms left")
+                                 f"{duration_text(limit)} left")
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
         if replay_note is not None:   # written once the caps have set the figure it names
             finding.notes.append(replay_note(finding.estimated_savings_ns))
@@ -505,6 +505,6 @@ def price_kernel_findings(findings: list[Finding], program: ProgramResult, ncu_k
         for finding in group:
             finding.estimated_speedup *= ratio
             finding.notes.append(f"savings: the replay of the steps with this kernel {factor:.2g}x faster saves "
-                                 f"{replayed / 1e6:.3g} ms of the {promised / 1e6:.3g} ms its findings promise "
+                                 f"{duration_text(replayed)} of the {duration_text(promised)} its findings promise "
                                  f"({ratio:.0%}): the kernel is not all on the critical path (the host or other "
                                  "work holds the step)")

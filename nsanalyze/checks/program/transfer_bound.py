@@ -49,6 +49,7 @@ once did.
 
 from dataclasses import asdict, dataclass
 
+from nsanalyze.numbers import duration_text
 from nsanalyze.checks import runs
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._copies import (PINNED_SHARE_NEAR_LINK, link_of, pageable_saving, pinned_time_ns,
@@ -176,15 +177,15 @@ def run(timeline, limits) -> Finding | None:
     at_link = not gap_ns and not pinning_ns
     if pinning_ns:
         outlook = (f"; the bytes come from pageable memory: pinning them comes first (pageable-memcpy), after it "
-                   f"overlap with compute ({compute_ns / 1e6:.3g} ms in the window) or fewer bytes save time")
+                   f"overlap with compute ({duration_text(compute_ns)} in the window) or fewer bytes save time")
     elif at_link and not link_of(timeline)[2]:
         # the reference is the export's own copies: a rate measured against itself says nothing of the link
         outlook = (f", the rate of this export's own large pinned copies; the GPU's link is not known, so whether "
-                   f"it allows more is not measured; fewer bytes, or overlap with the {compute_ns / 1e6:.3g} ms of "
+                   f"it allows more is not measured; fewer bytes, or overlap with the {duration_text(compute_ns)} of "
                    "compute, save time")
     elif at_link:
         outlook = (f", near the {top.reference_gb_per_s:.0f} GB/s pinned copies reach: the link is the limit; "
-                   f"only fewer bytes, or overlap with the {compute_ns / 1e6:.3g} ms of compute, save time")
+                   f"only fewer bytes, or overlap with the {duration_text(compute_ns)} of compute, save time")
     else:
         outlook = (f", below the {top.reference_gb_per_s:.0f} GB/s pinned copies reach: larger, fewer copies "
                    "and overlap with compute save time")
@@ -205,7 +206,7 @@ def run(timeline, limits) -> Finding | None:
         advice=ADVICE,
         notes=[f"achieved bandwidth is bytes over copy time; the reference is {top.reference}",
                "what fewer bytes would save (data kept on the GPU, narrower types) is not estimated"]
-              + ([f"counted after {' and '.join(earlier)}: of the {left_ns / 1e6:.3g} ms of copy time they leave"]
+              + ([f"counted after {' and '.join(earlier)}: of the {duration_text(left_ns)} of copy time they leave"]
                  if earlier else []),
     )
     finding.after_others = bool(earlier)
