@@ -14,6 +14,7 @@ from nsanalyze import __version__
 from nsanalyze.checks import global_settings, run_kernel_checks, runs, skipping, validate_overrides
 from nsanalyze.checks.base import Finding, KernelView, NotJudged
 from nsanalyze.checks.libraries import cap_code_level, hot_source_files, library_advice, library_of
+from nsanalyze.checks.stalls import name_first_findings_stall
 from nsanalyze.errors import InputError
 from nsanalyze.normalize import normalize_ncu
 from nsanalyze.numbers import finite
@@ -373,6 +374,8 @@ def _analyze(paths: list[str], options: Options) -> dict:
                     for k in kernels if k.get("profile") in floor_of}
     ranked = rank(findings, kernel_time, kernel_launches=launches, kernel_keys=identity, kernel_floor_ns=kernel_floor,
                   total_ns=program_ns or sum(kernel_time.values()) or None)  # the program's time, else the report's
+    # each kernel's first finding names what its warps wait on (the dominant stall) and the fix that implies
+    name_first_findings_stall(ranked, {k["id"]: KernelView(k["metrics"]) for k in kernels if k.get("metrics")})
     model["findings"] = [f.to_json() for f in ranked]
     for profile in nsys_exports:
         profile.close()
