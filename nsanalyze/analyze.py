@@ -167,7 +167,8 @@ def _not_judged_per_kernel(not_judged: list[NotJudged], clock: dict) -> list[Not
 # Program checks that read only the work split: they also judge a kernel list (ncu) without a timeline.
 # low-tensor-activity too, where missing-tensor-cores found nothing (the basic set has no FLOP counts):
 # the report's tensor-pipe activity is then the kernels' own, weighted by their time.
-KERNEL_LIST_CHECKS = frozenset({"attention-unfused", "layout-conversion", "unfused-elementwise", "low-tensor-activity"})
+KERNEL_LIST_CHECKS = frozenset({"attention-unfused", "layout-conversion", "unfused-elementwise", "low-tensor-activity",
+                                "unfused-optimizer", "dtype-casts"})
 
 
 def _tensor_activity(kernels: list[dict], kernel_time: dict) -> dict | None:
@@ -191,7 +192,7 @@ def _kernel_list_work(kernels: list[dict], kernel_time: dict, options, kernel_fi
     from nsanalyze.program import run_program_checks
 
     rows = [{"name": k["name"], "demangled": k.get("demangled"), "duration_ns": kernel_time.get(k["id"], 0.0),
-             "launches": k.get("launches")} for k in kernels]
+             "launches": k.get("launches"), **_dram_bytes(k)} for k in kernels]
     analysis = analyze_kernel_rows(rows)
     total = float(sum(kernel_time.values()))
     kernel_list = model.KernelList.of({
@@ -212,6 +213,13 @@ def _kernel_list_work(kernels: list[dict], kernel_time: dict, options, kernel_fi
         finding.notes.append("from the report's kernel list (ncu times each launch alone, replayed): the share is "
                              "of the profiled kernels' time; an nsys export of the run gives it in wall-clock time")
     return findings, analysis.work
+
+
+def _dram_bytes(kernel: dict) -> dict:
+    """{"dram_bytes": the bytes its launches moved to and from DRAM}, where measured: the representative launch's
+    (dram_bytes_read + dram_bytes_write) times the launches of the kernel; {} where not measured."""
+    moved = finite((kernel.get("metrics") or {}).get("dram_bytes"))
+    return {"dram_bytes": moved * (kernel.get("launches") or 1)} if moved is not None else {}
 
 
 def _utc(ns: int) -> str:
