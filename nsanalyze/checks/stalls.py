@@ -4,6 +4,8 @@ ncu splits each issued instruction's warp latency (`warp_latency_cycles`, cycles
 into stall reasons (`stall_<reason>_cycles`, the same unit: they sum to it). A reason that holds at least
 `MIN_SHARE` of it is what the kernel's warps wait on: NVIDIA's own CPIStall rule speaks at 30% (metrics
 reference, S25). `selected` (issuing) and `not_selected` (ready, another warp issued) are not stalls.
+A latency finding (low-ilp, low-occupancy) names the largest reason whatever its share, with the share: what
+the warps wait on is its diagnosis; a kernel's first finding of another kind names one only from 30% up.
 What each reason means and the fix it implies are data: warp_stalls.csv.
 """
 
@@ -18,7 +20,6 @@ from nsanalyze.checks.base import Finding, KernelView
 
 TABLE = Path(__file__).with_name("warp_stalls.csv")
 MIN_SHARE = 0.30        # NVIDIA's CPIStall rule: a reason over 30% of the warp latency is reported
-LATENCY_CHECKS = frozenset({"low-ilp", "low-occupancy"})   # findings that say the kernel waits on latency
 
 
 def stall_concepts() -> tuple[str, ...]:

@@ -166,7 +166,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
                      "contended atomics looks the same; --set full (InstructionStats) counts them")
     waiting = "at barriers" if cause == "barriers" else "on dependent instructions and barriers" if barrier else \
         "on dependent instructions"
-    stall = dominant_stall(kernel)
+    stall = dominant_stall(kernel, min_share=0.0)   # a latency finding names what its warps wait on most, always
     facts = {"dominant_stall": stall.to_evidence()} if stall else {}
     return Finding(
         check=ID,

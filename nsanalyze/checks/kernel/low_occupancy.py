@@ -114,7 +114,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
     # launch capped at 19% by its shared memory (one block an SM), the limit is the shared memory, not the grid
     cause = "the grid fills less than one wave" if waves is not None and waves < 1 and not capped else _limiter(kernel)
     speedup = clamp01(1 - share / limits["target_roof_share"]) * clamp01(1 - achieved / limits["target_occupancy_pct"])
-    stall = dominant_stall(kernel)   # what the few warps wait on: the fix that needs no more warps
+    stall = dominant_stall(kernel, min_share=0.0)   # what the few warps wait on most: the fix that needs no more warps
     return Finding(
         check=ID,
         title=f"Achieved occupancy {achieved:.0f}% in a latency-bound kernel" + (f" ({cause})" if cause else "")
