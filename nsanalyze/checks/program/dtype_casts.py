@@ -39,7 +39,6 @@ from nsanalyze.checks.base import Check, Finding, Threshold, evidence, size_text
 from nsanalyze.numbers import duration_text
 
 ID = "dtype-casts"
-BUDGET_PART = "gpu_compute"
 ADVICE = """Cast less: once a step, or inside the kernels that use the values.
 
 - Leave precision to autocast: no `.float()` / `.half()` round trips of large activations (autocast
@@ -67,7 +66,7 @@ CHECK = Check(
                                      "step: worth a look at where the program crosses precisions"),
     },
     speedup_model="not estimated: the casts' time is the time at stake, the most a change of them saves",
-    budget_part=BUDGET_PART,
+    budget_part=None,   # it saves nothing measured: no part of the budget to share with the others
     advice=ADVICE,
 )
 
