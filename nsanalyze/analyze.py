@@ -14,6 +14,7 @@ from nsanalyze import __version__
 from nsanalyze.checks import global_settings, run_kernel_checks, runs, skipping, validate_overrides
 from nsanalyze.checks.base import Finding, KernelView, NotJudged
 from nsanalyze.checks.libraries import cap_code_level, hot_source_files, library_advice, library_of
+from nsanalyze.checks.stalls import name_first_findings_stall
 from nsanalyze.errors import InputError
 from nsanalyze.normalize import normalize_ncu
 from nsanalyze.numbers import finite
@@ -166,7 +167,8 @@ def _not_judged_per_kernel(not_judged: list[NotJudged], clock: dict) -> list[Not
 # Program checks that read only the work split: they also judge a kernel list (ncu) without a timeline.
 # low-tensor-activity too, where missing-tensor-cores found nothing (the basic set has no FLOP counts):
 # the report's tensor-pipe activity is then the kernels' own, weighted by their time.
-KERNEL_LIST_CHECKS = frozenset({"attention-unfused", "layout-conversion", "unfused-elementwise", "low-tensor-activity"})
+KERNEL_LIST_CHECKS = frozenset({"attention-unfused", "layout-conversion", "unfused-elementwise", "low-tensor-activity",
+                                "unfused-optimizer", "dtype-casts"})
 
 
 def _tensor_activity(kernels: list[dict], kernel_time: dict) -> dict | None:
@@ -190,7 +192,7 @@ def _kernel_list_work(kernels: list[dict], kernel_time: dict, options, kernel_fi
     from nsanalyze.program import run_program_checks
 
     rows = [{"name": k["name"], "demangled": k.get("demangled"), "duration_ns": kernel_time.get(k["id"], 0.0),
-             "launches": k.get("launches")} for k in kernels]
+             "launches": k.get("launches"), **_dram_bytes(k)} for k in kernels]
     analysis = analyze_kernel_rows(rows)
     total = float(sum(kernel_time.values()))
     kernel_list = model.KernelList.of({
@@ -211,6 +213,13 @@ def _kernel_list_work(kernels: list[dict], kernel_time: dict, options, kernel_fi
         finding.notes.append("from the report's kernel list (ncu times each launch alone, replayed): the share is "
                              "of the profiled kernels' time; an nsys export of the run gives it in wall-clock time")
     return findings, analysis.work
+
+
+def _dram_bytes(kernel: dict) -> dict:
+    """{"dram_bytes": the bytes its launches moved to and from DRAM}, where measured: the representative launch's
+    (dram_bytes_read + dram_bytes_write) times the launches of the kernel; {} where not measured."""
+    moved = finite((kernel.get("metrics") or {}).get("dram_bytes"))
+    return {"dram_bytes": moved * (kernel.get("launches") or 1)} if moved is not None else {}
 
 
 def _utc(ns: int) -> str:
@@ -373,6 +382,8 @@ def _analyze(paths: list[str], options: Options) -> dict:
                     for k in kernels if k.get("profile") in floor_of}
     ranked = rank(findings, kernel_time, kernel_launches=launches, kernel_keys=identity, kernel_floor_ns=kernel_floor,
                   total_ns=program_ns or sum(kernel_time.values()) or None)  # the program's time, else the report's
+    # each kernel's first finding names what its warps wait on (the dominant stall) and the fix that implies
+    name_first_findings_stall(ranked, {k["id"]: KernelView(k["metrics"]) for k in kernels if k.get("metrics")})
     model["findings"] = [f.to_json() for f in ranked]
     for profile in nsys_exports:
         profile.close()

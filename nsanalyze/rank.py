@@ -93,6 +93,8 @@ def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = No
         for finding in group:
             finding.potential = finding.estimated_speedup  # before overlaps and the floor: breaks ties
         later = [f for f in group if _later(f, group, yields)]
+        for finding in later:   # on a tie (the floor left nothing to save), the kernel's own problem leads
+            finding.counted_after = True
         primary = [f for f in group if f not in later]
         combined, overlapped = _share_overlap(primary)
         left = 1.0 - combined
@@ -216,7 +218,8 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
             finding.severity = report_severity(finding, total_ns)
     severity_order = {"high": 0, "medium": 1, "low": 2, "info": 3}
     ordered = sorted(findings, key=lambda f: (f.severity == "info", -round(f.estimated_savings_ns, 1),
-                                              severity_order[f.severity], -getattr(f, "potential", 0.0), f.check))
+                                              severity_order[f.severity], getattr(f, "counted_after", False),
+                                              -getattr(f, "potential", 0.0), f.check))
     floor_index = 0  # a kernel finding is never more severe than a finding ranked above it (mixed reports)
     for position, finding in enumerate(ordered, start=1):
         finding.rank = position

@@ -361,6 +361,7 @@ class KernelRole(Record):
     role: str = "other"
     ns: float = 0
     launches: int = 0
+    dram_bytes: float | None = None   # DRAM bytes its launches moved (an ncu report's kernel list); absent elsewhere
 
 
 @dataclass(frozen=True)

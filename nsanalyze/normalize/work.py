@@ -153,6 +153,8 @@ def _by_name(summary_rows: list[dict]) -> tuple[dict, dict, list]:
         role_ns[role] = role_ns.get(role, 0.0) + float(row.get("duration_ns") or 0)
         by_kernel.append({"name": row.get("name"), "demangled": row.get("demangled"), "role": role,
                           "ns": int(row.get("duration_ns") or 0), "launches": int(row.get("launches") or 0)})
+        if row.get("dram_bytes") is not None:   # measured (an ncu report): the optimizer and cast checks read it
+            by_kernel[-1]["dram_bytes"] = float(row["dram_bytes"])
     return roles_by_name, role_ns, by_kernel
 
 

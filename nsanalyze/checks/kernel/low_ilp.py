@@ -39,6 +39,7 @@ the few busy SMs' latency is not the first thing to fix.
 """
 
 from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
+from nsanalyze.checks.stalls import dominant_stall, stall_advice, stall_concepts
 
 ID = "low-ilp"
 DEPENDENCY_STALLS = ("stall_long_scoreboard_cycles", "stall_short_scoreboard_cycles", "stall_wait_cycles")
@@ -68,7 +69,10 @@ CHECK = Check(
               "stall_barrier_cycles", "stall_membar_cycles", "global_atomic_instructions", "global_atomic_requests",
               "block_size",
               "blocks_per_sm_limit", "blocks_per_sm_limit_warps", "blocks_per_sm_limit_registers",
-              "blocks_per_sm_limit_shared_mem", "grid_size", "sm_count"),
+              "blocks_per_sm_limit_shared_mem", "grid_size", "sm_count")
+    + tuple(c for c in stall_concepts() if c not in ("warp_latency_cycles", "stall_long_scoreboard_cycles",
+                                                     "stall_short_scoreboard_cycles", "stall_wait_cycles",
+                                                     "stall_barrier_cycles", "stall_membar_cycles")),
     collect="--set full (WarpStateStats and SchedulerStats sections)",
     relieves=None,
     thresholds={
@@ -162,11 +166,14 @@ def run(kernel: KernelView, limits) -> Finding | None:
                      "contended atomics looks the same; --set full (InstructionStats) counts them")
     waiting = "at barriers" if cause == "barriers" else "on dependent instructions and barriers" if barrier else \
         "on dependent instructions"
+    stall = dominant_stall(kernel, min_share=0.0)   # a latency finding names what its warps wait on most, always
+    facts = {"dominant_stall": stall.to_evidence()} if stall else {}
     return Finding(
         check=ID,
         title=f"Latency-bound at {share:.0%} of its nearest roof ({cause}): warps wait {waiting} "
               f"{dependency_share:.0%} of the time"
-              + (f", {eligible:.1f} ready warps per scheduler" if eligible is not None else ""),
+              + (f", {eligible:.1f} ready warps per scheduler" if eligible is not None else "")
+              + (f"; {stall.phrase()}" if stall else ""),
         estimated_speedup=clamp01(1 - share / limits["target_roof_share"]),
         evidence={
             "roof_share": evidence(share, limits["max_roof_share"], unit="ratio", compare="<"),
@@ -177,8 +184,9 @@ def run(kernel: KernelView, limits) -> Finding | None:
             "block_size": evidence(kernel.get("block_size"), unit="threads"),
             "issue_active_pct": evidence(kernel.get("issue_active_pct"), unit="%"),
             "warp_latency_cycles": evidence(latency, unit="cycles"),
+            **facts,
         },
-        advice=CAUSE_ADVICE[cause] + ADVICE,
+        advice=(stall_advice(stall) if stall else "") + CAUSE_ADVICE[cause] + ADVICE,
         source=kernel.top_spots("smsp__pcsamp_warps_issue_stalled_barrier" if cause == "barriers"
                                 else "smsp__pcsamp_warps_issue_stalled_long_scoreboard"),
         notes=notes,

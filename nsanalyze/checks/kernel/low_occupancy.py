@@ -34,6 +34,7 @@ A grid that gives most SMs no block is small-grid's to say; low occupancy is jud
 from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
 from nsanalyze.checks.kernel.low_ilp import grid_leaves_most_sms_idle
 from nsanalyze.checks.libraries import library_of
+from nsanalyze.checks.stalls import dominant_stall, stall_advice, stall_concepts
 
 ID = "low-occupancy"
 TUNED_LIBRARIES = frozenset({"cuBLAS", "cuBLASLt", "cuDNN", "CUTLASS"})  # GEMM/conv kernels tiled for their occupancy
@@ -65,7 +66,7 @@ CHECK = Check(
     requires=("achieved_occupancy_pct",),
     optional=("issue_active_pct", "theoretical_occupancy_pct", "waves_per_sm", "blocks_per_sm_limit_registers",
               "blocks_per_sm_limit_shared_mem", "blocks_per_sm_limit_warps", "blocks_per_sm_limit", "block_size",
-              "eligible_warps_per_scheduler", "grid_size", "sm_count"),
+              "eligible_warps_per_scheduler", "grid_size", "sm_count") + stall_concepts(),
     collect="--set full (Occupancy and LaunchStats sections)",
     relieves=None,
     thresholds={
@@ -113,9 +114,11 @@ def run(kernel: KernelView, limits) -> Finding | None:
     # launch capped at 19% by its shared memory (one block an SM), the limit is the shared memory, not the grid
     cause = "the grid fills less than one wave" if waves is not None and waves < 1 and not capped else _limiter(kernel)
     speedup = clamp01(1 - share / limits["target_roof_share"]) * clamp01(1 - achieved / limits["target_occupancy_pct"])
+    stall = dominant_stall(kernel, min_share=0.0)   # what the few warps wait on most: the fix that needs no more warps
     return Finding(
         check=ID,
-        title=f"Achieved occupancy {achieved:.0f}% in a latency-bound kernel" + (f" ({cause})" if cause else ""),
+        title=f"Achieved occupancy {achieved:.0f}% in a latency-bound kernel" + (f" ({cause})" if cause else "")
+              + (f"; {stall.phrase()}" if stall else ""),
         estimated_speedup=speedup,
         evidence={
             "achieved_occupancy_pct": evidence(achieved, limits["max_achieved_occupancy_pct"], unit="%", compare="<"),
@@ -123,6 +126,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
             "waves_per_sm": evidence(waves),
             "roof_share": evidence(share, limits["max_roof_share"], unit="ratio", compare="<"),
             "issue_active_pct": evidence(issue, limits["max_issue_active_pct"], unit="%", compare="<"),
+            **({"dominant_stall": stall.to_evidence()} if stall else {}),
         },
-        advice=ADVICE,
+        advice=(stall_advice(stall) if stall else "") + ADVICE,
     )
