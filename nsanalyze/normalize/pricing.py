@@ -74,7 +74,7 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
     if removed:
         roles.append((removed, math.inf))
         words.append(f"{'/'.join(removed)} kernels gone with their launches")
-        cap_per_step += cp.kernel_ns_per_step(block, removed) + _only_launches_ns_per_step(block, removed)
+        cap_per_step += cp.kernel_ns_per_step(block, removed) + cp.dropped_host_ns_per_step(block, removed)
         capped = True
     if declared.get("speedup"):
         sped = tuple(declared["speedup"])
@@ -115,11 +115,3 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
     savings = min(replayed, cap) if cap is not None else replayed
     return Priced(savings, replayed, cap, ", ".join(words))
 
-
-def _only_launches_ns_per_step(block, roles) -> float:
-    """The host time a step spends in the calls that launched only kernels of these roles."""
-    graph = block.graph
-    launched = graph.o_call >= 0
-    mine = cp.role_mask(graph, roles)
-    only = np.setdiff1d(np.unique(graph.o_call[mine & launched]), np.unique(graph.o_call[~mine & launched]))
-    return float((graph.c_end - graph.c_start)[only].sum()) / max(len(graph.step_first_op), 1)
