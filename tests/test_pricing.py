@@ -3,6 +3,7 @@ replay of the steps with the check's declared change, checked against what the f
 (the difference of their mean GPU step periods, by SQL), and against the physics of a host-bound loop: a
 faster kernel there saves what the replay says, not its own time."""
 
+import re
 import statistics
 
 import pytest
@@ -193,3 +194,36 @@ def test_the_savings_note_names_the_figure_in_the_column(analyzed, name):
     for finding, note in noted:
         first = float(re.search(r"([\d.]+) ms a step", note).group(1))
         assert first == pytest.approx(finding["estimated_savings_ns"] / steps / 1e6, abs=0.006), (finding["check"], note)
+
+
+STEP_KERNEL_NS_SQL = """
+WITH steps AS (SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+               WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE 'step %' ORDER BY n.start)
+SELECT COUNT(DISTINCT k.shortName), COUNT(*), SUM(k.end - k.start) FROM steps
+JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.start >= steps.start AND r.start < steps.end
+JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
+WHERE steps.start >= (SELECT start FROM steps LIMIT 1 OFFSET {skip})
+"""
+
+
+def test_a_change_that_keeps_the_gpu_busy_says_its_clock_is_not_predicted(analyzed):
+    """matmul_sync rests its GPU between steps (`.item()`, 2 ms of host work); without the sync the GPU never
+    rests. Its twin ran the same kernels a step 10% slower or more (SQL: the GPU's clock under sustained
+    load; the exports hold no clock metrics). The host-sync finding says its replay keeps the durations
+    measured at rest, with the GPU's busy share before (SQL: kernel time a step over the mean step) and
+    after; a change that leaves the GPU resting (graphs_eager's launches) says nothing of it."""
+    def kernels(name):
+        steps = len(sql_gpu_step_periods(REAL / name)) + 1
+        return sql(REAL / name, STEP_KERNEL_NS_SQL.format(skip=steps // 3))[0], steps - steps // 3
+
+    (base_names, base_count, base_ns), base_steps = kernels("matmul_sync_nsys.sqlite.xz")
+    (fixed_names, fixed_count, fixed_ns), fixed_steps = kernels("matmul_async_nsys.sqlite.xz")
+    assert base_names == fixed_names and base_count / base_steps == pytest.approx(fixed_count / fixed_steps, abs=0.5)
+    assert fixed_ns / fixed_steps > 1.10 * base_ns / base_steps
+    report = analyzed(str(REAL / "matmul_sync_nsys.sqlite.xz"))
+    note = next(n for n in finding(report, "host-sync")["notes"] if "lower its clock" in n)
+    before, after = (int(x) for x in re.findall(r"busy (\d+)%", note))
+    assert before == pytest.approx(100 * base_ns / base_steps / sql_mean_step("matmul_sync_nsys.sqlite.xz"), abs=3)
+    assert after >= 95
+    eager = analyzed(str(REAL / "graphs_eager_nsys.sqlite.xz"))
+    assert not any("lower its clock" in n for n in finding(eager, "launch-overhead")["notes"])

@@ -801,11 +801,27 @@ def block_critical_path(block: StepBlock | None) -> list[dict] | None:
 def saving_per_step(block: StepBlock, change: Change) -> float | None:
     """What the change saves of a step: the mean over the block's steps of the unchanged replay's period
     less the changed replay's (what the model misses cancels); None where no period compares."""
+    return saving_and_busy(block, change)[0]
+
+
+def saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, float | None, float | None]:
+    """saving_per_step, and the GPU's busy share of the steps before and after the change (the time of the
+    operations the steps launched over their periods): the replay keeps the kernels' measured durations,
+    which a GPU kept busy may not hold (its clock under sustained load)."""
     changed = replay(block.graph, change)
     ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
     if not ok.any():
-        return None
-    return float((block.replayed[ok] - changed.periods(block.with_last)[ok]).mean())
+        return None, None, None
+    after = changed.periods(block.with_last)[ok]
+    saving = float((block.replayed[ok] - after).mean())
+
+    def busy(result: Replay, periods) -> float | None:
+        steps = [s for s, good in enumerate(ok) if good]
+        work = sum(float((result.oe - result.os)[block.graph.step_first_op[s]].sum()) for s in steps)
+        total = float(np.sum(periods))
+        return min(work / total, 1.0) if total > 0 else None
+
+    return saving, busy(block.base, block.replayed[ok]), busy(changed, after)
 
 
 def kernel_ns_per_step(block: StepBlock, roles) -> float:
