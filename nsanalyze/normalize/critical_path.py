@@ -19,6 +19,11 @@ launch call's start + the launch latency), both medians measured in the capture;
 at max(its start + its own duration, the awaited operation's end + the time it took to return). The
 replay with no change is the self-check: it must give the measured steps within SELF_CHECK_TOLERANCE.
 Walking back from a step's end along the dependency that finished last gives its critical path.
+
+A change that takes launches away (kernels gone, a step as one graph launch) takes their launch paths off
+the host: each launching call with the helper calls before it and the host compute on its way from the
+previous call (launch_paths), a stretch over LAUNCH_PATH_FACTOR x the median counted as the median (the
+rest is other host work: a sleep, loading, logging, which stays).
 """
 
 from __future__ import annotations
