@@ -123,6 +123,8 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
     finding.estimated_savings_ns = priced.savings_ns
     finding.evidence = {**finding.evidence, "replayed_savings_ns": evidence(priced.replayed_ns, unit="ns"),
                         "check_savings_ns": evidence(own, unit="ns")}
+    if priced.note:
+        finding.notes.append(f"replay: {priced.note}")
     if abs(priced.savings_ns - own) <= pricing.DISAGREE * max(own, priced.savings_ns):
         return None
     capped = priced.cap_ns is not None and priced.replayed_ns > priced.cap_ns

@@ -19,6 +19,11 @@ launch call's start + the launch latency), both medians measured in the capture;
 at max(its start + its own duration, the awaited operation's end + the time it took to return). The
 replay with no change is the self-check: it must give the measured steps within SELF_CHECK_TOLERANCE.
 Walking back from a step's end along the dependency that finished last gives its critical path.
+
+A change that takes launches away (kernels gone, a step as one graph launch) takes their launch paths off
+the host: each launching call with the helper calls before it and the host compute on its way from the
+previous call (launch_paths), a stretch over LAUNCH_PATH_FACTOR x the median counted as the median (the
+rest is other host work: a sleep, loading, logging, which stays).
 """
 
 from __future__ import annotations
@@ -48,6 +53,15 @@ MIN_QUEUE_DEPTH = 64
 # An operation that started this much later than its stream and launch allow waited for something else.
 IMPLIED_WAIT_NS = 5_000
 HOST_COMPUTE = "host:compute"
+# The launch path: the host's stretch from the end of the previous call on its chain that is no helper to
+# the end of a launching call (the framework's dispatch, the helper calls, the launch). A stretch this many
+# times the block's median stretch holds other host work (a sleep, data loading, logging): the launch's own
+# share of it is the median stretch. On the fixtures' eager loops the longest launch stretches are 2-10x the
+# median (graphs_eager: median 54 us, longest 0.33 ms); logging, loading and sleeps are thousands of times.
+LAUNCH_PATH_FACTOR = 10.0
+# Calls that launch nothing and only read the driver's state on the way to a launch (cuKernelGetName before
+# each of PyTorch's launches): part of the launch path of the launching call that follows them.
+HELPER_CLASSES = frozenset({"query"})
 
 # binding codes
 NONE, PREV, CROSS, OWN, WAIT, STREAM, LAUNCH, IMPLIED, FIXED = range(9)
@@ -91,6 +105,16 @@ class Graph:
     queue_depth: int | None = None
     notes: list = field(default_factory=list)
     copy_kinds: dict = field(default_factory=dict)   # memcpy kind id -> its label ("Host-to-Device", ...)
+    # the launch path (launch_paths()): per call, the launching call whose path it is (itself, or the next
+    # one for the helper calls before it; -1: none) and that path's host stretch; the block's typical stretch
+    c_owner: np.ndarray | None = None
+    c_stretch: np.ndarray | None = None
+    path_typical: float = 0.0
+
+    @property
+    def path_cap(self) -> float:
+        """A stretch longer than this holds host work other than the launch's own."""
+        return LAUNCH_PATH_FACTOR * self.path_typical
 
     @property
     def events(self) -> int:
@@ -392,9 +416,45 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     for s in range(len(host_starts)):
         step_ops[s] = np.flatnonzero(op_step == s)
     copy_kinds = {int(i): str(label) for i, label in export.query("SELECT id, label FROM memcpy_kinds")}
-    return Graph(c_start, c_end, c_class, c_prev, c_cross, c_own, c_target, c_tail,
-                 o_start, o_end, o_call, o_prev, o_implied, o_gap, o_latency, o_label, o_names, o_copy_kind, o_bytes,
-                 o_pageable, step_ops, np.asarray(steady_positions), depth, notes, copy_kinds)
+    graph = Graph(c_start, c_end, c_class, c_prev, c_cross, c_own, c_target, c_tail,
+                  o_start, o_end, o_call, o_prev, o_implied, o_gap, o_latency, o_label, o_names, o_copy_kind, o_bytes,
+                  o_pageable, step_ops, np.asarray(steady_positions), depth, notes, copy_kinds)
+    graph.c_owner, graph.c_stretch, graph.path_typical = launch_paths(graph)
+    return graph
+
+
+def launch_paths(graph: Graph) -> tuple[np.ndarray, np.ndarray, float]:
+    """Each launching call's launch path: the helper calls before it on its chain (HELPER_CLASSES, launching
+    nothing) back to the previous call that is no helper, and the host stretch from that call's end to its
+    own end. Returns per call the launching call whose path holds it (-1: none), per call that stretch (NaN:
+    none, or no call before it in the block), and the median stretch of the block's launching calls."""
+    n = len(graph.c_start)
+    launching = np.zeros(n, bool)
+    launching[graph.o_call[graph.o_call >= 0]] = True
+    helper = np.array([c in HELPER_CLASSES for c in graph.c_class], dtype=bool) & ~launching
+    owner = np.where(launching, np.arange(n), -1)
+    stretch = np.full(n, np.nan)
+    prev, c_end = graph.c_prev, graph.c_end
+    for c in np.flatnonzero(launching).tolist():
+        p = int(prev[c])
+        while p >= 0 and helper[p] and owner[p] < 0:
+            owner[p] = c
+            p = int(prev[p])
+        if p >= 0 and not helper[p]:
+            stretch[c] = float(c_end[c] - c_end[p])
+    known = stretch[launching & np.isfinite(stretch)]
+    typical = median(known) if len(known) else 0.0
+    stretch = np.where(owner >= 0, stretch[np.maximum(owner, 0)], np.nan)
+    return owner, stretch, float(typical)
+
+
+def path_gap(graph: Graph, gap: np.ndarray) -> np.ndarray:
+    """Of each call's gap before it (host compute), the part that is its launch path's: all of it where the
+    path's stretch is within the cap, else at most the typical stretch (the rest is other host work).
+    A call in no launch path: its gap within the cap, else the typical stretch."""
+    cap = graph.path_cap
+    stretch = np.where(np.isfinite(graph.c_stretch), graph.c_stretch, gap)
+    return np.where(stretch <= cap, gap, np.minimum(gap, graph.path_typical)).clip(min=0.0)
 
 
 def _kernel_roles(export: NsysExport, kernels, names: list) -> list[str]:
@@ -437,18 +497,14 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         duration[pageable] = np.minimum(duration[pageable], graph.o_bytes[pageable] / rate)
     removed = np.array([c in change.remove for c in graph.c_class], dtype=bool) if change.remove else \
         np.zeros(n_calls, bool)
-    if gone.any():   # a kernel that no longer exists is not launched: calls that launched only such kernels go
-        launched = graph.o_call >= 0
-        kept = np.zeros(n_calls, bool)
-        kept[graph.o_call[launched & ~gone]] = True
-        dropped = np.zeros(n_calls, bool)
-        dropped[graph.o_call[launched & gone]] = True
-        removed = removed | (dropped & ~kept)
+    gap_host, cross_gap = host_gaps(graph)
+    paths = dropped_paths(graph, gone)
+    removed |= paths
     own = np.where(removed, 0.0, graph.c_own)
     target = np.where(removed, -1, graph.c_target)
-    gap_host = (graph.c_start - np.where(graph.c_prev >= 0, graph.c_end[np.maximum(graph.c_prev, 0)], 0)).astype(float)
-    cross_end = np.where(graph.c_cross >= 0, graph.c_end[np.maximum(graph.c_cross, 0)], 0)
-    cross_gap = (graph.c_start - cross_end).astype(float)
+    if paths.any():   # the launch paths of the calls that launched only kernels gone: the host work goes too
+        gap_host = np.where(paths, gap_host - path_gap(graph, gap_host), gap_host)
+        cross_gap = np.where(paths, cross_gap - path_gap(graph, cross_gap), cross_gap)
     latency = graph.o_latency.copy()
     gap_ops = graph.o_gap.copy()
     if change.graph:
@@ -529,16 +585,56 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
     return kernels & np.isin(labels, ["gpu:" + r for r in roles])
 
 
+def host_gaps(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's host compute before it: since its predecessor on the chain ended, and since the other
+    thread's call it resumed after ended."""
+    gap_host = (graph.c_start - np.where(graph.c_prev >= 0, graph.c_end[np.maximum(graph.c_prev, 0)], 0)).astype(float)
+    cross_end = np.where(graph.c_cross >= 0, graph.c_end[np.maximum(graph.c_cross, 0)], 0)
+    return gap_host, (graph.c_start - cross_end).astype(float)
+
+
+def dropped_paths(graph: Graph, gone: np.ndarray) -> np.ndarray:
+    """The calls whose launch path goes with kernels that no longer exist: the calls that launched only such
+    kernels, and the helper calls on their way (a kernel not launched costs the host nothing)."""
+    n_calls = len(graph.c_start)
+    if not gone.any():
+        return np.zeros(n_calls, bool)
+    launched = graph.o_call >= 0
+    kept = np.zeros(n_calls, bool)
+    kept[graph.o_call[launched & ~gone]] = True
+    dropped = np.zeros(n_calls, bool)
+    dropped[graph.o_call[launched & gone]] = True
+    dropped &= ~kept
+    owner = graph.c_owner
+    return dropped | ((owner >= 0) & dropped[np.maximum(owner, 0)])
+
+
+def dropped_host_ns_per_step(block: "StepBlock", roles) -> float:
+    """The host time a step spends on the launch paths of the kernels of these roles (calls that launched
+    only such kernels, the helper calls before them, the host compute on their way): what removing those
+    kernels takes off the host (the replay's change)."""
+    graph = block.graph
+    paths = dropped_paths(graph, role_mask(graph, roles))
+    gap_host, cross_gap = host_gaps(graph)
+    gap = np.where(graph.c_cross >= 0, np.minimum(gap_host, cross_gap), gap_host)
+    own = (graph.c_end - graph.c_start).astype(float)
+    total = float((own[paths] + path_gap(graph, gap)[paths]).sum())
+    return total / max(len(graph.step_first_op), 1)
+
+
 def pageable_copies(graph: Graph) -> np.ndarray:
     """Copies from or to pageable host memory (staged by the host) that a call in the block made."""
     return graph.o_pageable & (graph.o_call >= 0)
 
 
 def _as_graph_launch(graph: Graph, own, gap_host, cross_gap, latency):
-    """Each step's launches as one graph launch: its enqueue calls and the host compute between them
-    cost nothing but the first launch; calls that wait for the GPU keep their place."""
+    """Each step's launches as one graph launch: its enqueue calls cost nothing but the first launch, and of
+    the host compute before each, its launch path's part (path_gap: the framework's dispatch); host work
+    beside the launches (a sleep, loading, logging: stretches over the cap) and the calls that wait for the
+    GPU keep their place."""
     own, gap_host, cross_gap, latency = own.copy(), gap_host.copy(), cross_gap.copy(), latency.copy()
     enqueue_classes = {"launch", "memset", "copy-async", "graph-launch", "event", "query"}
+    enqueued = np.zeros(len(own), bool)
     for ops in graph.step_first_op:
         if not len(ops):
             continue
@@ -548,11 +644,12 @@ def _as_graph_launch(graph: Graph, own, gap_host, cross_gap, latency):
         first, last = int(calls.min()), int(calls.max())
         for c in range(first + 1, last + 1):
             if graph.c_class[c] in enqueue_classes and graph.c_target[c] < 0:
-                own[c] = 0.0
-                gap_host[c] = 0.0
-                cross_gap[c] = 0.0
+                enqueued[c] = True
         mine = np.isin(graph.o_call, calls)
         latency[mine] = graph.o_latency[ops[0]]
+    own[enqueued] = 0.0
+    gap_host[enqueued] -= path_gap(graph, gap_host)[enqueued]
+    cross_gap[enqueued] -= path_gap(graph, cross_gap)[enqueued]
     return own, gap_host, cross_gap, latency
 
 
@@ -709,11 +806,27 @@ def block_critical_path(block: StepBlock | None) -> list[dict] | None:
 def saving_per_step(block: StepBlock, change: Change) -> float | None:
     """What the change saves of a step: the mean over the block's steps of the unchanged replay's period
     less the changed replay's (what the model misses cancels); None where no period compares."""
+    return saving_and_busy(block, change)[0]
+
+
+def saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, float | None, float | None]:
+    """saving_per_step, and the GPU's busy share of the steps before and after the change (the time of the
+    operations the steps launched over their periods): the replay keeps the kernels' measured durations,
+    which a GPU kept busy may not hold (its clock under sustained load)."""
     changed = replay(block.graph, change)
     ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
     if not ok.any():
-        return None
-    return float((block.replayed[ok] - changed.periods(block.with_last)[ok]).mean())
+        return None, None, None
+    after = changed.periods(block.with_last)[ok]
+    saving = float((block.replayed[ok] - after).mean())
+
+    def busy(result: Replay, periods) -> float | None:
+        steps = [s for s, good in enumerate(ok) if good]
+        work = sum(float((result.oe - result.os)[block.graph.step_first_op[s]].sum()) for s in steps)
+        total = float(np.sum(periods))
+        return min(work / total, 1.0) if total > 0 else None
+
+    return saving, busy(block.base, block.replayed[ok]), busy(changed, after)
 
 
 def kernel_ns_per_step(block: StepBlock, roles) -> float:

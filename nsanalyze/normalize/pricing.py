@@ -23,6 +23,11 @@ from nsanalyze.normalize.activity import median
 OUTLIER_FACTOR = 1.5   # a step this many times the median step is an outlier (`--outliers`)
 # The replay and the check's own estimate this far apart (relative): the finding says which it used.
 DISAGREE = 0.1
+# A change that turns a GPU resting between steps (busy under RESTING_BUSY of them) into one that never rests
+# (SUSTAINED_BUSY or more): the finding says the kernels' durations are those measured at rest. On the H200
+# twins matmul_sync -> matmul_async the same 27 kernels a step took 3.58 ms, then 4.09 ms once the GPU never
+# rested (+14%: its clock under sustained load), so the fix saved 1.68 ms of the replay's 2.12 ms.
+RESTING_BUSY, SUSTAINED_BUSY = 0.8, 0.95
 
 
 @dataclass
@@ -33,6 +38,7 @@ class Priced:
     replayed_ns: float           # the replay's saving over the window, before the cap
     cap_ns: float | None         # the time the change takes away (None: the budget's cap only)
     change: str                  # the change in words
+    note: str | None = None      # what the replay cannot hold (the GPU's clock once it never rests)
 
 
 def role_ns(timeline, roles) -> float:
@@ -74,7 +80,7 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
     if removed:
         roles.append((removed, math.inf))
         words.append(f"{'/'.join(removed)} kernels gone with their launches")
-        cap_per_step += cp.kernel_ns_per_step(block, removed) + _only_launches_ns_per_step(block, removed)
+        cap_per_step += cp.kernel_ns_per_step(block, removed) + cp.dropped_host_ns_per_step(block, removed)
         capped = True
     if declared.get("speedup"):
         sped = tuple(declared["speedup"])
@@ -107,19 +113,16 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
                        roles=tuple(roles))
     if change.empty:
         return None
-    per_step = cp.saving_per_step(block, change)
+    per_step, busy_before, busy_after = cp.saving_and_busy(block, change)
     if per_step is None:
         return None
     replayed = max(0.0, per_step) * count
     cap = cap_per_step * count if capped else None
     savings = min(replayed, cap) if cap is not None else replayed
-    return Priced(savings, replayed, cap, ", ".join(words))
+    note = None
+    if busy_before is not None and busy_after is not None and busy_before < RESTING_BUSY <= SUSTAINED_BUSY <= busy_after:
+        note = (f"the replay keeps the kernels' durations as measured with the GPU busy {busy_before:.0%} of a step; "
+                f"after the change it is busy {busy_after:.0%}: a GPU that never rests may lower its clock (power, "
+                "heat) and run them slower, which saves less (no clock is predicted)")
+    return Priced(savings, replayed, cap, ", ".join(words), note)
 
-
-def _only_launches_ns_per_step(block, roles) -> float:
-    """The host time a step spends in the calls that launched only kernels of these roles."""
-    graph = block.graph
-    launched = graph.o_call >= 0
-    mine = cp.role_mask(graph, roles)
-    only = np.setdiff1d(np.unique(graph.o_call[mine & launched]), np.unique(graph.o_call[~mine & launched]))
-    return float((graph.c_end - graph.c_start)[only].sum()) / max(len(graph.step_first_op), 1)

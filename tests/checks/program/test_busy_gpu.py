@@ -84,8 +84,9 @@ def test_predicted_step_saving_within_30_percent_of_the_twin(analyzed, case, twi
 
 
 def test_channels_last_saving_between_the_conversions_and_the_twin(analyzed):
-    """At most the GPU work per step that channels_last removed: the step is the host's, so the replay of
-    the change saves less than the conversions' time (tests/test_pricing.py bounds it by the host's floor)."""
+    """At most the GPU work per step that channels_last removed: the step is mostly the host's, so the replay
+    of the change saves the conversions' launch paths on the host and what the GPU work takes beyond the
+    host (tests/test_pricing.py bounds it by the host's floor)."""
     model = _model(analyzed, "cnn_nchw")
     steps = model["timeline"]["steps"]["count"]
     predicted = _finding(model, "layout-conversion")["estimated_savings_ns"] / steps
