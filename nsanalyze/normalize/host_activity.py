@@ -327,8 +327,8 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
                         step_parts / n if step_parts is not None else None)
 
 
-# Budget segments painted at once: the paint's working set is about 60 bytes a segment (60 MB).
-PAINT_SLICE_SEGMENTS = 1 << 20
+# Budget segments painted at once: the paint's working set is about 60 bytes a segment (16 MB).
+PAINT_SLICE_SEGMENTS = 1 << 18
 
 
 def _idle_pieces(islands: list[tuple[np.ndarray, np.ndarray]], budget: DeviceBudget, groups: int):
