@@ -30,14 +30,22 @@ class Columns:
     """Columns of equal length, by name. A selection (`where`) copies a column only when it is first
     read: most selections read few of a table's columns, and a table can hold millions of rows. A
     selection that is one run of rows (a window of a capture read in time order: the usual case) is a
-    slice, and its columns are views of the table's, read-only: no copy at all."""
+    slice, and its columns are views of the table's, read-only: no copy at all.
 
-    def __init__(self, data: dict[str, np.ndarray], mask: np.ndarray | slice | None = None):
-        self._source, self._mask, self._taken = data, mask, {}
+    `coded`: columns held as a code per row (the column `code`) into a small table of distinct values
+    (a kernel's launch shape: eight values a launch, a few hundred distinct shapes in a capture). Read
+    by name they are the table's values at each row's code, made when asked for, never kept."""
+
+    def __init__(self, data: dict[str, np.ndarray], mask: np.ndarray | slice | None = None,
+                 coded: "Coded | None" = None):
+        self._source, self._mask, self._taken, self._coded = data, mask, {}, coded
 
     def __getattr__(self, name: str) -> np.ndarray:
         if name.startswith("_"):
             raise AttributeError(name)
+        coded = self._coded
+        if coded is not None and name in coded.values:
+            return coded.values[name][getattr(self, coded.code)]
         if name not in self._taken:
             if name not in self._source:
                 raise AttributeError(name)
@@ -58,7 +66,11 @@ class Columns:
         return len(next(iter(self._source.values()))) if self._source else 0
 
     def names(self) -> list[str]:
-        return list(self._source)
+        return list(self._source) + (list(self._coded.values) if self._coded is not None else [])
+
+    @property
+    def coded(self) -> "Coded | None":
+        return self._coded
 
     def replace(self, name: str, values: np.ndarray) -> None:
         """Sets a column of an unselected table (a conversion done once after reading)."""
@@ -73,18 +85,70 @@ class Columns:
         first = int(np.argmax(mask)) if kept else 0
         run = kept and bool(mask[first:first + kept].all())   # one run of rows: a slice
         if self._mask is None:
-            return Columns(self._source, slice(first, first + kept) if run else mask)
+            return Columns(self._source, slice(first, first + kept) if run else mask, self._coded)
         if isinstance(self._mask, slice):
             base = self._mask.start
             if run or not kept:
-                return Columns(self._source, slice(base + first, base + first + kept))
+                return Columns(self._source, slice(base + first, base + first + kept), self._coded)
             size = len(next(iter(self._source.values())))
             combined = np.zeros(size, dtype=bool)
             combined[self._mask] = mask
-            return Columns(self._source, combined)
+            return Columns(self._source, combined, self._coded)
         combined = self._mask.copy()  # a selection of a selection: one mask over the source
         combined[combined] = mask
-        return Columns(self._source, combined)
+        return Columns(self._source, combined, self._coded)
+
+
+@dataclass
+class Coded:
+    """Columns held as codes: `code` names the column of codes, `values` each coded column's value per code
+    (the dtype the column had when read)."""
+
+    code: str
+    values: dict[str, np.ndarray]
+
+
+SHAPE_CODE = "shape_code"
+CODE_CHUNK = 1 << 20   # rows coded at a time
+HASH_MULTIPLIER = 0x9E3779B97F4A7C15   # (2^64 / the golden ratio: a multiplicative hash)
+
+
+def coded_columns(table: dict[str, np.ndarray], names: tuple[str, ...], code: str) -> Coded | None:
+    """Replaces the columns `names` of `table` (in place) by one int32 code per row into a table of their
+    distinct combinations, in order of first appearance. Exact: rows are grouped by a hash of their values
+    a chunk at a time, checked against the values; a chunk where two combinations share a hash is grouped
+    by its values. None (the table unchanged) where a column is missing."""
+    if not all(name in table for name in names):
+        return None
+    columns = [table[name] for name in names]
+    n = len(columns[0]) if columns else 0
+    codes = np.empty(n, dtype=np.int32)
+    known: dict[tuple, int] = {}
+    for at in range(0, n, CODE_CHUNK):
+        part = [c[at:at + CODE_CHUNK] for c in columns]
+        hashed = np.zeros(len(part[0]), dtype=np.uint64)
+        for values in part:
+            hashed *= np.uint64(HASH_MULTIPLIER)   # (wraps: a hash)
+            hashed ^= values.astype(np.int64).view(np.uint64)
+        _, first, inverse = np.unique(hashed, return_index=True, return_inverse=True)
+        del hashed
+        inverse = inverse.ravel()
+        if any((values[first][inverse] != values).any() for values in part):   # a shared hash: by values
+            rows = np.stack([values.astype(np.int64) for values in part], axis=1)
+            _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+            inverse = inverse.ravel()
+            del rows
+        keys = list(zip(*(values[first].tolist() for values in part)))
+        local = np.empty(len(keys), dtype=np.int32)
+        for j in np.argsort(first).tolist():   # new combinations coded in order of first appearance
+            local[j] = known.setdefault(keys[j], len(known))
+        codes[at:at + len(inverse)] = local[inverse]
+    values = {name: np.array([key[i] for key in known], dtype=column.dtype) for i, (name, column) in
+              enumerate(zip(names, columns))}
+    for name in names:
+        del table[name]
+    table[code] = codes
+    return Coded(code, values)
 
 
 def process_of(global_id: np.ndarray) -> np.ndarray:
@@ -207,21 +271,37 @@ def _bare_calls(export: NsysExport, view: IntQuery, start: int, end: int) -> Int
 
 
 def read_kernels(export: NsysExport, where: str, params: dict) -> Columns:
-    return _with_valid_shape(_with_processes(Columns(export.read_columns([kernels_query(where, params)])[0])))
+    return _with_valid_shape(_with_processes(_kernel_columns(export.read_columns([kernels_query(where, params)])[0])))
+
+
+def _kernel_columns(table: dict[str, np.ndarray]) -> Columns:
+    """The kernels' columns, their launch shape held as one code per kernel (Coded)."""
+    return Columns(table, coded=coded_columns(table, tuple(KERNEL_SHAPE), SHAPE_CODE))
 
 
 def _with_valid_shape(table: Columns, set_aside: dict | None = None) -> Columns:
     """A negative grid, block, register or shared-memory size is no launch shape: read as absent (and
     counted in `set_aside` under the kernel table, when given)."""
     bad = 0
+    coded = table.coded
+    rows = None   # kernels per code, where the shape is coded
     for name, absent in KERNEL_SHAPE.items():
-        values = getattr(table, name, None)
+        held = coded is not None and name in coded.values
+        values = coded.values[name] if held else getattr(table, name, None)
         if values is None:
             continue
         wrong = values < (0 if absent == NO_MIN else -1)
         if wrong.any():
-            bad += int(np.count_nonzero(wrong))
-            table.replace(name, np.where(wrong, values.dtype.type(absent) if absent == NO_MAX else NO_MIN, values))
+            if held:
+                rows = np.bincount(getattr(table, coded.code), minlength=len(values)) if rows is None else rows
+                bad += int(rows[wrong].sum())
+            else:
+                bad += int(np.count_nonzero(wrong))
+            fixed = np.where(wrong, values.dtype.type(absent) if absent == NO_MAX else NO_MIN, values)
+            if held:
+                coded.values[name] = fixed
+            else:
+                table.replace(name, fixed)
     if bad and set_aside is not None:
         key = "CUPTI_ACTIVITY_KIND_KERNEL launch shape"
         set_aside[key] = set_aside.get(key, 0) + bad
@@ -253,6 +333,7 @@ def read_activity(export: NsysExport, window: tuple[int, int], submit=None) -> A
     if export.arrow is not None:
         calls = _bare_calls(export, calls, start, end) or calls
     tables = export.read_columns([kernels, calls, copies])
+    shapes = coded_columns(tables[0], tuple(KERNEL_SHAPE), SHAPE_CODE)   # (coded at once: not held beside what follows)
     if start <= -WHOLE_CAPTURE and end >= WHOLE_CAPTURE:  # the survey from these columns: no second scan
         export.survey_from_capture(kernels=tables[0], calls=tables[1], copies=tables[2])
     sizes = tables[2]["bytes"]
@@ -260,7 +341,7 @@ def read_activity(export: NsysExport, window: tuple[int, int], submit=None) -> A
         tables[2]["bytes"] = np.where(sizes == -1, 0, sizes)
     ids = [{name: table[name] for name in ("pid", "correlation_id")} for table in tables[:2]]  # (before pid is a process)
     threads = (submit or _now)(_launching_threads, *ids)
-    kernels, calls, copies = (_with_processes(Columns(table)) for table in tables)
+    kernels, calls, copies = (_with_processes(Columns(table, coded=coded)) for table, coded in zip(tables, (shapes, None, None)))
     return Activity(start, end, _with_valid_shape(kernels, export.set_aside), copies, calls, threads)
 
 

@@ -70,38 +70,43 @@ def device_kernel_breakdown(export: NsysExport, wa: WindowActivity) -> list[dict
              "duration_ns": int(t)} for k, t, n in zip(keys, ns, counts) if int(k & 0xFFFFFFFF) in names]
 
 
-def _gap_arrays(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(device id, start, end) of the idle gaps between islands: per GPU, or over the one GPU."""
-    devices, starts, ends = [], [], []
+def _gap_groups(wa: WindowActivity) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(device id, starts, ends) of the idle gaps between islands: per GPU, or over the one GPU (-1: no
+    device). Views of the islands, not copies."""
     groups = wa.islands.items() if len(wa.islands) > 1 else [(next(iter(wa.islands), None), wa.busy)]
-    for device_id, (s, e) in groups:
-        if len(s) > 1:
-            starts.append(e[:-1])
-            ends.append(s[1:])
-            devices.append(np.full(len(s) - 1, -1 if device_id is None else device_id))
-    if not starts:
-        return (np.zeros(0, np.int64),) * 3
-    return np.concatenate(devices), np.concatenate(starts), np.concatenate(ends)
+    return [(-1 if device_id is None else int(device_id), e[:-1], s[1:]) for device_id, (s, e) in groups if len(s) > 1]
+
+
+def _longest_gaps(groups, count: int) -> list[tuple[int, int, int]]:
+    """(device id, start, end) of the `count` longest gaps over all groups, longest first, ties in group then
+    time order: largest() over the groups' gaps one after the other, without joining them (each group's
+    lengths made in turn)."""
+    candidates = []   # (length, group, position)
+    for g, (_, starts, ends) in enumerate(groups):
+        lengths = ends - starts
+        candidates += [(int(lengths[i]), g, int(i)) for i in largest(lengths, count)]
+        del lengths
+    candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+    return [(groups[g][0], int(groups[g][1][i]), int(groups[g][2][i])) for _, g, i in candidates[:count]]
 
 
 def gaps(export: NsysExport, wa: WindowActivity) -> list[dict]:
-    device, starts, ends = _gap_arrays(wa)
-    top = largest(ends - starts, TOP_GAPS)
+    top = _longest_gaps(_gap_groups(wa), TOP_GAPS)
     calls = wa.calls
     # Calls in start order (as read): those that may overlap a gap start at most the longest call's
     # length before it, a slice found by binary search instead of a test of every call per gap.
     in_order = ascending(calls.start)
     longest = int((calls.end - calls.start).max()) if len(calls) and in_order else 0
     gaps = []
-    for i in top:
-        gap = {"device_id": None if device[i] == -1 else int(device[i]), "start": int(starts[i]),
-               "end": int(ends[i]), "duration_ns": int(ends[i] - starts[i])}
+    for device, gap_start, gap_end in top:
+        gap = {"device_id": None if device == -1 else device, "start": gap_start, "end": gap_end,
+               "duration_ns": gap_end - gap_start}
         # What the host was doing: the CUDA calls overlapping the gap, longest overlap first.
-        near = slice(int(np.searchsorted(calls.start, starts[i] - longest, side="left")),
-                     int(np.searchsorted(calls.start, ends[i], side="left"))) if in_order else slice(None)
+        near = slice(int(np.searchsorted(calls.start, gap_start - longest, side="left")),
+                     int(np.searchsorted(calls.start, gap_end, side="left"))) if in_order else slice(None)
         call_start, call_end, call_name = calls.start[near], calls.end[near], calls.name_id[near]
-        during = (call_start < ends[i]) & (call_end > starts[i])
-        overlap = np.minimum(call_end[during], ends[i]) - np.maximum(call_start[during], starts[i])
+        during = (call_start < gap_end) & (call_end > gap_start)
+        overlap = np.minimum(call_end[during], gap_end) - np.maximum(call_start[during], gap_start)
         by_name: dict = {}
         for name_id, ns in zip(call_name[during].tolist(), overlap.tolist()):
             entry = by_name.setdefault(wa.call_names.get(name_id), [0, 0])
@@ -117,11 +122,13 @@ def gaps(export: NsysExport, wa: WindowActivity) -> list[dict]:
 
 
 def gap_histogram(wa: WindowActivity, bucket_edges_ns=(1_000, 10_000, 100_000, 1_000_000)) -> dict:
-    _, starts, ends = _gap_arrays(wa)
-    buckets = np.searchsorted(np.array(bucket_edges_ns), ends - starts, side="right")
     labels = [f"< {e / 1000:g} us" for e in bucket_edges_ns] + [f">= {bucket_edges_ns[-1] / 1000:g} us"]
-    counts = np.bincount(buckets, minlength=len(labels))
-    idle = np.bincount(buckets, weights=ends - starts, minlength=len(labels))
+    counts, idle = np.zeros(len(labels), dtype=np.int64), np.zeros(len(labels))
+    for _, starts, ends in _gap_groups(wa):   # each group's gaps in turn (integer sums: exact in any order)
+        lengths = ends - starts
+        buckets = np.searchsorted(np.array(bucket_edges_ns), lengths, side="right")
+        counts += np.bincount(buckets, minlength=len(labels))
+        idle += np.bincount(buckets, weights=lengths, minlength=len(labels))
     return {label: {"gaps": int(counts[i]), "idle_ns": int(idle[i])} for i, label in enumerate(labels)}
 
 

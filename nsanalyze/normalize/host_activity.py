@@ -265,36 +265,35 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
         islands = [g.islands if g.islands is not None else union(g.starts.copy(), g.ends.copy(), owned=True)
                    for g in groups]
         # one cut of the window at every budget segment and class island edge: each piece lies in one budget
-        # part and is painted with at most one class, so (class, part) sums are one bincount
+        # part and is painted with at most one class, so (class, part) sums are one bincount. Painted a slice
+        # of the window at a time (_idle_pieces): the working set is one slice's, not the window's.
         labelled = budget.labelled
-        seg_s, seg_e, seg_class = paint(islands, (budget.start, budget.end), labelled.starts)
-        at = np.searchsorted(labelled.starts, seg_s, side="right")   # (in place: three arrays as long as the
-        at -= 1                                                          # segments were one at a time)
-        seg_part = labelled.labels[np.maximum(at, 0, out=at)]
-        del at
-        idle = (seg_part >= PARTS.index("idle_other")) & (seg_class < len(groups))
-        seg_s, seg_e, seg_class, seg_part = seg_s[idle], seg_e[idle], seg_class[idle], seg_part[idle]
-        if len(groups):
+        by_class_part = np.zeros((len(groups), len(PARTS)))
+        pieces: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in groups]
+        for seg_s, seg_e, seg_class, seg_part in _idle_pieces(islands, budget, len(groups)):
             key = seg_class.astype(np.int64)   # (class, part) as one key, made in place
             key *= len(PARTS)
             key += seg_part
-            by_class_part = np.bincount(key, weights=seg_e - seg_s,
-                                        minlength=len(groups) * len(PARTS)).reshape(len(groups), len(PARTS))
+            by_class_part += np.bincount(key, weights=seg_e - seg_s,
+                                         minlength=len(groups) * len(PARTS)).reshape(len(groups), len(PARTS))
             del key
-        else:
-            by_class_part = np.zeros((0, len(PARTS)))
+            order = np.argsort(seg_class, kind="stable")
+            bounds = np.searchsorted(seg_class[order], np.arange(len(groups) + 1))
+            seg_s, seg_e = seg_s[order], seg_e[order]   # by class, each class's pieces in time order
+            del order
+            for k in range(len(groups)):
+                if bounds[k + 1] > bounds[k]:
+                    pieces[k].append((seg_s[bounds[k]:bounds[k + 1]], seg_e[bounds[k]:bounds[k + 1]]))
         idle_total = labelled.totals()
         claimed = by_class_part.sum(axis=0)
-        order = np.argsort(seg_class, kind="stable")
-        bounds = np.searchsorted(seg_class[order], np.arange(len(groups) + 1))
-        seg_s, seg_e = seg_s[order], seg_e[order]   # by class, each class's pieces in time order: slices of
-        del order                                   # these, not a copy of its own each (12M pieces at 1 GB)
         for k, group in enumerate(groups):
-            idle_s, idle_e = seg_s[bounds[k]:bounds[k + 1]], seg_e[bounds[k]:bounds[k + 1]]   # this class's pieces
+            idle_s, idle_e = _joined(pieces[k])   # this class's pieces, in time order
+            pieces[k] = None
             entry = acc.setdefault((group.source, group.name), _empty(group, step_windows))
             isl_s, isl_e = islands[k]
-            inside = (group.ends > budget.start) & (group.starts < budget.end)
-            entry["calls"] += int(inside.sum())
+            islands[k] = groups[k] = None   # (each class's calls and islands let go once counted)
+            inside = _run((group.ends > budget.start) & (group.starts < budget.end))
+            entry["calls"] += int(inside.sum()) if isinstance(inside, np.ndarray) else inside.stop - inside.start
             entry["host_ns"] += float(measure_within(isl_s, isl_e, np.array([budget.start]), np.array([budget.end]))[0])
             entry["idle_by_part"] += by_class_part[k]
             entry["islands"].append((idle_s, idle_e))
@@ -328,6 +327,51 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
                         step_parts / n if step_parts is not None else None)
 
 
+# Budget segments painted at once: the paint's working set is about 60 bytes a segment (16 MB).
+PAINT_SLICE_SEGMENTS = 1 << 18
+
+
+def _idle_pieces(islands: list[tuple[np.ndarray, np.ndarray]], budget: DeviceBudget, groups: int):
+    """(starts, ends, class, budget part) of the painted pieces of the window that lie in an idle part and
+    are painted with a class, a slice of the window at a time. The slices end at budget segment starts,
+    which are cuts of the whole window's paint anyway: the pieces are those of painting the window at once."""
+    labelled = budget.labelled
+    cuts = labelled.starts
+    edges = np.unique(np.clip(cuts[::PAINT_SLICE_SEGMENTS], budget.start, budget.end))
+    edges = np.concatenate(([budget.start], edges[(edges > budget.start) & (edges < budget.end)], [budget.end]))
+    for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist()):
+        if hi <= lo:
+            continue
+        layers = []
+        for s, e in islands:   # disjoint sorted islands: those that reach into [lo, hi)
+            first, last = np.searchsorted(e, lo, side="right"), np.searchsorted(s, hi, side="left")
+            layers.append((s[first:last], e[first:last]))
+        c0, c1 = np.searchsorted(cuts, lo, side="left"), np.searchsorted(cuts, hi, side="right")
+        seg_s, seg_e, seg_class = paint(layers, (lo, hi), cuts[c0:c1])
+        at = np.searchsorted(labelled.starts, seg_s, side="right")   # (in place: three arrays as long as the
+        at -= 1                                                          # segments were one at a time)
+        seg_part = labelled.labels[np.maximum(at, 0, out=at)]
+        del at
+        idle = (seg_part >= PARTS.index("idle_other")) & (seg_class < groups)
+        yield seg_s[idle], seg_e[idle], seg_class[idle], seg_part[idle]
+
+
+def _run(mask: np.ndarray) -> np.ndarray | slice:
+    """The rows of a mask as a slice where they are one run (calls in time order inside a window: the usual
+    case; selections through it are views, not copies), else the mask."""
+    kept = int(np.count_nonzero(mask))
+    first = int(np.argmax(mask)) if kept else 0
+    return slice(first, first + kept) if not kept or mask[first:first + kept].all() else mask
+
+
+def _joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate([s for s, _ in parts]), np.concatenate([e for _, e in parts])
+
+
 def _empty(group: CallsOfClass, step_windows) -> dict:
     steps = len(step_windows[0]) if step_windows is not None else 0
     return {"calls": 0, "host_ns": 0.0, "idle_by_part": np.zeros(len(PARTS)), "names": {}, "islands": [],
@@ -335,7 +379,7 @@ def _empty(group: CallsOfClass, step_windows) -> dict:
 
 
 def _count_names(names: dict, group: CallsOfClass, inside: np.ndarray) -> None:
-    ids, durations = group.name_ids[inside], (group.ends - group.starts)[inside]
+    ids, durations = group.name_ids[inside], group.ends[inside] - group.starts[inside]
     for name_id in distinct(ids):
         mask = ids == name_id
         label = base_name(str(group.names.get(int(name_id)) or f"call {int(name_id)}"))

@@ -284,6 +284,7 @@ def _summarize(columns: dict[str, np.ndarray]) -> list[dict]:
     reduced = {}
     for name, how in SUMMARY_COLUMNS.items():
         values = columns[name]
+        values = values() if callable(values) else values
         if how == "distinct" and values.min() == values.max():  # one value everywhere (one GPU): no sort
             reduced[name] = np.full(len(starts), int(values[0] != ABSENT[how]), dtype=np.int64)
             continue
@@ -310,6 +311,18 @@ def _summarize(columns: dict[str, np.ndarray]) -> list[dict]:
     return records
 
 
+def _column(kernels: Columns, name: str):
+    """A column of the kernels, or where it is held as codes (Columns.coded), a function that makes it."""
+    coded = kernels.coded
+    if coded is not None and name in coded.values:
+        return lambda: getattr(kernels, name)
+    return getattr(kernels, name)
+
+
+def _selected(values, mask: np.ndarray):
+    return (lambda: values()[mask]) if callable(values) else values[mask]
+
+
 def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = None,
                            kernels: Columns | None = None, strings=None) -> KernelTable:
     """One row per distinct demangled kernel name, as `nsys stats -r cuda_gpu_kern_sum` groups them.
@@ -319,12 +332,15 @@ def normalize_nsys_kernels(export: NsysExport, window: tuple[int, int] | None = 
     if kernels is None:
         kernels = read_kernels(export, "start >= :ws AND start < :we", {"ws": start, "we": end})
     kernels = kernels.where((kernels.start >= start) & (kernels.start < end))
-    columns = {name: getattr(kernels, name) for name in ("demangled_id", "device_id", "grid_x", "grid_y", "grid_z",
-                                                           "block_x", "block_y", "block_z", "registers_per_thread")}
-    columns |= {"duration_ns": kernels.end - kernels.start, "shared_mem_per_block_bytes": kernels.shared_mem_bytes,
+    # the launch shape's columns made one at a time where they are asked for (kernels.coded: eight arrays as
+    # long as the window's kernels held at once were 190 MB at 6M kernels)
+    columns = {name: _column(kernels, name) for name in ("demangled_id", "device_id", "grid_x", "grid_y", "grid_z",
+                                                         "block_x", "block_y", "block_z", "registers_per_thread")}
+    columns |= {"duration_ns": kernels.end - kernels.start,
+                "shared_mem_per_block_bytes": _column(kernels, "shared_mem_bytes"),
                 "short_name_id": np.where(kernels.short_name_id == -1, NO_MIN, kernels.short_name_id)}
     named = columns["demangled_id"] != -1  # a kernel without a name id is not summarized (as nsys stats)
-    records = _summarize(columns if named.all() else {key: values[named] for key, values in columns.items()})
+    records = _summarize(columns if named.all() else {key: _selected(values, named) for key, values in columns.items()})
     names = (strings or export.strings)([i for r in records for i in (r["demangled_id"], r["short_name_id"]) if i is not None])
     for record in records:
         record["demangled"] = names.get(record.pop("demangled_id"))

@@ -243,6 +243,8 @@ def _host_activity(export: NsysExport, budgets, activity: Activity, call_names: 
 
     def cuda_calls(budget):
         mine = np.isin(calls.pid, budget.processes)
+        if mine.all():   # (one GPU's processes made every call: the columns themselves, no copy)
+            return calls.start, calls.end, calls.name_id, call_names
         return calls.start[mine], calls.end[mine], calls.name_id[mine], call_names
 
     os_by_device = {budget.device_id: _os_calls(export, budget, launching_threads) for budget in budgets}

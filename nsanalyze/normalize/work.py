@@ -223,11 +223,11 @@ def _launch_roles(strings, kernels) -> dict | None:
     stream = np.asarray(kernels.stream_id, dtype=np.int64)
     begin = np.asarray(kernels.start, dtype=np.int64)
     order = np.lexsort((begin, stream, device))
-    shape = [np.asarray(getattr(kernels, axis), dtype=np.int64) for axis in
-             ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")]
     threads = np.ones(len(begin), dtype=np.float64)
-    for values in shape:
+    for axis in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"):   # one axis at a time: the six
+        values = np.asarray(getattr(kernels, axis), dtype=np.int64)           # as int64 were 290 MB at 6M launches
         threads *= np.where((values > 0) & (values < 2**31), values, 1)
+        del values
     return {"role": codes[inverse][order], "fused": fused[inverse][order], "name_id": name_ids[order],
             "ns": (np.asarray(kernels.end, dtype=np.int64) - begin)[order], "threads": threads[order],
             "device": device[order], "stream": stream[order],

@@ -98,3 +98,28 @@ def test_selection_copies_columns_only_when_read():
     again = late.where(late.end > late.end.min())
     assert len(again) == len(late) - int((late.end == late.end.min()).sum())
     assert isinstance(again, Columns)
+
+
+def test_launch_shapes_held_as_codes_read_as_the_table_holds_them():
+    """A kernel's launch shape is held as one code into a table of distinct shapes (Columns.coded); read by
+    name, each kernel's shape is the kernel table's own row, as SQL gives it, and a chunked coding (chunks
+    far smaller than the table, each its own hash grouping) gives the same codes."""
+    from nsanalyze.normalize import activity as module
+
+    kernels = _activity().kernels
+    assert kernels.coded is not None and len(kernels.coded.values["grid_x"]) < len(kernels) / 50
+    expected = np.array(sql(EXPORT, "SELECT gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread, "
+                                    "staticSharedMemory + dynamicSharedMemory FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                                    "ORDER BY rowid"))
+    names = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread", "shared_mem_bytes")
+    assert np.array_equal(np.stack([getattr(kernels, name) for name in names], axis=1), expected)
+    selected = kernels.where(kernels.start >= np.median(kernels.start))
+    assert np.array_equal(selected.grid_x, kernels.grid_x[kernels.start >= np.median(kernels.start)])
+    chunk, multiplier = module.CODE_CHUNK, module.HASH_MULTIPLIER
+    for module.CODE_CHUNK, module.HASH_MULTIPLIER in ((997, multiplier), (chunk, 0)):  # 0: every shape one hash
+        try:                                                                            # (grouped by its values)
+            again = _activity().kernels
+        finally:
+            module.CODE_CHUNK, module.HASH_MULTIPLIER = chunk, multiplier
+        assert np.array_equal(again.shape_code, kernels.shape_code)
+        assert all(np.array_equal(again.coded.values[n], kernels.coded.values[n]) for n in names)
