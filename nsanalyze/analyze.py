@@ -359,11 +359,12 @@ def _analyze(paths: list[str], options: Options) -> dict:
     if len(ncu_gpus) > 1:   # one table of kernels timed on different GPUs: said, and each row names its GPU
         model["gpus"] = ncu_gpus
     launches = {k["id"]: k["launches"] for k in kernels if k.get("launches")}
-    # one row per (check, kernel): the launch shapes, NVTX ranges and look-alike template instances of one function
-    # share the fix (the Adam step's multi_tensor_apply_kernel<...> read as four identical rows). Instances compiled
-    # differently (other registers a thread: CUTLASS's `Kernel` of 255 and of 188 registers, one spilling) are
-    # other kernels under one short name: merged, one's evidence spoke for the other
-    identity = {k["id"]: (k.get("profile"), k["name"] or k.get("demangled"),
+    # one row per (check, kernel): the launch shapes and NVTX ranges of one function (its full, demangled signature)
+    # share the fix. Template instances are other kernels under one short name: the Adam step's
+    # multi_tensor_apply_kernel<...> over Lerp, multiplies, Sqrt and divides (gpt_bf16_full: 32, 32, 32 and 34
+    # registers) merged as one row, the evidence of one instance speaking for the others; so are instances compiled
+    # differently (other registers a thread: CUTLASS's `Kernel` of 255 and of 188 registers, one spilling)
+    identity = {k["id"]: (k.get("profile"), k.get("demangled") or k["name"],
                           (k.get("metrics") or {}).get("registers_per_thread")) for k in kernels}
     program_ns = (model.get("timeline") or {}).get("span_ns") if nsys_exports else None
     floor_of = {path: facts["launch_floor"]["ns"] for path, facts in facts_by_path.items()}

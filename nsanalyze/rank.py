@@ -156,7 +156,9 @@ def merge_launch_shapes(findings: list[Finding], kernel_keys: dict, kernel_time_
         else:
             merged.setdefault((finding.check, key), []).append(finding)
     for fired in merged.values():
-        best = max(fired, key=lambda f: (f.estimated_savings_ns, f.estimated_speedup))
+        # the entry that speaks is one of the merged severity: a speaker capped at info (near its roof) beside an
+        # entry that was not gave the row the other's severity under its own "capped at info" note
+        best = max(fired, key=lambda f: (f.severity != "info", f.estimated_savings_ns, f.estimated_speedup))
         if len(fired) > 1:
             time_ns = sum(kernel_time_ns.get(f.kernel_id, 0.0) for f in fired)
             best.estimated_savings_ns = sum(f.estimated_savings_ns for f in fired)
