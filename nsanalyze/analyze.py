@@ -77,6 +77,30 @@ def _nvidia_rules(report: NcuReport) -> list[dict]:
     return rules
 
 
+_SIGNATURE_WORDS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?!\w|::)")  # identifiers, not the namespaces they sit in
+
+
+def instance_names(kernels: list[dict]) -> dict:
+    """Names that tell apart the template instances of one function in a report (kernel id -> name): the short
+    name with the last words of its signature that not all of them share (gpt_bf16_full's Adam step:
+    `multi_tensor_apply_kernel[TensorListMetadata, TernaryOpScalarFunctor, LerpFunctor]`, `[..., Sqrt]`), where
+    one short name stands for several signatures; kernels of a name of their own are left out."""
+    signatures: dict[tuple, set] = {}
+    for kernel in kernels:
+        if kernel.get("name") and kernel.get("demangled"):
+            signatures.setdefault((kernel.get("profile"), kernel["name"]), set()).add(kernel["demangled"])
+    shown = {}
+    for kernel in kernels:
+        alike = signatures.get((kernel.get("profile"), kernel.get("name")), set())
+        if len(alike) < 2:
+            continue
+        common = set.intersection(*(set(_SIGNATURE_WORDS.findall(s)) for s in alike))
+        words = list(dict.fromkeys(w for w in _SIGNATURE_WORDS.findall(kernel["demangled"]) if w not in common))
+        if words:
+            shown[kernel["id"]] = f"{kernel['name']}[{', '.join(words[-3:])}]"
+    return shown
+
+
 def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[Finding], list, list[dict], dict]:
     """Kernel diagnosis of one report: checks run per launch, then launches group into kernels
     (name, launch shape, NVTX range) and each check speaks once per kernel."""
@@ -374,6 +398,10 @@ def _analyze(paths: list[str], options: Options) -> dict:
                     for k in kernels if k.get("profile") in floor_of}
     ranked = rank(findings, kernel_time, kernel_launches=launches, kernel_keys=identity, kernel_floor_ns=kernel_floor,
                   total_ns=program_ns or sum(kernel_time.values()) or None)  # the program's time, else the report's
+    shown = instance_names(kernels)
+    for finding in ranked:
+        if finding.kernel_id in shown:
+            finding.kernel_name = shown[finding.kernel_id]
     model["findings"] = [f.to_json() for f in ranked]
     for profile in nsys_exports:
         profile.close()
