@@ -78,6 +78,30 @@ def _nvidia_rules(report: NcuReport) -> list[dict]:
     return rules
 
 
+_SIGNATURE_WORDS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?!\w|::)")  # identifiers, not the namespaces they sit in
+
+
+def instance_names(kernels: list[dict]) -> dict:
+    """Names that tell apart the template instances of one function in a report (kernel id -> name): the short
+    name with the last words of its signature that not all of them share (gpt_bf16_full's Adam step:
+    `multi_tensor_apply_kernel[TensorListMetadata, TernaryOpScalarFunctor, LerpFunctor]`, `[..., Sqrt]`), where
+    one short name stands for several signatures; kernels of a name of their own are left out."""
+    signatures: dict[tuple, set] = {}
+    for kernel in kernels:
+        if kernel.get("name") and kernel.get("demangled"):
+            signatures.setdefault((kernel.get("profile"), kernel["name"]), set()).add(kernel["demangled"])
+    shown = {}
+    for kernel in kernels:
+        alike = signatures.get((kernel.get("profile"), kernel.get("name")), set())
+        if len(alike) < 2:
+            continue
+        common = set.intersection(*(set(_SIGNATURE_WORDS.findall(s)) for s in alike))
+        words = list(dict.fromkeys(w for w in _SIGNATURE_WORDS.findall(kernel["demangled"]) if w not in common))
+        if words:
+            shown[kernel["id"]] = f"{kernel['name']}[{', '.join(words[-3:])}]"
+    return shown
+
+
 def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[Finding], list, list[dict], dict]:
     """Kernel diagnosis of one report: checks run per launch, then launches group into kernels
     (name, launch shape, NVTX range) and each check speaks once per kernel."""
@@ -368,11 +392,12 @@ def _analyze(paths: list[str], options: Options) -> dict:
     if len(ncu_gpus) > 1:   # one table of kernels timed on different GPUs: said, and each row names its GPU
         model["gpus"] = ncu_gpus
     launches = {k["id"]: k["launches"] for k in kernels if k.get("launches")}
-    # one row per (check, kernel): the launch shapes, NVTX ranges and look-alike template instances of one function
-    # share the fix (the Adam step's multi_tensor_apply_kernel<...> read as four identical rows). Instances compiled
-    # differently (other registers a thread: CUTLASS's `Kernel` of 255 and of 188 registers, one spilling) are
-    # other kernels under one short name: merged, one's evidence spoke for the other
-    identity = {k["id"]: (k.get("profile"), k["name"] or k.get("demangled"),
+    # one row per (check, kernel): the launch shapes and NVTX ranges of one function (its full, demangled signature)
+    # share the fix. Template instances are other kernels under one short name: the Adam step's
+    # multi_tensor_apply_kernel<...> over Lerp, multiplies, Sqrt and divides (gpt_bf16_full: 32, 32, 32 and 34
+    # registers) merged as one row, the evidence of one instance speaking for the others; so are instances compiled
+    # differently (other registers a thread: CUTLASS's `Kernel` of 255 and of 188 registers, one spilling)
+    identity = {k["id"]: (k.get("profile"), k.get("demangled") or k["name"],
                           (k.get("metrics") or {}).get("registers_per_thread")) for k in kernels}
     program_ns = (model.get("timeline") or {}).get("span_ns") if nsys_exports else None
     floor_of = {path: facts["launch_floor"]["ns"] for path, facts in facts_by_path.items()}
@@ -384,6 +409,10 @@ def _analyze(paths: list[str], options: Options) -> dict:
                   total_ns=program_ns or sum(kernel_time.values()) or None)  # the program's time, else the report's
     # each kernel's first finding names what its warps wait on (the dominant stall) and the fix that implies
     name_first_findings_stall(ranked, {k["id"]: KernelView(k["metrics"]) for k in kernels if k.get("metrics")})
+    shown = instance_names(kernels)
+    for finding in ranked:
+        if finding.kernel_id in shown:
+            finding.kernel_name = shown[finding.kernel_id]
     model["findings"] = [f.to_json() for f in ranked]
     for profile in nsys_exports:
         profile.close()

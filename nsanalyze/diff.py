@@ -50,10 +50,13 @@ def _verdict(change: float | None, noise: float) -> str:
 
 
 def _findings_by_kernel(model: dict) -> dict:
+    """Findings by their kernel's name (the kernel list's, not the finding's: a template instance's finding reads
+    `name[its own signature words]`, analyze.instance_names)."""
+    names = {k.get("id"): k["name"] for k in model.get("kernels") or []}
     out: dict = {}
     for f in model["findings"]:
         if f["kernel_name"] and f["severity"] != "info":
-            out.setdefault(f["kernel_name"], {})[f["check"]] = f
+            out.setdefault(names.get(f.get("kernel_id"), f["kernel_name"]), {})[f["check"]] = f
     return out
 
 

@@ -158,7 +158,9 @@ def merge_launch_shapes(findings: list[Finding], kernel_keys: dict, kernel_time_
         else:
             merged.setdefault((finding.check, key), []).append(finding)
     for fired in merged.values():
-        best = max(fired, key=lambda f: (f.estimated_savings_ns, f.estimated_speedup))
+        # the entry that speaks is one of the merged severity: a speaker capped at info (near its roof) beside an
+        # entry that was not gave the row the other's severity under its own "capped at info" note
+        best = max(fired, key=lambda f: (f.severity != "info", f.estimated_savings_ns, f.estimated_speedup))
         if len(fired) > 1:
             time_ns = sum(kernel_time_ns.get(f.kernel_id, 0.0) for f in fired)
             best.estimated_savings_ns = sum(f.estimated_savings_ns for f in fired)
@@ -343,21 +345,59 @@ def measured_twins(findings: list[Finding], records: dict) -> None:
     by_shape: dict[tuple, dict] = {}  # launches of one shape: the only candidates (thousands of launches, few shapes)
     for launch_id, record in records.items():
         by_shape.setdefault((record.get("grid_size"), record.get("block_size")), {})[launch_id] = record
+    rules = _same_work_rules()
     for finding in findings:
         record = records.get(finding.kernel_id)
         if not record or not record.get("duration_ns"):
             continue
-        twin = _twin(finding.check, record, by_shape.get((record.get("grid_size"), record.get("block_size")), {}), fired)
+        if finding.check in rules:
+            twin, how = _work_twin(rules[finding.check], finding.check, record, records, fired)
+        else:
+            twin = _twin(finding.check, record, by_shape.get((record.get("grid_size"), record.get("block_size")), {}),
+                         fired)
+            how = "launch shape and instructions alike"
         if twin is None:
             continue
         measured = clamp01(1.0 - twin["duration_ns"] / record["duration_ns"])
-        finding.notes.append(f"measured in this report: {twin['name']}, the same kernel without this problem (launch "
-                             f"shape and instructions alike), runs in {twin['duration_ns'] / 1e3:.1f} us against "
+        # the measurement replaces the model, and the model's bound with it
+        finding.notes = [n for n in finding.notes if not n.startswith("bounded by the next limiter")]
+        finding.evidence = {k: v for k, v in finding.evidence.items() if k != "next_limiter_pct"}
+        finding.notes.append(f"measured in this report: {twin['name']}, the same kernel without this problem ({how}), "
+                             f"runs in {twin['duration_ns'] / 1e3:.1f} us against "
                              f"{record['duration_ns'] / 1e3:.1f} us: {measured:.1%} of the time, the estimate "
                              f"(the model said {finding.estimated_speedup:.0%})")
         finding.evidence = {**finding.evidence, "twin_duration_ns": {"value": round(twin["duration_ns"], 1),
                                                                      "kernel": twin["name"]}}
         finding.estimated_speedup = measured
+
+
+def _same_work_rules() -> dict:
+    """Checks whose fix changes the instructions themselves (the product on tensor cores, a multiplication for a
+    division) say which variant does the same work: `same_work(kernel, other)` in the check's module."""
+    from nsanalyze.checks.kernel import costly_fp_math, missing_tensor_cores
+
+    return {module.ID: module.same_work for module in (costly_fp_math, missing_tensor_cores)}
+
+
+def _work_twin(same_work, check: str, record: dict, records: dict, fired: set) -> tuple[dict | None, str]:
+    """The variant the check's own rule finds doing the same work, and the rule's words for it; of several, the
+    slowest, which promises least (fp_mix's fp32_divide: fp32_fused, 274 us, before fp32_recip, 268 us)."""
+    from nsanalyze.checks.base import KernelView
+
+    mine = KernelView(record)
+    candidates = []
+    for other_id, other in records.items():
+        if other is record or (check, other_id) in fired or other.get("name") == record.get("name"):
+            continue
+        if not other.get("duration_ns"):
+            continue
+        how = same_work(mine, KernelView(other))
+        if how:
+            candidates.append((-other["duration_ns"], other_id, other, how))
+    if not candidates:
+        return None, ""
+    best = min(candidates, key=lambda c: c[:2])
+    return best[2], best[3]
 
 
 def _twin(check: str, record: dict, records: dict, fired: set) -> dict | None:

@@ -234,7 +234,7 @@ def run_kernel_checks(kernels: list[KernelView], overrides=None) -> tuple[list[F
             finding.check = check.id
             finding.kernel_name = kernel.name
             finding.kernel_id = kernel.id
-            finding.relieves = check.relieves
+            finding.relieves = finding.relieves or check.relieves   # a finding may narrow it (base.Finding)
             finding.severity = severity_for(finding.estimated_speedup, cuts)
             findings.append(finding)
     return findings, not_judged

@@ -90,7 +90,8 @@ class Finding:
     source: "list[dict[str, Any]] | SourceLines" = field(default_factory=list)
     device_id: int | None = None
     notes: list[str] = field(default_factory=list)
-    relieves: str | None = None
+    relieves: str | None = None     # set by the registry from the check's; a check may narrow it for one kernel
+    # ("on-chip": its fix takes load off L1/L2 only, not off the DRAM roof that rank.apply_roof_gate reads)
     budget_part: str | None = None  # program findings: the part of the time budget their savings come from
     budget_device: Any = None       # ... and the GPU whose budget it is, when one GPU's time is saved
     gpu: dict | None = None         # program findings about one GPU: {rank, device} as integers

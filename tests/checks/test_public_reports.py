@@ -52,14 +52,14 @@ def test_export_without_gpu_activity_says_how_to_capture_it():
 @pytest.mark.parametrize("path", PUBLIC_NCU + [DEV_SUITE_NCU, REAL / "gpt_fp32_full.ncu-rep.xz"], ids=lambda p: p.name[:60])
 def test_savings_and_severities_read_in_rank_order(path, analyzed):
     """Severity follows savings (its share of the report's time), so the ranked table reads in order;
-    nothing saving under 10 us is high, and one (check, kernel) is one row whatever its launch shapes (template
-    instances compiled alike are one kernel, those with other registers are not)."""
+    nothing saving under 10 us is high, and one (check, kernel) is one row whatever its launch shapes (one
+    demangled signature compiled alike is one kernel; template instances, or other registers, are not)."""
     model = analyzed(path)
     order = ("high", "medium", "low", "info")
     severities = [order.index(f["severity"]) for f in model["findings"]]
     assert severities == sorted(severities)
     assert all(f["estimated_savings_ns"] >= 10_000 for f in model["findings"] if f["severity"] == "high")
-    identity = {k["id"]: (k["name"] or k["demangled"], k["metrics"].get("registers_per_thread"))  # as analyze merges
+    identity = {k["id"]: (k["demangled"] or k["name"], k["metrics"].get("registers_per_thread"))  # as analyze merges
                 for k in model["kernels"]}
     rows = [(f["check"], identity[f["kernel_id"]]) for f in model["findings"] if f["kernel_id"] is not None]
     assert len(rows) == len(set(rows))

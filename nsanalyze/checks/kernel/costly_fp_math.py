@@ -37,6 +37,8 @@ may (`-fmad=true`), what is left is often not a product feeding a sum. FP64-to-F
 FP32's precision is enough; the estimate assumes all of it moves. Special functions (`pow`, `exp`,
 `sin` in FP64) are long DFMA polynomials that this check does not separate from other arithmetic.
 Thread instruction counts are turned into warp instructions at 32 threads.
+Where the report holds a variant with the same launch shape and global traffic, a name of the same leading
+word and fewer instructions (`fp64_recip` beside `fp64_divide`), the measured difference is the estimate.
 
 ## Options
 - `min_pipe_share`: share of its peak at which an FP pipe counts as the kernel's limiter.
@@ -46,6 +48,8 @@ Thread instruction counts are turned into warp instructions at 32 threads.
 - `min_removable_share`: share of the pipe's instructions that must be removable before it speaks.
 - `max_tensor_pipe_pct`: tensor-pipe activity above which the kernel is matrix math: not this check's.
 """
+
+import re
 
 from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share, unjudged
 from nsanalyze.checks.libraries import library_of
@@ -107,6 +111,37 @@ CHECK = Check(
 )
 
 CLOSED = frozenset({"cuBLAS", "cuBLASLt", "cuDNN", "CUTLASS", "NCCL"})
+
+
+SAME_TRAFFIC = 0.1  # a variant that computes the same values loads and stores the same sectors
+
+
+def _words(name: str) -> list[str]:
+    return [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
+
+
+def same_work(kernel: KernelView, other: KernelView) -> str | None:
+    """Whether `other`, in the same report, computes what the kernel does with cheaper arithmetic: the same launch
+    shape, the same global sectors loaded and stored (the same inputs and results), fewer instructions (the fix
+    takes some away), and a name of the same leading word that is not a generated sibling (OpenACC's
+    compute_x_279_gpu and compute_x_309_gpu are other loops). fp_mix: fp64_divide and fp64_recip (x * rc[j])."""
+    mine, theirs = _words(kernel.name), _words(other.name)
+    if not mine or not theirs or mine[0] != theirs[0]:
+        return None
+    if re.sub(r"\d+", "#", kernel.name.lower()) == re.sub(r"\d+", "#", other.name.lower()):
+        return None
+    for concept in ("grid_size", "block_size"):
+        if kernel.get(concept) is None or kernel.get(concept) != other.get(concept):
+            return None
+    for concept in ("global_load_sectors", "global_store_sectors"):
+        a, b = kernel.get(concept), other.get(concept)
+        if a is None or b is None or abs(a - b) > SAME_TRAFFIC * max(a, b):
+            return None
+    instructions, fewer = kernel.get("instructions_executed"), other.get("instructions_executed")
+    if not instructions or not fewer or fewer >= instructions:
+        return None
+    return (f"the same launch shape and global traffic with {fewer / 1e6:.0f}M instructions against this kernel's "
+            f"{instructions / 1e6:.0f}M")
 
 
 def _warp(kernel: KernelView, concept: str) -> float:

@@ -33,6 +33,9 @@ The GPU's tensor cores are looked up by model in `normalize/device_caps.csv` (NV
 specifications), not inferred from compute capability: a GTX 1660 (TU116, CC 7.5 like the RTX 20
 series) has none, and gets no advice to use them.
 
+Where the report holds a kernel that runs the same product on tensor cores (as many tensor operations as
+the kernel's FLOPs), the measured difference is the estimate instead (`rank.measured_twins`).
+
 ## Known problems
 It cannot see that the arithmetic is a matrix product; it looks for FMA-dominated FP work that
 reads operands from shared memory, at scale. A stencil with the same shape can trip it. FP32
@@ -100,6 +103,26 @@ CHECK = Check(
                    "FP16/BF16 roof where TF32 is missing) / the kernel's duration"),
     advice=ADVICE,
 )
+
+
+SAME_PRODUCT = 0.1  # one matrix product counts 2 x M x N x K operations whatever runs it; epilogues add a few
+
+
+def same_work(kernel: KernelView, other: KernelView) -> str | None:
+    """Whether `other`, in the same report, runs the kernel's matrix product on tensor cores: its MMA operations
+    (2 x M x N x K, ncu's tensor-path counters) are the kernel's FMA-pipe FLOPs. ncu's roofline weighs every HFMA
+    as a packed half2 (4 FLOPs), so a kernel of scalar HFMA reads twice its product's FLOPs: the FP16 part
+    matches from half of it up to all of it (fp16 suite: hgemm_scalar 34.4 GFLOP, hgemm_half2 17.2 GFLOP,
+    hgemm_wmma's 17.2 G tensor operations, n = 2048). The launch shape may differ: a tensor-core kernel tiles
+    the product its own way. Returns how the twin was matched, for the finding's note, or None."""
+    ops = other.get("tensor_mma_ops")
+    fp32, half = kernel.get("fp32_flops") or 0.0, kernel.get("fp16_flops") or 0.0
+    if not ops or not fp32 + half:
+        return None
+    if not (fp32 + half / 2) * (1 - SAME_PRODUCT) <= ops <= (fp32 + half) * (1 + SAME_PRODUCT):
+        return None
+    return (f"the same matrix product on tensor cores: {ops / 1e9:.1f} G tensor operations against this kernel's "
+            f"{(fp32 + half) / 1e9:.1f} GFLOP")
 
 
 def _tensor_activity(kernel: KernelView) -> float | None:

@@ -60,7 +60,8 @@ CHECK = Check(
     title="Grid too small to fill the GPU",
     section="kernel",
     requires=("grid_size", "sm_count"),
-    optional=("blocks_per_sm_limit", "waves_per_sm", "block_size", "achieved_occupancy_pct", "theoretical_occupancy_pct",
+    optional=("blocks_per_sm_limit", "blocks_per_sm_limit_registers", "blocks_per_sm_limit_shared_mem",
+              "blocks_per_sm_limit_warps", "waves_per_sm", "block_size", "achieved_occupancy_pct", "theoretical_occupancy_pct",
               "sm_active_cycles_max", "sm_cycles_elapsed"),
     collect="--section LaunchStats --section Occupancy",
     relieves=None,
@@ -81,6 +82,18 @@ CHECK = Check(
 )
 
 
+OCCUPANCY_LIMITS = ("blocks_per_sm_limit", "blocks_per_sm_limit_registers", "blocks_per_sm_limit_shared_mem",
+                    "blocks_per_sm_limit_warps")
+
+
+def blocks_per_sm(kernel: KernelView) -> float | None:
+    """The blocks an SM can hold of this launch: the least of the occupancy limits (the hardware's blocks,
+    registers, shared memory, warps; ncu's launch__occupancy_limit_*), None where none is in the report."""
+    values = [kernel.get(c) for c in OCCUPANCY_LIMITS]
+    values = [v for v in values if v is not None and v > 0]
+    return min(values) if values else None
+
+
 MOST_UNEVEN_BLOCKS = 2  # one block against two per SM halves an SM's work; 4 against 5 is within latency's noise
 
 
@@ -89,7 +102,7 @@ def _within_one_wave(kernel: KernelView, grid: float, sms: float) -> bool:
     waves = kernel.get("waves_per_sm")
     if waves is not None:
         return waves < 1
-    per_sm = kernel.get("blocks_per_sm_limit")
+    per_sm = blocks_per_sm(kernel)
     return per_sm is not None and grid < per_sm * sms
 
 
@@ -105,7 +118,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
         most = math.ceil(grid / sms)
         idle_sms = clamp01(1 - (grid / sms) / most)
         fuller = int(grid - (most - 1) * sms)
-        limit = kernel.get("blocks_per_sm_limit")
+        limit = blocks_per_sm(kernel)
         title = (f"{plural(grid, 'block')} on {sms:.0f} SMs, under one wave: {fuller} SMs run {most} blocks while "
                  f"{int(sms) - fuller} run {most - 1}" + (f", of the {limit:.0f} an SM can hold" if limit else "")
                  + f": up to {idle_sms:.0%} of the SMs' time idles")
@@ -126,7 +139,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
         evidence={"idle_sm_share": evidence(idle_sms, limits["min_idle_sm_share"], unit="ratio"),
                   "grid_size": evidence(grid, unit="blocks"), "sm_count": evidence(sms),
                   "waves_per_sm": evidence(waves),
-                  "blocks_per_sm_limit": evidence(kernel.get("blocks_per_sm_limit")),
+                  "blocks_per_sm_limit": evidence(blocks_per_sm(kernel)),
                   "achieved_occupancy_pct": evidence(kernel.get("achieved_occupancy_pct"), unit="%"),
                   "theoretical_occupancy_pct": evidence(kernel.get("theoretical_occupancy_pct"), unit="%"),
                   "block_size": evidence(kernel.get("block_size"), unit="threads"),

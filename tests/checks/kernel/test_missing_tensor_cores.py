@@ -17,10 +17,16 @@ def test_healthy_twin_stays_quiet(dev_suite_model):
     assert_quiet(dev_suite_model, "bf16_gemm_wmma", CHECK)
 
 
-def test_estimate_uses_the_tf32_roof(dev_suite_model):
+def test_estimate_uses_the_tf32_roof_then_the_measured_wmma_twin(dev_suite_model):
+    """The model: 17 GFLOP in 1.86 ms on FFMA vs ~0.07 ms at half the TF32 roof (96%). The suite holds the same
+    product on tensor cores (bf16_gemm_wmma, 2 x 2048^3 tensor operations, 456 us): that measured 75% is the
+    estimate, as the review of 2 Dec asked of the fp16 suite's GEMMs."""
     finding = findings_for(dev_suite_model, "sgemm_tiled")[0]
     assert "TF32" in finding["notes"][0]
-    assert finding["estimated_speedup"] > 0.9   # 17 GFLOP in 1.86 ms on FFMA vs ~0.07 ms at half the TF32 roof
+    kernels = {k["name"]: k for k in dev_suite_model["kernels"]}
+    measured = 1 - kernels["bf16_gemm_wmma"]["duration_ns"] / kernels["sgemm_tiled"]["duration_ns"]
+    assert finding["evidence"]["twin_duration_ns"]["kernel"] == "bf16_gemm_wmma"
+    assert finding["estimated_speedup"] == pytest.approx(measured, abs=1e-3) and 0.7 < measured < 0.8
 
 
 def test_advice_names_the_paths_and_alignment(dev_suite_model):

@@ -108,3 +108,28 @@ def test_a_grid_that_leaves_most_sms_idle_leads_with_the_grid(analyzed):
         metrics = kernel["metrics"]
         running = metrics["sm_active_cycles_max"] / metrics["sm_cycles_elapsed"]
         assert mine[0]["estimated_speedup"] <= 0.5 * running + 1e-4
+
+
+@pytest.mark.parametrize("report, kernel_name", [
+    ("bwcurless__FaSTED__profiles__memCpyAsync_Minimum_Reproducible__Pipeline_Depth_1.ncu-rep.xz", "MatrixTransferKernel"),
+    ("Alaric617R__COALDA__examples__rgb__profile__report__uncoalesced_chart_unroll.ncu-rep.xz",
+     "rgb_increase_brightness_unroll"),
+])
+def test_uneven_grid_quotes_the_occupancy_limited_blocks_per_sm(analyzed, report, kernel_name):
+    """Review of 2 Dec: "of the 32 an SM can hold" quoted the hardware's blocks per SM (launch__occupancy_limit_blocks)
+    where shared memory lets the A100's MatrixTransferKernel hold 9, and COALDA's unrolled kernel 2 of the hardware's
+    24. The title and evidence now quote the least of the report's occupancy limits (blocks, registers, shared memory,
+    warps)."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / report)
+    kernel = next(k for k in model["kernels"] if k["name"] == kernel_name)
+    m = kernel["metrics"]
+    limits = [m[c] for c in ("blocks_per_sm_limit", "blocks_per_sm_limit_registers", "blocks_per_sm_limit_shared_mem",
+                             "blocks_per_sm_limit_warps")]
+    least = min(limits)
+    assert least == m["blocks_per_sm_limit_shared_mem"] < m["blocks_per_sm_limit"]   # 9 of 32, 2 of 24
+    finding = next(f for f in model["findings"] if f["check"] == "small-grid" and f["kernel_id"] == kernel["id"])
+    assert f"of the {least:.0f} an SM can hold" in finding["title"]
+    assert f"of the {m['blocks_per_sm_limit']:.0f} an SM" not in finding["title"]
+    assert finding["evidence"]["blocks_per_sm_limit"]["value"] == least
