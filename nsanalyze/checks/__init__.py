@@ -238,3 +238,8 @@ def run_kernel_checks(kernels: list[KernelView], overrides=None) -> tuple[list[F
             finding.severity = severity_for(finding.estimated_speedup, cuts)
             findings.append(finding)
     return findings, not_judged
+
+
+# Every declaration is validated when the checks package is imported, not on first use: a misspelled field or
+# metadata global, a duplicate id or a REQUIRES entry nothing provides stops `import nsanalyze.checks` itself.
+registry()
