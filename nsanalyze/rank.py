@@ -40,24 +40,56 @@ from nsanalyze.normalize import pricing
 from nsanalyze.normalize.critical_path import SELF_CHECK_TOLERANCE
 
 
-def severity_for(speedup: float, cuts: dict[str, float]) -> str:
-    """Severity from the part of the kernel's time a fix could remove."""
-    if speedup >= cuts["high"]:
+# ---------------------------------------------------------------------------------------------------------
+# Severity: one scale for every finding ([severity] of checks/thresholds.toml, where the table is).
+
+def severity(savings_ns: float, total_ns: float | None) -> str:
+    """The one severity scale: the savings' share of the report's time (the window of an nsys export, the
+    profiled kernels' time of an ncu report), with absolute minimums so that microseconds are never high. The
+    same share means the same severity whatever the finding's kind or the input's."""
+    if not total_ns or savings_ns <= 0:
+        return "info"
+    cuts = global_settings()["severity"]
+    share = savings_ns / total_ns
+    if share >= cuts["high"] and savings_ns >= cuts["min_high_ns"]:
         return "high"
-    if speedup >= cuts["medium"]:
+    if share >= cuts["medium"] and savings_ns >= cuts["min_medium_ns"]:
         return "medium"
-    if speedup >= cuts["low"]:
+    if share >= cuts["low"]:
         return "low"
     return "info"
 
 
-def settle_launches(findings: list[Finding], records: dict, roofs: dict) -> None:
-    """The kernel checks' raw findings, one per launch, settled: a severity from the share of the launch's time
-    the fix could remove, the estimate bounded by the next limiter or replaced by a measured twin, and findings
-    on kernels near a roof capped at info unless the fix relieves that roof."""
+def under_minimum(finding: Finding) -> bool:
+    """Within its model's noise, so info whatever it saves: a kernel finding under kernel_min_share of its
+    kernel's time, a program finding under program_min_share of the window (its estimated_speedup is that share)."""
     cuts = global_settings()["severity"]
+    return finding.estimated_speedup < cuts["kernel_min_share" if finding.kernel_id is not None else "program_min_share"]
+
+
+def program_severity(finding: Finding, window_ns: float) -> str:
+    """A program finding's severity on one timeline (the window its estimated_speedup is a share of); rank()
+    sets it again on the report's time, which is the same window where the report has one timeline."""
+    return "info" if under_minimum(finding) else severity(finding.estimated_savings_ns, window_ns)
+
+
+def _window_of(finding: Finding) -> float:
+    """The window a program finding's speedup is a share of (its savings over that share)."""
+    return finding.estimated_savings_ns / finding.estimated_speedup if finding.estimated_speedup else 0.0
+
+
+# Before rank() knows a kernel finding's savings, its severity only says whether it is capped (info: under the
+# kernel minimum of its launch's time, near a roof it does not relieve, a library's code) or not (this).
+NOT_CAPPED = "low"
+
+
+def settle_launches(findings: list[Finding], records: dict, roofs: dict) -> None:
+    """The kernel checks' raw findings, one per launch, settled: info under the kernel minimum share of the
+    launch's time (rank() sets the others' severity from their savings), the estimate bounded by the next
+    limiter or replaced by a measured twin, and findings on kernels near a roof capped at info unless the fix
+    relieves that roof."""
     for finding in findings:
-        finding.severity = severity_for(finding.estimated_speedup, cuts)
+        finding.severity = "info" if under_minimum(finding) else NOT_CAPPED
     bound_by_next_limiter(findings, records)
     measured_twins(findings, records)
     apply_roof_gate(findings, roofs)
@@ -227,28 +259,12 @@ def merge_launch_shapes(findings: list[Finding], kernel_keys: dict, kernel_time_
     return out
 
 
-def report_severity(finding: Finding, total_ns: float) -> str:
-    """Severity of a kernel finding from its savings as a share of the report's time, with absolute
-    minimums: the ranked table reads in order, and nothing saving a few microseconds is `high`."""
-    if finding.severity == "info" or not total_ns:
-        return finding.severity
-    cuts = global_settings()["report_severity"]
-    share, saved = finding.estimated_savings_ns / total_ns, finding.estimated_savings_ns
-    if share >= cuts["high"] and saved >= cuts["min_high_ns"]:
-        return "high"
-    if share >= cuts["medium"] and saved >= cuts["min_medium_ns"]:
-        return "medium"
-    if share >= cuts["low"] and saved > 0:
-        return "low"
-    return "info"
-
-
 def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | None = None,
          kernel_keys: dict | None = None, total_ns: float | None = None,
          kernel_floor_ns: dict | None = None) -> list[Finding]:
     """Sets savings and rank; `kernel_time_ns` maps a kernel id (or None for program findings) to time,
     `kernel_launches` its launches (for the launch floor), `kernel_keys` its identity across launch
-    shapes, `total_ns` the report's time (kernel severities are shares of it)."""
+    shapes, `total_ns` the report's time (every finding's severity is the share of it its savings are)."""
     combine_per_kernel(findings, kernel_time_ns, kernel_launches, kernel_floor_ns)
     for finding in findings:
         if finding.kernel_id is not None or finding.estimated_savings_ns == 0.0:
@@ -260,15 +276,11 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
         findings = merge_launch_shapes(findings, kernel_keys, kernel_time_ns)
     if total_ns is None:
         total_ns = sum(t for k, t in kernel_time_ns.items() if k is not None)
-    cuts = global_settings()["severity"]
-    joined = any(f.kernel_id is None for f in findings) and any(f.kernel_id is not None for f in findings)
-    for finding in findings:
-        if finding.kernel_id is not None:
-            if finding.severity != "info" and finding.estimated_speedup < cuts["low"]:
-                finding.severity = "info"  # under 3% of its kernel after overlaps and the floor
-            finding.severity = report_severity(finding, total_ns)
-        elif joined:  # program and kernel findings in one table: one scale, the program's time
-            finding.severity = report_severity(finding, total_ns)
+    for finding in findings:   # kernel and program findings, any input: one scale, the report's time
+        if finding.severity != "info" and not under_minimum(finding):   # kernel: after overlaps and the floor
+            finding.severity = severity(finding.estimated_savings_ns, total_ns)
+        else:
+            finding.severity = "info"
     severity_order = {"high": 0, "medium": 1, "low": 2, "info": 3}
     ordered = sorted(findings, key=lambda f: (f.severity == "info", -round(f.estimated_savings_ns, 1),
                                               severity_order[f.severity], -getattr(f, "potential", 0.0), f.check))
@@ -320,10 +332,9 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
         if replay_note is not None:   # written once the caps have set the figure it names
             finding.notes.append(replay_note(finding.estimated_savings_ns))
     _combine_overlapping(findings, timeline)
-    cuts = global_settings()["severity"]
     for finding in findings:
         finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
-        finding.severity = severity_for(finding.estimated_speedup, cuts)
+        finding.severity = program_severity(finding, span)
 
 
 def _price_by_replay(timeline: Timeline, check, finding: Finding):
@@ -456,7 +467,6 @@ def after_the_straggler(findings: list[Finding], imbalance: Finding | None, devi
         return
     def part(device, name):
         return next((p.ns for p in device.budget if p.part == name), 0.0)
-    cuts = global_settings()["severity"]
     for finding in findings:
         if finding is imbalance or finding.budget_part not in HOST_PARTS:
             continue
@@ -475,9 +485,10 @@ def after_the_straggler(findings: list[Finding], imbalance: Finding | None, devi
                              f"finding keeps the {max(0.0, part_ns - excess) / 1e6:.2f} ms the GPUs share")
         finding.title += f"; {label(slow)} is the straggler, the others wait for this host time (rank-imbalance)"
         finding.evidence = {**finding.evidence, "counted_in": "rank-imbalance"}
+        window_ns = _window_of(finding)   # savings and share scale alike: the window stays
         finding.estimated_savings_ns *= left
         finding.estimated_speedup *= left
-        finding.severity = severity_for(finding.estimated_speedup, cuts)
+        finding.severity = program_severity(finding, window_ns)
 
 
 
@@ -490,7 +501,7 @@ def fit_the_window(findings: list[Finding], window_ns: float) -> None:
         for finding in findings:
             finding.estimated_savings_ns *= window_ns / total
             finding.estimated_speedup = finding.estimated_savings_ns / window_ns
-            finding.severity = severity_for(finding.estimated_speedup, global_settings()["severity"])
+            finding.severity = program_severity(finding, window_ns)
             finding.notes.append(f"scaled by {window_ns / total:.2f}: the program findings overlap in wall time "
                                  "and together save at most the window")
 
