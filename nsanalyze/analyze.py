@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from nsanalyze import __version__
 from nsanalyze.checks import global_settings, run_kernel_checks, runs, skipping, validate_overrides
 from nsanalyze.checks.base import Finding, KernelView, NotJudged
-from nsanalyze.checks.libraries import cap_code_level, hot_source_files, library_advice, library_of
+from nsanalyze.checks.libraries import hot_source_files, library_advice, library_of
 from nsanalyze.checks.stalls import name_first_findings_stall
 from nsanalyze.errors import InputError
 from nsanalyze.normalize import normalize_ncu
@@ -22,7 +22,7 @@ from nsanalyze.normalize.clocks import clock_control
 from nsanalyze.normalize.kernel_groups import group_launches
 from nsanalyze.normalize.kernels import IDENTITY_COLUMNS, metrics_to_read, report_launch_floor
 from nsanalyze.normalize.roofline import roofline
-from nsanalyze.rank import apply_roof_gate, bound_by_next_limiter, measured_twins, merge_per_kernel, rank
+from nsanalyze.rank import cap_library_kernels, merge_per_kernel, rank, settle_launches
 from nsanalyze.read import NcuReport, NsysExport, read_profile, read_profiles
 
 SCHEMA = "nsanalyze/report@1"
@@ -122,9 +122,7 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
         views.append(KernelView(record, launch.source, undefined))
         by_launch[record["id"]] = record
     findings, not_judged = run_kernel_checks(views, options.thresholds)
-    bound_by_next_limiter(findings, by_launch)
-    measured_twins(findings, by_launch)
-    apply_roof_gate(findings, roofs)
+    settle_launches(findings, by_launch, roofs)
     groups, group_of = group_launches(table.rows)
     total = sum(g.total_ns for g in groups) or None
     kernels = []
@@ -150,7 +148,7 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
     findings = merge_per_kernel(findings, groups, group_of, durations)
     for finding in findings:
         finding.advice = library_advice(kernels[finding.kernel_id], finding.check) + finding.advice
-        cap_code_level(finding, kernels[finding.kernel_id])
+    cap_library_kernels(findings, kernels)
     not_judged = _not_judged_per_kernel(not_judged, clock)
     rules = _nvidia_rules(report)
     seen = set()

@@ -6,25 +6,18 @@ weighted by that kernel's total time in the nsys timeline (matched by name).
 
 from __future__ import annotations
 
-import math
-import re
 import sqlite3
 from dataclasses import dataclass, field
 
-from nsanalyze.checks import global_settings, limits_for, program_checks
-from nsanalyze.checks.base import Finding, NotJudged, budget_part, evidence, severity_for
-from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
-
-# Checks whose findings claim budget time of a wider cause (checks/program/_host_class.claims): their own
-# savings are not capped by what they claim.
-WIDER_CAUSES = {"allocator-churn", "pinned-alloc-churn", "slow-steps", "non-step-phase", "host-wait"}
-from nsanalyze.normalize import critical_path as cp
-from nsanalyze.normalize import model, pricing
-from nsanalyze.normalize.critical_path import SELF_CHECK_TOLERANCE
+from nsanalyze.checks import limits_for, program_checks
+from nsanalyze.checks.base import Finding, NotJudged
+from nsanalyze.normalize import model
 from nsanalyze.normalize.checked_rows import invalid_rows
 from nsanalyze.normalize.timeline import Timeline, build_timeline
-from nsanalyze.numbers import duration_text, finite
+from nsanalyze.numbers import finite
 from nsanalyze.read.nsys import NsysExport, sqlite_input_error
+from nsanalyze.rank import (WIDER_CAUSES, after_the_straggler, fit_the_window, one_per_check,  # noqa: F401
+                            price_kernel_findings, settle_program_findings)
 from nsanalyze.render.format import set_aside_note
 
 
@@ -40,14 +33,10 @@ class ProgramResult:
 
 
 def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None = None):
-    """Runs the program checks on one timeline; returns (findings, not judged).
-
-    A finding's savings come from one part of the time budget (its check's BUDGET_PART) and never
-    exceed it; findings drawing on the same part overlap, so together they promise 1 - prod(1 - s_i)
-    of it, never the plain sum."""
+    """Runs the program checks on one timeline; returns (findings, not judged). The checks' raw findings are
+    settled by rank.settle_program_findings: savings priced and capped by their budget part, overlaps shared,
+    severity set."""
     findings, not_judged = [], []
-    cuts = global_settings()["severity"]
-    span = timeline.summary.span_ns or 0
     for check in program_checks():
         if only is not None and check.id not in only:
             continue
@@ -62,30 +51,9 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         finding = check.run(timeline, limits_for(check, overrides))
         if finding is None:
             continue
-        if finding.estimated_savings_ns == 0.0:
-            finding.estimated_savings_ns = finding.estimated_speedup * span
-        replay_note = _price_by_replay(timeline, check, finding)
-        part = check.budget_part
-        finding.budget_part = part
-        whole = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
-        # a wider cause prices its own claim, which may span parts (its part only names where most of it lies)
-        limit = span if check.id in WIDER_CAUSES else \
-            unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
-        if limit < whole and finding.estimated_savings_ns > limit:
-            causes = ", ".join(f"{cause} ({duration_text(parts[part])})" for cause, parts in claims_by_cause(timeline).items()
-                               if parts.get(part))
-            finding.notes.append(f"of the {duration_text(whole)} of {part} time, {duration_text((whole - limit))} lie in wider "
-                                 f"causes that their own findings count ({causes}); this one counts the "
-                                 f"{duration_text(limit)} left")
-        finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
-        if replay_note is not None:   # written once the caps have set the figure it names
-            finding.notes.append(replay_note(finding.estimated_savings_ns))
         finding.check = check.id
         findings.append(finding)
-    _combine_overlapping(findings, timeline)
-    for finding in findings:
-        finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
-        finding.severity = severity_for(finding.estimated_speedup, cuts)
+    settle_program_findings(findings, timeline)
     return findings, not_judged
 
 
@@ -94,93 +62,6 @@ def _graphs_hide_kernels(timeline: Timeline) -> bool:
     which the busy-GPU checks read, are not in the export, so those checks cannot judge."""
     total = sum(r.ns for r in timeline.work or ())
     return bool(total) and sum(r.ns for r in timeline.work if r.role == "graph") >= 0.5 * total
-
-
-def _price_by_replay(timeline: Timeline, check, finding: Finding):
-    """The finding's savings: what the replay of the steps saves with the change its check declares
-    (its `change`, normalize.pricing), capped by the time the change takes away; the check's own estimate where
-    no change maps or the replay is not trusted. Where the two disagree, returns the note that says which
-    figure the finding's savings are (called with them once the budget's caps have set them)."""
-    declared = check.change
-    if not declared or len(timeline.devices) > 1:   # the replay is one process's steps: one GPU's
-        return None
-    own = finding.estimated_savings_ns
-    block = getattr(timeline, "step_block", None)
-    rate = None
-    if declared.get("pinned") and block is not None:
-        from nsanalyze.checks.program._copies import reference_rate
-
-        rate = {kind: reference_rate(timeline, label)[0] for kind, label in block.graph.copy_kinds.items()}
-    priced = pricing.price(timeline, declared, own, rate)
-    steps = timeline.steps.count if timeline.steps is not None and timeline.steps.count else None
-    per_step = (lambda ns: f"{ns / steps / 1e6:.2f} ms a step") if steps else (lambda ns: f"{ns / 1e6:.2f} ms")
-    if priced is None:
-        if block is not None and not block.trusted:
-            finding.notes.append(f"savings: the check's own estimate; the replay of the steps misses the measured "
-                                 f"ones by {block.self_check_error:.1%} (it must come within "
-                                 f"{SELF_CHECK_TOLERANCE:.0%} to price a change)")
-        return None
-    finding.estimated_savings_ns = priced.savings_ns
-    finding.evidence = {**finding.evidence, "replayed_savings_ns": evidence(priced.replayed_ns, unit="ns"),
-                        "check_savings_ns": evidence(own, unit="ns")}
-    if priced.note:
-        finding.notes.append(f"replay: {priced.note}")
-    if abs(priced.savings_ns - own) <= pricing.DISAGREE * max(own, priced.savings_ns):
-        return None
-    capped = priced.cap_ns is not None and priced.replayed_ns > priced.cap_ns
-    replay = (f"the replay of the steps with {priced.change} ({per_step(priced.savings_ns)}"
-              + (f", capped by the {per_step(priced.cap_ns)} the change takes away" if capped else "") + ")")
-    off_path = ("; the kernels are not all on the step's critical path: faster, they save only down to what "
-                "the host and the other work take" if (declared.get("speedup") or declared.get("remove_kernels"))
-                and priced.savings_ns < own else "")
-
-    def note(final_ns: float) -> str:
-        """Names the figure the savings are: the caps after the replay can only lower it."""
-        def near(a: float, b: float) -> bool:
-            return abs(a - b) <= 0.01 * max(a, b)
-        if near(final_ns, priced.savings_ns):
-            return f"savings: {replay}, not the check's own estimate ({per_step(own)}){off_path}"
-        if near(final_ns, own):
-            return (f"savings: the check's own estimate ({per_step(own)}), what its budget part leaves it; {replay} "
-                    "is more: it also takes away time beside this cause, which other findings count")
-        return (f"savings: {per_step(final_ns)}, what its budget part leaves it; {replay} and the check's own "
-                f"estimate ({per_step(own)}) are both more")
-    return note
-
-
-def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:
-    """Findings that draw on one budget part share it: scale them to 1 - prod(1 - s_i) of the part.
-    A finding counted after the others (after_others: transfer-bound after pageable-memcpy) already holds
-    only what they leave of the part: it is named beside them and not scaled again."""
-    by_part: dict[tuple, list[Finding]] = {}
-    for finding in findings:   # a wider cause's claim is already taken out of the others' parts
-        if finding.budget_part and timeline.budget and finding.check not in WIDER_CAUSES:
-            by_part.setdefault((finding.budget_part, finding.budget_device), []).append(finding)
-    for (part, device), group in by_part.items():
-        later = [f for f in group if f.after_others and len(group) > 1]
-        group = [f for f in group if f not in later]
-        for finding in later:
-            finding.notes.append(f"overlaps with {', '.join(f.check for f in group)} (the same {part} time): "
-                                 "counted after them, of what they leave")
-        for finding in group:
-            if later:
-                finding.notes.append(f"{', '.join(f.check for f in later)} counts after this, of the {part} "
-                                     "time it leaves")
-        if len(group) < 2:
-            continue
-        part_ns = unclaimed_part(timeline, part, device)[0]
-        if not part_ns:
-            continue
-        remaining = 1.0
-        for finding in group:
-            remaining *= 1.0 - min(1.0, finding.estimated_savings_ns / part_ns)
-        combined, total = (1.0 - remaining) * part_ns, sum(f.estimated_savings_ns for f in group)
-        for finding in group:
-            others = ", ".join(f.check for f in group if f is not finding)
-            finding.notes.append(f"overlaps with {others} (the same {part} time): together they save at most "
-                                 f"{combined / 1e6:.2f} ms")
-            if total > combined:
-                finding.estimated_savings_ns *= combined / total
 
 
 def _phase_first_findings(timeline: Timeline, findings: list[Finding]) -> None:
@@ -294,82 +175,6 @@ def _merge_ranks(exports: list[NsysExport], timelines: list[Timeline]) -> tuple[
     return section, merged
 
 
-def _one_per_check(per_rank: list[list[Finding]], rank_devices: list[list[dict]]) -> list[Finding]:
-    """Per-rank findings of one cause become one finding: the rank where it saves most speaks, the
-    others are listed; savings stay that rank's wall-clock time, never a sum over ranks."""
-    by_check: dict[str, list[tuple[int, Finding]]] = {}
-    for rank, findings in enumerate(per_rank):
-        for finding in findings:
-            by_check.setdefault(finding.check, []).append((rank, finding))
-    merged = []
-    for check, entries in by_check.items():
-        rank, best = max(entries, key=lambda e: e[1].estimated_savings_ns)
-        if len(per_rank) > 1:
-            best.evidence = {**best.evidence, "ranks": [
-                {"rank": r, "estimated_savings_ns": f.estimated_savings_ns, "severity": f.severity, "title": f.title}
-                for r, f in entries]}
-            best.title = f"rank {rank}: {best.title}" + (f" (also on rank {', '.join(str(r) for r, _ in entries if r != rank)})"
-                                                          if len(entries) > 1 else "")
-            own = [d.device_id for d in rank_devices[rank]]
-            device = best.device_id if best.device_id is not None else (own[0] if len(own) == 1 else None)
-            best.device_id = f"{rank}:{device}" if device is not None else None
-        merged.append(best)
-    return merged
-
-
-def _after_the_straggler(findings: list[Finding], imbalance: Finding | None, devices: list[dict],
-                         own: list[dict]) -> None:
-    """A straggler slow on the host: its own host time is what the other GPUs wait for, rank-imbalance's saving.
-    A host finding (idle_host, idle_launch, idle_sync) whose budget holds the straggler's GPU is the same cause:
-    it keeps only the host time the straggler's excess over the others does not explain, and says so.
-    `devices`: every GPU; `own`: the GPUs of the export the findings come from (their budget)."""
-    if imbalance is None or imbalance.evidence.get("straggler_side") != "host":
-        return
-    from nsanalyze.checks.program.rank_imbalance import HOST_PARTS, label
-
-    slow = next((d for d in devices if d.device_id == imbalance.device_id), None)
-    others = [d for d in devices if d is not slow and d.budget]
-    if slow is None or not others or not slow.budget:
-        return
-    def part(device, name):
-        return next((p.ns for p in device.budget if p.part == name), 0.0)
-    cuts = global_settings()["severity"]
-    for finding in findings:
-        if finding is imbalance or finding.budget_part not in HOST_PARTS:
-            continue
-        budget = [d for d in own if d.budget and (finding.budget_device is None
-                                                  or finding.budget_device in (d.device_id, d.device))]
-        if slow not in budget:
-            continue
-        name = finding.budget_part
-        excess = max(0.0, part(slow, name) - sum(part(d, name) for d in others) / len(others)) / len(budget)
-        part_ns = sum(part(d, name) for d in budget) / len(budget)
-        if not part_ns or not excess:
-            continue
-        left = max(0.0, part_ns - excess) / part_ns
-        finding.notes.append(f"the same cause as rank-imbalance: {excess / 1e6:.2f} ms of this {name} time is the "
-                             f"straggler's excess over the other GPUs, the host time they wait for, counted there; this "
-                             f"finding keeps the {max(0.0, part_ns - excess) / 1e6:.2f} ms the GPUs share")
-        finding.title += f"; {label(slow)} is the straggler, the others wait for this host time (rank-imbalance)"
-        finding.evidence = {**finding.evidence, "counted_in": "rank-imbalance"}
-        finding.estimated_savings_ns *= left
-        finding.estimated_speedup *= left
-        finding.severity = severity_for(finding.estimated_speedup, cuts)
-
-
-def _fit_the_window(findings: list[Finding], window_ns: float) -> None:
-    """Causes on different GPUs or parts can describe one lost stretch of wall time (a straggler's host
-    work and the others' wait for it): all program savings together never exceed the window."""
-    total = sum(f.estimated_savings_ns for f in findings)
-    if window_ns and total > window_ns:
-        for finding in findings:
-            finding.estimated_savings_ns *= window_ns / total
-            finding.estimated_speedup = finding.estimated_savings_ns / window_ns
-            finding.severity = severity_for(finding.estimated_speedup, global_settings()["severity"])
-            finding.notes.append(f"scaled by {window_ns / total:.2f}: the program findings overlap in wall time "
-                                 "and together save at most the window")
-
-
 def _rank_and_device(finding: Finding, devices) -> None:
     """Findings about one GPU carry its integer rank and device beside the contract's device_id."""
     device = next((d for d in devices if d.device_id == finding.device_id), None)
@@ -424,8 +229,8 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
         cross, _ = run_program_checks(merged, options.thresholds, only=cross_rank)
         imbalance = next((f for f in cross if f.check == "rank-imbalance"), None)
         for rank, findings in enumerate(per_rank):
-            _after_the_straggler(findings, imbalance, devices, [d for d in devices if d.rank == rank])
-        findings = _one_per_check(per_rank, [t.devices for t in timelines]) + cross
+            after_the_straggler(findings, imbalance, devices, [d for d in devices if d.rank == rank])
+        findings = one_per_check(per_rank, [t.devices for t in timelines]) + cross
     else:
         devices = tuple(d.with_(rank=d.rank if d.rank is not None else 0, device=d.device_id)
                         for d in devices)   # one export: its processes are the ranks
@@ -433,11 +238,11 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
             timelines[0].devices = devices
             sections["timeline"]["devices"] = model.plain(devices)
         findings = per_rank[0] if per_rank else []
-        _after_the_straggler(findings, next((f for f in findings if f.check == "rank-imbalance"), None),
+        after_the_straggler(findings, next((f for f in findings if f.check == "rank-imbalance"), None),
                              devices, devices)
     for finding in findings:
         _rank_and_device(finding, devices)
-    _fit_the_window(findings, sections.get("timeline", {}).get("span_ns") or 0)
+    fit_the_window(findings, sections.get("timeline", {}).get("span_ns") or 0)
     one = timelines[0] if len(timelines) == 1 else None
     return ProgramResult(sections, findings, kernels, summary, not_judged,
                          one.step_block if one is not None else None,
@@ -465,48 +270,3 @@ def join_kernel_times(ncu_kernels: list[dict], nsys_summary: list[dict], kernel_
             kernel["nsys"] = {"total_ns": finite(match["duration_ns"] * share), "launches": int(match["launches"]),
                               "time_share": finite(match["duration_ns"] * share / total) if total else None}
             kernel_time[kernel["id"]] = float(match["duration_ns"]) * share
-
-
-# At most this many kernels' findings are replayed (one replay a kernel, the longest kernels first).
-KERNELS_REPLAYED_AT_MOST = 20
-
-
-def price_kernel_findings(findings: list[Finding], program: ProgramResult, ncu_kernels: list[dict],
-                          kernel_time: dict) -> None:
-    """Kernel findings joined with nsys time go through the replay of the steps: the kernel faster by the
-    share its findings promise together (1 - prod(1 - s)); where the replay saves less (the kernel is off the
-    critical path, the host holds the step), each finding's share is scaled to what the replay saves."""
-    block = program.step_block
-    if block is None or not block.trusted or not program.step_count:
-        return
-    by_kernel: dict[int, list[Finding]] = {}
-    for finding in findings:
-        if finding.kernel_id is not None and finding.estimated_speedup > 0 and kernel_time.get(finding.kernel_id):
-            by_kernel.setdefault(finding.kernel_id, []).append(finding)
-    kernels = {k["id"]: k for k in ncu_kernels if k.get("nsys")}
-    ranked = sorted((kid for kid in by_kernel if kid in kernels), key=lambda kid: -kernel_time[kid])
-    for kernel_id in ranked[:KERNELS_REPLAYED_AT_MOST]:
-        group, kernel = by_kernel[kernel_id], kernels[kernel_id]
-        left = 1.0
-        for finding in group:
-            left *= 1.0 - min(finding.estimated_speedup, 1.0)
-        share = 1.0 - left
-        promised = share * kernel_time[kernel_id]
-        names = {n for n in (kernel.get("demangled"), kernel.get("name")) if n}
-        pattern = re.compile("^(?:" + "|".join(re.escape(n) for n in names) + ")$")
-        if not cp.matching_ops(block.graph, pattern).any():
-            continue
-        factor = math.inf if share >= 1.0 else 1.0 / (1.0 - share)
-        per_step = cp.saving_per_step(block, cp.Change(speedups=(("kernel", pattern, factor),)))
-        if per_step is None or not promised:
-            continue
-        replayed = max(0.0, per_step) * program.step_count
-        if replayed >= (1.0 - pricing.DISAGREE) * promised:
-            continue
-        ratio = replayed / promised
-        for finding in group:
-            finding.estimated_speedup *= ratio
-            finding.notes.append(f"savings: the replay of the steps with this kernel {factor:.2g}x faster saves "
-                                 f"{duration_text(replayed)} of the {duration_text(promised)} its findings promise "
-                                 f"({ratio:.0%}): the kernel is not all on the critical path (the host or other "
-                                 "work holds the step)")

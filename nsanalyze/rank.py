@@ -1,24 +1,112 @@
-"""Ranking: order findings across the whole profile by the time they could win.
+"""The verdict: the one module that settles the checks' raw findings. Checks only report what they measured
+(a speedup of their kernel, savings of their budget part); here their overlaps, caps, savings, severity and
+order are decided, for kernel and program findings alike.
 
+Kernel findings (ncu):
+- per launch (settle_launches): a fix saves at most the time down to the next limiter; a measured twin in the
+  report replaces the model's estimate; a kernel near a roof keeps only findings that take load off that roof
+  (others drop to `info`: a copy at 90% of DRAM bandwidth is doing its job); a code-level finding on a closed
+  library's kernel is `info` (cap_library_kernels).
 - `estimated_savings_ns` = estimated_speedup x the kernel's time in the profile (per launch for
-  an ncu report alone; the kernel's total time in the nsys timeline when one is joined).
-- A kernel near a roof keeps only findings that take load off that roof; others drop to `info`
-  (a copy at 90% of DRAM bandwidth is doing its job).
+  an ncu report alone; the kernel's total time in the nsys timeline when one is joined, priced by the replay
+  of its steps where one is trusted: price_kernel_findings).
 - A kernel's findings overlap (1 - prod(1 - s_i)), a grid sized by a small problem counts after the
   kernel's own findings, and no kernel saves below its launch floor (the least launch overhead
   measured in its report, at most launch_floor_ns a launch, or the kernel's own time with no SM at work
   where longer); the floor takes from the findings counted after the others first.
-- Launch shapes of one kernel are one finding; severity is the savings' share of the report's time.
-- Rank 1 is the most time to win.
+- Launch shapes of one kernel are one finding.
+
+Program findings (nsys, kernel lists): settle_program_findings prices each by the replay where its check
+declares a change, caps it by its budget part (less what wider causes claim) and the window, and shares a
+part among the findings that draw on it; across ranks one finding speaks for a cause (one_per_check), a
+straggler's host time is counted once (after_the_straggler), and all program savings fit the window
+(fit_the_window).
+
+Severity is the savings' share of the report's time; rank 1 is the most time to win.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
+from nsanalyze.numbers import duration_text
 from nsanalyze.checks import global_settings
-from nsanalyze.checks.base import SEVERITIES, Finding, clamp01
+from nsanalyze.checks.base import SEVERITIES, Finding, budget_part, clamp01, evidence
+from nsanalyze.checks.libraries import CLOSED_LIBRARIES, CODE_LEVEL_CHECKS
+from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
+from nsanalyze.normalize import critical_path as cp
+from nsanalyze.normalize import pricing
+from nsanalyze.normalize.critical_path import SELF_CHECK_TOLERANCE
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Severity: one scale for every finding ([severity] of checks/thresholds.toml, where the table is).
+
+def severity(savings_ns: float, total_ns: float | None) -> str:
+    """The one severity scale: the savings' share of the report's time (the window of an nsys export, the
+    profiled kernels' time of an ncu report), with absolute minimums so that microseconds are never high. The
+    same share means the same severity whatever the finding's kind or the input's."""
+    if not total_ns or savings_ns <= 0:
+        return "info"
+    cuts = global_settings()["severity"]
+    share = savings_ns / total_ns
+    if share >= cuts["high"] and savings_ns >= cuts["min_high_ns"]:
+        return "high"
+    if share >= cuts["medium"] and savings_ns >= cuts["min_medium_ns"]:
+        return "medium"
+    if share >= cuts["low"]:
+        return "low"
+    return "info"
+
+
+def under_minimum(finding: Finding) -> bool:
+    """Within its model's noise, so info whatever it saves: a kernel finding under kernel_min_share of its
+    kernel's time, a program finding under program_min_share of the window (its estimated_speedup is that share)."""
+    cuts = global_settings()["severity"]
+    return finding.estimated_speedup < cuts["kernel_min_share" if finding.kernel_id is not None else "program_min_share"]
+
+
+def program_severity(finding: Finding, window_ns: float) -> str:
+    """A program finding's severity on one timeline (the window its estimated_speedup is a share of); rank()
+    sets it again on the report's time, which is the same window where the report has one timeline."""
+    return "info" if under_minimum(finding) else severity(finding.estimated_savings_ns, window_ns)
+
+
+def _window_of(finding: Finding) -> float:
+    """The window a program finding's speedup is a share of (its savings over that share)."""
+    return finding.estimated_savings_ns / finding.estimated_speedup if finding.estimated_speedup else 0.0
+
+
+# Before rank() knows a kernel finding's savings, its severity only says whether it is capped (info: under the
+# kernel minimum of its launch's time, near a roof it does not relieve, a library's code) or not (this).
+NOT_CAPPED = "low"
+
+
+def settle_launches(findings: list[Finding], records: dict, roofs: dict) -> None:
+    """The kernel checks' raw findings, one per launch, settled: info under the kernel minimum share of the
+    launch's time (rank() sets the others' severity from their savings), the estimate bounded by the next
+    limiter or replaced by a measured twin, and findings on kernels near a roof capped at info unless the fix
+    relieves that roof."""
+    for finding in findings:
+        finding.severity = "info" if under_minimum(finding) else NOT_CAPPED
+    bound_by_next_limiter(findings, records)
+    measured_twins(findings, records)
+    apply_roof_gate(findings, roofs)
+
+
+def cap_library_kernels(findings: list[Finding], kernels: list[dict]) -> None:
+    """A code-level finding on a closed library's kernel drops to info: its access pattern is the library's,
+    and what the user can change (the call, fusion, layout) is the program finding about its role."""
+    for finding in findings:
+        kernel = kernels[finding.kernel_id]
+        if finding.check not in CODE_LEVEL_CHECKS or kernel.get("library") not in CLOSED_LIBRARIES:
+            continue
+        if finding.severity != "info":
+            finding.notes.append(f"capped at info: a {kernel['library']} kernel, whose code you do not write; "
+                                 "change the call (see the advice and the program findings)")
+        finding.severity = "info"
 
 
 def apply_roof_gate(findings: list[Finding], roofline_by_kernel: dict) -> None:
@@ -176,28 +264,12 @@ def merge_launch_shapes(findings: list[Finding], kernel_keys: dict, kernel_time_
     return out
 
 
-def report_severity(finding: Finding, total_ns: float) -> str:
-    """Severity of a kernel finding from its savings as a share of the report's time, with absolute
-    minimums: the ranked table reads in order, and nothing saving a few microseconds is `high`."""
-    if finding.severity == "info" or not total_ns:
-        return finding.severity
-    cuts = global_settings()["report_severity"]
-    share, saved = finding.estimated_savings_ns / total_ns, finding.estimated_savings_ns
-    if share >= cuts["high"] and saved >= cuts["min_high_ns"]:
-        return "high"
-    if share >= cuts["medium"] and saved >= cuts["min_medium_ns"]:
-        return "medium"
-    if share >= cuts["low"] and saved > 0:
-        return "low"
-    return "info"
-
-
 def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | None = None,
          kernel_keys: dict | None = None, total_ns: float | None = None,
          kernel_floor_ns: dict | None = None) -> list[Finding]:
     """Sets savings and rank; `kernel_time_ns` maps a kernel id (or None for program findings) to time,
     `kernel_launches` its launches (for the launch floor), `kernel_keys` its identity across launch
-    shapes, `total_ns` the report's time (kernel severities are shares of it)."""
+    shapes, `total_ns` the report's time (every finding's severity is the share of it its savings are)."""
     combine_per_kernel(findings, kernel_time_ns, kernel_launches, kernel_floor_ns)
     for finding in findings:
         if finding.kernel_id is not None or finding.estimated_savings_ns == 0.0:
@@ -209,15 +281,11 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
         findings = merge_launch_shapes(findings, kernel_keys, kernel_time_ns)
     if total_ns is None:
         total_ns = sum(t for k, t in kernel_time_ns.items() if k is not None)
-    cuts = global_settings()["severity"]
-    joined = any(f.kernel_id is None for f in findings) and any(f.kernel_id is not None for f in findings)
-    for finding in findings:
-        if finding.kernel_id is not None:
-            if finding.severity != "info" and finding.estimated_speedup < cuts["low"]:
-                finding.severity = "info"  # under 3% of its kernel after overlaps and the floor
-            finding.severity = report_severity(finding, total_ns)
-        elif joined:  # program and kernel findings in one table: one scale, the program's time
-            finding.severity = report_severity(finding, total_ns)
+    for finding in findings:   # kernel and program findings, any input: one scale, the report's time
+        if finding.severity != "info" and not under_minimum(finding):   # kernel: after overlaps and the floor
+            finding.severity = severity(finding.estimated_savings_ns, total_ns)
+        else:
+            finding.severity = "info"
     severity_order = {"high": 0, "medium": 1, "low": 2, "info": 3}
     ordered = sorted(findings, key=lambda f: (f.severity == "info", -round(f.estimated_savings_ns, 1),
                                               severity_order[f.severity], getattr(f, "counted_after", False),
@@ -230,6 +298,267 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
             finding.severity = SEVERITIES[floor_index]
         floor_index = max(floor_index, severity_order[finding.severity])
     return ordered
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Program findings (nsys timelines, kernel lists): savings priced by the replay, capped by their budget part,
+# shared where they draw on one part, merged across ranks, fitted into the window.
+
+# Checks whose findings claim budget time of a wider cause (checks/program/_host_class.claims): their own
+# savings are not capped by what they claim.
+WIDER_CAUSES = {"allocator-churn", "pinned-alloc-churn", "slow-steps", "non-step-phase", "host-wait"}
+
+
+def settle_program_findings(findings: list[Finding], timeline) -> None:
+    """The program checks' raw findings on one timeline, settled: savings (the check's own estimate, else its
+    speedup of the window; the replay's price where its check declares a change) never exceed the budget part
+    they come from (less what wider causes claim of it) nor the window; findings drawing on the same part
+    overlap, so together they promise 1 - prod(1 - s_i) of it, never the plain sum; then speedup and severity."""
+    from nsanalyze.checks import check_by_id
+
+    span = timeline.summary.span_ns or 0
+    for finding in findings:
+        check = check_by_id(finding.check)
+        if finding.estimated_savings_ns == 0.0:
+            finding.estimated_savings_ns = finding.estimated_speedup * span
+        replay_note = _price_by_replay(timeline, check, finding)
+        part = check.budget_part
+        finding.budget_part = part
+        whole = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
+        # a wider cause prices its own claim, which may span parts (its part only names where most of it lies)
+        limit = span if check.id in WIDER_CAUSES else \
+            unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
+        if limit < whole and finding.estimated_savings_ns > limit:
+            causes = ", ".join(f"{cause} ({duration_text(parts[part])})" for cause, parts in claims_by_cause(timeline).items()
+                               if parts.get(part))
+            finding.notes.append(f"of the {duration_text(whole)} of {part} time, {duration_text((whole - limit))} lie in wider "
+                                 f"causes that their own findings count ({causes}); this one counts the "
+                                 f"{duration_text(limit)} left")
+        finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
+        if replay_note is not None:   # written once the caps have set the figure it names
+            finding.notes.append(replay_note(finding.estimated_savings_ns))
+    _combine_overlapping(findings, timeline)
+    for finding in findings:
+        finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
+        finding.severity = program_severity(finding, span)
+
+
+def _price_by_replay(timeline: Timeline, check, finding: Finding):
+    """The finding's savings: what the replay of the steps saves with the change its check declares
+    (its `change`, normalize.pricing), capped by the time the change takes away; the check's own estimate where
+    no change maps or the replay is not trusted. Where the two disagree, returns the note that says which
+    figure the finding's savings are (called with them once the budget's caps have set them)."""
+    declared = check.change
+    if not declared or len(timeline.devices) > 1:   # the replay is one process's steps: one GPU's
+        return None
+    own = finding.estimated_savings_ns
+    block = getattr(timeline, "step_block", None)
+    rate = None
+    if declared.get("pinned") and block is not None:
+        from nsanalyze.checks.program._copies import reference_rate
+
+        rate = {kind: reference_rate(timeline, label)[0] for kind, label in block.graph.copy_kinds.items()}
+    priced = pricing.price(timeline, declared, own, rate)
+    steps = timeline.steps.count if timeline.steps is not None and timeline.steps.count else None
+    per_step = (lambda ns: f"{ns / steps / 1e6:.2f} ms a step") if steps else (lambda ns: f"{ns / 1e6:.2f} ms")
+    if priced is None:
+        if block is not None and not block.trusted:
+            finding.notes.append(f"savings: the check's own estimate; the replay of the steps misses the measured "
+                                 f"ones by {block.self_check_error:.1%} (it must come within "
+                                 f"{SELF_CHECK_TOLERANCE:.0%} to price a change)")
+        return None
+    finding.estimated_savings_ns = priced.savings_ns
+    finding.evidence = {**finding.evidence, "replayed_savings_ns": evidence(priced.replayed_ns, unit="ns"),
+                        "check_savings_ns": evidence(own, unit="ns")}
+    if priced.note:
+        finding.notes.append(f"replay: {priced.note}")
+    if abs(priced.savings_ns - own) <= pricing.DISAGREE * max(own, priced.savings_ns):
+        return None
+    capped = priced.cap_ns is not None and priced.replayed_ns > priced.cap_ns
+    replay = (f"the replay of the steps with {priced.change} ({per_step(priced.savings_ns)}"
+              + (f", capped by the {per_step(priced.cap_ns)} the change takes away" if capped else "") + ")")
+    off_path = ("; the kernels are not all on the step's critical path: faster, they save only down to what "
+                "the host and the other work take" if (declared.get("speedup") or declared.get("remove_kernels"))
+                and priced.savings_ns < own else "")
+
+    def note(final_ns: float) -> str:
+        """Names the figure the savings are: the caps after the replay can only lower it."""
+        def near(a: float, b: float) -> bool:
+            return abs(a - b) <= 0.01 * max(a, b)
+        if near(final_ns, priced.savings_ns):
+            return f"savings: {replay}, not the check's own estimate ({per_step(own)}){off_path}"
+        if near(final_ns, own):
+            return (f"savings: the check's own estimate ({per_step(own)}), what its budget part leaves it; {replay} "
+                    "is more: it also takes away time beside this cause, which other findings count")
+        return (f"savings: {per_step(final_ns)}, what its budget part leaves it; {replay} and the check's own "
+                f"estimate ({per_step(own)}) are both more")
+    return note
+
+
+
+
+def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:
+    """Findings that draw on one budget part share it: scale them to 1 - prod(1 - s_i) of the part.
+    A finding counted after the others (after_others: transfer-bound after pageable-memcpy) already holds
+    only what they leave of the part: it is named beside them and not scaled again."""
+    by_part: dict[tuple, list[Finding]] = {}
+    for finding in findings:   # a wider cause's claim is already taken out of the others' parts
+        if finding.budget_part and timeline.budget and finding.check not in WIDER_CAUSES:
+            by_part.setdefault((finding.budget_part, finding.budget_device), []).append(finding)
+    for (part, device), group in by_part.items():
+        later = [f for f in group if f.after_others and len(group) > 1]
+        group = [f for f in group if f not in later]
+        for finding in later:
+            finding.notes.append(f"overlaps with {', '.join(f.check for f in group)} (the same {part} time): "
+                                 "counted after them, of what they leave")
+        for finding in group:
+            if later:
+                finding.notes.append(f"{', '.join(f.check for f in later)} counts after this, of the {part} "
+                                     "time it leaves")
+        if len(group) < 2:
+            continue
+        part_ns = unclaimed_part(timeline, part, device)[0]
+        if not part_ns:
+            continue
+        remaining = 1.0
+        for finding in group:
+            remaining *= 1.0 - min(1.0, finding.estimated_savings_ns / part_ns)
+        combined, total = (1.0 - remaining) * part_ns, sum(f.estimated_savings_ns for f in group)
+        for finding in group:
+            others = ", ".join(f.check for f in group if f is not finding)
+            finding.notes.append(f"overlaps with {others} (the same {part} time): together they save at most "
+                                 f"{combined / 1e6:.2f} ms")
+            if total > combined:
+                finding.estimated_savings_ns *= combined / total
+
+
+
+
+def one_per_check(per_rank: list[list[Finding]], rank_devices: list[list[dict]]) -> list[Finding]:
+    """Per-rank findings of one cause become one finding: the rank where it saves most speaks, the
+    others are listed; savings stay that rank's wall-clock time, never a sum over ranks."""
+    by_check: dict[str, list[tuple[int, Finding]]] = {}
+    for rank, findings in enumerate(per_rank):
+        for finding in findings:
+            by_check.setdefault(finding.check, []).append((rank, finding))
+    merged = []
+    for check, entries in by_check.items():
+        rank, best = max(entries, key=lambda e: e[1].estimated_savings_ns)
+        if len(per_rank) > 1:
+            best.evidence = {**best.evidence, "ranks": [
+                {"rank": r, "estimated_savings_ns": f.estimated_savings_ns, "severity": f.severity, "title": f.title}
+                for r, f in entries]}
+            best.title = f"rank {rank}: {best.title}" + (f" (also on rank {', '.join(str(r) for r, _ in entries if r != rank)})"
+                                                          if len(entries) > 1 else "")
+            own = [d.device_id for d in rank_devices[rank]]
+            device = best.device_id if best.device_id is not None else (own[0] if len(own) == 1 else None)
+            best.device_id = f"{rank}:{device}" if device is not None else None
+        merged.append(best)
+    return merged
+
+
+
+
+def after_the_straggler(findings: list[Finding], imbalance: Finding | None, devices: list[dict],
+                         own: list[dict]) -> None:
+    """A straggler slow on the host: its own host time is what the other GPUs wait for, rank-imbalance's saving.
+    A host finding (idle_host, idle_launch, idle_sync) whose budget holds the straggler's GPU is the same cause:
+    it keeps only the host time the straggler's excess over the others does not explain, and says so.
+    `devices`: every GPU; `own`: the GPUs of the export the findings come from (their budget)."""
+    if imbalance is None or imbalance.evidence.get("straggler_side") != "host":
+        return
+    from nsanalyze.checks.program.rank_imbalance import HOST_PARTS, label
+
+    slow = next((d for d in devices if d.device_id == imbalance.device_id), None)
+    others = [d for d in devices if d is not slow and d.budget]
+    if slow is None or not others or not slow.budget:
+        return
+    def part(device, name):
+        return next((p.ns for p in device.budget if p.part == name), 0.0)
+    for finding in findings:
+        if finding is imbalance or finding.budget_part not in HOST_PARTS:
+            continue
+        budget = [d for d in own if d.budget and (finding.budget_device is None
+                                                  or finding.budget_device in (d.device_id, d.device))]
+        if slow not in budget:
+            continue
+        name = finding.budget_part
+        excess = max(0.0, part(slow, name) - sum(part(d, name) for d in others) / len(others)) / len(budget)
+        part_ns = sum(part(d, name) for d in budget) / len(budget)
+        if not part_ns or not excess:
+            continue
+        left = max(0.0, part_ns - excess) / part_ns
+        finding.notes.append(f"the same cause as rank-imbalance: {excess / 1e6:.2f} ms of this {name} time is the "
+                             f"straggler's excess over the other GPUs, the host time they wait for, counted there; this "
+                             f"finding keeps the {max(0.0, part_ns - excess) / 1e6:.2f} ms the GPUs share")
+        finding.title += f"; {label(slow)} is the straggler, the others wait for this host time (rank-imbalance)"
+        finding.evidence = {**finding.evidence, "counted_in": "rank-imbalance"}
+        window_ns = _window_of(finding)   # savings and share scale alike: the window stays
+        finding.estimated_savings_ns *= left
+        finding.estimated_speedup *= left
+        finding.severity = program_severity(finding, window_ns)
+
+
+
+
+def fit_the_window(findings: list[Finding], window_ns: float) -> None:
+    """Causes on different GPUs or parts can describe one lost stretch of wall time (a straggler's host
+    work and the others' wait for it): all program savings together never exceed the window."""
+    total = sum(f.estimated_savings_ns for f in findings)
+    if window_ns and total > window_ns:
+        for finding in findings:
+            finding.estimated_savings_ns *= window_ns / total
+            finding.estimated_speedup = finding.estimated_savings_ns / window_ns
+            finding.severity = program_severity(finding, window_ns)
+            finding.notes.append(f"scaled by {window_ns / total:.2f}: the program findings overlap in wall time "
+                                 "and together save at most the window")
+
+
+
+
+# At most this many kernels' findings are replayed (one replay a kernel, the longest kernels first).
+KERNELS_REPLAYED_AT_MOST = 20
+
+
+def price_kernel_findings(findings: list[Finding], program: ProgramResult, ncu_kernels: list[dict],
+                          kernel_time: dict) -> None:
+    """Kernel findings joined with nsys time go through the replay of the steps: the kernel faster by the
+    share its findings promise together (1 - prod(1 - s)); where the replay saves less (the kernel is off the
+    critical path, the host holds the step), each finding's share is scaled to what the replay saves."""
+    block = program.step_block
+    if block is None or not block.trusted or not program.step_count:
+        return
+    by_kernel: dict[int, list[Finding]] = {}
+    for finding in findings:
+        if finding.kernel_id is not None and finding.estimated_speedup > 0 and kernel_time.get(finding.kernel_id):
+            by_kernel.setdefault(finding.kernel_id, []).append(finding)
+    kernels = {k["id"]: k for k in ncu_kernels if k.get("nsys")}
+    ranked = sorted((kid for kid in by_kernel if kid in kernels), key=lambda kid: -kernel_time[kid])
+    for kernel_id in ranked[:KERNELS_REPLAYED_AT_MOST]:
+        group, kernel = by_kernel[kernel_id], kernels[kernel_id]
+        left = 1.0
+        for finding in group:
+            left *= 1.0 - min(finding.estimated_speedup, 1.0)
+        share = 1.0 - left
+        promised = share * kernel_time[kernel_id]
+        names = {n for n in (kernel.get("demangled"), kernel.get("name")) if n}
+        pattern = re.compile("^(?:" + "|".join(re.escape(n) for n in names) + ")$")
+        if not cp.matching_ops(block.graph, pattern).any():
+            continue
+        factor = math.inf if share >= 1.0 else 1.0 / (1.0 - share)
+        per_step = cp.saving_per_step(block, cp.Change(speedups=(("kernel", pattern, factor),)))
+        if per_step is None or not promised:
+            continue
+        replayed = max(0.0, per_step) * program.step_count
+        if replayed >= (1.0 - pricing.DISAGREE) * promised:
+            continue
+        ratio = replayed / promised
+        for finding in group:
+            finding.estimated_speedup *= ratio
+            finding.notes.append(f"savings: the replay of the steps with this kernel {factor:.2g}x faster saves "
+                                 f"{duration_text(replayed)} of the {duration_text(promised)} its findings promise "
+                                 f"({ratio:.0%}): the kernel is not all on the critical path (the host or other "
+                                 "work holds the step)")
 
 
 # The throughput units a kernel's time can be bound by (normalized concepts, % of their peak), and which of

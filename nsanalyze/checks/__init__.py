@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 
-from nsanalyze.checks.base import KINDS, Check, Finding, KernelView, NotJudged, severity_for
+from nsanalyze.checks.base import KINDS, Check, Finding, KernelView, NotJudged
 
 DOC_HEADINGS = ("What it detects", "Why it is slow", "Example", "Instead", "Known problems", "Options")
 DEFAULTS_PATH = Path(__file__).with_name("thresholds.toml")
@@ -210,10 +210,10 @@ def validate_overrides(overrides: dict[str, float]) -> None:
 
 
 def run_kernel_checks(kernels: list[KernelView], overrides=None) -> tuple[list[Finding], list[NotJudged]]:
-    """Runs every kernel check on every kernel; a check whose inputs are missing says so instead."""
+    """Runs every kernel check on every kernel; a check whose inputs are missing says so instead. The findings
+    are raw: rank.py settles their savings and severity."""
     findings: list[Finding] = []
     not_judged: list[NotJudged] = []
-    cuts = global_settings()["severity"]
     for check in kernel_checks():
         limits = limits_for(check, overrides)
         for kernel in kernels:
@@ -235,6 +235,10 @@ def run_kernel_checks(kernels: list[KernelView], overrides=None) -> tuple[list[F
             finding.kernel_name = kernel.name
             finding.kernel_id = kernel.id
             finding.relieves = finding.relieves or check.relieves   # a finding may narrow it (base.Finding)
-            finding.severity = severity_for(finding.estimated_speedup, cuts)
             findings.append(finding)
     return findings, not_judged
+
+
+# Every declaration is validated when the checks package is imported, not on first use: a misspelled field or
+# metadata global, a duplicate id or a REQUIRES entry nothing provides stops `import nsanalyze.checks` itself.
+registry()

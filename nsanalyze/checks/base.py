@@ -1,4 +1,4 @@
-"""What every check shares: its declaration, the view of a kernel it reads, the finding it returns, severities.
+"""What every check shares: its declaration, the view of a kernel it reads, the raw finding it returns.
 
 A check is a module in checks/kernel/ or checks/program/: its documentation (the module docstring), one
 declaration `CHECK = Check(...)` beside its logic, and `run(kernel_or_timeline, limits) -> Finding | None`
@@ -156,17 +156,6 @@ def evidence(value, threshold=None, *, unit: str = "", compare: str | None = Non
 def _round(value):
     value = finite(value)
     return float(f"{value:.6g}") if isinstance(value, float) else value
-
-
-def severity_for(speedup: float, cuts: dict[str, float]) -> str:
-    """Severity from the part of the kernel's time a fix could remove."""
-    if speedup >= cuts["high"]:
-        return "high"
-    if speedup >= cuts["medium"]:
-        return "medium"
-    if speedup >= cuts["low"]:
-        return "low"
-    return "info"
 
 
 def clamp01(value: float) -> float:

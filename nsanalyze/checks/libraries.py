@@ -112,13 +112,3 @@ CODE_LEVEL_CHECKS = frozenset({"uncoalesced-global", "bank-conflicts", "warp-div
 # Libraries whose kernels the user cannot edit (CUTLASS and Triton kernels are configured or written by them).
 CLOSED_LIBRARIES = frozenset({"cuBLAS", "cuBLASLt", "cuDNN", "PyTorch", "NCCL"})
 
-
-def cap_code_level(finding, kernel: dict) -> None:
-    """A code-level finding on a closed library's kernel drops to info: its access pattern is the library's,
-    and what the user can change (the call, fusion, layout) is the program finding about its role."""
-    if finding.check not in CODE_LEVEL_CHECKS or kernel.get("library") not in CLOSED_LIBRARIES:
-        return
-    if finding.severity != "info":
-        finding.notes.append(f"capped at info: a {kernel['library']} kernel, whose code you do not write; "
-                             "change the call (see the advice and the program findings)")
-    finding.severity = "info"

@@ -146,3 +146,55 @@ def test_sarif_results_point_at_their_own_rule(analyzed):
     assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in run["results"])
     clock = next(r for r in run["results"] if r["ruleId"] == "clock-throttling")
     assert rules[clock["ruleIndex"]]["shortDescription"]["text"] == "SM clock below the device's maximum"
+
+
+def _import_checks(tmp_path, kind: str, file: str, source: str):
+    """`import nsanalyze.checks` in a fresh interpreter, from a copy of the package holding one more check module
+    (`file`, beside the real ones): the package's import itself must refuse a broken declaration."""
+    import shutil
+    import subprocess
+
+    root = tmp_path / "tree"
+    shutil.copytree(CHECKS.parent, root / "nsanalyze", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "nsanalyze" / "checks" / kind / file).write_text(source)
+    return subprocess.run([sys.executable, "-P", "-c", "import nsanalyze.checks"], cwd=root, capture_output=True,
+                          text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+
+
+def _renamed(kind: str, module: str, check_id: str, old: str = "", new: str = "") -> str:
+    """A real check module under another id, with one mistake (or none): a new check, as a developer adds one."""
+    text = _source(kind, module, old, new)
+    original = re.search(r'^ID = "([a-z0-9-]+)"', text, flags=re.M).group(1)
+    return text.replace(f'ID = "{original}"', f'ID = "{check_id}"', 1)
+
+
+def test_importing_the_checks_package_accepts_a_good_new_check(tmp_path):
+    """The harness of the three below: a copy of a real check under a new id imports cleanly."""
+    run = _import_checks(tmp_path, "kernel", "tail_effect_copy.py", _renamed("kernel", "tail_effect", "tail-effect-copy"))
+    assert run.returncode == 0, run.stderr
+
+
+def test_importing_the_checks_package_fails_on_a_misspelled_attribute(tmp_path):
+    """`RELEIVES = "memory"` beside the declaration: the import of nsanalyze.checks stops, naming the field."""
+    source = _renamed("kernel", "tail_effect", "tail-effect-copy", "CHECK = Check(", 'RELEIVES = "memory"\n\nCHECK = Check(')
+    run = _import_checks(tmp_path, "kernel", "tail_effect_copy.py", source)
+    assert run.returncode == 1
+    assert "CheckDeclarationError: nsanalyze.checks.kernel.tail_effect_copy (tail-effect-copy): module global " \
+           "RELEIVES looks like the declaration's field `relieves`" in run.stderr, run.stderr[-2000:]
+
+
+def test_importing_the_checks_package_fails_on_a_duplicate_id(tmp_path):
+    """A program check declaring a kernel check's id (clock-throttling was both): the import stops."""
+    run = _import_checks(tmp_path, "program", "host_sync_copy.py", _renamed("program", "host_sync", "tail-effect"))
+    assert run.returncode == 1
+    assert "CheckDeclarationError: check id 'tail-effect' is declared twice (kernel and program checks)" in run.stderr, \
+        run.stderr[-2000:]
+
+
+def test_importing_the_checks_package_fails_on_an_unknown_requires_entry(tmp_path):
+    """A misspelled REQUIRES entry made the check 'not judged' on every profile: now the import stops."""
+    source = _renamed("program", "host_sync", "host-sync-copy", 'requires=("syncs", "budget")', 'requires=("syncs", "bugdet")')
+    run = _import_checks(tmp_path, "program", "host_sync_copy.py", source)
+    assert run.returncode == 1
+    assert "CheckDeclarationError: check 'host-sync-copy': requires or reads bugdet, which no program check is given" \
+        in run.stderr, run.stderr[-2000:]

@@ -60,7 +60,7 @@ CHECK = Check(
     section="work",
     requires=("work",),
     thresholds={
-        "min_share": Threshold(0.03, "the low-severity cut: 3% of the window in the scores' passes is worth one call"),
+        "min_share": Threshold(0.03, "the program findings' least share: 3% of the window in the scores' passes is worth one call"),
         "recompute_share": Threshold(1 / 6, "forward QK^T and PV, backward four products: a fused backward "
                                               "computes QK^T once more, one product in six"),
     },

@@ -63,7 +63,7 @@ CHECK = Check(
     title="Launch-bound: the GPU waits on kernel launches",
     section="busy",
     requires=("launches", "budget"),
-    thresholds={"min_idle_share": Threshold(0.03, "the low-severity cut: 3% of the window idle behind launches is "
+    thresholds={"min_idle_share": Threshold(0.03, "the program findings' least share: 3% of the window idle behind launches is "
                                                     "worth a graph where the loop runs"),
                 "min_launches": Threshold(10, "a handful of launches is start-up (the first launch loads the module), "
                                               "not a launch-bound loop"),

@@ -64,7 +64,7 @@ CHECK = Check(
     title="Convolutions in NCHW: layout conversion kernels around them",
     section="work",
     requires=("work",),
-    thresholds={"min_share": Threshold(0.03, "the low-severity cut: 3% of the window in layout conversions "
+    thresholds={"min_share": Threshold(0.03, "the program findings' least share: 3% of the window in layout conversions "
                                                "is worth a memory-format change"),
                 "nchw_speedup": Threshold(1.5, "channels-last batch-norm and pooling kernels read each pixel's "
                                                  "channels contiguously; conservatively 1.5x the NCHW kernels")},

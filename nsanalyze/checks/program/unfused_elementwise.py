@@ -59,7 +59,7 @@ CHECK = Check(
     thresholds={
         "min_ops": Threshold(8, "a PyTorch module launches 1 to 3 kernels, a loss written out with its backward 6 or 7; "
                                 "8 or more in a row are a function written out op by op (a tanh GELU: 8, a LayerNorm: 10)"),
-        "min_share": Threshold(0.03, "the low-severity cut: 3% of the window is worth a torch.compile"),
+        "min_share": Threshold(0.03, "the program findings' least share: 3% of the window is worth a torch.compile"),
     },
     speedup_model=("per chain, the bytes it moves beyond one pass: its kernels' time (each at the bandwidth it "
                    "measured) less its largest kernel's, the one pass a fused kernel still makes"),
