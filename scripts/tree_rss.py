@@ -97,6 +97,12 @@ def main() -> int:
         if total > peak:
             peak, peak_count = total, count
         peak_pss = max(peak_pss, shared)
+        for pid in _children().get(os.getpid(), []):   # adopted ones that ended (not the run's own process)
+            if pid != child.pid:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
         time.sleep(0.2)
     left = _reap_adopted()
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
