@@ -41,6 +41,21 @@ def _cache_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _ctrl_c_as_in_a_terminal():
+    """A pytest-xdist worker starts with SIGINT ignored (Ctrl-C goes to the controller), and nsanalyze keeps
+    SIGINT ignored where it finds it so (nohup, &): the Ctrl-C tests then saw exit 0. Workers take Python's
+    default handler, as the serial run has it."""
+    import signal
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _each_ncu_report_read_once():
     """An Nsight Compute report read in the test process is read once per session and each reader gets
     its own copy: NVIDIA's ncu_report keeps what every read loads until the process ends (tests/isolated.py
