@@ -25,8 +25,12 @@ report: setup
 # The published SARIF 2.1.0 JSON schema, as npm ships it (for the SARIF validation test).
 SARIF_SCHEMA = tests/.schemas/sarif-2.1.0-rtm.5.json
 
+# Two workers (pytest-xdist), whole test files each, the longest first (tests/conftest.py); they share the
+# decompressed profiles and the session's analyses, and take turns for analysis processes (tests/isolated.py).
+TEST_WORKERS ?= 2
+
 test: setup $(TEST_SYSTEM_STAMP) $(TEST_STAMP) $(SARIF_SCHEMA)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 $(TEST_SYSTEM_STAMP): $(SYSTEM_STAMP)
 	@bash scripts/system-deps.sh $(TEST_SYSTEM_PACKAGES)

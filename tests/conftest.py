@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.isolated import analyze_apart, close_pool, give_back_free_memory
+from tests.isolated import analyze_apart, close_pool, give_back_free_memory, shared
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -26,15 +26,33 @@ PUBLIC_NSYS = sorted(PUBLIC.glob("*.sqlite.xz"))
 @pytest.fixture(scope="session", autouse=True)
 def _cache_dir(tmp_path_factory):
     """Decompressed profiles go to one cache for the whole session (not the user's ~/.cache); under
-    pytest-xdist, one for all the workers (their temporary folders share a parent), and one lock file that
-    lets a single analysis process run at a time (tests/isolated.py: why)."""
+    pytest-xdist, one for all the workers (their temporary folders share a parent), one lock file that
+    lets a single analysis process run at a time (tests/isolated.py: why), and one folder where the
+    session's analyses, made by the first worker that needs one, are read by the others (isolated.shared)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = tmp_path_factory.getbasetemp().parent
-        (shared / "nsanalyze-cache").mkdir(exist_ok=True)
-        os.environ.setdefault("NSANALYZE_CACHE", str(shared / "nsanalyze-cache"))
-        os.environ.setdefault("NSANALYZE_TEST_APART_LOCK", str(shared / "apart.lock"))
+        common = tmp_path_factory.getbasetemp().parent
+        (common / "nsanalyze-cache").mkdir(exist_ok=True)
+        os.environ.setdefault("NSANALYZE_CACHE", str(common / "nsanalyze-cache"))
+        os.environ.setdefault("NSANALYZE_TEST_APART_LOCK", str(common / "apart.lock"))
+        (common / "results").mkdir(exist_ok=True)
+        os.environ.setdefault("NSANALYZE_TEST_SHARED", str(common / "results"))
     else:
         os.environ.setdefault("NSANALYZE_CACHE", str(tmp_path_factory.mktemp("nsanalyze-cache")))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ctrl_c_as_in_a_terminal():
+    """A pytest-xdist worker starts with SIGINT ignored (Ctrl-C goes to the controller), and nsanalyze keeps
+    SIGINT ignored where it finds it so (nohup, &): the Ctrl-C tests then saw exit 0. Workers take Python's
+    default handler, as the serial run has it."""
+    import signal
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -74,7 +92,7 @@ def dev_suite_report():
 
 @pytest.fixture(scope="session")
 def dev_suite_model():
-    return analyze_apart([DEV_SUITE_NCU])
+    return shared("analyze", analyze_apart, [DEV_SUITE_NCU])
 
 
 @pytest.fixture(scope="session")
@@ -115,7 +133,7 @@ def analyzed():
     own (tests/isolated.py: why); the models (a few hundred KB each) are kept."""
     from functools import lru_cache
 
-    return lru_cache(maxsize=None)(lambda path: analyze_apart([path]))
+    return lru_cache(maxsize=None)(lambda path: shared("analyze", analyze_apart, [path]))
 
 
 @pytest.fixture(scope="session")
@@ -126,7 +144,7 @@ def ncu_rows():
 
     from tests.isolated import apart, ncu_rows_here
 
-    return lru_cache(maxsize=None)(lambda path: apart(ncu_rows_here, path))
+    return lru_cache(maxsize=None)(lambda path: shared("ncu_rows", apart, ncu_rows_here, path))
 
 
 def program_findings(model: dict) -> list[dict]:
@@ -196,3 +214,31 @@ def _note_memory(request):
         with open(log, "a") as handle:
             handle.write(f"{resident}\t{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\tmodule\t"
                          f"{request.node.nodeid}\n")
+
+
+# Under pytest-xdist with --dist loadfile (make test), whole test files go to the workers as they free up;
+# these files, the longest of the suite (seconds, serial, measured with --durations), go first, longest first,
+# so that no worker is left alone at the end with a long file while the other has finished.
+LONG_FILES = Path(__file__).with_name("long_files.tsv")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    seconds = {}
+    for line in LONG_FILES.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.split("\t")
+            seconds[name] = float(value)
+
+    class LongestFirst(LoadFileScheduling):
+        def _assign_work_unit(self, node):
+            longest = max(self.workqueue, key=lambda scope: seconds.get(scope, 0.0))
+            if seconds.get(longest):
+                self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)

@@ -80,6 +80,48 @@ def _one_at_a_time():
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def shared(name, compute, *args):
+    """compute(*args), computed once for all the pytest-xdist workers of a run: the first worker to ask
+    pickles the result to the workers' shared folder (conftest.py names it), the others read it there; a
+    worker that asks while another computes waits for it. Without workers, compute(*args). Keyed by `name`,
+    the arguments, and each profile argument's file identity (path, size, modification time): for results
+    of the default set-up (the session's analyses), never for a test that changes the environment."""
+    import hashlib
+    import pickle
+    from pathlib import Path
+
+    folder = os.environ.get("NSANALYZE_TEST_SHARED")
+    if not folder:
+        return compute(*args)
+
+    def identity(value):
+        if isinstance(value, (str, Path)) and os.path.isfile(value):
+            info = os.stat(value)
+            return (os.path.realpath(value), info.st_size, info.st_mtime_ns)
+        if isinstance(value, (list, tuple)):
+            return tuple(identity(v) for v in value)
+        if callable(value):
+            return f"{value.__module__}.{value.__qualname__}"
+        return repr(value)
+
+    key = hashlib.sha256(repr((name, identity(compute), identity(args))).encode()).hexdigest()[:32]
+    result = Path(folder) / f"{key}.pickle"
+    with open(Path(folder) / f"{key}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if result.exists():
+                with open(result, "rb") as handle:
+                    return pickle.load(handle)
+            value = compute(*args)
+            partial = result.with_suffix(f".{os.getpid()}.part")
+            with open(partial, "wb") as handle:
+                pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            partial.rename(result)
+            return value
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _main_here(args, cwd):
     """nsanalyze's main(args) run from the folder cwd, its stdout and stderr captured at the file descriptors
     (the native library's lines included): (exit status, stdout, stderr)."""

@@ -8,6 +8,8 @@ Skipping once only dropped X's findings after ranking: host-sync kept the 0.55 s
 Each report is made in a process of its own (tests/isolated.py); the build without X is the registry
 without X in that process."""
 
+from functools import lru_cache
+
 import pytest
 
 from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, REAL
@@ -39,27 +41,34 @@ def report(path, skip=(), unregistered=()) -> dict:
     return analyze([str(path)], Options(skip=frozenset(skip)))
 
 
+@lru_cache(maxsize=None)
+def _apart(path, skip=(), unregistered=()) -> dict:
+    """report(...) in a process of its own, made once in this file for the same arguments: the issue's two
+    cases (test_a_skipped_check_shapes_no_other) skip what two of CASES skip, on the same profiles."""
+    return apart(report, path, skip=skip, unregistered=unregistered)
+
+
 def _savings(model: dict) -> dict[str, float]:
     return {f["check"]: f["estimated_savings_ns"] for f in model["findings"] if f["kernel_id"] is None}
 
 
 @pytest.mark.parametrize("path, check", CASES, ids=lambda v: getattr(v, "name", v)[:24])
 def test_skip_is_a_build_without_the_check(path, check):
-    skipped = apart(report, path, skip=(check,))
+    skipped = _apart(path, skip=(check,))
     assert check not in {f["check"] for f in skipped["findings"]} | {n["check"] for n in skipped["not_judged"]}
-    assert skipped == apart(report, path, unregistered=(check,))
+    assert skipped == _apart(path, unregistered=(check,))
 
 
-def test_a_skipped_check_shapes_no_other():
+def test_a_skipped_check_shapes_no_other(analyzed):
     """The issue's two cases, with the figures the reports give: the checkpoints' idle time that
     non-step-phase claims (all of the window's idle time after syncs: no host-sync finding is left) and
     attention-unfused sharing gpu_compute with low-tensor-activity (45.7 ms); skipped, they no longer do:
     the checkpoints' file writes are then host-wait's (1687 ms, the file-io class's idle time)."""
     phases = REAL / "phases_nsys.sqlite.xz"
-    full, skipped = apart(report, phases), apart(report, phases, skip=("non-step-phase",))
+    full, skipped = analyzed(phases), _apart(phases, skip=("non-step-phase",))   # analyzed: the default report
     assert "host-sync" not in _savings(full) and "host-wait" not in _savings(full)
     assert round(_savings(skipped)["host-wait"] / 1e6) == 1687
     gpt = REAL / "gpt_fp32_nsys.sqlite.xz"
-    full, skipped = apart(report, gpt), apart(report, gpt, skip=("low-tensor-activity",))
+    full, skipped = analyzed(gpt), _apart(gpt, skip=("low-tensor-activity",))
     assert round(_savings(full)["attention-unfused"] / 1e5) == 457
     assert round(_savings(skipped)["attention-unfused"] / 1e5) == 484

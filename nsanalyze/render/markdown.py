@@ -87,11 +87,12 @@ def inert_advice(advice) -> str:
     return "\n".join(escape(line) for line in text.splitlines())
 
 
-def _table(findings: list[dict], model: dict | None = None, made: dict | None = None) -> list[str]:
+def _table(findings: list[dict], model: dict | None = None, made: dict | None = None,
+           scopes: list[str] | None = None) -> list[str]:
     """The findings' table; `made` keeps rows already written (by finding and shown name) for a caller
-    that writes the table again with fewer rows."""
+    that writes the table again with fewer rows, `scopes` the findings' scope names (scope_names) made once."""
     lines = ["| # | severity | check | kernel / scope | saves | finding |", "|---|---|---|---|---|---|"]
-    names = distinct_names(scope_names(model or {}, findings), NAME_LIMIT)
+    names = distinct_names(scope_names(model or {}, findings) if scopes is None else scopes, NAME_LIMIT)
     made = {} if made is None else made
     for f, name in zip(findings, names):
         line = made.get((id(f), name))
@@ -114,6 +115,33 @@ def _details(f: dict) -> str:
             f"{html_text(shorten(f['kernel_name'] or 'the program', NAME_LIMIT))}: {html_text(f['title'])}</summary>\n\n{evidence}\n\n" + (f"Source:\n{source}\n\n" if source else "")
             + (f"Notes:\n{notes}\n\n" if notes else "")
             + f"{inert_advice(f['advice'])}\n\n</details>")
+
+
+def _rows_that_fit(head: list[str], findings: list[dict], model: dict) -> int:
+    """The most rows, first ones first and fewer than all, whose table (without details) fits under LIMIT - 200
+    beside the header; 0 when none does. Where no two scope names read alike once cut to NAME_LIMIT, each row
+    reads the same in every shorter table (distinct_names changes only names that read alike), so one table
+    and its running length answer (a table of 2,000 findings written again for each row dropped took 10 s).
+    Otherwise rows are dropped one at a time, each table written anew."""
+    scopes = scope_names(model, findings)
+    budget = LIMIT - 200
+    if len({shorten(s, NAME_LIMIT) for s in scopes}) == len(scopes):
+        lines = _table(findings, model, scopes=scopes)
+        size = sum(len(line) + 1 for line in head + [""] + lines[:2])   # and the blank line that ends the text
+        kept = 0
+        for line in lines[2:-1]:   # at most all rows but the last
+            if size + len(line) + 1 > budget:
+                break
+            size += len(line) + 1
+            kept += 1
+        return kept
+    made: dict = {}
+    kept = len(findings)
+    while kept:
+        kept -= 1
+        if len("\n".join(head + [""] + _table(findings[:kept], model, made, scopes[:kept]) + [""])) <= budget:
+            break
+    return kept
 
 
 def render(model: dict) -> str:
@@ -148,11 +176,10 @@ def render(model: dict) -> str:
         text += block
         shown += 1
     left = len(findings) - shown
-    made: dict = {}
-    while len(text) > LIMIT - 200 and findings:   # a table too long on its own: drop rows from the end
-        findings = findings[:-1]
-        left += 1
-        text = "\n".join(head + [""] + _table(findings, model, made) + [""])
+    if len(text) > LIMIT - 200 and findings:   # a table too long on its own: rows dropped from the end
+        kept = _rows_that_fit(head, findings, model)
+        left += len(findings) - kept
+        text = "\n".join(head + [""] + _table(findings[:kept], model, scopes=scope_names(model, findings[:kept])) + [""])
     if len(text) > LIMIT - 200:   # the header alone too long (many profiles): cut at a line, always ends
         text = text[: text.rfind("\n", 0, LIMIT - 400) + 1] + "\n_The header was cut to fit a comment._\n"
     if left > 0:

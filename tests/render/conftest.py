@@ -7,14 +7,16 @@ from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NCU, DEV_SUITE_NSYS
 @pytest.fixture(scope="session")
 def joined_model():
     """The dev suite's ncu report joined with its nsys export: the report `make report` writes."""
-    from tests.isolated import analyze_apart
+    from tests.isolated import analyze_apart, shared
 
-    return analyze_apart([DEV_SUITE_NCU, DEV_SUITE_NSYS])
+    return shared("analyze", analyze_apart, [DEV_SUITE_NCU, DEV_SUITE_NSYS])
 
 
 @pytest.fixture(scope="session")
 def infer_model():
-    return analyze([str(DEV_INFER_NSYS)])
+    from tests.isolated import shared
+
+    return shared("analyze", analyze, [str(DEV_INFER_NSYS)])
 
 
 @pytest.fixture
