@@ -25,9 +25,10 @@ report: setup
 # The published SARIF 2.1.0 JSON schema, as npm ships it (for the SARIF validation test).
 SARIF_SCHEMA = tests/.schemas/sarif-2.1.0-rtm.5.json
 
-# Two workers (pytest-xdist), whole test files each, the longest first (tests/conftest.py); they share the
-# decompressed profiles and the session's analyses, and take turns for analysis processes (tests/isolated.py).
-TEST_WORKERS ?= 2
+# One process by default: on the 2-core machine two pytest-xdist workers took as long (13 min 36 s against
+# 12-14 min serial; the analyses take turns, tests/isolated.py) and summed 3.96 GiB against 2.29. TEST_WORKERS=2
+# runs two workers, whole test files each, the longest first (tests/conftest.py).
+TEST_WORKERS ?= 0
 
 test: setup $(TEST_SYSTEM_STAMP) $(TEST_STAMP) $(SARIF_SCHEMA)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
