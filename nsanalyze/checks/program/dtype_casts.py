@@ -35,7 +35,7 @@ time at stake, and saves nothing in the ranking until a change is measured (`nsa
 - `min_share`: the cast kernels' share of the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence, size_text
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, size_text
 from nsanalyze.numbers import duration_text
 
 ID = "dtype-casts"
@@ -71,10 +71,6 @@ CHECK = Check(
 )
 
 
-def _launches(count: int) -> str:
-    return f"{count} launch" + ("" if count == 1 else "es")
-
-
 def run(timeline, limits) -> Finding | None:
     analysis = timeline.work_analysis
     window_ns = timeline.summary.span_ns or 0
@@ -95,7 +91,7 @@ def run(timeline, limits) -> Finding | None:
     return Finding(
         check=ID,
         title=f"Number-format casts take {share:.0%} of GPU kernel time ({duration_text(cast_ns)} in "
-              f"{_launches(launches)}"
+              f"{plural(launches, 'launch')}"
               + (f", {size_text(facts['dram_bytes']['value'])} moved" if "dram_bytes" in facts else "")
               + "): passes through memory that do no math",
         estimated_speedup=0.0,

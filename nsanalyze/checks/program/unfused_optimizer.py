@@ -80,10 +80,6 @@ CHECK = Check(
 )
 
 
-def _launches(count: int) -> str:
-    return f"{count} launch" + ("" if count == 1 else "es")
-
-
 def run(timeline, limits) -> Finding | None:
     analysis = timeline.work_analysis
     window_ns = timeline.summary.span_ns or 0
@@ -123,7 +119,7 @@ def run(timeline, limits) -> Finding | None:
                      "is the time at stake")
     finding = Finding(
         check=ID,
-        title=f"The optimizer step runs as {plural(passes, 'distinct kernel')} ({_launches(sum(k.launches for k in kernels))}"
+        title=f"The optimizer step runs as {plural(passes, 'distinct kernel')} ({plural(sum(k.launches for k in kernels), 'launch')}"
               f", foreach passes over the parameters) taking {share:.0%} of GPU kernel time ({duration_text(optimizer_ns)}); "
               "use a fused optimizer (fused=True)",
         estimated_speedup=0.0,
