@@ -311,6 +311,16 @@ def _distributed(export: NsysExport) -> tuple[int, int | None] | None:
     return int(getattr(export, "rank", 0) or 0), int(size)
 
 
+def file_kind(path: str) -> str | None:
+    """A profile file's kind ("ncu", "nsys", "kineto") from its first bytes, before it is read (a report can
+    be 500 MB); None for a folder, whose traces are told apart as they are read."""
+    import os
+
+    from nsanalyze.read.files import kind_of
+
+    return kind_of(path).value if os.path.isfile(path) else None
+
+
 def analyze(paths: list[str], options: Options | None = None) -> dict:
     """Analyzes one or more profiles into the report model; skipped checks never run."""
     options = options or Options()

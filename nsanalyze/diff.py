@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from nsanalyze import __version__
-from nsanalyze.analyze import Options, analyze, analyze_each
+from nsanalyze.analyze import Options, analyze, analyze_each, file_kind
 from nsanalyze.errors import InputError
 from nsanalyze.figures import median_noise, ranges_per_instance, steps_in_window
 
@@ -185,15 +185,23 @@ def _range_rows(base: dict, new: dict) -> list[dict]:
     return sorted(rows, key=lambda r: -(r["before_ns"] or 0))
 
 
+def _refuse_two_kinds(base_path: str, new_path: str, before: str, after: str) -> None:
+    if before != after:
+        raise InputError(new_path, f"is an {after} profile and {base_path} an {before} one: "
+                                   "diff compares profiles of one kind (--force to compare anyway)")
+
+
 def diff(base_path: str, new_path: str, options: Options | None = None, force: bool = False) -> dict:
     """Compares two profiles of one program; profiles of different kinds or GPUs are refused unless forced
     (an ncu report against an nsys export would list every finding as gone)."""
+    if not force:   # files of two kinds are refused before either is read (a report can be 500 MB)
+        kinds = [file_kind(p) for p in (base_path, new_path)]
+        if None not in kinds:
+            _refuse_two_kinds(base_path, new_path, *kinds)
     base, new = analyze_each([base_path, new_path], options)
     if not force:
         (before,), (after,) = base["profiles"], new["profiles"]
-        if before["kind"] != after["kind"]:
-            raise InputError(new_path, f"is an {after['kind']} profile and {base_path} an {before['kind']} one: "
-                                       "diff compares profiles of one kind (--force to compare anyway)")
+        _refuse_two_kinds(base_path, new_path, before["kind"], after["kind"])
         if before["gpu"] and after["gpu"] and before["gpu"] != after["gpu"]:
             raise InputError(new_path, f"was taken on {after['gpu']}, {base_path} on {before['gpu']}: "
                                        "figures of different GPUs do not compare (--force to compare anyway)")

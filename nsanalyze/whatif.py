@@ -8,6 +8,7 @@ self-check: off the measured steps by more than 2%, the prediction says it is no
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import dataclass
 
@@ -21,7 +22,11 @@ from nsanalyze.normalize.pricing import OUTLIER_FACTOR   # `--outliers`: steps o
 from nsanalyze.normalize.steps import find_steps
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profiles
+from nsanalyze.read.files import ProfileKind, kind_of
 from nsanalyze.read.nsys import NsysExport, sqlite_input_error
+
+
+WHATIF_READS = "whatif replays an Nsight Systems export (.sqlite)"
 
 
 @dataclass
@@ -52,11 +57,14 @@ def whatif(paths: list[str], options, asked: WhatIf) -> list[dict]:
     speedups, remove = parse_changes(asked.speedups, asked.remove)
     if not (speedups or remove or asked.graph or asked.outliers or asked.pinned):
         raise InputError("whatif", "no change given: --speedup, --remove, --graph, --outliers or --pinned")
+    for path in paths:   # refused before an ncu report is read
+        if os.path.isfile(path) and kind_of(path) is ProfileKind.NCU:
+            raise InputError(path, WHATIF_READS)
     results = []
     for path in paths:
         for profile in read_profiles(path):
             if not isinstance(profile, NsysExport) or profile.kind == "kineto":
-                raise InputError(getattr(profile, "path", path), "whatif replays an Nsight Systems export (.sqlite)")
+                raise InputError(getattr(profile, "path", path), WHATIF_READS)
             try:
                 results.append(whatif_export(profile, options, speedups, remove, asked))
             except sqlite3.DatabaseError as exc:

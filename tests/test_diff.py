@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from nsanalyze.cli import cli
 from nsanalyze.diff import diff, regressions
 from tests.isolated import apart
-from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, DEV_SUITE_V2_NCU, DEV_SUITE_V2_NSYS, FIXTURES
+from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, DEV_SUITE_V2_NCU, DEV_SUITE_V2_NSYS, FIXTURES, STEPS_SQL
 
 
 @pytest.fixture(scope="module")
@@ -295,23 +295,15 @@ def test_a_regression_under_the_same_check_says_why(dev_suite_model):
 
 # The oracle for the mean steady step on the GPU's clock: from the first GPU work launched inside the first
 # steady `step N` (the first is warm-up) to the end of the last step's GPU work, over the steady steps.
-STEP_WORK_SQL = """
-WITH steps AS (SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
-               WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE 'step %'),
-     work AS ({work}),
-     launched AS (SELECT w.start, w.end, r.start AS call_start FROM work w
-                  JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = w.correlationId)
+STEP_WORK_SQL = "WITH " + STEPS_SQL.format(like="step %") + """
 SELECT MIN(l.start), MAX(l.end) FROM steps JOIN launched l ON l.call_start >= steps.start AND l.call_start < steps.end
 GROUP BY steps.start ORDER BY steps.start"""
 
 
 def _sql_mean_step(path, warmup: int = 1) -> float:
-    from tests.conftest import sql
+    from tests.conftest import WORK_TABLES, sql
 
-    tables = {name for (name,) in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    work = " UNION ALL ".join(f"SELECT start, end, correlationId FROM {t}" for t in (
-        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
-    steady = sql(path, STEP_WORK_SQL.format(work=work))[warmup:]
+    steady = sql(path, STEP_WORK_SQL, launched=WORK_TABLES[:3])[warmup:]
     return (steady[-1][1] - steady[0][0]) / len(steady)
 
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from nsanalyze.analyze import Options
 from nsanalyze.cli import cli
 from nsanalyze.whatif import WhatIf, whatif
-from tests.conftest import GPU_STEP_SQL, REAL, sql, sql_gpu_step_periods
+from tests.conftest import REAL, sql, sql_gpu_step_firsts, sql_gpu_step_periods
 
 GEMM = "regex:gemm|nvjet=2"   # cuBLAS/CUTLASS matrix products by name (short or demangled)
 
@@ -29,18 +29,10 @@ def like(name: str) -> str:
     return "train_step" if name.startswith("gpt_") else "token %" if name.startswith("token_") else "step %"
 
 
-def sql_step_firsts(path, like_text: str) -> list[int]:
-    tables = {name for (name,) in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    work = " UNION ALL ".join(f"SELECT start, correlationId FROM {t}" for t in (
-        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-        "CUPTI_ACTIVITY_KIND_GRAPH_TRACE") if t in tables)
-    return [first for _, first in sql(path, GPU_STEP_SQL.format(work=work, like=like_text))]
-
-
 def sql_kernel_ns_per_step(name: str, pattern: str) -> float:
     """Time of the kernels whose short or demangled name matches, per step, over the steps past the first
     third (warm-up), by SQL (the regex applied to the names SQL returns)."""
-    firsts = sql_step_firsts(REAL / name, like(name))
+    firsts = sql_gpu_step_firsts(REAL / name, like(name))
     skip = len(firsts) // 3
     rows = sql(REAL / name, f"""SELECT s.value, d.value, SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
                                  JOIN StringIds s ON s.id = k.shortName JOIN StringIds d ON d.id = k.demangledName

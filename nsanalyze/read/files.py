@@ -201,8 +201,10 @@ def looks_like_json(head: bytes) -> bool:
 
 def detect_kind(path: Path, display: Path | None = None) -> ProfileKind:
     """Tells an nsys SQLite export from an ncu report by content, falling back on the name."""
-    head = _head(path)
-    path = Path(display) if display is not None else path
+    return _kind_of(_head(path), Path(display) if display is not None else path)
+
+
+def _kind_of(head: bytes, path: Path) -> ProfileKind:
     if head.startswith(SQLITE_MAGIC):
         return ProfileKind.NSYS
     name = path.name.lower()
@@ -250,6 +252,23 @@ def open_local(path) -> tuple[ProfileKind, Path]:
     local = _decompress(path, 3)
     _check_readable_decompressed(path, local)
     return detect_kind(local, display=path), local
+
+
+def kind_of(path) -> ProfileKind:
+    """The kind open_local would tell, from the first bytes alone (decompressed as a stream where the file
+    is compressed): a command that takes one kind refuses another before a 500 MB report is decompressed."""
+    path = Path(path)
+    _check_readable(path)
+    head = _head(path)
+    if not (head.startswith((XZ_MAGIC, GZ_MAGIC)) or path.name.endswith((".xz", ".gz"))):
+        return detect_kind(path)
+    if not head.startswith((XZ_MAGIC, GZ_MAGIC)) or (path.name.endswith(".xz") and not head.startswith(XZ_MAGIC)):
+        return open_local(path)[0]   # its one-line error on the wrong signature
+    with open_stream(path) as stream:
+        inner = stream.read(16)
+    if not inner:
+        raise InputError(path, "empty file after decompression")
+    return _kind_of(inner, path)
 
 
 def _check_readable_decompressed(original: Path, local: Path) -> None:

@@ -11,7 +11,7 @@ from nsanalyze.normalize import critical_path as cp
 from nsanalyze.normalize.steps import find_steps
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profile
-from tests.conftest import GPU_STEP_SQL, REAL, sql, sql_gpu_step_periods
+from tests.conftest import REAL, WORK_TABLES, sql, sql_gpu_step_firsts, sql_gpu_step_periods
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +30,7 @@ def gpu_busy_per_step(path) -> float:
     """Kernel, memset and memcpy time between the first and the last step's first GPU work, per step, by SQL
     (the loops run on one stream: work never overlaps)."""
     tables = {name for (name,) in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    work = " UNION ALL ".join(f"SELECT start, correlationId FROM {t}" for t in (
-        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
-    firsts = [first for _, first in sql(path, GPU_STEP_SQL.format(work=work, like="step %"))]
+    firsts = sql_gpu_step_firsts(path, "step %", WORK_TABLES[:3])   # kernels, copies, memsets
     start, end = firsts[len(firsts) // 3], firsts[-1]   # past warm-up
     query = "SELECT COALESCE(SUM(end - start), 0) FROM {} WHERE start >= {} AND start < {}"
     busy = sum(sql(path, query.format(t, start, end))[0][0] for t in (

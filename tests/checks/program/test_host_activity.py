@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from nsanalyze.normalize.host_activity import classify
-from tests.conftest import REAL, program_findings, sql, sql_gpu_step_periods
+from tests.conftest import REAL, STEPS_SQL, WORK_TABLES, program_findings, sql, sql_gpu_step_periods
 
 CHURN, CACHED = REAL / "alloc_churn_nsys.sqlite.xz", REAL / "alloc_cached_nsys.sqlite.xz"
 HISTLOG, HISTLOG_OFF = REAL / "histlog_every10_nsys.sqlite.xz", REAL / "histlog_off_nsys.sqlite.xz"
@@ -18,12 +18,7 @@ CALLS_IN = """SELECT COUNT(*), SUM(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUN
               WHERE (s.value LIKE 'cudaMalloc%' OR s.value LIKE 'cudaFree%') AND r.start >= {start} AND r.end <= {end}"""
 
 
-RUN_SQL = """
-WITH steps AS (SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
-               WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE '{like}'),
-     work AS ({work}),
-     launched AS (SELECT w.start, w.end, r.start AS call_start FROM work w
-                  JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = w.correlationId)
+RUN_SQL = "WITH " + STEPS_SQL + """
 SELECT steps.start, MIN(l.start), MAX(l.end) FROM steps JOIN launched l ON l.call_start >= steps.start
 AND l.call_start < steps.end GROUP BY steps.start ORDER BY steps.start"""
 
@@ -31,10 +26,7 @@ AND l.call_start < steps.end GROUP BY steps.start ORDER BY steps.start"""
 def run_rows(path, like: str) -> list[tuple]:
     """(host start, first GPU work start, last GPU work end) per step range, by SQL over the GPU work tables
     the export has (kernels, copies, memsets)."""
-    tables = {name for (name,) in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    work = " UNION ALL ".join(f"SELECT start, end, correlationId FROM {t}" for t in (
-        "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tables)
-    return sql(path, RUN_SQL.format(like=like, work=work))
+    return sql(path, RUN_SQL.format(like=like), launched=WORK_TABLES[:3])
 
 
 def mean_step(path, like: str) -> float:
