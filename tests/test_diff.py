@@ -91,11 +91,12 @@ def test_precision_switch_is_followed_by_nvtx_range():
     assert set(step["kernels_before"]) != set(step["kernels_after"])
 
 
-def test_profiles_of_different_kinds_are_refused():
+def test_profiles_of_different_kinds_are_refused(tmp_path):
     from tests.read.test_bad_input import assert_clean_error, run_cli
 
-    result = run_cli("diff", DEV_SUITE_NCU, DEV_SUITE_NSYS)
+    result = run_cli("diff", DEV_SUITE_NCU, DEV_SUITE_NSYS, cache=tmp_path / "cache")
     assert_clean_error(result, DEV_SUITE_NSYS, "one kind")
+    assert not any((tmp_path / "cache").iterdir())   # told from their first bytes, neither decompressed
     forced = run_cli("diff", DEV_SUITE_NCU, DEV_SUITE_NSYS, "--force")
     assert forced.returncode == 0
 

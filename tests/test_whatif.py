@@ -2,6 +2,7 @@
 against the twin run the change was recorded as, each figure checked with SQL over the exports."""
 
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -163,9 +164,13 @@ def test_bad_input_is_one_line_and_exit_2(args, says, tmp_path):
 
 
 def test_an_ncu_report_is_refused(tmp_path):
+    """Refused from its first bytes: nothing of the 500 MB report is decompressed into the cache."""
+    cache = tmp_path / "cache"
     done = subprocess.run([sys.executable, "-m", "nsanalyze", "whatif", str(REAL / "gpt_fp32_full.ncu-rep.xz"),
-                           "--remove", "sync"], capture_output=True, text=True, cwd=tmp_path)
+                           "--remove", "sync"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "NSANALYZE_CACHE": str(cache)})
     assert done.returncode == 2 and "Nsight Systems" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not cache.exists() or not any(cache.iterdir())
 
 
 def test_a_replay_that_misses_the_steps_says_it_is_not_trusted():

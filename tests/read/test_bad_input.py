@@ -11,8 +11,12 @@ import pytest
 from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS
 
 
-def run_cli(*args, env_cache=None):
+def run_cli(*args, cache=None):
+    """`nsanalyze ARGS` in a fresh interpreter; cache: its own folder for decompressed copies (made empty)."""
     env = dict(os.environ)
+    if cache is not None:
+        os.makedirs(cache, exist_ok=True)
+        env["NSANALYZE_CACHE"] = str(cache)
     return subprocess.run([sys.executable, "-m", "nsanalyze", *map(str, args)], capture_output=True, text=True,
                           env=env, timeout=120)
 
