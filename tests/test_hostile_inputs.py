@@ -19,6 +19,28 @@ from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NSYS
 from tests.test_reliability import assert_handled, hostile_export, run_cli
 
 
+@pytest.fixture(scope="session")
+def nightly_history(tmp_path_factory):
+    """copy(db, *nights): a history database that `batch` stored from the real nightly exports, one batch run
+    a night in order, copied to db. Each set of nights is batched once a session; the tests that spoil it
+    spoil a copy."""
+    from tests.conftest import REAL
+
+    built = {}
+
+    def copy(db: Path, *nights: str) -> Path:
+        if nights not in built:
+            source = tmp_path_factory.mktemp("history") / "h.sqlite"
+            for night in nights:
+                assert run_cli("batch", REAL / f"nightly{night}_nsys.sqlite.xz", "--db", source).returncode == 0
+            built[nights] = source
+        with sqlite3.connect(built[nights]) as original, sqlite3.connect(db) as target:
+            original.backup(target)
+        return db
+
+    return copy
+
+
 def _copy(tmp_path, name, source=DEV_SUITE_NSYS):
     path = tmp_path / name
     shutil.copy(open_local(source)[1], path)
@@ -1193,17 +1215,13 @@ def test_written_paths_on_stderr_are_one_visible_line(tmp_path):
                                  "UPDATE kernels SET content_hash = NULL WHERE rowid % 2 = 0",
                                  "UPDATE kernels SET duration_ns = CASE rowid % 3 WHEN 0 THEN -5 WHEN 1 THEN 9e999 "
                                  "ELSE 'slow' END"])
-def test_impossible_values_in_a_history_database_are_set_aside(tmp_path, sql):
+def test_impossible_values_in_a_history_database_are_set_aside(tmp_path, sql, nightly_history):
     """The history database is an input too: text and infinite range times were an internal error
     (TypeError), a kernel row of no stored run another (KeyError: None), and negative or infinite
     kernel times were used as times. They are set aside and counted in the trend's notes."""
     import json
 
-    from tests.conftest import REAL
-
-    db = tmp_path / "h.sqlite"
-    for night in ("1", "2", "3_slow"):
-        assert run_cli("batch", REAL / f"nightly{night}_nsys.sqlite.xz", "--db", db).returncode == 0
+    db = nightly_history(tmp_path / "h.sqlite", "1", "2", "3_slow")
     with sqlite3.connect(db) as con:
         con.execute(sql)
     out = tmp_path / "t"
@@ -1287,15 +1305,11 @@ def test_pyproject_that_is_not_utf8_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("date", [None, 12, "2026-02-30"])
-def test_history_runs_without_a_calendar_date_chart(tmp_path, date):
+def test_history_runs_without_a_calendar_date_chart(tmp_path, date, nightly_history):
     """A stored run date that is NULL, a number or no calendar date made the trend's HTML charts an
     internal error (TypeError in matplotlib's isfinite, ConversionError); such runs are charted at their
     place, and a date that is no calendar date is counted."""
-    from tests.conftest import REAL
-
-    db = tmp_path / "h.sqlite"
-    for night in ("1", "2"):
-        assert run_cli("batch", REAL / f"nightly{night}_nsys.sqlite.xz", "--db", db).returncode == 0
+    db = nightly_history(tmp_path / "h.sqlite", "1", "2")
     with sqlite3.connect(db) as con:
         con.execute("UPDATE runs SET date = ?", (date,))
     result = assert_handled(run_cli("trend", "--db", db, "-o", tmp_path / "t.html", "-o", tmp_path / "t.md"))
