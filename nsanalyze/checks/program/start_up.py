@@ -70,7 +70,8 @@ CHECK = Check(
     advice=ADVICE,
 )
 
-WORDS = {"module-load": "CUDA module loading", "allocator": "device memory allocation",
+WORDS = {"module-load": "CUDA module loading", "jit": "JIT compilation / module loading",
+         "allocator": "device memory allocation",
          "pinned-alloc": "pinned host allocation", "copy": "synchronous copies", "copy-async": "copies",
          "context": "CUDA context creation", "sync": "synchronizations", "launch": "kernel launches"}
 
