@@ -194,8 +194,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.steps = _steps_section(steps, budgets, capture, call_names) if steps is not None else None
     if timeline.steps is not None and len(devices) == 1 and devices[0].get("communication_ns") and \
             devices[0].get("communication_wait_ns", 0) >= 0.5 * devices[0]["communication_ns"]:
-        timeline.steps["rank_wait_text"] = ("Its collectives run mostly beyond their fast launches: this rank waits "
-                                            "for another, which the export does not hold (profile all ranks).")
+        timeline.steps["rank_wait_text"] = _rank_wait_text(devices[0])
     if steps is not None and timeline.steps is not None:
         timeline.step_starts, timeline.step_ends = steps.starts.copy(), steps.ends.copy()
         timeline.step_indices = steps.steady.copy()
@@ -554,6 +553,21 @@ def _not_bound_over_time(section: dict) -> str:
             f"host began it), but the GPU is busy only {section['gpu_busy_time_share']:.0%} of the steps' whole time "
             f"(mean step {ms(section['mean_ns'])}, median {ms(section['median_ns'])}): over the run the GPU is not "
             "the bound; the steps that stand out, where it waits, hold the time.")
+
+
+def _rank_wait_text(device: dict) -> str:
+    """One GPU alone whose collectives run mostly beyond their fast launches: how long they waited, measured, and
+    how to find the rank they waited for, which the export does not hold."""
+    # the wait that left the GPU with nothing else to run: within the budget's exposed communication
+    exposed = next((float(p["ns"]) for p in device.get("budget") or () if p["part"] == "gpu_communication"),
+                   float(device.get("exposed_communication_ns") or 0))
+    wait, window = min(float(device["communication_wait_ns"]), exposed), float(device.get("window_ns") or 0)
+    share = f" ({wait / window:.0%} of the window)" if window else ""
+    return (f"This rank's collectives waited {ms_text(wait)}{share} for another rank, with no compute beside them "
+            "(their time beyond their fast launches): the late rank is not in this export, and what holds it is not "
+            "measured here; profile all ranks (one nsys profile around the launcher, or nsys profile -o "
+            "rank%q{RANK} in each rank's command) and report them together: nsanalyze report rank0.sqlite "
+            "rank1.sqlite --as-ranks.")
 
 
 def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, calls=None, call_names=None,
