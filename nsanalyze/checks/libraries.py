@@ -99,10 +99,11 @@ def library_advice(kernel: dict, check: str) -> str:
     lever = LEVERS.get((library, check)) or LEVERS.get((library, "*"))
     if not lever:
         return ""
+    from nsanalyze.checks.base import plural
     from nsanalyze.text import code_span
 
     where = f" in NVTX range {code_span(kernel['nvtx_range'])}" if kernel.get("nvtx_range") else ""
-    return (f"**{library} kernel** ({kernel['launches']} launch{'es' if kernel['launches'] != 1 else ''}{where}): "
+    return (f"**{library} kernel** ({plural(kernel['launches'], 'launch')}{where}): "
             f"{lever}.\n\n")
 
 

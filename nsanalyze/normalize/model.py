@@ -308,8 +308,15 @@ class OsCalls(Record):
 
 
 @dataclass(frozen=True)
+class ApiCall(Record):
+    name: str | None = None
+    calls: int = 0
+    total_ns: float = 0
+
+
+@dataclass(frozen=True)
 class HostStretch(Record):
-    NESTED: ClassVar[dict[str, type]] = {"os_calls": OsCalls, "thread_os_calls": OsCalls}
+    NESTED: ClassVar[dict[str, type]] = {"os_calls": OsCalls, "thread_os_calls": OsCalls, "jit_calls": ApiCall}
     device_id: Any = None
     start_ns: int = 0
     duration_ns: float = 0
@@ -319,13 +326,7 @@ class HostStretch(Record):
     host_threads: int | None = None
     blocked_ns: float | None = None
     thread_os_calls: tuple = ()
-
-
-@dataclass(frozen=True)
-class ApiCall(Record):
-    name: str | None = None
-    calls: int = 0
-    total_ns: float = 0
+    jit_calls: tuple = ()   # (ApiCall, ...): JIT links and loads after it, before the host next gave the GPU work
 
 
 @dataclass(frozen=True)

@@ -194,8 +194,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.steps = _steps_section(steps, budgets, capture, call_names) if steps is not None else None
     if timeline.steps is not None and len(devices) == 1 and devices[0].get("communication_ns") and \
             devices[0].get("communication_wait_ns", 0) >= 0.5 * devices[0]["communication_ns"]:
-        timeline.steps["rank_wait_text"] = ("Its collectives run mostly beyond their fast launches: this rank waits "
-                                            "for another, which the export does not hold (profile all ranks).")
+        timeline.steps["rank_wait_text"] = _rank_wait_text(devices[0])
     if steps is not None and timeline.steps is not None:
         timeline.step_starts, timeline.step_ends = steps.starts.copy(), steps.ends.copy()
         timeline.step_indices = steps.steady.copy()
@@ -217,7 +216,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.left_out = _left_out(export, window, capture, call_names, steps) if window.kind == "steady" else None
     timeline.notes = _graph_notes(export, wa)
     timeline.api_calls = host_calls.api_calls(wa)
-    timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads)
+    timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads, capture.calls, call_names)
     capture_budgets = lambda: build_budgets(capture, call_names, set(comm_ids.tolist()), peer_kinds)  # noqa: E731
     timeline.phases = find_phases(export, capture_budgets, (window.start, window.end),
                                   step_name)
@@ -556,14 +555,38 @@ def _not_bound_over_time(section: dict) -> str:
             "the bound; the steps that stand out, where it waits, hold the time.")
 
 
-def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, limit: int = 5) -> list[dict]:
+def _rank_wait_text(device: dict) -> str:
+    """One GPU alone whose collectives run mostly beyond their fast launches: how long they waited, measured, and
+    how to find the rank they waited for, which the export does not hold."""
+    # the wait that left the GPU with nothing else to run: within the budget's exposed communication
+    exposed = next((float(p["ns"]) for p in device.get("budget") or () if p["part"] == "gpu_communication"),
+                   float(device.get("exposed_communication_ns") or 0))
+    wait, window = min(float(device["communication_wait_ns"]), exposed), float(device.get("window_ns") or 0)
+    share = f" ({wait / window:.0%} of the window)" if window else ""
+    return (f"This rank's collectives waited {ms_text(wait)}{share} for another rank, with no compute beside them "
+            "(their time beyond their fast launches): the late rank is not in this export, and what holds it is not "
+            "measured here; profile all ranks (one nsys profile around the launcher, or nsys profile -o "
+            "rank%q{RANK} in each rank's command) and report them together: nsanalyze report rank0.sqlite "
+            "rank1.sqlite --as-ranks.")
+
+
+def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, calls=None, call_names=None,
+                    limit: int = 5) -> list[dict]:
     """The longest stretches in which the GPU waited on the host's own work, with what the host was in:
-    the innermost NVTX range around it and the OS runtime calls during it (when traced)."""
+    the innermost NVTX range around it, the OS runtime calls during it (when traced), and the JIT-compiled code
+    it linked and loaded after it, before it next gave the GPU work (`jit_calls`: the host was compiling it)."""
     stretches = []
     for budget in budgets:
         stretches += [{"device_id": budget.device_id, "start_ns": s, "duration_ns": e - s}
                       for s, e in budget.labelled.stretches(PARTS.index("idle_host"), limit)]
     stretches = sorted(stretches, key=lambda r: -r["duration_ns"])[:limit]
+    if calls is not None and call_names is not None and len(calls):
+        processes = {b.device_id: list(b.processes) for b in budgets}
+        for stretch in stretches:
+            loads = _jit_calls_after(calls, call_names, processes.get(stretch["device_id"], []),
+                                     stretch["start_ns"] + stretch["duration_ns"])
+            if loads:
+                stretch["jit_calls"] = loads
     osrt = export.has("OSRT_API", "start", "end", "nameId", "globalTid")
     pids = ",".join(str(p) for b in budgets for p in b.processes) or "NULL"
     for stretch in stretches:
@@ -591,6 +614,32 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
             stretch["os_calls"] = [{"name": name, "calls": calls, "overlap_ns": overlap} for name, calls, overlap in mine]
         _launching_thread_calls(stretches, {b.device_id: set(b.processes) for b in budgets}, launching_threads, rows)
     return stretches
+
+
+# Host-activity classes (host_activity.csv) of the calls that give the GPU work: where the host's next such call
+# comes, what it did since is no longer preparation
+ISSUING_CLASSES = ("launch", "graph-launch", "copy", "copy-async", "memset")
+JIT_CLASS = "jit"
+CALLS_AFTER_STRETCH = 64   # the calls looked at after a stretch for the next one that gives the GPU work
+
+
+def _jit_calls_after(calls, call_names: dict, pids: list, at_ns: int) -> list[dict]:
+    """The calls of the class `jit` (host_activity.csv: a run-time link, a module loaded from an image in memory,
+    nvrtc) the processes made from `at_ns` until their next call that gives the GPU work: by name, calls, time."""
+    mine = np.isin(calls.pid, pids) & (calls.start >= at_ns)
+    index = np.flatnonzero(mine)
+    index = index[np.argsort(calls.start[index], kind="stable")][:CALLS_AFTER_STRETCH]
+    loads: dict[str, list] = {}
+    for i in index:
+        name = str(call_names.get(int(calls.name_id[i])) or "")
+        kind = host_activity.classify(name)
+        if kind in ISSUING_CLASSES:
+            break
+        if kind == JIT_CLASS:
+            entry = loads.setdefault(host_activity.base_name(name), [0, 0])
+            entry[0] += 1
+            entry[1] += int(calls.end[i] - calls.start[i])
+    return [{"name": n, "calls": c, "total_ns": ns} for n, (c, ns) in loads.items()]
 
 
 def _sql_order(key: tuple):

@@ -140,8 +140,9 @@ def window_lines(timeline: dict) -> list[str]:
         lines.append(f"Steps{of_rank}: {steps['count']} of '{steps['name']}'{clock}, median {duration(steps['median_ns'])}{mean} "
                      f"(p95 {duration(steps['p95_ns'])}, min {duration(steps['min_ns'])}, max {duration(steps['max_ns'])})")
         if steps.get("host_relation_text"):
-            lines.append(steps["host_relation_text"] + ("" if ranks > 1 or not steps.get("rank_wait_text")
-                                                        else " " + steps["rank_wait_text"]))
+            lines.append(steps["host_relation_text"])
+        if steps.get("rank_wait_text") and ranks <= 1:   # its own line: the time this export cannot price
+            lines.append(steps["rank_wait_text"])
     for note in timeline.get("notes") or []:
         lines.append(note)
     phases = timeline.get("phases") or []
@@ -181,6 +182,12 @@ def health_line(model: dict) -> str:
         return ("No GPU activity recorded (no kernels or copies in the export): profile with CUDA tracing on, "
                 "e.g. nsys profile -t cuda,nvtx,osrt, and export with nsys export --type sqlite.")
     unjudged = sorted({n["check"] for n in model.get("not_judged") or []})
+    rank_wait = ((timeline or {}).get("steps") or {}).get("rank_wait_text")
+    if rank_wait and len(((timeline or {}).get("merged") or {}).get("ranks") or ()) <= 1:
+        return ("No findings above info that this export can price: its collectives' wait for a rank it does not "
+                "hold (above) is time at stake, not a measured saving"
+                + (f"; {len(unjudged)} checks could not judge ({', '.join(unjudged)}): the profile lacks their "
+                   "metrics." if unjudged else "."))
     if unjudged:
         return (f"No findings above info from the checks that could judge; {len(unjudged)} could not "
                 f"({', '.join(unjudged)}): the profile lacks their metrics.")

@@ -112,15 +112,17 @@ def run(kernel: KernelView, limits) -> Finding | None:
         return None
     if grid < sms:
         idle_sms = clamp01(1 - grid / sms)  # SMs without a block, whatever limits the blocks per SM
-        title = f"{plural(grid, 'block')} on {sms:.0f} SMs: {idle_sms:.0%} of the SMs get no block"
+        title = f"{plural(grid, 'block')} on {plural(sms, 'SM')}: {idle_sms:.0%} of the SMs get no block"
     elif _within_one_wave(kernel, grid, sms) and grid % sms and math.ceil(grid / sms) <= MOST_UNEVEN_BLOCKS:
         # under one wave, blocks land unevenly: some SMs run twice the blocks of the rest
         most = math.ceil(grid / sms)
         idle_sms = clamp01(1 - (grid / sms) / most)
         fuller = int(grid - (most - 1) * sms)
         limit = blocks_per_sm(kernel)
-        title = (f"{plural(grid, 'block')} on {sms:.0f} SMs, under one wave: {fuller} SMs run {most} blocks while "
-                 f"{int(sms) - fuller} run {most - 1}" + (f", of the {limit:.0f} an SM can hold" if limit else "")
+        rest = int(sms) - fuller
+        title = (f"{plural(grid, 'block')} on {plural(sms, 'SM')}, under one wave: {plural(fuller, 'SM')} "
+                 f"{'runs' if fuller == 1 else 'run'} {plural(most, 'block')} while {rest} "
+                 f"{'runs' if rest == 1 else 'run'} {most - 1}" + (f", of the {limit:.0f} an SM can hold" if limit else "")
                  + f": up to {idle_sms:.0%} of the SMs' time idles")
     else:
         return None

@@ -26,7 +26,7 @@ Uneven work per block shows the same signature; the advice then is to balance th
 - `min_idle_share`: the busiest SM's time the average SM spent idle.
 """
 
-from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, plural
 
 ID = "tail-effect"
 ADVICE = """Make the work divide evenly over the SMs.
@@ -73,7 +73,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
     grid, sms, waves = kernel.get("grid_size"), kernel.get("sm_count"), kernel.get("waves_per_sm")
     if grid is not None and sms is not None and grid < sms:
         return None  # SMs without any block: the grid is too small (small-grid), there is no last wave
-    shape = f" ({grid:.0f} blocks on {sms:.0f} SMs, {waves:.2f} waves)" if None not in (grid, sms, waves) else ""
+    shape = f" ({plural(grid, 'block')} on {plural(sms, 'SM')}, {waves:.2f} waves)" if None not in (grid, sms, waves) else ""
     # a whole number of waves has no partial last wave: the spread is the blocks' uneven work
     uneven = waves is not None and waves >= 1 and abs(waves - round(waves)) < WHOLE_WAVE
     return Finding(

@@ -36,7 +36,7 @@ what would measure it.
 
 import math
 
-from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, busy_scaled, scheduler_busy, clamp01, evidence
+from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, busy_scaled, scheduler_busy, clamp01, evidence, plural
 
 ID = "warp-divergence"
 ADVICE = """Make the threads of each warp take the same path.
@@ -102,7 +102,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
                      "blocks fill: the empty lanes are the block size's (block-size), not divergence")
     if kernel.get("divergent_branches") is not None:
         facts["divergent_branches"] = evidence(kernel.get("divergent_branches"))
-    lanes = f"{measured * 32:.1f} of the {fill * 32:.0f} threads its blocks fill" if fill < 1.0 else \
+    lanes = f"{measured * 32:.1f} of the {plural(round(fill * 32), 'thread')} its blocks fill" if fill < 1.0 else \
         f"{measured * 32:.1f} of 32 threads"
     return Finding(
         check=ID,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsanalyze.checks.base import budget_part
+from nsanalyze.checks.base import budget_part, plural
 
 
 @dataclass(frozen=True)
@@ -63,9 +63,9 @@ def calls_evidence(cost: ClassCost) -> list[dict]:
 def calls_phrase(cost: ClassCost) -> str:
     names = "/".join(name for name, _, _ in cost.top_calls[:3])
     if cost.steps:
-        return (f"{cost.calls} {names} calls, in {cost.steps_with_calls} of {cost.steps} steady steps "
+        return (f"{plural(cost.calls, names + ' call')}, in {cost.steps_with_calls} of {plural(cost.steps, 'steady step')} "
                 f"(a median {cost.per_step_host_ns / 1e6:.2f} ms of host time in a step that has them)")
-    return f"{cost.calls} {names} calls ({cost.host_ns / 1e6:.1f} ms of host time)"
+    return f"{plural(cost.calls, names + ' call')} ({cost.host_ns / 1e6:.1f} ms of host time)"
 
 
 # host-wait's id and its default min_window_share, here so that the claims (checks/program/_claims.py, which

@@ -36,6 +36,7 @@ time at stake, and saves nothing in the ranking until a change is measured (`nsa
 """
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, size_text
+from nsanalyze.checks.program._roles import kernel_rows, role_time
 from nsanalyze.numbers import duration_text
 
 ID = "dtype-casts"
@@ -72,31 +73,23 @@ CHECK = Check(
 
 
 def run(timeline, limits) -> Finding | None:
-    analysis = timeline.work_analysis
-    window_ns = timeline.summary.span_ns or 0
-    if analysis is None or not window_ns:
+    casts = role_time(timeline, "cast", limits.min_share)
+    if casts is None:
         return None
-    kernels = [k for k in analysis.by_kernel if k.role == "cast"]
-    cast_ns = float(sum(k.ns for k in kernels))
-    if not kernels or cast_ns / window_ns < limits.min_share:
-        return None
-    launches = sum(k.launches for k in kernels)
+    cast_ns = casts.ns
     facts = {"cast_ns": evidence(cast_ns, unit="ns"),
-             "cast_share": evidence(cast_ns / window_ns, limits.min_share, unit="ratio"),
-             "launches": evidence(launches)}
-    moved = [k.dram_bytes for k in kernels if k.dram_bytes is not None]
-    if moved and len(moved) == len(kernels):
-        facts["dram_bytes"] = evidence(float(sum(moved)), unit="byte")
-    share = cast_ns / (analysis.kernel_ns or 1)
+             "cast_share": evidence(casts.window_share, limits.min_share, unit="ratio"),
+             "launches": evidence(casts.launches)}
+    if casts.dram_bytes is not None:
+        facts["dram_bytes"] = evidence(casts.dram_bytes, unit="byte")
     return Finding(
         check=ID,
-        title=f"Number-format casts take {share:.0%} of GPU kernel time ({duration_text(cast_ns)} in "
-              f"{plural(launches, 'launch')}"
+        title=f"Number-format casts take {casts.kernel_share:.0%} of GPU kernel time ({duration_text(cast_ns)} in "
+              f"{plural(casts.launches, 'launch')}"
               + (f", {size_text(facts['dram_bytes']['value'])} moved" if "dram_bytes" in facts else "")
               + "): passes through memory that do no math",
         estimated_speedup=0.0,
-        evidence={**facts, "kernels": [{"name": k.name, "duration_ns": k.ns, "launches": k.launches}
-                                       for k in kernels[:5]]},
+        evidence={**facts, "kernels": kernel_rows(casts.kernels)},
         advice=ADVICE,
         notes=[f"saving not measured: which casts a change removes depends on the code; {duration_text(cast_ns)}, the "
                "casts' time, is the time at stake (the most it can save)"],

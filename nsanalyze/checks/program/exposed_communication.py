@@ -24,6 +24,10 @@ With several GPUs, a collective's exposed time is the transfer plus the wait for
 arrive; the transfer is read off the GPU that waits least. Overlap is judged per GPU from kernel
 intervals: a compute kernel that runs beside a collective but is slowed by it counts as overlap.
 Send/receive pairs of pipeline parallelism are exposed by design when a stage waits for its neighbour.
+One GPU alone in the export, whose collectives run mostly beyond their fast launches, waits for a rank the
+export does not hold: the finding leads with that wait and the report's header states it (time at stake, not
+a saving: what makes the other rank late is in its own export, so the finding is info); profile all ranks and
+report them together (`--as-ranks`) to find and price the straggler (rank-imbalance).
 
 ## Options
 - `min_exposed_share`: exposed communication over the device's span before the check speaks.
@@ -102,11 +106,12 @@ def run(timeline, limits) -> Finding | None:
         waiting_ns = min(float(worst.communication_wait_ns), exposed)
         waiting = waiting_ns / exposed if exposed else 0.0
         transfer = exposed - waiting_ns
-        title += (f"; {waiting_ns / 1e6:.1f} ms of it ({waiting:.0%}) is its collectives running beyond their fast "
-                  "launches: waiting for another rank, which this export does not hold; profile all ranks (one "
-                  "export, or one per rank given together) to find the straggler"
-                  + (f"; the transfers themselves, {transfer / 1e6:.1f} ms, could hide behind compute"
-                     if transfer >= 0.01 * exposed else "; nothing of it is left for overlap to hide"))
+        title = (f"{label(worst)} waits {waiting_ns / 1e6:.1f} ms ({waiting_ns / window:.0%} of its time) in collectives "
+                 "for another rank, which this export does not hold: profile all ranks and report them together "
+                 "(--as-ranks) to find the straggler; its communication runs "
+                 f"{exposed / 1e6:.1f} ms with no compute beside it, {hidden:.0%} hidden"
+                 + (f"; the transfers themselves, {transfer / 1e6:.1f} ms, could hide behind compute"
+                    if transfer >= 0.01 * exposed else ", and nothing of it is left for overlap to hide"))
     else:
         title += ": collectives not overlapped with compute"
     finding = Finding(
@@ -127,8 +132,10 @@ def run(timeline, limits) -> Finding | None:
     )
     if not found and waiting_ns > 0:
         finding.notes.append(f"saves the transfers only, {transfer / 1e6:.2f} ms; the other {waiting_ns / 1e6:.2f} ms is "
-                             "waiting for another rank: balancing the ranks gives it back (rank-imbalance, given "
-                             "every rank's export)")
+                             "waiting for another rank: the time at stake, not a saving this export measures (what "
+                             "makes the other rank late is in its own export); balancing the ranks gives it back "
+                             "(rank-imbalance, given every rank's export: nsys profile in each rank's process, then "
+                             "nsanalyze report with all of them, --as-ranks)")
     if found and waiting_ns > 0:
         finding.notes.append(f"saves the transfers only, {transfer / 1e6:.2f} ms (the exposed communication of "
                              f"{label(found.straggler)}, which waits for no one); the other {waiting_ns / 1e6:.2f} ms "

@@ -40,7 +40,7 @@ legitimately issues little; a sampled metric over a short window is noisy.
 """
 
 from nsanalyze.checks import runs
-from nsanalyze.checks.base import Check, Finding, Threshold, clamp01, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, clamp01, evidence, plural
 from nsanalyze.checks.program import unfused_elementwise
 from nsanalyze.normalize.device_caps import sm_count
 
@@ -142,8 +142,7 @@ def run(timeline, limits) -> Finding | None:
                                                                     or shapes[k.name][1] < 64)]
     small_ns = float(sum(k.ns for k in small))
     names = ", ".join(f"{k.name} ({k.ns / kernel_ns:.0%}"
-                      + (f", {shapes[k.name][0]} block{'s' if shapes[k.name][0] != 1 else ''} of "
-                         f"{shapes[k.name][1]} thread{'s' if shapes[k.name][1] != 1 else ''}" if k in small else "")
+                      + (f", {plural(shapes[k.name][0], 'block')} of {plural(shapes[k.name][1], 'thread')}" if k in small else "")
                       + ")" for k in holding)
     tensor_text = f", tensor cores {tensor:.1f}%" if tensor is not None else ""
     too_small = small_ns >= 0.5 * sum(k.ns for k in holding)

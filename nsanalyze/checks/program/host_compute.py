@@ -8,6 +8,10 @@ the OS runtime calls the host made (reads, waits on a queue), when the export tr
 threads that launch the GPU's work sat in blocking OS calls (a sleep, a lock or semaphore, a queue,
 I/O) for most of those stretches, the host was blocked rather than computing: the finding names the
 calls and what they wait for (the data loader's queue, a lock, a file or socket), with advice to fit.
+When the longest stretches are followed, before the next launch, by loading code compiled at run time (the
+host-activity class `jit`: a run-time link, a module loaded from an image in memory, NVRTC), the host was
+compiling GPU code: the finding names JIT compilation / module loading (Numba, CuPy, Triton), with advice to
+cache the compiled kernels and warm up outside the timed loop.
 
 ## Why it is slow
 The GPU only runs what the host has queued. When each step first decodes, augments or collates its
@@ -152,6 +156,43 @@ subprocess.Popen(["rsync", ckpt, remote])
 }
 
 
+JIT_ADVICE = """The host compiles and loads GPU code while the GPU waits: a JIT compiler (Numba's `@cuda.jit`, CuPy's
+`RawKernel`/`ElementwiseKernel`, NVRTC, Triton, `torch.compile`) builds the kernel at its first call, and the
+driver links and loads the module before the first launch.
+
+- Cache what is compiled: Numba `@cuda.jit(cache=True)`, CuPy's kernel cache (`CUPY_CACHE_DIR`), Triton's and
+  Inductor's caches on a persistent disk; with NVRTC, keep the compiled cubin and load it with `cuModuleLoadData`.
+- Compile ahead or warm up outside the timed loop: call each kernel once with the real types and shapes
+  before measuring (Numba: an explicit signature, `@cuda.jit("void(float32[:, :], ...)")`, compiles at import).
+- Avoid recompiles: the same dtypes, shapes and launch signatures every call.
+
+```python
+# before: compiled at the first call, inside the timed region
+@cuda.jit
+def matmul(a, b, c): ...
+# after: compiled once and cached on disk; warmed up before timing
+@cuda.jit(cache=True)
+def matmul(a, b, c): ...
+matmul[blocks, threads](a, b, c); cuda.synchronize()   # warm-up
+```"""
+JIT_SHARE = 0.5   # the longest stretches' time that ends in module loads before the finding names JIT compilation
+
+
+def _jit(stretches) -> tuple[float, list] | None:
+    """(host time of the longest stretches after which the host linked and loaded JIT-compiled code before it next
+    gave the GPU work, those calls by name), when those stretches hold JIT_SHARE of the stretches' time."""
+    total = sum(s.duration_ns for s in stretches)
+    loading = [s for s in stretches if s.jit_calls]
+    loading_ns = float(sum(s.duration_ns for s in loading))
+    if not total or loading_ns < JIT_SHARE * total:
+        return None
+    calls: dict[str, object] = {}
+    for stretch in loading:
+        for call in stretch.jit_calls:
+            calls.setdefault(call.name, call)   # stretches in a row before one load name the same calls
+    return loading_ns, list(calls.values())
+
+
 @dataclass
 class BlockingCalls:
     """The launching threads' calls of one OS function that block, over the longest stretches."""
@@ -219,6 +260,21 @@ def run(timeline, limits) -> Finding | None:
                          f"of the {counted}: they compute; OS calls of other threads (os_calls) are not the GPU's wait")
     else:
         title = f"The GPU waits while the host runs its own code {share:.0%} of the window{step_text}{where}"
+    jit = _jit(stretches) if blocked is None or blocked[0] < limits.min_blocked_share else None
+    if jit is not None:
+        jit_ns, loads = jit
+        load_ns = sum(c.total_ns for c in loads)
+        names = ", ".join(c.name for c in loads[:4])
+        title = (f"JIT compilation / module loading: the GPU waits {share:.0%} of the window{step_text} while the host "
+                 f"runs its own code, {jit_ns / 1e6:.1f} ms of it in stretches followed by loading run-time compiled "
+                 f"GPU code ({names}: {load_ns / 1e6:.2f} ms) before the next launch{where}")
+        advice = JIT_ADVICE
+        extra["jit_host_ns"] = evidence(jit_ns, unit="ns")
+        extra["jit_calls"] = plain(tuple(loads))
+        notes.append(f"measured: {jit_ns / 1e6:.1f} ms of host time without CUDA calls, each stretch followed by the "
+                     f"calls that link and load run-time compiled code ({names}) before the host next gave the GPU work, and {load_ns / 1e6:.2f} ms in "
+                     "those calls; that the host time was compiling is read from the loads that follow it (the export "
+                     "does not sample the host's code)")
     finding = Finding(
         check=ID,
         title=title,

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 from nsanalyze.checks.program._claims import claims_by_cause
 from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_CLASSES, WAIT_MIN_SHARE, wait_classes, wait_parts
 from nsanalyze.checks.program.host_compute import BLOCKED_ADVICE
@@ -90,7 +90,7 @@ def run(timeline, limits) -> Finding | None:
         check=ID,
         title=(f"The GPU idles {savings / 1e6:.1f} ms ({share:.0%} of the window{per_step}) while the thread that "
                f"launches its work waits, not computing: {kind} in {names} ({top.idle_ns / 1e6:.1f} ms of GPU idle "
-               f"time, {top.calls} calls){where}"),
+               f"time, {plural(top.calls, 'call')}){where}"),
         estimated_speedup=share,
         evidence={"wait_share": evidence(share, limits.min_window_share, unit="ratio"),
                   "wait_idle_ns": evidence(savings, unit="ns"),
@@ -130,4 +130,4 @@ def _few_steps(timeline, classes) -> str:
         return ""
     named = np.sort(indices[order[:count]])
     shown = ", ".join(str(int(i)) for i in named[:8]) + (", ..." if count > 8 else "")
-    return f"; {held[count - 1] / 1e6:.0f} ms of it in {count} of {len(idle)} steps ({shown})"
+    return f"; {held[count - 1] / 1e6:.0f} ms of it in {count} of {plural(len(idle), 'step')} ({shown})"

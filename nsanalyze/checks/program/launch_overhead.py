@@ -36,7 +36,7 @@ saving, and a note says how long they took.
 """
 
 from nsanalyze.normalize.model import Launches, ProfilerCost, plain
-from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase
+from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.text import code_span
 
@@ -97,7 +97,7 @@ def run(timeline, limits) -> Finding | None:
     finding = Finding(
         check=ID,
         title=f"Launch-bound: the GPU waits on kernel launches {share:.0%} of the window{step_text}{loading}; "
-              f"{launches.short_kernels} of {launches.launches} kernels run shorter than their launch call",
+              f"{launches.short_kernels} of {plural(launches.launches, 'kernel')} run shorter than their launch call",
         estimated_speedup=share,
         evidence={"idle_launch_share": evidence(share, limits.min_idle_share, unit="ratio"),
                   "idle_launch_ns": evidence(idle_ns, unit="ns"),
@@ -131,9 +131,9 @@ def _framework_ops(finding: Finding, launches: Launches, timeline=None) -> None:
     if by_op and profiler.launches:
         top, per_step = by_op[0], profiler.launches_per_step
         if top.per_step and per_step:
-            issues = f" issues {top.per_step:.0f} of {per_step:.0f} launches a step"
+            issues = f" issues {top.per_step:.0f} of {plural(round(per_step), 'launch')} a step"
         else:
-            issues = f" issues {top.launches} of {profiler.launches} launches"
+            issues = f" issues {top.launches} of {plural(profiler.launches, 'launch')}"
         finding.title += f"; {top.op}{issues}"
         finding.evidence["launches_by_op"] = plain(by_op[:5])
         # the op's name is the trace's text: in the advice (Markdown) a code span it cannot close

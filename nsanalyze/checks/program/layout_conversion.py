@@ -35,6 +35,7 @@ runs faster in NHWC are not counted.
 import re
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence
+from nsanalyze.checks.program._roles import kernel_rows, role_time
 
 ID = "layout-conversion"
 BUDGET_PART = "gpu_compute"
@@ -77,18 +78,13 @@ CHECK = Check(
 
 
 def run(timeline, limits) -> Finding | None:
-    analysis = timeline.work_analysis
-    window_ns = timeline.summary.span_ns or 0
-    if analysis is None or not window_ns:
+    layout = role_time(timeline, "layout", limits.min_share, keep=lambda k: CONVERSION.search(k.demangled or k.name or ""))
+    if layout is None:
         return None
+    analysis, layout_ns = timeline.work_analysis, layout.ns
     convolutions = [k for k in analysis.by_kernel if k.role in ("matmul_tensor", "matmul_simt")
                     and CONVOLUTION.search(k.demangled or k.name or "")]
-    conversions = [k for k in analysis.by_kernel if k.role == "layout"
-                   and CONVERSION.search(k.demangled or k.name or "")]
-    if not convolutions or not conversions:
-        return None
-    layout_ns = float(sum(k.ns for k in conversions))
-    if layout_ns / window_ns < limits.min_share:
+    if not convolutions:
         return None
     conv_ns = float(sum(k.ns for k in convolutions))
     nchw = [k for k in analysis.by_kernel if k.role in ("normalization", "reduction")
@@ -96,16 +92,15 @@ def run(timeline, limits) -> Finding | None:
     nchw_ns = float(sum(k.ns for k in nchw))
     finding = Finding(
         check=ID,
-        title=f"Convolutions in NCHW: NCHW<->NHWC conversion kernels take {layout_ns / (analysis.kernel_ns or 1):.0%} "
+        title=f"Convolutions in NCHW: NCHW<->NHWC conversion kernels take {layout.kernel_share:.0%} "
               f"of GPU kernel time ({layout_ns / 1e6:.1f} ms, convolutions {conv_ns / 1e6:.1f} ms) and NCHW "
               f"normalization and pooling kernels {nchw_ns / 1e6:.1f} ms; use channels_last for model and input",
         estimated_speedup=0.0,
         evidence={"layout_ns": evidence(layout_ns, unit="ns"),
-                  "layout_share": evidence(layout_ns / window_ns, limits.min_share, unit="ratio"),
+                  "layout_share": evidence(layout.window_share, limits.min_share, unit="ratio"),
                   "convolution_ns": evidence(conv_ns, unit="ns"),
                   "nchw_kernel_ns": evidence(nchw_ns, unit="ns"),
-                  "kernels": [{"name": k.name, "duration_ns": k.ns, "launches": k.launches}
-                              for k in conversions[:5]]},
+                  "kernels": kernel_rows(layout.kernels)},
         advice=ADVICE,
     )
     finding.estimated_savings_ns = layout_ns + nchw_ns * (1 - 1 / limits.nchw_speedup)

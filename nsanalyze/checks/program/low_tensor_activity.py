@@ -52,6 +52,7 @@ import re
 from nsanalyze.checks import global_settings
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.checks.libraries import library_of
+from nsanalyze.checks.program._roles import kernel_rows
 from nsanalyze.checks.program.rank_imbalance import straggler
 from nsanalyze.normalize.device_caps import device_caps, has_tensor_cores
 from nsanalyze.normalize.kernels import _cc_tuple, tensor_over_fp32
@@ -187,8 +188,7 @@ def run(timeline, limits) -> Finding | None:
                   "gr_active_pct": evidence(gr, unit="%"),
                   "sm_issue_pct": evidence(issue, unit="%"),
                   "tensor_active_pct": evidence(tensor, limits.max_tensor_active_pct, unit="%", compare="<"),
-                  "matrix_kernels": [{"name": k.name, "duration_ns": k.ns, "launches": k.launches}
-                                     for k in kernels[:5]]},
+                  "matrix_kernels": kernel_rows(kernels)},
         advice=ADVICE,
         notes=notes,
     )

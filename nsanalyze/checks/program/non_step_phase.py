@@ -35,7 +35,7 @@ as host-compute or host-sync time between steps.
 - `min_idle_share`: the share of the phase in which the GPU does not compute.
 """
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 from nsanalyze.normalize.model import part_ns, plain
 
 ID = "non-step-phase"
@@ -147,8 +147,8 @@ def run(timeline, limits) -> Finding | None:
     each = span / shown
     where = f" (in {phase.path.rsplit(' › ', 1)[0]})" if phase.path else ""
     host, host_ns = _host_classes(timeline, phase)
-    count = (f"{inside} of its {phase.count} instances in the window" if inside != phase.count else
-             f"{phase.count} instance{'s' if phase.count != 1 else ''}")
+    count = (f"{inside} of its {plural(phase.count, 'instance')} in the window" if inside != phase.count else
+             plural(phase.count, 'instance'))
     rest = _what_it_holds(parts, span, host, host_ns)
     finding = Finding(
         check=ID,

@@ -49,7 +49,7 @@ import numpy as np
 
 import humanize
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 from nsanalyze.normalize.budget import PARTS
 
 ID = "slow-steps"
@@ -170,13 +170,13 @@ def run(timeline, limits) -> Finding | None:
     n = every_nth(steps, int(indices[0]), int(indices[-1]) + 1)
     shown = ", ".join(str(int(i)) for i in steps[:6]) + (", ..." if len(steps) > 6 else "")
     which = (f"every {n}th step ({shown})" if n else
-             f"{int(slow.sum())} step{'s' if slow.sum() > 1 else ''} ({shown})")
+             f"{plural(slow.sum(), 'step')} ({shown})")
     doing = _what_they_do(timeline, slow)
     mean = float(periods.mean())
     finding = Finding(
         check=ID,
         title=(f"Steps that stand out: {which} take {_time(np.median(periods[slow]))} against a "
-               f"{_time(typical)} median step; {int(slow.sum())} of {len(periods)} steps hold "
+               f"{_time(typical)} median step; {int(slow.sum())} of {plural(len(periods), 'step')} hold "
                f"{periods[slow].sum() / periods.sum():.0%} of the steps' time (mean step {_time(mean)}; "
                f"{_time(excess / len(periods))} a step above the median)"
                + (f"; in their excess: {doing}" if doing else "")),

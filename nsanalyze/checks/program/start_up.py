@@ -36,7 +36,7 @@ before the first CUDA call is not in the export.
 - `min_left_out_ns`: the left-out part's length.
 """
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 from nsanalyze.normalize.model import plain
 
 ID = "start-up"
@@ -70,7 +70,8 @@ CHECK = Check(
     advice=ADVICE,
 )
 
-WORDS = {"module-load": "CUDA module loading", "allocator": "device memory allocation",
+WORDS = {"module-load": "CUDA module loading", "jit": "JIT compilation / module loading",
+         "allocator": "device memory allocation",
          "pinned-alloc": "pinned host allocation", "copy": "synchronous copies", "copy-async": "copies",
          "context": "CUDA context creation", "sync": "synchronizations", "launch": "kernel launches"}
 
@@ -82,7 +83,7 @@ def run(timeline, limits) -> Finding | None:
     calls = [c for c in left.classes if c.host_ns >= 0.01 * left.ns]
     named = ", ".join(f"{WORDS.get(c.class_, c.class_)} {c.host_ns / 1e9:.2f} s ({c.top_call})" for c in calls[:3])
     in_calls = sum(c.host_ns for c in left.classes)
-    warm = (f"; {left.warmup_steps} warm-up step{'s' if left.warmup_steps != 1 else ''} "
+    warm = (f"; {plural(left.warmup_steps, 'warm-up step')} "
             f"{left.warmup_ns / 1e9:.2f} s of it") if left.warmup_steps else ""
     finding = Finding(
         check=ID,

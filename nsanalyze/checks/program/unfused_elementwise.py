@@ -32,7 +32,7 @@ the middle of a chain (a mean) may need a second pass in the fused kernel too.
 - `min_share`: the chains' saving as a share of the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 
 ID = "unfused-elementwise"
 BUDGET_PART = "gpu_compute"
@@ -91,7 +91,7 @@ def run(timeline, limits) -> Finding | None:
     mean_length = float(chains.kernels.sum()) / len(chains)
     finding = Finding(
         check=ID,
-        title=f"Elementwise code written out: {len(chains)} chains of {mean_length:.0f} memory-bound kernels on "
+        title=f"Elementwise code written out: {plural(len(chains), 'chain')} of {mean_length:.0f} memory-bound kernels on "
               f"average{per_step} take {chain_ns / 1e6:.1f} ms of the {window_ns / 1e6:.1f} ms window; "
               "fuse them with torch.compile",
         estimated_speedup=0.0,

@@ -38,6 +38,7 @@ the optimizer's.
 import re
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, size_text
+from nsanalyze.checks.program._roles import kernel_rows, role_time
 from nsanalyze.numbers import duration_text
 
 ID = "unfused-optimizer"
@@ -81,29 +82,23 @@ CHECK = Check(
 
 
 def run(timeline, limits) -> Finding | None:
-    analysis = timeline.work_analysis
-    window_ns = timeline.summary.span_ns or 0
-    if analysis is None or not window_ns:
+    optimizer = role_time(timeline, "optimizer", limits.min_share)
+    if optimizer is None:
         return None
-    kernels = [k for k in analysis.by_kernel if k.role == "optimizer"]
-    optimizer_ns = float(sum(k.ns for k in kernels))
-    if not kernels or optimizer_ns / window_ns < limits.min_share:
-        return None
+    kernels, optimizer_ns = optimizer.kernels, optimizer.ns
     if any(FUSED.search(k.demangled or k.name or "") for k in kernels):
         return None  # a fused optimizer's kernels: the step is one pass already
     passes = len({k.demangled or k.name for k in kernels})
     if passes < limits.min_passes:
         return None
-    share = optimizer_ns / (analysis.kernel_ns or 1)
     facts = {"optimizer_ns": evidence(optimizer_ns, unit="ns"),
-             "optimizer_share": evidence(optimizer_ns / window_ns, limits.min_share, unit="ratio"),
+             "optimizer_share": evidence(optimizer.window_share, limits.min_share, unit="ratio"),
              "distinct_kernels": evidence(passes, limits.min_passes, compare=">="),
-             "launches": evidence(sum(k.launches for k in kernels))}
+             "launches": evidence(optimizer.launches)}
     notes, savings = [], 0.0
-    measured = [k for k in kernels if k.dram_bytes is not None and k.ns > 0]
-    if measured and len(measured) == len(kernels):
-        moved = float(sum(k.dram_bytes for k in measured))
-        best = max(measured, key=lambda k: k.dram_bytes / k.ns)
+    if optimizer.dram_bytes is not None and all(k.ns > 0 for k in kernels):
+        moved = optimizer.dram_bytes
+        best = max(kernels, key=lambda k: k.dram_bytes / k.ns)
         rate = best.dram_bytes / best.ns   # bytes per ns = GB/s
         streamed_ns = moved / rate if rate > 0 else optimizer_ns
         savings = max(0.0, min(optimizer_ns, optimizer_ns - streamed_ns))
@@ -119,12 +114,11 @@ def run(timeline, limits) -> Finding | None:
                      "is the time at stake")
     finding = Finding(
         check=ID,
-        title=f"The optimizer step runs as {plural(passes, 'distinct kernel')} ({plural(sum(k.launches for k in kernels), 'launch')}"
-              f", foreach passes over the parameters) taking {share:.0%} of GPU kernel time ({duration_text(optimizer_ns)}); "
+        title=f"The optimizer step runs as {plural(passes, 'distinct kernel')} ({plural(optimizer.launches, 'launch')}"
+              f", foreach passes over the parameters) taking {optimizer.kernel_share:.0%} of GPU kernel time ({duration_text(optimizer_ns)}); "
               "use a fused optimizer (fused=True)",
         estimated_speedup=0.0,
-        evidence={**facts, "kernels": [{"name": k.name, "duration_ns": k.ns, "launches": k.launches}
-                                       for k in kernels[:5]]},
+        evidence={**facts, "kernels": kernel_rows(kernels)},
         advice=ADVICE,
         notes=notes,
     )

@@ -133,3 +133,15 @@ def test_uneven_grid_quotes_the_occupancy_limited_blocks_per_sm(analyzed, report
     assert f"of the {least:.0f} an SM can hold" in finding["title"]
     assert f"of the {m['blocks_per_sm_limit']:.0f} an SM" not in finding["title"]
     assert finding["evidence"]["blocks_per_sm_limit"]["value"] == least
+
+
+def test_one_fuller_sm_reads_as_a_sentence(dev_suite_model):
+    """Review of round four: one_block_too_many (133 blocks on 132 SMs) read "1 SMs run 2 blocks". The counts come
+    from the report's grid and SM count: grid - SMs SMs hold a second block."""
+    from tests.conftest import findings_for
+
+    finding = next(f for f in findings_for(dev_suite_model, "one_block_too_many") if f["check"] == "small-grid")
+    grid, sms = finding["evidence"]["grid_size"]["value"], finding["evidence"]["sm_count"]["value"]
+    assert grid - sms == 1
+    assert f"under one wave: 1 SM runs 2 blocks while {sms - 1:.0f} run 1" in finding["title"]
+    assert "1 SMs" not in finding["title"]

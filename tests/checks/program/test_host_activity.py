@@ -133,6 +133,7 @@ FIRST_CALL = "SELECT MIN(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME"
 MODULE_LOADS = """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
                   WHERE (s.value LIKE 'cuLibraryLoad%' OR s.value LIKE 'cuModuleLoad%' OR s.value IN
                          ('cuLibraryGetKernel', 'cuLibraryGetModule', 'cuModuleGetFunction'))
+                    AND s.value NOT LIKE 'cuModuleLoadData%'   -- an in-memory image: the class jit
                     AND r.start >= {start} AND r.start < {end}"""   # the table's module-load names
 
 

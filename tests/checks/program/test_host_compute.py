@@ -182,3 +182,41 @@ def test_waits_held_by_a_few_steps_name_those_steps(analyzed):
     periods = sql_gpu_step_periods(path)   # period i: from step i's first GPU work to step i+1's
     longest = set(sorted(range(len(periods)), key=lambda i: -periods[i])[:2 * count])
     assert set(named) <= longest
+
+
+NUMBA_JIT = PUBLIC / "quasiben__nvtx-examples__numba-jit.sqlite.xz"
+
+
+def test_host_time_that_ends_in_loading_gpu_code_is_named_jit(analyzed):
+    """Review of round four: numba-jit's window is 99% host time, and the report called it the host's own code with
+    DataLoader advice. By SQL on the export: after its last copy the host makes no CUDA call but cuInit for
+    145 ms, then links and loads the kernel's module (cuLinkCreate, cuLinkComplete, cuModuleLoadDataEx) and
+    launches it: Numba compiled the kernel at its first call. The finding names JIT compilation / module loading
+    with that host time and the loads' time, and advises caching and warming up."""
+    from nsanalyze.normalize.host_activity import classify
+
+    calls = sql(NUMBA_JIT, """SELECT r.start, r."end", s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+                              JOIN StringIds s ON s.id = r.nameId ORDER BY r.start""")
+    gpu = sql(NUMBA_JIT, """SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL
+                            SELECT start, "end" FROM CUPTI_ACTIVITY_KIND_MEMCPY""")
+    kinds = [classify(name) for _, _, name in calls]
+    first_load = kinds.index("jit")
+    last_issue = max(i for i in range(first_load) if kinds[i] in ("copy", "launch", "copy-async", "memset"))
+    # the host's time between its calls, from its last copy up to the first load, less the GPU's work in it
+    gaps = [(calls[i][1], calls[i + 1][0]) for i in range(last_issue, first_load)]
+    busy = sum(max(0, min(e, ge) - max(s, gs)) for s, e in gaps for gs, ge in gpu)
+    host_ns = sum(e - s for s, e in gaps) - busy
+    next_launch = kinds.index("launch", first_load)
+    load_ns = sum(e - s for (s, e, _), kind in zip(calls[first_load:next_launch], kinds[first_load:next_launch])
+                  if kind == "jit")
+    assert host_ns > 0.9 * 146e6 and 0 < load_ns < 1e6   # 145 ms of host code, 0.66 ms of loading
+
+    model = analyzed(NUMBA_JIT)
+    finding = next(f for f in model["findings"] if f["check"] == "host-compute")
+    assert finding["title"].startswith("JIT compilation / module loading")
+    assert finding["evidence"]["jit_host_ns"]["value"] == pytest.approx(host_ns, rel=1e-5)
+    assert f"{load_ns / 1e6:.2f} ms" in finding["title"]
+    assert {c["name"] for c in finding["evidence"]["jit_calls"]} == \
+        {name.split("_v")[0] for (_, _, name), kind in zip(calls[:next_launch], kinds[:next_launch]) if kind == "jit"}
+    assert "cache=True" in finding["advice"] and "warm" in finding["advice"]
+    assert finding["estimated_savings_ns"] <= finding["evidence"]["idle_host_ns"]["value"]

@@ -93,3 +93,29 @@ def test_a_fused_optimizer_is_not_flagged(analyzed):
 
     assert FUSED.search("multi_tensor_apply_kernel<FusedAdamMathFunctor<float, 4>>")
     assert not any(FUSED.search(name) for name in _raw_by_role(GPT_BF16)["optimizer"]["names"])
+
+
+def _role_time_here(path, role):
+    from nsanalyze.checks.program._roles import role_time
+    from nsanalyze.normalize.timeline import build_timeline
+    from nsanalyze.read import read_profile
+
+    timeline = build_timeline(read_profile(path))
+    found = role_time(timeline, role)
+    split = {entry.role: entry.ns for entry in timeline.work}
+    return (found.ns, found.launches, found.dram_bytes, found.window_share, found.kernel_share,
+            split.get(role), timeline.summary.span_ns, timeline.work_analysis.kernel_ns)
+
+
+def test_one_role_time_serves_the_role_checks(analyzed):
+    """dtype-casts, unfused-optimizer and layout-conversion read a role's kernels through one helper (_roles.py): on
+    alloc_cached's foreach AdamW its time is the work split's optimizer time, its shares are of the window and of the
+    kernel time, an nsys export has no DRAM bytes, and the finding quotes the same figures."""
+    ns, launches, dram_bytes, window_share, kernel_share, split_ns, span_ns, kernel_ns = \
+        apart(_role_time_here, ALLOC_CACHED, "optimizer")
+    assert ns == pytest.approx(split_ns, abs=launches) and ns > 0   # the split truncates each name's ns
+    assert window_share == pytest.approx(ns / span_ns) and kernel_share == pytest.approx(ns / kernel_ns)
+    assert dram_bytes is None
+    finding = _finding(analyzed(ALLOC_CACHED), "unfused-optimizer")
+    assert finding["evidence"]["optimizer_ns"]["value"] == pytest.approx(ns, rel=1e-5)   # evidence keeps 6 digits
+    assert finding["evidence"]["launches"]["value"] == launches

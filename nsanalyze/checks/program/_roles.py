@@ -1,0 +1,53 @@
+"""The time of one role of the work split (normalize.work): its kernels, their share of the window and of the
+GPU's kernel time, and their DRAM bytes where every kernel has them (an ncu report). Shared by the checks
+that judge a role's kernels (dtype-casts, unfused-optimizer, layout-conversion); not a check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class RoleKernels:
+    kernels: list               # the role's kernels, as the work split orders them (longest first)
+    ns: float                   # their time in the window
+    window_ns: float
+    kernel_ns: float            # the GPU's kernel time (the work split's)
+    dram_bytes: float | None    # summed over the kernels when every one has them measured, else None
+
+    @property
+    def window_share(self) -> float:
+        return self.ns / self.window_ns
+
+    @property
+    def kernel_share(self) -> float:
+        """Share of the GPU's kernel time, as the titles say it."""
+        return self.ns / (self.kernel_ns or 1)
+
+    @property
+    def launches(self) -> int:
+        return sum(k.launches for k in self.kernels)
+
+
+def role_time(timeline, role: str, min_window_share: float = 0.0,
+              keep: Callable[[object], bool] | None = None) -> RoleKernels | None:
+    """The role's kernels (those `keep` accepts, when given), when the profile has a work split and a window,
+    the role has kernels, and their time reaches `min_window_share` of the window; else None."""
+    analysis = timeline.work_analysis
+    window_ns = timeline.summary.span_ns or 0
+    if analysis is None or not window_ns:
+        return None
+    kernels = [k for k in analysis.by_kernel if k.role == role and (keep is None or keep(k))]
+    ns = float(sum(k.ns for k in kernels))
+    if not kernels or ns / window_ns < min_window_share:
+        return None
+    moved = [k.dram_bytes for k in kernels if k.dram_bytes is not None]
+    dram_bytes = float(sum(moved)) if moved and len(moved) == len(kernels) else None
+    return RoleKernels(kernels, ns, window_ns, analysis.kernel_ns, dram_bytes)
+
+
+def kernel_rows(kernels, limit: int = 5) -> list[dict]:
+    """The evidence's list of the first kernels: name, time and launches."""
+    return [{"name": k.name, "duration_ns": k.ns, "launches": k.launches} for k in kernels[:limit]]
