@@ -157,11 +157,14 @@ class Change:
     # ((roles, factor), ...): the kernels of these roles (normalize/kernel_roles.csv; "*" every kernel) faster
     # by the factor; an infinite factor removes them, with the launch calls that launched nothing else
     roles: tuple = ()
+    # roles whose kernels are launched as one fused pass: their launch paths go (as for kernels removed), the
+    # kernels stay with their measured durations (a fused pass moves fewer bytes: not counted)
+    fuse: tuple = ()
 
     @property
     def empty(self) -> bool:
         return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None \
-            and not self.roles
+            and not self.roles and not self.fuse
 
 
 # ---------------------------------------------------------------- the graph
@@ -501,7 +504,7 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
     removed = np.array([c in change.remove for c in graph.c_class], dtype=bool) if change.remove else \
         np.zeros(n_calls, bool)
     gap_host, cross_gap = host_gaps(graph)
-    paths = dropped_paths(graph, gone)
+    paths = dropped_paths(graph, gone | role_mask(graph, change.fuse) if change.fuse else gone)
     removed |= paths
     own = np.where(removed, 0.0, graph.c_own)
     target = np.where(removed, -1, graph.c_target)
