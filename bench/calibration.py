@@ -37,7 +37,16 @@ PAIRS = [
      "slow-steps"),
     ("pinned_churn", "pinned_once", {"remove": ("pinned-alloc",)}, "the staging buffer pinned once",
      "pinned-alloc-churn"),
-    ("opt_loop", "opt_fused", None, "fused AdamW, not a foreach=False per-parameter loop", "launch-overhead"),
+    ("opt_loop", "opt_graph", {"graph": True}, "the whole step captured once as a CUDA graph, AdamW foreach=False "
+     "and capturable", "launch-overhead"),
+    # not the first finding's change: fused AdamW removes the optimizer's 1,024 launches a step and fuses its
+    # kernels, the forward's and backward's launches stay; the check this fix answers does not see a Python-loop
+    # optimizer (its kernels are generic element-wise ones, no name tells them apart)
+    ("opt_loop", "opt_fused", None, "fused AdamW, not a foreach=False per-parameter loop: a different change from "
+     "the first finding's (one graph launch a step)", "unfused-optimizer"),
+    # the same loop under nsys --pytorch=autograd-nvtx: its optimizer's launches are known by their range
+    ("opt_loop_annot", "opt_fused", {"fuse": ("optimizer",)}, "fused AdamW; the loop recorded under PyTorch's "
+     "annotations (Optimizer.step# ranges)", "unfused-optimizer"),
     ("fp32", "tf32", None, "TF32 matmuls: allow_tf32, precision 'high'", "low-tensor-activity"),
 ]
 
@@ -49,6 +58,8 @@ def change_text(change: dict | None) -> str:
         return "`--graph`"
     if change.get("pinned"):
         return "`--pinned`"
+    if change.get("fuse"):
+        return " ".join(f"`--fuse {r}`" for r in change["fuse"])
     if change.get("outliers"):
         return "`--outliers`"
     return " ".join(f"`--remove {c}`" for c in change.get("remove", ()))
@@ -86,7 +97,8 @@ def calibration_rows() -> list[dict]:
             result = whatif([str(base_path)], Options(), WhatIf(remove=tuple(change.get("remove", ())),
                                                                graph=bool(change.get("graph")),
                                                                outliers=bool(change.get("outliers")),
-                                                               pinned=bool(change.get("pinned"))))[0]
+                                                               pinned=bool(change.get("pinned")),
+                                                               fuse=tuple(change.get("fuse", ()))))[0]
             row["whatif_ns"] = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
             row["self_check"] = result["self_check"]["error"]
         rows.append(row)

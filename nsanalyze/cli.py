@@ -197,21 +197,26 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
 @click.option("--graph", is_flag=True, help="each step's launches replaced by one CUDA graph launch")
 @click.option("--outliers", is_flag=True, help="steps that stand out set to the median step")
 @click.option("--pinned", is_flag=True, help="pageable copies at the capture's pinned-memory rate")
+@click.option("--fuse", "fuse", multiple=True, metavar="ROLE",
+              help="the kernels of a role (optimizer, elementwise, ...) launched as one fused pass: their launch "
+                   "paths gone, their GPU time kept (repeatable)")
 @click.option("-o", "--output", "outputs", multiple=True, help="JSON file, or - for JSON on stdout")
 @click.option("--skip-first-ns", type=click.IntRange(min=0), help="nsys: ignore the first N ns (warm-up)")
 @click.option("--nvtx-range", help="nsys: analyze only the GPU work launched inside the NVTX ranges of this name")
 @click.option("--window", "window", type=click.Choice(["steady", "capture"]),
               help="nsys: the steady steps (the default) or the whole capture")
-def whatif_command(profiles, speedups, remove, graph, outliers, pinned, outputs, skip_first_ns, nvtx_range, window):
+def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, outputs, skip_first_ns, nvtx_range,
+                   window):
     """What a change would buy: the steps replayed with it (their dependency graph re-timed), against
     the same replay without it, which must reproduce the measured steps within 2%."""
     from nsanalyze.analyze import Options
     from nsanalyze.config import load_settings
     from nsanalyze.render import check_target, format_for, refuse_inputs, write_reports
     from nsanalyze.render.whatif_report import summary_line
-    from nsanalyze.whatif import WhatIf, label, parse_changes, whatif
+    from nsanalyze.whatif import WhatIf, check_roles, label, parse_changes, whatif
 
     parse_changes(speedups, remove)   # a bad option is refused before any work
+    check_roles(fuse)
     for target in outputs:
         format_for(target, "whatif")
         check_target(target)
@@ -219,7 +224,7 @@ def whatif_command(profiles, speedups, remove, graph, outliers, pinned, outputs,
     config = load_settings()
     results = whatif(list(profiles), Options(dict(config.thresholds), skip_first_ns, nvtx_range,
                                              window or config.window or "steady"),
-                     WhatIf(tuple(speedups), tuple(remove), graph, outliers, pinned))
+                     WhatIf(tuple(speedups), tuple(remove), graph, outliers, pinned, tuple(fuse)))
     write_reports(results, outputs, "whatif")
     for result in results:
         line = summary_line(result, label(result))

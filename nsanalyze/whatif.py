@@ -1,6 +1,7 @@
 """`nsanalyze whatif`: what a change would buy, by replaying the program's dependency graph
 (normalize.critical_path) with it: kernels faster, host-activity classes gone, each step one graph
-launch, outlier steps at the median, pageable copies at the pinned rate.
+launch, outlier steps at the median, pageable copies at the pinned rate, a role's kernels launched as one
+fused pass (their launch paths gone, the kernels kept).
 
 The steady steps are replayed twice, as measured and changed; the saving is the difference of the two
 replays, taken from the measured steps (so what the model misses cancels). The unchanged replay is the
@@ -36,6 +37,17 @@ class WhatIf:
     graph: bool = False
     outliers: bool = False
     pinned: bool = False
+    fuse: tuple = ()            # kernel roles (normalize/kernel_roles.csv, range_roles.csv)
+
+
+def check_roles(fuse) -> tuple:
+    """`--fuse`'s roles, checked: one error naming the option and the roles there are."""
+    from nsanalyze.normalize.work import ROLES
+
+    for role in fuse:
+        if role not in ROLES:
+            raise InputError("--fuse", f"{role!r} is no kernel role (one of: {', '.join(ROLES)})")
+    return tuple(fuse)
 
 
 def parse_changes(speedups, remove) -> tuple[tuple, frozenset]:
@@ -55,8 +67,9 @@ def parse_changes(speedups, remove) -> tuple[tuple, frozenset]:
 
 def whatif(paths: list[str], options, asked: WhatIf) -> list[dict]:
     speedups, remove = parse_changes(asked.speedups, asked.remove)
-    if not (speedups or remove or asked.graph or asked.outliers or asked.pinned):
-        raise InputError("whatif", "no change given: --speedup, --remove, --graph, --outliers or --pinned")
+    check_roles(asked.fuse)
+    if not (speedups or remove or asked.graph or asked.outliers or asked.pinned or asked.fuse):
+        raise InputError("whatif", "no change given: --speedup, --remove, --graph, --outliers, --pinned or --fuse")
     for path in paths:   # refused before an ncu report is read
         if os.path.isfile(path) and kind_of(path) is ProfileKind.NCU:
             raise InputError(path, WHATIF_READS)
@@ -92,7 +105,7 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
     if block is None:
         raise InputError(export.path, "the steps' calls and GPU work could not be replayed (no launch calls found)")
     pinned_rate = _pinned_rate(export, timeline) if asked.pinned else None
-    change = cp.Change(speedups, remove, asked.graph, pinned_rate)
+    change = cp.Change(speedups, remove, asked.graph, pinned_rate, fuse=tuple(asked.fuse))
     changed = cp.replay(block.graph, change)
     ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
     predicted = block.measured - (block.replayed - changed.periods(block.with_last))
@@ -118,7 +131,9 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
                        "error": block.self_check_error, "tolerance": cp.SELF_CHECK_TOLERANCE,
                        "trusted": block.trusted},
         "critical_path": _rounded(path_after), "critical_path_before": _rounded(path_before),
-        "changes": _changes(block.graph, speedups, remove, asked, pinned_rate, len(block.graph.step_first_op)),
+        "changes": _changes(block.graph, speedups, remove, asked, pinned_rate, len(block.graph.step_first_op))
+        + [{"change": "fuse", "role": role, "kernels": int(cp.role_mask(block.graph, (role,)).sum()),
+            "launch_path_ns_per_step": cp.dropped_host_ns_per_step(block, (role,))} for role in asked.fuse],
         "notes": list(block.graph.notes),
     }
 
@@ -189,4 +204,6 @@ def label(result: dict) -> str:
             words.append("outlier steps at the median")
         elif change["change"] == "pinned":
             words.append("pageable copies pinned")
+        elif change["change"] == "fuse":
+            words.append(f"{change['role']} kernels launched as one fused pass")
     return ", ".join(words)

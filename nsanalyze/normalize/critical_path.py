@@ -36,7 +36,7 @@ import numpy as np
 
 from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median
 from nsanalyze.normalize.host_activity import base_name, classify, rules
-from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, role_of
+from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
 from nsanalyze.read.nsys import CALL_TABLES, NsysExport
 
 SELF_CHECK_TOLERANCE = 0.02   # the replay without change within 2% of the measured steps, else untrusted
@@ -157,11 +157,14 @@ class Change:
     # ((roles, factor), ...): the kernels of these roles (normalize/kernel_roles.csv; "*" every kernel) faster
     # by the factor; an infinite factor removes them, with the launch calls that launched nothing else
     roles: tuple = ()
+    # roles whose kernels are launched as one fused pass: their launch paths go (as for kernels removed), the
+    # kernels stay with their measured durations (a fused pass moves fewer bytes: not counted)
+    fuse: tuple = ()
 
     @property
     def empty(self) -> bool:
         return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None \
-            and not self.roles
+            and not self.roles and not self.fuse
 
 
 # ---------------------------------------------------------------- the graph
@@ -253,7 +256,9 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
                                                                      | np.isin(c.dst_kind[cmask], pageable_kinds))))
     o_label = [None] * nk + ["gpu:memset" if m else "gpu:copy" for m in memset]
     o_names = [(op_names.get(int(s)), op_names.get(int(d))) for s, d in zip(short, dem)] + [None] * int(cmask.sum())
-    for i, role in enumerate(_kernel_roles(export, k.where(kmask), o_names[:nk])):
+    annotated = annotated_roles(export, activity)
+    for i, role in enumerate(_kernel_roles(export, k.where(kmask), o_names[:nk],
+                                           None if annotated is None else annotated[np.asarray(kmask, dtype=bool)])):
         o_label[i] = "gpu:" + role
     order = np.lexsort((o_end, o_start))
     o_start, o_end, o_stream, o_corr, o_copy_kind, o_bytes, o_pageable = (
@@ -457,12 +462,13 @@ def path_gap(graph: Graph, gap: np.ndarray) -> np.ndarray:
     return np.where(stretch <= cap, gap, np.minimum(gap, graph.path_typical)).clip(min=0.0)
 
 
-def _kernel_roles(export: NsysExport, kernels, names: list) -> list[str]:
-    """Each kernel's role as the window's work split gives it (normalize.work): by name, and attention's
-    scores kernels (the elementwise, cast and copy launches between its GEMMs) by context, so a change to a
-    role changes the kernels its findings count."""
+def _kernel_roles(export: NsysExport, kernels, names: list, in_ranges: np.ndarray | None = None) -> list[str]:
+    """Each kernel's role as the window's work split gives it (normalize.work): by name, by the annotated
+    range its launch started in (`in_ranges`: PyTorch's optimizer step), and attention's scores kernels (the
+    elementwise, cast and copy launches between its GEMMs) by context, so a change to a role changes the
+    kernels its findings count."""
     roles = [role_of(*n) for n in names]
-    launches = _launch_roles(export.strings, kernels)
+    launches = _launch_roles(export.strings, kernels, in_ranges)
     if launches is None:
         return roles
     _scores_context(launches)   # relabels the scores' glue in launches["role"]
@@ -498,7 +504,7 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
     removed = np.array([c in change.remove for c in graph.c_class], dtype=bool) if change.remove else \
         np.zeros(n_calls, bool)
     gap_host, cross_gap = host_gaps(graph)
-    paths = dropped_paths(graph, gone)
+    paths = dropped_paths(graph, gone | role_mask(graph, change.fuse) if change.fuse else gone)
     removed |= paths
     own = np.where(removed, 0.0, graph.c_own)
     target = np.where(removed, -1, graph.c_target)

@@ -149,7 +149,8 @@ def _timeline(export: NsysExport, skip_first_ns, nvtx_range, mode: str, side: "_
     syncs_later = side.submit_last(host_calls.syncs, wa)
     budgets_later = side.submit(build_budgets, activity, call_names, set(comm_ids.tolist()), peer_kinds)
     kernels_later = side.submit_last(_kernels_and_work, export, window, activity.kernels,
-                                     _kernel_names(export, activity) if side.beside else None)
+                                     _kernel_names(export, activity) if side.beside else None,
+                                     work_split.annotated_roles(export, activity))
     host_side = {"streams": gpus.streams(wa), "ranges": host_calls.ranges(export, wa), "gaps": gpus.gaps(export, wa),
                  "syncs": syncs_later.result(), "launches": host_calls.launches(export, wa), "copies": host_calls.copies(wa)}
     timeline, host_later = _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names,
@@ -364,10 +365,11 @@ def _kernel_names(export: NsysExport, activity: Activity):
     return lambda ids: {i: names[i] for i in {int(i) for i in ids} if i in names}
 
 
-def _kernels_and_work(export: NsysExport, window: Window, kernels, strings) -> tuple:
+def _kernels_and_work(export: NsysExport, window: Window, kernels, strings, in_ranges=None) -> tuple:
     """The window's kernel summary (one row per name) and its GPU time by role (normalize.work)."""
     table = normalize_nsys_kernels(export, (window.start, window.end), kernels, strings)
-    return table, analyze_work(export, (window.start, window.end), table.rows, kernels, strings)
+    return table, analyze_work(export, (window.start, window.end), table.rows, kernels, strings, in_ranges)
+
 
 
 # Above this many kernels and calls (the capture's tables) the launching threads, the syncs' figures, the

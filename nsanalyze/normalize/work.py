@@ -4,7 +4,10 @@ Each kernel name is classified by the patterns of `kernel_roles.csv` (first matc
 demangled name, then the short name), as the libraries name their kernels. One role is contextual:
 `attention_unfused`, attention written out. Its softmax is known by name; the mask, scale and copy
 kernels over the same scores are known by where they run: between the two batched GEMMs around that
-softmax on its stream, with a launch size (threads) of the softmax's order. The window's launches are
+softmax on its stream, with a launch size (threads) of the softmax's order. A kernel launched inside an
+annotated range of `range_roles.csv` (PyTorch's `Optimizer.step#...`) takes that range's role whatever its
+name: the launch call started inside a range of its process (the call columns keep the process, not the
+thread). The window's launches are
 sorted once per stream (numpy); chains of memory-bound kernels between other work are kept for the
 `unfused-elementwise` check.
 """
@@ -20,11 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from nsanalyze.normalize.model import KernelRole
-from nsanalyze.normalize.activity import distinct
+from nsanalyze.normalize.activity import PID_SHIFT, distinct
+from nsanalyze.normalize.checked_rows import VALID_NVTX
 
 ROLES = ("matmul_tensor", "matmul_simt", "attention_fused", "attention_unfused", "normalization", "elementwise",
          "reduction", "layout", "cast", "copy", "communication", "optimizer", "graph", "other")
 ROLE_TABLE = Path(__file__).with_name("kernel_roles.csv")
+RANGE_ROLE_TABLE = Path(__file__).with_name("range_roles.csv")
 MATMUL = ("matmul_tensor", "matmul_simt")
 # Memory-bound kernels that a compiler fuses into one pass (torch.compile, a hand-written kernel).
 GLUE = ("elementwise", "normalization", "reduction", "cast", "copy")
@@ -65,6 +70,53 @@ def role_patterns() -> tuple[Pattern, ...]:
             raise ValueError(f"{ROLE_TABLE.name}: unknown pattern kind {row['kind']!r}")
         patterns.append(Pattern(row["role"], re.compile(row["pattern"], re.I), row["why"]))
     return tuple(patterns)
+
+
+@lru_cache(maxsize=1)
+def range_roles() -> tuple[tuple[str, str], ...]:
+    """(role, name prefix) of the annotated ranges whose launches take the range's role (range_roles.csv)."""
+    with open(RANGE_ROLE_TABLE, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        if None in row or any(value is None for value in row.values()) or not row["prefix"]:
+            raise ValueError(f"{RANGE_ROLE_TABLE.name}: a row without 3 fields or without a prefix: {row}")
+        if row["role"] not in ROLES:
+            raise ValueError(f"{RANGE_ROLE_TABLE.name}: unknown role {row['role']!r}")
+    return tuple((row["role"], row["prefix"]) for row in rows)
+
+
+def annotated_roles(export, activity) -> np.ndarray | None:
+    """Per kernel of the activity (normalize.activity), the role code of the annotated range of
+    range_roles.csv (PyTorch's `Optimizer.step#...`) its launch call started in, -1 where none; None where
+    the activity's time holds no such range. Reads the export: call it on the export's thread."""
+    ranges = []
+    for role, prefix in range_roles():
+        rows = export.query(f"""SELECT start, end, global_tid FROM nvtx WHERE substr(name, 1, ?) = ?
+                                AND end IS NOT NULL AND end >= start AND {VALID_NVTX} AND end > ? AND start < ?""",
+                            (len(prefix), prefix, activity.start, activity.end))
+        ranges += [(int(a), int(b), int(t) >> PID_SHIFT, role) for a, b, t in rows if t is not None and t >= 0]
+    if not ranges or not len(activity.kernels):
+        return None
+    _, _, call_starts, call_pids = activity.launch_call_starts()
+    n = len(activity.kernels)
+    return context_roles(ranges, call_starts[:n], call_pids[:n])
+
+
+def context_roles(ranges: list[tuple[int, int, int, str]], call_starts: np.ndarray, call_pids: np.ndarray) -> np.ndarray:
+    """Per launch, the role code of the annotated range its launch call started in (`ranges`: start, end,
+    process, role of the ranges of range_roles.csv), -1 where none; `call_starts`/`call_pids`: the launch
+    calls' (-1: no call found)."""
+    out = np.full(len(call_starts), -1, dtype=np.int16)
+    for pid in {r[2] for r in ranges}:
+        mine = sorted((r for r in ranges if r[2] == pid), key=lambda r: r[0])
+        starts = np.array([r[0] for r in mine], dtype=np.int64)
+        ends = np.maximum.accumulate(np.array([r[1] for r in mine], dtype=np.int64))  # nested: the outermost's end
+        codes = np.array([ROLES.index(r[3]) for r in mine], dtype=np.int16)
+        at = np.searchsorted(starts, call_starts, side="right") - 1
+        safe = np.maximum(at, 0)
+        inside = (at >= 0) & (call_pids == pid) & (call_starts >= 0) & (call_starts < ends[safe]) & (out < 0)
+        out[inside] = codes[safe[inside]]
+    return out
 
 
 @lru_cache(maxsize=65536)
@@ -169,20 +221,36 @@ def analyze_kernel_rows(summary_rows: list[dict]) -> WorkAnalysis:
     return analysis
 
 
-def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kernels=None, strings=None) -> WorkAnalysis:
+def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kernels=None, strings=None,
+                 in_ranges: np.ndarray | None = None) -> WorkAnalysis:
     """The window's GPU kernel time by role. `summary_rows`: the kernel summary (one row per name, the
     window's kernels); `kernels`: the window's launches as columns (normalize.activity), read when absent;
-    `strings`: names by id in place of export.strings."""
+    `strings`: names by id in place of export.strings; `in_ranges`: per row of `kernels`, the role code of the
+    annotated range its launch call started in (context_roles), -1 where none."""
     start, end = window
     roles_by_name, role_ns, by_kernel = _by_name(summary_rows)
     if kernels is None:
         from nsanalyze.normalize.activity import read_kernels
         kernels = read_kernels(export, "start >= :ws AND start < :we", {"ws": start, "we": end})
+        in_ranges = None
     else:
-        kernels = kernels.where((kernels.start >= start) & (kernels.start < end))
+        inside = (kernels.start >= start) & (kernels.start < end)
+        kernels = kernels.where(inside)
+        in_ranges = None if in_ranges is None else np.asarray(in_ranges)[np.asarray(inside, dtype=bool)]
     analysis = WorkAnalysis(work=[], kernel_ns=int(sum(role_ns.values())))
-    launches = _launch_roles(strings or export.strings, kernels)
+    launches = _launch_roles(strings or export.strings, kernels, in_ranges)
     if launches is not None:
+        for name_id, code, ns, count in launches.pop("moved"):   # launched inside an annotated range
+            name = launches["names"].get(name_id)
+            base, role = roles_by_name.get(name, "other"), ROLES[code]
+            role_ns[base] = role_ns.get(base, 0.0) - ns
+            role_ns[role] = role_ns.get(role, 0.0) + ns
+            for entry in by_kernel:
+                if (entry["demangled"] or entry["name"]) == name and entry["role"] == base:
+                    entry["ns"] -= ns
+                    entry["launches"] -= count
+                    by_kernel.append({**entry, "role": role, "ns": ns, "launches": count})
+                    break
         moved, analysis.scores_gemm_ns = _scores_context(launches)
         for name_id, ns, count in moved:
             name = launches["names"].get(name_id)
@@ -205,8 +273,9 @@ def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kern
     return analysis
 
 
-def _launch_roles(strings, kernels) -> dict | None:
-    """Per launch, sorted by stream then start: role code, duration, threads, name id."""
+def _launch_roles(strings, kernels, in_ranges: np.ndarray | None = None) -> dict | None:
+    """Per launch, sorted by stream then start: role code, duration, threads, name id; `moved`: (name id,
+    role code, ns, launches) of the launches an annotated range gives another role than their name's."""
     if not len(kernels):
         return None
     name_ids = np.asarray(kernels.demangled_id, dtype=np.int64)
@@ -228,8 +297,20 @@ def _launch_roles(strings, kernels) -> dict | None:
         values = np.asarray(getattr(kernels, axis), dtype=np.int64)           # as int64 were 290 MB at 6M launches
         threads *= np.where((values > 0) & (values < 2**31), values, 1)
         del values
-    return {"role": codes[inverse][order], "fused": fused[inverse][order], "name_id": name_ids[order],
-            "ns": (np.asarray(kernels.end, dtype=np.int64) - begin)[order], "threads": threads[order],
+    role = codes[inverse]
+    ns = np.asarray(kernels.end, dtype=np.int64) - begin
+    moved = []
+    if in_ranges is not None and len(in_ranges) == len(role):
+        hit = (in_ranges >= 0) & (in_ranges != role)
+        if hit.any():
+            keys = name_ids[hit] * len(ROLES) + in_ranges[hit]
+            groups, where = np.unique(keys, return_inverse=True)
+            spent, counts = np.bincount(where, weights=ns[hit]), np.bincount(where)
+            moved = [(int(k // len(ROLES)), int(k % len(ROLES)), float(t), int(c))
+                     for k, t, c in zip(groups, spent, counts)]
+            role = np.where(hit, in_ranges, role).astype(np.int16)
+    return {"role": role[order], "fused": fused[inverse][order], "name_id": name_ids[order], "moved": moved,
+            "ns": ns[order], "threads": threads[order],
             "device": device[order], "stream": stream[order],
             "names": {int(d): names.get(int(d)) or names.get(int(s)) for d, s in zip(unique_ids, first_short)}}
 

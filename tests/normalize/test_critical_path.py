@@ -135,3 +135,15 @@ def test_speedup_option_parsing():
     for bad in ("gemm=2", "regex:gemm", "regex:gemm=0", "regex:gemm=-1", "regex:gemm=nan", "regex:(=2"):
         with pytest.raises(ValueError):
             cp.parse_speedup(bad)
+
+
+def test_the_replayed_steps_label_the_optimizers_launches(timelines):
+    """The replayed block's kernels take the work split's roles, the annotated range's included: under nsys
+    --pytorch=autograd-nvtx (opt_loop_annot) the 1,024 launches a steady step inside `Optimizer.step#AdamW.step`
+    (SQL: tests/normalize/test_work.py) are gpu:optimizer, so a change to the optimizer's kernels reaches
+    them; the loop without the annotation has none."""
+    block = timelines("opt_loop_annot_nsys.sqlite.xz")[1].step_block
+    steps = len(block.graph.step_first_op)
+    assert steps >= 3 and block.graph.o_label.count("gpu:optimizer") == 1024 * steps
+    plain = timelines("opt_loop_nsys.sqlite.xz")[1].step_block
+    assert "gpu:optimizer" not in plain.graph.o_label

@@ -9,7 +9,7 @@ from nsanalyze.normalize.work import ROLES, role_of
 from tests.conftest import PUBLIC, REAL, sql
 
 RUNS = ["attn_naive", "attn_sdpa", "cnn_nchw", "cnn_cl", "mlp_eager", "mlp_compile", "spin_gpumetrics",
-        "gpt_fp32", "matmul_async", "matmul_sync", "graphs_graphtrace"]
+        "gpt_fp32", "matmul_async", "matmul_sync", "graphs_graphtrace", "opt_loop_annot"]
 NAME = "COALESCE(d.value, s.value)"
 GEMM = f"({NAME} LIKE '%gemm%' OR {NAME} LIKE 'nvjet%' OR {NAME} LIKE '%xmma%' OR {NAME} LIKE '%cutlass%')"
 SIMT_GEMM = f"({NAME} LIKE '%simt%' OR {NAME} LIKE '%sgemm%' OR {NAME} LIKE '%ffma%' OR {NAME} LIKE '%gemv%')"
@@ -86,6 +86,29 @@ def test_naive_attention_scores_path_agrees_with_sql(analyzed):
         assert _share(model, "attention_unfused") == pytest.approx(expected, abs=0.05)
     assert _share(analyzed(REAL / "attn_naive_nsys.sqlite.xz"), "attention_unfused") > 0.5
     assert _share(analyzed(REAL / "attn_sdpa_nsys.sqlite.xz"), "attention_unfused") == 0
+
+
+def test_launches_inside_the_optimizer_range_are_the_optimizers(analyzed):
+    """AdamW(foreach=False) launches 8 generic element-wise kernels a parameter, no name tells them from the
+    model's; under nsys --pytorch=autograd-nvtx (opt_loop_annot) each step's `Optimizer.step#AdamW.step` range
+    holds their launch calls (range_roles.csv). The optimizer's time is SQL's kernels launched by calls of the
+    range's process that start inside such a range, in the window (1.51 ms a step); the same loop without the
+    annotation (opt_loop) has none."""
+    path = REAL / "opt_loop_annot_nsys.sqlite.xz"
+    model = analyzed(path)
+    window = model["timeline"]["window"]
+    ns, launches = sql(path, f"""WITH o AS MATERIALIZED (SELECT n.start, n.end, n.globalTid / 16777216 AS pid
+            FROM NVTX_EVENTS n LEFT JOIN StringIds t ON t.id = n.textId
+            WHERE n.eventType = 59 AND COALESCE(n.text, t.value) LIKE 'Optimizer.step#%')
+        SELECT SUM(k.end - k.start), COUNT(*) FROM o JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.start >= o.start
+            AND r.start < o.end AND r.globalTid / 16777216 = o.pid
+        JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
+        WHERE k.start >= {window['start_ns']} AND k.start < {window['end_ns']}""")[0]
+    steps = model["timeline"]["steps"]["count"]
+    assert launches == 1024 * steps
+    work = {w["role"]: w["ns"] for w in model["timeline"]["work"]}
+    assert work["optimizer"] == pytest.approx(ns, rel=1e-6)
+    assert "optimizer" not in {w["role"] for w in analyzed(REAL / "opt_loop_nsys.sqlite.xz")["timeline"]["work"]}
 
 
 def test_graph_level_trace_is_all_graph(analyzed):
