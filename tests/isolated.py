@@ -59,21 +59,43 @@ def apart(function, *args, **kwargs):
     """function(*args, **kwargs) in a process of its own (a module-level function; pickled arguments
     and result): the same result, the same exceptions."""
     give_back_free_memory()
-    with _one_at_a_time():
+    with memory_gate(args):
         return _pool().submit(_call, function, args, kwargs).result()
 
 
+# An Nsight Compute report this large or larger takes 0.9-1.7 GB to analyze (ncu_report holds about five
+# times the report: the five fixture reports of 90-180 MB, 2.7-5.5 MB as .xz); the others, 11-19 MB, take
+# under 0.6 GB.
+HEAVY_NCU_BYTES = 50_000_000
+HEAVY_NCU_XZ_BYTES = 2_000_000
+
+
+def _heavy(value) -> bool:
+    """Whether an argument names (or holds, in a list) an Nsight Compute report of HEAVY_NCU_BYTES or more."""
+    if isinstance(value, (list, tuple)):
+        return any(_heavy(v) for v in value)
+    if not isinstance(value, (str, os.PathLike)) or ".ncu-rep" not in os.fspath(value):
+        return False
+    try:
+        size = os.stat(value).st_size
+    except OSError:
+        return False
+    return size >= (HEAVY_NCU_XZ_BYTES if os.fspath(value).endswith((".xz", ".gz")) else HEAVY_NCU_BYTES)
+
+
 @contextlib.contextmanager
-def _one_at_a_time():
-    """Under pytest-xdist, one analysis process at a time across all the workers (a lock on a file that
-    conftest.py names): the largest takes 1.7 GB (gpt_fp32_full.ncu-rep), and two side by side beside
-    two workers would pass the suite's 3 GB. Their CPU time is a small part of the suite's."""
+def memory_gate(args):
+    """Under pytest-xdist, what one process may run beside the other workers' (a lock on a file that
+    conftest.py names): the analysis of a heavy ncu report (args name one: _heavy) runs alone, holding the
+    lock exclusively; any other analysis or command shares it, so the workers' light ones overlap. Two
+    heavy ones side by side beside two workers would pass the suite's 3 GB; the light ones are most of the
+    suite's analyses."""
     path = os.environ.get("NSANALYZE_TEST_APART_LOCK")
     if not path:
         yield
         return
     with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl.flock(handle, fcntl.LOCK_EX if _heavy(list(args)) else fcntl.LOCK_SH)
         try:
             yield
         finally:

@@ -24,8 +24,11 @@ TABLES_USED = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUP
 
 
 def run_cli(*args, timeout=180):
-    return subprocess.run([sys.executable, "-m", "nsanalyze", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+    from tests.isolated import memory_gate
+
+    with memory_gate(args):
+        return subprocess.run([sys.executable, "-m", "nsanalyze", *map(str, args)], capture_output=True, text=True,
+                              timeout=timeout)
 
 
 def assert_handled(result, path=None):
