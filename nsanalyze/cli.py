@@ -478,9 +478,10 @@ def main(argv=None):
         signal.signal(signal.SIGINT, interrupt)                                         # is ignored (nohup, &)
     try:
         _main(argv, INTERRUPTED)
-    finally:   # main() run in a process that goes on (tests, notebooks): its handler as it was
-        if signal.getsignal(signal.SIGINT) is interrupt:
+    finally:   # main() run in a process that goes on (tests, notebooks): its handler as it was, and no
+        if signal.getsignal(signal.SIGINT) is interrupt:   # Ctrl-C of this run left for the next to see
             signal.signal(signal.SIGINT, previous)
+        INTERRUPTED.clear()
 
 
 def _main(argv, INTERRUPTED) -> None:

@@ -24,7 +24,9 @@ def _pool() -> ProcessPoolExecutor:
     global _POOL
     if _POOL is None:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["nsanalyze._forkserver_guard", "nsanalyze.analyze", "tests.isolated"])
+        context.set_forkserver_preload(["nsanalyze._forkserver_guard", "nsanalyze.analyze", "nsanalyze.cli",
+                                        "nsanalyze.render.html", "nsanalyze.render.markdown",
+                                        "nsanalyze.render.terminal", "tests.isolated"])
         # one process per analysis: what ncu_report keeps ends with it
         _POOL = ProcessPoolExecutor(max_workers=1, mp_context=context, max_tasks_per_child=1)
     return _POOL
@@ -43,6 +45,7 @@ atexit.register(close_pool)
 
 
 def _call(function, args, kwargs):
+    _die_with_the_fork_server()
     try:
         return function(*args, **kwargs)
     finally:
@@ -55,12 +58,40 @@ def _call(function, args, kwargs):
                 handle.write(f"{usage.ru_maxrss}\t{usage.ru_utime + usage.ru_stime:.2f}\t{function.__qualname__}\t{args}\n")
 
 
-def apart(function, *args, **kwargs):
+def _die_with_the_fork_server() -> None:
+    """An analysis process ends with the fork server it was forked from, as the server ends with the test
+    process (nsanalyze._forkserver_guard): a test run killed mid-analysis left a 1.4 GB orphan behind."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))   # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+
+
+def apart(function, *args, timeout=None, **kwargs):
     """function(*args, **kwargs) in a process of its own (a module-level function; pickled arguments
-    and result): the same result, the same exceptions."""
+    and result): the same result, the same exceptions. Past `timeout` seconds the process is killed and
+    TimeoutError raised."""
     give_back_free_memory()
     with memory_gate(args):
-        return _pool().submit(_call, function, args, kwargs).result()
+        future = _pool().submit(_call, function, args, kwargs)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            _kill_pool()
+            raise
+
+
+def _kill_pool() -> None:
+    """The pool's processes killed (one that overran its time) and the pool closed."""
+    global _POOL
+    if _POOL is not None:
+        for process in list(getattr(_POOL, "_processes", {}).values()):
+            process.kill()
+        _POOL.shutdown(wait=True, cancel_futures=True)
+        _POOL = None
 
 
 # An Nsight Compute report this large or larger takes 0.9-1.7 GB to analyze (ncu_report holds about five
@@ -144,14 +175,18 @@ def shared(name, compute, *args):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _main_here(args, cwd):
-    """nsanalyze's main(args) run from the folder cwd, its stdout and stderr captured at the file descriptors
-    (the native library's lines included): (exit status, stdout, stderr)."""
+def _main_here(args, cwd, env=None):
+    """nsanalyze's main(args) run from the folder cwd (with the environment env, where given), its stdout and
+    stderr captured at the file descriptors (the native library's lines included): (exit status, stdout,
+    stderr)."""
     import sys
     import tempfile
 
     from nsanalyze.cli import main
 
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
     os.chdir(cwd)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         os.dup2(out.fileno(), 1)
@@ -169,10 +204,25 @@ def _main_here(args, cwd):
         return code, out.read(), err.read()
 
 
-def main_apart(args, cwd=None) -> tuple[int, str, str]:
+def main_apart(args, cwd=None, env=None, timeout=None) -> tuple[int, str, str]:
     """The command line `nsanalyze ARGS` run in a process of its own, from the folder cwd (the test's working
     directory by default), as main() would run in the test: (exit status, stdout, stderr)."""
-    return apart(_main_here, [str(a) for a in args], str(cwd or os.getcwd()))
+    return apart(_main_here, [str(a) for a in args], str(cwd or os.getcwd()), env, timeout=timeout)
+
+
+def run_nsanalyze(*args, timeout=180):
+    """`nsanalyze ARGS` as `python -m nsanalyze ARGS` would run it from here, with this process's
+    environment (subprocess.CompletedProcess; subprocess.TimeoutExpired past `timeout`), forked from the
+    server that has nsanalyze imported (milliseconds, where a new interpreter takes 0.7 s to import it).
+    Tests of what only a new interpreter shows (its locale, signals, the import itself) start one."""
+    import subprocess
+
+    args = [str(a) for a in args]
+    try:
+        code, out, err = main_apart(args, env=dict(os.environ), timeout=timeout)
+    except TimeoutError:
+        raise subprocess.TimeoutExpired(["nsanalyze", *args], timeout) from None
+    return subprocess.CompletedProcess(["nsanalyze", *args], code, out, err)
 
 
 def give_back_free_memory() -> None:

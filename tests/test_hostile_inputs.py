@@ -1146,6 +1146,9 @@ def test_a_swallowed_ctrl_c_writes_no_report(tmp_path, monkeypatch, capsys):
         signal.signal(signal.SIGINT, old)
     assert code == 130 and capsys.readouterr().err.strip().endswith("nsanalyze: interrupted")
     assert list(tmp_path.iterdir()) == []
+    from nsanalyze.errors import INTERRUPTED
+
+    assert not INTERRUPTED.is_set()   # the next command in this process (a notebook's, a test's) is not interrupted
 
 
 HOSTILE_NAME = "=x\x1b[31m[bold]red\u202eevil\u200b|`"

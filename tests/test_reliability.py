@@ -24,11 +24,9 @@ TABLES_USED = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUP
 
 
 def run_cli(*args, timeout=180):
-    from tests.isolated import memory_gate
+    from tests.isolated import run_nsanalyze
 
-    with memory_gate(args):
-        return subprocess.run([sys.executable, "-m", "nsanalyze", *map(str, args)], capture_output=True, text=True,
-                              timeout=timeout)
+    return run_nsanalyze(*args, timeout=timeout)
 
 
 def assert_handled(result, path=None):
