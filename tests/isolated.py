@@ -114,19 +114,30 @@ def _heavy(value) -> bool:
     return size >= (HEAVY_NCU_XZ_BYTES if os.fspath(value).endswith((".xz", ".gz")) else HEAVY_NCU_BYTES)
 
 
+def _workers(args) -> int:
+    """The worker processes a command line asks for (`--jobs N`), 1 if it asks for none."""
+    words = [str(a) for a in args]
+    if "--jobs" in words[:-1]:
+        value = words[words.index("--jobs") + 1]
+        return int(value) if value.isdigit() else 1
+    return 1
+
+
 @contextlib.contextmanager
-def memory_gate(args):
+def memory_gate(args, exclusive=None):
     """Under pytest-xdist, what one process may run beside the other workers' (a lock on a file that
-    conftest.py names): the analysis of a heavy ncu report (args name one: _heavy) runs alone, holding the
+    conftest.py names): the analysis of a heavy ncu report (args name one: _heavy), or a command line with
+    worker processes of its own (`--jobs 2`), runs alone, holding the
     lock exclusively; any other analysis or command shares it, so the workers' light ones overlap. Two
     heavy ones side by side beside two workers would pass the suite's 3 GB; the light ones are most of the
-    suite's analyses."""
+    suite's analyses. exclusive=True: the caller runs something heavy of its own (several processes at once)."""
     path = os.environ.get("NSANALYZE_TEST_APART_LOCK")
     if not path:
         yield
         return
     with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX if _heavy(list(args)) else fcntl.LOCK_SH)
+        alone = (_heavy(list(args)) or _workers(list(args)) > 1) if exclusive is None else exclusive
+        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         try:
             yield
         finally:

@@ -14,6 +14,7 @@ from nsanalyze.batch import batch
 from nsanalyze.cli import cli
 from nsanalyze.trend import trend
 from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, DEV_SUITE_V2_NCU, DEV_SUITE_V2_NSYS, PUBLIC
+from tests.isolated import memory_gate
 
 FASTED = "bwcurless__FaSTED__profiles__Shared_Mem_Conflicts_Sync_Vs_Async__"
 NIGHTS = {
@@ -67,8 +68,9 @@ def test_idempotent(nightly, clean_db):
 def test_two_batches_at_once_lose_and_duplicate_nothing(nightly, clean_db, tmp_path):
     db = tmp_path / "shared.sqlite"
     command = [sys.executable, "-m", "nsanalyze", "batch", str(nightly), "--db", str(db), "--jobs", "1"]
-    first, second = subprocess.Popen(command, stderr=subprocess.PIPE), subprocess.Popen(command, stderr=subprocess.PIPE)
-    assert first.wait(300) == 0 and second.wait(300) == 0
+    with memory_gate((), exclusive=True):   # two batches side by side (0.8 GB each): nothing else beside them
+        first, second = subprocess.Popen(command, stderr=subprocess.PIPE), subprocess.Popen(command, stderr=subprocess.PIPE)
+        assert first.wait(300) == 0 and second.wait(300) == 0
     assert snapshot(db) == snapshot(clean_db)
 
 
