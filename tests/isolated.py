@@ -86,12 +86,10 @@ def apart(function, *args, timeout=None, **kwargs):
 
 def _kill_pool() -> None:
     """The pool's processes killed (one that overran its time) and the pool closed."""
-    global _POOL
     if _POOL is not None:
         for process in list(getattr(_POOL, "_processes", {}).values()):
             process.kill()
-        _POOL.shutdown(wait=True, cancel_futures=True)
-        _POOL = None
+    close_pool()
 
 
 # An Nsight Compute report this large or larger takes 0.9-1.7 GB to analyze (ncu_report holds about five
