@@ -111,3 +111,14 @@ def test_a_loop_whose_launches_start_late_is_no_steady_state(analyzed):
     top = model["findings"][0]
     assert top["check"] == "allocator-churn" and top["severity"] != "info"
     assert f"{allocations} cudaFree/cudaMalloc calls" in top["title"]
+
+
+def test_instance_numbers_become_n_and_names_keep_their_digits():
+    """Loop instances share a name; digits that name a thing stay. The long runs are the hostile shape that
+    made the old pattern quadratic: digits after a letter, not at the end."""
+    from nsanalyze.normalize.steps import normalize_name
+    cases = {"step 12": "step N", "epoch3": "epochN", "iter_7/fwd": "iter_N/fwd", "bf16_autocast": "bf16_autocast",
+             "layer3.conv": "layer3.conv", "12": "N", "train step 4 of 10": "train step N of N",
+             "layer" + "1" * 70_000 + ".conv": "layer" + "1" * 70_000 + ".conv",
+             "step " + "1" * 70_000: "step N", "x" + "9" * 70_000: "xN"}
+    assert {name[:20]: normalize_name(name) for name in cases} == {name[:20]: want for name, want in cases.items()}
