@@ -148,6 +148,17 @@ def ncu_rows():
     return lru_cache(maxsize=None)(lambda path: shared("ncu_rows", apart, ncu_rows_here, path))
 
 
+@pytest.fixture(scope="session")
+def ncu_facts():
+    """One read of every metric of an ncu report (durations, concepts left empty or present: see
+    tests/isolated.ncu_facts_here), made once per run in a process of its own and shared by the sweeps."""
+    from functools import lru_cache
+
+    from tests.isolated import apart, ncu_facts_here
+
+    return lru_cache(maxsize=None)(lambda path: shared("ncu_facts", apart, ncu_facts_here, path))
+
+
 def program_findings(model: dict) -> list[dict]:
     """The program findings (no kernel) above info, in rank order."""
     return [f for f in model["findings"] if f["kernel_id"] is None and f["severity"] != "info"]

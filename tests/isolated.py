@@ -252,6 +252,27 @@ def analyze_apart(paths, options=None) -> dict:
     return apart(analyze, [str(p) for p in paths], options)
 
 
+def ncu_facts_here(path) -> dict:
+    """One read of every metric of an ncu report, for the public-report sweeps of two test files (for
+    apart): each launch's duration; per launch, the computable concepts the table left empty; the
+    concepts present in every launch."""
+    from nsanalyze.normalize import normalize_ncu
+    from nsanalyze.normalize.metric_table import computable
+    from nsanalyze.read import read_profile
+
+    report = read_profile(path)
+    table = normalize_ncu(report)
+    absent_per_launch = []
+    for launch, row, undefined in zip(report.launches, table.frame.to_dict("records"), table.undefined):
+        major = launch.metrics.get("device__attribute_compute_capability_major")
+        minor = launch.metrics.get("device__attribute_compute_capability_minor")
+        possible = computable(launch.metrics, (int(major), int(minor)))
+        absent_per_launch.append((launch.name, {c for c in possible - undefined if row[c] != row[c]}))   # NaN
+    present = {c for c in table.frame.columns if table.frame[c].notna().all()}
+    return {"durations": [launch.metrics.get("gpu__time_duration.sum", 0) for launch in report.launches],
+            "absent_per_launch": absent_per_launch, "present": present}
+
+
 def ncu_rows_here(path) -> list[dict]:
     """The normalized rows of an ncu report read with the metrics the analysis reads (for apart)."""
     from nsanalyze.normalize import normalize_ncu

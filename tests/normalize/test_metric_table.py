@@ -3,7 +3,7 @@
 import pytest
 
 from nsanalyze.normalize import normalize_ncu
-from nsanalyze.normalize.metric_table import computable, load_rules
+from nsanalyze.normalize.metric_table import load_rules
 from nsanalyze.read import read_profile
 from tests.conftest import PUBLIC, PUBLIC_NCU
 
@@ -23,31 +23,13 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("path", PUBLIC_NCU, ids=lambda p: p.name[:60])
-def test_every_computable_concept_is_present(path):
-    from tests.isolated import apart
-
-    absent_per_launch, present = apart(_absent_and_present, path)   # the report's native memory stays there
-    for name, absent in absent_per_launch:
+def test_every_computable_concept_is_present(path, ncu_facts):
+    facts = ncu_facts(path)   # one read of every metric, shared with test_ncu_reader's sweep
+    for name, absent in facts["absent_per_launch"]:
         assert not absent, f"{name}: {sorted(absent)}"
     for marker, concepts in EXPECTED.items():
         if marker in path.name:
-            assert present[marker] == concepts, sorted(concepts - present[marker])
-
-
-def _absent_and_present(path):
-    """Per launch, the computable concepts the table leaves empty; per marker of EXPECTED that the
-    report's name holds, its concepts present in every launch."""
-    report = read_profile(path)
-    table = normalize_ncu(report)
-    absent_per_launch = []
-    for launch, row, undefined in zip(report.launches, table.frame.to_dict("records"), table.undefined):
-        major = launch.metrics.get("device__attribute_compute_capability_major")
-        minor = launch.metrics.get("device__attribute_compute_capability_minor")
-        possible = computable(launch.metrics, (int(major), int(minor)))
-        absent_per_launch.append((launch.name, {c for c in possible - undefined if row[c] != row[c]}))   # NaN
-    present = {marker: {c for c in concepts if table.frame[c].notna().all()}
-               for marker, concepts in EXPECTED.items() if marker in path.name}
-    return absent_per_launch, present
+            assert concepts <= facts["present"], sorted(concepts - facts["present"])
 
 
 def test_missing_is_null_not_zero():

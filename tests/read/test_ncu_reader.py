@@ -38,15 +38,9 @@ def test_nvtx_state():
 
 
 @pytest.mark.parametrize("path", PUBLIC_NCU, ids=lambda p: p.name[:60])
-def test_every_public_report_loads(path):
-    from tests.isolated import apart
-
-    durations = apart(_durations, path)   # each report's native memory stays in the process that read it
+def test_every_public_report_loads(path, ncu_facts):
+    durations = ncu_facts(path)["durations"]   # read apart, once for this sweep and test_metric_table's
     assert durations and all(d > 0 for d in durations)
-
-
-def _durations(path) -> list[float]:
-    return [launch.metrics.get("gpu__time_duration.sum", 0) for launch in read_profile(path).launches]
 
 
 def test_reading_only_the_table_metrics_changes_no_concept():
