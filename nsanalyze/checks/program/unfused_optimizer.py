@@ -78,11 +78,13 @@ ADVICE = """Fuse the optimizer step into one pass over the parameters.
 
 - `torch.optim.AdamW(params, ..., fused=True)` (also Adam, SGD, Adagrad): one kernel reads each
   parameter, gradient and moment once and writes them once.
+- A loop over the parameters (`foreach=False`, or one written by hand) launches several kernels a
+  tensor, each shorter than its launch: `fused=True` makes them a few launches a step.
 - With apex or DeepSpeed, their fused optimizers (`FusedAdam`) do the same.
 - `torch.compile` of the optimizer step (`torch.compile(opt.step)`) fuses the foreach passes too.
 
 ```python
-# before: foreach, about eight passes over the state
+# before: foreach, about eight passes over the state (foreach=False: eight launches a tensor)
 opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
 # after: one fused kernel
 opt = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
