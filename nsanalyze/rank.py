@@ -418,6 +418,8 @@ def within_wider_changes(findings: list[Finding], timeline) -> None:
         if outer is None:
             continue
         inner.evidence = {**inner.evidence, "within": outer.check}
+        inner.title += f"; part of {outer.check}'s saving, not added to it"
+        outer.title += f"; {inner.check}'s smaller change saves {per_step(inner.estimated_savings_ns)} of it"
         inner.notes.append(f"counted within {outer.check}: its change (each step one graph launch) removes these "
                            f"launches too; fixed together the two save what {outer.check} says "
                            f"({per_step(outer.estimated_savings_ns)}), not the sum. Alone, this change saves "
