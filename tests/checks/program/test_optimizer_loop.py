@@ -155,3 +155,29 @@ def test_which_change_holds_which():
     assert not contains({"graph": True}, {"graph": True})
     assert not contains({"graph": True}, {"fuse": ("optimizer",), "remove": ("sync",)})
     assert not contains(None, {"fuse": ("optimizer",)})
+
+
+def _loop_finding_here(path, overrides):
+    from nsanalyze.checks import limits_for
+    from nsanalyze.checks.program import unfused_optimizer
+    from nsanalyze.normalize.timeline import build_timeline
+    from nsanalyze.read import read_profile
+
+    found = unfused_optimizer.run(build_timeline(read_profile(path)), limits_for(unfused_optimizer.CHECK, overrides))
+    return None if found is None else (type(found).__name__, found.evidence.get("launches_per_step"))
+
+
+@pytest.mark.parametrize("overrides, speaks", [
+    ({}, True),
+    ({"unfused-optimizer.min_launches_per_step": 1025}, False),   # SQL: 1,024 launches a step
+    ({"unfused-optimizer.min_launch_share": 0.6}, False),         # the paths: 48% of the median step
+])
+def test_the_loop_is_told_by_its_thresholds(overrides, speaks):
+    """The loop is told by its launches a step and its launch paths' share of the step (--set overrides them);
+    past either, the optimizer's 3.6% of the window is under the passes' min_share: no finding."""
+    from tests.isolated import apart
+
+    found = apart(_loop_finding_here, ANNOT, overrides)
+    assert (found is not None) == speaks
+    if speaks:
+        assert found[0] == "Finding" and found[1]["value"] == 1024
