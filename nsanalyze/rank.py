@@ -18,7 +18,9 @@ Kernel findings (ncu):
 
 Program findings (nsys, kernel lists): settle_program_findings prices each by the replay where its check
 declares a change, caps it by its budget part (less what wider causes claim) and the window, and shares a
-part among the findings that draw on it; across ranks one finding speaks for a cause (one_per_check), a
+part among the findings that draw on it, except a finding whose change is part of another's (a role's launches
+fused, within one graph launch a step: within_wider_changes), which is counted within that one, never added to
+it; across ranks one finding speaks for a cause (one_per_check), a
 straggler's host time is counted once (after_the_straggler), and all program savings fit the window
 (fit_the_window).
 
