@@ -51,6 +51,9 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         finding = check.run(timeline, limits_for(check, overrides))
         if finding is None:
             continue
+        if isinstance(finding, NotJudged):   # the check could not tell what it judges (said, not guessed)
+            not_judged.append(finding)
+            continue
         finding.check = check.id
         findings.append(finding)
     settle_program_findings(findings, timeline)

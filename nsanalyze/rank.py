@@ -18,7 +18,9 @@ Kernel findings (ncu):
 
 Program findings (nsys, kernel lists): settle_program_findings prices each by the replay where its check
 declares a change, caps it by its budget part (less what wider causes claim) and the window, and shares a
-part among the findings that draw on it; across ranks one finding speaks for a cause (one_per_check), a
+part among the findings that draw on it, except a finding whose change is part of another's (a role's launches
+fused, within one graph launch a step: within_wider_changes), which is counted within that one, never added to
+it; across ranks one finding speaks for a cause (one_per_check), a
 straggler's host time is counted once (after_the_straggler), and all program savings fit the window
 (fit_the_window).
 
@@ -322,7 +324,7 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
         if finding.estimated_savings_ns == 0.0:
             finding.estimated_savings_ns = finding.estimated_speedup * span
         replay_note = _price_by_replay(timeline, check, finding)
-        part = check.budget_part
+        part = finding.budget_part or check.budget_part   # a finding may name its own (unfused-optimizer's loop)
         finding.budget_part = part
         whole = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
         # a wider cause prices its own claim, which may span parts (its part only names where most of it lies)
@@ -337,6 +339,7 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
         if replay_note is not None:   # written once the caps have set the figure it names
             finding.notes.append(replay_note(finding.estimated_savings_ns))
+    within_wider_changes(findings, timeline)
     _combine_overlapping(findings, timeline)
     for finding in findings:
         finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
@@ -348,7 +351,7 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
     (its `change`, normalize.pricing), capped by the time the change takes away; the check's own estimate where
     no change maps or the replay is not trusted. Where the two disagree, returns the note that says which
     figure the finding's savings are (called with them once the budget's caps have set them)."""
-    declared = check.change
+    declared = finding.change or check.change
     if not declared or len(timeline.devices) > 1:   # the replay is one process's steps: one GPU's
         return None
     own = finding.estimated_savings_ns
@@ -397,12 +400,51 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
 
 
 
+def _change_of(finding: Finding) -> dict | None:
+    from nsanalyze.checks import check_by_id
+
+    return finding.change or check_by_id(finding.check).change
+
+
+def within_wider_changes(findings: list[Finding], timeline) -> None:
+    """A finding whose change is part of another's (pricing.contains: a role's launches fused, within each step
+    as one graph launch) saves part of the same time: both speak, each with what its own change saves alone,
+    ranked by that saving like every finding; the part is counted within the whole (evidence `within`), never
+    added to it, so the budget's overlaps and the window's fit leave it out. Each says so, with both figures:
+    the part is the smaller change (one flag against a graph capture), which a user may well make first."""
+    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None and timeline.steps.count else None
+    per_step = (lambda ns: f"{ns / steps / 1e6:.2f} ms a step") if steps else (lambda ns: f"{ns / 1e6:.2f} ms")
+    for inner in findings:
+        outer = next((f for f in findings if f is not inner and pricing.contains(_change_of(f), _change_of(inner))),
+                     None)
+        if outer is None:
+            continue
+        inner.evidence = {**inner.evidence, "within": outer.check}
+        inner.title += f"; part of {outer.check}'s saving, not added to it"
+        outer.title += f"; {inner.check}'s smaller change saves {per_step(inner.estimated_savings_ns)} of it"
+        inner.notes.append(f"counted within {outer.check}: its change (each step one graph launch) removes these "
+                           f"launches too; fixed together the two save what {outer.check} says "
+                           f"({per_step(outer.estimated_savings_ns)}), not the sum. Alone, this change saves "
+                           f"{per_step(inner.estimated_savings_ns)}")
+        outer.notes.append(f"{inner.check}'s change is part of this one: alone it saves "
+                           f"{per_step(inner.estimated_savings_ns)} of these {per_step(outer.estimated_savings_ns)} "
+                           "(counted here, not twice)")
+
+
+def _within(finding: Finding, findings: list[Finding]) -> bool:
+    """Counted within another finding of the list (within_wider_changes): its savings are part of that one's."""
+    outer = finding.evidence.get("within")
+    return isinstance(outer, str) and any(f.check == outer for f in findings if f is not finding)
+
+
 def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:
     """Findings that draw on one budget part share it: scale them to 1 - prod(1 - s_i) of the part.
     A finding counted after the others (after_others: transfer-bound after pageable-memcpy) already holds
     only what they leave of the part: it is named beside them and not scaled again."""
     by_part: dict[tuple, list[Finding]] = {}
     for finding in findings:   # a wider cause's claim is already taken out of the others' parts
+        if _within(finding, findings):
+            continue   # part of another finding's saving: not a second draw on the part
         if finding.budget_part and timeline.budget and finding.check not in WIDER_CAUSES:
             by_part.setdefault((finding.budget_part, finding.budget_device), []).append(finding)
     for (part, device), group in by_part.items():
@@ -504,7 +546,7 @@ def after_the_straggler(findings: list[Finding], imbalance: Finding | None, devi
 def fit_the_window(findings: list[Finding], window_ns: float) -> None:
     """Causes on different GPUs or parts can describe one lost stretch of wall time (a straggler's host
     work and the others' wait for it): all program savings together never exceed the window."""
-    total = sum(f.estimated_savings_ns for f in findings)
+    total = sum(f.estimated_savings_ns for f in findings if not _within(f, findings))   # a part counted once
     if window_ns and total > window_ns:
         for finding in findings:
             finding.estimated_savings_ns *= window_ns / total

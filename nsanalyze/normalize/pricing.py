@@ -6,7 +6,8 @@ Each program check declares its change (`change=` of its `Check`, in `nsanalyze 
 `{"pinned": True}` pageable copies at the pinned rate; `{"outliers": True}` steps over 1.5x the median at
 the median (capped by the time the check measured for its cause: other causes' slow steps are not its); `{"speedup": (ROLE, ...)}` the kernels of these roles faster by the factor that takes the
 finding's own savings off their time; `{"remove_kernels": (ROLE, ...)}` those kernels gone with the launch
-calls that launched nothing else (their time counted first in the finding's savings). A GPU change on a
+calls that launched nothing else (their time counted first in the finding's savings); `{"fuse": (ROLE, ...)}`
+the kernels of these roles launched as one fused pass (their launch paths gone, their GPU time kept). A GPU change on a
 step the host holds saves down to the host's floor; what the replay saves is capped by the time the change
 takes away (the kernels' time, the class's host time), never more than the time it comes from."""
 
@@ -102,6 +103,11 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         words.append(f"no {'/'.join(classes)} calls")
         cap_per_step += cp.class_ns_per_step(block, classes)
         capped = True
+    fused = tuple(declared.get("fuse", ()))
+    if fused:
+        words.append(f"{'/'.join(fused)} kernels launched as one fused pass")
+        cap_per_step += cp.dropped_host_ns_per_step(block, fused)   # their launch paths: what the change drops
+        capped = True
     pinned = pinned_rate if declared.get("pinned") else None
     if declared.get("pinned"):
         if not pinned:
@@ -110,7 +116,7 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
     if declared.get("graph"):
         words.append("each step one graph launch")
     change = cp.Change(remove=frozenset(classes), graph=bool(declared.get("graph")), pinned_rate=pinned,
-                       roles=tuple(roles))
+                       roles=tuple(roles), fuse=fused)
     if change.empty:
         return None
     per_step, busy_before, busy_after = cp.saving_and_busy(block, change)
@@ -125,4 +131,13 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
                 f"after the change it is busy {busy_after:.0%}: a GPU that never rests may lower its clock (power, "
                 "heat) and run them slower, which saves less (no clock is predicted)")
     return Priced(savings, replayed, cap, ", ".join(words), note)
+
+
+def contains(outer: dict | None, inner: dict | None) -> bool:
+    """Whether the change `outer` makes every change `inner` makes, so that what inner saves is part of what outer
+    saves (never added to it): each step as one graph launch drops every launch path and keeps every kernel's
+    time, and so holds a role's kernels launched as one fused pass (their launch paths gone, their time kept)."""
+    if not outer or not inner or outer == inner:
+        return False
+    return bool(outer.get("graph")) and set(inner) == {"fuse"}
 

@@ -28,6 +28,10 @@ The launch call's CPU time includes driver work that a graph does not remove ent
 launch of a kernel loads its module (100-200 us, once): programs of a handful of launches are
 start-up, not launch-bound; the module-loading launch calls a longer run includes are left out of the
 saving, and a note says how long they took.
+A change that is part of this one, unfused-optimizer's on an optimizer written as a loop (its launches fused,
+its kernels kept), speaks beside it with what it saves alone; it is counted within this finding's saving,
+never added to it, and the findings rank by their savings (the graph, which removes every launch, saves at
+least as much): each names the other, since the part is often the smaller change to make (one flag).
 
 ## Options
 - `min_idle_share`: idle_launch over the window before the check speaks.
