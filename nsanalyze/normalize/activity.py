@@ -341,6 +341,7 @@ def read_activity(export: NsysExport, window: tuple[int, int], submit=None) -> A
         tables[2]["bytes"] = np.where(sizes == -1, 0, sizes)
     ids = [{name: table[name] for name in ("pid", "correlation_id")} for table in tables[:2]]  # (before pid is a process)
     threads = (submit or _now)(_launching_threads, *ids)
+    del ids   # (made now, or held by the task beside: not here beside the process ids made next)
     kernels, calls, copies = (_with_processes(Columns(table, coded=coded)) for table, coded in zip(tables, (shapes, None, None)))
     return Activity(start, end, _with_valid_shape(kernels, export.set_aside), copies, calls, threads)
 
@@ -352,40 +353,76 @@ def _now(fn, *args):
 def _launching_threads(kernels: dict, calls: dict) -> np.ndarray:
     """Distinct global thread ids of the calls that launched a kernel, matched as the launch look-up is: by
     (process, correlation id), by correlation id alone where the kernel's process is unknown. Taken from the
-    columns before their ids become process ids (a second scan of the call table cost 0.37 s at 577k calls)."""
-    call_process, kernel_process = process_of(calls["pid"]), process_of(kernels["pid"])
-    call_corr, kernel_corr = calls["correlation_id"], kernels["correlation_id"]
+    columns before their ids become process ids (a second scan of the call table cost 0.37 s at 577k calls).
+    The calls are marked a chunk at a time against the kernels' keys, made once: at 58M calls a key, a
+    process and an index per call at once were 2 GB beside the columns."""
+    kernel_process, kernel_corr = process_of(kernels["pid"]), kernels["correlation_id"]
+    call_pid, call_corr = calls["pid"], calls["correlation_id"]
     processes = distinct(kernel_process[kernel_process >= 0])
-    launched = _marked(call_process, call_corr, kernel_process, kernel_corr, processes)
-    unknown = (kernel_process < 0) & (kernel_corr >= 0)
-    if unknown.any():
-        anywhere = np.zeros(1, dtype=np.int64)
-        launched |= _marked(np.zeros_like(call_corr), call_corr, np.zeros(int(unknown.sum()), dtype=np.int64),
-                            kernel_corr[unknown], anywhere)
-    return distinct(calls["pid"][launched & (calls["pid"] >= 0)])
-
-
-def _marked(call_process, call_corr, kernel_process, kernel_corr, processes) -> np.ndarray:
-    """Whether each call's (process, correlation id) is a kernel's. Correlation ids count up from 0 in each
-    process, so a table of flags indexed by (process rank, id) answers in one pass; a lookup where it would
-    be large."""
-    known = (kernel_corr >= 0) & (kernel_process >= 0)
     top = int(max(kernel_corr.max(initial=-1), call_corr.max(initial=-1))) + 1
-    if not len(processes) or top <= 0:
-        return np.zeros(len(call_corr), dtype=bool)
-    if len(processes) * top > 1 << 26:
-        keys = kernel_process[known] * (1 << 32) + kernel_corr[known]
-        call_keys = np.where((call_process >= 0) & (call_corr >= 0), call_process * (1 << 32) + call_corr, -1)
-        return lookup(first_by_key(keys), call_keys) >= 0
-    flags = np.zeros(len(processes) * top + 1, dtype=bool)  # the last flag: "no kernel's", for calls of no process
-    if len(processes) == 1:  # one process (the usual case): the id is the index
-        flags[kernel_corr[known]] = True
-        index = np.where((call_process == processes[0]) & (call_corr >= 0), call_corr, len(flags) - 1)
-    else:
-        flags[np.searchsorted(processes, kernel_process[known]) * top + kernel_corr[known]] = True
-        rank = np.minimum(np.searchsorted(processes, call_process), len(processes) - 1)
-        index = np.where((processes[rank] == call_process) & (call_corr >= 0), rank * top + call_corr, len(flags) - 1)
-    return flags[index]
+    by_process = _Marker(kernel_process, kernel_corr, processes, top)
+    unknown = (kernel_process < 0) & (kernel_corr >= 0)
+    anywhere = None
+    if unknown.any():   # kernels of no known process: their calls by correlation id alone, in any process
+        anywhere = _Marker(np.zeros(int(unknown.sum()), dtype=np.int64), kernel_corr[unknown],
+                           np.zeros(1, dtype=np.int64), top)
+    del kernel_process, unknown
+    threads = []
+    for at in range(0, len(call_pid), MARK_CHUNK):
+        pid, corr = call_pid[at:at + MARK_CHUNK], call_corr[at:at + MARK_CHUNK]
+        launched = by_process(process_of(pid), corr)
+        if anywhere is not None:
+            launched |= anywhere(np.zeros_like(corr), corr)
+        threads.append(distinct(pid[launched & (pid >= 0)]))
+    return distinct(np.concatenate(threads)) if threads else call_pid[:0].copy()
+
+
+MARK_CHUNK = 1 << 20   # calls marked at a time
+MARK_TABLE_MAX = 1 << 26   # flags at most in the table of (process, correlation id); sorted keys beyond
+
+
+class _Marker:
+    """Whether each call's (process, correlation id) is a kernel's. Correlation ids count up from 0 in each
+    process, so a table of flags indexed by (process rank, id) answers in one pass; sorted keys where the
+    table would be large. `top`: above every correlation id of kernels and calls."""
+
+    def __init__(self, kernel_process, kernel_corr, processes, top: int):
+        self.processes, self.top, self.flags, self.keys = processes, top, None, None
+        if not len(processes) or top <= 0:
+            return
+        known = (kernel_corr >= 0) & (kernel_process >= 0)
+        if len(processes) * top > MARK_TABLE_MAX:
+            keys = kernel_process[known] * (1 << 32)
+            keys += kernel_corr[known]
+            keys.sort()   # (membership only: no index of rows, no distinct copy)
+            self.keys = keys
+            return
+        flags = np.zeros(len(processes) * top + 1, dtype=bool)  # the last flag: "no kernel's", for calls of no process
+        if len(processes) == 1:  # one process (the usual case): the id is the index
+            flags[kernel_corr[known]] = True
+        else:
+            flags[np.searchsorted(processes, kernel_process[known]) * top + kernel_corr[known]] = True
+        self.flags = flags
+
+    def __call__(self, call_process: np.ndarray, call_corr: np.ndarray) -> np.ndarray:
+        processes, top = self.processes, self.top
+        if self.keys is not None:
+            keys = self.keys
+            if not len(keys):
+                return np.zeros(len(call_corr), dtype=bool)
+            call_keys = np.where((call_process >= 0) & (call_corr >= 0), call_process * (1 << 32) + call_corr, -1)
+            at = np.minimum(np.searchsorted(keys, call_keys), len(keys) - 1)
+            return (keys[at] == call_keys) & (call_keys != -1)
+        flags = self.flags
+        if flags is None:
+            return np.zeros(len(call_corr), dtype=bool)
+        if len(processes) == 1:
+            index = np.where((call_process == processes[0]) & (call_corr >= 0), call_corr, len(flags) - 1)
+        else:
+            rank = np.minimum(np.searchsorted(processes, call_process), len(processes) - 1)
+            index = np.where((processes[rank] == call_process) & (call_corr >= 0), rank * top + call_corr,
+                             len(flags) - 1)
+        return flags[index]
 
 
 def _with_processes(table: Columns) -> Columns:

@@ -140,17 +140,37 @@ class HostActivity:
 
 def measure_within(starts: np.ndarray, ends: np.ndarray, q_starts: np.ndarray, q_ends: np.ndarray) -> np.ndarray:
     """Length of disjoint sorted intervals inside each query window [q_start, q_end)."""
-    if not len(starts) or not len(q_starts):
-        return np.zeros(len(q_starts))
-    lengths = (ends - starts).astype(np.float64)
-    before = np.concatenate(([0.0], np.cumsum(lengths)))
+    return Measure(starts, ends)(q_starts, q_ends)
 
-    def covered(t):
-        index = np.searchsorted(starts, t, side="right") - 1
-        held = np.maximum(index, 0)
-        partial = np.clip(t - starts[held], 0, lengths[held])
-        return np.where(index >= 0, before[held] + partial, 0.0)
-    return covered(np.asarray(q_ends)) - covered(np.asarray(q_starts))
+
+class Measure:
+    """measure_within() of one set of disjoint sorted intervals, asked more than once: the running sum of
+    their lengths is made once, in one array (no lengths array beside it: at the 1 GB export's 6M launch
+    islands the lengths, their running sum and its copy were 144 MB at once). The sums are of whole
+    nanoseconds, exact in float64 below 2^53 (104 days), so the figures are those of summing in any order."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray):
+        self.starts, self.ends = starts, ends
+        self.before = None
+
+    def __call__(self, q_starts, q_ends) -> np.ndarray:
+        starts, ends = self.starts, self.ends
+        if not len(starts) or not len(q_starts):
+            return np.zeros(len(q_starts))
+        if self.before is None:
+            before = np.empty(len(starts) + 1)
+            before[0] = 0.0
+            np.subtract(ends, starts, out=before[1:], casting="unsafe")
+            np.cumsum(before[1:], out=before[1:])
+            self.before = before
+        before = self.before
+
+        def covered(t):
+            index = np.searchsorted(starts, t, side="right") - 1
+            held = np.maximum(index, 0)
+            partial = np.clip(t - starts[held], 0, (ends[held] - starts[held]).astype(np.float64))
+            return np.where(index >= 0, before[held] + partial, 0.0)
+        return covered(np.asarray(q_ends)) - covered(np.asarray(q_starts))
 
 
 def coverage(layers: list[tuple[np.ndarray, np.ndarray]], at_least: int) -> tuple[np.ndarray, np.ndarray]:
@@ -244,6 +264,48 @@ def group_calls(starts, ends, name_ids, names: dict, source: str) -> list[CallsO
     return groups
 
 
+class CallColumns:
+    """The calls of one GPU's processes split by class as group_calls() splits them (the same classes in the
+    same order), without a copy of each class's calls held beside the others: a class code per call (int16),
+    and each class's islands made when asked for, one class at a time, its counts a chunk at a time
+    (_class_counts). At the 1 GB export's 11.5M calls the copies of every class at once were 230 MB, held
+    through the paint."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, starts, ends, name_ids, names: dict, source: str):
+        self.starts, self.ends, self.name_ids, self.names, self.source = starts, ends, name_ids, names, source
+        self.classes: list[str] = []
+        self.codes = np.zeros(0, dtype=np.int16)
+        if not len(starts):
+            return
+        ids = distinct(name_ids)
+        class_of = {int(i): classify(names.get(int(i)) or f"call {int(i)}", source) for i in ids}
+        first_seen = list(dict.fromkeys(class_of.values()))   # group_calls' insertion order
+        code_of_class = {cls: k for k, cls in enumerate(first_seen)}
+        code_of_id = np.array([code_of_class[class_of[int(i)]] for i in ids], dtype=np.int16)
+        codes = np.empty(len(starts), dtype=np.int16)
+        durations = np.zeros(len(first_seen))
+        for at in range(0, len(starts), self.CHUNK):
+            part = slice(at, at + self.CHUNK)
+            codes[part] = code_of_id[np.searchsorted(ids, name_ids[part])]
+            durations += np.bincount(codes[part], weights=ends[part] - starts[part], minlength=len(first_seen))
+        order = {name: k for k, name in enumerate(class_order())}
+        ranked = sorted(range(len(first_seen)), key=lambda k: (order.get(first_seen[k], len(order)), -durations[k]))
+        rank = np.empty(len(first_seen), dtype=np.int16)
+        rank[ranked] = np.arange(len(ranked), dtype=np.int16)
+        self.codes = rank[codes]   # codes in group_calls' order of classes
+        del codes
+        self.classes = [first_seen[k] for k in ranked]
+
+    def __len__(self) -> int:
+        return len(self.classes)
+
+    def islands(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        mask = self.codes == k
+        return union(self.starts[mask], self.ends[mask], owned=True)
+
+
 def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, step_windows) -> HostActivity:
     """Host activity over the budgets' windows (GPUs averaged, as the budget is). `calls_of_device(budget)`
     and `os_calls_of_device(budget)` give (starts, ends, name ids, names) of the calls in that GPU's
@@ -253,7 +315,8 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
     step_parts = np.zeros((len(step_windows[0]), len(PARTS))) if step_windows is not None else None
     os_traced = False
     for budget in budgets:
-        groups = group_calls(*calls_of_device(budget), "cuda")
+        cuda = CallColumns(*calls_of_device(budget), "cuda")
+        groups: list = list(range(len(cuda)))   # (the CUDA classes by code: their calls made one at a time)
         os_calls = os_calls_of_device(budget)
         if os_calls is not None:
             os_traced = True
@@ -262,8 +325,8 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
             for group in group_calls(starts, ends, name_ids, names, "os"):
                 group.islands = intersect(union(group.starts.copy(), group.ends.copy(), owned=True), blocked)
                 groups.append(group)
-        islands = [g.islands if g.islands is not None else union(g.starts.copy(), g.ends.copy(), owned=True)
-                   for g in groups]
+        islands = [cuda.islands(g) if isinstance(g, int) else g.islands if g.islands is not None else
+                   union(g.starts.copy(), g.ends.copy(), owned=True) for g in groups]
         # one cut of the window at every budget segment and class island edge: each piece lies in one budget
         # part and is painted with at most one class, so (class, part) sums are one bincount. Painted a slice
         # of the window at a time (_idle_pieces): the working set is one slice's, not the window's.
@@ -289,22 +352,28 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
         for k, group in enumerate(groups):
             idle_s, idle_e = _joined(pieces[k])   # this class's pieces, in time order
             pieces[k] = None
-            entry = acc.setdefault((group.source, group.name), _empty(group, step_windows))
-            isl_s, isl_e = islands[k]
+            if isinstance(group, int):   # a CUDA class: its calls read where their code is k, a chunk at a time
+                name, source, columns = cuda.classes[k], "cuda", (cuda.starts, cuda.ends, cuda.name_ids, cuda.codes, k)
+                names = cuda.names
+            else:
+                name, source, columns = group.name, group.source, (group.starts, group.ends, group.name_ids, None, k)
+                names = group.names
+            entry = acc.setdefault((source, name), _empty(step_windows))
+            held = Measure(*islands[k])
             islands[k] = groups[k] = None   # (each class's calls and islands let go once counted)
-            inside = _run((group.ends > budget.start) & (group.starts < budget.end))
-            entry["calls"] += int(inside.sum()) if isinstance(inside, np.ndarray) else inside.stop - inside.start
-            entry["host_ns"] += float(measure_within(isl_s, isl_e, np.array([budget.start]), np.array([budget.end]))[0])
+            calls, by_id, step_calls = _class_counts(*columns, budget.start, budget.end, step_windows)
+            entry["calls"] += calls
+            entry["host_ns"] += float(held(np.array([budget.start]), np.array([budget.end]))[0])
             entry["idle_by_part"] += by_class_part[k]
             entry["islands"].append((idle_s, idle_e))
-            _count_names(entry["names"], group, inside)
+            _count_names(entry["names"], by_id, names)
             if step_windows is not None:
                 s, e = step_windows
-                entry["step_host_ns"] += measure_within(isl_s, isl_e, s, e)
+                entry["step_host_ns"] += held(s, e)
                 entry["step_idle_ns"] += measure_within(idle_s, idle_e, s, e)
-                index = np.searchsorted(s, group.starts[inside], side="right") - 1
-                ok = (index >= 0) & (group.starts[inside] < e[np.maximum(index, 0)])
-                entry["step_calls"] += np.bincount(index[ok], minlength=len(s))
+                entry["step_calls"] += step_calls
+            del held
+        del cuda
         for p in IDLE_PARTS:
             unexplained[p] += idle_total[p] - claimed[PARTS.index(p)]
         if step_windows is not None:
@@ -372,16 +441,46 @@ def _joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.
     return np.concatenate([s for s, _ in parts]), np.concatenate([e for _, e in parts])
 
 
-def _empty(group: CallsOfClass, step_windows) -> dict:
+def _empty(step_windows) -> dict:
     steps = len(step_windows[0]) if step_windows is not None else 0
     return {"calls": 0, "host_ns": 0.0, "idle_by_part": np.zeros(len(PARTS)), "names": {}, "islands": [],
             "step_host_ns": np.zeros(steps), "step_idle_ns": np.zeros(steps), "step_calls": np.zeros(steps, np.int64)}
 
 
-def _count_names(names: dict, group: CallsOfClass, inside: np.ndarray) -> None:
-    ids, durations = group.name_ids[inside], group.ends[inside] - group.starts[inside]
-    for name_id in distinct(ids):
-        mask = ids == name_id
-        label = base_name(str(group.names.get(int(name_id)) or f"call {int(name_id)}"))
-        calls, ns = names.get(label, (0, 0.0))
-        names[label] = (calls + int(mask.sum()), ns + float(durations[mask].sum()))
+COUNT_CHUNK = 1 << 20   # calls counted at a time
+
+
+def _class_counts(starts, ends, name_ids, codes, code: int, window_start: int, window_end: int, step_windows):
+    """(calls, {name id: (calls, ns)}, calls begun in each step) of one class's calls that reach into the window:
+    the rows whose code is `code` (all rows where `codes` is None), a chunk at a time (no copy of the class's
+    calls: the working set is a chunk's). The durations are whole nanoseconds: their sums are exact in float64
+    below 2^53, as the sums of int64 were."""
+    ids = distinct(np.concatenate([distinct(name_ids[at:at + COUNT_CHUNK] if codes is None else
+                                            name_ids[at:at + COUNT_CHUNK][codes[at:at + COUNT_CHUNK] == code])
+                                   for at in range(0, len(starts), COUNT_CHUNK)] or [name_ids[:0]]))
+    counts, sums = np.zeros(len(ids), np.int64), np.zeros(len(ids))
+    step_calls = np.zeros(len(step_windows[0]) if step_windows is not None else 0, np.int64)
+    for at in range(0, len(starts), COUNT_CHUNK):
+        part = slice(at, at + COUNT_CHUNK)
+        c_s, c_e = starts[part], ends[part]
+        inside = (c_e > window_start) & (c_s < window_end)
+        if codes is not None:
+            inside &= codes[part] == code
+        c_s, c_e, c_id = c_s[inside], c_e[inside], name_ids[part][inside]
+        position = np.searchsorted(ids, c_id)
+        counts += np.bincount(position, minlength=len(ids))
+        sums += np.bincount(position, weights=c_e - c_s, minlength=len(ids))
+        if step_windows is not None:
+            s, e = step_windows
+            index = np.searchsorted(s, c_s, side="right") - 1
+            ok = (index >= 0) & (c_s < e[np.maximum(index, 0)])
+            step_calls += np.bincount(index[ok], minlength=len(s))
+    by_id = {int(i): (int(c), float(ns)) for i, c, ns in zip(ids.tolist(), counts.tolist(), sums.tolist()) if c}
+    return int(counts.sum()), by_id, step_calls
+
+
+def _count_names(names: dict, by_id: dict, labels: dict) -> None:
+    for name_id, (count, ns) in by_id.items():   # (name ids ascending)
+        label = base_name(str(labels.get(name_id) or f"call {name_id}"))
+        calls, total = names.get(label, (0, 0.0))
+        names[label] = (calls + count, total + ns)

@@ -123,3 +123,24 @@ def test_launch_shapes_held_as_codes_read_as_the_table_holds_them():
             module.CODE_CHUNK, module.HASH_MULTIPLIER = chunk, multiplier
         assert np.array_equal(again.shape_code, kernels.shape_code)
         assert all(np.array_equal(again.coded.values[n], kernels.coded.values[n]) for n in names)
+
+
+LAUNCHING_THREADS = """SELECT DISTINCT c.globalTid FROM ({calls}) c JOIN CUPTI_ACTIVITY_KIND_KERNEL k
+    ON k.correlationId = c.correlationId AND (k.globalPid >> 24) = (c.globalTid >> 24) ORDER BY c.globalTid"""
+
+
+def test_launching_threads_marked_a_chunk_at_a_time_equal_sql(monkeypatch):
+    """The threads whose calls launched kernels (matched within their process: ddp_host_all's two ranks share
+    correlation ids), the calls marked a few hundred at a time, by the flag table and by sorted keys: SQL's."""
+    from nsanalyze.normalize import activity
+
+    path = REAL / "ddp_host_all_nsys.sqlite.xz"
+    tables = {name for (name,) in sql(path, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    calls = " UNION ALL ".join(f"SELECT globalTid, correlationId FROM {t}" for t in
+                               ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER") if t in tables)
+    expected = [tid for (tid,) in sql(path, LAUNCHING_THREADS.format(calls=calls))]
+    assert len(expected) >= 4   # two ranks, each a main and an autograd thread
+    for chunk, table_max in ((1 << 20, 1 << 26), (300, 1 << 26), (300, 0)):
+        monkeypatch.setattr(activity, "MARK_CHUNK", chunk)
+        monkeypatch.setattr(activity, "MARK_TABLE_MAX", table_max)
+        assert _activity(path).launching_threads.tolist() == expected

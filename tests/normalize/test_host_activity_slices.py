@@ -28,3 +28,41 @@ def test_slices_paint_what_the_whole_window_paints(name):
     assert sql(path, "SELECT COUNT(*) FROM OSRT_API")[0][0] > 0   # OS calls traced: their classes painted too
     whole, sliced = _painted(path, 1 << 40), _painted(path, 1000)
     assert whole[0]["classes"] and whole == sliced
+
+
+def _counted(path, chunk: int):
+    from nsanalyze.normalize import budget
+
+    kept = host_activity.COUNT_CHUNK, budget.CHUNK
+    host_activity.COUNT_CHUNK = budget.CHUNK = chunk
+    try:
+        timeline = build_timeline(read_profile(path))
+    finally:
+        host_activity.COUNT_CHUNK, budget.CHUNK = kept
+    activity = timeline.host_activity
+    return timeline.window, activity.to_json(), [(c.name, c.step_calls.tolist(), c.step_host_ns.tolist())
+                                                 for c in activity.classes]
+
+
+CALLS_BY_NAME = """SELECT s.value, COUNT(*), SUM(c.end - c.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME c
+    JOIN StringIds s ON s.id = c.nameId WHERE c.end > {start} AND c.start < {end} GROUP BY s.value"""
+
+
+def test_class_counts_a_chunk_at_a_time_equal_sql():
+    """The classes' calls counted a few hundred at a time (host_activity._class_counts, budget totals) give
+    what one pass gives, and each CUDA class's calls by name are SQL's calls that reach into the window
+    (one process, no driver calls traced: every runtime call is the GPU's)."""
+    path = REAL / "alloc_churn_nsys.sqlite.xz"
+    assert sql(path, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_DRIVER'")[0][0] == 0
+    window, whole, per_step = _counted(path, 1 << 20)
+    assert (window, whole, per_step) == _counted(path, 300)
+    expected: dict = {}
+    for name, count, ns in sql(path, CALLS_BY_NAME.format(start=window.start, end=window.end)):
+        calls, total = expected.get(host_activity.base_name(name), (0, 0))
+        expected[host_activity.base_name(name)] = (calls + count, total + ns)
+    cuda = [c for c in whole["classes"] if c["source"] == "cuda"]
+    assert sum(c["calls"] for c in cuda) == sum(count for count, _ in expected.values())
+    assert len(cuda) > 3 and all(entry["top_calls"] for entry in cuda)
+    for entry in cuda:
+        for top in entry["top_calls"]:
+            assert (top["calls"], top["ns"]) == expected[top["name"]]
