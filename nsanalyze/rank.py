@@ -331,20 +331,19 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
         # a wider cause prices its own claim, which may span parts (its part only names where most of it lies):
         # never more than the time it claims over all of them, which its evidence lists where it spans several
         if check.id in WIDER_CAUSES:
-            limit = _claimed_limit(timeline, finding, span, claims)
-        else:
-            limit = unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
-        if check.id in WIDER_CAUSES:
+            limit = _claimed_limit(finding, span, claims)
             if finding.estimated_savings_ns > limit:
                 finding.notes.append(f"savings: the {duration_text(limit)} of the budget its cause claims (where the "
                                      f"time it explains lies), not the {duration_text(finding.estimated_savings_ns)} "
                                      "estimated, which is more than the time it comes from")
-        elif limit < whole and finding.estimated_savings_ns > limit:
-            causes = ", ".join(f"{cause} ({duration_text(parts[part])})" for cause, parts in claims_by_cause(timeline).items()
-                               if parts.get(part))
-            finding.notes.append(f"of the {duration_text(whole)} of {part} time, {duration_text((whole - limit))} lie in wider "
-                                 f"causes that their own findings count ({causes}); this one counts the "
-                                 f"{duration_text(limit)} left")
+        else:
+            limit = unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
+            if limit < whole and finding.estimated_savings_ns > limit:
+                causes = ", ".join(f"{cause} ({duration_text(parts[part])})" for cause, parts in claims_by_cause(timeline).items()
+                                   if parts.get(part))
+                finding.notes.append(f"of the {duration_text(whole)} of {part} time, {duration_text((whole - limit))} lie in wider "
+                                     f"causes that their own findings count ({causes}); this one counts the "
+                                     f"{duration_text(limit)} left")
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
         if replay_note is not None:   # written once the caps have set the figure it names
             finding.notes.append(replay_note(finding.estimated_savings_ns))
@@ -355,7 +354,7 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
         finding.severity = program_severity(finding, span)
 
 
-def _claimed_limit(timeline, finding: Finding, span: float, claims: dict) -> float:
+def _claimed_limit(finding: Finding, span: float, claims: dict) -> float:
     """What a wider cause's finding may save: the budget time its cause claims (checks/program/_claims), over
     every part it spans; where that is more than one part, the parts go into its evidence (`claimed_parts`), so a
     reader sees where a saving above its `budget_part` comes from. The window where nothing is claimed."""

@@ -238,7 +238,7 @@ OUTSIDE_STEPS_AT_MOST = 0.05
 
 
 def _between_steps(timeline, stretches) -> str:
-    """Where the steps are NVTX ranges and none of the longest stretches lies in a range: the host's time is the
+    """Where the steps are NVTX ranges and the longest stretches lie outside them (OUTSIDE_STEPS_AT_MOST): the host's time is the
     loop's code between its steps (a DataLoader's next batch is made there, before the step's range opens), not
     the step's own code, which is where a user looks first."""
     steps = getattr(timeline, "steps", None)
