@@ -262,13 +262,14 @@ def ncu_facts_here(path) -> dict:
 
     report = read_profile(path)
     table = normalize_ncu(report)
+    frame = table.frame   # (made anew at each use: once per column was 90% of a sweep's time)
     absent_per_launch = []
-    for launch, row, undefined in zip(report.launches, table.frame.to_dict("records"), table.undefined):
+    for launch, row, undefined in zip(report.launches, frame.to_dict("records"), table.undefined):
         major = launch.metrics.get("device__attribute_compute_capability_major")
         minor = launch.metrics.get("device__attribute_compute_capability_minor")
         possible = computable(launch.metrics, (int(major), int(minor)))
         absent_per_launch.append((launch.name, {c for c in possible - undefined if row[c] != row[c]}))   # NaN
-    present = {c for c in table.frame.columns if table.frame[c].notna().all()}
+    present = {c for c in frame.columns if frame[c].notna().all()}
     return {"durations": [launch.metrics.get("gpu__time_duration.sum", 0) for launch in report.launches],
             "absent_per_launch": absent_per_launch, "present": present}
 

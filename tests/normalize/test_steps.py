@@ -120,5 +120,6 @@ def test_instance_numbers_become_n_and_names_keep_their_digits():
     cases = {"step 12": "step N", "epoch3": "epochN", "iter_7/fwd": "iter_N/fwd", "bf16_autocast": "bf16_autocast",
              "layer3.conv": "layer3.conv", "12": "N", "train step 4 of 10": "train step N of N",
              "layer" + "1" * 70_000 + ".conv": "layer" + "1" * 70_000 + ".conv",
-             "step " + "1" * 70_000: "step N", "x" + "9" * 70_000: "xN"}
+             "step " + "1" * 70_000: "step N", "x" + "9" * 70_000: "xN",
+             "é3": "éN", "ステップ٣": "ステップN", "a٣b": "a٣b", "12ab34": "NabN", "S" * 70_000 + "step 12": "S" * 70_000 + "step N"}
     assert {name[:20]: normalize_name(name) for name in cases} == {name[:20]: want for name, want in cases.items()}
