@@ -8,6 +8,7 @@ each other). Among such names the one with a step-like word and the most instanc
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -247,6 +248,7 @@ def find_launch_pattern(export: NsysExport) -> LaunchPattern | None:
 DIGIT_RUN = re.compile(r"\d+")
 
 
+@functools.lru_cache(maxsize=4096)   # asked again for each instance of a range (phases: one per range)
 def normalize_name(name: str) -> str:
     """`step 12` -> `step N`, `epoch3` -> `epochN`: instances of one loop share a name. Digits inside a
     word stay (`bf16_autocast`, `layer3.conv`): they name a thing, not an instance. A run of digits is an
