@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nsanalyze.normalize.activity import ascending, distinct, finder, first_by_key, group_sums, lookup, process_of
+from nsanalyze.normalize.activity import (ascending, distinct, finder, first_by_key, group_sums, lookup, pair_keys,
+                                          process_of)
 from nsanalyze.normalize.window import SYNC_APIS, WindowActivity, ids_where, name_like
 from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.read.nsys import NsysExport
@@ -29,9 +30,10 @@ def _work_per_call(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray, np.ndarr
     for table in (wa.kernels, wa.copies):
         valid = table.correlation_id != -1
         ns = (table.end - table.start)[valid].astype(np.float64)
-        per_key = group_sums(table.pid[valid] * (1 << 32) + table.correlation_id[valid], ns)
-        own_ns, own_n = _gather(per_key, calls.pid * (1 << 32) + calls.correlation_id)
-        anon = -(1 << 32) + calls.correlation_id
+        per_key = group_sums(pair_keys(table.pid[valid], table.correlation_id[valid]), ns)
+        own_ns, own_n = _gather(per_key, pair_keys(calls.pid, calls.correlation_id))
+        anon = calls.correlation_id.astype(np.int64)   # the key of (no process, id): -(1 << 32) + id
+        anon -= 1 << 32
         group_keys = per_key[0]
         if len(anon) and np.searchsorted(group_keys, anon.min()) < np.searchsorted(group_keys, anon.max(), side="right"):
             anon_ns, anon_n = _gather(per_key, anon)  # (else no work of an unknown process: no key can match)
