@@ -459,8 +459,8 @@ def ascending(values: np.ndarray) -> bool:
 def first_by_key(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct keys, index of each key's first row): the lookup table of a join that takes
     one row per key whatever the export repeats."""
-    if ascending(keys):
-        order, sorted_keys = np.arange(len(keys)), keys
+    if ascending(keys):   # (row numbers as int32 where they fit: 46 MB less at 11.5M calls)
+        order, sorted_keys = np.arange(len(keys), dtype=np.int32 if len(keys) < 2**31 else np.int64), keys
     else:
         order = np.argsort(keys, kind="stable")
         sorted_keys = keys[order]
@@ -508,7 +508,7 @@ def finder(sorted_keys: np.ndarray, queries: int):
 
     def by_table(keys: np.ndarray) -> np.ndarray:
         inside = (keys >= low) & (keys <= high) & (keys != -1)
-        at = np.full(len(keys), -1, dtype=np.int64)
+        at = np.full(len(keys), -1, dtype=position.dtype)   # (int32: positions in the table's int32)
         at[inside] = position[np.subtract(keys[inside], low, dtype=np.int64)]
         return at
     return by_table
