@@ -137,8 +137,10 @@ ROWID_CASES = {
 }
 
 
+@pytest.mark.parametrize("keep_chunk", [nsys.KEEP_CHUNK, 100], ids=["rows tested at once", "100 at a time"])
 @pytest.mark.parametrize("case", ROWID_CASES)
-def test_rows_left_out_are_counted_whatever_the_rowids_say(tmp_path, monkeypatch, case):
+def test_rows_left_out_are_counted_whatever_the_rowids_say(tmp_path, monkeypatch, case, keep_chunk):
+    monkeypatch.setattr(nsys, "KEEP_CHUNK", keep_chunk)   # (the bare read's row tests, a chunk at a time)
     path = _copy(tmp_path, "rowids.sqlite", *ROWID_CASES[case])
     counts = _counts(path)
     export, activity = _activity(path, True, monkeypatch)
