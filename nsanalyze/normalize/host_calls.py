@@ -296,10 +296,18 @@ def api_calls(wa: WindowActivity, limit: int = 50) -> list[dict]:
     """The CUDA calls that took the host's time in the window, by name (version suffixes dropped):
     calls, total and longest time. What an export without GPU activity (WSL2) still tells."""
     calls = wa.calls
-    inside = (calls.start >= wa.activity.start) & (calls.start < wa.activity.end)
-    keys, (total,), counts = group_sums(calls.name_id[inside], (calls.end - calls.start)[inside])
+    by_id: dict[int, list] = {}   # name id -> [ns, calls], summed a chunk of calls at a time (whole nanoseconds:
+    for at in range(0, len(calls), CHUNK):   # exact in float64, the sums of one pass; five temporaries per
+        part = slice(at, at + CHUNK)          # call otherwise, 170 MB at x20)
+        starts = calls.start[part]
+        inside = (starts >= wa.activity.start) & (starts < wa.activity.end)
+        keys, (total,), counts = group_sums(calls.name_id[part][inside], (calls.end[part] - starts)[inside])
+        for key, ns, n in zip(keys.tolist(), total.tolist(), counts.tolist()):
+            entry = by_id.setdefault(key, [0.0, 0])
+            entry[0] += ns
+            entry[1] += n
     rows: dict = {}
-    for key, ns, n in zip(keys.tolist(), total.tolist(), counts.tolist()):
+    for key, (ns, n) in sorted(by_id.items()):   # (name ids ascending, as one pass gave them)
         name = wa.call_names.get(int(key))
         name = name.split("_v")[0] if isinstance(name, str) and "_v" in name else name
         row = rows.setdefault(name, {"name": name, "calls": 0, "total_ns": 0})
