@@ -48,6 +48,15 @@ PAIRS = [
     ("opt_loop_annot", "opt_fused", {"fuse": ("optimizer",)}, "fused AdamW; the loop recorded under PyTorch's "
      "annotations (Optimizer.step# ranges)", "unfused-optimizer"),
     ("fp32", "tf32", None, "TF32 matmuls: allow_tf32, precision 'high'", "low-tensor-activity"),
+    # round eight (fixtures/real/record_round8.sh, record_round8_cl.sh, round8_train.py): ordinary mistakes
+    # nobody tuned the checks to, recorded after the checks were written and compared blind (no check changed)
+    ("itemlog_every1", "itemlog_every50", {"remove": ("sync",)}, "the running loss and accuracy summed on the "
+     "GPU and read every 50 steps, not `.item()` twice a step", "host-sync"),
+    ("itemlog_every50", "itemlog_cl", None, "model and images in channels_last (the base's first finding's change)",
+     "layout-conversion"),
+    ("augment_w0", "augment_w4", None, "DataLoader num_workers=4 and pin_memory, not augmentation in the "
+     "training process", "host-compute"),
+    ("xfmr_fp32", "xfmr_bf16", None, "torch.autocast(bfloat16) on the forward and loss", "low-tensor-activity"),
 ]
 
 

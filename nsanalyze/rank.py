@@ -319,6 +319,7 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
     from nsanalyze.checks import check_by_id
 
     span = timeline.summary.span_ns or 0
+    claims = claims_by_cause(timeline) if timeline.budget and any(f.check in WIDER_CAUSES for f in findings) else {}
     for finding in findings:
         check = check_by_id(finding.check)
         if finding.estimated_savings_ns == 0.0:
@@ -327,15 +328,22 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
         part = finding.budget_part or check.budget_part   # a finding may name its own (unfused-optimizer's loop)
         finding.budget_part = part
         whole = budget_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else span
-        # a wider cause prices its own claim, which may span parts (its part only names where most of it lies)
-        limit = span if check.id in WIDER_CAUSES else \
-            unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
-        if limit < whole and finding.estimated_savings_ns > limit:
-            causes = ", ".join(f"{cause} ({duration_text(parts[part])})" for cause, parts in claims_by_cause(timeline).items()
-                               if parts.get(part))
-            finding.notes.append(f"of the {duration_text(whole)} of {part} time, {duration_text((whole - limit))} lie in wider "
-                                 f"causes that their own findings count ({causes}); this one counts the "
-                                 f"{duration_text(limit)} left")
+        # a wider cause prices its own claim, which may span parts (its part only names where most of it lies):
+        # never more than the time it claims over all of them, which its evidence lists where it spans several
+        if check.id in WIDER_CAUSES:
+            limit = _claimed_limit(finding, span, claims)
+            if finding.estimated_savings_ns > limit:
+                finding.notes.append(f"savings: the {duration_text(limit)} of the budget its cause claims (where the "
+                                     f"time it explains lies), not the {duration_text(finding.estimated_savings_ns)} "
+                                     "estimated, which is more than the time it comes from")
+        else:
+            limit = unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
+            if limit < whole and finding.estimated_savings_ns > limit:
+                causes = ", ".join(f"{cause} ({duration_text(parts[part])})" for cause, parts in claims_by_cause(timeline).items()
+                                   if parts.get(part))
+                finding.notes.append(f"of the {duration_text(whole)} of {part} time, {duration_text((whole - limit))} lie in wider "
+                                     f"causes that their own findings count ({causes}); this one counts the "
+                                     f"{duration_text(limit)} left")
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
         if replay_note is not None:   # written once the caps have set the figure it names
             finding.notes.append(replay_note(finding.estimated_savings_ns))
@@ -344,6 +352,19 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
     for finding in findings:
         finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
         finding.severity = program_severity(finding, span)
+
+
+def _claimed_limit(finding: Finding, span: float, claims: dict) -> float:
+    """What a wider cause's finding may save: the budget time its cause claims (checks/program/_claims), over
+    every part it spans; where that is more than one part, the parts go into its evidence (`claimed_parts`), so a
+    reader sees where a saving above its `budget_part` comes from. The window where nothing is claimed."""
+    parts = {part: ns for part, ns in claims.get(finding.check, {}).items() if ns > 0}
+    if not parts:
+        return span
+    if len(parts) > 1:
+        finding.evidence = {**finding.evidence, "claimed_parts": [
+            {"part": part, "ns": round(ns)} for part, ns in sorted(parts.items(), key=lambda kv: -kv[1])]}
+    return min(span, sum(parts.values()))
 
 
 def _price_by_replay(timeline: Timeline, check, finding: Finding):

@@ -4,6 +4,7 @@ with the layers it may use. Every import counts, at module level or inside a fun
 no import cycle, and no module replaces another module's attributes (a monkeypatch). The checker runs on the
 tree, and on the leaks issue 39 found, to prove it catches each."""
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 import nsanalyze
@@ -54,10 +55,17 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join(["nsanalyze", *parts])
 
 
+@lru_cache(maxsize=None)
+def _parsed(source: str) -> ast.Module:
+    """A module's tree, parsed once per text: the checker reads each tree several times, on the clean tree and on
+    each leak's copy of it (read only: nothing changes a tree)."""
+    return ast.parse(source)
+
+
 def _imports(module: str, source: str, modules: set[str], is_package: bool):
     """(imported module, node) for every nsanalyze import in the source, wherever it stands."""
     package = module if is_package else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(_parsed(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] == "nsanalyze":
@@ -91,7 +99,7 @@ def leaks(sources: dict[str, tuple[str, bool]]) -> list[str]:
             other = group(target)
             if other != own and other != "shared" and other not in ALLOWED.get(own, set()):
                 found.append(f"{own} imports {other}: {module} -> {target}")
-        for node in ast.walk(ast.parse(source)):   # module.attr = ..., setattr(module, "attr", ...)
+        for node in ast.walk(_parsed(source)):   # module.attr = ..., setattr(module, "attr", ...)
             if isinstance(node, (ast.Assign, ast.AugAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for t in targets:
@@ -112,7 +120,7 @@ def leaks(sources: dict[str, tuple[str, bool]]) -> list[str]:
 
 def _attributes(sources, module: str, attr: str) -> set[str]:
     """`module.attr` when the module binds that name (imports or defines it)."""
-    tree = ast.parse(sources[module][0])
+    tree = _parsed(sources[module][0])
     for node in tree.body:
         names = ([a.asname or a.name for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom))
                  else [node.name] if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else [])

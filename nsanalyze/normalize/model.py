@@ -327,6 +327,7 @@ class HostStretch(Record):
     blocked_ns: float | None = None
     thread_os_calls: tuple = ()
     jit_calls: tuple = ()   # (ApiCall, ...): JIT links and loads after it, before the host next gave the GPU work
+    in_steps_ns: int | None = None   # its time inside the step ranges (host clock); None where steps are not ranges
 
 
 @dataclass(frozen=True)

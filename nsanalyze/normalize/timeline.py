@@ -217,7 +217,9 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.left_out = _left_out(export, window, capture, call_names, steps) if window.kind == "steady" else None
     timeline.notes = _graph_notes(export, wa)
     timeline.api_calls = host_calls.api_calls(wa)
-    timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads, capture.calls, call_names)
+    step_ranges = (steps.host_starts, steps.host_ends) if steps is not None else None
+    timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads, capture.calls, call_names,
+                                              step_ranges=step_ranges)
     capture_budgets = lambda: build_budgets(capture, call_names, set(comm_ids.tolist()), peer_kinds)  # noqa: E731
     timeline.phases = find_phases(export, capture_budgets, (window.start, window.end),
                                   step_name)
@@ -595,10 +597,12 @@ def _rank_wait_text(device: dict) -> str:
 
 
 def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, calls=None, call_names=None,
-                    limit: int = 5) -> list[dict]:
+                    limit: int = 5, step_ranges=None) -> list[dict]:
     """The longest stretches in which the GPU waited on the host's own work, with what the host was in:
-    the innermost NVTX range around it, the OS runtime calls during it (when traced), and the JIT-compiled code
-    it linked and loaded after it, before it next gave the GPU work (`jit_calls`: the host was compiling it)."""
+    the innermost NVTX range around it, the OS runtime calls during it (when traced), the JIT-compiled code
+    it linked and loaded after it, before it next gave the GPU work (`jit_calls`: the host was compiling it),
+    and, where the steps are host ranges (`step_ranges`: starts, ends), how much of it lies inside them
+    (`in_steps_ns`: a stretch between them is the loop's code before a step, such as fetching its batch)."""
     stretches = []
     for budget in budgets:
         stretches += [{"device_id": budget.device_id, "start_ns": s, "duration_ns": e - s}
@@ -618,6 +622,9 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
         around = export.query("""SELECT name FROM nvtx WHERE start <= :s AND end >= :e AND name IS NOT NULL
                                  ORDER BY duration_ns DESC LIMIT 8""", {"s": start, "e": end})
         stretch["nvtx_range"] = around[-1][0] if around else None
+        if step_ranges is not None:
+            inside = np.minimum(step_ranges[1], end) - np.maximum(step_ranges[0], start)
+            stretch["in_steps_ns"] = int(inside[inside > 0].sum())
         if len(around) > 1:   # outermost to innermost: `epoch 2 › checkpoint`
             stretch["nvtx_path"] = " › ".join(str(r[0]) for r in around)
     if osrt and stretches:  # one scan of the OS runtime calls for all stretches (the table has no index)

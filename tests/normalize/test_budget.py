@@ -34,14 +34,25 @@ def test_budget_adds_up_and_savings_fit_the_window(path, analyzed):
         if device.get("budget"):
             assert sum(p["ns"] for p in device["budget"]) == pytest.approx(device["window_ns"], rel=0.02)
     program = [f for f in model["findings"] if f["kernel_id"] is None]
-    assert sum(f["estimated_savings_ns"] for f in program) <= window_ns * 1.0001
+    # a finding whose change is part of another's is counted within that one's savings (docs/contract.md), no more
+    by_check = {f["check"]: f for f in program}
+    within = [f for f in program if f["evidence"].get("within") in by_check]
+    for part in within:
+        assert part["estimated_savings_ns"] <= by_check[part["evidence"]["within"]]["estimated_savings_ns"] + 1
+    assert sum(f["estimated_savings_ns"] for f in program if f not in within) <= window_ns * 1.0001
     devices = {d["device_id"]: d for d in timeline["devices"]}
     for finding in program:
         part = finding.get("budget_part")
         if part:   # a finding about one GPU saves at most that GPU's part, else the window's (GPUs averaged)
             device = finding.get("budget_device")
             budget = devices[device]["budget"] if device in devices else timeline["budget"]
-            assert finding["estimated_savings_ns"] <= next(p["ns"] for p in budget if p["part"] == part) + 1
+            part_ns = {p["part"]: p["ns"] for p in budget}
+            claimed = finding["evidence"].get("claimed_parts")
+            if claimed:   # a wider cause spanning parts: at most what it claims, each claim within its part
+                assert all(c["ns"] <= part_ns[c["part"]] + 1 for c in claimed)
+                assert finding["estimated_savings_ns"] <= sum(c["ns"] for c in claimed) + len(claimed)
+            else:
+                assert finding["estimated_savings_ns"] <= part_ns[part] + 1
 
 
 def test_busy_parts_are_the_union_of_gpu_work(analyzed):

@@ -220,3 +220,45 @@ def test_host_time_that_ends_in_loading_gpu_code_is_named_jit(analyzed):
         {name.split("_v")[0] for (_, _, name), kind in zip(calls[:next_launch], kinds[:next_launch]) if kind == "jit"}
     assert "cache=True" in finding["advice"] and "warm" in finding["advice"]
     assert finding["estimated_savings_ns"] <= finding["evidence"]["idle_host_ns"]["value"]
+
+
+STEP_RANGES_SQL = """SELECT n.start, n."end" FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+                     WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE 'step %'"""
+
+
+def test_host_time_between_the_step_ranges_is_said_to_lie_there(analyzed):
+    """augment_w0 (a blind twin: augmentation in the training process, DataLoader num_workers=0): the batch is
+    made before each `step N` range opens, so the host's time lies between the ranges. By SQL, each of the
+    finding's longest stretches starts in no step range of the export and lies in them under 1% of its length
+    (it ends at the next step's first launch, 40-80 us into its range), it is longer than the median step
+    range, and the title says where the time lies. Its twin with four workers has no host-compute finding at all."""
+    import re
+
+    path = REAL / "augment_w0_nsys.sqlite.xz"
+    finding = next(f for f in analyzed(path)["findings"] if f["check"] == "host-compute")
+    assert "outside the 'step N' ranges" in finding["title"], finding["title"]
+    ranges = sql(path, STEP_RANGES_SQL)
+    lengths = sorted(e - s for s, e in ranges)
+    stretches = finding["evidence"]["longest_stretches"]
+    assert len(stretches) == 5
+    for stretch in stretches:
+        start, end = stretch["start_ns"], stretch["start_ns"] + stretch["duration_ns"]
+        assert not any(s <= start < e for s, e in ranges)
+        in_steps = sum(max(0, min(e, end) - max(s, start)) for s, e in ranges)
+        assert in_steps < 0.01 * stretch["duration_ns"] and stretch["in_steps_ns"] == in_steps
+        assert stretch["duration_ns"] > lengths[len(lengths) // 2]
+    shortest, longest = (float(x) for x in re.search(r"\(([\d.]+) to ([\d.]+) ms\) lie", finding["title"]).groups())
+    assert longest == round(stretches[0]["duration_ns"] / 1e6, 1) and shortest == round(stretches[-1]["duration_ns"] / 1e6, 1)
+    fixed = analyzed(REAL / "augment_w4_nsys.sqlite.xz")
+    assert not [f for f in fixed["findings"] if f["check"] == "host-compute"]
+    # item_sync_heavy_host's bookkeeping runs inside each step's range (before range_pop): its stretches, which
+    # end in the next step's range, lie there by SQL, and the title does not send the user between the steps
+    path = REAL / "item_sync_heavy_host_nsys.sqlite.xz"
+    inside = analyzed(path)
+    finding = next(f for f in inside["findings"] if f["check"] == "host-compute")
+    ranges = sql(path, STEP_RANGES_SQL)
+    for stretch in finding["evidence"]["longest_stretches"]:
+        start, end = stretch["start_ns"], stretch["start_ns"] + stretch["duration_ns"]
+        in_steps = sum(max(0, min(e, end) - max(s, start)) for s, e in ranges)
+        assert in_steps > 0.9 * stretch["duration_ns"] and stretch["in_steps_ns"] == in_steps
+    assert "outside the" not in finding["title"]
