@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity, ascending, distinct, find
+from nsanalyze.normalize.activity import CALL_LOOKBACK_NS, Activity, ascending, distinct, find, pair_keys
 
 PARTS = ("gpu_compute", "gpu_communication", "gpu_copy", "idle_other", "idle_sync", "idle_launch", "idle_host")
 IDLE_PARTS = PARTS[3:]
@@ -315,15 +315,14 @@ def _gaps(act_start, act_end, act_pid, act_corr, window) -> tuple[np.ndarray, np
     if by_start is not None:
         at = by_start[at]
         del by_start
-    next_key = act_pid[at] * (1 << 32) + act_corr[at]
+    next_key = pair_keys(act_pid[at], act_corr[at])
     next_key[~has_next] = -1
     return gap_s, gap_e, next_key
 
 
 def _launch_ends(call_pid, call_corr, call_end) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct (process, correlation id) keys of the calls, end of each key's first call)."""
-    keys = call_pid * (1 << 32)
-    keys += call_corr
+    keys = pair_keys(call_pid, call_corr)
     if ascending(keys):
         ends = call_end
     else:

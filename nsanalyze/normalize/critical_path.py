@@ -34,7 +34,7 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
-from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median
+from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, pair_keys
 from nsanalyze.normalize.host_activity import base_name, classify, rules
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
 from nsanalyze.read.nsys import CALL_TABLES, NsysExport
@@ -191,7 +191,7 @@ def process_calls(activity: Activity, start: int, end: int) -> dict[str, np.ndar
     Activity's calls carry no thread), ordered by start: no second read of the call table."""
     calls = activity.calls
     mask = (calls.start >= start) & (calls.start < end) & (calls.end >= calls.start)
-    cols = {"start": calls.start[mask], "end": calls.end[mask], "tid": calls.pid[mask] << PID_SHIFT,
+    cols = {"start": calls.start[mask], "end": calls.end[mask], "tid": calls.pid[mask].astype(np.int64) << PID_SHIFT,
             "corr": calls.correlation_id[mask], "name_id": calls.name_id[mask].astype(np.int64)}
     order = np.lexsort((cols["end"], cols["start"]))
     return {n: v[order] for n, v in cols.items()}
@@ -241,8 +241,8 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
         cmask &= c.start <= last
     o_start = np.concatenate((k.start[kmask], c.start[cmask]))
     o_end = np.concatenate((k.end[kmask], c.end[cmask]))
-    o_stream = np.concatenate((k.device_id[kmask] * (1 << 32) + k.stream_id[kmask],
-                               c.device_id[cmask] * (1 << 32) + c.stream_id[cmask]))
+    o_stream = np.concatenate((pair_keys(k.device_id[kmask], k.stream_id[kmask]),
+                               pair_keys(c.device_id[cmask], c.stream_id[cmask])))
     o_corr = np.concatenate((k.correlation_id[kmask], c.correlation_id[cmask]))
     nk = int(kmask.sum())
     short, dem = k.short_name_id[kmask], k.demangled_id[kmask]

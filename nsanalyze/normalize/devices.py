@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nsanalyze.normalize.activity import ascending, group_sums, largest
+from nsanalyze.normalize.activity import ascending, group_sums, largest, pair_keys
 from nsanalyze.normalize.window import WindowActivity
 from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.read.nsys import NsysExport
@@ -63,7 +63,7 @@ def _beyond_fast_launches(name_ids: np.ndarray, durations: np.ndarray) -> int:
 def device_kernel_breakdown(export: NsysExport, wa: WindowActivity) -> list[dict]:
     """Per device and kernel name: time, for finding where a slow device spends its extra time."""
     kernels = wa.kernels
-    key = kernels.device_id * (1 << 32) + kernels.short_name_id
+    key = pair_keys(kernels.device_id, kernels.short_name_id)
     keys, (ns,), counts = group_sums(key, kernels.end - kernels.start)
     names = export.strings(keys & 0xFFFFFFFF)
     return [{"device_id": int(k >> 32), "name": names[int(k & 0xFFFFFFFF)], "launches": int(n),
@@ -136,7 +136,7 @@ def streams(wa: WindowActivity) -> list[dict]:
     kernels, copies = wa.kernels, wa.copies
     rows: dict = {}
     for table, count_key, ns_key in ((kernels, "kernels", "kernel_ns"), (copies, "copies", "copy_ns")):
-        key = table.device_id * (1 << 32) + (table.stream_id & 0xFFFFFFFF)
+        key = pair_keys(table.device_id, table.stream_id.astype(np.int64) & 0xFFFFFFFF)
         keys, (ns,), counts = group_sums(key, table.end - table.start)
         for k, t, n in zip(keys.tolist(), ns, counts):
             stream = k & 0xFFFFFFFF

@@ -90,7 +90,7 @@ class ClassTime:
     step_calls: np.ndarray | None = None    # per steady step: calls begun in it
     step_host_ns: np.ndarray | None = None  # per steady step: host time inside such calls
     step_idle_ns: np.ndarray | None = None  # per steady step: GPU idle time during them
-    idle_islands: tuple = ()       # per GPU, (starts, ends) of the idle time the class covers
+    idle_islands: tuple = ()       # per GPU, the idle time the class covers: [(starts, ends), ...] in time order
 
     def to_json(self) -> dict:
         return {"class": self.name, "source": self.source, "known": self.known, "calls": self.calls,
@@ -124,7 +124,7 @@ class HostActivity:
         if entry is None or not entry.idle_islands:
             return 0.0
         s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
-        return float(sum(measure_within(i_s, i_e, s, e).sum() for i_s, i_e in entry.idle_islands)
+        return float(sum(Measure.of_parts(parts)(s, e).sum() for parts in entry.idle_islands)
                      / len(entry.idle_islands))
 
     def idle_ns(self, part: str, classes: tuple[str, ...] | None = None) -> float:
@@ -144,33 +144,42 @@ def measure_within(starts: np.ndarray, ends: np.ndarray, q_starts: np.ndarray, q
 
 
 class Measure:
-    """measure_within() of one set of disjoint sorted intervals, asked more than once: the running sum of
-    their lengths is made once, in one array (no lengths array beside it: at the 1 GB export's 6M launch
-    islands the lengths, their running sum and its copy were 144 MB at once). The sums are of whole
-    nanoseconds, exact in float64 below 2^53 (104 days), so the figures are those of summing in any order."""
+    """measure_within() of one set of disjoint sorted intervals, asked more than once. The running sum of
+    their lengths is made a chunk of intervals at a time (at the 1 GB export the largest class's 6M idle
+    pieces and 6M islands each took a float64 array as long as they are, 48 MB, at the attribution's peak),
+    each chunk's measure before a query point added to the chunks' before it. The sums are of whole
+    nanoseconds, exact in float64 below 2^53 (104 days), so the figures are those of summing in any order,
+    and of one running sum over all the intervals."""
+
+    CHUNK = 1 << 20   # intervals summed at a time
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray):
-        self.starts, self.ends = starts, ends
-        self.before = None
+        self.parts = [(starts, ends)]
+
+    @classmethod
+    def of_parts(cls, parts: list[tuple[np.ndarray, np.ndarray]]) -> "Measure":
+        """The intervals given as parts in time order (each part's (starts, ends)), not joined into one copy."""
+        measure = cls.__new__(cls)
+        measure.parts = parts
+        return measure
 
     def __call__(self, q_starts, q_ends) -> np.ndarray:
-        starts, ends = self.starts, self.ends
-        if not len(starts) or not len(q_starts):
+        chunks = [(starts[at:at + self.CHUNK], ends[at:at + self.CHUNK]) for starts, ends in self.parts
+                  for at in range(0, len(starts), self.CHUNK)]
+        if not chunks or not len(q_starts):
             return np.zeros(len(q_starts))
-        if self.before is None:
-            before = np.empty(len(starts) + 1)
+        points = np.concatenate((np.asarray(q_ends), np.asarray(q_starts)))
+        covered = np.zeros(len(points))   # measure of the intervals before each point
+        for s, e in chunks:
+            before = np.empty(len(s) + 1)
             before[0] = 0.0
-            np.subtract(ends, starts, out=before[1:], casting="unsafe")
+            np.subtract(e, s, out=before[1:], casting="unsafe")
             np.cumsum(before[1:], out=before[1:])
-            self.before = before
-        before = self.before
-
-        def covered(t):
-            index = np.searchsorted(starts, t, side="right") - 1
+            index = np.searchsorted(s, points, side="right") - 1
             held = np.maximum(index, 0)
-            partial = np.clip(t - starts[held], 0, (ends[held] - starts[held]).astype(np.float64))
-            return np.where(index >= 0, before[held] + partial, 0.0)
-        return covered(np.asarray(q_ends)) - covered(np.asarray(q_starts))
+            partial = np.clip(points - s[held], 0, (e[held] - s[held]).astype(np.float64))
+            covered += np.where(index >= 0, before[held] + partial, 0.0)
+        return covered[:len(covered) // 2] - covered[len(covered) // 2:]
 
 
 def coverage(layers: list[tuple[np.ndarray, np.ndarray]], at_least: int) -> tuple[np.ndarray, np.ndarray]:
@@ -350,8 +359,8 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
         idle_total = labelled.totals()
         claimed = by_class_part.sum(axis=0)
         for k, group in enumerate(groups):
-            idle_s, idle_e = _joined(pieces[k])   # this class's pieces, in time order
-            pieces[k] = None
+            idle = pieces[k]   # this class's pieces, in time order: a part per slice, not joined (a copy of
+            pieces[k] = None   # the largest class's pieces was 96 MB at the 1 GB export's attribution peak)
             if isinstance(group, int):   # a CUDA class: its calls read where their code is k, a chunk at a time
                 name, source, columns = cuda.classes[k], "cuda", (cuda.starts, cuda.ends, cuda.name_ids, cuda.codes, k)
                 names = cuda.names
@@ -365,12 +374,12 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
             entry["calls"] += calls
             entry["host_ns"] += float(held(np.array([budget.start]), np.array([budget.end]))[0])
             entry["idle_by_part"] += by_class_part[k]
-            entry["islands"].append((idle_s, idle_e))
+            entry["islands"].append(idle)
             _count_names(entry["names"], by_id, names)
             if step_windows is not None:
                 s, e = step_windows
                 entry["step_host_ns"] += held(s, e)
-                entry["step_idle_ns"] += measure_within(idle_s, idle_e, s, e)
+                entry["step_idle_ns"] += Measure.of_parts(idle)(s, e)
                 entry["step_calls"] += step_calls
             del held
         del cuda
@@ -390,7 +399,7 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
             step_calls=entry["step_calls"] if step_windows is not None else None,
             step_host_ns=entry["step_host_ns"] / n if step_windows is not None else None,
             step_idle_ns=entry["step_idle_ns"] / n if step_windows is not None else None,
-            idle_islands=tuple(entry["islands"]) + ((np.zeros(0, np.int64),) * 2,) * (n - len(entry["islands"]))))
+            idle_islands=tuple(entry["islands"]) + ([],) * (n - len(entry["islands"]))))
     classes.sort(key=lambda c: (-c.idle_ns, -c.host_ns, c.name))
     return HostActivity(tuple(classes), {p: ns / n for p, ns in unexplained.items()}, os_traced,
                         step_parts / n if step_parts is not None else None)
@@ -431,14 +440,6 @@ def _run(mask: np.ndarray) -> np.ndarray | slice:
     kept = int(np.count_nonzero(mask))
     first = int(np.argmax(mask)) if kept else 0
     return slice(first, first + kept) if not kept or mask[first:first + kept].all() else mask
-
-
-def _joined(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    if len(parts) == 1:
-        return parts[0]
-    if not parts:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate([s for s, _ in parts]), np.concatenate([e for _, e in parts])
 
 
 def _empty(step_windows) -> dict:

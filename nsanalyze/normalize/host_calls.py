@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nsanalyze.normalize.activity import ascending, distinct, finder, first_by_key, group_sums, lookup, process_of
+from nsanalyze.normalize.activity import (ascending, distinct, finder, first_by_key, group_sums, lookup, pair_keys,
+                                          process_of)
 from nsanalyze.normalize.window import SYNC_APIS, WindowActivity, ids_where, name_like
 from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.read.nsys import NsysExport
@@ -29,9 +30,10 @@ def _work_per_call(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray, np.ndarr
     for table in (wa.kernels, wa.copies):
         valid = table.correlation_id != -1
         ns = (table.end - table.start)[valid].astype(np.float64)
-        per_key = group_sums(table.pid[valid] * (1 << 32) + table.correlation_id[valid], ns)
-        own_ns, own_n = _gather(per_key, calls.pid * (1 << 32) + calls.correlation_id)
-        anon = -(1 << 32) + calls.correlation_id
+        per_key = group_sums(pair_keys(table.pid[valid], table.correlation_id[valid]), ns)
+        own_ns, own_n = _gather(per_key, pair_keys(calls.pid, calls.correlation_id))
+        anon = calls.correlation_id.astype(np.int64)   # the key of (no process, id): -(1 << 32) + id
+        anon -= 1 << 32
         group_keys = per_key[0]
         if len(anon) and np.searchsorted(group_keys, anon.min()) < np.searchsorted(group_keys, anon.max(), side="right"):
             anon_ns, anon_n = _gather(per_key, anon)  # (else no work of an unknown process: no key can match)
@@ -185,37 +187,52 @@ def _copy_call_kinds(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray]:
 
 def launches(export: NsysExport, wa: WindowActivity) -> dict:
     """Kernel launches whose GPU time is shorter than the CPU time of their launch call, per kernel
-    name in one pass: how many, their time, and the GPU idle time in front of them."""
+    name in one pass: how many, their time, and the GPU idle time in front of them. The kernels a chunk at
+    a time, their sums per name merged (whole nanoseconds: exact in float64, one pass's sums): at 6M
+    launches each per-launch figure was 48 MB, a dozen of them at the stage's peak."""
     kernels, calls = wa.kernels, wa.calls
-    call = lookup(first_by_key(calls.correlation_id), kernels.correlation_id)  # one call per id, the first
+    sorted_keys, rows = first_by_key(calls.correlation_id)   # one call per id, the first
+    position_of = finder(sorted_keys, len(kernels))
     launch_ids = ids_where(wa.call_names, lambda n: name_like(n, ("cudaLaunch", "cuLaunch")))
-    matched = call >= 0
-    matched[matched] = np.isin(calls.name_id[call[matched]], launch_ids)
-    call = call[matched]
-    k_ns = (kernels.end - kernels.start)[matched]
-    a_ns = calls.end[call] - calls.start[call]
-    del call
-    short = k_ns < a_ns
     starts, ends = wa.busy
-    idle_before = np.zeros(len(k_ns), dtype=np.int64)
-    if len(starts) > 1:
-        kernel_starts = kernels.start[matched]
-        for first in range(0, len(kernel_starts), CHUNK):  # in chunks: five temporaries per launch otherwise
-            chunk = kernel_starts[first:first + CHUNK]
-            at = np.minimum(np.searchsorted(starts, chunk), len(starts) - 1)
-            exact = (starts[at] == chunk) & (at > 0)
-            idle_before[first:first + CHUNK] = np.where(exact, starts[at] - ends[np.maximum(at - 1, 0)], 0)
-        del kernel_starts
-    name_ids = kernels.short_name_id[matched]
-    del matched
-    # Each figure zeroed where the kernel is not short, in place (at 6M launches each copy is 48 MB).
-    np.minimum(a_ns, idle_before, out=idle_before)
-    long = ~short
-    for values in (k_ns, a_ns, idle_before):
-        values[long] = 0
-    del long, values
-    k_ns, a_ns, idle_before = _narrow(k_ns), _narrow(a_ns), _narrow(idle_before)
-    name_keys, sums, counts = group_sums(name_ids, short, k_ns, a_ns, idle_before)
+    by_id: dict[int, list] = {}   # short name id -> [short launches, kernel ns, launch ns, idle ns, launches]
+    for first in range(0, len(kernels), CHUNK):
+        part = slice(first, first + CHUNK)
+        at = position_of(kernels.correlation_id[part])
+        call = np.where(at >= 0, rows[np.maximum(at, 0)] if len(rows) else -1, -1)   # (lookup)
+        del at
+        matched = call >= 0
+        matched[matched] = np.isin(calls.name_id[call[matched]], launch_ids)
+        call = call[matched]
+        kernel_starts = kernels.start[part][matched]
+        k_ns = kernels.end[part][matched] - kernel_starts
+        a_ns = calls.end[call] - calls.start[call]
+        del call
+        short = k_ns < a_ns
+        idle_before = np.zeros(len(k_ns), dtype=np.int64)
+        if len(starts) > 1:
+            at = np.minimum(np.searchsorted(starts, kernel_starts), len(starts) - 1)
+            exact = (starts[at] == kernel_starts) & (at > 0)
+            idle_before = np.where(exact, starts[at] - ends[np.maximum(at - 1, 0)], 0)
+            del at, exact
+        name_ids = kernels.short_name_id[part][matched]
+        del matched, kernel_starts
+        # Each figure zeroed where the kernel is not short, in place.
+        np.minimum(a_ns, idle_before, out=idle_before)
+        long = ~short
+        for values in (k_ns, a_ns, idle_before):
+            values[long] = 0
+        keys, part_sums, part_counts = group_sums(name_ids, short, k_ns, a_ns, idle_before)
+        for key, n, *figures in zip(keys.tolist(), part_counts.tolist(), *(v.tolist() for v in part_sums)):
+            entry = by_id.setdefault(key, [0.0, 0.0, 0.0, 0.0, 0])
+            for i, value in enumerate(figures):
+                entry[i] += value
+            entry[4] += n
+        del long, values, short, k_ns, a_ns, idle_before, name_ids
+    ids = sorted(by_id)   # (name ids ascending, as one pass gave them)
+    name_keys = np.array(ids, dtype=np.int64)
+    sums = [np.array([by_id[k][i] for k in ids], dtype=np.float64) for i in range(4)]
+    counts = np.array([by_id[k][4] for k in ids], dtype=np.int64)
     totals = {"launches": int(counts.sum()), "short_kernels": int(sums[0].sum()), "short_kernel_ns": int(sums[1].sum()),
               "short_launch_api_ns": int(sums[2].sum()), "idle_before_short_ns": int(sums[3].sum())}
     top = [i for i in np.argsort(-sums[0], kind="stable")[:5] if sums[0][i] > 0]
@@ -224,15 +241,6 @@ def launches(export: NsysExport, wa: WindowActivity) -> dict:
                       "mean_kernel_ns": sums[1][i] / sums[0][i], "mean_launch_ns": sums[2][i] / sums[0][i]}
                      for i in top]
     return totals
-
-
-def _narrow(values: np.ndarray) -> np.ndarray:
-    """As int32 where every value fits (a launch's kernel and call times are microseconds): half the
-    memory while grouped, and the same float64 values when summed."""
-    small = np.iinfo(np.int32)
-    if len(values) and values.min() >= small.min and values.max() <= small.max:
-        return values.astype(np.int32)
-    return values
 
 
 def copies(wa: WindowActivity) -> dict:
@@ -294,10 +302,18 @@ def api_calls(wa: WindowActivity, limit: int = 50) -> list[dict]:
     """The CUDA calls that took the host's time in the window, by name (version suffixes dropped):
     calls, total and longest time. What an export without GPU activity (WSL2) still tells."""
     calls = wa.calls
-    inside = (calls.start >= wa.activity.start) & (calls.start < wa.activity.end)
-    keys, (total,), counts = group_sums(calls.name_id[inside], (calls.end - calls.start)[inside])
+    by_id: dict[int, list] = {}   # name id -> [ns, calls], summed a chunk of calls at a time (whole nanoseconds:
+    for at in range(0, len(calls), CHUNK):   # exact in float64, the sums of one pass; five temporaries per
+        part = slice(at, at + CHUNK)          # call otherwise, 170 MB at x20)
+        starts = calls.start[part]
+        inside = (starts >= wa.activity.start) & (starts < wa.activity.end)
+        keys, (total,), counts = group_sums(calls.name_id[part][inside], (calls.end[part] - starts)[inside])
+        for key, ns, n in zip(keys.tolist(), total.tolist(), counts.tolist()):
+            entry = by_id.setdefault(key, [0.0, 0])
+            entry[0] += ns
+            entry[1] += n
     rows: dict = {}
-    for key, ns, n in zip(keys.tolist(), total.tolist(), counts.tolist()):
+    for key, (ns, n) in sorted(by_id.items()):   # (name ids ascending, as one pass gave them)
         name = wa.call_names.get(int(key))
         name = name.split("_v")[0] if isinstance(name, str) and "_v" in name else name
         row = rows.setdefault(name, {"name": name, "calls": 0, "total_ns": 0})

@@ -18,7 +18,7 @@ import numpy as np
 from nsanalyze.normalize import devices as gpus
 from nsanalyze.normalize import host_activity, host_calls, model
 from nsanalyze.normalize import work as work_split
-from nsanalyze.normalize.activity import Activity, distinct, read_activity
+from nsanalyze.normalize.activity import Activity, ascending, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
 from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, median_step_block
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
@@ -657,9 +657,7 @@ CALLS_AFTER_STRETCH = 64   # the calls looked at after a stretch for the next on
 def _jit_calls_after(calls, call_names: dict, pids: list, at_ns: int) -> list[dict]:
     """The calls of the class `jit` (host_activity.csv: a run-time link, a module loaded from an image in memory,
     nvrtc) the processes made from `at_ns` until their next call that gives the GPU work: by name, calls, time."""
-    mine = np.isin(calls.pid, pids) & (calls.start >= at_ns)
-    index = np.flatnonzero(mine)
-    index = index[np.argsort(calls.start[index], kind="stable")][:CALLS_AFTER_STRETCH]
+    index = _first_calls_after(calls, pids, at_ns, CALLS_AFTER_STRETCH)
     loads: dict[str, list] = {}
     for i in index:
         name = str(call_names.get(int(calls.name_id[i])) or "")
@@ -671,6 +669,24 @@ def _jit_calls_after(calls, call_names: dict, pids: list, at_ns: int) -> list[di
             entry[0] += 1
             entry[1] += int(calls.end[i] - calls.start[i])
     return [{"name": n, "calls": c, "total_ns": ns} for n, (c, ns) in loads.items()]
+
+
+AFTER_CHUNK = 1 << 20   # calls looked through at a time for the first ones after a stretch
+
+
+def _first_calls_after(calls, pids: list, at_ns: int, count: int) -> np.ndarray:
+    """Rows of the first `count` calls of these processes from `at_ns` on, by start then row: what a stable
+    sort of all of them gives, taken a chunk of calls at a time, each chunk's first `count` kept (at 11.5M
+    calls the rows of every call after a stretch, their starts and their order were 280 MB at once)."""
+    kept = []
+    for at in range(0, len(calls), AFTER_CHUNK):
+        starts = calls.start[at:at + AFTER_CHUNK]
+        index = np.flatnonzero(np.isin(calls.pid[at:at + AFTER_CHUNK], pids) & (starts >= at_ns))
+        if not ascending(starts[index]):
+            index = index[np.argsort(starts[index], kind="stable")]
+        kept.append(index[:count] + at)
+    index = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)   # chunk by chunk: rows ascending
+    return index[np.argsort(calls.start[index], kind="stable")][:count]    # among equal starts
 
 
 def _sql_order(key: tuple):

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from nsanalyze.normalize.model import KernelRole
-from nsanalyze.normalize.activity import PID_SHIFT, distinct
+from nsanalyze.normalize.activity import PID_SHIFT, distinct, pair_keys
 from nsanalyze.normalize.checked_rows import VALID_NVTX
 
 ROLES = ("matmul_tensor", "matmul_simt", "attention_fused", "attention_unfused", "normalization", "elementwise",
@@ -278,9 +278,11 @@ def _launch_roles(strings, kernels, in_ranges: np.ndarray | None = None) -> dict
     role code, ns, launches) of the launches an annotated range gives another role than their name's."""
     if not len(kernels):
         return None
-    name_ids = np.asarray(kernels.demangled_id, dtype=np.int64)
+    # ids as read (int32 where they fit: read.nsys): an int64 copy of each was 48 MB at 6M launches, held
+    # beside its copy in stream order; keys made of two of them are made in int64 (pair_keys)
+    name_ids = np.asarray(kernels.demangled_id)
     unique_ids, inverse = np.unique(name_ids, return_inverse=True)
-    short_ids = np.asarray(kernels.short_name_id, dtype=np.int64)
+    short_ids = np.asarray(kernels.short_name_id)
     first_short = np.full(len(unique_ids), -1, dtype=np.int64)
     first_short[inverse[::-1]] = short_ids[::-1]  # one short name per demangled id
     names = strings([int(i) for i in np.concatenate((unique_ids, first_short)) if i >= 0])
@@ -288,8 +290,8 @@ def _launch_roles(strings, kernels, in_ranges: np.ndarray | None = None) -> dict
                      dtype=np.int16)
     fused = np.array([bool(FUSED_ALREADY.search(names.get(int(s)) or names.get(int(d)) or ""))
                       for d, s in zip(unique_ids, first_short)])
-    device = np.asarray(kernels.device_id, dtype=np.int64)
-    stream = np.asarray(kernels.stream_id, dtype=np.int64)
+    device = np.asarray(kernels.device_id)
+    stream = np.asarray(kernels.stream_id)
     begin = np.asarray(kernels.start, dtype=np.int64)
     order = np.lexsort((begin, stream, device))
     threads = np.ones(len(begin), dtype=np.float64)
@@ -303,7 +305,7 @@ def _launch_roles(strings, kernels, in_ranges: np.ndarray | None = None) -> dict
     if in_ranges is not None and len(in_ranges) == len(role):
         hit = (in_ranges >= 0) & (in_ranges != role)
         if hit.any():
-            keys = name_ids[hit] * len(ROLES) + in_ranges[hit]
+            keys = name_ids[hit].astype(np.int64) * len(ROLES) + in_ranges[hit]
             groups, where = np.unique(keys, return_inverse=True)
             spent, counts = np.bincount(where, weights=ns[hit]), np.bincount(where)
             moved = [(int(k // len(ROLES)), int(k % len(ROLES)), float(t), int(c))
@@ -320,7 +322,13 @@ def _segments(launches: dict, breaks: np.ndarray) -> np.ndarray:
     new_stream = np.ones(len(breaks), dtype=bool)
     new_stream[1:] = (launches["stream"][1:] != launches["stream"][:-1]) | \
                      (launches["device"][1:] != launches["device"][:-1])
-    return np.cumsum(breaks | new_stream)
+    # (int32 where every number fits: a number per launch, 24 MB less at 6M launches)
+    return np.cumsum(breaks | new_stream, dtype=np.int32 if len(breaks) < 2**31 else np.int64)
+
+
+def _same_stream(launches: dict, a, b) -> np.ndarray:
+    """Whether launches `a` and `b` (indices or slices) ran on one stream of one device (no key per launch)."""
+    return (launches["stream"][a] == launches["stream"][b]) & (launches["device"][a] == launches["device"][b])
 
 
 def _scores_context(launches: dict) -> tuple[list[tuple[int, int, int]], int]:
@@ -337,7 +345,7 @@ def _scores_context(launches: dict) -> tuple[list[tuple[int, int, int]], int]:
     count = segment[-1] + 1
     opens = np.zeros(count, dtype=bool)
     opens[segment[matmul]] = True
-    stream_key = launches["device"] * (2**32) + launches["stream"]
+    stream_key = pair_keys(launches["device"], launches["stream"])
     seg_stream = np.full(count, -1, dtype=np.int64)
     seg_stream[segment] = stream_key
     closes = np.zeros(count, dtype=bool)
@@ -372,17 +380,16 @@ def _chains(launches: dict) -> Chains:
     # between matrix products: the launch before a chain and the one after it, on its stream, are GEMMs
     # or attention (a chain that opens the stream or a loop without them has no bound a fusion keeps)
     bound = np.isin(role, [ROLES.index(r) for r in BOUNDS])
-    stream = launches["device"] * (2**32) + launches["stream"]
-    joined = glue[1:] & glue[:-1] & (stream[1:] == stream[:-1])  # launch i+1 continues i's chain
+    joined = glue[1:] & glue[:-1] & _same_stream(launches, slice(1, None), slice(None, -1))  # i+1 continues i's chain
     first = np.flatnonzero(glue & np.concatenate(([True], ~joined)))
     last = np.flatnonzero(glue & np.concatenate((~joined, [True])))
     before, after = np.maximum(first - 1, 0), np.minimum(last + 1, len(role) - 1)
-    opened = (first > 0) & bound[before] & (stream[before] == stream[first])
-    closed = (last + 1 < len(role)) & bound[after] & (stream[after] == stream[last])
-    marks = np.zeros(len(role) + 1, dtype=np.int64)  # +1 where a kept chain starts, -1 after it ends
+    opened = (first > 0) & bound[before] & _same_stream(launches, before, first)
+    closed = (last + 1 < len(role)) & bound[after] & _same_stream(launches, after, last)
+    marks = np.zeros(len(role) + 1, dtype=np.int8)  # +1 where a kept chain starts, -1 after it ends
     np.add.at(marks, first[opened & closed], 1)
     np.add.at(marks, last[opened & closed] + 1, -1)
-    keep = np.cumsum(marks[:-1]) > 0
+    keep = np.cumsum(marks[:-1], dtype=np.int8) > 0   # (chains are disjoint: the running sum is 0 or 1)
     glue &= keep
     if not glue.any():
         return Chains.none()

@@ -19,7 +19,14 @@ def _painted(path, slice_segments: int):
     finally:
         host_activity.PAINT_SLICE_SEGMENTS = kept
     return activity.to_json(), [(c.name, c.step_idle_ns.tolist(), c.step_host_ns.tolist(),
-                                 [np.concatenate(island).tolist() for island in c.idle_islands]) for c in activity.classes]
+                                 [_joined(island) for island in c.idle_islands]) for c in activity.classes]
+
+
+def _joined(parts) -> list[int]:
+    """A GPU's idle islands of a class (parts, one per paint slice) as one list: their starts, then their ends."""
+    empty = np.zeros(0, np.int64)
+    return np.concatenate([np.concatenate([s for s, _ in parts] or [empty]),
+                           np.concatenate([e for _, e in parts] or [empty])]).tolist()
 
 
 @pytest.mark.parametrize("name", ["alloc_churn_nsys.sqlite.xz", "histlog_every10_nsys.sqlite.xz"])
@@ -66,3 +73,33 @@ def test_class_counts_a_chunk_at_a_time_equal_sql():
     for entry in cuda:
         for top in entry["top_calls"]:
             assert (top["calls"], top["ns"]) == expected[top["name"]]
+
+
+def test_idle_measured_a_chunk_at_a_time_equals_the_intervals_clipped():
+    """Each class's idle time inside the steady steps (the per-step figures and idle_within, as the non-step
+    phase check asks it), measured 7 intervals at a time over the paint's parts (host_activity.Measure),
+    equals one pass and equals the idle islands clipped to each step and summed in integers."""
+    path = REAL / "alloc_churn_nsys.sqlite.xz"
+    kept = host_activity.Measure.CHUNK
+    try:
+        host_activity.Measure.CHUNK = 7
+        small = build_timeline(read_profile(path))
+        host_activity.Measure.CHUNK = 1 << 40
+        whole = build_timeline(read_profile(path))
+    finally:
+        host_activity.Measure.CHUNK = kept
+    starts, ends = small.step_starts, small.step_ends
+    assert len(starts) > 10
+    classes = [c for c in small.host_activity.classes if any(len(s) for parts in c.idle_islands for s, _ in parts)]
+    assert len(classes) > 3
+    for c, w in zip(small.host_activity.classes, whole.host_activity.classes):
+        assert c.name == w.name and c.step_idle_ns.tolist() == w.step_idle_ns.tolist()
+        assert c.step_host_ns.tolist() == w.step_host_ns.tolist()
+    for c in classes:
+        (parts,) = c.idle_islands   # one GPU
+        s = np.concatenate([p[0] for p in parts])
+        e = np.concatenate([p[1] for p in parts])
+        clipped = np.maximum(np.minimum(e[None, :], ends[:, None]) - np.maximum(s[None, :], starts[:, None]), 0)
+        per_step = clipped.sum(axis=1)   # int64: exact
+        assert c.step_idle_ns.tolist() == per_step.astype(float).tolist()
+        assert small.host_activity.idle_within(c.name, starts, ends) == float(per_step.sum())

@@ -52,10 +52,59 @@ def test_a_text_value_falls_back_to_the_checked_read(tmp_path, monkeypatch):
     assert activity.kernels.stream_id[1:].tolist() == streams[1:]
 
 
-def test_ids_that_fit_are_kept_narrow(monkeypatch):
-    _, activity = _activity(DEV_INFER_NSYS, True, monkeypatch)
-    assert activity.kernels.short_name_id.dtype == np.int32
-    assert activity.kernels.start.dtype == np.int64 and activity.kernels.correlation_id.dtype == np.int64
+KERNEL_IDS = "SELECT correlationId, deviceId, streamId, globalPid >> 24 FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid"
+
+
+def _kernel_ids(activity) -> list[tuple]:
+    kernels = activity.kernels
+    return list(zip(*(c.tolist() for c in (kernels.correlation_id, kernels.device_id, kernels.stream_id, kernels.pid))))
+
+
+@pytest.mark.parametrize("arrow", [True, False], ids=["arrow", "rows"])
+def test_ids_that_fit_are_kept_narrow(monkeypatch, arrow):
+    """Ids (names, correlation, device, stream, process) as int32, times as int64; the values SQL's."""
+    path = REAL / "ddp_host_all_nsys.sqlite.xz"   # (two ranks: two processes)
+    _, activity = _activity(path, arrow, monkeypatch)
+    kernels, calls = activity.kernels, activity.calls
+    assert kernels.start.dtype == np.int64 and calls.end.dtype == np.int64
+    for column in (kernels.short_name_id, kernels.correlation_id, kernels.device_id, kernels.stream_id, kernels.pid,
+                   calls.correlation_id, calls.pid, calls.name_id):
+        assert column.dtype == np.int32
+    assert _kernel_ids(activity) == [tuple(r) for r in sql(path, KERNEL_IDS)]
+    assert len(set(kernels.pid.tolist())) == 2
+
+
+WIDE = 2**31 + 5   # one past int32's largest value, and a few
+
+
+@pytest.mark.parametrize("arrow", [True, False], ids=["arrow", "rows"])
+def test_an_id_past_int32_is_read_as_int64_not_wrapped(tmp_path, monkeypatch, arrow):
+    """A copy of a real export with the last kernel's correlation id (and its launch call's) and stream id, and
+    the 700th kernel's process id raised past int32: those columns are int64 and hold SQL's values, the others
+    stay int32, the raised kernel still finds its launch call, and the kernel totals are SQL's. Process ids are
+    made 300 at a time here, so the wide one comes in a later chunk than the first."""
+    from nsanalyze.normalize import activity as module
+
+    path = _copy(tmp_path, "wide_ids.sqlite",
+                 f"""UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = {WIDE} WHERE correlationId =
+                       (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid DESC LIMIT 1);
+                     UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = {WIDE}, streamId = {WIDE + 2}
+                       WHERE rowid = (SELECT MAX(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL);
+                     UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = {WIDE} << 24
+                       WHERE rowid = (SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 1 OFFSET 699)""")
+    monkeypatch.setattr(module, "CODE_CHUNK", 300)
+    _, activity = _activity(path, arrow, monkeypatch)
+    kernels, calls = activity.kernels, activity.calls
+    assert kernels.correlation_id.dtype == kernels.stream_id.dtype == kernels.pid.dtype == np.int64
+    assert calls.correlation_id.dtype == np.int64
+    assert kernels.device_id.dtype == kernels.short_name_id.dtype == calls.pid.dtype == np.int32
+    assert _kernel_ids(activity) == [tuple(r) for r in sql(path, KERNEL_IDS)]
+    assert (kernels.correlation_id[-1], kernels.stream_id[-1], kernels.pid[699]) == (WIDE, WIDE + 2, WIDE)
+    # the last kernel's launch call, joined by (process, correlation id) as the timeline joins them
+    call_start = sql(path, f"SELECT start FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId = {WIDE}")[0][0]
+    assert activity.launch_call_starts()[2][len(kernels) - 1] == call_start
+    count, total = sql(path, "SELECT COUNT(*), SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
+    assert len(kernels) == count and int((kernels.end - kernels.start).sum()) == total
 
 
 def _copy(tmp_path, name, *statements):
@@ -88,8 +137,10 @@ ROWID_CASES = {
 }
 
 
+@pytest.mark.parametrize("keep_chunk", [nsys.KEEP_CHUNK, 100], ids=["rows tested at once", "100 at a time"])
 @pytest.mark.parametrize("case", ROWID_CASES)
-def test_rows_left_out_are_counted_whatever_the_rowids_say(tmp_path, monkeypatch, case):
+def test_rows_left_out_are_counted_whatever_the_rowids_say(tmp_path, monkeypatch, case, keep_chunk):
+    monkeypatch.setattr(nsys, "KEEP_CHUNK", keep_chunk)   # (the bare read's row tests, a chunk at a time)
     path = _copy(tmp_path, "rowids.sqlite", *ROWID_CASES[case])
     counts = _counts(path)
     export, activity = _activity(path, True, monkeypatch)
