@@ -744,6 +744,8 @@ class StepBlock:
     self_check_error: float       # |replayed - measured| over the block, relative
     median_step: int              # block step of the median period
     with_last: bool = False       # the block ends the window: its last step is timed to its own work's end
+    # saving_and_busy's results by change (the changes a check's claim and its finding both price: one replay)
+    priced: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def trusted(self) -> bool:
@@ -818,7 +820,19 @@ def saving_per_step(block: StepBlock, change: Change) -> float | None:
 def saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, float | None, float | None]:
     """saving_per_step, and the GPU's busy share of the steps before and after the change (the time of the
     operations the steps launched over their periods): the replay keeps the kernels' measured durations,
-    which a GPU kept busy may not hold (its clock under sustained load)."""
+    which a GPU kept busy may not hold (its clock under sustained load). Kept per change where the change is
+    plain values (no regex, no copy rates): a replay is a pass over every call and operation of the block."""
+    key = (change.remove, change.graph, change.roles, change.fuse) \
+        if not change.speedups and change.pinned_rate is None else None
+    if key is not None and key in block.priced:
+        return block.priced[key]
+    result = _saving_and_busy(block, change)
+    if key is not None:
+        block.priced[key] = result
+    return result
+
+
+def _saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, float | None, float | None]:
     changed = replay(block.graph, change)
     ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
     if not ok.any():

@@ -1,10 +1,11 @@
 """What wider causes claim of the time budget's parts, so that two findings never sell the same nanoseconds.
 
-A finding of one budget part (launch-overhead, host-compute, host-sync, gpu-idle, the copy checks' caps) prices
+A finding of one budget part (launch-overhead, host-compute, gpu-idle, the copy checks' caps) prices
 only what is left of its part after the causes that span parts have taken theirs: the allocator and pinned
 allocation classes' idle time (checks/program/_host_class.py), the excess of steps that stand out
-(slow-steps), the time of a phase that is not the steps (non-step-phase), each with its check's defaults, and
-last the GPU idle time in which the launching threads waited on a queue, a lock, I/O or a sleep (host-wait).
+(slow-steps), the time of a phase that is not the steps (non-step-phase), the GPU idle time in which the
+launching threads waited on a queue, a lock, I/O or a sleep (host-wait), each with its check's defaults, and
+last the syncs' idle time with the launch wait their drained queue leaves (host-sync).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from nsanalyze.checks import limits_for, runs
 from nsanalyze.checks.base import budget_part
 from nsanalyze.checks.program import allocator_churn, non_step_phase, pinned_alloc_churn, slow_steps
 from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_MIN_SHARE, class_cost, wait_parts
+from nsanalyze.normalize import pricing
 
 
 def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
@@ -32,15 +34,56 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
             out[slow_steps.ID] = slow_steps.excess_by_part(timeline, limits_for(slow_steps))
     if getattr(timeline, "phases", None) and runs(non_step_phase.ID):
         out[non_step_phase.ID] = non_step_phase.claimed_parts(timeline, limits_for(non_step_phase))
-    if activity is not None and runs(HOST_WAIT_ID):   # the waits last: what the causes above leave of each part
-        wider: dict[str, float] = {}
-        for parts in out.values():
-            for part, ns in parts.items():
-                wider[part] = wider.get(part, 0.0) + ns
-        waits = wait_parts(timeline, wider)
+    if activity is not None and runs(HOST_WAIT_ID):   # the waits: what the causes above leave of each part
+        waits = wait_parts(timeline, _summed(out))
         if sum(waits.values()) >= WAIT_MIN_SHARE * (timeline.summary.span_ns or float("inf")):
             out[HOST_WAIT_ID] = waits
+    if getattr(timeline, "syncs", None) is not None and runs(SYNC_ID):   # last: idle_sync is the waits' first
+        synced = sync_parts(timeline, _summed(out))   # (a checkpoint's file writes after a sync are host-wait's)
+        if sum(synced.values()) >= SYNC_MIN_SHARE * (timeline.summary.span_ns or float("inf")):
+            out[SYNC_ID] = synced
     return {cause: parts for cause, parts in out.items() if any(parts.values())}
+
+
+def _summed(claimed: dict[str, dict[str, float]]) -> dict[str, float]:
+    """ns of each part these causes claim together."""
+    out: dict[str, float] = {}
+    for parts in claimed.values():
+        for part, ns in parts.items():
+            out[part] = out.get(part, 0.0) + ns
+    return out
+
+
+# host-sync's id, budget part, change and default min_idle_share, here so that the claims read the one value
+# (host-sync imports this module): the syncs claim their time only where host-sync's finding speaks
+SYNC_ID, SYNC_PART, SYNC_CHANGE, SYNC_MIN_SHARE = "host-sync", "idle_sync", {"remove": ("sync",)}, 0.03
+
+
+def sync_parts(timeline, taken: dict[str, float]) -> dict[str, float]:
+    """The parts host-sync claims: the idle_sync time the causes before it leave, and where the replay of the
+    steps without the syncs (pricing: one process's steps) saves more (by over pricing.DISAGREE: less is the
+    replay's noise, matmul_sync's 2.21 ms against its 2.13 ms part), the rest from the parts a drained queue
+    leaves idle, in DRAIN_PARTS' order. After a sync the GPU's queue is empty and it waits on each launch until
+    the host gets ahead again: the budget counts that wait as launch time, which removing the syncs gives back
+    (a `.item()` twice a step: the sync part 0.1 ms, the replay 3.26 ms, the twin without them 3.90 ms)."""
+    def left(part: str) -> float:
+        return max(0.0, budget_part(timeline, part)[0] - taken.get(part, 0.0))
+    parts = {SYNC_PART: left(SYNC_PART)}
+    syncs = timeline.syncs
+    calls = sum(r.calls for r in (*syncs.explicit, *syncs.implicit))
+    priced = pricing.price(timeline, SYNC_CHANGE, float("inf")) if calls and len(timeline.devices) <= 1 else None
+    extra = priced.savings_ns - parts[SYNC_PART] if priced is not None else 0.0
+    if extra <= pricing.DISAGREE * max(parts[SYNC_PART], priced.savings_ns if priced is not None else 0.0):
+        return {SYNC_PART: parts[SYNC_PART]} if parts[SYNC_PART] > 0 else {}   # the replay agrees with the part
+    for part in DRAIN_PARTS:
+        if extra <= 0:
+            break
+        if part == SYNC_PART:
+            continue
+        take = min(extra, left(part))
+        parts[part] = take
+        extra -= take
+    return {part: ns for part, ns in parts.items() if ns > 0}
 
 
 # Where a class's saving exceeds the idle time its calls cover (a cudaFree drains the launch queue, and the

@@ -29,11 +29,12 @@ idle time they cause.
 - `min_idle_share`: idle_sync over the window before the check speaks.
 """
 
-from nsanalyze.checks.program._claims import unclaimed_part
+from nsanalyze.checks.program._claims import SYNC_CHANGE, SYNC_ID, SYNC_MIN_SHARE, SYNC_PART, claims_by_cause
 from nsanalyze.checks.base import Check, Finding, plural, Threshold, budget_part, evidence, per_step_phrase
+from nsanalyze.numbers import duration_text
 
-ID = "host-sync"
-BUDGET_PART = "idle_sync"
+ID = SYNC_ID
+BUDGET_PART = SYNC_PART
 ADVICE = """Synchronize less: keep results on the GPU and read them rarely.
 
 - Replace per-step `.item()`/`.cpu()`/`print(tensor)` with accumulation on the GPU, read every N steps.
@@ -54,30 +55,45 @@ CHECK = Check(
     title="Host synchronization leaves the GPU waiting",
     section="busy",
     requires=("syncs", "budget"),
-    thresholds={"min_idle_share": Threshold(0.03, "under 3% of the window the syncs are cheap insurance")},
-    speedup_model=("the budget's idle_sync: of the GPU idle time after each wait, the part that the work queued "
-                   "before the wait would have covered had the host not waited"),
+    thresholds={"min_idle_share": Threshold(SYNC_MIN_SHARE, "under 3% of the window the syncs are cheap insurance")},
+    speedup_model=("the budget's idle_sync (of the GPU idle time after each wait, the part that the work queued "
+                   "before the wait would have covered had the host not waited) and, where the replay of the steps "
+                   "without the syncs saves more, the launch wait their drained queue leaves (checks/program/_claims)"),
     budget_part=BUDGET_PART,
-    change={"remove": ("sync",)},  # the replay change priced (program.py)
+    change=SYNC_CHANGE,  # the replay change priced (program.py)
     advice=ADVICE,
 )
 
 
 def run(timeline, limits) -> Finding | None:
-    idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
+    claimed = claims_by_cause(timeline).get(ID, {})   # idle_sync, and the launch wait the drained queue leaves
+    sync_ns = claimed.get(BUDGET_PART, 0.0)
+    idle_ns = sum(claimed.values())
+    span = timeline.summary.span_ns or 0
+    share = idle_ns / span if span else 0.0
     if share < limits.min_idle_share:
         return None
     rows = [(r, "explicit") for r in timeline.syncs.explicit] + \
            [(r, "implicit (device-to-host copy)") for r in timeline.syncs.implicit]
     calls = sum(r.calls for r, _ in rows)
-    step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
+    drained = idle_ns - sync_ns
+    if drained > sync_ns:   # most of the cost is the wait on the launches that refill the queue (the replay's)
+        steps = timeline.steps.count if timeline.steps is not None and timeline.steps.count else None
+        saved = f"{duration_text(idle_ns / steps)} a step ({share:.0%} of the window)" if steps else f"{share:.0%} of the window"
+        wait = f"{duration_text(drained / steps)} a step" if steps else duration_text(drained)
+        title = (f"{plural(calls, 'host synchronization')} empty the GPU's queue: the replay without them saves {saved}, "
+                 f"{wait} of it the GPU's wait on the launches that refill the queue after each one")
+    else:
+        step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
+        title = (f"{plural(calls, 'host synchronization')} leave the GPU idle {share:.0%} of the window{step_text}: "
+                 "the host waits, then works while nothing is queued")
     finding = Finding(
         check=ID,
-        title=f"{plural(calls, 'host synchronization')} leave the GPU idle {share:.0%} of the window{step_text}: "
-              "the host waits, then works while nothing is queued",
+        title=title,
         estimated_speedup=share,
         evidence={"idle_sync_share": evidence(share, limits.min_idle_share, unit="ratio"),
-                  "idle_sync_ns": evidence(idle_ns, unit="ns"),
+                  "idle_sync_ns": evidence(sync_ns, unit="ns"),
+                  **({"drained_launch_ns": evidence(drained, unit="ns")} if drained > 0 else {}),
                   "sync_calls": evidence(calls),
                   "by_call": [dict(r.to_json(), kind=kind) for r, kind in sorted(rows, key=lambda r: -r[0].wait_ns)]},
         advice=ADVICE,

@@ -34,23 +34,19 @@ never added to it, and the findings rank by their savings (the graph, which remo
 least as much): each names the other, since the part is often the smaller change to make (one flag).
 
 Host syncs every step (`.item()`) empty the GPU's queue: the launches after each one pace the GPU, and the
-budget counts that wait here, not as the sync's. Where the replay of the steps without the syncs takes away a
-quarter of this wait or more, the title names them and what their removal saves (a smaller change than a graph,
-which cannot capture a sync either).
+budget counts that wait as launch time. Where the replay of the steps without the syncs saves more than their own
+idle time, host-sync claims that wait (checks/program/_claims) and this finding prices what is left of it: the
+syncs are the smaller change (a graph cannot capture a sync either).
 
 ## Options
 - `min_idle_share`: idle_launch over the window before the check speaks.
 - `min_launches`: launches in the window before the program counts as a loop.
-- `min_sync_replay_share`: what the replay of the steps without their syncs saves, as a share of this finding's
-  saving, before the title names the syncs.
 - `one_time_launch_ns`: launch call of a kernel launched once above which it counts as a module load.
 """
 
-from nsanalyze.normalize import pricing
 from nsanalyze.normalize.model import Launches, ProfilerCost, plain
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._claims import unclaimed_part
-from nsanalyze.numbers import duration_text
 from nsanalyze.text import code_span
 
 ID = "launch-overhead"
@@ -80,8 +76,6 @@ CHECK = Check(
                                                     "worth a graph where the loop runs"),
                 "min_launches": Threshold(10, "a handful of launches is start-up (the first launch loads the module), "
                                               "not a launch-bound loop"),
-                "min_sync_replay_share": Threshold(0.25, "syncs every step that the replay says hold a quarter of this "
-                                                         "wait are worth naming beside the graph (itemlog_every1: 83%)"),
                 "one_time_launch_ns": Threshold(50_000, "a kernel launched once whose launch call takes 50 us or more "
                                                         "loaded its module (measured: 141-157 us); that is start-up")},
     speedup_model=("the budget's idle_launch: GPU idle time while the host was issuing CUDA calls back to back "
@@ -126,33 +120,7 @@ def run(timeline, limits) -> Finding | None:
     )
     finding.estimated_savings_ns = idle_ns - one_time   # module loading is once per process: no graph removes it
     _framework_ops(finding, launches, timeline)
-    _syncs_first(finding, timeline, limits)
     return finding
-
-
-def _syncs_first(finding: Finding, timeline, limits) -> None:
-    """Host syncs every step empty the GPU's queue, so the launches after each one pace the GPU: where the replay
-    of the steps without the syncs (host-sync's change) takes away much of this wait, the title says so: removing
-    a `.item()` is a smaller change than a graph capture (which cannot hold a sync either). The budget counts this
-    idle as launch time (the host was launching), so host-sync's own part (idle_sync) can stay small."""
-    steps = timeline.steps
-    syncs = timeline.syncs
-    calls = sum(r.calls for r in (*syncs.explicit, *syncs.implicit)) if syncs is not None else 0
-    if steps is None or not steps.count or calls < steps.count or not finding.estimated_savings_ns:
-        return
-    priced = pricing.price(timeline, {"remove": ("sync",)}, float("inf"))
-    if priced is None or priced.savings_ns < limits.min_sync_replay_share * finding.estimated_savings_ns:
-        return
-    per_step = priced.savings_ns / steps.count
-    finding.title += (f"; {calls / steps.count:.0f} host syncs a step empty its queue before these launches: without "
-                      f"them the replayed step is {duration_text(per_step)} shorter")
-    finding.evidence = {**finding.evidence, "syncs_per_step": evidence(calls / steps.count),
-                        "sync_replay_ns": evidence(priced.savings_ns, unit="ns")}
-    finding.notes.append(f"the replay of the steps without their syncs ({priced.change}) saves {duration_text(per_step)} "
-                         "a step: after each sync the GPU's queue is empty and it waits on every launch until the host "
-                         "gets ahead again; keep values on the GPU and read them every N steps "
-                         "(`total += loss.detach()`, not `loss.item()`), which host-sync describes (`nsanalyze whatif "
-                         "--remove sync`)")
 
 
 # A PyTorch profiler (Kineto) trace that records this many CPU ops per kernel launch, or the ops' input
