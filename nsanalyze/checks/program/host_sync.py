@@ -33,7 +33,7 @@ from nsanalyze.checks.program._claims import SYNC_CHANGE, SYNC_ID, SYNC_MIN_SHAR
 from nsanalyze.checks.base import Check, Finding, plural, Threshold, budget_part, evidence, per_step_phrase
 from nsanalyze.numbers import duration_text
 
-ID = SYNC_ID
+ID = "host-sync"   # (checks/program/_claims.SYNC_ID names it for the claims)
 BUDGET_PART = SYNC_PART
 ADVICE = """Synchronize less: keep results on the GPU and read them rarely.
 
