@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import multiprocessing
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 _POOL: ProcessPoolExecutor | None = None
@@ -135,11 +136,21 @@ def memory_gate(args, exclusive=None):
         return
     with open(path, "a") as handle:
         alone = (_heavy(list(args)) or _workers(list(args)) > 1) if exclusive is None else exclusive
+        asked = time.monotonic()
         fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        _note_wait("gate-exclusive" if alone else "gate-shared", time.monotonic() - asked, args)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _note_wait(lock: str, seconds: float, args) -> None:
+    """With NSANALYZE_TEST_PEAKS set (README), how long a lock kept this process waiting, over 0.1 s."""
+    log = os.environ.get("NSANALYZE_TEST_PEAKS")
+    if log and seconds > 0.1:
+        with open(log, "a") as handle:
+            handle.write(f"{seconds:.2f}\twait\t{lock}\t{str(args)[:200]}\n")
 
 
 def shared(name, compute, *args):
@@ -169,7 +180,9 @@ def shared(name, compute, *args):
     key = hashlib.sha256(repr((name, identity(compute), identity(args))).encode()).hexdigest()[:32]
     result = Path(folder) / f"{key}.pickle"
     with open(Path(folder) / f"{key}.lock", "a") as lock:
+        asked = time.monotonic()
         fcntl.flock(lock, fcntl.LOCK_EX)
+        _note_wait("shared", time.monotonic() - asked, (name, *args))
         try:
             if result.exists():
                 with open(result, "rb") as handle:
