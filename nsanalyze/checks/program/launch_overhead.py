@@ -27,7 +27,8 @@ cudaGraphLaunch(exec, s);                                      // ... replay wit
 The launch call's CPU time includes driver work that a graph does not remove entirely. The first
 launch of a kernel loads its module (100-200 us, once): programs of a handful of launches are
 start-up, not launch-bound; the module-loading launch calls a longer run includes are left out of the
-saving, and a note says how long they took.
+saving, and so is the GPU's idle under run-time module loads (the host-activity class jit: CuPy's and Numba's
+cuModuleLoadData, nvrtc), which the budget counts as launch wait; a note says how long they took.
 A change that is part of this one, unfused-optimizer's on an optimizer written as a loop (its launches fused,
 its kernels kept), speaks beside it with what it saves alone; it is counted within this finding's saving,
 never added to it, and the findings rank by their savings (the graph, which removes every launch, saves at
@@ -97,12 +98,16 @@ def run(timeline, limits) -> Finding | None:
     launches = timeline.launches
     if launches.launches < limits.min_launches:
         return None  # start-up: the first launch loads the module, there is no loop to put in a graph
-    one_time = min(idle_ns, _one_time_ns(launches, limits))
+    # module loads are not launches a graph removes: the first launches that load their module, and the idle
+    # under run-time module loads (the jit class: cuModuleLoadData of CuPy's or Numba's kernels, nvrtc)
+    first, jit = _one_time_ns(launches, limits), _jit_idle_ns(timeline)
+    one_time = min(idle_ns, first + jit)
     if share < limits.min_idle_share:
         return None
     step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
-    loading = (f" ({one_time / 1e6:.2g} ms of it first launches that load their module: start-up, not saved)"
-               if one_time >= 0.1 * idle_ns else "")
+    what = ("first launches that load their module" if first else "") + \
+        (" and " if first and jit else "") + ("run-time module loads" if jit else "")
+    loading = (f" ({one_time / 1e6:.2g} ms of it {what}: start-up, not saved)" if one_time >= 0.1 * idle_ns else "")
     finding = Finding(
         check=ID,
         title=f"Launch-bound: the GPU waits on kernel launches {share:.0%} of the window{step_text}{loading}; "
@@ -115,12 +120,26 @@ def run(timeline, limits) -> Finding | None:
                   "launch_api_ns": evidence(launches.short_launch_api_ns, unit="ns"),
                   "kernels": plain(launches.top)},
         advice=ADVICE,
-        notes=[f"leaves out {one_time / 1e3:.0f} us of launch calls of kernels launched once that load their "
-               "module (start-up, once per process)"] if one_time else [],
+        notes=[_left_out_note(one_time, first, jit)] if one_time else [],
     )
     finding.estimated_savings_ns = idle_ns - one_time   # module loading is once per process: no graph removes it
     _framework_ops(finding, launches, timeline)
     return finding
+
+
+def _left_out_note(total: float, first: float, jit: float) -> str:
+    parts = ([f"{first / 1e3:.0f} us of launch calls of kernels launched once that load their module"] if first else []) \
+        + ([f"{jit / 1e3:.0f} us of GPU idle under run-time module loads (cuModuleLoadData, nvrtc: host-activity "
+            "class jit)"] if jit else [])
+    said = parts[0] if len(parts) == 1 else f"{total / 1e3:.0f} us: " + "; ".join(parts)
+    return f"leaves out {said} (start-up, once per process)"
+
+
+def _jit_idle_ns(timeline) -> float:
+    """The launch part's idle under the calls of the host-activity class `jit` (module loads, run-time links)."""
+    activity = getattr(timeline, "host_activity", None)
+    entry = activity.by_class("jit") if activity is not None else None
+    return float(entry.idle_by_part.get(BUDGET_PART, 0.0)) if entry is not None else 0.0
 
 
 # A PyTorch profiler (Kineto) trace that records this many CPU ops per kernel launch, or the ops' input
