@@ -319,7 +319,7 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
     from nsanalyze.checks import check_by_id
 
     span = timeline.summary.span_ns or 0
-    claims = claims_by_cause(timeline) if timeline.budget and any(f.check in WIDER_CAUSES for f in findings) else {}
+    claims = claims_by_cause(timeline) if timeline.budget else {}   # (once: the wider causes' limits, the others' notes)
     for finding in findings:
         check = check_by_id(finding.check)
         if finding.estimated_savings_ns == 0.0:
@@ -339,7 +339,7 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
         else:
             limit = unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
             if limit < whole and finding.estimated_savings_ns > limit:
-                causes = ", ".join(f"{cause} ({duration_text(parts[part])})" for cause, parts in claims_by_cause(timeline).items()
+                causes = ", ".join(f"{cause} ({duration_text(parts[part])})" for cause, parts in claims.items()
                                    if parts.get(part))
                 finding.notes.append(f"of the {duration_text(whole)} of {part} time, {duration_text((whole - limit))} lie in wider "
                                      f"causes that their own findings count ({causes}); this one counts the "

@@ -73,8 +73,8 @@ def sync_parts(timeline, taken: dict[str, float]) -> dict[str, float]:
     calls = sum(r.calls for r in (*syncs.explicit, *syncs.implicit))
     priced = pricing.price(timeline, SYNC_CHANGE, float("inf")) if calls and len(timeline.devices) <= 1 else None
     extra = priced.savings_ns - parts[SYNC_PART] if priced is not None else 0.0
-    if extra <= pricing.DISAGREE * max(parts[SYNC_PART], priced.savings_ns if priced is not None else 0.0):
-        return {SYNC_PART: parts[SYNC_PART]} if parts[SYNC_PART] > 0 else {}   # the replay agrees with the part
+    if priced is None or extra <= pricing.DISAGREE * max(parts[SYNC_PART], priced.savings_ns):
+        extra = 0.0   # no replay, or it agrees with the part: the part alone
     for part in DRAIN_PARTS:
         if extra <= 0:
             break
@@ -107,11 +107,7 @@ def _class_claim(timeline, entry, cost) -> dict[str, float]:
 
 def claims(timeline) -> dict[str, float]:
     """ns of each budget part that wider causes claim (claims_by_cause, summed)."""
-    out: dict[str, float] = {}
-    for parts in claims_by_cause(timeline).values():
-        for part, ns in parts.items():
-            out[part] = out.get(part, 0.0) + ns
-    return out
+    return _summed(claims_by_cause(timeline))
 
 
 def unclaimed_part(timeline, part: str, device_id=None) -> tuple[float, float]:
