@@ -93,11 +93,12 @@ def _kill_pool() -> None:
     close_pool()
 
 
-# An Nsight Compute report this large or larger takes 0.9-1.7 GB to analyze (ncu_report holds about five
-# times the report: the five fixture reports of 90-180 MB, 2.7-5.5 MB as .xz); the others, 11-19 MB, take
-# under 0.6 GB.
-HEAVY_NCU_BYTES = 50_000_000
-HEAVY_NCU_XZ_BYTES = 2_000_000
+# An Nsight Compute report this large or larger (decompressed) takes 0.6-1.7 GB to analyze: measured peaks
+# (2026-12-03) of the fixtures' largest, gpt_fp32_full 177 MB 1.45 GB, gpt_bf16_full 176 MB 1.43 GB, train_basic
+# 110 MB 0.58 GB, attn_naive_full 103 MB 0.92 GB; the basic-set gpt_basic_clock_base (93 MB: many launches, few
+# metrics) takes 0.25 GB and the others, 11-19 MB, under 0.6 GB. Sized by the decompressed bytes: the .xz sizes
+# do not order them (gpt_basic 3.9 MB, attn_naive 2.7 MB).
+HEAVY_NCU_BYTES = 100_000_000
 
 
 def _heavy(value) -> bool:
@@ -107,10 +108,42 @@ def _heavy(value) -> bool:
     if not isinstance(value, (str, os.PathLike)) or ".ncu-rep" not in os.fspath(value):
         return False
     try:
-        size = os.stat(value).st_size
-    except OSError:
-        return False
-    return size >= (HEAVY_NCU_XZ_BYTES if os.fspath(value).endswith((".xz", ".gz")) else HEAVY_NCU_BYTES)
+        size = _xz_size(value) if os.fspath(value).endswith(".xz") else os.stat(value).st_size
+    except (OSError, IndexError, ValueError):
+        size = None
+    return size is not None and size >= HEAVY_NCU_BYTES   # (none: a damaged file, whose analysis ends early)
+
+
+def _xz_size(path) -> int | None:
+    """The decompressed size of an .xz file, from its index (the xz file format, sections 2.1.2 and 4), without
+    decompressing it: the sum of the index records' uncompressed sizes. None where the footer is not xz's."""
+    with open(path, "rb") as handle:
+        handle.seek(-12, os.SEEK_END)
+        footer = handle.read(12)
+        if footer[10:12] != b"YZ":
+            return None
+        handle.seek(-12 - (int.from_bytes(footer[4:8], "little") + 1) * 4, os.SEEK_END)
+        index = handle.read((int.from_bytes(footer[4:8], "little") + 1) * 4)
+    if index[:1] != b"\x00":
+        return None
+    position = 1
+
+    def number() -> int:   # the format's variable-length integers: 7 bits a byte, low bits first
+        nonlocal position
+        value = shift = 0
+        while True:
+            byte = index[position]
+            position += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+    total = 0
+    for _ in range(number()):
+        number()            # the record's unpadded (compressed) size
+        total += number()   # its uncompressed size
+    return total
 
 
 def _workers(args) -> int:

@@ -8,7 +8,7 @@ full on an H200): the optimizer's kernels hold 29% of the profiled kernel time a
 import pytest
 
 from nsanalyze.normalize.work import role_of
-from tests.conftest import REAL
+from tests.conftest import REAL, shared
 from tests.isolated import apart
 
 GPT_BF16 = REAL / "gpt_bf16_full.ncu-rep.xz"
@@ -16,7 +16,8 @@ ALLOC_CACHED = REAL / "alloc_cached_nsys.sqlite.xz"
 
 
 def _raw_by_role(path):
-    return apart(_raw_by_role_here, path)
+    """Once a run for all its tests (three read the 176 MB report's launches, 3.3 s each, alone)."""
+    return shared("raw_by_role", apart, _raw_by_role_here, path)
 
 
 def _raw_by_role_here(path):
