@@ -15,6 +15,7 @@ import numpy as np
 from nsanalyze.normalize.activity import Activity, Columns, distinct
 from nsanalyze.normalize.budget import CHUNK, SYNC_PREFIXES, union
 from nsanalyze.normalize.steps import Steps, find_launch_pattern
+from nsanalyze.numbers import duration_text
 from nsanalyze.read.nsys import NsysExport
 
 FOREVER = 2**62
@@ -74,8 +75,7 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
             return Window(pattern.start, pattern.end,
                           f"steady state: from the first of {pattern.launches} launches of '{pattern.kernel}' "
                           f"(no step-like NVTX range; the loop read off its most launched kernel); "
-                          f"{max(0, pattern.start - capture_start(export, first)) / 1e9:.2f} s of start-up "
-                          "before it left out", "steady")
+                          + _left_out(pattern.start - capture_start(export, first), "start-up", "it"), "steady")
     if kind == "capture" and mode == "steady" and steps is not None:
         begin = capture_start(export, first)
         start, end = int(steps.starts[0]), int(steps.ends[-1])
@@ -83,12 +83,25 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         warm = f" and {steps.warmup} warm-up step{'s' if steps.warmup != 1 else ''}" if steps.warmup else ""
         clock = " on the GPU's clock" if steps.clock == "gpu" else " (host ranges: the steps launched no GPU work)"
         return Window(start, end, f"steady state: steps {steps.first_index}-{steps.total - 1} of '{steps.name}'{clock}; "
-                                  f"{startup / 1e9:.2f} s before them (start-up{warm}) left out", "steady")
+                                  + _left_out(startup, f"start-up{warm}", "them"), "steady")
     if kind == "capture":
-        what = "GPU work" if export.first_gpu_ns is not None else "CUDA call (no GPU activity recorded)"
-        parts.append(f"the whole capture, from its first to its last {what}"
+        if export.first_gpu_ns is not None:
+            what = ", from its first to its last GPU work"
+        elif export.first_call_ns is not None:
+            what = ", from its first to its last CUDA call (no GPU activity recorded)"
+        else:
+            what = " (no GPU activity and no CUDA call recorded)"
+        parts.append(f"the whole capture{what}"
                      + (" (no repeating step-like NVTX range found)" if mode == "steady" else ""))
     return Window(start, end, "; ".join(parts), kind)
+
+
+def _left_out(ns: int, what: str, before: str) -> str:
+    """What the window leaves out before the steps, in the unit that reads (`2.13 s`, `812 µs`), or that
+    nothing was (a loop from the capture's first call: `0.00 s ... left out` read as if something were)."""
+    if ns <= 0:
+        return f"nothing before {before} to leave out"
+    return f"{duration_text(ns)} of {what} before {before} left out"
 
 
 def capture_start(export: NsysExport, first_gpu_ns: int) -> int:

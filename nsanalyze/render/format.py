@@ -102,7 +102,7 @@ def budget_text(budget: list[dict] | None, min_share: float = 0.01, labels: dict
     return ", ".join(f"{labels.get(p['part'], p['part'])} {percent(p['share'])}" for p in parts)
 
 
-WORK_LABELS = {"matmul_tensor": "tensor-core GEMM", "matmul_simt": "CUDA-core GEMM", "attention_fused": "fused attention",
+WORK_LABELS = {"matmul_tensor": "tensor-core GEMM", "matmul_simt": "CUDA-core GEMM/GEMV", "attention_fused": "fused attention",
                "attention_unfused": "attention written out", "normalization": "normalization",
                "elementwise": "elementwise", "reduction": "reductions", "layout": "layout changes", "cast": "casts",
                "copy": "copy kernels", "communication": "communication", "optimizer": "optimizer", "graph": "CUDA graphs",

@@ -82,15 +82,28 @@ def test_without_nvtx_the_loop_is_read_off_its_launches(tmp_path, name, first):
 def test_start_up_left_out_counts_host_work_before_the_gpu(analyzed):
     """cuDF groupby: 2 s of from_arrow on the host before the first kernel, then the loop read off its launches.
     The window's 'left out' is counted from the first CUDA call (SQL), not from the first GPU work (0.01 s)."""
+    from nsanalyze.numbers import duration_text
     from tests.conftest import PUBLIC, sql
 
     path = PUBLIC / "quasiben__nvtx-examples__cudf-groupby.sqlite.xz"
     window = analyzed(path)["timeline"]["window"]
     (first_call,), = sql(path, "SELECT MIN(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME")
     (first_kernel,), = sql(path, "SELECT MIN(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")
-    left_out = (window["start_ns"] - min(first_call, first_kernel)) / 1e9
-    assert left_out > 1.5 and (window["start_ns"] - first_kernel) / 1e9 < 0.1
-    assert f"{left_out:.2f} s of start-up before it left out" in window["description"]
+    left_out = window["start_ns"] - min(first_call, first_kernel)
+    assert left_out > 1.5e9 and (window["start_ns"] - first_kernel) / 1e9 < 0.1
+    assert f"{duration_text(left_out)} of start-up before it left out" in window["description"]
+
+
+def test_a_capture_without_cuda_says_what_it_holds(analyzed):
+    """nvtx-examples' quickstart: NVTX ranges and no CUDA call or GPU work (SQL: no CUPTI table). The window
+    said 'from its first to its last CUDA call' of a capture that has none."""
+    from tests.conftest import PUBLIC, sql
+
+    path = PUBLIC / "quasiben__nvtx-examples__quickstart.sqlite.xz"
+    assert not sql(path, "SELECT name FROM sqlite_master WHERE name LIKE 'CUPTI%'")
+    description = analyzed(path)["timeline"]["window"]["description"]
+    assert "the whole capture (no GPU activity and no CUDA call recorded)" in description
+    assert "CUDA call (" not in description
 
 
 def test_a_loop_whose_launches_start_late_is_no_steady_state(analyzed):
