@@ -107,8 +107,8 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
     (name, launch shape, NVTX range) and each check speaks once per kernel."""
     table = normalize_ncu(report)
     clock = clock_control(table.rows)
-    if clock["mode"] == "locked":  # a locked clock says nothing about throttling: not judged, not a finding
-        for row in table.rows:
+    if clock["mode"] == "locked" or clock.get("too_short"):  # a locked or unread clock says nothing about
+        for row in table.rows:                                  # throttling: not judged, not a finding
             row.pop("sm_clock_ratio", None)
     elif clock["mode"] == "below-lock":  # a lock the GPU did not hold: the clock is judged against the lock
         for row in table.rows:
@@ -179,6 +179,9 @@ def _not_judged_per_kernel(not_judged: list[NotJudged], clock: dict) -> list[Not
         if entry.check == "clock-throttling" and clock["mode"] == "locked":
             entry = NotJudged("clock-throttling", None, ["sm_clock_ratio"],
                               f"--clock-control none (this report ran at a locked clock: {clock['reason']})")
+        elif entry.check == "clock-throttling" and clock.get("too_short"):
+            entry = NotJudged("clock-throttling", None, ["sm_clock_ratio"],
+                              f"--clock-control none on kernels long enough to read a clock ({clock['reason']})")
         key = (entry.check, entry.kernel_name)
         if key not in seen:
             seen.add(key)

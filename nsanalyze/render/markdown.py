@@ -154,6 +154,8 @@ def render(model: dict) -> str:
         if clock.get("mode") == "locked":   # as on the terminal: why clock-throttling was not judged
             head.append(f"- Clock control: {escape(shorten(clock['reason'], LINE_LIMIT))}; clock\\-throttling "
                         "not judged; `ncu --clock-control none` measures it")
+        elif clock.get("too_short"):
+            head.append(f"- Clock: {escape(shorten(clock['reason'], LINE_LIMIT))}; clock\\-throttling not judged")
         if p.get("set_aside_values") and p["kind"] == "ncu":
             head.append(f"- {escape(shorten(set_aside_note(p['set_aside_values']), LINE_LIMIT))}")
     if several_gpus_line(model):

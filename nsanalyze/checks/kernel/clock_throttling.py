@@ -31,6 +31,10 @@ Under ncu's lock (`--clock-control base`) a clock below the locked base clock is
 could not hold even the base clock (a T4 at 530-554 MHz against its 585 MHz lock). It is judged against
 the lock (`max_lock_ratio`), not the maximum.
 
+A kernel shorter than 20 us measures its clock too coarsely to compare: where every kernel of a report is
+that short, no clock is read and the check is not judged (the report's clock line says so), as it is not on
+the short kernels beside long ones.
+
 ## Options
 - `max_lock_ratio`: measured over the locked base clock below which a locked report's clock speaks.
 - `max_clock_ratio`: measured over maximum SM clock below which the check speaks.
@@ -66,8 +70,8 @@ CHECK = Check(
     thresholds={
         "max_clock_ratio": Threshold(0.85, "boost clocks wander by a few percent under load; 15% below the maximum "
                                            "is throttling or a locked clock"),
-        "max_lock_ratio": Threshold(0.96, "under ncu's clock lock kernels run within a few tenths of a percent of the "
-                                          "base clock (H200: 1492 of 1490 MHz); 4% below it the GPU did not hold the lock"),
+        "max_lock_ratio": Threshold(0.96, "a GPU that did not hold ncu's lock (2% below its base clock: the report's clock "
+                                          "line) costs a compute-bound kernel a few percent there; 4% below it, a line"),
     },
     speedup_model=("(1 - measured / maximum clock) x compute speed-of-light share: only clock-bound time shrinks; "
                    "without a measured compute share, no savings (info) and a note naming --section SpeedOfLight"),

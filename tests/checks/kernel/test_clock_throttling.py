@@ -23,12 +23,10 @@ def test_fires_below_the_threshold(dev_suite_table):
     assert clock_throttling.run(KernelView(row), {"max_clock_ratio": ratio - 0.01}) is None
 
 
-LOCKED_PUBLIC = [  # taken at ncu's default --clock-control base: V100 at 1290 MHz, RTX 3070 at ~1500, MX450 at ~1395
+LOCKED_PUBLIC = [  # taken at ncu's default --clock-control base: V100 at 1290 MHz, RTX 3070 at ~1500
     "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_Baseline.ncu-rep.xz",
     "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_DivToMult.ncu-rep.xz",
-    "NVIDIA__nsight-training__cuda__nsight_compute__sample_reports__CuVectorAddDrv.ncu-rep.xz",
     "NVIDIA__nsight-training__cuda__nsight_compute__sample_reports__manual_nvtx.ncu-rep.xz",
-    "Alaric617R__COALDA__examples__rgb__rgb_original.ncu-rep.xz",
 ]
 
 
@@ -93,12 +91,13 @@ def test_one_clock_is_not_free_running():
 
 def test_clock_from_cycles_when_the_rate_is_missing(analyzed):
     """ncu 2023.3's default set on an RTX 4050 Laptop GPU keeps only smsp__cycles_elapsed.sum: the clock is
-    cycles over the duration, and one kernel's clock is no evidence of throttling."""
+    cycles over the duration, and one kernel's clock is no evidence of throttling (this one, under 20 us, is too
+    short to read one)."""
     from tests.conftest import PUBLIC
 
     model = analyzed(PUBLIC / "Alaric617R__COALDA__examples__rgb__profile__report__origin.ncu-rep.xz")
     clock = model["profiles"][0]["clock_control"]
-    assert clock["mode"] == "locked" and 1.0e9 < clock["clock_hz"] < 1.3e9
+    assert clock["mode"] == "unknown" and clock["too_short"] and 1.0e9 < clock["clock_hz"] < 1.3e9
     assert model["kernels"][0]["metrics"]["sm_frequency_hz"] == pytest.approx(clock["clock_hz"])
     assert CHECK not in {f["check"] for f in model["findings"]}
     assert CHECK in {n["check"] for n in model["not_judged"]}
@@ -156,7 +155,7 @@ def test_h200_is_in_the_clock_table(analyzed):
 def test_clock_below_the_lock_is_evidence(analyzed):
     """Issue 35: a clock below the one ncu locks is no lock held, it is slowdown. The MX450 report rgb_correct ran its
     22 us kernel at 1256 MHz, 10% below the 1395 MHz base clock ncu locks: judged against the lock, a finding (not
-    'locked, not judged'); rgb_original at 3.4% below stays within the lock's slack."""
+    'locked, not judged')."""
     from tests.conftest import PUBLIC
 
     model = analyzed(PUBLIC / "Alaric617R__COALDA__examples__rgb__rgb_correct.ncu-rep.xz")
@@ -166,8 +165,31 @@ def test_clock_below_the_lock_is_evidence(analyzed):
     assert finding["evidence"]["sm_clock_ratio"]["value"] == pytest.approx(clock["clock_hz"] / 1395e6, abs=1e-4)
     assert "below the base clock ncu locked (1256 of 1395 MHz)" in finding["title"]
     assert CHECK not in {n["check"] for n in model["not_judged"]}
-    assert analyzed(PUBLIC / "Alaric617R__COALDA__examples__rgb__rgb_original.ncu-rep.xz")["profiles"][0][
-        "clock_control"]["mode"] == "locked"
+    # the same GPU 3.4% below its lock (rgb_original) did not hold it either, as 4.8% (rgb_optimized) did not:
+    # one label for both (a review found 3.4% called locked); the finding speaks from 4% below (max_lock_ratio)
+    for name, off, speaks in (("rgb_original", "3.4% below", False), ("rgb_optimized", "4.8% below", True)):
+        model = analyzed(PUBLIC / f"Alaric617R__COALDA__examples__rgb__{name}.ncu-rep.xz")
+        clock = model["profiles"][0]["clock_control"]
+        assert clock["mode"] == "below-lock" and off in clock["reason"]
+        assert (CHECK in {f["check"] for f in model["findings"]}) == speaks
+        assert CHECK not in {n["check"] for n in model["not_judged"]}
+
+
+@pytest.mark.parametrize("name", ["CuVectorAddDrv", "CuVectorAddDrv_2"])
+def test_kernels_too_short_to_read_a_clock_are_not_judged(name, analyzed):
+    """NVIDIA's CuVectorAddDrv samples: one 3 us vectorAdd each (RTX 3070). Kernels under 20 us measure their
+    clock too coarsely (another report says so of its short kernels), so no clock is read from them: not 'locked'
+    from a 3 us kernel 5.5% below the base clock, and not judged as throttling at 10.4% below."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / f"NVIDIA__nsight-training__cuda__nsight_compute__sample_reports__{name}.ncu-rep.xz")
+    assert all(k["duration_ns"] < 20_000 for k in model["kernels"])
+    clock = model["profiles"][0]["clock_control"]
+    assert clock["mode"] == "unknown" and clock["too_short"]
+    assert clock["reason"].startswith("every kernel ran under 20 us, too short to read a clock (measured ")
+    entry = next(n for n in model["not_judged"] if n["check"] == CHECK)
+    assert "kernels long enough to read a clock" in entry["collect"]
+    assert CHECK not in {f["check"] for f in model["findings"]}
 
 
 def test_one_steady_clock_is_not_called_free_running(analyzed):
