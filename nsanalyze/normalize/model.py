@@ -327,6 +327,8 @@ class HostStretch(Record):
     blocked_ns: float | None = None
     thread_os_calls: tuple = ()
     jit_calls: tuple = ()   # (ApiCall, ...): JIT links and loads after it, before the host next gave the GPU work
+    next_work_ns: int | None = None   # where there are jit_calls, the start of that next call (stretches before
+                                      # one such call saw the same loads: the later ones a part of the earlier's)
     in_steps_ns: int | None = None   # its time inside the step ranges (host clock); None where steps are not ranges
 
 

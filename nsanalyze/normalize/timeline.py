@@ -611,10 +611,12 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
     if calls is not None and call_names is not None and len(calls):
         processes = {b.device_id: list(b.processes) for b in budgets}
         for stretch in stretches:
-            loads = _jit_calls_after(calls, call_names, processes.get(stretch["device_id"], []),
-                                     stretch["start_ns"] + stretch["duration_ns"])
+            loads, next_work = _jit_calls_after(calls, call_names, processes.get(stretch["device_id"], []),
+                                                stretch["start_ns"] + stretch["duration_ns"])
             if loads:
                 stretch["jit_calls"] = loads
+                if next_work is not None:
+                    stretch["next_work_ns"] = next_work
     osrt = export.has("OSRT_API", "start", "end", "nameId", "globalTid")
     pids = ",".join(str(p) for b in budgets for p in b.processes) or "NULL"
     for stretch in stretches:
@@ -654,21 +656,24 @@ JIT_CLASS = "jit"
 CALLS_AFTER_STRETCH = 64   # the calls looked at after a stretch for the next one that gives the GPU work
 
 
-def _jit_calls_after(calls, call_names: dict, pids: list, at_ns: int) -> list[dict]:
+def _jit_calls_after(calls, call_names: dict, pids: list, at_ns: int) -> tuple[list[dict], int | None]:
     """The calls of the class `jit` (host_activity.csv: a run-time link, a module loaded from an image in memory,
-    nvrtc) the processes made from `at_ns` until their next call that gives the GPU work: by name, calls, time."""
+    nvrtc) the processes made from `at_ns` until their next call that gives the GPU work: by name, calls, time;
+    and that call's start (None where it is not among the calls looked at)."""
     index = _first_calls_after(calls, pids, at_ns, CALLS_AFTER_STRETCH)
     loads: dict[str, list] = {}
+    next_work = None
     for i in index:
         name = str(call_names.get(int(calls.name_id[i])) or "")
         kind = host_activity.classify(name)
         if kind in ISSUING_CLASSES:
+            next_work = int(calls.start[i])
             break
         if kind == JIT_CLASS:
             entry = loads.setdefault(host_activity.base_name(name), [0, 0])
             entry[0] += 1
             entry[1] += int(calls.end[i] - calls.start[i])
-    return [{"name": n, "calls": c, "total_ns": ns} for n, (c, ns) in loads.items()]
+    return [{"name": n, "calls": c, "total_ns": ns} for n, (c, ns) in loads.items()], next_work
 
 
 AFTER_CHUNK = 1 << 20   # calls looked through at a time for the first ones after a stretch

@@ -52,10 +52,10 @@ GPU of several, a straggler's host time is what the others wait for: rank-imbala
   calls before the finding says the host was blocked.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
-from nsanalyze.normalize.model import plain
-from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase
+from nsanalyze.normalize.model import ApiCall, plain
+from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.checks.program.launch_overhead import profiler_caveat
 
@@ -189,11 +189,17 @@ def _jit(stretches) -> tuple[float, list] | None:
     loading_ns = float(sum(s.duration_ns for s in loading))
     if not total or loading_ns < JIT_SHARE * total:
         return None
-    calls: dict[str, object] = {}
-    for stretch in loading:
+    first: dict = {}   # stretches before one call that gives the GPU work saw the same loads (the later ones a
+    for stretch in sorted(loading, key=lambda s: s.start_ns):   # part of the earlier's): each load counted once
+        first.setdefault(stretch.next_work_ns if stretch.next_work_ns is not None else ("alone", stretch.start_ns),
+                         stretch)
+    calls: dict[str, ApiCall] = {}
+    for stretch in first.values():
         for call in stretch.jit_calls:
-            calls.setdefault(call.name, call)   # stretches in a row before one load name the same calls
-    return loading_ns, list(calls.values())
+            seen = calls.get(call.name)
+            calls[call.name] = call if seen is None else replace(seen, calls=seen.calls + call.calls,
+                                                                 total_ns=seen.total_ns + call.total_ns)
+    return loading_ns, sorted(calls.values(), key=lambda c: -c.total_ns)
 
 
 @dataclass
@@ -292,7 +298,7 @@ def run(timeline, limits) -> Finding | None:
     if jit is not None:
         jit_ns, loads = jit
         load_ns = sum(c.total_ns for c in loads)
-        names = ", ".join(c.name for c in loads[:4])
+        names = ", ".join(c.name if c.calls == 1 else plural(c.calls, f"{c.name} call") for c in loads[:4])
         title = (f"JIT compilation / module loading: the GPU waits {share:.0%} of the window{step_text} while the host "
                  f"runs its own code, {jit_ns / 1e6:.1f} ms of it in stretches followed by loading run-time compiled "
                  f"GPU code ({names}: {load_ns / 1e6:.2f} ms) before the next launch{where}")

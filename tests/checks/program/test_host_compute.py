@@ -222,6 +222,27 @@ def test_host_time_that_ends_in_loading_gpu_code_is_named_jit(analyzed):
     assert finding["estimated_savings_ns"] <= finding["evidence"]["idle_host_ns"]["value"]
 
 
+def test_the_jit_title_counts_every_load_once(analyzed):
+    """nvtx-examples' CuPy script: each of its five longest host stretches is followed by a module load of its
+    own (a new kernel each), where numba-jit's three stretches before its one kernel share one load. The title
+    cited one cuModuleLoadData call (the first stretch's); by SQL, the loads between each stretch and the next
+    call that gives the GPU work, each counted once, are the finding's."""
+    path = PUBLIC / "quasiben__nvtx-examples__cupy.sqlite.xz"
+    model = analyzed(path)
+    finding = next(f for f in model["findings"] if f["check"] == "host-compute")
+    loading = [s for s in model["timeline"]["host_stretches"] if s.get("jit_calls")]
+    spans = {(s["start_ns"] + s["duration_ns"], s["next_work_ns"]) for s in loading}
+    loads = sql(path, """SELECT r.start, r."end" FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+                         WHERE s.value LIKE 'cuModuleLoadData%'""")
+    after = {(start, end) for start, end in loads for at, until in spans if at <= start < until}
+    assert len(loading) == len({until for _, until in spans}) == 5
+    [cited] = finding["evidence"]["jit_calls"]
+    assert cited["calls"] == len(after) == 5 and cited["total_ns"] == sum(end - start for start, end in after)
+    assert f"5 cuModuleLoadData calls: {cited['total_ns'] / 1e6:.2f} ms" in finding["title"]
+    numba = next(f for f in analyzed(NUMBA_JIT)["findings"] if f["check"] == "host-compute")
+    assert all(c["calls"] == 1 for c in numba["evidence"]["jit_calls"])
+
+
 STEP_RANGES_SQL = """SELECT n.start, n."end" FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
                      WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE 'step %'"""
 
