@@ -423,6 +423,23 @@ def test_markdown_with_a_70_kb_name_ends(tmp_path, where):
     assert ("G" if where == "gpu" else "S") * 70_000 in (tmp_path / "r.json").read_text()   # kept whole in JSON
 
 
+def test_kernel_names_that_feed_the_role_patterns_end(tmp_path):
+    """Kernel names of 70 KB that repeat what the role table's patterns look for (`nhwc`, `reduce_`,
+    `direct_copy_kernel_cuda`): an unbounded `\\w*?` or `.*` between two parts made each search quadratic, 40 s
+    for one name (the layout pattern) and 26 s (reductions), so one hostile export held `report` for minutes.
+    The gaps are bounded; the real names they match are tens to a few hundred characters."""
+    path = _real(tmp_path, "roles.sqlite")
+    names = ["nhwc" * 17_500, "reduce_" * 10_000, "direct_copy_kernel_cuda " * 2_900]
+    with sqlite3.connect(path) as con:
+        ids = sorted({r[0] for r in con.execute("SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL")})[:len(names)]
+        for name, string_id in zip(names, ids):
+            con.execute("UPDATE StringIds SET value = ? WHERE id = ?", (name, string_id))
+    result = assert_handled(run_cli("report", path, "-o", tmp_path / "r.json", timeout=60))
+    assert result.returncode == 0
+    kept = {k["demangled"] for k in __import__("json").loads((tmp_path / "r.json").read_text())["kernels"]}
+    assert set(names) <= kept
+
+
 def test_markdown_header_too_long_for_a_comment_is_cut():
     from nsanalyze.render import markdown
 

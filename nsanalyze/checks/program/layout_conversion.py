@@ -40,8 +40,8 @@ from nsanalyze.checks.program._roles import kernel_rows, role_time
 ID = "layout-conversion"
 BUDGET_PART = "gpu_compute"
 # NCHW <-> NHWC conversions as cuDNN, TensorRT and CUTLASS name them.
-CONVERSION = re.compile(r"(?:nchw|nhwc|ncdhw|ndhwc)\w*?To\w*?(?:nchw|nhwc|ncdhw|ndhwc)|nchw_?to_?nhwc|nhwc_?to_?nchw",
-                        re.I)
+CONVERSION = re.compile(r"(?:nchw|nhwc|ncdhw|ndhwc)\w{0,64}?To\w{0,64}?(?:nchw|nhwc|ncdhw|ndhwc)|nchw_?to_?nhwc|nhwc_?to_?nchw",
+                        re.I)   # (bounded gaps: an unbounded \w*? took 40 s on a 70 KB name of repeated "nhwc")
 # PyTorch's NCHW kernels that have channels-last twins: batch norm without `channels_last`, `*_nchw` pooling.
 NCHW_KERNEL = re.compile(r"_nchw\b|_nchw<|nchw_kernel|^(?!.*(?:channels_last|nhwc)).*batch_norm", re.I)
 CONVOLUTION = re.compile(r"fprop|dgrad|wgrad|conv|implicit_gemm|winograd|implicit_convolve", re.I)
