@@ -190,8 +190,34 @@ def health_line(model: dict) -> str:
                    "metrics." if unjudged else "."))
     if unjudged:
         return (f"No findings above info from the checks that could judge; {len(unjudged)} could not "
-                f"({', '.join(unjudged)}): the profile lacks their metrics.")
-    return "No findings above info: nothing here holds the program back by the checks' thresholds."
+                f"({', '.join(unjudged)}): the profile lacks their metrics{_collect_hint(model)}.")
+    return f"No findings above info: no check's threshold is crossed{_nearest_roof(model)}."
+
+
+def _collect_hint(model: dict) -> str:
+    """What the checks that could not judge need collected (the not-judged entries' `collect`, without the reasons
+    in brackets that the report says elsewhere), the first two."""
+    wanted = sorted({n["collect"].split(" (")[0] for n in model.get("not_judged") or [] if n.get("collect")})
+    if not wanted:
+        return ""
+    return f"; collect {' and '.join(wanted[:2])}" + (f" and {len(wanted) - 2} more" if len(wanted) > 2 else "")
+
+
+def _nearest_roof(model: dict) -> str:
+    """Where no threshold is crossed, how near its roof the kernel that takes most of the time runs (an ncu
+    report): 'no finding' is not 'nothing to gain' for a kernel at 70% of DRAM with room at 12% occupancy."""
+    measured = [k for k in model.get("kernels") or [] if (k.get("roofline") or {}).get("bound") and k.get("total_ns")]
+    if not measured or model.get("timeline"):
+        return ""
+    longest = max(measured, key=lambda k: k["total_ns"])
+    roof = longest["roofline"]
+    shares = {"compute": roof.get("compute_share"), "memory": roof.get("memory_share")}
+    unit, share = max(((u, v) for u, v in shares.items() if v is not None), key=lambda uv: uv[1], default=(None, None))
+    if unit is None:
+        return ""
+    total = sum(k.get("total_ns") or 0 for k in model.get("kernels") or [])
+    return (f" (not a proof that nothing holds the program back: the longest kernel, {longest['total_ns'] / total:.0%} "
+            f"of the time, runs at {share:.0%} of its {unit} roof, {roof['bound']}-bound)") if total else ""
 
 
 from nsanalyze.text import CONTROL, INVISIBLE, code_span, show_invisible, visible  # noqa: E402,F401 - the renderers' names

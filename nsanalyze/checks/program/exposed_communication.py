@@ -139,7 +139,8 @@ def run(timeline, limits) -> Finding | None:
     if found and waiting_ns > 0:
         finding.notes.append(f"saves the transfers only, {transfer / 1e6:.2f} ms (the exposed communication of "
                              f"{label(found.straggler)}, which waits for no one); the other {waiting_ns / 1e6:.2f} ms "
-                             "is waiting for the straggler, rank-imbalance's time")
+                             "is waiting for the straggler: balancing the ranks' work gives it back, not faster "
+                             "transfers (rank-imbalance judges that imbalance against its own threshold)")
     finding.estimated_savings_ns = float(transfer)
     finding.budget_device = (found.straggler if found else worst).device_id
     return finding
