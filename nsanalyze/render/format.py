@@ -169,6 +169,17 @@ def phase_text(phase: dict) -> str:
 VERDICT_CHECKS = ("gpu-not-traced", "one-long-kernel", "transfer-bound")
 
 
+def savings_text(finding: dict) -> str:
+    """A finding's savings as its row shows them, and where it speaks for several entries of one kernel (launch
+    shapes, NVTX ranges: rank.merge_launch_shapes), the time of all of them that they come from: 1.21 ms beside a
+    1.05 ms row read as more than the kernel's time."""
+    text = duration(finding.get("estimated_savings_ns"))
+    ids = finding.get("kernel_ids") or []
+    if len(ids) > 1 and finding.get("kernel_time_ns"):
+        text += f" of {len(ids)} entries' {duration(finding['kernel_time_ns'])}"
+    return text
+
+
 def health_line(model: dict) -> str:
     """What to say when nothing is above info: claim health only for what could be judged."""
     timeline = model.get("timeline")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from nsanalyze.render.format import (distinct_names, duration, evidence_value, health_line, kernel_list_work_line,
+from nsanalyze.render.format import (distinct_names, duration, evidence_value, health_line, kernel_list_work_line, savings_text,
                                      scope_names, set_aside_note, several_gpus_line, shorten, show_invisible,
                                      visible, window_lines)
 
@@ -99,7 +99,7 @@ def _table(findings: list[dict], model: dict | None = None, made: dict | None = 
         if line is None:
             line = made[id(f), name] = (f"| {f['rank']} | {f['severity']} | `{f['check']}` | "
                                         f"{escape(name)} | "
-                                        f"{duration(f['estimated_savings_ns'])} | {escape(f['title'])} |")
+                                        f"{savings_text(f)} | {escape(f['title'])} |")
         lines.append(line)
     return lines
 

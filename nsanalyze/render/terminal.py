@@ -8,7 +8,7 @@ import rich.console
 from rich.table import Table
 from rich.text import Text
 
-from nsanalyze.render.format import (budget_labels, budget_text, distinct_names, duration, health_line, kernel_list_work_line,
+from nsanalyze.render.format import (budget_labels, budget_text, distinct_names, duration, health_line, kernel_list_work_line, savings_text,
                                      finding_gpu, set_aside_note, several_gpus_line, shorten, visible,
                                      window_lines)
 
@@ -70,7 +70,7 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
         for finding, name, gpu in zip(shown, names, gpus):
             table.add_row(str(finding["rank"]), Text(finding["severity"], style=SEVERITY_STYLE[finding["severity"]]),
                           Text(finding["check"]), Text(name), *((Text(visible(gpu)),) if several else ()),
-                          Text(duration(finding["estimated_savings_ns"])), Text(visible(finding["title"])))
+                          Text(savings_text(finding)), Text(visible(finding["title"])))
         console.print(table)
         if len(findings) > limit:
             console.print(f"... and {len(findings) - limit} more findings (write a report with -o for all)")
