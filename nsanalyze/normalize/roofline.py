@@ -4,7 +4,9 @@ Bound classification, in the order an expert reads it, over the whole hierarchy 
 issue; DRAM, L2, L1/shared), so that a tiled GEMM starved on shared memory reads "memory":
 - latency:  below `latency_share` of both roofs (speed of light of SM and memory);
 - memory / compute: whichever roof the kernel is closer to;
-- balanced: both above `near_roof_share` and within 10 points of each other.
+- balanced: both above `near_roof_share` and within 10 points of each other;
+- unknown (None) where one roof is not measured and the other is below `near_roof_share`: the missing share
+  is not 0 (a report without the SM's speed of light is not latency-bound for it).
 
 `near_roof` is the classic roofline's verdict: achieved FLOP/s or measured DRAM bytes/s at
 `near_roof_share` of the device's own FP or DRAM peak. Only then is the kernel "doing its job".
@@ -89,7 +91,10 @@ def _ratio(value, peak):
 def classify(compute_share, memory_share, near_roof_share, latency_share) -> str | None:
     if compute_share is None and memory_share is None:
         return None
-    compute, memory = compute_share or 0.0, memory_share or 0.0
+    if compute_share is None or memory_share is None:   # one roof unmeasured (a report without the SM's speed of
+        known, unit = (memory_share, "memory") if compute_share is None else (compute_share, "compute")   # light)
+        return unit if known >= near_roof_share else None   # near its roof it bounds; else latency is not shown
+    compute, memory = compute_share, memory_share
     if max(compute, memory) < latency_share:
         return "latency"
     if min(compute, memory) >= near_roof_share and abs(compute - memory) <= BALANCED_GAP:
