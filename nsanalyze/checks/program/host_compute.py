@@ -63,13 +63,17 @@ ID = "host-compute"
 BUDGET_PART = "idle_host"
 ADVICE = """Take the host work off the critical path.
 
-- Data loading and preprocessing: `DataLoader(num_workers=N, pin_memory=True, prefetch_factor=...,
-  persistent_workers=True)`; decode and augment on the GPU (DALI, torchvision.transforms.v2 on tensors).
-- Copies from pinned memory with `non_blocking=True`, prefetched a step ahead on a side stream.
-- Python bookkeeping (metrics, logging): do it every N steps, or on tensors that stay on the GPU.
+- Data loading and preprocessing: prepare the next input while the GPU computes, in worker processes or a
+  producer thread with a bounded queue (PyTorch: `DataLoader(num_workers=N, pin_memory=True,
+  persistent_workers=True)`); or do the work on the GPU (DALI, cuDF's readers and joins, CuPy instead of NumPy,
+  torchvision.transforms.v2 on tensors).
+- Copies from pinned memory, asynchronous (`cudaMemcpyAsync`, PyTorch's `non_blocking=True`), prefetched a step
+  ahead on a side stream.
+- Python bookkeeping (metrics, logging, conversions of results to host objects): do it every N steps, or on
+  data that stays on the GPU.
 
 ```python
-# before: the batch is built in the training loop
+# before (PyTorch): the batch is built in the training loop
 x, y = make_batch(i)
 # after: built ahead by worker processes
 loader = DataLoader(ds, batch_size=64, num_workers=8, pin_memory=True, persistent_workers=True)
