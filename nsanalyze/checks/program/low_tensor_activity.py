@@ -209,8 +209,8 @@ def run(timeline, limits) -> Finding | None:
                                                     unit="ratio")
     finding.notes.append(f"the matrix products' speed-up on the tensor cores: for GEMM kernels of "
                          f"{limits.large_gemm_ns / 1e3:.0f} us or more ({large_ns / simt_ns:.0%} of their time), "
-                         f"{source}; {limits.tensor_speedup:g}x for shorter ones, held by memory, latency and "
-                         "launches")
+                         f"{source}; for shorter ones {limits.tensor_speedup:g}x, an assumption (tensor_speedup): "
+                         "memory, latency and launches hold them, which the tensor cores do not shorten")
     finding.estimated_savings_ns = min(wall_ns, wall_ns * saved_share, room_ns)
     if finding.estimated_savings_ns < wall_ns * saved_share:
         finding.notes.append(f"savings held to the kernels' time less a launch floor of {floor_ns / 1e3:.1f} us "
