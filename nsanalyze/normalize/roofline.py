@@ -15,6 +15,9 @@ A kernel whose tensor-core operations (`tensor_mma_ops`, the ncu tensor-path op 
 FMA-pipe FLOPs is a tensor-core kernel: its FLOPs are those operations, its peak the dense FP16/BF16
 tensor peak (`precision` "tensor"). The counters are summed over input types: a TF32 kernel (half that
 peak) reads at half its own share, an FP8 one (twice it) at twice; FLOP/s are never 0 for work measured.
+Where the report has no such counters and the tensor pipe is busier than the FP pipes' FLOPs reach of their
+peak, the kernel is a tensor-core kernel whose FLOPs are not measured: `precision` "tensor", FLOPs and
+intensity unknown (left out), not its FADDs' figures.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ def roofline(row: dict, near_roof_share: float, latency_share: float) -> dict:
     tensor_ops, tensor_peak = _get(row, "tensor_mma_ops"), _get(row, "bf16_peak_flops_per_s")
     if tensor_ops and tensor_peak and tensor_ops > (flops or 0.0):
         precision, flops, peak_flops = "tensor", tensor_ops, tensor_peak
+    elif tensor_ops is None and _tensor_pipe_leads(row, flops, peak_flops, duration_ns):
+        precision, flops, peak_flops = "tensor", None, tensor_peak   # its operations are not counted: unknown
     dram_bytes = _get(row, "dram_bytes")
     peak_bytes = _get(row, "dram_peak_bytes_per_s")
     achieved_flops = flops / (duration_ns * 1e-9) if flops is not None and duration_ns else None
@@ -77,6 +82,20 @@ def roofline(row: dict, near_roof_share: float, latency_share: float) -> dict:
         "flop_roof_share": flop_share,
         "near_roof": near_roof,
     }
+
+
+# The tensor pipe busy this share of the time, and more than the FP pipes' FLOPs reach of their peak, makes a
+# kernel whose math the report's FLOP counters do not hold: an HMMA kernel on a report without the tensor-path op
+# counters (an A100 under ncu 2022) read as FP32 from its few FADDs, at AI 0 with the tensor pipe 99% busy.
+TENSOR_PIPE_SHARE = 0.05
+
+
+def _tensor_pipe_leads(row, flops, peak_flops, duration_ns) -> bool:
+    pipe = _pct(row, "tensor_pipe_pct")
+    if pipe is None or pipe < TENSOR_PIPE_SHARE:
+        return False
+    fp_share = _ratio(flops / (duration_ns * 1e-9), peak_flops) if flops is not None and duration_ns else None
+    return pipe > (fp_share or 0.0)
 
 
 def _pct(row, name):

@@ -15,3 +15,18 @@ def test_a_roof_not_measured_is_not_read_as_zero(analyzed):
     assert 0 < kernel["roofline"]["memory_share"] < 0.6 and kernel["bound"] is None
     assert classify(None, 0.85, 0.6, 0.4) == "memory" and classify(0.3, None, 0.6, 0.4) is None
     assert classify(0.3, 0.2, 0.6, 0.4) == "latency"   # both measured, both low: latency, as before
+
+
+def test_a_tensor_core_kernel_without_tensor_op_counters_has_no_fp32_intensity(analyzed):
+    """FaSTED's mmaPtxTestFullTCUsage (A100, no tensor-path op counters in the report): the tensor pipe is 99% busy
+    and the FP32 counters hold 0 FLOPs, so the row read fp32, intensity 0, 0% of the FLOP roof (an expert review).
+    Its math is on the tensor pipe, whose operations are not counted: precision tensor, FLOPs unknown."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__Ptx_Mma_Full_TC_Usage__mmaPtxTestFullTCUsage.ncu-rep.xz")
+    [kernel] = model["kernels"]
+    metrics, roof = kernel["metrics"], kernel["roofline"]
+    assert metrics["tensor_pipe_pct"] > 95 and metrics["fp32_flops"] == 0 and "tensor_mma_ops" not in metrics
+    assert roof["precision"] == "tensor" and roof.get("arithmetic_intensity") is None
+    assert roof.get("achieved_flops_per_s") is None and roof.get("flop_roof_share") is None
+    assert roof["peak_flops_per_s"] == metrics["bf16_peak_flops_per_s"] and kernel["bound"] == "compute"
