@@ -118,7 +118,8 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
     views, roofs, by_launch = [], {}, {}
     launch_by_id = {record["id"]: launch for record, launch in zip(table.rows, report.launches)}
     for record, launch, undefined in zip(table.rows, report.launches, table.undefined):
-        roofs[record["id"]] = roofline(record, settings["near_roof_share"], settings["latency_share"])
+        roofs[record["id"]] = roofline(record, settings["near_roof_share"], settings["latency_share"],
+                                       settings.get("ready_warps"))
         views.append(KernelView(record, launch.source, undefined))
         by_launch[record["id"]] = record
     findings, not_judged = run_kernel_checks(views, options.thresholds)

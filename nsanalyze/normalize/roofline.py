@@ -2,7 +2,9 @@
 
 Bound classification, in the order an expert reads it, over the whole hierarchy (SM pipes and
 issue; DRAM, L2, L1/shared), so that a tiled GEMM starved on shared memory reads "memory":
-- latency:  below `latency_share` of both roofs (speed of light of SM and memory);
+- latency:  below `latency_share` of both roofs (speed of light of SM and memory), or below `near_roof_share`
+  with fewer than `ready_warps` ready warps a scheduler (the rule of the latency checks, low-ilp and
+  low-occupancy, so that a row never reads "memory" beside its finding's "latency-bound");
 - memory / compute: whichever roof the kernel is closer to;
 - balanced: both above `near_roof_share` and within 10 points of each other;
 - unknown (None) where one roof is not measured and the other is below `near_roof_share`: the missing share
@@ -32,7 +34,7 @@ def _get(row, name):
     return finite_float(row.get(name))
 
 
-def roofline(row: dict, near_roof_share: float, latency_share: float) -> dict:
+def roofline(row: dict, near_roof_share: float, latency_share: float, ready_warps: float | None = None) -> dict:
     """Returns the roofline entry of the JSON contract for one normalized kernel row."""
     duration_ns = _get(row, "duration_ns")
     flops_by_precision = {p: _get(row, f"{p}_flops") for p in PRECISIONS}
@@ -61,6 +63,10 @@ def roofline(row: dict, near_roof_share: float, latency_share: float) -> dict:
                      _ratio(achieved_bytes, peak_bytes)) if v is not None],
         default=None)
     bound = classify(compute_share, memory_share, near_roof_share, latency_share)
+    eligible = _get(row, "eligible_warps_per_scheduler")
+    if bound in ("memory", "compute") and ready_warps is not None and eligible is not None and eligible < ready_warps \
+            and max(compute_share or 0.0, memory_share or 0.0) < near_roof_share:
+        bound = "latency"   # the latency checks' reading (low-ilp, low-occupancy): the row never contradicts them
     dram_share = max([v for v in (_pct(row, "dram_throughput_pct"), _ratio(achieved_bytes, peak_bytes))
                       if v is not None], default=None)
     flop_share = _ratio(achieved_flops, peak_flops)

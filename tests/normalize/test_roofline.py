@@ -30,3 +30,30 @@ def test_a_tensor_core_kernel_without_tensor_op_counters_has_no_fp32_intensity(a
     assert roof["precision"] == "tensor" and roof.get("arithmetic_intensity") is None
     assert roof.get("achieved_flops_per_s") is None and roof.get("flop_roof_share") is None
     assert roof["peak_flops_per_s"] == metrics["bf16_peak_flops_per_s"] and kernel["bound"] == "compute"
+
+
+def test_a_row_never_reads_memory_beside_its_latency_finding(analyzed):
+    """FaSTED's Padded_Bounds_Checking twins (an expert review): SquaredSumsKernel's row read "memory" at 44% of its
+    nearest roof while its low-ilp finding said "Latency-bound at 44%"; FindPairsKernel (without bounds checks)
+    read "compute" at 44% beside "a latency-bound kernel". Below the near-roof line with under one ready warp a
+    scheduler, the row says latency, as the checks do; near a roof it keeps the unit (TedJoin's L1 at 66%)."""
+    from tests.conftest import PUBLIC
+
+    fasted = "bwcurless__FaSTED__profiles__"
+    told = 0
+    for name in ("Padded_Bounds_Checking__With_Bounds_Checking", "Padded_Bounds_Checking__Without_Bounds_Checking"):
+        model = analyzed(PUBLIC / f"{fasted}{name}.ncu-rep.xz")
+        for kernel in model["kernels"]:
+            roof = kernel["roofline"]
+            share = max(roof.get("compute_share") or 0.0, roof.get("memory_share") or 0.0)
+            latency_findings = [f for f in model["findings"] if f.get("kernel_id") == kernel["id"]
+                                and "atency-bound" in f["title"]]
+            if latency_findings:
+                assert kernel["bound"] == "latency"
+                told += 1
+            if 0.4 <= share < 0.6 and kernel["metrics"]["eligible_warps_per_scheduler"] < 1:
+                assert kernel["bound"] == "latency"
+    assert told >= 3   # SquaredSumsKernel twice, FindPairsKernel without bounds checks
+    tedjoin = analyzed(PUBLIC / f"{fasted}TedJoin__tedjoin_brute_100000_128D_profile.ncu-rep.xz")
+    near = max(tedjoin["kernels"], key=lambda k: k["total_ns"])
+    assert near["roofline"]["memory_share"] >= 0.6 and near["bound"] == "memory"
