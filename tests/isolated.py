@@ -122,8 +122,9 @@ def _xz_size(path) -> int | None:
         footer = handle.read(12)
         if footer[10:12] != b"YZ":
             return None
-        handle.seek(-12 - (int.from_bytes(footer[4:8], "little") + 1) * 4, os.SEEK_END)
-        index = handle.read((int.from_bytes(footer[4:8], "little") + 1) * 4)
+        index_size = (int.from_bytes(footer[4:8], "little") + 1) * 4   # the footer's backward size
+        handle.seek(-12 - index_size, os.SEEK_END)
+        index = handle.read(index_size)
     if index[:1] != b"\x00":
         return None
     position = 1

@@ -47,7 +47,8 @@ def roofline(row: dict, near_roof_share: float, latency_share: float, ready_warp
     tensor_ops, tensor_peak = _get(row, "tensor_mma_ops"), _get(row, "bf16_peak_flops_per_s")
     if tensor_ops and tensor_peak and tensor_ops > (flops or 0.0):
         precision, flops, peak_flops = "tensor", tensor_ops, tensor_peak
-    elif tensor_ops is None and _tensor_pipe_leads(row, flops, peak_flops, duration_ns):
+    elif tensor_ops is None and _tensor_pipe_leads(row, _ratio(flops / (duration_ns * 1e-9), peak_flops)
+                                                   if flops is not None and duration_ns else None):
         precision, flops, peak_flops = "tensor", None, tensor_peak   # its operations are not counted: unknown
     dram_bytes = _get(row, "dram_bytes")
     peak_bytes = _get(row, "dram_peak_bytes_per_s")
@@ -62,11 +63,8 @@ def roofline(row: dict, near_roof_share: float, latency_share: float, ready_warp
         [v for v in (_pct(row, "memory_throughput_pct"), _pct(row, "dram_throughput_pct"),
                      _ratio(achieved_bytes, peak_bytes)) if v is not None],
         default=None)
-    bound = classify(compute_share, memory_share, near_roof_share, latency_share)
-    eligible = _get(row, "eligible_warps_per_scheduler")
-    if bound in ("memory", "compute") and ready_warps is not None and eligible is not None and eligible < ready_warps \
-            and max(compute_share or 0.0, memory_share or 0.0) < near_roof_share:
-        bound = "latency"   # the latency checks' reading (low-ilp, low-occupancy): the row never contradicts them
+    bound = classify(compute_share, memory_share, near_roof_share, latency_share,
+                     _get(row, "eligible_warps_per_scheduler"), ready_warps)
     dram_share = max([v for v in (_pct(row, "dram_throughput_pct"), _ratio(achieved_bytes, peak_bytes))
                       if v is not None], default=None)
     flop_share = _ratio(achieved_flops, peak_flops)
@@ -96,12 +94,9 @@ def roofline(row: dict, near_roof_share: float, latency_share: float, ready_warp
 TENSOR_PIPE_SHARE = 0.05
 
 
-def _tensor_pipe_leads(row, flops, peak_flops, duration_ns) -> bool:
+def _tensor_pipe_leads(row, fp_share: float | None) -> bool:
     pipe = _pct(row, "tensor_pipe_pct")
-    if pipe is None or pipe < TENSOR_PIPE_SHARE:
-        return False
-    fp_share = _ratio(flops / (duration_ns * 1e-9), peak_flops) if flops is not None and duration_ns else None
-    return pipe > (fp_share or 0.0)
+    return pipe is not None and pipe >= TENSOR_PIPE_SHARE and pipe > (fp_share or 0.0)
 
 
 def _pct(row, name):
@@ -113,7 +108,7 @@ def _ratio(value, peak):
     return value / peak if value is not None and peak else None
 
 
-def classify(compute_share, memory_share, near_roof_share, latency_share) -> str | None:
+def classify(compute_share, memory_share, near_roof_share, latency_share, eligible=None, ready_warps=None) -> str | None:
     if compute_share is None and memory_share is None:
         return None
     if compute_share is None or memory_share is None:   # one roof unmeasured (a report without the SM's speed of
@@ -122,6 +117,8 @@ def classify(compute_share, memory_share, near_roof_share, latency_share) -> str
     compute, memory = compute_share, memory_share
     if max(compute, memory) < latency_share:
         return "latency"
+    if max(compute, memory) < near_roof_share and None not in (eligible, ready_warps) and eligible < ready_warps:
+        return "latency"   # the latency checks' reading (low-ilp, low-occupancy): the row never contradicts them
     if min(compute, memory) >= near_roof_share and abs(compute - memory) <= BALANCED_GAP:
         return "balanced"
     return "memory" if memory >= compute else "compute"

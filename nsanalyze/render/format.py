@@ -226,9 +226,9 @@ def _nearest_roof(model: dict) -> str:
     unit, share = max(((u, v) for u, v in shares.items() if v is not None), key=lambda uv: uv[1], default=(None, None))
     if unit is None:
         return ""
-    total = sum(k.get("total_ns") or 0 for k in model.get("kernels") or [])
+    total = sum(k.get("total_ns") or 0 for k in model["kernels"])   # (more than 0: `measured` has time)
     return (f" (not a proof that nothing holds the program back: the longest kernel, {longest['total_ns'] / total:.0%} "
-            f"of the time, runs at {share:.0%} of its {unit} roof, {roof['bound']}-bound)") if total else ""
+            f"of the time, runs at {share:.0%} of its {unit} roof, {roof['bound']}-bound)")
 
 
 from nsanalyze.text import CONTROL, INVISIBLE, code_span, show_invisible, visible  # noqa: E402,F401 - the renderers' names
