@@ -626,7 +626,7 @@ def price_kernel_findings(findings: list[Finding], program: ProgramResult, ncu_k
 
 # The throughput units a kernel's time can be bound by (normalized concepts, % of their peak), and which of
 # them each check's fix takes work off. A fix can at most bring the kernel down to its busiest unit that
-# keeps its work: that unit then runs at 100%. Checks not listed (latency: occupancy, ILP, grid size, tail,
+# keeps its work: that unit then runs at what code sustains on it (attainable_pct). Checks not listed (latency: occupancy, ILP, grid size, tail,
 # block size; the clock) relieve none: the busiest unit of all bounds them.
 UNITS = {
     "issue": ("issue_active_pct",), "dram": ("dram_throughput_pct",), "l2": ("l2_throughput_pct",),
@@ -672,8 +672,22 @@ def _at_minimum(record: dict, concept: str) -> bool:
     return moved <= 1.1 * ideal * 32
 
 
+def attainable_pct(unit: str) -> float:
+    """What code sustains on a unit, in % of its peak ([savings] <unit>_attainable_pct of thresholds.toml; 100
+    where none is given): a fix brings its next limiter up to this, not to the peak."""
+    global _ATTAINABLE
+    if _ATTAINABLE is None:
+        settings = global_settings()["savings"]
+        _ATTAINABLE = {u: float(settings.get(f"{u}_attainable_pct", 100.0)) for u in UNITS}
+    return _ATTAINABLE.get(unit, 100.0)
+
+
+_ATTAINABLE: dict | None = None
+
+
 def next_limiter(check: str, record: dict) -> tuple[str, float] | None:
-    """(unit, % busy) of the busiest unit the check's fix leaves its work on, or None when none is measured."""
+    """(unit, % busy) of the unit the check's fix leaves its work on that is nearest what code sustains on it
+    (attainable_pct), or None when none is measured."""
     if check in UNBOUNDED:
         return None
     relieved = set(RELIEVED_UNITS.get(check, ()))
@@ -688,25 +702,28 @@ def next_limiter(check: str, record: dict) -> tuple[str, float] | None:
                   if v is not None and (c not in PER_ACTIVE_CYCLE or active is not None)]
         if values:
             busy.append((unit, min(100.0, max(values))))
-    return max(busy, key=lambda pair: pair[1]) if busy else None
+    return max(busy, key=lambda pair: pair[1] / attainable_pct(pair[0])) if busy else None
 
 
 def bound_by_next_limiter(findings: list[Finding], records: dict) -> None:
-    """A fix saves at most the time down to the next limiter: 1 - its busy share (a kernel whose DRAM stays at
-    89% can lose at most 11% however uncoalesced its loads)."""
+    """A fix saves at most the time down to the next limiter: 1 - its busy share over the share code sustains on
+    it (a kernel whose DRAM stays at 80% can lose at most 6% however uncoalesced its loads: DRAM sustains 85%)."""
     for finding in findings:
         record = records.get(finding.kernel_id)
         limiter = next_limiter(finding.check, record) if record else None
         if limiter is None:
             continue
         unit, pct = limiter
-        cap = clamp01(1.0 - pct / 100.0)
+        sustained = attainable_pct(unit)
+        cap = clamp01(1.0 - pct / sustained)
         if finding.estimated_speedup > cap:
+            reach = f", and code sustains about {sustained:.0f}% of its peak" if sustained < 100 else ""
             finding.notes.append(f"bounded by the next limiter: the {UNIT_NAMES[unit]} stays {pct:.1f}% busy after the "
-                                 f"fix, so at most {cap:.0%} of the kernel's time can go (estimated "
+                                 f"fix{reach}, so at most {cap:.0%} of the kernel's time can go (estimated "
                                  f"{finding.estimated_speedup:.0%})")
             finding.evidence = {**finding.evidence, "next_limiter_pct": {"value": round(pct, 2), "unit": "%",
-                                                                          "limiter": unit}}
+                                                                          "limiter": unit,
+                                                                          "attainable_pct": sustained}}
             finding.estimated_speedup = cap
 
 

@@ -62,7 +62,9 @@ that measure it.
 - `min_traffic_share`: L1 global sectors' bytes over DRAM bytes below which a disagreement is not told.
 """
 
-from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share, unjudged
+from nsanalyze.checks import global_settings
+from nsanalyze.checks.base import (Check, Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share,
+                                   roof_share, unjudged)
 
 ID = "uncoalesced-global"
 ADVICE = """Lay data out so that consecutive threads of a warp read consecutive addresses.
@@ -260,6 +262,24 @@ def _sol_signature(kernel: KernelView, limits) -> Finding | None:
     )
 
 
+def _waits_on_latency_with_dram_at_need(kernel: KernelView) -> str | None:
+    """Why the excess sectors cost no time, or None: DRAM moves no more than the accesses need (the excess stops in
+    L2 or L1, which have room) and the kernel waits on latency (below the near-roof share of every unit, fewer ready
+    warps a scheduler than the roofline's latency line, as its row reads). FaSTED's A100 pipeline at depth 4 (50% of
+    its L2 sectors excess, DRAM at the need, 0.22 ready warps) runs its 23.9 ms as depth 3 without the excess does."""
+    dram, ideal = kernel.get("dram_bytes"), kernel.get("global_sectors_ideal")
+    eligible, share = kernel.get("eligible_warps_per_scheduler"), roof_share(kernel)
+    if None in (dram, ideal, eligible, share) or not ideal or dram > 1.1 * ideal * 32:
+        return None
+    bands = global_settings()["roofline"]
+    if share >= bands["near_roof_share"] or eligible >= bands["ready_warps"]:
+        return None
+    return (f"no time estimated: DRAM moves {dram / (ideal * 32):.2f}x the bytes the accesses need, so the excess "
+            f"sectors stop in L2 or L1, and the kernel waits on latency ({share:.0%} of its nearest roof, "
+            f"{eligible:.2f} ready warps a scheduler): the units the excess loads are not what holds it; the latency "
+            "findings (occupancy, ILP) speak for its time")
+
+
 def run(kernel: KernelView, limits) -> Finding | None:
     directions = _by_direction(kernel)
     excess_share = kernel.get("global_sectors_excess_share")
@@ -306,6 +326,10 @@ def run(kernel: KernelView, limits) -> Finding | None:
             if l1_share < limits["min_l1_share"]:
                 return None  # L1 hits serve the excess and L1 has room: nothing wasted that costs time
             speedup = clamp01((excess_share - past_l1) * l1_share + past_l1 * (memory_share or 0.0))
+    waiting = _waits_on_latency_with_dram_at_need(kernel)
+    if waiting and speedup:
+        speedup = 0.0
+        notes.append(waiting)
     evidence_table = {
         "global_sectors_excess_share": evidence(excess_share, limits["min_excess_share"], unit="ratio"),
         "memory_throughput_pct": evidence(kernel.get("memory_throughput_pct"), unit="%"),

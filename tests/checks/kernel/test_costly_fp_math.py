@@ -155,13 +155,14 @@ def test_the_divisions_are_the_reports_own_counts(analyzed):
 
 
 def test_diff_checks_the_prediction_on_the_pair():
-    """`nsanalyze diff` on the pair: the finding is gone, predicted 3.05 ms (divisions 2.42 ms + fusing the
-    remaining add/multiply pairs 0.63 ms, which this fix did not do) against 2.71 ms saved."""
+    """`nsanalyze diff` on the pair: the finding is gone, predicted 2.94 ms (divisions 2.42 ms + fusing the
+    remaining add/multiply pairs 0.63 ms, which this fix did not do: 3.05 ms, bounded by the DRAM the kernel keeps
+    busy, 44.6% of a peak code sustains at 85%) against 2.71 ms saved."""
     from nsanalyze.diff import diff
 
     result = diff(str(BASELINE), str(DIV_TO_MULT))
     (prediction,) = [p for p in result["predictions"] if p["check"] == CHECK]
     assert prediction["kernel_name"] == KERNEL
     assert prediction["actual_savings_ns"] == pytest.approx(2.71e6, rel=0.01)
-    assert prediction["predicted_savings_ns"] == pytest.approx(3.05e6, rel=0.01)
+    assert prediction["predicted_savings_ns"] == pytest.approx(2.94e6, rel=0.01)
     assert 0.8 < prediction["actual_savings_ns"] / prediction["predicted_savings_ns"] < 1.0

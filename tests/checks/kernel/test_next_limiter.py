@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from nsanalyze.rank import bound_by_next_limiter, measured_twins, next_limiter
+from nsanalyze.rank import attainable_pct, bound_by_next_limiter, measured_twins, next_limiter
 from tests.conftest import DEV_SUITE_NCU, FIXTURES, PUBLIC
 
 FASTED = "bwcurless__FaSTED__profiles__"
@@ -19,13 +19,13 @@ def _rows(path):
 
 def test_uncoalesced_saving_bounded_by_dram_that_stays_busy(analyzed):
     """The A100's MmaPtxShared (16B-aligned pipeline): 35% of its time estimated for uncoalesced loads, but DRAM, which
-    moves no more than the bytes the loads need, stays 70.1% busy: at most 29.9% can go."""
+    moves no more than the bytes the loads need, stays 70.1% busy, and sustains about 85%: at most 17.5% can go."""
     path = PUBLIC / (FASTED + "Shared_Memory_Alignment_Specifiers__Pipeline_Depth_1_16B_Align.ncu-rep.xz")
     row = _rows(path)[0]
     assert row["dram_bytes"] <= 1.1 * row["global_sectors_ideal"] * 32          # DRAM at the bytes' minimum
     assert next_limiter("uncoalesced-global", row) == ("dram", pytest.approx(row["dram_throughput_pct"]))
     finding = next(f for f in analyzed(path)["findings"] if f["check"] == "uncoalesced-global")
-    cap = 1 - row["dram_throughput_pct"] / 100
+    cap = 1 - row["dram_throughput_pct"] / attainable_pct("dram")
     assert finding["evidence"]["next_limiter_pct"]["value"] == pytest.approx(row["dram_throughput_pct"], abs=0.01)
     assert finding["estimated_savings_ns"] <= cap * row["duration_ns"] * 1.0001
     assert any(n.startswith("bounded by the next limiter: the DRAM stays 70.1% busy") for n in finding["notes"])
@@ -47,13 +47,31 @@ def test_bank_conflicts_bounded_by_the_issue_rate(analyzed):
 
 
 def test_every_saving_within_its_next_limiter(analyzed):
-    """On every public report and the dev suite: no kernel finding saves more than its next limiter allows."""
+    """On every public report and the dev suite: no kernel finding saves more than its next limiter allows, that
+    unit running at what code sustains on it (DRAM 85%, the others 100%)."""
     for path in [DEV_SUITE_NCU, *sorted(PUBLIC.glob("*.ncu-rep.xz"))]:
         model = analyzed(path)
         for finding in model["findings"]:
             limiter = finding["evidence"].get("next_limiter_pct")
             if limiter:
-                assert finding["estimated_speedup"] <= 1 - limiter["value"] / 100 + 1e-4
+                assert limiter["attainable_pct"] == attainable_pct(limiter["limiter"])
+                assert finding["estimated_speedup"] <= max(0.0, 1 - limiter["value"] / limiter["attainable_pct"]) + 1e-4
+
+
+def test_the_next_limiter_runs_at_what_code_sustains_not_at_its_peak(analyzed):
+    """FaSTED's A100 pipeline with 16-byte aligned shared-memory tiles: uncoalesced loads and bank conflicts, DRAM
+    70.1% busy. The same program with 128-byte alignment (its own report, neither problem) runs 2.24 ms faster, its
+    DRAM at 83%. Capped at DRAM's 100% the findings promised 4.11 ms (DRAM at 95%); at the 85% DRAM sustains in the
+    fixtures' busiest streaming kernels, what the fix measured within 25%."""
+    base = _rows(PUBLIC / (FASTED + "Shared_Memory_Alignment_Specifiers__Pipeline_Depth_1_16B_Align.ncu-rep.xz"))[0]
+    fixed = _rows(PUBLIC / (FASTED + "Shared_Memory_Alignment_Specifiers__Pipeline_Depth_1_128B_Align.ncu-rep.xz"))[0]
+    measured = base["duration_ns"] - fixed["duration_ns"]
+    assert fixed["dram_throughput_pct"] < attainable_pct("dram") < 100
+    model = analyzed(PUBLIC / (FASTED + "Shared_Memory_Alignment_Specifiers__Pipeline_Depth_1_16B_Align.ncu-rep.xz"))
+    savings = {f["check"]: f["estimated_savings_ns"] for f in model["findings"]}
+    assert {"uncoalesced-global", "bank-conflicts"} <= set(savings)
+    for check in ("uncoalesced-global", "bank-conflicts"):
+        assert abs(savings[check] / measured - 1) <= 0.25, (check, savings[check], measured)
 
 
 def test_twin_in_the_report_gives_the_measured_estimate(analyzed):
