@@ -111,6 +111,13 @@ class Evaluation:
     undefined: set[str]               # inputs present but the result undefined (0/0, inf)
 
 
+# A share of a peak or of the requests (unit "%") above this is not a measurement: ncu's shares "of peak sustained
+# active" divide by the cycles a unit was active, which a launch of 1.7-3.3 us leaves too few of to mean anything
+# (L1 at 122-310% in the fixtures' shortest kernels, a PyTorch elementwise launch of 2 us at 198%), and its sector
+# hit rates run to 101-129% where a kernel's sectors are counted at two points. A point of rounding is allowed.
+PCT_CEILING = 101.0
+
+
 def evaluate(raw: dict[str, float], cc: tuple[int, int] | None) -> Evaluation:
     """Computes every concept for one launch from its raw metrics."""
     values: dict[str, float | None] = {}
@@ -130,6 +137,8 @@ def evaluate(raw: dict[str, float], cc: tuple[int, int] | None) -> Evaluation:
             result = _finite(eval(rule.code, {"__builtins__": {}}, scope))  # noqa: S307 - arithmetic only, checked in _compile
         except (ZeroDivisionError, OverflowError, ValueError):
             result = None
+        if result is not None and rule.unit == "%" and result > PCT_CEILING:
+            result = None   # no unit runs past its peak, no cache hits more than it is asked: not a measurement
         if result is None:
             undefined.add(rule.concept)
         else:
