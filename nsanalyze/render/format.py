@@ -39,9 +39,15 @@ def quantity(value, unit: str = "") -> str:
     return humanize.metric(value, unit).replace("μ", "µ").strip()
 
 
+NOT_MEASURED = "not measured"
+
+
 def evidence_value(entry: dict) -> str:
-    """An evidence entry's value (and threshold) for a reader; the JSON keeps the raw numbers."""
+    """An evidence entry's value (and threshold) for a reader; the JSON keeps the raw numbers, and its null, a value
+    the profile does not hold (or not as a finite number), reads `not measured` rather than a blank."""
     value = entry.get("value")
+    if value is None:
+        return NOT_MEASURED
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return visible(value)
     return quantity(value, entry.get("unit", ""))
