@@ -30,3 +30,13 @@ def test_evidence_not_measured_says_so(analyzed, path, check, key):
     assert not re.search(r"^- `[a-z0-9_]+`: $", text, re.M)
     page = html.render(model)
     assert re.search(rf"<td><code>{key}</code></td><td class=\"num\">not measured</td>", page)
+
+
+def test_small_grid_advice_is_framework_neutral(analyzed):
+    """COALDA is a CUDA C program: small-grid's advice fuses kernels into one and names torch.compile as PyTorch's
+    way, not as the way."""
+    model = analyzed(UNROLL)
+    advice = next(f for f in model["findings"] if f["check"] == "small-grid")["advice"]
+    assert "fuse them into one kernel" in advice
+    assert "(`torch.compile`)" not in advice
+    assert all("PyTorch" in sentence for sentence in re.split(r"\.\s", advice) if "torch" in sentence)
