@@ -31,10 +31,10 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
         clock = profile.get("clock_control") or {}
         if clock.get("mode") == "locked":
             # the reason carries the evidence and its certainty ("at the base clock", "probably a locked clock")
-            console.print(Text(f"  Clock control: {clock['reason']}; clock-throttling not judged; "
+            console.print(Text(f"  Clock control: {visible(clock['reason'])}; clock-throttling not judged; "
                                "ncu --clock-control none measures it", style="dim"))
         elif clock.get("too_short"):
-            console.print(Text(f"  Clock: {clock['reason']}; clock-throttling not judged", style="dim"))
+            console.print(Text(f"  Clock: {visible(clock['reason'])}; clock-throttling not judged", style="dim"))
         if profile.get("unmeasured_launches"):
             names = visible(", ".join(sorted({str(u["name"]) for u in profile["unmeasured_launches"]})))
             console.print(Text(f"  {len(profile['unmeasured_launches'])} launches hold no metrics and are left out: "

@@ -40,3 +40,18 @@ def test_small_grid_advice_is_framework_neutral(analyzed):
     assert "fuse them into one kernel" in advice
     assert "(`torch.compile`)" not in advice
     assert all("PyTorch" in sentence for sentence in re.split(r"\.\s", advice) if "torch" in sentence)
+
+
+def test_terminal_clock_reason_is_visible(analyzed):
+    """The clock line quotes its reason through visible(), as every other profile text on the terminal."""
+    from rich.console import Console
+
+    from nsanalyze.render.terminal import print_summary
+
+    model = copy.deepcopy(analyzed(UNROLL))
+    assert model["profiles"][0]["clock_control"]["mode"] == "locked"
+    model["profiles"][0]["clock_control"]["reason"] = "locked\x1b[2J\u202eclock"
+    console = Console(record=True, width=200, force_terminal=False)
+    print_summary(model, console)
+    out = console.export_text()
+    assert "\x1b" not in out and "\u202e" not in out and "\\x1b[2J" in out
