@@ -205,10 +205,13 @@ def health_line(model: dict) -> str:
                 "hold (above) is time at stake, not a measured saving"
                 + (f"; {len(unjudged)} checks could not judge ({', '.join(unjudged)}): the profile lacks their "
                    "metrics." if unjudged else "."))
+    roof = _nearest_roof(model)
     if unjudged:
         return (f"No findings above info from the checks that could judge; {len(unjudged)} could not "
-                f"({', '.join(unjudged)}): the profile lacks their metrics{_collect_hint(model)}.")
-    return f"No findings above info: no check's threshold is crossed{_nearest_roof(model)}."
+                f"({', '.join(unjudged)}): the profile lacks their metrics{_collect_hint(model)}"
+                + (f". {roof[0].upper()}{roof[1:]}." if roof else "."))
+    return (f"No findings above info: no check's threshold is crossed"
+            + (f" (not a proof that nothing holds the program back: {roof})." if roof else "."))
 
 
 def _collect_hint(model: dict) -> str:
@@ -222,7 +225,8 @@ def _collect_hint(model: dict) -> str:
 
 def _nearest_roof(model: dict) -> str:
     """Where no threshold is crossed, how near its roof the kernel that takes most of the time runs (an ncu
-    report): 'no finding' is not 'nothing to gain' for a kernel at 70% of DRAM with room at 12% occupancy."""
+    report), whether or not every check could judge: 'no finding' is not 'nothing to gain' for a kernel at 70% of
+    DRAM with room at 12% occupancy, and a report that lacks some checks' metrics still measures its roofs."""
     measured = [k for k in model.get("kernels") or [] if (k.get("roofline") or {}).get("bound") and k.get("total_ns")]
     if not measured or model.get("timeline"):
         return ""
@@ -232,9 +236,11 @@ def _nearest_roof(model: dict) -> str:
     unit, share = max(((u, v) for u, v in shares.items() if v is not None), key=lambda uv: uv[1], default=(None, None))
     if unit is None:
         return ""
+    if unit == "compute" and roof.get("precision") == "tensor":
+        unit = "compute (tensor pipe)"
     total = sum(k.get("total_ns") or 0 for k in model["kernels"])   # (more than 0: `measured` has time)
-    return (f" (not a proof that nothing holds the program back: the longest kernel, {longest['total_ns'] / total:.0%} "
-            f"of the time, runs at {share:.0%} of its {unit} roof, {roof['bound']}-bound)")
+    return (f"the longest kernel, {longest['total_ns'] / total:.0%} of the time, runs at {share:.0%} of its {unit} roof, "
+            f"{roof['bound']}-bound")
 
 
 from nsanalyze.text import CONTROL, INVISIBLE, code_span, show_invisible, visible  # noqa: E402,F401 - the renderers' names

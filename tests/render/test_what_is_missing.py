@@ -32,6 +32,24 @@ def test_evidence_not_measured_says_so(analyzed, path, check, key):
     assert re.search(rf"<td><code>{key}</code></td><td class=\"num\">not measured</td>", page)
 
 
+@pytest.mark.parametrize("name, unit, metric", [
+    ("bwcurless__FaSTED__profiles__Ptx_Mma_Full_TC_Usage__mmaPtxTestFullTCUsage", "compute (tensor pipe)",
+     "tensor_pipe_pct"),
+    ("Alaric617R__COALDA__examples__rgb__rgb_correct", "memory", "dram_throughput_pct"),
+])
+def test_nearest_roof_with_checks_that_could_not_judge(analyzed, name, unit, metric):
+    """mmaPtxTestFullTCUsage runs its tensor pipe at 98.9% and rgb_correct its DRAM at 83.5%, each with checks that
+    could not judge: the no-finding line still says how near its roof the longest kernel runs (the report's one
+    kernel here, its own metric the oracle)."""
+    model = analyzed(PUBLIC / f"{name}.ncu-rep.xz")
+    assert not [f for f in model["findings"] if f["severity"] != "info"] and model["not_judged"]
+    (kernel,) = model["kernels"]
+    line = health_line(model)
+    assert "could not" in line
+    assert (f"The longest kernel, 100% of the time, runs at {kernel['metrics'][metric] / 100:.0%} of its {unit} roof, "
+            f"{'compute' if 'compute' in unit else 'memory'}-bound.") in line
+
+
 def test_small_grid_advice_is_framework_neutral(analyzed):
     """COALDA is a CUDA C program: small-grid's advice fuses kernels into one and names torch.compile as PyTorch's
     way, not as the way."""
