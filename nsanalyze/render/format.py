@@ -215,12 +215,34 @@ def health_line(model: dict) -> str:
 
 
 def _collect_hint(model: dict) -> str:
+    """`; collect --set full`: collect_text with its lead, or nothing."""
+    wanted = collect_text(model)
+    return f"; collect {wanted}" if wanted else ""
+
+
+def collect_text(model: dict) -> str:
     """What the checks that could not judge need collected (the not-judged entries' `collect`, without the reasons
-    in brackets that the report says elsewhere), the first two."""
+    in brackets that the report says elsewhere), the first two: `--set full and --clock-control none`."""
     wanted = sorted({n["collect"].split(" (")[0] for n in model.get("not_judged") or [] if n.get("collect")})
-    if not wanted:
-        return ""
-    return f"; collect {' and '.join(wanted[:2])}" + (f" and {len(wanted) - 2} more" if len(wanted) > 2 else "")
+    return " and ".join(wanted[:2]) + (f" and {len(wanted) - 2} more" if len(wanted) > 2 else "")
+
+
+def not_judged_groups(entries: list[dict]) -> list[dict]:
+    """The not-judged entries (one a check and kernel) as one a check, in the entries' order: the kernels it could
+    not judge (`program` for a program check), the concepts missing for any of them, the options that collect
+    them."""
+    grouped: dict[str, dict] = {}
+    for entry in entries:
+        row = grouped.setdefault(entry["check"], {"check": entry["check"], "kernels": [], "missing": [], "collect": []})
+        name = entry.get("kernel_name") or "program"
+        if name not in row["kernels"]:
+            row["kernels"].append(name)
+        for concept in entry.get("missing") or []:
+            if concept not in row["missing"]:
+                row["missing"].append(concept)
+        if entry.get("collect") and entry["collect"] not in row["collect"]:
+            row["collect"].append(entry["collect"])
+    return list(grouped.values())
 
 
 def _nearest_roof(model: dict) -> str:
