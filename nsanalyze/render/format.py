@@ -39,9 +39,15 @@ def quantity(value, unit: str = "") -> str:
     return humanize.metric(value, unit).replace("μ", "µ").strip()
 
 
+NOT_MEASURED = "not measured"
+
+
 def evidence_value(entry: dict) -> str:
-    """An evidence entry's value (and threshold) for a reader; the JSON keeps the raw numbers."""
+    """An evidence entry's value (and threshold) for a reader; the JSON keeps the raw numbers, and its null, a value
+    the profile does not hold (or not as a finite number), reads `not measured` rather than a blank."""
     value = entry.get("value")
+    if value is None:
+        return NOT_MEASURED
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return visible(value)
     return quantity(value, entry.get("unit", ""))
@@ -199,24 +205,50 @@ def health_line(model: dict) -> str:
                 "hold (above) is time at stake, not a measured saving"
                 + (f"; {len(unjudged)} checks could not judge ({', '.join(unjudged)}): the profile lacks their "
                    "metrics." if unjudged else "."))
+    roof = _nearest_roof(model)
     if unjudged:
         return (f"No findings above info from the checks that could judge; {len(unjudged)} could not "
-                f"({', '.join(unjudged)}): the profile lacks their metrics{_collect_hint(model)}.")
-    return f"No findings above info: no check's threshold is crossed{_nearest_roof(model)}."
+                f"({', '.join(unjudged)}): the profile lacks their metrics{_collect_hint(model)}"
+                + (f". {roof[0].upper()}{roof[1:]}." if roof else "."))
+    return (f"No findings above info: no check's threshold is crossed"
+            + (f" (not a proof that nothing holds the program back: {roof})." if roof else "."))
 
 
 def _collect_hint(model: dict) -> str:
+    """`; collect --set full`: collect_text with its lead, or nothing."""
+    wanted = collect_text(model)
+    return f"; collect {wanted}" if wanted else ""
+
+
+def collect_text(model: dict) -> str:
     """What the checks that could not judge need collected (the not-judged entries' `collect`, without the reasons
-    in brackets that the report says elsewhere), the first two."""
+    in brackets that the report says elsewhere), the first two: `--set full and --clock-control none`."""
     wanted = sorted({n["collect"].split(" (")[0] for n in model.get("not_judged") or [] if n.get("collect")})
-    if not wanted:
-        return ""
-    return f"; collect {' and '.join(wanted[:2])}" + (f" and {len(wanted) - 2} more" if len(wanted) > 2 else "")
+    return " and ".join(wanted[:2]) + (f" and {len(wanted) - 2} more" if len(wanted) > 2 else "")
+
+
+def not_judged_groups(entries: list[dict]) -> list[dict]:
+    """The not-judged entries (one a check and kernel) as one a check, in the entries' order: the kernels it could
+    not judge (`program` for a program check), the concepts missing for any of them, the options that collect
+    them."""
+    grouped: dict[str, dict] = {}
+    for entry in entries:
+        row = grouped.setdefault(entry["check"], {"check": entry["check"], "kernels": [], "missing": [], "collect": []})
+        name = entry.get("kernel_name") or "program"
+        if name not in row["kernels"]:
+            row["kernels"].append(name)
+        for concept in entry.get("missing") or []:
+            if concept not in row["missing"]:
+                row["missing"].append(concept)
+        if entry.get("collect") and entry["collect"] not in row["collect"]:
+            row["collect"].append(entry["collect"])
+    return list(grouped.values())
 
 
 def _nearest_roof(model: dict) -> str:
     """Where no threshold is crossed, how near its roof the kernel that takes most of the time runs (an ncu
-    report): 'no finding' is not 'nothing to gain' for a kernel at 70% of DRAM with room at 12% occupancy."""
+    report), whether or not every check could judge: 'no finding' is not 'nothing to gain' for a kernel at 70% of
+    DRAM with room at 12% occupancy, and a report that lacks some checks' metrics still measures its roofs."""
     measured = [k for k in model.get("kernels") or [] if (k.get("roofline") or {}).get("bound") and k.get("total_ns")]
     if not measured or model.get("timeline"):
         return ""
@@ -226,9 +258,11 @@ def _nearest_roof(model: dict) -> str:
     unit, share = max(((u, v) for u, v in shares.items() if v is not None), key=lambda uv: uv[1], default=(None, None))
     if unit is None:
         return ""
+    if unit == "compute" and roof.get("precision") == "tensor":
+        unit = "compute (tensor pipe)"
     total = sum(k.get("total_ns") or 0 for k in model["kernels"])   # (more than 0: `measured` has time)
-    return (f" (not a proof that nothing holds the program back: the longest kernel, {longest['total_ns'] / total:.0%} "
-            f"of the time, runs at {share:.0%} of its {unit} roof, {roof['bound']}-bound)")
+    return (f"the longest kernel, {longest['total_ns'] / total:.0%} of the time, runs at {share:.0%} of its {unit} roof, "
+            f"{roof['bound']}-bound")
 
 
 from nsanalyze.text import CONTROL, INVISIBLE, code_span, show_invisible, visible  # noqa: E402,F401 - the renderers' names

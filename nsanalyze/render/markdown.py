@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import re
 
-from nsanalyze.render.format import (distinct_names, duration, evidence_value, health_line, kernel_list_work_line, savings_text,
-                                     scope_names, set_aside_note, several_gpus_line, shorten, show_invisible,
+from nsanalyze.render.format import (collect_text, distinct_names, duration, evidence_value, health_line,
+                                     kernel_list_work_line, not_judged_groups, savings_text, scope_names, set_aside_note, several_gpus_line, shorten, show_invisible,
                                      visible, window_lines)
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
 DETAILED = 10           # findings with their advice folded in <details>
 NAME_LIMIT = 300        # a GPU, path or kernel name shown in a line or a cell (the JSON keeps it whole)
 LINE_LIMIT = 2_000      # a header line (window, steps, phases) before escaping
+NOT_JUDGED_CHARS = 4_000   # the not-judged block's lines, past which the rest are counted
+NOT_JUDGED_NAMED = 8    # concepts named in a not-judged check's line (all are in the JSON)
 
 
 def escape(text) -> str:
@@ -117,14 +119,45 @@ def _details(f: dict) -> str:
             + f"{inert_advice(f['advice'])}\n\n</details>")
 
 
-def _rows_that_fit(head: list[str], findings: list[dict], model: dict) -> int:
+def _first(items: list[str], limit: int = NOT_JUDGED_NAMED) -> list[str]:
+    return items[:limit] + ([f"and {len(items) - limit} more"] if len(items) > limit else [])
+
+
+def _not_judged(model: dict) -> str:
+    """The checks that could not judge, folded in one <details>: its summary names them and what to collect, its
+    lines what each lacks and the options that collect it. In every report that has them, beside findings too: a
+    report that found small-grid must still say that uncoalesced-global could not look (the HTML and JSON hold
+    one row per kernel and check)."""
+    groups = not_judged_groups(model.get("not_judged") or [])
+    if not groups:
+        return ""
+    checks = [g["check"] for g in groups]
+    collect = collect_text(model)
+    summary = (f"Not judged for lack of metrics: {len(checks)} check{'s' if len(checks) != 1 else ''} "
+               f"({', '.join(checks)})" + (f"; collect {collect}" if collect else ""))
+    lines, size = [], 0
+    for index, g in enumerate(groups):
+        if size > NOT_JUDGED_CHARS:
+            lines.append(f"- and {len(groups) - index} more checks: see the HTML or JSON report")
+            break
+        kernels = [k for k in g["kernels"] if k != "program"]
+        scope = ", ".join((["the program"] if len(kernels) < len(g["kernels"]) else [])
+                          + ([f"{len(kernels)} kernel{'s' if len(kernels) != 1 else ''}"] if kernels else []))
+        lacks = ", ".join(code(c) if not c.startswith("and ") else c for c in _first(g["missing"]))
+        wanted = " or ".join(code(shorten(c, 300)) for c in g["collect"][:2])
+        lines.append(f"- {code(g['check'])} ({scope}): lacks {lacks or 'its metrics'}"
+                     + (f"; collect with {wanted}" if wanted else ""))
+        size += len(lines[-1]) + 1
+    return (f"<details><summary>{html_text(summary)}</summary>\n\n" + "\n".join(lines) + "\n\n</details>")
+
+
+def _rows_that_fit(head: list[str], findings: list[dict], model: dict, budget: int = LIMIT - 200) -> int:
     """The most rows, first ones first and fewer than all, whose table (without details) fits under LIMIT - 200
     beside the header; 0 when none does. Where no two scope names read alike once cut to NAME_LIMIT, each row
     reads the same in every shorter table (distinct_names changes only names that read alike), so one table
     and its running length answer (a table of 2,000 findings written again for each row dropped took 10 s).
     Otherwise rows are dropped one at a time, each table written anew."""
     scopes = scope_names(model, findings)
-    budget = LIMIT - 200
     if len({shorten(s, NAME_LIMIT) for s in scopes}) == len(scopes):
         lines = _table(findings, model, scopes=scopes)
         size = sum(len(line) + 1 for line in head + [""] + lines[:2])   # and the blank line that ends the text
@@ -169,21 +202,25 @@ def render(model: dict) -> str:
         head.append(f"- {model['gpu_metrics']['headline']}")
     findings = [f for f in model["findings"] if f["severity"] != "info"]
     body = [""] + (_table(findings, model) if findings else [escape(health_line(model))]) + [""]
+    not_judged = _not_judged(model)
+    budget = LIMIT - 200 - len(not_judged)   # the not-judged block (a line a check) always ends the comment
     text = "\n".join(head + body)
     shown = 0
     for f in findings[:DETAILED]:
         block = "\n" + _details(f) + "\n"
-        if len(text) + len(block) > LIMIT - 200:
+        if len(text) + len(block) > budget:
             break
         text += block
         shown += 1
     left = len(findings) - shown
-    if len(text) > LIMIT - 200 and findings:   # a table too long on its own: rows dropped from the end
-        kept = _rows_that_fit(head, findings, model)
+    if len(text) > budget and findings:   # a table too long on its own: rows dropped from the end
+        kept = _rows_that_fit(head, findings, model, budget)
         left += len(findings) - kept
         text = "\n".join(head + [""] + _table(findings[:kept], model, scopes=scope_names(model, findings[:kept])) + [""])
-    if len(text) > LIMIT - 200:   # the header alone too long (many profiles): cut at a line, always ends
-        text = text[: text.rfind("\n", 0, LIMIT - 400) + 1] + "\n_The header was cut to fit a comment._\n"
+    if len(text) > budget:   # the header alone too long (many profiles): cut at a line, always ends
+        text = text[: text.rfind("\n", 0, budget - 200) + 1] + "\n_The header was cut to fit a comment._\n"
     if left > 0:
         text += f"\n_{left} more finding(s) left out of this comment; see the HTML or JSON report._\n"
+    if not_judged:
+        text += "\n" + not_judged + "\n"
     return text

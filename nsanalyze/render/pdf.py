@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 
+from nsanalyze.render.format import not_judged_groups
 from nsanalyze.render.html import render as render_html
 
 PRINT_CSS = """<style>
@@ -52,19 +53,8 @@ NAMED_KERNELS = 6
 def not_judged_by_check(entries: list[dict]) -> list[dict]:
     """One entry per check: the kernels it could not judge (counted, the first few named), the
     concepts missing for any of them, and the options that would collect them."""
-    grouped: dict[str, dict] = {}
-    for entry in entries:
-        row = grouped.setdefault(entry["check"], {"check": entry["check"], "kernels": [], "missing": [], "collect": []})
-        name = entry.get("kernel_name") or "program"
-        if name not in row["kernels"]:
-            row["kernels"].append(name)
-        for concept in entry.get("missing") or []:
-            if concept not in row["missing"]:
-                row["missing"].append(concept)
-        if entry.get("collect") and entry["collect"] not in row["collect"]:
-            row["collect"].append(entry["collect"])
     rows = []
-    for row in grouped.values():
+    for row in not_judged_groups(entries):
         kernels = row["kernels"]
         named = ", ".join(kernels[:NAMED_KERNELS]) + (f" and {len(kernels) - NAMED_KERNELS} more"
                                                       if len(kernels) > NAMED_KERNELS else "")

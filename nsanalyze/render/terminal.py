@@ -8,7 +8,7 @@ import rich.console
 from rich.table import Table
 from rich.text import Text
 
-from nsanalyze.render.format import (budget_labels, budget_text, distinct_names, duration, health_line, kernel_list_work_line, savings_text,
+from nsanalyze.render.format import (budget_labels, collect_text, budget_text, distinct_names, duration, health_line, kernel_list_work_line, savings_text,
                                      finding_gpu, set_aside_note, several_gpus_line, shorten, visible,
                                      window_lines)
 
@@ -31,10 +31,10 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
         clock = profile.get("clock_control") or {}
         if clock.get("mode") == "locked":
             # the reason carries the evidence and its certainty ("at the base clock", "probably a locked clock")
-            console.print(Text(f"  Clock control: {clock['reason']}; clock-throttling not judged; "
+            console.print(Text(f"  Clock control: {visible(clock['reason'])}; clock-throttling not judged; "
                                "ncu --clock-control none measures it", style="dim"))
         elif clock.get("too_short"):
-            console.print(Text(f"  Clock: {clock['reason']}; clock-throttling not judged", style="dim"))
+            console.print(Text(f"  Clock: {visible(clock['reason'])}; clock-throttling not judged", style="dim"))
         if profile.get("unmeasured_launches"):
             names = visible(", ".join(sorted({str(u["name"]) for u in profile["unmeasured_launches"]})))
             console.print(Text(f"  {len(profile['unmeasured_launches'])} launches hold no metrics and are left out: "
@@ -76,8 +76,9 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
             console.print(f"... and {len(findings) - limit} more findings (write a report with -o for all)")
     if model.get("not_judged"):
         checks = sorted({n["check"] for n in model["not_judged"]})
-        console.print(Text(f"Not judged for lack of metrics: {', '.join(checks)} "
-                           "(the report's 'not judged' section names the profiler options that collect them)", style="dim"))
+        collect = collect_text(model)
+        console.print(Text(f"Not judged for lack of metrics: {', '.join(checks)}" + (f"; collect {collect}" if collect else "")
+                           + " (the Markdown, HTML and JSON reports name the metrics each lacks)", style="dim"))
 
 
 VERDICT_STYLE = {"regression": "bold red", "improvement": "green", "within noise": "dim", "new kernel": "yellow",

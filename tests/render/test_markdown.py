@@ -9,7 +9,8 @@ def test_structure(joined_model):
     text = render(joined_model)
     assert text.startswith("## nsanalyze report")
     assert "| # | severity | check |" in text and "<details><summary>" in text
-    assert text.count("<details>") == text.count("</details>") == 10
+    assert text.count("<details>") == text.count("</details>") == 11   # 10 findings and the checks not judged
+    assert text.count("<details><summary>Not judged for lack of metrics") == 1
     assert "`missing-tensor-cores`" in text
 
 

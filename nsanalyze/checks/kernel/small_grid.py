@@ -45,7 +45,8 @@ ADVICE = """Give every SM work.
 - Launch more, smaller blocks: split each block's work (rows over several blocks, a split-K
   reduction), or use a grid-stride loop sized to `numSMs * blocksPerSM`.
 - Batch several independent problems (requests, heads, layers) into one launch.
-- Run independent small kernels concurrently on separate streams, or fuse them (`torch.compile`).
+- Run independent small kernels concurrently on separate streams, or fuse them into one kernel (in PyTorch,
+  `torch.compile` does this).
 
 ```cuda
 // before: 16 blocks on 132 SMs
