@@ -57,6 +57,14 @@ PAIRS = [
     ("augment_w0", "augment_w4", None, "DataLoader num_workers=4 and pin_memory, not augmentation in the "
      "training process", "host-compute"),
     ("xfmr_fp32", "xfmr_bf16", None, "torch.autocast(bfloat16) on the forward and loss", "low-tensor-activity"),
+    # round 48 (fixtures/real/blind48_train.py, record_blind48.sh): written as users write them and recorded after
+    # the checks, compared blind (no check changed for them)
+    ("blind_persample_base", "blind_persample_fix", None, "ResNet-18 inference: one batched forward and one `.cpu()` "
+     "a step, not a forward and a `.cpu()` per image", "launch-overhead"),
+    ("blind_heads_base", "blind_heads_fix", None, "64 task heads as two batched products, not a Python loop over a "
+     "ModuleList", "launch-overhead"),
+    ("blind_lossbyhand_base", "blind_lossbyhand_fix", None, "`F.cross_entropy(label_smoothing=0.1)`, not the "
+     "label-smoothed loss written out", "unfused-elementwise"),
 ]
 
 

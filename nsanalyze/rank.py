@@ -405,6 +405,10 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
                 "the host and the other work take" if (declared.get("speedup") or declared.get("remove_kernels"))
                 and priced.savings_ns < own else "")
 
+    dropped = priced.dropped_host_ns
+    host_part = (f": the change also takes the host's launch paths of those kernels away ({per_step(dropped)}), which "
+                 "the check's own estimate, their GPU time, leaves out" if dropped else "")
+
     def note(final_ns: float) -> str:
         """Names the figure the savings are: the caps after the replay can only lower it."""
         def near(a: float, b: float) -> bool:
@@ -414,8 +418,11 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
         if near(final_ns, own):
             return (f"savings: the check's own estimate ({per_step(own)}), what its budget part leaves it; {replay} "
                     "is more: it also takes away time beside this cause, which other findings count")
-        return (f"savings: {per_step(final_ns)}, what its budget part leaves it; {replay} and the check's own "
-                f"estimate ({per_step(own)}) are both more")
+        if own > final_ns:
+            return (f"savings: {per_step(final_ns)}, what its budget part leaves it; {replay} and the check's own "
+                    f"estimate ({per_step(own)}) are both more")
+        return (f"savings: {per_step(final_ns)}, what its budget part leaves it; {replay} is more, the check's own "
+                f"estimate ({per_step(own)}) less{host_part}")
     return note
 
 

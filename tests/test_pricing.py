@@ -227,3 +227,22 @@ def test_a_change_that_keeps_the_gpu_busy_says_its_clock_is_not_predicted(analyz
     assert after >= 95
     eager = analyzed(str(REAL / "graphs_eager_nsys.sqlite.xz"))
     assert not any("lower its clock" in n for n in finding(eager, "launch-overhead")["notes"])
+
+
+def test_a_replay_priced_saving_never_exceeds_the_time_it_comes_from(analyzed):
+    """ResNet-18 inference one image at a time (a blind twin: fixtures/real/blind48_train.py), 64 device-to-host
+    copies of 4 KB a step into pageable memory. The replay of those copies at the pinned rate promised 11.5 ms, more
+    than the copies take in the whole capture (SQL: 2.51 ms); its change takes away at most the copies' own time.
+    Its layout-conversion saving lies between the check's own estimate (the conversion kernels' GPU time) and the
+    replay (which also drops their launch paths on the host): the note said both were more."""
+    name = "blind_persample_base_nsys.sqlite.xz"
+    report = analyzed(str(REAL / name))
+    ((copy_ns,),) = sql(REAL / name, "SELECT SUM(end - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY "
+                                     "WHERE copyKind = 2 AND dstKind = 0")   # device to pageable host memory
+    pageable = finding(report, "pageable-memcpy")
+    assert 0 < pageable["estimated_savings_ns"] <= pageable["evidence"]["pageable_copy_ns"]["value"] <= copy_ns
+    layout = finding(report, "layout-conversion")
+    own, replayed = (layout["evidence"][k]["value"] for k in ("check_savings_ns", "replayed_savings_ns"))
+    assert own < layout["estimated_savings_ns"] < replayed
+    (note,) = [n for n in layout["notes"] if n.startswith("savings:")]
+    assert "both more" not in note and "is more, the check's own estimate" in note and "less: the change also" in note

@@ -856,6 +856,14 @@ def kernel_ns_per_step(block: StepBlock, roles) -> float:
     return float((graph.o_end - graph.o_start)[mine].sum()) / max(len(graph.step_first_op), 1)
 
 
+def pageable_ns_per_step(block: StepBlock) -> float:
+    """The block's time in copies from or to pageable host memory, per step: what moving them to pinned memory
+    can take away at most (a copy at the pinned rate still takes some of it)."""
+    graph = block.graph
+    mine = pageable_copies(graph)
+    return float((graph.o_end - graph.o_start)[mine].sum()) / max(len(graph.step_first_op), 1)
+
+
 def class_ns_per_step(block: StepBlock, classes) -> float:
     """The block's host time in calls of these host-activity classes, per step."""
     graph = block.graph

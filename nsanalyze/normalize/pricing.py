@@ -40,6 +40,7 @@ class Priced:
     cap_ns: float | None         # the time the change takes away (None: the budget's cap only)
     change: str                  # the change in words
     note: str | None = None      # what the replay cannot hold (the GPU's clock once it never rests)
+    dropped_host_ns: float = 0.0  # of what it takes away, the host's launch paths of the kernels it removes or fuses
 
 
 def role_ns(timeline, roles) -> float:
@@ -75,13 +76,14 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
     block = getattr(timeline, "step_block", None)
     if block is None or not block.trusted or not count:
         return None
-    words, cap_per_step = [], 0.0
+    words, cap_per_step, dropped_per_step = [], 0.0, 0.0
     roles, removed = [], tuple(declared.get("remove_kernels", ()))
     capped = False
     if removed:
         roles.append((removed, math.inf))
         words.append(f"{'/'.join(removed)} kernels gone with their launches")
-        cap_per_step += cp.kernel_ns_per_step(block, removed) + cp.dropped_host_ns_per_step(block, removed)
+        dropped_per_step += cp.dropped_host_ns_per_step(block, removed)
+        cap_per_step += cp.kernel_ns_per_step(block, removed) + dropped_per_step
         capped = True
     if declared.get("speedup"):
         sped = tuple(declared["speedup"])
@@ -106,13 +108,17 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
     fused = tuple(declared.get("fuse", ()))
     if fused:
         words.append(f"{'/'.join(fused)} kernels launched as one fused pass")
-        cap_per_step += cp.dropped_host_ns_per_step(block, fused)   # their launch paths: what the change drops
+        fused_paths = cp.dropped_host_ns_per_step(block, fused)   # their launch paths: what the change drops
+        dropped_per_step += fused_paths
+        cap_per_step += fused_paths
         capped = True
     pinned = pinned_rate if declared.get("pinned") else None
     if declared.get("pinned"):
         if not pinned:
             return None
         words.append("pageable copies at the pinned rate")
+        cap_per_step += cp.pageable_ns_per_step(block)   # never more than the copies' own time
+        capped = True
     if declared.get("graph"):
         words.append("each step one graph launch")
     change = cp.Change(remove=frozenset(classes), graph=bool(declared.get("graph")), pinned_rate=pinned,
@@ -130,7 +136,7 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         note = (f"the replay keeps the kernels' durations as measured with the GPU busy {busy_before:.0%} of a step; "
                 f"after the change it is busy {busy_after:.0%}: a GPU that never rests may lower its clock (power, "
                 "heat) and run them slower, which saves less (no clock is predicted)")
-    return Priced(savings, replayed, cap, ", ".join(words), note)
+    return Priced(savings, replayed, cap, ", ".join(words), note, dropped_per_step * count)
 
 
 def contains(outer: dict | None, inner: dict | None) -> bool:
