@@ -45,6 +45,8 @@ syncs are the smaller change (a graph cannot capture a sync either).
 - `one_time_launch_ns`: launch call of a kernel launched once above which it counts as a module load.
 """
 
+import numpy as np
+
 from nsanalyze.normalize.model import Launches, ProfilerCost, plain
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._claims import unclaimed_part
@@ -124,7 +126,49 @@ def run(timeline, limits) -> Finding | None:
     )
     finding.estimated_savings_ns = idle_ns - one_time   # module loading is once per process: no graph removes it
     _framework_ops(finding, launches, timeline)
+    waits = _waits_per_step(timeline)
+    if waits:
+        finding.advice = _waits_first(*waits) + finding.advice
+        finding.evidence["waits_per_step"] = evidence(waits[0])
     return finding
+
+
+# The host-activity classes of calls that wait for the GPU (host_activity.csv): a CUDA graph cannot capture them.
+WAITING_CLASSES = ("sync", "copy")
+
+
+def _waits_per_step(timeline) -> tuple[float, str] | None:
+    """(calls a median steady step makes that wait for the GPU, the commonest of them), or None where the steps make
+    none or are not known: a step that waits cannot be captured whole in a CUDA graph."""
+    activity = getattr(timeline, "host_activity", None)
+    if activity is None:
+        return None
+    entries = [activity.by_class(name) for name in WAITING_CLASSES]
+    entries = [e for e in entries if e is not None and e.step_calls is not None and len(e.step_calls)]
+    if not entries:
+        return None
+    median = float(np.median(np.sum([e.step_calls for e in entries], axis=0)))
+    if median < 1:
+        return None
+    name = max((call for e in entries for call in e.top_calls), key=lambda call: call[1])[0]
+    return median, name
+
+
+# Waits a step from which the loop handles items one at a time (a read-back per input or request), not a loss read
+# once a step: batching is then the change, as the blind twin of per-image inference showed (64 waits a step).
+PER_ITEM_WAITS = 4
+
+
+def _waits_first(per_step: float, name: str) -> str:
+    times = "once" if round(per_step) == 1 else f"{per_step:.0f} times"
+    said = (f"Each step waits for the GPU {times} ({code_span(name)} and "
+            "the like: `.item()`, `.cpu()`, `print(tensor)`, a synchronize), and a CUDA graph cannot capture a step "
+            "that waits. ")
+    if per_step >= PER_ITEM_WAITS:
+        return said + ("The loop reads results back item by item: first give each launch more work (batch the inputs "
+                       "or requests it handles one at a time, one read-back a step), then capture what remains.\n\n")
+    return said + ("Read the values back every N steps instead (accumulate them on the GPU), then capture the "
+                   "step.\n\n")
 
 
 def _left_out_note(total: float, first: float, jit: float) -> str:

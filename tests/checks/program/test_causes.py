@@ -100,3 +100,32 @@ def test_host_straggler_is_named(analyzed):
     assert imbalance["check"] == "rank-imbalance"
     assert imbalance["device_id"] == 1 and imbalance["evidence"]["straggler_side"] == "host"
     assert imbalance["severity"] in ("high", "medium")
+
+
+STEP_WAITS_SQL = """
+WITH st AS (SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+            WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE 'step %')
+SELECT COUNT(*) * 1.0 / (SELECT COUNT(*) FROM st) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+WHERE s.value LIKE '%Synchronize%' AND EXISTS (SELECT 1 FROM st WHERE r.start >= st.start AND r.start < st.end)
+"""
+
+
+def test_launch_advice_puts_batching_first_where_each_step_waits_item_by_item(analyzed):
+    """ResNet-18 inference one image at a time, a `.cpu()` per image (a blind twin: fixtures/real/blind48_train.py):
+    64 waits a step (SQL: cudaStreamSynchronize), which no CUDA graph captures; the advice led with a graph, and
+    batching, the fix the user made (5.48 against 233.57 ms a step), came third. A loss read once a step (opt_loop)
+    is told to read back every N steps; a loop that never waits (graphs_eager) keeps the graph first."""
+    from tests.conftest import sql
+
+    name = "blind_persample_base_nsys.sqlite.xz"
+    ((waits,),) = sql(REAL / name, STEP_WAITS_SQL)
+    finding = _first(analyzed, name)
+    assert finding["check"] == "launch-overhead"
+    assert finding["evidence"]["waits_per_step"]["value"] == waits == 64
+    assert finding["advice"].startswith("Each step waits for the GPU 64 times") and "batch the inputs" in \
+        finding["advice"].split("\n")[0]
+    once = next(f for f in program_findings(analyzed(REAL / "opt_loop_nsys.sqlite.xz")) if f["check"] == "launch-overhead")
+    assert once["advice"].startswith("Each step waits for the GPU once") and "every N steps" in once["advice"].split("\n")[0]
+    never = _first(analyzed, "graphs_eager_nsys.sqlite.xz")
+    assert never["check"] == "launch-overhead" and never["advice"].startswith("Launch fewer, bigger kernels.")
+    assert "waits_per_step" not in never["evidence"]
