@@ -212,7 +212,7 @@ def diff(base_path: str, new_path: str, options: Options | None = None, force: b
     before_program, after_program = _program_findings(base), _program_findings(new)
     gone = [c for c in before_program if c not in after_program]
     appeared = [c for c in after_program if c not in before_program]
-    program_predictions = _program_predictions(before_program, steps)
+    program_predictions = _program_predictions(before_program, steps, after_program)
     predictions += program_predictions
     return {"schema": DIFF_SCHEMA, "version": __version__, "base": base["profiles"], "new": new["profiles"],
             "summary": _summary(steps, budget, gone, appeared, new, program_predictions), "steps": steps,
@@ -267,18 +267,23 @@ def _per_step_savings(finding: dict, step_ns: float) -> float:
     return float(finding.get("estimated_speedup") or 0.0) * step_ns
 
 
-def _program_predictions(before: dict[str, dict], steps: dict | None) -> list[dict]:
+def _program_predictions(before: dict[str, dict], steps: dict | None, after: dict[str, dict] | None = None) -> list[dict]:
     """Each base program finding's predicted saving per mean step beside the mean step time the new profile
     actually saved, both on the GPU's clock: the mean is what the run costs (removing a periodic spike saves
-    the mean, not the median); the median step's change beside it."""
+    the mean, not the median); the median step's change beside it. `in_new` says whether the finding is gone
+    from the new profile or still there (with its savings a step there): the step time saved is the change's as a
+    whole, and a finding still there is not what the change took away."""
     if not steps or not steps.get("before_median_ns") or steps.get("after_median_ns") is None:
         return []
     mean = steps.get("before_mean_ns") is not None and steps.get("after_mean_ns") is not None
     before_ns = steps["before_mean_ns"] if mean else steps["before_median_ns"]
-    actual = before_ns - (steps["after_mean_ns"] if mean else steps["after_median_ns"])
+    after_ns = steps["after_mean_ns"] if mean else steps["after_median_ns"]
+    after = after or {}
     return [{"check": check, "kernel_name": None, "predicted_savings_ns": _per_step_savings(f, before_ns),
-             "actual_savings_ns": actual, "per": "mean step" if mean else "median step",
-             "actual_median_savings_ns": steps["before_median_ns"] - steps["after_median_ns"]}
+             "actual_savings_ns": before_ns - after_ns, "per": "mean step" if mean else "median step",
+             "actual_median_savings_ns": steps["before_median_ns"] - steps["after_median_ns"],
+             "in_new": "still there" if check in after else "gone",
+             "in_new_savings_ns": _per_step_savings(after[check], after_ns) if check in after else None}
             for check, f in before.items()]
 
 

@@ -187,6 +187,35 @@ def test_a_sync_bubble_fix_is_predicted_on_the_gpu_clock():
     assert "host-sync predicted" in result["summary"]
 
 
+def test_a_prediction_says_whether_its_finding_is_gone_from_the_new_profile():
+    """ResNet-18 inference one image at a time -> one batched forward (a blind twin): the step saved 228 ms, the
+    change as a whole; layout-conversion's 26.9 ms prediction stood beside it as if checked, though the batched run
+    still converts layouts (its own report's finding). Each program prediction says whether its finding is gone or
+    still there, with its savings a step in the new profile, and says so in every format."""
+    from nsanalyze.render.diff_report import render_diff
+    from tests.conftest import REAL
+
+    base, new = REAL / "blind_persample_base_nsys.sqlite.xz", REAL / "blind_persample_fix_nsys.sqlite.xz"
+    result = apart(diff, str(base), str(new))
+    after = {f["check"]: f for f in apart(_program_findings_of, str(new))}
+    by_check = {p["check"]: p for p in result["predictions"] if p["kernel_name"] is None}
+    assert {"launch-overhead", "layout-conversion"} <= set(by_check)
+    for check, prediction in by_check.items():
+        assert prediction["in_new"] == ("still there" if check in after else "gone")
+        if check in after:
+            assert prediction["in_new_savings_ns"] == pytest.approx(
+                after[check]["estimated_savings_ns"] / result["steps"]["after_count"], rel=0.2)
+    assert by_check["layout-conversion"]["in_new"] == "still there"
+    markdown = render_diff(result, "markdown")
+    assert "| in the new profile |" in markdown and "still there, 1.54 ms a step |" in markdown
+
+
+def _program_findings_of(path):
+    from nsanalyze.analyze import analyze
+
+    return [f for f in analyze([path])["findings"] if f["kernel_id"] is None and f["severity"] != "info"]
+
+
 def test_launch_counts_beside_times_and_per_launch_when_they_differ(tmp_path):
     """The dev suite's export cut to 2 of small_step's 200 launches, against the whole export: the totals
     differ 100-fold, the launches do not; the row shows both counts and compares one launch with one (SQL)."""

@@ -16,6 +16,15 @@ PREDICTIONS_SCOPE = ("kernel findings of the base that are gone; program finding
                      "what the run costs, with what the median step saved beside it")
 
 
+def in_new(prediction: dict) -> str:
+    """Whether the predicted finding is gone from the new profile: a finding still there is not what the change
+    took away, so its prediction is no check of it (kernel findings are compared only once gone)."""
+    if prediction.get("in_new") != "still there":
+        return "gone"
+    left = prediction.get("in_new_savings_ns")
+    return "still there" + (f", {duration(left)} a step" if left is not None else "")
+
+
 def prediction_scope(prediction: dict) -> str:
     """`program, per mean step`: where a program finding's prediction is checked."""
     return f"program, per {prediction.get('per') or 'step'}"
@@ -76,10 +85,11 @@ def render_markdown(result: dict) -> str:
                      f"{escape(diff_why(k))} |")
     if result["predictions"]:
         lines += ["", f"Predictions checked ({PREDICTIONS_SCOPE}):", "",
-                  "| kernel | check | predicted savings | actual savings | the median step saved |", "|---|---|---|---|---|"]
+                  "| kernel | check | predicted savings | actual savings | the median step saved | in the new profile |",
+                  "|---|---|---|---|---|---|"]
         lines += [f"| {name(p['kernel_name']) if p['kernel_name'] else prediction_scope(p)} | `{p['check']}` | "
                   f"{duration(p['predicted_savings_ns'])} | {duration(p['actual_savings_ns'])} | "
-                  f"{duration(p.get('actual_median_savings_ns'))} |" for p in result["predictions"]]
+                  f"{duration(p.get('actual_median_savings_ns'))} | {in_new(p)} |" for p in result["predictions"]]
     changed = (result.get("program") or {}).get("findings_changed") or []
     if changed:
         lines += ["", "Program findings that changed:", "", "| check | severity before → after | per step before → after |",
@@ -100,7 +110,7 @@ def render_html(result: dict) -> str:
                                                              labels=BUDGET_LABELS, budget_cell=budget_cell,
                                                              budget_changed=budget_changed, diff_time=diff_time,
                                                              why=diff_why, kernel_name=diff_kernel_name,
-                                                             mean_cell=mean_cell, prediction_scope=prediction_scope,
+                                                             mean_cell=mean_cell, prediction_scope=prediction_scope, in_new=in_new,
                                                              predictions_scope=PREDICTIONS_SCOPE)
 
 
