@@ -187,7 +187,7 @@ def test_a_sync_bubble_fix_is_predicted_on_the_gpu_clock():
     assert "host-sync predicted" in result["summary"]
 
 
-def test_a_prediction_says_whether_its_finding_is_gone_from_the_new_profile():
+def test_a_prediction_says_whether_its_finding_is_gone_from_the_new_profile(analyzed):
     """ResNet-18 inference one image at a time -> one batched forward (a blind twin): the step saved 228 ms, the
     change as a whole; layout-conversion's 26.9 ms prediction stood beside it as if checked, though the batched run
     still converts layouts (its own report's finding). Each program prediction says whether its finding is gone or
@@ -197,7 +197,7 @@ def test_a_prediction_says_whether_its_finding_is_gone_from_the_new_profile():
 
     base, new = REAL / "blind_persample_base_nsys.sqlite.xz", REAL / "blind_persample_fix_nsys.sqlite.xz"
     result = apart(diff, str(base), str(new))
-    after = {f["check"]: f for f in apart(_program_findings_of, str(new))}
+    after = {f["check"]: f for f in analyzed(str(new))["findings"] if f["kernel_id"] is None and f["severity"] != "info"}
     by_check = {p["check"]: p for p in result["predictions"] if p["kernel_name"] is None}
     assert {"launch-overhead", "layout-conversion"} <= set(by_check)
     for check, prediction in by_check.items():
@@ -208,12 +208,6 @@ def test_a_prediction_says_whether_its_finding_is_gone_from_the_new_profile():
     assert by_check["layout-conversion"]["in_new"] == "still there"
     markdown = render_diff(result, "markdown")
     assert "| in the new profile |" in markdown and "still there, 1.54 ms a step |" in markdown
-
-
-def _program_findings_of(path):
-    from nsanalyze.analyze import analyze
-
-    return [f for f in analyze([path])["findings"] if f["kernel_id"] is None and f["severity"] != "info"]
 
 
 def test_launch_counts_beside_times_and_per_launch_when_they_differ(tmp_path):
