@@ -63,9 +63,12 @@ BUDGET_PART = "gpu_compute"
 MATRIX_VECTOR = re.compile(r"gemv", re.I)
 ADVICE = """Put the matrix math on the tensor cores, then make the busy time do more work.
 
-- FP32 matrix products: enable TF32 (`torch.backends.cuda.matmul.allow_tf32 = True`,
-  `torch.set_float32_matmul_precision("high")`) or autocast to BF16/FP16.
-- Many small kernels: fuse (`torch.compile`), batch requests, use CUDA graphs.
+- FP32 matrix products: TF32 or BF16/FP16 inputs (cuBLAS:
+  `cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)`; PyTorch:
+  `torch.backends.cuda.matmul.allow_tf32 = True`, `torch.set_float32_matmul_precision("high")`,
+  or autocast to BF16/FP16).
+- Many small kernels: fuse them into fewer (in PyTorch, `torch.compile` does this), batch requests,
+  use CUDA graphs.
 - Then profile the top kernels with Nsight Compute to see what limits each.
 
 ```python

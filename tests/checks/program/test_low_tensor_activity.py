@@ -57,6 +57,9 @@ def test_no_metrics_graphed_mlp_gets_the_finding(analyzed, name):
     share = _simt_ns(model) / model["timeline"]["kernel_ns"]
     assert finding["evidence"]["matrix_kernel_share"]["value"] == pytest.approx(share, abs=0.01)
     assert 0.5 < share < 0.6
+    # advice for any program that calls cuBLAS, PyTorch's switches as one example (it said "fuse (`torch.compile`)")
+    assert "cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)" in finding["advice"]
+    assert "(in PyTorch, `torch.compile` does this)" in finding["advice"] and "fuse (`torch.compile`)" not in finding["advice"]
 
 
 @pytest.mark.parametrize("name", [WITH_METRICS] + NO_METRICS)
