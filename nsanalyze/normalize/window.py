@@ -85,14 +85,18 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         return Window(start, end, f"steady state: steps {steps.first_index}-{steps.total - 1} of '{steps.name}'{clock}; "
                                   + _left_out(startup, f"start-up{warm}", "them"), "steady")
     if kind == "capture":
+        asides = []   # said once, in one pair of parentheses
         if export.first_gpu_ns is not None:
             what = ", from its first to its last GPU work"
         elif export.first_call_ns is not None:
-            what = ", from its first to its last CUDA call (no GPU activity recorded)"
+            what = ", from its first to its last CUDA call"
+            asides.append("no GPU activity recorded")
         else:
-            what = " (no GPU activity and no CUDA call recorded)"
-        parts.append(f"the whole capture{what}"
-                     + (" (no repeating step-like NVTX range found)" if mode == "steady" else ""))
+            what = ""
+            asides.append("no GPU activity and no CUDA call recorded")
+        if mode == "steady":
+            asides.append("no repeating step-like NVTX range found")
+        parts.append(f"the whole capture{what}" + (f" ({'; '.join(asides)})" if asides else ""))
     return Window(start, end, "; ".join(parts), kind)
 
 
