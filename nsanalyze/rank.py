@@ -35,7 +35,8 @@ import re
 
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks import global_settings
-from nsanalyze.checks.base import SEVERITIES, Finding, budget_part, clamp01, evidence
+from nsanalyze.checks.base import (AT_NEED_SLACK, SEVERITIES, Finding, budget_part, clamp01, evidence,
+                                   share_of_need)
 from nsanalyze.checks.libraries import CLOSED_LIBRARIES, CODE_LEVEL_CHECKS
 from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 from nsanalyze.normalize import critical_path as cp
@@ -673,10 +674,8 @@ def _active_share(record: dict) -> float | None:
 def _at_minimum(record: dict, concept: str) -> bool:
     """The unit (DRAM: dram_bytes, L2: l2_bytes) moves no more than the bytes the global accesses need (the ideal
     sectors'), or the need is unknown: coalescing then takes no bytes off it (L1 hits absorb the excess sectors)."""
-    moved, ideal = record.get(concept), record.get("global_sectors_ideal")
-    if not isinstance(moved, (int, float)) or not isinstance(ideal, (int, float)) or ideal != ideal or moved != moved:
-        return True
-    return moved <= 1.1 * ideal * 32
+    share = share_of_need(record, concept)
+    return share is None or share <= AT_NEED_SLACK
 
 
 def attainable_pct(unit: str) -> float:

@@ -240,6 +240,20 @@ def memory_bound_share(kernel: KernelView) -> float | None:
     return None if memory is None else clamp01(memory / 100.0)
 
 
+def share_of_need(source, concept: str) -> float | None:
+    """The bytes a unit moved (`dram_bytes`, `l2_bytes`) over the bytes the kernel's global accesses need (its ideal
+    sectors x 32), from a KernelView or a normalized row; None where either is not measured. At most
+    AT_NEED_SLACK, the unit moves no excess: coalescing takes nothing off it."""
+    moved, ideal = source.get(concept), source.get("global_sectors_ideal")
+    if not isinstance(moved, (int, float)) or not isinstance(ideal, (int, float)) or moved != moved or ideal != ideal \
+            or not ideal:
+        return None
+    return moved / (ideal * 32)
+
+
+AT_NEED_SLACK = 1.1   # a tenth over the need: tails, misaligned starts
+
+
 def roof_share(kernel: KernelView) -> float | None:
     """The kernel's distance to its nearest roof: max of compute and memory speed of light (0..1)."""
     values = [kernel.get(c) for c in ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct")]

@@ -63,8 +63,8 @@ that measure it.
 """
 
 from nsanalyze.checks import global_settings
-from nsanalyze.checks.base import (Check, Finding, KernelView, Threshold, clamp01, evidence, memory_bound_share,
-                                   roof_share, unjudged)
+from nsanalyze.checks.base import (AT_NEED_SLACK, Check, Finding, KernelView, Threshold, clamp01, evidence,
+                                   memory_bound_share, roof_share, share_of_need, unjudged)
 
 ID = "uncoalesced-global"
 ADVICE = """Lay data out so that consecutive threads of a warp read consecutive addresses.
@@ -267,14 +267,13 @@ def _waits_on_latency_with_dram_at_need(kernel: KernelView) -> str | None:
     L2 or L1, which have room) and the kernel waits on latency (below the near-roof share of every unit, fewer ready
     warps a scheduler than the roofline's latency line, as its row reads). FaSTED's A100 pipeline at depth 4 (50% of
     its L2 sectors excess, DRAM at the need, 0.22 ready warps) runs its 23.9 ms as depth 3 without the excess does."""
-    dram, ideal = kernel.get("dram_bytes"), kernel.get("global_sectors_ideal")
-    eligible, share = kernel.get("eligible_warps_per_scheduler"), roof_share(kernel)
-    if None in (dram, ideal, eligible, share) or not ideal or dram > 1.1 * ideal * 32:
+    need, eligible, share = share_of_need(kernel, "dram_bytes"), kernel.get("eligible_warps_per_scheduler"), roof_share(kernel)
+    if None in (need, eligible, share) or need > AT_NEED_SLACK:
         return None
     bands = global_settings()["roofline"]
     if share >= bands["near_roof_share"] or eligible >= bands["ready_warps"]:
         return None
-    return (f"no time estimated: DRAM moves {dram / (ideal * 32):.2f}x the bytes the accesses need, so the excess "
+    return (f"no time estimated: DRAM moves {need:.2f}x the bytes the accesses need, so the excess "
             f"sectors stop in L2 or L1, and the kernel waits on latency ({share:.0%} of its nearest roof, "
             f"{eligible:.2f} ready warps a scheduler): the units the excess loads are not what holds it; the latency "
             "findings (occupancy, ILP) speak for its time")
