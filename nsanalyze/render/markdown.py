@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from nsanalyze.render.format import (collect_text, distinct_names, duration, evidence_value, health_line,
-                                     kernel_list_work_line, not_judged_groups, savings_text, scope_names, set_aside_note, several_gpus_line, shorten, show_invisible,
-                                     visible, window_lines)
+                                     kernel_list_work_line, not_judged_groups, savings_text, scope_names, set_aside_note,
+                                     several_gpus_line, shorten, show_invisible, visible, window_lines)
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
 DETAILED = 10           # findings with their advice folded in <details>

@@ -150,8 +150,8 @@ def _waits_per_step(timeline) -> tuple[float, str] | None:
     median = float(np.median(np.sum([e.step_calls for e in entries], axis=0)))
     if median < 1:
         return None
-    name = max((call for e in entries for call in e.top_calls), key=lambda call: call[1])[0]
-    return median, name
+    calls = [call for e in entries for call in e.top_calls]
+    return (median, max(calls, key=lambda call: call[1])[0]) if calls else None
 
 
 # Waits a step from which the loop handles items one at a time (a read-back per input or request), not a loss read
