@@ -91,6 +91,10 @@ def test_launches_of_one_module_share_its_source_map():
     gpt = apart(_shared_and_own, REAL / "gpt_fp32_full.ncu-rep.xz", 6)   # (each own map: up to 80 MB kept)
     assert gpt["maps"] == 18 and gpt["launches"] == 63 and gpt["compared"] == 6   # 26 functions in 18 modules
     assert gpt["shared"] == gpt["own"] and gpt["files"] == set()
+    # Files and lines alone: modules the rules' markers show without a line table (the GPT step's) are not
+    # disassembled; where a launch's markers tell (a SASS line marked), the map answers as they say.
+    assert textbook["maps_for_files"] == 1 and gpt["maps_for_files"] == 0
+    assert textbook["table_vs_map"] == {(True, True)} and gpt["table_vs_map"] == {(False, False)}
 
 
 def _shared_and_own(path, most: int) -> dict:
@@ -98,10 +102,21 @@ def _shared_and_own(path, most: int) -> dict:
     launches that read another launch's map, the same PCs through their own action."""
     from pathlib import Path
 
+    from nsanalyze.read.ncu import line_table
+
     report = read_profile(path)
     hot = [sorted(launch.source["inst_executed"], key=lambda s: -s.value)[:3] for launch in report.launches]
-    shared = [[(s.file, s.line, s.sass) for s in spots] for spots in hot]
-    maps = len({id(launch.source._code.action) for launch in report.launches if launch.source._code.built})
+
+    def maps() -> int:
+        return len({id(launch.source._code.action) for launch in report.launches if launch.source._code.built})
+
+    places = [[(s.file, s.line) for s in spots] for spots in hot]
+    maps_for_files = maps()
+    shared = [[(*place, s.sass) for place, s in zip(launch_places, spots)] for launch_places, spots in zip(places, hot)]
+    tables = [line_table(launch.source._action) for launch in report.launches]
+    table_vs_map = {(table, any((w := launch.source._code.action_for(s.pc).source_info(s.pc)) is not None
+                                and bool(w.file_name()) for s in spots))
+                    for launch, spots, table in zip(report.launches, hot, tables) if table is not None}
     borrowing = [k for k, launch in enumerate(report.launches) if launch.source._code.action is not launch.source._action]
     own = []
     for k in borrowing[:most]:
@@ -110,5 +125,6 @@ def _shared_and_own(path, most: int) -> dict:
         own.append([(w.file_name() if w else None, w.line() if w else None, action.sass_by_pc(s.pc).strip() or None)
                     for w, s in zip(where, hot[k])])
     files = {Path(f).name for spots in shared for f, _, _ in spots if f}
-    return {"maps": maps, "launches": len(report.launches), "compared": len(own),
-            "shared": [shared[k] for k in borrowing[:most]], "own": own, "files": files}
+    return {"maps": maps(), "launches": len(report.launches), "compared": len(own),
+            "shared": [shared[k] for k in borrowing[:most]], "own": own, "files": files,
+            "maps_for_files": maps_for_files, "table_vs_map": table_vs_map}

@@ -73,7 +73,7 @@ CHECK = Check(
 
 def _atomic_spots(kernel: KernelView) -> list[dict]:
     spots = [s for s in kernel.source_spots.get("inst_executed") or []
-             if s.sass and s.file and any(op in s.sass.split()[0] for op in ("ATOM", "RED"))]
+             if s.file and s.sass and any(op in s.sass.split()[0] for op in ("ATOM", "RED"))]
     seen = {}
     for spot in spots:
         seen.setdefault((spot.file, spot.line), {"file": spot.file, "line": spot.line, "value": spot.value,
