@@ -345,14 +345,32 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
                 finding.notes.append(f"of the {duration_text(whole)} of {part} time, {duration_text((whole - limit))} lie in wider "
                                      f"causes that their own findings count ({causes}); this one counts the "
                                      f"{duration_text(limit)} left")
+            beside = _beside_part(finding, claims) if finding.budget_device is None else {}
+            if beside:   # its change's time in other parts (checks/program/_claims: the replay's)
+                limit += sum(beside.values())
+                finding.evidence = {**finding.evidence, "claimed_parts": [
+                    {"part": p, "ns": round(ns)} for p, ns in sorted(beside.items(), key=lambda kv: -kv[1])]}
+                count = timeline.steps.count if getattr(timeline, "steps", None) is not None else None
+                amount = (lambda ns: f"{ns / count / 1e6:.2f} ms a step") if count else duration_text
+                finding.notes.append(f"savings beyond its {part} time: "
+                                     f"{', '.join(f'{amount(ns)} of {p}' for p, ns in beside.items())}, where the "
+                                     "replay of its change puts them: the change saves the host time it takes away, "
+                                     "and the GPU's work, which ran while the host did that, then runs while the "
+                                     "host does the rest (counted here, not in that part's finding)")
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
         if replay_note is not None:   # written once the caps have set the figure it names
             finding.notes.append(replay_note(finding.estimated_savings_ns))
     within_wider_changes(findings, timeline)
-    _combine_overlapping(findings, timeline)
+    _combine_overlapping(findings, timeline, claims)
     for finding in findings:
         finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
         finding.severity = program_severity(finding, span)
+
+
+def _beside_part(finding: Finding, claims: dict) -> dict[str, float]:
+    """What a part's own finding claims of the other parts (checks/program/_claims: launch-overhead's change, where
+    the replay of the steps saves more than its part), by part."""
+    return {part: ns for part, ns in claims.get(finding.check, {}).items() if ns > 0 and part != finding.budget_part}
 
 
 def _claimed_limit(finding: Finding, span: float, claims: dict) -> float:
@@ -466,10 +484,11 @@ def _within(finding: Finding, findings: list[Finding]) -> bool:
     return isinstance(outer, str) and any(f.check == outer for f in findings if f is not finding)
 
 
-def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:
+def _combine_overlapping(findings: list[Finding], timeline: Timeline, claims: dict | None = None) -> None:
     """Findings that draw on one budget part share it: scale them to 1 - prod(1 - s_i) of the part.
     A finding counted after the others (after_others: transfer-bound after pageable-memcpy) already holds
     only what they leave of the part: it is named beside them and not scaled again."""
+    claims = claims or {}
     by_part: dict[tuple, list[Finding]] = {}
     for finding in findings:   # a wider cause's claim is already taken out of the others' parts
         if _within(finding, findings):
@@ -491,16 +510,21 @@ def _combine_overlapping(findings: list[Finding], timeline: Timeline) -> None:
         part_ns = unclaimed_part(timeline, part, device)[0]
         if not part_ns:
             continue
+        # of a finding's savings, what it claims of other parts (_beside_part) is its own: not shared here
+        beside = {id(f): min(f.estimated_savings_ns, sum(_beside_part(f, claims).values())) if device is None else 0.0
+                  for f in group}
         remaining = 1.0
         for finding in group:
-            remaining *= 1.0 - min(1.0, finding.estimated_savings_ns / part_ns)
-        combined, total = (1.0 - remaining) * part_ns, sum(f.estimated_savings_ns for f in group)
+            remaining *= 1.0 - min(1.0, (finding.estimated_savings_ns - beside[id(finding)]) / part_ns)
+        combined = (1.0 - remaining) * part_ns
+        total = sum(f.estimated_savings_ns - beside[id(f)] for f in group)
         for finding in group:
             others = ", ".join(f.check for f in group if f is not finding)
             finding.notes.append(f"overlaps with {others} (the same {part} time): together they save at most "
                                  f"{combined / 1e6:.2f} ms")
             if total > combined:
-                finding.estimated_savings_ns *= combined / total
+                mine = beside[id(finding)]
+                finding.estimated_savings_ns = mine + (finding.estimated_savings_ns - mine) * combined / total
 
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
-from nsanalyze.checks.program._claims import SYNC_ID, claims_by_cause
+from nsanalyze.checks.program._claims import LAUNCH_ID, SYNC_ID, claims_by_cause
 from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_CLASSES, WAIT_MIN_SHARE, wait_classes, wait_parts
 from nsanalyze.checks.program.host_compute import BLOCKED_ADVICE
 
@@ -73,7 +73,7 @@ def run(timeline, limits) -> Finding | None:
     others: dict[str, float] = {}
     for cause, parts in claims_by_cause(timeline).items():
         for part, ns in parts.items():
-            if cause not in (ID, SYNC_ID):   # (host-sync claims after the waits: what they leave)
+            if cause not in (ID, SYNC_ID, LAUNCH_ID):   # (host-sync and launch-overhead claim after the waits)
                 others[part] = others.get(part, 0.0) + ns
     savings = sum(wait_parts(timeline, others).values())
     share = savings / window_ns

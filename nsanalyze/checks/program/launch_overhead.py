@@ -39,6 +39,16 @@ budget counts that wait as launch time. Where the replay of the steps without th
 idle time, host-sync claims that wait (checks/program/_claims) and this finding prices what is left of it: the
 syncs are the smaller change (a graph cannot capture a sync either).
 
+Where the host holds the step, a graph takes away the launch paths' host time, which is more than the GPU's
+wait on them: the GPU's work, which ran while the host launched, then runs under the host work that stays (a
+Python loop's per-parameter optimizer code, say). Where the replay of one graph launch a step saves more than
+the whole launch wait (by over 10%), this finding claims the rest from the `idle_host` the wider causes leave
+(checks/program/_claims), no more than the GPU's busy time (the work that moves), and host-compute counts
+what it leaves of its part: 64 task heads in a Python loop (blind_heads_base) save 37.7 ms a step by the
+replay; the finding says 36.8 ms, 32.4 ms of launch wait and the GPU's 4.4 ms a step of idle_host (the fix,
+two batched products, saved 43.8 ms: it also took away 7 ms of per-parameter Python, 260 parameter tensors to
+8, which a profile cannot tell from the user's own code).
+
 ## Options
 - `min_idle_share`: idle_launch over the window before the check speaks.
 - `min_launches`: launches in the window before the program counts as a loop.
