@@ -346,10 +346,11 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
                                      f"causes that their own findings count ({causes}); this one counts the "
                                      f"{duration_text(limit)} left")
             beside = _beside_part(finding, claims) if finding.budget_device is None else {}
-            if beside:   # its change's time in other parts (checks/program/_claims: the replay's)
-                limit += sum(beside.values())
-                finding.evidence = {**finding.evidence, "claimed_parts": [
+            if beside:   # its change's time in other parts (checks/program/_claims: the replay's); the evidence
+                # lists every part its savings come from, its own first, as a wider cause's does
+                finding.evidence = {**finding.evidence, "claimed_parts": [{"part": part, "ns": round(limit)}] + [
                     {"part": p, "ns": round(ns)} for p, ns in sorted(beside.items(), key=lambda kv: -kv[1])]}
+                limit += sum(beside.values())
                 count = timeline.steps.count if getattr(timeline, "steps", None) is not None else None
                 amount = (lambda ns: f"{ns / count / 1e6:.2f} ms a step") if count else duration_text
                 finding.notes.append(f"savings beyond its {part} time: "
