@@ -65,6 +65,16 @@ PAIRS = [
      "ModuleList", "launch-overhead"),
     ("blind_lossbyhand_base", "blind_lossbyhand_fix", None, "`F.cross_entropy(label_smoothing=0.1)`, not the "
      "label-smoothed loss written out", "unfused-elementwise"),
+    # round 49, blind (fixtures/real/blind49_train.py, record_blind49.sh): three more, recorded after the checks and
+    # compared blind (no check changed for them). hostmetrics: the fix removes a `.tolist()` sync and the host's
+    # Python loop after it (host-compute: the GPU waits on that code). emaloop: no finding prices the EMA loop's
+    # launches alone; launch-overhead's figure stands for one graph launch a step, a bigger change than the fix
+    ("blind_hostmetrics_base", "blind_hostmetrics_fix", None, "token metrics as a confusion matrix accumulated on the "
+     "GPU and read every 50 steps, not `.tolist()` and a Python loop over the tokens every step", "host-compute"),
+    ("blind_cpumask_base", "blind_cpumask_fix", None, "the causal mask built once as a buffer on the GPU, not on the "
+     "CPU and copied in every attention layer each step", "host-compute"),
+    ("blind_emaloop_base", "blind_emaloop_fix", None, "the EMA of ViT-B/16's weights as one `torch._foreach_lerp_`, "
+     "not a Python loop over the 152 parameters", "launch-overhead"),
 ]
 
 
