@@ -164,8 +164,10 @@ def _waits_per_step(timeline) -> tuple[float, str] | None:
     return (median, max(calls, key=lambda call: call[1])[0]) if calls else None
 
 
-# Waits a step from which the loop handles items one at a time (a read-back per input or request), not a loss read
-# once a step: batching is then the change, as the blind twin of per-image inference showed (64 waits a step).
+# Waits a step from which the loop moves data piece by piece, not a loss read once a step: a read-back per input or
+# request (the blind twin of per-image inference: 64 waits a step, batching the fix) or an upload per layer (a causal
+# mask built on the CPU and copied in each of 6 layers: 6, building it once on the GPU the fix). Fewer moves are then
+# the change; the waits' direction is not told apart here, so the advice names both.
 PER_ITEM_WAITS = 4
 
 
@@ -175,8 +177,10 @@ def _waits_first(per_step: float, name: str) -> str:
             "the like: `.item()`, `.cpu()`, `print(tensor)`, a synchronize), and a CUDA graph cannot capture a step "
             "that waits. ")
     if per_step >= PER_ITEM_WAITS:
-        return said + ("The loop reads results back item by item: first give each launch more work (batch the inputs "
-                       "or requests it handles one at a time, one read-back a step), then capture what remains.\n\n")
+        return said + ("The loop moves data between host and GPU piece by piece and waits each time (a read-back or "
+                       "an upload per item, request or layer): first make the moves fewer (batch the inputs or "
+                       "requests it handles one at a time, build constants on the GPU once, one read-back a step), "
+                       "then capture what remains.\n\n")
     return said + ("Read the values back every N steps instead (accumulate them on the GPU), then capture the "
                    "step.\n\n")
 
