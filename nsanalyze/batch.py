@@ -25,6 +25,7 @@ import sqlite_utils
 
 from nsanalyze import __version__
 from nsanalyze.errors import INTERRUPTED, InputError
+from nsanalyze.read.files import remove_orphan_copies
 
 PROFILE_SUFFIXES = (".ncu-rep", ".sqlite", ".pt.trace.json")  # the last: torch.profiler's trace handler's names
 DATE_IN_PATH = re.compile(r"(?<!\d)(20\d\d)([-_]?)(\d\d)\2(\d\d)(?!\d)")   # not inside a longer number
@@ -453,6 +454,8 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
                 process.join(timeout=WORKER_STOP_S)
                 if process.is_alive():
                     process.kill()
+                    process.join(timeout=WORKER_STOP_S)
+            remove_orphan_copies()   # what a worker killed mid-copy left in the cache
             raise
         else:
             pool.shutdown(wait=True)
