@@ -59,22 +59,32 @@ $(SYSTEM_STAMP):
 	@mkdir -p $(VENV) && touch $@
 
 # uv installs (from PyPI, as pip does) with parallel downloads and without compiling every installed module
-# ahead: the set-up took 84 s with pip on a fresh clone, most of it pip compiling in one process. The test run
-# lets Python write the bytecode of what it imports, once, for all its subprocesses (this project's machines set
-# PYTHONDONTWRITEBYTECODE, under which every subprocess compiled pandas and the rest again). Where uv cannot be
-# had, pip does the same installs.
+# ahead: the set-up took 84 s with pip on a fresh clone, most of it pip compiling in one process; compile_site
+# below compiles on every core instead (this project's machines set PYTHONDONTWRITEBYTECODE, under which every
+# process that imports pandas and the rest would otherwise compile them again). Where uv cannot be had, pip does
+# the same installs.
 install = if $(BIN)/python -m uv --version >/dev/null 2>&1; \
 	then $(BIN)/python -m uv pip install -q --python $(BIN)/python $(1); \
 	else $(BIN)/python -m pip install -q $(1); fi
+
+# The installed packages' bytecode, compiled ahead on every core once they are installed (uv leaves it to the
+# first import): on a fresh clone the suite's first run took 9 min 7 s of pytest against 7 min 10 s for the next
+# run in the same clone, its processes compiling pandas, matplotlib and the rest side by side as each first
+# imported them; compiling all of site-packages ahead takes about 21 s on the 2 cores. A module that does not
+# compile (a package's Python 2 example) is skipped: this only saves time.
+compile_site = $(BIN)/python -m compileall -q -j 0 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
+	>/dev/null 2>&1 || true
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q uv || $(BIN)/python -m pip install -q --upgrade pip
 	$(call install,-e .)
+	@$(compile_site)
 	@touch $@
 
 $(TEST_STAMP): $(STAMP)
 	$(call install,-e '.[test]')
+	@$(compile_site)
 	@touch $@
 
 clean:
