@@ -70,6 +70,9 @@ class SourceSpot:
         return self._sass or None
 
 
+UNASKED = object()   # SourceCode.table before the markers were read
+
+
 class SourceCode:
     """Where one loaded function's PCs come from in the source. NVIDIA's `ncu_report` builds a launch's
     PC-to-source map (the SASS of the launch's whole module, disassembled, with its line table) on the
@@ -89,7 +92,7 @@ class SourceCode:
         self.action, self.lines, self.built = action, {}, False
         self.peers = peers if peers is not None else []   # the SourceCodes of the same context and device
         self.peers.append(self)
-        self.table: bool | None = ...   # line_table(action), asked at the first look-up
+        self.table = UNASKED   # line_table(action): asked at the first look-up (its markers cost up to 1.7 ms)
 
     def action_for(self, pc: int):
         """The action whose map answers for `pc`: a peer's already-built map where it holds `pc` (its module
@@ -103,7 +106,7 @@ class SourceCode:
         return self.action
 
     def where(self, pc: int) -> tuple[str | None, int | None]:
-        if self.table is ...:
+        if self.table is UNASKED:
             self.table = line_table(self.action)
         if self.table is False:
             return (None, None)
