@@ -18,6 +18,7 @@ from nsanalyze.checks.stalls import name_first_findings_stall
 from nsanalyze.errors import InputError
 from nsanalyze.normalize import normalize_ncu
 from nsanalyze.numbers import finite
+from nsanalyze.text import own_signature_words
 from nsanalyze.normalize.clocks import clock_control
 from nsanalyze.normalize.kernel_groups import group_launches
 from nsanalyze.normalize.kernels import IDENTITY_COLUMNS, metrics_to_read, report_launch_floor
@@ -78,9 +79,6 @@ def _nvidia_rules(report: NcuReport) -> list[dict]:
     return rules
 
 
-_SIGNATURE_WORDS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?!\w|::)")  # identifiers, not the namespaces they sit in
-
-
 def instance_names(kernels: list[dict]) -> dict:
     """Names that tell apart the template instances of one function in a report (kernel id -> name): the short
     name with the last words of its signature that not all of them share (gpt_bf16_full's Adam step:
@@ -90,13 +88,10 @@ def instance_names(kernels: list[dict]) -> dict:
     for kernel in kernels:
         if kernel.get("name") and kernel.get("demangled"):
             signatures.setdefault((kernel.get("profile"), kernel["name"]), set()).add(kernel["demangled"])
+    own = {key: own_signature_words(alike) for key, alike in signatures.items() if len(alike) > 1}
     shown = {}
     for kernel in kernels:
-        alike = signatures.get((kernel.get("profile"), kernel.get("name")), set())
-        if len(alike) < 2:
-            continue
-        common = set.intersection(*(set(_SIGNATURE_WORDS.findall(s)) for s in alike))
-        words = list(dict.fromkeys(w for w in _SIGNATURE_WORDS.findall(kernel["demangled"]) if w not in common))
+        words = own.get((kernel.get("profile"), kernel.get("name")), {}).get(kernel.get("demangled"))
         if words:
             shown[kernel["id"]] = f"{kernel['name']}[{', '.join(words[-3:])}]"
     return shown

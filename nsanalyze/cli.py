@@ -198,8 +198,8 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
 @click.option("--outliers", is_flag=True, help="steps that stand out set to the median step")
 @click.option("--pinned", is_flag=True, help="pageable copies at the capture's pinned-memory rate")
 @click.option("--fuse", "fuse", multiple=True, metavar="ROLE",
-              help="the kernels of a role (optimizer, elementwise, ...) launched as one fused pass: their launch "
-                   "paths gone, their GPU time kept (repeatable)")
+              help="the kernels of a role (optimizer, elementwise, ...; loop: the steps' loops of launches) launched "
+                   "as one fused pass: their launch paths gone, their GPU time kept (repeatable)")
 @click.option("-o", "--output", "outputs", multiple=True, help="JSON file, or - for JSON on stdout")
 @click.option("--skip-first-ns", type=click.IntRange(min=0), help="nsys: ignore the first N ns (warm-up)")
 @click.option("--nvtx-range", help="nsys: analyze only the GPU work launched inside the NVTX ranges of this name")

@@ -62,3 +62,16 @@ def code_span(text) -> str:
     fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or (text.startswith(" ") and text.strip()) else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def own_signature_words(signatures) -> dict[str, list[str]]:
+    """Per demangled signature of one function, the identifiers of it that not all of them share, in order (the
+    namespaces they sit in left out): what tells template instances apart (`vectorized_elementwise_kernel`'s
+    MulFunctor from its AddFunctor)."""
+    import re
+
+    words = {s: re.findall(r"[A-Za-z_][A-Za-z0-9_]*(?!\w|::)", s) for s in set(signatures)}
+    if len(words) < 2:
+        return {s: [] for s in words}
+    common = set.intersection(*(set(w) for w in words.values()))
+    return {s: list(dict.fromkeys(w for w in ws if w not in common)) for s, ws in words.items()}

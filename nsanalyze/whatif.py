@@ -37,16 +37,18 @@ class WhatIf:
     graph: bool = False
     outliers: bool = False
     pinned: bool = False
-    fuse: tuple = ()            # kernel roles (normalize/kernel_roles.csv, range_roles.csv)
+    fuse: tuple = ()            # kernel roles (normalize/kernel_roles.csv, range_roles.csv), or loop
 
 
 def check_roles(fuse) -> tuple:
-    """`--fuse`'s roles, checked: one error naming the option and the roles there are."""
+    """`--fuse`'s roles, checked: one error naming the option and the roles there are (the work split's, and
+    `loop`: the operations of the steps' loops of launches, normalize/launch_loops.py)."""
+    from nsanalyze.normalize.critical_path import LOOP
     from nsanalyze.normalize.work import ROLES
 
     for role in fuse:
-        if role not in ROLES:
-            raise InputError("--fuse", f"{role!r} is no kernel role (one of: {', '.join(ROLES)})")
+        if role not in ROLES + (LOOP,):
+            raise InputError("--fuse", f"{role!r} is no kernel role (one of: {', '.join(ROLES + (LOOP,))})")
     return tuple(fuse)
 
 

@@ -34,6 +34,7 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
+from nsanalyze.normalize import launch_loops
 from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, pair_keys
 from nsanalyze.normalize.host_activity import base_name, classify, rules
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
@@ -43,6 +44,8 @@ SELF_CHECK_TOLERANCE = 0.02   # the replay without change within 2% of the measu
 # Replayed at most this many calls and operations (a Python loop): a longer window is replayed as the
 # block of consecutive steps around its median step that fits.
 REPLAY_EVENTS_AT_MOST = 300_000
+# The operations of the block's loops of launches, as a role a change may name (`whatif --fuse loop`)
+LOOP = "loop"
 # An enqueue call this much longer than its name's median, and at least BLOCKED_MIN_NS, waited for a slot.
 BLOCKED_FACTOR, BLOCKED_MIN_NS = 5.0, 20_000
 MIN_BLOCKED_CALLS = 10        # fewer blocked calls: the queue never filled; no queue edge
@@ -110,6 +113,9 @@ class Graph:
     c_owner: np.ndarray | None = None
     c_stretch: np.ndarray | None = None
     path_typical: float = 0.0
+    # loops of launches (normalize.launch_loops): per operation, whether it is in one; the loops, step by step
+    o_loop: np.ndarray | None = None
+    loops: list = field(default_factory=list)
 
     @property
     def path_cap(self) -> float:
@@ -425,6 +431,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
                   o_start, o_end, o_call, o_prev, o_implied, o_gap, o_latency, o_label, o_names, o_copy_kind, o_bytes,
                   o_pageable, step_ops, np.asarray(steady_positions), depth, notes, copy_kinds)
     graph.c_owner, graph.c_stretch, graph.path_typical = launch_paths(graph)
+    graph.o_loop, graph.loops = launch_loops.find(graph)
     return graph
 
 
@@ -583,12 +590,16 @@ def matching_ops(graph: Graph, regex: re.Pattern) -> np.ndarray:
 
 
 def role_mask(graph: Graph, roles) -> np.ndarray:
-    """The graph's kernels of these roles ("*": every kernel; copies and memsets are no kernels)."""
+    """The graph's kernels of these roles ("*": every kernel; copies and memsets are no kernels), and with
+    LOOP the kernels of its loops of launches (normalize.launch_loops)."""
     labels = np.array(graph.o_label, dtype=object)
     kernels = np.array([names is not None for names in graph.o_names], dtype=bool)
     if "*" in roles:
         return kernels
-    return kernels & np.isin(labels, ["gpu:" + r for r in roles])
+    mask = kernels & np.isin(labels, ["gpu:" + r for r in roles])
+    if LOOP in roles and graph.o_loop is not None:
+        mask |= graph.o_loop
+    return mask
 
 
 def host_gaps(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -619,8 +630,13 @@ def dropped_host_ns_per_step(block: "StepBlock", roles) -> float:
     """The host time a step spends on the launch paths of the kernels of these roles (calls that launched
     only such kernels, the helper calls before them, the host compute on their way): what removing those
     kernels takes off the host (the replay's change)."""
+    return ops_host_ns_per_step(block, role_mask(block.graph, roles))
+
+
+def ops_host_ns_per_step(block: "StepBlock", ops: np.ndarray) -> float:
+    """dropped_host_ns_per_step for the operations of a mask."""
     graph = block.graph
-    paths = dropped_paths(graph, role_mask(graph, roles))
+    paths = dropped_paths(graph, ops)
     gap_host, cross_gap = host_gaps(graph)
     gap = np.where(graph.c_cross >= 0, np.minimum(gap_host, cross_gap), gap_host)
     own = (graph.c_end - graph.c_start).astype(float)
@@ -851,8 +867,13 @@ def _saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, fl
 
 def kernel_ns_per_step(block: StepBlock, roles) -> float:
     """The block's time in kernels of these roles, per step."""
+    return ops_ns_per_step(block, role_mask(block.graph, roles))
+
+
+def ops_ns_per_step(block: StepBlock, ops: np.ndarray) -> float:
+    """The block's GPU time in the operations of a mask that its calls launched, per step."""
     graph = block.graph
-    mine = role_mask(graph, roles) & (graph.o_call >= 0)
+    mine = ops & (graph.o_call >= 0)
     return float((graph.o_end - graph.o_start)[mine].sum()) / max(len(graph.step_first_op), 1)
 
 

@@ -1,0 +1,156 @@
+"""A loop in the program launches the same few kernels many times in a row every step, each shorter than its
+launch: the step waits on the loop's launches.
+
+## What it detects
+Within the steps around the median step, a run of one short motif of kernels (at most 8: `mul` and
+`add`; a GEMM, its bias and activation) launched 16 times in a row or more, in the order the host launched
+them (normalize/launch_loops.py), whose launch paths on the host (the framework's dispatch and the launch call,
+each) take over `min_launch_share` of the median step and longer than the loop's kernels take on the GPU. Such a
+run is a loop in the program's source over items: parameter tensors (an EMA, gradient clipping or weight decay
+written per parameter), task heads, embedding tables, samples, chunks, or layers of one width. The optimizer's
+kernels are left to unfused-optimizer.
+
+## Why it is slow
+Each launch costs the host tens of microseconds of Python, dispatch and driver time, while an element-wise
+kernel over one parameter runs for a few. A loop over 150 tensors with two operations each spends 5 ms of host
+time a step to give the GPU 0.7 ms of work: the GPU waits for the loop, and every step pays it.
+
+## Example
+```python
+for p_ema, p in zip(ema.parameters(), model.parameters()):   # 2 launches a tensor
+    p_ema.mul_(decay).add_(p, alpha=1 - decay)
+heads_out = [head(x) for head in self.heads]                  # a GEMM and its bias a head
+```
+
+## Instead
+```python
+torch._foreach_lerp_(ema_params, params, 1 - decay)           # a few launches for all tensors
+heads_out = torch.einsum("bd,hdk->bhk", x, self.head_weights)  # one batched product for all heads
+```
+
+## Known problems
+The saving is the replay of the steps with the loop's operations launched as one pass (their launch paths
+gone, their GPU time kept: `nsanalyze whatif --fuse loop`), capped by the host time of those launch paths. A
+foreach or batched op does the same work in a few launches; its kernels may be faster (fewer, larger): not
+counted. A loop over layers that depend on each other cannot be batched: there the change is torch.compile
+(fewer kernels a layer) or a CUDA graph of the loop, which removes the launches too; the finding names the
+motif and its count so that the reader can tell which loop it is. Only a motif repeated in a row is seen: a
+loop whose body launches different kernels from one item to the next (shapes that pick other GEMM kernels) is
+not. Graphing the whole step (launch-overhead) removes these launches too: where both speak, this finding's
+saving is counted within launch-overhead's.
+
+## Options
+- `min_launch_share`: the loops' launch paths a step, as a share of the median step, before the check speaks.
+"""
+
+import statistics
+
+import numpy as np
+
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence
+from nsanalyze.checks.program._claims import unclaimed_part
+from nsanalyze.normalize import critical_path as cp
+from nsanalyze.numbers import duration_text
+
+ID = "launch-loop"
+BUDGET_PART = "idle_launch"     # the GPU's wait on the loop's launches
+LOOP = (cp.LOOP,)
+ADVICE = """Launch the loop's work as a few operations over all its items.
+
+- A loop over tensors (an EMA of the weights, gradient clipping, weight decay or a hand-written update, per
+  parameter): the `torch._foreach_*` ops (`_foreach_lerp_`, `_foreach_mul_`, `_foreach_add_`,
+  `_foreach_norm`) take lists and launch a few kernels for all of them;
+  `torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)` clips them so.
+- A loop over heads, tables, samples or chunks of the same shape: stack their weights or inputs and make
+  one batched call (`torch.bmm`, `torch.einsum`, one `nn.Embedding` with offsets, `torch.func.vmap`).
+- A loop over layers that depend on each other: `torch.compile` fuses each layer's element-wise kernels;
+  a CUDA graph of the loop (`torch.cuda.graph`, `torch.compile(mode="reduce-overhead")`) launches it once.
+
+```python
+# before: two launches for each of the model's parameters, every step
+for p_ema, p in zip(ema.parameters(), model.parameters()):
+    p_ema.mul_(decay).add_(p, alpha=1 - decay)
+# after: a few launches for all of them
+torch._foreach_lerp_(list(ema.parameters()), list(model.parameters()), 1 - decay)
+```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.launch.loop",
+    title="A loop launches the same few kernels many times a step",
+    section="busy",
+    requires=("step_block", "steps", "budget"),
+    thresholds={
+        "min_launch_share": Threshold(
+            0.05, "the loops' launch paths over 5% of the median step are worth one flag, as an optimizer loop's are "
+                  "(unfused-optimizer): blind_emaloop_base's EMA over 152 tensors takes 5.5 ms of its 43.6 ms step "
+                  "(13%), blind_heads_base's 64 heads 10.7 ms of 47.1 ms (23%)"),
+    },
+    speedup_model=("the replay of the steps with the loops' operations launched as one pass (their launch paths gone, "
+                   "their GPU time kept), capped by those paths' host time, drawn from idle_launch"),
+    budget_part=BUDGET_PART,
+    change={"fuse": LOOP},   # the replay change priced (program.py): whatif --fuse loop
+    advice=ADVICE,
+)
+
+
+def run(timeline, limits) -> Finding | None:
+    block, steps = timeline.step_block, timeline.steps
+    if block is None or steps is None or not steps.count or not steps.median_ns or not block.graph.loops:
+        return None
+    graph = block.graph
+    replayed = max(len(graph.step_first_op), 1)
+    path_ns = cp.dropped_host_ns_per_step(block, LOOP)
+    kernel_ns = cp.kernel_ns_per_step(block, LOOP)
+    share = path_ns / steps.median_ns
+    if share < limits.min_launch_share or path_ns <= kernel_ns:
+        return None
+    loops = _typical_loops(block, replayed)
+    launches = sum(loop["launches_per_step"] for loop in loops)
+    idle_ns, _ = unclaimed_part(timeline, BUDGET_PART)
+    largest = loops[0]
+    body = "one kernel" if largest["period"] == 1 else f"{largest['period']} kernels"
+    what = (f"A loop launches the same {body} {largest['repeats']:,} times in a row every step ({launches:,.0f} "
+            "launches)" if len(loops) == 1 else
+            f"{len(loops)} loops launch the same few kernels many times in a row every step ({launches:,.0f} "
+            f"launches; the largest {body} x {largest['repeats']:,}, "
+            f"{duration_text(largest['launch_path_ns_per_step'])} of launch paths a step)")
+    finding = Finding(
+        check=ID,
+        title=f"{what}: their launch paths take "
+              f"{duration_text(path_ns)} of host time a step, {share:.0%} of the median step, for "
+              f"{duration_text(kernel_ns)} of GPU work; launch its work as a few ops (foreach, batched)",
+        estimated_speedup=0.0,
+        evidence={"launch_path_ns_per_step": evidence(path_ns, unit="ns"),
+                  "launch_path_share": evidence(share, limits.min_launch_share, unit="ratio", compare=">="),
+                  "loop_kernel_ns_per_step": evidence(kernel_ns, unit="ns"),
+                  "launches_per_step": evidence(launches),
+                  "loops": loops},
+        advice=ADVICE,
+        notes=[f"on the {replayed} replayed steps around the median: the motif {' > '.join(largest['motif'])} "
+               f"launched {largest['repeats']:,} times in a row ({largest['runs_per_step']:g} such runs a step); a "
+               "motif repeated in a row is a loop over items in the program's source"],
+    )
+    finding.estimated_savings_ns = min(path_ns * steps.count, idle_ns)   # the replay prices it (rank)
+    return finding
+
+
+def _typical_loops(block, replayed: int) -> list[dict]:
+    """The loops by motif: the median run's repeats, runs and launches a step (over the replayed steps), and
+    their launch paths' host time and GPU time a step; the most host time first."""
+    graph = block.graph
+    by_motif: dict[tuple, list] = {}
+    for loop in graph.loops:
+        by_motif.setdefault(loop.motif, []).append(loop)
+    out = []
+    for motif, loops in by_motif.items():
+        ops = np.zeros(len(graph.o_start), bool)
+        for loop in loops:
+            ops[loop.ops] = True
+        repeats = [loop.repeats for loop in loops]
+        out.append({"motif": list(motif), "period": len(motif), "repeats": int(statistics.median_low(repeats)),
+                    "runs_per_step": round(len(loops) / replayed, 2),
+                    "launches_per_step": round(len(motif) * sum(repeats) / replayed, 1),
+                    "launch_path_ns_per_step": round(cp.ops_host_ns_per_step(block, ops)),
+                    "kernel_ns_per_step": round(cp.ops_ns_per_step(block, ops))})
+    return sorted(out, key=lambda loop: (-loop["launch_path_ns_per_step"], loop["motif"]))

@@ -1,0 +1,143 @@
+"""Loops of launches: the same few GPU operations launched many times in a row within a step, in the order the
+host launched them.
+
+A Python loop over tensors (an EMA or a clipping written per parameter, an optimizer with foreach=False), over
+task heads, embedding tables or chunks launches one short motif (mul, add; or a GEMM and its bias) once per item.
+A model's layers repeat too, but with a motif of tens of kernels (a transformer block is 20-50): a motif of at most
+MAX_PERIOD operations repeated MIN_REPEATS times or more is a loop over items. Found on the block of steps around
+the median step (normalize.critical_path), a step at a time; whether such a loop costs the step is the check's
+question (checks/program/launch_loop.py), from the launch paths' host time against the loop's GPU time.
+
+Measured on the 74 real exports of fixtures/real (the middle third of each, up to 30,000 launches): runs of at
+least 16 repeats of a motif of at most 8 operations appear in 7 of them, each a loop in the program's source: an
+EMA over 152 parameters (2 x 152), 64 task heads (4 x 64), AdamW with foreach=False (8 x 128), a 32-layer MLP of
+one width (7 x 32), a chunked copy-and-scale loop (1 x 266), foreach AdamW's chunks (1 x 25) and a
+compiled step's 24 identical element-wise kernels (1 x 24); none in the 67 others (transformers, CNNs, DDP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nsanalyze.text import own_signature_words
+
+MAX_PERIOD = 8        # a loop's body: at most this many operations (a transformer block is 20-50)
+MIN_REPEATS = 16      # and repeated this many times in a row (a model's layer stack is 2-48 blocks of 20-50)
+# and in at least this share of the block's steps: a loop of every step, not one of a step that stands out (a
+# histogram logged every 10th step is slow-steps')
+MIN_STEP_SHARE = 0.5
+# Operations of these roles never form a loop here: the optimizer's are unfused-optimizer's to judge
+# (a loop over the parameters in an Optimizer.step# range, or foreach kernels by name).
+OWN_CHECK_ROLES = ("gpu:optimizer",)
+
+# Words of a signature that name types or C++ syntax, not the operation: left out of a kernel's label.
+TYPE_WORDS = frozenset({"float", "double", "int", "long", "short", "char", "bool", "signed", "unsigned", "void",
+                        "const", "lambda", "instance", "operator", "array", "Half", "BFloat16", "T1", "T2", "T3",
+                        "TensorIteratorBase", "Scalar"})
+
+
+@dataclass
+class LaunchLoop:
+    """One run of a motif repeated in a row within one step of the block."""
+
+    step: int              # the block step it ran in
+    period: int            # operations in the motif
+    repeats: int           # times in a row
+    ops: np.ndarray        # the graph's operations of the run, in launch order (its kernels, the memsets among them)
+    motif: tuple           # the motif's kernels, in order (short names, with the words that tell instances apart)
+
+    @property
+    def launches(self) -> int:
+        return self.period * self.repeats
+
+
+def find(graph) -> tuple[np.ndarray, list[LaunchLoop]]:
+    """The operations of the graph in a loop (a mask over its operations) and the loops, step by step."""
+    n_ops = len(graph.o_start)
+    in_loop = np.zeros(n_ops, bool)
+    loops: list[LaunchLoop] = []
+    if not n_ops:
+        return in_loop, loops
+    identity = _identities(graph)
+    memset = np.array([label == "gpu:memset" for label in graph.o_label], dtype=bool)
+    labels = _labels(graph)
+    call_start = np.where(graph.o_call >= 0, graph.c_start[np.maximum(graph.o_call, 0)], graph.o_start)
+    found: dict[tuple, list] = {}   # motif (its operations' identities) -> its runs
+    for step, ops in enumerate(graph.step_first_op):
+        ops = np.asarray(ops, dtype=np.int64)
+        if len(ops) < MIN_REPEATS:
+            continue
+        ops = ops[np.lexsort((ops, call_start[ops]))]   # launch order (a call's operations in their order)
+        # memsets are left out of the motif (PyTorch zeroes a reduction's scratch for some sizes and not others)
+        # and belong to the loop they fall in: their launches are the loop's too
+        kernels = np.flatnonzero(~memset[ops])
+        for first, period, repeats in runs(identity[ops[kernels]]):
+            motif = ops[kernels[first:first + period]]
+            run_ops = ops[kernels[first]:kernels[first + period * repeats - 1] + 1]
+            found.setdefault(tuple(identity[motif].tolist()), []).append(
+                LaunchLoop(step, period, repeats, run_ops, tuple(labels(int(i)) for i in motif)))
+    steps = len(graph.step_first_op)
+    for motif_runs in found.values():
+        if len({loop.step for loop in motif_runs}) >= MIN_STEP_SHARE * steps:   # a loop of the steps, not of one
+            loops += motif_runs
+            for loop in motif_runs:
+                in_loop[loop.ops] = True
+    loops.sort(key=lambda loop: (loop.step, int(loop.ops[0])))
+    return in_loop, loops
+
+
+def runs(seq: np.ndarray, max_period: int = MAX_PERIOD, min_repeats: int = MIN_REPEATS) -> list[tuple[int, int, int]]:
+    """Maximal runs of a motif repeated in a row in `seq` (ints; negative values never match anything): (first
+    index, period, repeats), no two overlapping, the runs covering the most elements taken first and, of equal
+    cover, the shortest motif (ABAB is 2 x 2, not 4 x 1)."""
+    n = len(seq)
+    candidates = []
+    for period in range(1, min(max_period, n // min_repeats) + 1):
+        same = (seq[period:] == seq[:-period]) & (seq[period:] >= 0)   # element i + period repeats element i
+        if not same.any():
+            continue
+        edges = np.diff(np.concatenate(([0], same.astype(np.int8), [0])))
+        starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+        repeats = (ends - starts + period) // period   # the stretch start..end-1 repeats the period before it
+        long = repeats >= min_repeats
+        candidates += [(r * period, period, s, r) for s, r in zip(starts[long].tolist(), repeats[long].tolist())]
+    taken = np.zeros(n, bool)
+    out = []
+    for cover, period, start, repeats in sorted(candidates, key=lambda c: (-c[0], c[1], c[2])):
+        if taken[start:start + cover].any():
+            continue
+        taken[start:start + cover] = True
+        out.append((start, period, repeats))
+    return sorted(out)
+
+
+def _identities(graph) -> np.ndarray:
+    """One int per operation: equal for the same kernel (its demangled name); a distinct negative value for the
+    operations that match nothing: copies and memsets (a copy is the copy checks' to judge: its call may wait
+    for it, so its launch path is not a launch's) and the kernels of OWN_CHECK_ROLES."""
+    keys: dict = {}
+    out = np.empty(len(graph.o_start), np.int64)
+    for i, (label, names) in enumerate(zip(graph.o_label, graph.o_names)):
+        if names is None or label in OWN_CHECK_ROLES:
+            out[i] = -1 - i
+            continue
+        out[i] = keys.setdefault(names[1] or names[0], len(keys))
+    return out
+
+
+def _labels(graph):
+    """A kernel's label: its short name, and where the graph's kernels of that name are several template
+    instances, the last words of its signature that tell it apart (`vectorized_elementwise_kernel[MulFunctor]`)."""
+    by_short: dict = {}
+    for names in graph.o_names:
+        if names is not None and names[0] and names[1]:
+            by_short.setdefault(names[0], set()).add(names[1])
+    own = {short: own_signature_words(signatures) for short, signatures in by_short.items() if len(signatures) > 1}
+
+    def label(op: int) -> str:
+        short, demangled = graph.o_names[op]
+        words = [w for w in own.get(short, {}).get(demangled, ()) if w not in TYPE_WORDS]
+        return f"{short}[{', '.join(words[-2:])}]" if words else short or demangled or "kernel"
+    return label

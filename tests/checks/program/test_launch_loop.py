@@ -1,0 +1,99 @@
+"""A loop in the program over items (an EMA over 152 parameter tensors, AdamW foreach=False over 128, a 32-layer
+MLP of one width) launches one short motif of kernels many times in a row every step. launch-loop finds the run
+in the launch order (normalize/launch_loops.py), prices it by the replay of `whatif --fuse loop` (the loop's
+launch paths gone, its GPU time kept), counts it within launch-overhead (a graph of the step holds it), and
+leaves the optimizer's own loop to unfused-optimizer where PyTorch's annotations name it. Each figure against
+SQL over the exports."""
+
+import pytest
+
+from tests.checks.program.test_optimizer_loop import OPTIMIZER_RANGES
+from tests.conftest import REAL, program_findings, sql
+
+EMA_BASE, EMA_FIX = REAL / "blind_emaloop_base_nsys.sqlite.xz", REAL / "blind_emaloop_fix_nsys.sqlite.xz"
+CLIP_BASE, CLIP_FIX = REAL / "blind_gradclip_base_nsys.sqlite.xz", REAL / "blind_gradclip_fix_nsys.sqlite.xz"
+ANNOT, LOOP = REAL / "opt_loop_annot_nsys.sqlite.xz", REAL / "opt_loop_nsys.sqlite.xz"
+
+
+def _finding(model, check):
+    return next((f for f in program_findings(model) if f["check"] == check), None)
+
+
+def sql_longest_repeat(path, step: str, period: int) -> int:
+    """The most times in a row that one motif of `period` kernels is launched in the step range `step`, by a
+    plain scan of SQL's launches in call order (kernels by demangled name)."""
+    ((start, end),) = sql(path, f"SELECT start, end FROM NVTX_EVENTS WHERE eventType = 59 AND text = '{step}'")
+    names = [n for (n,) in sql(path, f"""SELECT k.demangledName FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
+        WHERE r.start >= {start} AND r.start < {end} ORDER BY r.start""")]
+    best = 0
+    for first in range(len(names) - period):
+        repeats = 1
+        while names[first + repeats * period:first + (repeats + 1) * period] == names[first:first + period]:
+            repeats += 1
+        best = max(best, repeats)
+    return best
+
+
+def test_the_ema_loop_is_found_as_two_kernels_152_times(analyzed):
+    """The EMA as `p_ema.mul_(d).add_(p, alpha=1 - d)` over ViT-B/16's 152 parameter tensors: the motif of two
+    kernels repeated 152 times in a row, as SQL's launches of a steady step show; its launch paths take more host
+    time than its kernels take GPU time, and less than the median step."""
+    found = _finding(analyzed(EMA_BASE), "launch-loop")
+    loop = found["evidence"]["loops"][0]
+    assert (loop["period"], loop["repeats"]) == (2, sql_longest_repeat(EMA_BASE, "step 30", 2)) == (2, 152)
+    assert loop["launches_per_step"] == 304 and loop["runs_per_step"] == 1
+    assert [m.split("[")[1] for m in loop["motif"]] == ["AUnaryFunctor, MulFunctor]", "CUDAFunctor_add]"]
+    paths = found["evidence"]["launch_path_ns_per_step"]["value"]
+    steps = analyzed(EMA_BASE)["timeline"]["steps"]
+    assert found["evidence"]["loop_kernel_ns_per_step"]["value"] < paths < steps["median_ns"]
+
+
+def test_the_foreach_twin_has_no_loop(analyzed):
+    """The fix, one torch._foreach_lerp_ over the lists: no motif of two kernels repeats 16 times in a row in SQL's
+    launches, and no launch-loop finding."""
+    assert sql_longest_repeat(EMA_FIX, "step 30", 2) < 16
+    assert _finding(analyzed(EMA_FIX), "launch-loop") is None
+
+
+def test_the_loop_is_counted_within_a_graph_of_the_step(analyzed):
+    """launch-overhead's change (each step one graph launch) removes the loop's launches too: the loop's
+    finding is counted within it, and its savings are at most launch-overhead's."""
+    model = analyzed(EMA_BASE)
+    loop, graph = _finding(model, "launch-loop"), _finding(model, "launch-overhead")
+    assert loop["evidence"]["within"] == "launch-overhead"
+    assert loop["estimated_savings_ns"] < graph["estimated_savings_ns"]
+    assert "launch-loop's smaller change saves" in graph["title"]
+
+
+def test_the_optimizer_loop_named_by_its_ranges_is_left_to_unfused_optimizer(analyzed):
+    """AdamW foreach=False: 8 kernels for each of 128 tensors. Under PyTorch's annotations (opt_loop_annot) its
+    launches are the optimizer's (unfused-optimizer's finding), and launch-loop's loops hold none of the
+    kernels launched in an Optimizer.step# range; without them (opt_loop, the same program) launch-loop finds the
+    loop, 1,024 launches a step, as many as SQL counts in each Optimizer.step# range of the annotated twin."""
+    per_range = sql(ANNOT, f"""WITH o AS MATERIALIZED ({OPTIMIZER_RANGES}) SELECT COUNT(*) FROM o
+        JOIN launched l ON l.call_start >= o.start AND l.call_start < o.end GROUP BY o.start""",
+                    launched=("CUPTI_ACTIVITY_KIND_KERNEL",))
+    assert {n for (n,) in per_range[1:]} == {1024}
+    annotated = analyzed(ANNOT)
+    assert _finding(annotated, "unfused-optimizer") is not None
+    loops = (_finding(annotated, "launch-loop") or {"evidence": {"loops": []}})["evidence"]["loops"]
+    assert all((loop["period"], loop["repeats"]) != (8, 128) for loop in loops)
+    plain = _finding(analyzed(LOOP), "launch-loop")
+    first = plain["evidence"]["loops"][0]
+    assert (first["period"], first["repeats"], first["launches_per_step"]) == (8, 128, 1024)
+
+
+def test_clipping_by_hand_is_two_loops_over_the_149_gradients(analyzed):
+    """Round 50's blind twin: gradient clipping written per parameter (a norm each, then a mul_ each) over a small
+    GPT's 149 gradients. PyTorch zeroes a norm's scratch with a memset for some tensor sizes and not others, so
+    the memsets fall irregularly between the norms: the loops are found in the kernels' order, 149 kernels in a
+    row each, as SQL's kernels of a steady step show, and the memsets among them are the loops' launches too.
+    The fix, clip_grad_norm_(foreach=True), has no loop."""
+    found = _finding(analyzed(CLIP_BASE), "launch-loop")
+    loops = found["evidence"]["loops"]
+    assert sql_longest_repeat(CLIP_BASE, "step 100", 1) == 149
+    assert sorted((loop["period"], loop["repeats"]) for loop in loops) == [(1, 149), (1, 149)]
+    assert found["evidence"]["launches_per_step"]["value"] == 298
+    assert sql_longest_repeat(CLIP_FIX, "step 100", 1) < 16
+    assert _finding(analyzed(CLIP_FIX), "launch-loop") is None
