@@ -45,7 +45,7 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         if missing:
             hint = "nsys profile --gpu-metrics-devices=all" if "gpu_metrics" in missing or "busy_clock" in missing \
                 else "nsys profile --cuda-graph-trace=node" if "work" in missing and timeline.work \
-                else "an NVTX range a step (torch.cuda.nvtx.range_push(f'step {i}')) under nsys profile -t cuda,nvtx" \
+                else "nsys profile -t cuda,nvtx with an NVTX range a step (torch.cuda.nvtx.range_push)" \
                 if "steps" in missing else "nsys profile -t cuda,nvtx"
             not_judged.append(NotJudged(check.id, None, missing, hint))
             continue

@@ -134,7 +134,8 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
                        "trusted": block.trusted},
         "critical_path": _rounded(path_after), "critical_path_before": _rounded(path_before),
         "changes": _changes(block.graph, speedups, remove, asked, pinned_rate, len(block.graph.step_first_op))
-        + [{"change": "fuse", "role": role, "kernels": int(cp.role_mask(block.graph, (role,)).sum()),
+        + [{"change": "fuse", "role": role,   # kernels only: a loop's memsets go with it, but are none
+            "kernels": int((cp.role_mask(block.graph, (role,)) & cp.role_mask(block.graph, ("*",))).sum()),
             "launch_path_ns_per_step": cp.dropped_host_ns_per_step(block, (role,))} for role in asked.fuse],
         "notes": list(block.graph.notes),
     }

@@ -1,18 +1,18 @@
-"""Loops of launches: the same few GPU operations launched many times in a row within a step, in the order the
+"""Loops of launches: the same few kernels launched many times in a row within a step, in the order the
 host launched them.
 
 A Python loop over tensors (an EMA or a clipping written per parameter, an optimizer with foreach=False), over
 task heads, embedding tables or chunks launches one short motif (mul, add; or a GEMM and its bias) once per item.
 A model's layers repeat too, but with a motif of tens of kernels (a transformer block is 20-50): a motif of at most
-MAX_PERIOD operations repeated MIN_REPEATS times or more is a loop over items. Found on the block of steps around
+MAX_PERIOD kernels repeated MIN_REPEATS times or more is a loop over items. Found on the block of steps around
 the median step (normalize.critical_path), a step at a time; whether such a loop costs the step is the check's
 question (checks/program/launch_loop.py), from the launch paths' host time against the loop's GPU time.
 
-Measured on the 74 real exports of fixtures/real (the middle third of each, up to 30,000 launches): runs of at
-least 16 repeats of a motif of at most 8 operations appear in 7 of them, each a loop in the program's source: an
-EMA over 152 parameters (2 x 152), 64 task heads (4 x 64), AdamW with foreach=False (8 x 128), a 32-layer MLP of
-one width (7 x 32), a chunked copy-and-scale loop (1 x 266), foreach AdamW's chunks (1 x 25) and a
-compiled step's 24 identical element-wise kernels (1 x 24); none in the 67 others (transformers, CNNs, DDP).
+Measured on the 74 real nsys exports of fixtures/real (the replayed steps around each one's median step): loops
+appear in 8, each a loop in the program's source: an EMA over 152 parameters (2 kernels x 152), clipping by hand
+over 149 gradients (a norm each, then a mul_ each: 1 x 149, twice), 48 embedding tables (1 x 48 twice, 4 x 48),
+64 task heads (4 x 64), AdamW with foreach=False (8 x 128), a 32-layer MLP of one width (7 x 32) and a chunked
+copy-and-scale loop (1 x 20); none in the 65 others with replayed steps (transformers, CNNs, DDP, graphs).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 from nsanalyze.text import own_signature_words
 
-MAX_PERIOD = 8        # a loop's body: at most this many operations (a transformer block is 20-50)
+MAX_PERIOD = 8        # a loop's body: at most this many kernels (a transformer block is 20-50)
 MIN_REPEATS = 16      # and repeated this many times in a row (a model's layer stack is 2-48 blocks of 20-50)
 # and in at least this share of the block's steps: a loop of every step, not one of a step that stands out (a
 # histogram logged every 10th step is slow-steps')

@@ -55,6 +55,10 @@ from nsanalyze.numbers import duration_text
 ID = "launch-loop"
 BUDGET_PART = "idle_launch"     # the GPU's wait on the loop's launches
 LOOP = (cp.LOOP,)
+# The element-wise operations of Adam's and AdamW's update, as PyTorch's kernels name their functors (lerp_scalar
+# for the first moment, addcmul for the second, sqrt, addcdiv for the step): a loop whose motif holds three of them
+# is an optimizer written per parameter (foreach=False, or by hand), whatever ranges the export has.
+ADAM_WORDS = ("lerp", "addcmul", "sqrt", "addcdiv")
 ADVICE = """Launch the loop's work as a few operations over all its items.
 
 - A loop over tensors (an EMA of the weights, gradient clipping, weight decay or a hand-written update, per
@@ -63,6 +67,8 @@ ADVICE = """Launch the loop's work as a few operations over all its items.
   `torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)` clips them so.
 - A loop over heads, tables, samples or chunks of the same shape: stack their weights or inputs and make
   one batched call (`torch.bmm`, `torch.einsum`, one `nn.Embedding` with offsets, `torch.func.vmap`).
+- An optimizer's update per parameter (`foreach=False`): `fused=True` (`torch.optim.AdamW(params,
+  fused=True)`) updates every parameter in one kernel.
 - A loop over layers that depend on each other: `torch.compile` fuses each layer's element-wise kernels;
   a CUDA graph of the loop (`torch.cuda.graph`, `torch.compile(mode="reduce-overhead")`) launches it once.
 
@@ -115,11 +121,15 @@ def run(timeline, limits) -> Finding | None:
             f"{len(loops)} loops launch the same few kernels many times in a row every step ({launches:,.0f} "
             f"launches; the largest {body} x {largest['repeats']:,}, "
             f"{duration_text(largest['launch_path_ns_per_step'])} of launch paths a step)")
+    adam = [word for word in ADAM_WORDS if any(word in name.lower() for name in largest["motif"])]
+    change = (f"{'the largest loop' if len(loops) > 1 else 'its'} kernels are Adam's update ({', '.join(adam)}): an "
+              "optimizer stepped per parameter; use "
+              "fused=True" if len(adam) >= 3 else "launch its work as a few ops (foreach, batched)")
     finding = Finding(
         check=ID,
         title=f"{what}: their launch paths take "
               f"{duration_text(path_ns)} of host time a step, {share:.0%} of the median step, for "
-              f"{duration_text(kernel_ns)} of GPU work; launch its work as a few ops (foreach, batched)",
+              f"{duration_text(kernel_ns)} of GPU work; {change}",
         estimated_speedup=0.0,
         evidence={"launch_path_ns_per_step": evidence(path_ns, unit="ns"),
                   "launch_path_share": evidence(share, limits.min_launch_share, unit="ratio", compare=">="),

@@ -35,6 +35,27 @@ def sql_longest_repeat(path, step: str, period: int) -> int:
     return best
 
 
+def sql_loop_host_span(path, step: str, period: int) -> float:
+    """The host time of the step's longest loop of a `period`-kernel motif, by SQL's calls in order: from the end of
+    the last call before its first launch that is no cuKernelGet* helper to the end of its last launch."""
+    ((start, end),) = sql(path, f"SELECT start, end FROM NVTX_EVENTS WHERE eventType = 59 AND text = '{step}'")
+    calls = sql(path, f"""SELECT r.start, r.end, s.value, k.demangledName FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        JOIN StringIds s ON s.id = r.nameId LEFT JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
+        WHERE r.start >= {start} AND r.start < {end} ORDER BY r.start""")
+    launches = [i for i, c in enumerate(calls) if c[3] is not None]
+    names = [calls[i][3] for i in launches]
+    best = (0, 0)
+    for first in range(len(names) - period):
+        repeats = 1
+        while names[first + repeats * period:first + (repeats + 1) * period] == names[first:first + period]:
+            repeats += 1
+        best = max(best, (repeats, first))
+    repeats, first = best
+    opening = launches[first]
+    before = max(i for i in range(opening) if not calls[i][2].startswith("cuKernelGet"))
+    return calls[launches[first + repeats * period - 1]][1] - calls[before][1]
+
+
 def test_the_ema_loop_is_found_as_two_kernels_152_times(analyzed):
     """The EMA as `p_ema.mul_(d).add_(p, alpha=1 - d)` over ViT-B/16's 152 parameter tensors: the motif of two
     kernels repeated 152 times in a row, as SQL's launches of a steady step show; its launch paths take more host
@@ -82,6 +103,11 @@ def test_the_optimizer_loop_named_by_its_ranges_is_left_to_unfused_optimizer(ana
     plain = _finding(analyzed(LOOP), "launch-loop")
     first = plain["evidence"]["loops"][0]
     assert (first["period"], first["repeats"], first["launches_per_step"]) == (8, 128, 1024)
+    # its kernels name Adam's update (PyTorch's functors): the finding says what the loop is and what to use
+    assert {"lerp", "addcmul", "sqrt", "addcdiv"} <= {w for m in first["motif"] for w in
+                                                      ("lerp", "addcmul", "sqrt", "addcdiv") if w in m}
+    assert "Adam's update" in plain["title"] and "fused=True" in plain["title"]
+    assert "Adam's update" not in _finding(analyzed(EMA_BASE), "launch-loop")["title"]
 
 
 def test_clipping_by_hand_is_two_loops_over_the_149_gradients(analyzed):
