@@ -26,13 +26,18 @@ def sql_longest_repeat(path, step: str, period: int) -> int:
     names = [n for (n,) in sql(path, f"""SELECT k.demangledName FROM CUPTI_ACTIVITY_KIND_RUNTIME r
         JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
         WHERE r.start >= {start} AND r.start < {end} ORDER BY r.start""")]
-    best = 0
+    return _longest_run(names, period)[0]
+
+
+def _longest_run(names: list, period: int) -> tuple[int, int]:
+    """(repeats, first index) of the longest run of one motif of `period` names repeated in a row."""
+    best = (0, 0)
     for first in range(len(names) - period):
         repeats = 1
         while names[first + repeats * period:first + (repeats + 1) * period] == names[first:first + period]:
             repeats += 1
-        best = max(best, repeats)
-    return best
+        best = max(best, (repeats, -first))
+    return best[0], -best[1]
 
 
 def sql_loop_host_span(path, step: str, period: int) -> float:
@@ -43,14 +48,7 @@ def sql_loop_host_span(path, step: str, period: int) -> float:
         JOIN StringIds s ON s.id = r.nameId LEFT JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
         WHERE r.start >= {start} AND r.start < {end} ORDER BY r.start""")
     launches = [i for i, c in enumerate(calls) if c[3] is not None]
-    names = [calls[i][3] for i in launches]
-    best = (0, 0)
-    for first in range(len(names) - period):
-        repeats = 1
-        while names[first + repeats * period:first + (repeats + 1) * period] == names[first:first + period]:
-            repeats += 1
-        best = max(best, (repeats, first))
-    repeats, first = best
+    repeats, first = _longest_run([calls[i][3] for i in launches], period)
     opening = launches[first]
     before = max(i for i in range(opening) if not calls[i][2].startswith("cuKernelGet"))
     return calls[launches[first + repeats * period - 1]][1] - calls[before][1]
