@@ -290,9 +290,10 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
         else:
             finding.severity = "info"
     severity_order = {"high": 0, "medium": 1, "low": 2, "info": 3}
+    # at equal savings, a finding counted within another (within_wider_changes) after it: it adds nothing beyond it
     ordered = sorted(findings, key=lambda f: (f.severity == "info", -round(f.estimated_savings_ns, 1),
                                               severity_order[f.severity], getattr(f, "counted_after", False),
-                                              -getattr(f, "potential", 0.0), f.check))
+                                              -getattr(f, "potential", 0.0), "within" in f.evidence, f.check))
     floor_index = 0  # a kernel finding is never more severe than a finding ranked above it (mixed reports)
     for position, finding in enumerate(ordered, start=1):
         finding.rank = position

@@ -11,8 +11,8 @@ question (checks/program/launch_loop.py), from the launch paths' host time again
 Measured on the 74 real nsys exports of fixtures/real (the replayed steps around each one's median step): loops
 appear in 8, each a loop in the program's source: an EMA over 152 parameters (2 kernels x 152), clipping by hand
 over 149 gradients (a norm each, then a mul_ each: 1 x 149, twice), 48 embedding tables (1 x 48 twice, 4 x 48),
-64 task heads (4 x 64), AdamW with foreach=False (8 x 128), a 32-layer MLP of one width (7 x 32) and a chunked
-copy-and-scale loop (1 x 20); none in the 65 others with replayed steps (transformers, CNNs, DDP, graphs).
+64 task heads (4 x 64; their backward, 9 x 63), AdamW with foreach=False (8 x 128), a 32-layer MLP of one
+width (7 x 32; its backward, 10 x 31) and a chunked copy-and-scale loop (1 x 20); none in the 65 others with replayed steps (transformers, CNNs, DDP, graphs).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import numpy as np
 
 from nsanalyze.text import own_signature_words
 
-MAX_PERIOD = 8        # a loop's body: at most this many kernels (a transformer block is 20-50)
+MAX_PERIOD = 12       # a loop's body: at most this many kernels (a transformer block is 20-50; a backward of
+#                       a per-head GEMM 9, of a small MLP layer 10; AdamW foreach=False 8)
 MIN_REPEATS = 16      # and repeated this many times in a row (a model's layer stack is 2-48 blocks of 20-50)
 # and in at least this share of the block's steps: a loop of every step, not one of a step that stands out (a
 # histogram logged every 10th step is slow-steps')

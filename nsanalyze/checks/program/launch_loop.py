@@ -2,7 +2,7 @@
 launch: the step waits on the loop's launches.
 
 ## What it detects
-Within the steps around the median step, a run of one short motif of kernels (at most 8: `mul` and
+Within the steps around the median step, a run of one short motif of kernels (at most 12: `mul` and
 `add`; a GEMM, its bias and activation) launched 16 times in a row or more, in the order the host launched
 them (normalize/launch_loops.py), whose launch paths on the host (the framework's dispatch and the launch call,
 each) take over `min_launch_share` of the median step and longer than the loop's kernels take on the GPU. Such a
@@ -59,6 +59,8 @@ LOOP = (cp.LOOP,)
 # for the first moment, addcmul for the second, sqrt, addcdiv for the step): a loop whose motif holds three of them
 # is an optimizer written per parameter (foreach=False, or by hand), whatever ranges the export has.
 ADAM_WORDS = ("lerp", "addcmul", "sqrt", "addcdiv")
+# What the title asks for where the motif says nothing more: each kind of loop's change (ADVICE's list)
+CHANGE_TEXT = "make {it} a few launches: foreach or batched ops over items, torch.compile or a CUDA graph over layers"
 ADVICE = """Launch the loop's work as a few operations over all its items.
 
 - A loop over tensors (an EMA of the weights, gradient clipping, weight decay or a hand-written update, per
@@ -116,15 +118,19 @@ def run(timeline, limits) -> Finding | None:
     idle_ns, _ = unclaimed_part(timeline, BUDGET_PART)
     largest = loops[0]
     body = "one kernel" if largest["period"] == 1 else f"{largest['period']} kernels"
-    what = (f"A loop launches the same {body} {largest['repeats']:,} times in a row every step ({launches:,.0f} "
-            "launches)" if len(loops) == 1 else
-            f"{len(loops)} loops launch the same few kernels many times in a row every step ({launches:,.0f} "
-            f"launches; the largest {body} x {largest['repeats']:,}, "
-            f"{duration_text(largest['launch_path_ns_per_step'])} of launch paths a step)")
     adam = [word for word in ADAM_WORDS if any(word in name.lower() for name in largest["motif"])]
-    change = (f"{'the largest loop' if len(loops) > 1 else 'its'} kernels are Adam's update ({', '.join(adam)}): an "
-              "optimizer stepped per parameter; use "
-              "fused=True" if len(adam) >= 3 else "launch its work as a few ops (foreach, batched)")
+    what_it_is = (f"Adam's update ({', '.join(adam)}): an optimizer stepped per parameter, use fused=True"
+                  if len(adam) >= 3 else None)
+    if len(loops) == 1:
+        what = (f"A loop launches the same {body} {largest['repeats']:,} times in a row every step ({launches:,.0f} "
+                "launches)")
+        change = f"its kernels are {what_it_is}" if what_it_is else CHANGE_TEXT.format(it="it")
+    else:
+        what = (f"{len(loops)} loops launch the same few kernels many times in a row every step ({launches:,.0f} "
+                f"launches; the largest, {body} x {largest['repeats']:,} with "
+                f"{duration_text(largest['launch_path_ns_per_step'])} of launch paths a step"
+                f"{', is ' + what_it_is if what_it_is else ''})")
+        change = CHANGE_TEXT.format(it="them")
     finding = Finding(
         check=ID,
         title=f"{what}: their launch paths take "

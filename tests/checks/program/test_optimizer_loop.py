@@ -97,12 +97,13 @@ def test_the_fused_optimizer_is_counted_within_one_graph_launch_a_step(analyzed)
     """Both changes are real: one graph launch a step (launch-overhead) and the optimizer's launches fused
     (unfused-optimizer); the second is part of the first. Ranked by their savings (the graph saves more: 36.9
     against 19.5 ms a step), the part is counted within the whole: not shared with it as an overlap (its
-    savings stay the replay's), left out of the window's fit, and each finding names the other."""
+    savings stay the replay's), left out of the window's fit, and each finding names the other. (launch-loop's
+    loops over the model's 32 layers, 20.0 ms, are another part of the graph's saving, ranked between them.)"""
     model = analyzed(ANNOT)
     ranked = program_findings(model)
     checks = [f["check"] for f in ranked]
-    assert checks[:2] == ["launch-overhead", "unfused-optimizer"]
-    graph, fused = ranked[0], ranked[1]
+    assert checks[0] == "launch-overhead" and "unfused-optimizer" in checks
+    graph, fused = ranked[0], ranked[checks.index("unfused-optimizer")]
     assert graph["estimated_savings_ns"] > fused["estimated_savings_ns"] > 0
     assert fused["evidence"]["within"] == "launch-overhead"
     assert fused["estimated_savings_ns"] == pytest.approx(fused["evidence"]["replayed_savings_ns"]["value"], rel=1e-5)
