@@ -53,6 +53,7 @@ from nsanalyze.normalize import critical_path as cp
 from nsanalyze.numbers import duration_text
 
 ID = "launch-loop"
+MAX_LISTED = 4   # loops named in the note, the largest first (the evidence lists every one)
 BUDGET_PART = "idle_launch"     # the GPU's wait on the loop's launches
 LOOP = (cp.LOOP,)
 # The element-wise operations of Adam's and AdamW's update, as PyTorch's kernels name their functors (lerp_scalar
@@ -143,12 +144,18 @@ def run(timeline, limits) -> Finding | None:
                   "launches_per_step": evidence(launches),
                   "loops": loops},
         advice=ADVICE,
-        notes=[f"on the {replayed} replayed steps around the median: the motif {' > '.join(largest['motif'])} "
-               f"launched {largest['repeats']:,} times in a row ({largest['runs_per_step']:g} such runs a step); a "
-               "motif repeated in a row is a loop over items in the program's source"],
+        notes=[f"on the {replayed} replayed steps around the median, a motif repeated in a row is a loop over items "
+               "in the program's source: " + "; ".join(_loop_text(loop) for loop in loops[:MAX_LISTED])
+               + (f"; and {len(loops) - MAX_LISTED} more" if len(loops) > MAX_LISTED else "")],
     )
     finding.estimated_savings_ns = min(path_ns * steps.count, idle_ns)   # the replay prices it (rank)
     return finding
+
+
+def _loop_text(loop: dict) -> str:
+    runs = "once a step" if loop["runs_per_step"] == 1 else f"{loop['runs_per_step']:g} times a step"
+    return (f"{' > '.join(loop['motif'])} x {loop['repeats']:,} ({runs}): {duration_text(loop['launch_path_ns_per_step'])} "
+            f"of launch paths and {duration_text(loop['kernel_ns_per_step'])} of GPU work a step")
 
 
 def _typical_loops(block, replayed: int) -> list[dict]:
