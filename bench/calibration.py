@@ -40,10 +40,11 @@ PAIRS = [
     ("opt_loop", "opt_graph", {"graph": True}, "the whole step captured once as a CUDA graph, AdamW foreach=False "
      "and capturable", "launch-overhead"),
     # not the first finding's change: fused AdamW removes the optimizer's 1,024 launches a step and fuses its
-    # kernels, the forward's and backward's launches stay; the check this fix answers cannot tell a Python-loop
-    # optimizer's kernels (generic element-wise ones) from the model's here and says so (not judged)
+    # kernels, the forward's and backward's launches stay; unfused-optimizer cannot tell a Python-loop optimizer's
+    # kernels (generic element-wise ones) from the model's here and says so (not judged); launch-loop finds the loop
+    # by its launches and names Adam's update by its kernels (fused=True)
     ("opt_loop", "opt_fused", None, "fused AdamW, not a foreach=False per-parameter loop: a different change from "
-     "the first finding's (one graph launch a step)", "unfused-optimizer"),
+     "the first finding's (one graph launch a step)", "launch-loop"),
     # the same loop under nsys --pytorch=autograd-nvtx: its optimizer's launches are known by their range
     ("opt_loop_annot", "opt_fused", {"fuse": ("optimizer",)}, "fused AdamW; the loop recorded under PyTorch's "
      "annotations (Optimizer.step# ranges)", "unfused-optimizer"),

@@ -113,7 +113,8 @@ class Graph:
     c_owner: np.ndarray | None = None
     c_stretch: np.ndarray | None = None
     path_typical: float = 0.0
-    # loops of launches (normalize.launch_loops): per operation, whether it is in one; the loops, step by step
+    # loops of launches (normalize.launch_loops): per operation, the group of the loop it is in (-1: none); the
+    # loops, step by step
     o_loop: np.ndarray | None = None
     loops: list = field(default_factory=list)
 
@@ -591,14 +592,19 @@ def matching_ops(graph: Graph, regex: re.Pattern) -> np.ndarray:
 
 def role_mask(graph: Graph, roles) -> np.ndarray:
     """The graph's kernels of these roles ("*": every kernel; copies and memsets are no kernels), and with
-    LOOP the kernels of its loops of launches (normalize.launch_loops)."""
+    LOOP the operations of its loops of launches (normalize.launch_loops: kernels, memsets among them), with
+    "loop:N" those of its group N."""
     labels = np.array(graph.o_label, dtype=object)
     kernels = np.array([names is not None for names in graph.o_names], dtype=bool)
     if "*" in roles:
         return kernels
     mask = kernels & np.isin(labels, ["gpu:" + r for r in roles])
-    if LOOP in roles and graph.o_loop is not None:
-        mask |= graph.o_loop
+    if graph.o_loop is not None:
+        for role in roles:
+            if role == LOOP:
+                mask |= graph.o_loop >= 0
+            elif role.startswith(LOOP + ":"):   # one group of loops (launch_loops.group_loops)
+                mask |= graph.o_loop == int(role[len(LOOP) + 1:])
     return mask
 
 

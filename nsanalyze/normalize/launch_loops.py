@@ -6,7 +6,8 @@ task heads, embedding tables or chunks launches one short motif (mul, add; or a 
 A model's layers repeat too, but with a motif of tens of kernels (a transformer block is 20-50): a motif of at most
 MAX_PERIOD kernels repeated MIN_REPEATS times or more is a loop over items. Found on the block of steps around
 the median step (normalize.critical_path), a step at a time; whether such a loop costs the step is the check's
-question (checks/program/launch_loop.py), from the launch paths' host time against the loop's GPU time.
+question (checks/program/launch_loop.py), from the launch paths' host time against the loop's GPU time. Loops
+over the same number of items are grouped (group_loops): one change removes them together.
 
 Measured on the 74 real nsys exports of fixtures/real (the replayed steps around each one's median step): loops
 appear in 8, each a loop in the program's source: an EMA over 152 parameters (2 kernels x 152), clipping by hand
@@ -29,6 +30,8 @@ MIN_REPEATS = 16      # and repeated this many times in a row (a model's layer s
 # and in at least this share of the block's steps: a loop of every step, not one of a step that stands out (a
 # histogram logged every 10th step is slow-steps')
 MIN_STEP_SHARE = 0.5
+# Loops whose item counts differ by at most this share (or by one) go over the same items (group_loops)
+ITEMS_TOLERANCE = 0.02
 # Operations of these roles never form a loop here: the optimizer's are unfused-optimizer's to judge
 # (a loop over the parameters in an Optimizer.step# range, or foreach kernels by name).
 OWN_CHECK_ROLES = ("gpu:optimizer",)
@@ -48,6 +51,7 @@ class LaunchLoop:
     repeats: int           # times in a row
     ops: np.ndarray        # the graph's operations of the run, in launch order (its kernels, the memsets among them)
     motif: tuple           # the motif's kernels, in order (short names, with the words that tell instances apart)
+    group: int = -1        # the loops over the same number of items (group_loops), numbered from 0
 
     @property
     def launches(self) -> int:
@@ -55,9 +59,9 @@ class LaunchLoop:
 
 
 def find(graph) -> tuple[np.ndarray, list[LaunchLoop]]:
-    """The operations of the graph in a loop (a mask over its operations) and the loops, step by step."""
+    """Per operation of the graph, the group of the loop it is in (-1: none), and the loops, step by step."""
     n_ops = len(graph.o_start)
-    in_loop = np.zeros(n_ops, bool)
+    in_loop = np.full(n_ops, -1, np.int64)
     loops: list[LaunchLoop] = []
     if not n_ops:
         return in_loop, loops
@@ -80,13 +84,32 @@ def find(graph) -> tuple[np.ndarray, list[LaunchLoop]]:
             found.setdefault(tuple(identity[motif].tolist()), []).append(
                 LaunchLoop(step, period, repeats, run_ops, tuple(labels(int(i)) for i in motif)))
     steps = len(graph.step_first_op)
-    for motif_runs in found.values():
-        if len({loop.step for loop in motif_runs}) >= MIN_STEP_SHARE * steps:   # a loop of the steps, not of one
-            loops += motif_runs
-            for loop in motif_runs:
-                in_loop[loop.ops] = True
+    kept = [motif_runs for motif_runs in found.values()   # a loop of the steps, not of one step
+            if len({loop.step for loop in motif_runs}) >= MIN_STEP_SHARE * steps]
+    for group, motifs in enumerate(group_loops(kept)):
+        for loop in (loop for motif_runs in motifs for loop in motif_runs):
+            loop.group = group
+            in_loop[loop.ops] = group
+            loops.append(loop)
     loops.sort(key=lambda loop: (loop.step, int(loop.ops[0])))
     return in_loop, loops
+
+
+def group_loops(motifs: list[list[LaunchLoop]]) -> list[list[list[LaunchLoop]]]:
+    """The motifs (each a list of its runs) grouped by the number of items their loop went over, the most items
+    first: runs of one motif over the same count, within ITEMS_TOLERANCE, are one loop of the program's source
+    (an EMA's mul and add; the norms, then the scaling, of clipping by hand over the same gradients; a loop over
+    heads and its backward pass, 64 and 63 here) or loops over one list, which one change removes together."""
+    def items(motif_runs):
+        return int(np.median([loop.repeats for loop in motif_runs]))
+
+    groups: list[list] = []
+    for motif_runs in sorted(motifs, key=lambda m: (-items(m), m[0].motif)):
+        if groups and items(groups[-1][0]) - items(motif_runs) <= max(1, ITEMS_TOLERANCE * items(groups[-1][0])):
+            groups[-1].append(motif_runs)
+        else:
+            groups.append([motif_runs])
+    return groups
 
 
 def runs(seq: np.ndarray, max_period: int = MAX_PERIOD, min_repeats: int = MIN_REPEATS) -> list[tuple[int, int, int]]:

@@ -7,8 +7,12 @@ Within the steps around the median step, a run of one short motif of kernels (at
 them (normalize/launch_loops.py), whose launch paths on the host (the framework's dispatch and the launch call,
 each) take over `min_launch_share` of the median step and longer than the loop's kernels take on the GPU. Such a
 run is a loop in the program's source over items: parameter tensors (an EMA, gradient clipping or weight decay
-written per parameter), task heads, embedding tables, samples, chunks, or layers of one width. The optimizer's
-kernels are left to unfused-optimizer.
+written per parameter), task heads, embedding tables, samples, chunks, or layers of one width. Runs over the
+same number of items (within 2%, or one) are one loop, or loops over one list: the norms and then the scaling
+of clipping by hand, a loop over heads and its backward pass. The finding speaks for the group whose launch
+paths take most host time and names the others beside it. The optimizer's kernels are left to
+unfused-optimizer where its ranges or names tell them; where the export has neither, a loop whose motif holds
+Adam's update (lerp, addcmul, sqrt, addcdiv) is named as such.
 
 ## Why it is slow
 Each launch costs the host tens of microseconds of Python, dispatch and driver time, while an element-wise
@@ -29,8 +33,10 @@ heads_out = torch.einsum("bd,hdk->bhk", x, self.head_weights)  # one batched pro
 ```
 
 ## Known problems
-The saving is the replay of the steps with the loop's operations launched as one pass (their launch paths
-gone, their GPU time kept: `nsanalyze whatif --fuse loop`), capped by the host time of those launch paths. A
+The saving is the replay of the steps with the group's operations launched as one pass (their launch paths
+gone, their GPU time kept; `nsanalyze whatif --fuse loop` does so for every group), capped by the host time of
+those launch paths; other groups are other changes, not counted. Loops over two different lists of the same
+length form one group, even where two changes remove them. A
 foreach or batched op does the same work in a few launches; its kernels may be faster (fewer, larger): not
 counted. A loop over layers that depend on each other cannot be batched: there the change is torch.compile
 (fewer kernels a layer) or a CUDA graph of the loop, which removes the launches too; the finding names the
@@ -40,7 +46,7 @@ not. Graphing the whole step (launch-overhead) removes these launches too: where
 saving is counted within launch-overhead's.
 
 ## Options
-- `min_launch_share`: the loops' launch paths a step, as a share of the median step, before the check speaks.
+- `min_launch_share`: a group's launch paths a step, as a share of the median step, before the check speaks.
 """
 
 import statistics
@@ -107,36 +113,41 @@ def run(timeline, limits) -> Finding | None:
     block, steps = timeline.step_block, timeline.steps
     if block is None or steps is None or not steps.count or not steps.median_ns or not block.graph.loops:
         return None
-    graph = block.graph
-    replayed = max(len(graph.step_first_op), 1)
-    path_ns = cp.dropped_host_ns_per_step(block, LOOP)
-    kernel_ns = cp.kernel_ns_per_step(block, LOOP)
-    share = path_ns / steps.median_ns
-    if share < limits.min_launch_share or path_ns <= kernel_ns:
-        return None
+    replayed = max(len(block.graph.step_first_op), 1)
     loops = _typical_loops(block, replayed)
-    launches = sum(loop["launches_per_step"] for loop in loops)
+    groups = _groups(block, loops)
+    costly = [g for g in groups if g["path_ns"] >= limits.min_launch_share * steps.median_ns
+              and g["path_ns"] > g["kernel_ns"]]
+    if not costly:
+        return None
+    group = max(costly, key=lambda g: g["path_ns"])   # the finding's change: this group's loops launched fused
+    path_ns, kernel_ns, mine = group["path_ns"], group["kernel_ns"], group["loops"]
+    share = path_ns / steps.median_ns
+    launches = sum(loop["launches_per_step"] for loop in mine)
     idle_ns, _ = unclaimed_part(timeline, BUDGET_PART)
-    largest = loops[0]
-    body = "one kernel" if largest["period"] == 1 else f"{largest['period']} kernels"
-    adam = [word for word in ADAM_WORDS if any(word in name.lower() for name in largest["motif"])]
-    what_it_is = (f"Adam's update ({', '.join(adam)}): an optimizer stepped per parameter, use fused=True"
-                  if len(adam) >= 3 else None)
-    if len(loops) == 1:
-        what = (f"A loop launches the same {body} {largest['repeats']:,} times in a row every step ({launches:,.0f} "
-                "launches)")
-        change = f"its kernels are {what_it_is}" if what_it_is else CHANGE_TEXT.format(it="it")
+    adam = max(([word for word in ADAM_WORDS if any(word in name.lower() for name in loop["motif"])]
+                for loop in mine), key=len)
+    if len(mine) == 1:
+        loop = mine[0]
+        body = "one kernel" if loop["period"] == 1 else f"{loop['period']} kernels"
+        what = f"A loop launches the same {body} {loop['repeats']:,} times in a row every step ({launches:,.0f} launches)"
     else:
-        what = (f"{len(loops)} loops launch the same few kernels many times in a row every step ({launches:,.0f} "
-                f"launches; the largest, {body} x {largest['repeats']:,} with "
-                f"{duration_text(largest['launch_path_ns_per_step'])} of launch paths a step"
-                f"{', is ' + what_it_is if what_it_is else ''})")
-        change = CHANGE_TEXT.format(it="them")
+        per_item = sum(loop["period"] for loop in mine)
+        low, high = min(loop["repeats"] for loop in mine), max(loop["repeats"] for loop in mine)
+        what = (f"Loops over the same {low:,}{f'-{high:,}' if high > low else ''} items launch {per_item} kernels an "
+                "item every step "
+                f"({launches:,.0f} launches in {len(mine)} runs)")
+    change = (f"{'its' if len(mine) == 1 else 'their'} kernels are Adam's update ({', '.join(adam)}): an optimizer "
+              "stepped per parameter, use fused=True" if len(adam) >= 3 else
+              CHANGE_TEXT.format(it="it" if len(mine) == 1 else "them"))
+    others = [g for g in groups if g is not group]
+    beside = (f"; {len(others)} other loop{'s' if len(others) > 1 else ''} beside it "
+              f"({duration_text(sum(g['path_ns'] for g in others))} of launch paths a step, not counted here)"
+              if others else "")
     finding = Finding(
         check=ID,
-        title=f"{what}: their launch paths take "
-              f"{duration_text(path_ns)} of host time a step, {share:.0%} of the median step, for "
-              f"{duration_text(kernel_ns)} of GPU work; {change}",
+        title=f"{what}: their launch paths take {duration_text(path_ns)} of host time a step, {share:.0%} of the "
+              f"median step, for {duration_text(kernel_ns)} of GPU work; {change}{beside}",
         estimated_speedup=0.0,
         evidence={"launch_path_ns_per_step": evidence(path_ns, unit="ns"),
                   "launch_path_share": evidence(share, limits.min_launch_share, unit="ratio", compare=">="),
@@ -145,11 +156,27 @@ def run(timeline, limits) -> Finding | None:
                   "loops": loops},
         advice=ADVICE,
         notes=[f"on the {replayed} replayed steps around the median, a motif repeated in a row is a loop over items "
-               "in the program's source: " + "; ".join(_loop_text(loop) for loop in loops[:MAX_LISTED])
-               + (f"; and {len(loops) - MAX_LISTED} more" if len(loops) > MAX_LISTED else "")],
+               "in the program's source: " + "; ".join(_loop_text(loop) for loop in mine[:MAX_LISTED])
+               + (f"; and {len(mine) - MAX_LISTED} more" if len(mine) > MAX_LISTED else "")],
     )
+    if others:
+        finding.notes.append("other loops, over other items (another change; not in this finding's saving): "
+                             + "; ".join(_loop_text(loop) for g in others for loop in g["loops"][:MAX_LISTED]))
     finding.estimated_savings_ns = min(path_ns * steps.count, idle_ns)   # the replay prices it (rank)
+    finding.change = {"fuse": (f"{cp.LOOP}:{group['group']}",)}
+    finding.budget_part = BUDGET_PART
     return finding
+
+
+def _groups(block, loops: list[dict]) -> list[dict]:
+    """The loops by group (loops over the same items, normalize.launch_loops.group_loops), each with its launch
+    paths' host time and GPU time a step."""
+    out = []
+    for group in sorted({loop["group"] for loop in loops}):
+        role = (f"{cp.LOOP}:{group}",)
+        out.append({"group": group, "loops": [loop for loop in loops if loop["group"] == group],
+                    "path_ns": cp.dropped_host_ns_per_step(block, role), "kernel_ns": cp.kernel_ns_per_step(block, role)})
+    return out
 
 
 def _loop_text(loop: dict) -> str:
@@ -172,6 +199,7 @@ def _typical_loops(block, replayed: int) -> list[dict]:
             ops[loop.ops] = True
         repeats = [loop.repeats for loop in loops]
         out.append({"motif": list(motif), "period": len(motif), "repeats": int(statistics.median_low(repeats)),
+                    "group": loops[0].group,
                     "runs_per_step": round(len(loops) / replayed, 2),
                     "launches_per_step": round(len(motif) * sum(repeats) / replayed, 1),
                     "launch_path_ns_per_step": round(cp.ops_host_ns_per_step(block, ops)),
