@@ -47,15 +47,11 @@ class LaunchLoop:
     """One run of a motif repeated in a row within one step of the block."""
 
     step: int              # the block step it ran in
-    period: int            # operations in the motif
+    period: int            # kernels in the motif
     repeats: int           # times in a row
     ops: np.ndarray        # the graph's operations of the run, in launch order (its kernels, the memsets among them)
     motif: tuple           # the motif's kernels, in order (short names, with the words that tell instances apart)
     group: int = -1        # the loops over the same number of items (group_loops), numbered from 0
-
-    @property
-    def launches(self) -> int:
-        return self.period * self.repeats
 
 
 def find(graph) -> tuple[np.ndarray, list[LaunchLoop]]:
