@@ -19,7 +19,8 @@ from nsanalyze.errors import InputError
 from nsanalyze.normalize import critical_path as cp
 from nsanalyze.normalize.activity import PID_SHIFT, median
 from nsanalyze.normalize.host_activity import class_order, rules
-from nsanalyze.normalize.pricing import OUTLIER_FACTOR   # `--outliers`: steps over it x the median at the median
+# OUTLIER_FACTOR: `--outliers` sets steps over it x the median to the median
+from nsanalyze.normalize.pricing import OUTLIER_FACTOR, kernels_of
 from nsanalyze.normalize.steps import find_steps
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profiles
@@ -208,5 +209,5 @@ def label(result: dict) -> str:
         elif change["change"] == "pinned":
             words.append("pageable copies pinned")
         elif change["change"] == "fuse":
-            words.append(f"{change['role']} kernels launched as one fused pass")
+            words.append(f"{kernels_of(change['role'])} launched as one fused pass")
     return ", ".join(words)

@@ -13,7 +13,8 @@ Measured on the 74 real nsys exports of fixtures/real (the replayed steps around
 appear in 8, each a loop in the program's source: an EMA over 152 parameters (2 kernels x 152), clipping by hand
 over 149 gradients (a norm each, then a mul_ each: 1 x 149, twice), 48 embedding tables (1 x 48 twice, 4 x 48),
 64 task heads (4 x 64; their backward, 9 x 63), AdamW with foreach=False (8 x 128), a 32-layer MLP of one
-width (7 x 32; its backward, 10 x 31) and a chunked copy-and-scale loop (1 x 20); none in the 65 others with replayed steps (transformers, CNNs, DDP, graphs).
+width (7 x 32; its backward, 10 x 31) and a chunked copy-and-scale loop (1 x 20); none in the 65 others with
+replayed steps (transformers, CNNs, DDP, graphs).
 """
 
 from __future__ import annotations

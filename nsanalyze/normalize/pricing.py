@@ -43,6 +43,15 @@ class Priced:
     dropped_host_ns: float = 0.0  # of what it takes away, the host's launch paths of the kernels it removes or fuses
 
 
+def kernels_of(role: str) -> str:
+    """A fused role in words: a role's kernels, or a loop's (critical_path.LOOP, "loop:N": one group of loops)."""
+    if role == cp.LOOP:
+        return "the loops' kernels"
+    if role.startswith(cp.LOOP + ":"):
+        return "the loop's kernels"
+    return f"{role} kernels"
+
+
 def role_ns(timeline, roles) -> float:
     """The window's kernel time in these roles (timeline.work; "*": every kernel)."""
     work = timeline.work or ()
@@ -107,7 +116,7 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         capped = True
     fused = tuple(declared.get("fuse", ()))
     if fused:
-        words.append(f"{'/'.join(fused)} kernels launched as one fused pass")
+        words.append(f"{'/'.join(kernels_of(role) for role in fused)} launched as one fused pass")
         fused_paths = cp.dropped_host_ns_per_step(block, fused)   # their launch paths: what the change drops
         dropped_per_step += fused_paths
         cap_per_step += fused_paths

@@ -130,7 +130,8 @@ def run(timeline, limits) -> Finding | None:
     if len(mine) == 1:
         loop = mine[0]
         body = "one kernel" if loop["period"] == 1 else f"{loop['period']} kernels"
-        what = f"A loop launches the same {body} {loop['repeats']:,} times in a row every step ({launches:,.0f} launches)"
+        what = (f"A loop launches the same {body} {loop['repeats']:,} times in a row every step "
+                f"({launches:,.0f} launches)")
     else:
         per_item = sum(loop["period"] for loop in mine)
         low, high = min(loop["repeats"] for loop in mine), max(loop["repeats"] for loop in mine)
@@ -175,14 +176,16 @@ def _groups(block, loops: list[dict]) -> list[dict]:
     for group in sorted({loop["group"] for loop in loops}):
         role = (f"{cp.LOOP}:{group}",)
         out.append({"group": group, "loops": [loop for loop in loops if loop["group"] == group],
-                    "path_ns": cp.dropped_host_ns_per_step(block, role), "kernel_ns": cp.kernel_ns_per_step(block, role)})
+                    "path_ns": cp.dropped_host_ns_per_step(block, role),
+                    "kernel_ns": cp.kernel_ns_per_step(block, role)})
     return out
 
 
 def _loop_text(loop: dict) -> str:
     runs = "once a step" if loop["runs_per_step"] == 1 else f"{loop['runs_per_step']:g} times a step"
-    return (f"{' > '.join(loop['motif'])} x {loop['repeats']:,} ({runs}): {duration_text(loop['launch_path_ns_per_step'])} "
-            f"of launch paths and {duration_text(loop['kernel_ns_per_step'])} of GPU work a step")
+    return (f"{' > '.join(loop['motif'])} x {loop['repeats']:,} ({runs}): "
+            f"{duration_text(loop['launch_path_ns_per_step'])} of launch paths and "
+            f"{duration_text(loop['kernel_ns_per_step'])} of GPU work a step")
 
 
 def _typical_loops(block, replayed: int) -> list[dict]:
