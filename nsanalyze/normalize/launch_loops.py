@@ -37,6 +37,9 @@ ITEMS_TOLERANCE = 0.02
 # (a loop over the parameters in an Optimizer.step# range, or foreach kernels by name).
 OWN_CHECK_ROLES = ("gpu:optimizer",)
 
+# A kernel's label at most this long: a motif of 12 names of 70 KB each (a profile's author chooses them) would
+# otherwise fill a finding's notes
+LABEL_CHARS = 120
 # Words of a signature that name types or C++ syntax, not the operation: left out of a kernel's label.
 TYPE_WORDS = frozenset({"float", "double", "int", "long", "short", "char", "bool", "signed", "unsigned", "void",
                         "const", "lambda", "instance", "operator", "array", "Half", "BFloat16", "T1", "T2", "T3",
@@ -160,5 +163,6 @@ def _labels(graph):
     def label(op: int) -> str:
         short, demangled = graph.o_names[op]
         words = [w for w in own.get(short, {}).get(demangled, ()) if w not in TYPE_WORDS]
-        return f"{short}[{', '.join(words[-2:])}]" if words else short or demangled or "kernel"
+        text = f"{short}[{', '.join(words[-2:])}]" if words else short or demangled or "kernel"
+        return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "…"   # a name is the profile's text
     return label

@@ -127,3 +127,27 @@ def test_clipping_by_hand_is_two_loops_over_the_149_gradients(analyzed):
     assert found["evidence"]["launches_per_step"]["value"] == 298
     assert sql_longest_repeat(CLIP_FIX, "step 100", 1) < 16
     assert _finding(analyzed(CLIP_FIX), "launch-loop") is None
+
+
+def test_a_loop_of_kernels_with_names_of_70_kb_stays_a_readable_finding(tmp_path):
+    """Kernel names are the profile author's text: the EMA export with each kernel's names made 70,000 characters
+    long (SQL UPDATE) still gives the finding, its labels cut at LABEL_CHARS, its note a few KB."""
+    import json
+    import shutil
+    import sqlite3
+
+    from nsanalyze.normalize.launch_loops import LABEL_CHARS
+    from nsanalyze.read.files import open_local
+    from tests.test_reliability import assert_handled, run_cli
+
+    path = tmp_path / "long_names.sqlite"
+    shutil.copy(open_local(EMA_BASE)[1], path)
+    with sqlite3.connect(path) as con:
+        con.execute("""UPDATE StringIds SET value = value || printf('%.*c', 70000, 'x') WHERE id IN
+                       (SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL UNION SELECT demangledName
+                        FROM CUPTI_ACTIVITY_KIND_KERNEL)""")
+    result = assert_handled(run_cli("report", path, "-o", "-"))
+    found = next(f for f in json.loads(result.stdout)["findings"] if f["check"] == "launch-loop")
+    assert found["evidence"]["loops"][0]["repeats"] == 152
+    assert all(len(name) <= LABEL_CHARS for loop in found["evidence"]["loops"] for name in loop["motif"])
+    assert len(found["notes"][0]) < 2 * LABEL_CHARS + 400
