@@ -44,8 +44,14 @@ SELF_CHECK_TOLERANCE = 0.02   # the replay without change within 2% of the measu
 # Replayed at most this many calls and operations (a Python loop): a longer window is replayed as the
 # block of consecutive steps around its median step that fits.
 REPLAY_EVENTS_AT_MOST = 300_000
-# The operations of the block's loops of launches, as a role a change may name (`whatif --fuse loop`)
+# The operations of the block's loops of launches, as a role a change may name (`whatif --fuse loop`); one group
+# of them (launch_loops.group_loops) is loop_role(N)
 LOOP = "loop"
+
+
+def loop_role(group: int) -> str:
+    """The role of one group of the block's loops, as role_mask reads it."""
+    return f"{LOOP}:{group}"
 # An enqueue call this much longer than its name's median, and at least BLOCKED_MIN_NS, waited for a slot.
 BLOCKED_FACTOR, BLOCKED_MIN_NS = 5.0, 20_000
 MIN_BLOCKED_CALLS = 10        # fewer blocked calls: the queue never filled; no queue edge

@@ -164,8 +164,7 @@ def run(timeline, limits) -> Finding | None:
         finding.notes.append("other loops, over other items (another change; not in this finding's saving): "
                              + "; ".join(_loop_text(loop) for g in others for loop in g["loops"][:MAX_LISTED]))
     finding.estimated_savings_ns = min(path_ns * steps.count, idle_ns)   # the replay prices it (rank)
-    finding.change = {"fuse": (f"{cp.LOOP}:{group['group']}",)}
-    finding.budget_part = BUDGET_PART
+    finding.change = {"fuse": (cp.loop_role(group["group"]),)}
     return finding
 
 
@@ -174,7 +173,7 @@ def _groups(block, loops: list[dict]) -> list[dict]:
     paths' host time and GPU time a step."""
     out = []
     for group in sorted({loop["group"] for loop in loops}):
-        role = (f"{cp.LOOP}:{group}",)
+        role = (cp.loop_role(group),)
         out.append({"group": group, "loops": [loop for loop in loops if loop["group"] == group],
                     "path_ns": cp.dropped_host_ns_per_step(block, role),
                     "kernel_ns": cp.kernel_ns_per_step(block, role)})
