@@ -118,13 +118,12 @@ def launch_parts(timeline, taken: dict[str, float]) -> dict[str, float]:
             getattr(timeline, "launches", None) is None:
         return {}
     limits = limits_for(check)
-    span = timeline.summary.span_ns or 0
 
     def left(part: str) -> float:
         return max(0.0, budget_part(timeline, part)[0] - taken.get(part, 0.0))
-    if timeline.launches.launches < limits.min_launches or not span or \
-            left(LAUNCH_PART) < limits.min_idle_share * span:
-        return {}   # launch-overhead does not speak
+    part_ns, part_share = budget_part(timeline, LAUNCH_PART)
+    if not launch_speaks(timeline.launches, part_share * left(LAUNCH_PART) / part_ns if part_ns else 0.0, limits):
+        return {}
     # against the whole launch wait: the replay also takes the launch wait the wider causes claim (the
     # launches after a sync, which host-sync counts), which is theirs, not beside this part
     launch_ns = budget_part(timeline, LAUNCH_PART)[0]
@@ -138,6 +137,13 @@ def launch_parts(timeline, taken: dict[str, float]) -> dict[str, float]:
     # under DISAGREE of the launch wait: the replay's noise beside the part, not a claim (attn_sdpa: 0.01 ms a
     # step of idle_host left beside 1.35 ms of launch wait)
     return {LAUNCH_BESIDE: take} if take > pricing.DISAGREE * launch_ns else {}
+
+
+def launch_speaks(launches, unclaimed_share: float, limits) -> bool:
+    """Whether launch-overhead speaks: a loop of launches (not only start-up's first ones, min_launches) whose
+    launch wait, less what wider causes claim, is min_idle_share of the window. Its finding and its claim
+    beside its part (launch_parts) ask the same question here."""
+    return launches.launches >= limits.min_launches and unclaimed_share >= limits.min_idle_share
 
 
 # Where a class's saving exceeds the idle time its calls cover (a cudaFree drains the launch queue, and the

@@ -59,7 +59,7 @@ import numpy as np
 
 from nsanalyze.normalize.model import Launches, ProfilerCost, plain
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
-from nsanalyze.checks.program._claims import unclaimed_part
+from nsanalyze.checks.program._claims import launch_speaks, unclaimed_part
 from nsanalyze.text import code_span
 
 ID = "launch-overhead"
@@ -108,14 +108,12 @@ def _one_time_ns(launches: Launches, limits) -> float:
 def run(timeline, limits) -> Finding | None:
     idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
     launches = timeline.launches
-    if launches.launches < limits.min_launches:
-        return None  # start-up: the first launch loads the module, there is no loop to put in a graph
+    if not launch_speaks(launches, share, limits):
+        return None  # start-up only (the first launch loads the module: no loop to graph), or too little wait
     # module loads are not launches a graph removes: the first launches that load their module, and the idle
     # under run-time module loads (the jit class: cuModuleLoadData of CuPy's or Numba's kernels, nvrtc)
     first, jit = _one_time_ns(launches, limits), _jit_idle_ns(timeline)
     one_time = min(idle_ns, first + jit)
-    if share < limits.min_idle_share:
-        return None
     step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
     what = ("first launches that load their module" if first else "") + \
         (" and " if first and jit else "") + ("run-time module loads" if jit else "")
