@@ -14,7 +14,9 @@ import json
 import multiprocessing
 import os
 import re
+import socket
 import sqlite3
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -239,6 +241,7 @@ def _history_rows(path: str) -> dict:
 
 HISTORY_TABLES = {"runs", "kernels", "findings", "ranges"}
 SCHEDULER_TIMEOUT_S = 10
+DASK_PORT = 8786   # a scheduler's port where the address names none (Dask's default)
 WORKER_STOP_S = 5   # how long a stopped batch waits for a worker to unwind before it kills it
 
 
@@ -404,15 +407,22 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
             progress(outcome)
 
     if scheduler:
-        from distributed import Client, as_completed as dask_completed
-
-        if not re.fullmatch(r"(tcp|tls|inproc|ucx)://[^\s/:]+(:\d+)?/?", scheduler):
+        address = re.fullmatch(r"(tcp|tls|inproc|ucx)://([^\s/:]+)(?::(\d+))?/?", scheduler)
+        if not address:
             raise InputError("--scheduler", f"{scheduler!r} is not a scheduler address (tcp://host:8786)")
-        try:
-            client = Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
-        except (OSError, TimeoutError) as exc:
-            raise InputError("--scheduler", f"no Dask scheduler answered at {scheduler} within "
-                                            f"{SCHEDULER_TIMEOUT_S} s ({exc.__class__.__name__})") from None
+
+        def unanswered(exc: BaseException) -> InputError:
+            waited = "" if isinstance(exc, ConnectionRefusedError) else f" within {SCHEDULER_TIMEOUT_S} s"
+            return InputError("--scheduler", f"no Dask scheduler answered at {scheduler}{waited} "
+                                             f"({exc.__class__.__name__})")
+        if address[1] in ("tcp", "tls"):   # a port nothing listens on refuses at once: no need to wait out Dask's
+            try:                            # retries for the whole timeout
+                socket.create_connection((address[2], int(address[3] or DASK_PORT)), SCHEDULER_TIMEOUT_S).close()
+            except OSError as exc:
+                raise unanswered(exc) from None
+        from distributed import as_completed as dask_completed
+
+        client = _dask_client(scheduler, unanswered)
         with client:
             futures = {client.submit(analyze_for_history, str(p), pure=False): (p, c) for p, c in todo}
             for future in dask_completed(futures):
@@ -481,6 +491,32 @@ class _safe_import_path:
             os.environ.pop("PYTHONSAFEPATH", None)
         else:
             os.environ["PYTHONSAFEPATH"] = self.before
+
+
+def _dask_client(scheduler: str, unanswered) -> "distributed.Client":
+    """A Dask client of the scheduler, or unanswered(error) where none answers. Dask's own timeout does not end
+    every wait: on a port that takes the connection and never speaks its protocol, Client() waited for minutes
+    (a silent listener, over 120 s with timeout=1), so the connection is made on a thread of its own, given
+    twice the timeout, and left behind (a daemon) where it has not ended."""
+    from distributed import Client
+
+    made: dict = {}
+
+    def connect() -> None:
+        try:
+            made["client"] = Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
+        except BaseException as exc:   # handed to the caller's thread
+            made["error"] = exc
+    thread = threading.Thread(target=connect, name="nsanalyze-dask-connect", daemon=True)
+    thread.start()
+    thread.join(2 * SCHEDULER_TIMEOUT_S)
+    if thread.is_alive():
+        raise unanswered(TimeoutError())
+    if isinstance(made.get("error"), (OSError, TimeoutError)):
+        raise unanswered(made["error"]) from None
+    if "error" in made:
+        raise made["error"]
+    return made["client"]
 
 
 def _analyze_in_worker(path: str) -> dict:

@@ -296,9 +296,28 @@ def test_malformed_scheduler_is_one_line(tmp_path, address):
 
 
 def test_unreachable_scheduler_gives_up(tmp_path):
+    """A port nothing listens on refuses at once: one line without waiting out Dask's timeout (it took 10 s)."""
     result = run_cli("batch", DEV_SUITE_NSYS, "--db", tmp_path / "h.sqlite", "--scheduler", "tcp://127.0.0.1:9",
                      timeout=90)
-    assert result.returncode == 2 and "no Dask scheduler answered" in result.stderr
+    assert result.returncode == 2 and "no Dask scheduler answered at tcp://127.0.0.1:9 (ConnectionRefusedError)" \
+        in result.stderr
+
+
+
+def test_silent_scheduler_gives_up_after_the_timeout(tmp_path):
+    """A port that takes the connection and never speaks Dask's protocol: Client() waited past its timeout (over
+    120 s with timeout=1); now one line after twice the timeout (1 s here, set in the child process)."""
+    import socket
+
+    code = ("import sys; from nsanalyze import batch; from nsanalyze.cli import main\n"
+            "batch.SCHEDULER_TIMEOUT_S = 1\n"
+            "main(['batch', sys.argv[1], '--db', sys.argv[2], '--scheduler', sys.argv[3]])")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+        result = subprocess.run([sys.executable, "-c", code, str(DEV_SUITE_NSYS), str(tmp_path / "h.sqlite"), address],
+                                capture_output=True, text=True, timeout=60, env=_cli_env())
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == f"nsanalyze: --scheduler: no Dask scheduler answered at {address} within 1 s (TimeoutError)\n"
 
 
 def test_corrupt_history_database_is_one_line(tmp_path):
@@ -764,15 +783,20 @@ def _recursive_export(tmp_path, name="recursive.sqlite"):
     return path
 
 
-def _interrupt_after(args, seconds: float, cwd=None):
-    """Runs nsanalyze, sends SIGINT (Ctrl-C) after `seconds`; (result code, stderr, seconds to exit)."""
+def _interrupt_after(args, seconds: float, cwd=None, ready=None):
+    """Runs nsanalyze, sends SIGINT (Ctrl-C) after `seconds`, or a second after `ready()` holds if given
+    (polled; `seconds` then the most it waits); (result code, stderr, seconds to exit)."""
     import signal
     import time
 
     process = subprocess.Popen([sys.executable, "-m", "nsanalyze", *map(str, args)], stderr=subprocess.PIPE,
                                stdout=subprocess.DEVNULL, text=True, cwd=cwd,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(seconds)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not (ready is not None and ready()):
+        time.sleep(0.1)
+    if ready is not None:
+        time.sleep(1.0)   # what follows the state polled for is under way
     sent = time.monotonic()
     process.send_signal(signal.SIGINT)
     stderr = process.communicate(timeout=60)[1]
@@ -801,7 +825,19 @@ def test_ctrl_c_in_a_batch_ends_it(tmp_path, jobs):
     _recursive_export(folder, "b_recursive.sqlite")
     _real(folder, "c_nsys.sqlite", "nightly2_nsys.sqlite.xz")
     db = tmp_path / "h.sqlite"
-    code, stderr, took = _interrupt_after(["batch", folder, "--db", db, "--jobs", jobs], 8)
+
+    def first_stored() -> bool:   # then the endless export is being read (--jobs 1), or beside it (--jobs 2)
+        try:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        except sqlite3.Error:   # not made yet
+            return False
+        try:
+            return bool(con.execute("SELECT 1 FROM runs WHERE path LIKE '%a_nsys.sqlite'").fetchone())
+        except sqlite3.Error:   # no table yet, or locked by the batch's write
+            return False
+        finally:
+            con.close()
+    code, stderr, took = _interrupt_after(["batch", folder, "--db", db, "--jobs", jobs], 30, ready=first_stored)
     assert code == 130 and "interrupted" in stderr and took < 10, stderr
     with sqlite3.connect(db) as con:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
