@@ -84,6 +84,18 @@ PAIRS = [
      "clipping written by hand over the 149 gradients (a norm each, then a `mul_` each)", "launch-loop"),
     ("blind_embtables_base", "blind_embtables_fix", {"fuse": ("loop",)}, "one embedding table with per-table "
      "offsets, not a Python loop over 48 `nn.Embedding` tables", "launch-loop"),
+    # round 51 (fixtures/real/record_graph51.sh): launch-overhead's own change on three blind bases whose users made a
+    # narrower fix: the mistake kept, the step's GPU work captured once as a CUDA graph and replayed. One call, base,
+    # graph, graph, base per program; each base is paired with the graph run beside it (the graph runs agree within
+    # 0.03 ms, the host-bound bases moved 0.8-5.2 ms), each base's prediction made on that base
+    *[(f"graph51_{c}_base{i}", f"graph51_{c}_graph{i}", {"graph": True},
+       f"{what}; the call's {('first', 'last')[i - 1]} base and graph runs", "launch-overhead")
+      for c, what in (("emaloop", "ViT-B/16's step, its EMA loop kept, captured as one CUDA graph (AdamW capturable)"),
+                      ("gradclip", "the GPT's step, its clipping by hand kept, captured as one CUDA graph (fused "
+                       "AdamW, capturable)"),
+                      ("hostmetrics", "the tagger's forward, backward and AdamW (capturable) as one CUDA graph, the "
+                       "`.tolist()` metrics left outside it"))
+      for i in (1, 2)],
 ]
 
 

@@ -73,6 +73,51 @@ def test_the_graphed_twin_saves_what_launch_overhead_predicts(analyzed):
     assert predicted == pytest.approx(saved, rel=0.25)
 
 
+@pytest.mark.parametrize("program", ["emaloop", "gradclip", "hostmetrics"])
+@pytest.mark.parametrize("run", [1, 2])
+def test_graphed_blind_twins_save_what_launch_overhead_predicts(analyzed, program, run):
+    """Round 51 (record_graph51.sh): launch-overhead's own change on three blind bases, the mistake kept and the
+    step's GPU work one CUDA graph. Each graph run's steps launch one graph each and it executes once (SQL), no
+    launch-overhead finding is left in it, and launch-overhead's savings a step on the base recorded beside it are
+    within 25% of what graphing saved by SQL's mean GPU periods (the six: -18% to +3%)."""
+    base, graphed = (REAL / f"graph51_{program}_{kind}{run}_nsys.sqlite.xz" for kind in ("base", "graph"))
+    (executions,) = sql(graphed, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")[0]
+    (launches,) = sql(graphed, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s
+        ON s.id = r.nameId WHERE s.value LIKE 'cudaGraphLaunch%'""")[0]
+    (steps,) = sql(graphed, """SELECT COUNT(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+        WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE 'step %'""")[0]
+    assert executions == launches == steps
+    twin = analyzed(graphed)
+    assert "launch-overhead" not in {f["check"] for f in twin["findings"]}
+    model = analyzed(base)
+    first = program_findings(model)[0]
+    assert first["check"] == "launch-overhead"
+    predicted = first["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+    before = sql_gpu_step_periods(base)[model["timeline"]["steps"]["first_step"]:]
+    after = sql_gpu_step_periods(graphed)[twin["timeline"]["steps"]["first_step"]:]
+    saved = statistics.mean(before) - statistics.mean(after)
+    assert predicted == pytest.approx(saved, rel=0.25)
+
+
+def test_the_graphs_hold_the_steps_kernels():
+    """The node-level runs of the graphed twins (--cuda-graph-trace=node): each step one graph launch whose
+    kernels are kernel rows with a graph node id, the eager steps' kernels and capturable AdamW's bias
+    corrections among them (SQL): 1,537, 1,138 and 451 a step; outside the graph only the input copies'
+    kernels (gradclip, 2) and the metrics' argmax (hostmetrics, 1)."""
+    for program, inside, outside in (("emaloop", 1537, 0), ("gradclip", 1138, 2), ("hostmetrics", 451, 1)):
+        path = REAL / f"graph51_{program}_node_nsys.sqlite.xz"
+        rows = sql(path, """WITH steps AS (SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s
+                ON s.id = n.textId WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE 'step %')
+            SELECT steps.start, SUM(k.graphNodeId IS NOT NULL), SUM(k.start IS NOT NULL AND k.graphNodeId IS NULL),
+                   COUNT(DISTINCT CASE WHEN s.value LIKE 'cudaGraphLaunch%' THEN r.correlationId END)
+            FROM steps JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.start >= steps.start AND r.start < steps.end
+            JOIN StringIds s ON s.id = r.nameId
+            LEFT JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId
+            GROUP BY steps.start ORDER BY steps.start""")
+        assert len(rows) == 30
+        assert {(r[1], r[2], r[3]) for r in rows[1:-1]} == {(inside, outside, 1)}, program
+
+
 def test_fp32_gemms_on_cuda_cores_and_not_in_the_tf32_twin(analyzed):
     """fp32: low-tensor-activity first, its matrix kernel time within 1% of SQL's GEMM kernels (by demangled
     name) in the steps' window, and its saving a step what TF32 saved; tf32: the same GEMMs on the tensor
