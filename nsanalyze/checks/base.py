@@ -287,15 +287,16 @@ def size_text(byte_count: float) -> str:
 
 
 def plural(count, noun: str) -> str:
-    """`1 copy`, `3 copies`, `2 launches`: counts in titles read as sentences."""
+    """`1 copy`, `3 copies`, `2,388 launches`: counts in titles read as sentences (thousands grouped, as the
+    other figures of a title)."""
     count = int(count)
     if count == 1:
         return f"1 {noun}"
     if noun.endswith("y") and noun[-2] not in "aeiou":
-        return f"{count} {noun[:-1]}ies"
+        return f"{count:,} {noun[:-1]}ies"
     if noun.endswith(("ch", "sh", "s", "x")):
-        return f"{count} {noun}es"
-    return f"{count} {noun}s"
+        return f"{count:,} {noun}es"
+    return f"{count:,} {noun}s"
 
 
 def budget_part(timeline, part: str, device_id=None) -> tuple[float, float]:

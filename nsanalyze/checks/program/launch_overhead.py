@@ -121,7 +121,7 @@ def run(timeline, limits) -> Finding | None:
     finding = Finding(
         check=ID,
         title=f"Launch-bound: the GPU waits on kernel launches {share:.0%} of the window{step_text}{loading}; "
-              f"{launches.short_kernels} of {plural(launches.launches, 'kernel')} run shorter than their launch call",
+              f"{launches.short_kernels:,} of {plural(launches.launches, 'kernel')} run shorter than their launch call",
         estimated_speedup=share,
         evidence={"idle_launch_share": evidence(share, limits.min_idle_share, unit="ratio"),
                   "idle_launch_ns": evidence(idle_ns, unit="ns"),
