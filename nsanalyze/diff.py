@@ -35,7 +35,7 @@ def _noise(kernel: dict) -> tuple[float, str]:
     if launches > 1 and m.get("stddev_ns") is not None and m.get("mean_ns"):
         # the total over n launches varies like their mean: twice the standard error, relative
         band = 2 * m["stddev_ns"] / m["mean_ns"] / math.sqrt(launches)
-        return max(MIN_NOISE, band), f"2 x standard error of the mean over {launches} launches"
+        return max(MIN_NOISE, band), f"2 x standard error of the mean over {launches:,} launches"
     return DEFAULT_NOISE, "default for a single launch"
 
 
