@@ -26,9 +26,8 @@ report: setup
 SARIF_SCHEMA = tests/.schemas/sarif-2.1.0-rtm.5.json
 
 # Two pytest-xdist workers by default, whole test files each, the longest first (tests/conftest.py): on the 2-core
-# machine 7 min 10 s to 7 min 28 s of pytest on a fresh clone with the bytecode compiled ahead (2026-12-03, 1,301
-# tests; 8 min 19 s with the set-up) against 16 min 32 s in one process; the largest process 1.14-1.37 GB (README).
-# TEST_WORKERS=0: one process.
+# machine about 7 minutes with the set-up on a fresh clone, against 16 min 32 s in one process; the largest process
+# about 1.2 GB (README has the measured figures). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
 test: setup $(TEST_SYSTEM_STAMP) $(TEST_STAMP) $(SARIF_SCHEMA)
