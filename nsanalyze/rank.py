@@ -425,6 +425,10 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
     off_path = ("; the kernels are not all on the step's critical path: faster, they save only down to what "
                 "the host and the other work take" if (declared.get("speedup") or declared.get("remove_kernels"))
                 and priced.savings_ns < own else "")
+    if declared.get("remove") and priced.savings_ns < 0.5 * own:   # the calls go, the host's work beside them stays
+        off_path = ("; the replay keeps the host's own work between those calls: where that work comes with the "
+                    "calls' cause (a library's autotuning or timing that synchronizes), removing the cause saves up "
+                    "to the check's own estimate")
 
     dropped = priced.dropped_host_ns
     host_part = (f": the change also takes the host's launch paths of those kernels away ({per_step(dropped)}), which "

@@ -305,3 +305,21 @@ def test_a_graph_on_a_step_the_host_holds_saves_the_launch_paths_host_time(analy
     assert any(n.startswith("savings beyond its idle_launch time") for n in launch["notes"])
     actual = sql_mean_step(base) - sql_mean_step("blind_heads_fix_nsys.sqlite.xz")
     assert saved == pytest.approx(actual, rel=0.25)
+
+
+def test_syncs_whose_cause_also_makes_host_work_say_the_replay_keeps_it(analyzed):
+    """cudnn.benchmark while the input length changes every step (blind_cudnnbench_base): cuDNN benchmarks each
+    new shape, with 378 device and event syncs a step and its own host work between them. host-sync's replay
+    without the syncs keeps that work and prices a twentieth of its own estimate; the fix (benchmark off) saved
+    about its estimate. The note says what the replay keeps, and that the cause's removal saves up to the estimate."""
+    name = "blind_cudnnbench_base_nsys.sqlite.xz"
+    report = analyzed(str(REAL / name))
+    found = finding(report, "host-sync")
+    calls = sum(c["calls"] for c in found["evidence"]["by_call"])   # the window's: 8,317 of the capture's 8,755
+    captured = sql(REAL / name, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s
+        ON s.id = r.nameId WHERE s.value LIKE '%Synchronize%'""")[0][0]
+    assert 0.9 * captured <= calls <= captured and calls >= 100 * report["timeline"]["steps"]["count"]
+    own = found["evidence"]["check_savings_ns"]["value"]
+    assert found["estimated_savings_ns"] < 0.1 * own
+    assert any("the replay keeps the host's own work between those calls" in note and "up to the check's own "
+               "estimate" in note for note in found["notes"])
