@@ -49,6 +49,24 @@ for x in loader: loss = step(x); total += loss.detach()
 print(total.item())
 ```"""
 
+# Where the sync call that holds most of the wait comes from in a PyTorch program, for the calls a program's own
+# reads do not make (`.item()` and `.cpu()` wait in cudaStreamSynchronize or a device-to-host copy: ADVICE's first
+# line). Among a library's: cuDNN's autotuning (`torch.backends.cudnn.benchmark`) times candidate kernels for each
+# new input shape, waiting on events and the device.
+SYNC_SOURCES = {
+    "cudaEventSynchronize": "the host waits on CUDA events: timing code (`torch.cuda.Event.synchronize()`, "
+                            "`elapsed_time`) or a library's own, such as cuDNN's autotuning "
+                            "(`torch.backends.cudnn.benchmark = True`), which times its candidate kernels again for "
+                            "every new input shape: where shapes change from step to step, turn it off or keep the "
+                            "shapes to a few sizes (pad to buckets).",
+    "cudaDeviceSynchronize": "the host waits for the whole device: `torch.cuda.synchronize()` in the loop (timing, "
+                             "debugging) or a library's own, such as cuDNN's autotuning "
+                             "(`torch.backends.cudnn.benchmark = True`) for every new input shape: where shapes "
+                             "change from step to step, turn it off or keep the shapes to a few sizes.",
+}
+SYNC_SOURCES.update({"cuEventSynchronize": SYNC_SOURCES["cudaEventSynchronize"],
+                     "cuCtxSynchronize": SYNC_SOURCES["cudaDeviceSynchronize"]})
+
 CHECK = Check(
     id=ID,
     name="program.sync.host",
@@ -99,7 +117,19 @@ def run(timeline, limits) -> Finding | None:
                   **({"drained_launch_ns": evidence(drained, unit="ns")} if drained > 0 else {}),
                   "sync_calls": evidence(calls),
                   "by_call": [dict(r.to_json(), kind=kind) for r, kind in sorted(rows, key=lambda r: -r[0].wait_ns)]},
-        advice=ADVICE,
+        advice=_source_first(rows) + ADVICE,
     )
     finding.estimated_savings_ns = idle_ns
     return finding
+
+
+def _source_first(rows) -> str:
+    """A line naming where the calls come from, where the calls that a program's own reads do not make
+    (SYNC_SOURCES) hold most of the wait: the one that waits longest explains it."""
+    total = sum(r.wait_ns for r, _ in rows)
+    theirs = sorted((r for r, _ in rows if r.name in SYNC_SOURCES), key=lambda r: -r.wait_ns)
+    waited = sum(r.wait_ns for r in theirs)
+    if not total or waited < 0.5 * total:
+        return ""
+    names = " and ".join(f"`{r.name}`" for r in theirs[:2])
+    return f"Most of the wait ({waited / total:.0%}) is in {names}: {SYNC_SOURCES[theirs[0].name]}\n\n"
