@@ -422,11 +422,11 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
     capped = priced.cap_ns is not None and priced.replayed_ns > priced.cap_ns
     replay = (f"the replay of the steps with {priced.change} ({per_step(priced.savings_ns)}"
               + (f", capped by the {per_step(priced.cap_ns)} the change takes away" if capped else "") + ")")
-    off_path = ("; the kernels are not all on the step's critical path: faster, they save only down to what "
+    why_less = ("; the kernels are not all on the step's critical path: faster, they save only down to what "
                 "the host and the other work take" if (declared.get("speedup") or declared.get("remove_kernels"))
                 and priced.savings_ns < own else "")
     if declared.get("remove") and priced.savings_ns < 0.5 * own:   # the calls go, the host's work beside them stays
-        off_path = ("; the replay keeps the host's own work between those calls: where that work comes with the "
+        why_less = ("; the replay keeps the host's own work between those calls: where that work comes with the "
                     "calls' cause (a library's autotuning or timing that synchronizes), removing the cause saves up "
                     "to the check's own estimate")
 
@@ -439,7 +439,7 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
         def near(a: float, b: float) -> bool:
             return abs(a - b) <= 0.01 * max(a, b)
         if near(final_ns, priced.savings_ns):
-            return f"savings: {replay}, not the check's own estimate ({per_step(own)}){off_path}"
+            return f"savings: {replay}, not the check's own estimate ({per_step(own)}){why_less}"
         if near(final_ns, own):
             return (f"savings: the check's own estimate ({per_step(own)}), what its budget part leaves it; {replay} "
                     "is more: it also takes away time beside this cause, which other findings count")

@@ -126,7 +126,7 @@ def launch_parts(timeline, taken: dict[str, float]) -> dict[str, float]:
         return {}
     # against the whole launch wait: the replay also takes the launch wait the wider causes claim (the
     # launches after a sync, which host-sync counts), which is theirs, not beside this part
-    launch_ns = budget_part(timeline, LAUNCH_PART)[0]
+    launch_ns = part_ns
     priced = pricing.price(timeline, LAUNCH_CHANGE, launch_ns)
     extra = priced.savings_ns - launch_ns if priced is not None else 0.0
     if extra <= pricing.DISAGREE * max(launch_ns, priced.savings_ns if priced is not None else 0.0):

@@ -53,16 +53,14 @@ print(total.item())
 # reads do not make (`.item()` and `.cpu()` wait in cudaStreamSynchronize or a device-to-host copy: ADVICE's first
 # line). Among a library's: cuDNN's autotuning (`torch.backends.cudnn.benchmark`) times candidate kernels for each
 # new input shape, waiting on events and the device.
+AUTOTUNING = ("or a library's own, such as cuDNN's autotuning (`torch.backends.cudnn.benchmark = True`), which "
+              "times its candidate kernels again for every new input shape: where shapes change from step to step, "
+              "turn it off or keep the shapes to a few sizes (pad to buckets).")
 SYNC_SOURCES = {
     "cudaEventSynchronize": "the host waits on CUDA events: timing code (`torch.cuda.Event.synchronize()`, "
-                            "`elapsed_time`) or a library's own, such as cuDNN's autotuning "
-                            "(`torch.backends.cudnn.benchmark = True`), which times its candidate kernels again for "
-                            "every new input shape: where shapes change from step to step, turn it off or keep the "
-                            "shapes to a few sizes (pad to buckets).",
+                            "`elapsed_time`) " + AUTOTUNING,
     "cudaDeviceSynchronize": "the host waits for the whole device: `torch.cuda.synchronize()` in the loop (timing, "
-                             "debugging) or a library's own, such as cuDNN's autotuning "
-                             "(`torch.backends.cudnn.benchmark = True`) for every new input shape: where shapes "
-                             "change from step to step, turn it off or keep the shapes to a few sizes.",
+                             "debugging) " + AUTOTUNING,
 }
 SYNC_SOURCES.update({"cuEventSynchronize": SYNC_SOURCES["cudaEventSynchronize"],
                      "cuCtxSynchronize": SYNC_SOURCES["cudaDeviceSynchronize"]})
