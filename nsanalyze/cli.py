@@ -200,13 +200,15 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
 @click.option("--fuse", "fuse", multiple=True, metavar="ROLE",
               help="the kernels of a role (optimizer, elementwise, ...; loop: the steps' loops of launches) launched "
                    "as one fused pass: their launch paths gone, their GPU time kept (repeatable)")
+@click.option("--untune", is_flag=True, help="an autotuner's timed trials gone (cuDNN benchmark mode, Triton's "
+                                             "autotuner): their calls, kernels and the host's time between them")
 @click.option("-o", "--output", "outputs", multiple=True, help="JSON file, or - for JSON on stdout")
 @click.option("--skip-first-ns", type=click.IntRange(min=0), help="nsys: ignore the first N ns (warm-up)")
 @click.option("--nvtx-range", help="nsys: analyze only the GPU work launched inside the NVTX ranges of this name")
 @click.option("--window", "window", type=click.Choice(["steady", "capture"]),
               help="nsys: the steady steps (the default) or the whole capture")
-def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, outputs, skip_first_ns, nvtx_range,
-                   window):
+def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, untune, outputs, skip_first_ns,
+                   nvtx_range, window):
     """What a change would buy: the steps replayed with it (their dependency graph re-timed), against
     the same replay without it, which must reproduce the measured steps within 2%."""
     from nsanalyze.analyze import Options
@@ -224,7 +226,7 @@ def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, ou
     config = load_settings()
     results = whatif(list(profiles), Options(dict(config.thresholds), skip_first_ns, nvtx_range,
                                              window or config.window or "steady"),
-                     WhatIf(tuple(speedups), tuple(remove), graph, outliers, pinned, tuple(fuse)))
+                     WhatIf(tuple(speedups), tuple(remove), graph, outliers, pinned, tuple(fuse), untune))
     write_reports(results, outputs, "whatif")
     for result in results:
         line = summary_line(result, label(result))

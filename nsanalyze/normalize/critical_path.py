@@ -34,7 +34,7 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
-from nsanalyze.normalize import launch_loops
+from nsanalyze.normalize import launch_loops, tuning
 from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, pair_keys
 from nsanalyze.normalize.host_activity import base_name, classify, rules
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
@@ -123,6 +123,8 @@ class Graph:
     # loops, step by step
     o_loop: np.ndarray | None = None
     loops: list = field(default_factory=list)
+    c_step: np.ndarray | None = None   # per call: its block step (-1: between the steps' host ranges)
+    tuning: tuning.Tuning | None = None   # timed trials (normalize.tuning): what an autotuner's removal takes
 
     @property
     def path_cap(self) -> float:
@@ -173,11 +175,14 @@ class Change:
     # roles whose kernels are launched as one fused pass: their launch paths go (as for kernels removed), the
     # kernels stay with their measured durations (a fused pass moves fewer bytes: not counted)
     fuse: tuple = ()
+    # the timed trials gone (normalize.tuning): the tuner's calls, kernels and the host's time between them; the
+    # step's own launches inside its tuning stretch stay, with the launch path's typical host time before each
+    untuned: bool = False
 
     @property
     def empty(self) -> bool:
         return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None \
-            and not self.roles and not self.fuse
+            and not self.roles and not self.fuse and not self.untuned
 
 
 # ---------------------------------------------------------------- the graph
@@ -439,6 +444,10 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
                   o_pageable, step_ops, np.asarray(steady_positions), depth, notes, copy_kinds)
     graph.c_owner, graph.c_stretch, graph.path_typical = launch_paths(graph)
     graph.o_loop, graph.loops = launch_loops.find(graph)
+    graph.c_step = np.where(inside, step_of_call, -1)
+    launched = np.zeros(n_calls, bool)
+    launched[o_call[o_call >= 0]] = True
+    graph.tuning = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call, len(host_starts))
     return graph
 
 
@@ -504,6 +513,9 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         hit = matching_ops(graph, regex)
         duration[hit] = 0.0 if np.isinf(factor) else duration[hit] / factor
     gone = np.zeros(n_ops, bool)
+    untuned = change.untuned and graph.tuning is not None and graph.tuning.any
+    if untuned:   # the trials' and warm-ups' kernels
+        duration[graph.tuning.gone] = 0.0
     for roles, factor in change.roles:
         hit = role_mask(graph, roles)
         if np.isinf(factor):
@@ -520,6 +532,13 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
     gap_host, cross_gap = host_gaps(graph)
     paths = dropped_paths(graph, gone | role_mask(graph, change.fuse) if change.fuse else gone)
     removed |= paths
+    if untuned:   # the tuner's calls and the host's time before them; the step's own launches keep their path
+        tuned = graph.tuning
+        removed |= tuned.removed
+        gap_host = np.where(tuned.removed, 0.0, np.where(tuned.kept, np.minimum(gap_host, graph.path_typical),
+                                                          gap_host))
+        cross_gap = np.where(tuned.removed, 0.0, np.where(tuned.kept, np.minimum(cross_gap, graph.path_typical),
+                                                           cross_gap))
     own = np.where(removed, 0.0, graph.c_own)
     target = np.where(removed, -1, graph.c_target)
     if paths.any():   # the launch paths of the calls that launched only kernels gone: the host work goes too
@@ -667,7 +686,7 @@ def _as_graph_launch(graph: Graph, own, gap_host, cross_gap, latency):
     beside the launches (a sleep, loading, logging: stretches over the cap) and the calls that wait for the
     GPU keep their place."""
     own, gap_host, cross_gap, latency = own.copy(), gap_host.copy(), cross_gap.copy(), latency.copy()
-    enqueue_classes = {"launch", "memset", "copy-async", "graph-launch", "event", "query"}
+    enqueue_classes = {"launch", "memset", "copy-async", "graph-launch", "event", "event-record", "query"}
     enqueued = np.zeros(len(own), bool)
     for ops in graph.step_first_op:
         if not len(ops):
@@ -850,7 +869,7 @@ def saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, flo
     operations the steps launched over their periods): the replay keeps the kernels' measured durations,
     which a GPU kept busy may not hold (its clock under sustained load). Kept per change where the change is
     plain values (no regex, no copy rates): a replay is a pass over every call and operation of the block."""
-    key = (change.remove, change.graph, change.roles, change.fuse) \
+    key = (change.remove, change.graph, change.roles, change.fuse, change.untuned) \
         if not change.speedups and change.pinned_rate is None else None
     if key is not None and key in block.priced:
         return block.priced[key]
@@ -895,6 +914,13 @@ def pageable_ns_per_step(block: StepBlock) -> float:
     graph = block.graph
     mine = pageable_copies(graph)
     return float((graph.o_end - graph.o_start)[mine].sum()) / max(len(graph.step_first_op), 1)
+
+
+def tuning_ns_per_step(block: StepBlock) -> float:
+    """The block's time in tuning stretches (normalize.tuning), per step: what removing the trials takes away at
+    most (the step's own launches inside them stay)."""
+    tuned = block.graph.tuning
+    return float(tuned.stretch_ns.sum()) / max(len(block.graph.step_first_op), 1) if tuned is not None else 0.0
 
 
 def class_ns_per_step(block: StepBlock, classes) -> float:

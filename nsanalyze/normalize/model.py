@@ -270,6 +270,20 @@ class StepsSummary(Record):
 
 
 @dataclass(frozen=True)
+class TimedTrials(Record):
+    """The timed trials of the replayed steps around the median step (normalize.tuning): an autotuner's."""
+    steps: int = 0                     # the block's steps
+    steps_with_trials: int = 0
+    trials_per_step: float = 0         # median over the steps with trials
+    stretch_ns_per_step: float = 0     # mean over the block's steps: first trial to last sync
+    step_ns: float = 0                 # the block's steps' mean measured period
+    kernel_ns_per_step: float = 0      # the trials' and warm-ups' GPU time, mean a step
+    calls_per_step: float = 0          # the tuner's CUDA calls, mean a step
+    own_launches_per_step: float = 0   # the step's own launches inside its stretches, mean a step
+    sync_share: float = 0              # of the block's host time in sync calls, the share in the tuner's
+
+
+@dataclass(frozen=True)
 class FirstFinding(Record):
     check: str | None = None
     title: str | None = None

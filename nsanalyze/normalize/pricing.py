@@ -7,7 +7,9 @@ Each program check declares its change (`change=` of its `Check`, in `nsanalyze 
 the median (capped by the time the check measured for its cause: other causes' slow steps are not its); `{"speedup": (ROLE, ...)}` the kernels of these roles faster by the factor that takes the
 finding's own savings off their time; `{"remove_kernels": (ROLE, ...)}` those kernels gone with the launch
 calls that launched nothing else (their time counted first in the finding's savings); `{"fuse": (ROLE, ...)}`
-the kernels of these roles launched as one fused pass (their launch paths gone, their GPU time kept). A GPU change on a
+the kernels of these roles launched as one fused pass (their launch paths gone, their GPU time kept); `{"untune": True}`
+the timed trials of an autotuner gone (normalize.tuning: its calls, kernels and the host's time between them, the
+step's own launches kept). A GPU change on a
 step the host holds saves down to the host's floor; what the replay saves is capped by the time the change
 takes away (the kernels' time, the class's host time), never more than the time it comes from."""
 
@@ -130,13 +132,24 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         capped = True
     if declared.get("graph"):
         words.append("each step one graph launch")
+    untuned = bool(declared.get("untune")) and block.graph.tuning is not None and block.graph.tuning.any
+    if untuned:
+        words.append("no timed trials (the tuner's calls, kernels and host time between them)")
+        cap_per_step += cp.tuning_ns_per_step(block)   # never more than its stretches
+        capped = True
     change = cp.Change(remove=frozenset(classes), graph=bool(declared.get("graph")), pinned_rate=pinned,
-                       roles=tuple(roles), fuse=fused)
+                       roles=tuple(roles), fuse=fused, untuned=untuned)
     if change.empty:
         return None
     per_step, busy_before, busy_after = cp.saving_and_busy(block, change)
     if per_step is None:
         return None
+    if untuned and steps.mean_ns and len(block.measured) and block.measured.mean() > 0:
+        # a tuner's time follows its steps' shapes (the step is mostly tuning, each new shape its own): its share of
+        # the replayed steps, applied to the window's mean step, not the block's time a step (blind_cudnnbench_base2:
+        # a 38 ms step among the 6 replayed, their mean 430 ms against the window's 534)
+        per_step = per_step / float(block.measured.mean()) * float(steps.mean_ns)
+        cap_per_step *= float(steps.mean_ns) / float(block.measured.mean())
     replayed = max(0.0, per_step) * count
     cap = cap_per_step * count if capped else None
     savings = min(replayed, cap) if cap is not None else replayed

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nsanalyze.normalize import devices as gpus
-from nsanalyze.normalize import host_activity, host_calls, model
+from nsanalyze.normalize import host_activity, host_calls, model, tuning
 from nsanalyze.normalize import work as work_split
 from nsanalyze.normalize.activity import Activity, ascending, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
@@ -74,6 +74,7 @@ class Timeline:
     # replay of its steps does not reproduce them (self-check) or there are no steps on the GPU's clock.
     critical_path: list[dict] | None = None
     step_block: StepBlock | None = None     # ... the steps it replayed: what prices the findings (program.py)
+    timed_trials: model.TimedTrials | None = None   # ... their timed trials (normalize.tuning); None: none
 
     def metric_mean(self, name: str) -> float | None:
         """The window's mean of a sampled GPU metric (normalize.gpu_metrics: `sm_issue_pct`, ...); None
@@ -109,6 +110,7 @@ class Timeline:
         self.busy_clock = model.BusyClock.of(self.busy_clock)
         self.phases = model.records(model.Phase, self.phases)
         self.work = model.records(model.RoleTime, self.work) if self.work is not None else None
+        self.timed_trials = model.TimedTrials.of(self.timed_trials)
         return self
 
 
@@ -207,6 +209,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     if export.kind == "nsys" and timeline.steps is not None:
         timeline.step_block = median_step_block(export, steps, activity, capture.launching_threads)
         timeline.critical_path = block_critical_path(timeline.step_block)
+        timeline.timed_trials = tuning.summary(timeline.step_block)
     # --
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
         from nsanalyze.read.kineto import launch_attribution

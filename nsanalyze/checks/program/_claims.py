@@ -3,7 +3,8 @@
 A finding of one budget part (launch-overhead, host-compute, gpu-idle, the copy checks' caps) prices
 only what is left of its part after the causes that span parts have taken theirs: the allocator and pinned
 allocation classes' idle time (checks/program/_host_class.py), the excess of steps that stand out
-(slow-steps), the time of a phase that is not the steps (non-step-phase), the GPU idle time in which the
+(slow-steps), the time of a phase that is not the steps (non-step-phase), an autotuner's stretches of timed trials
+(autotuning: the waits of its syncs are the tuning's), the GPU idle time in which the
 launching threads waited on a queue, a lock, I/O or a sleep (host-wait), each with its check's defaults, then
 the syncs' idle time with the launch wait their drained queue leaves (host-sync). Last, a part's own finding
 that takes time beside its part: launch-overhead, where the replay of one graph launch a step saves more than
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from nsanalyze.checks import check_by_id, limits_for, runs
 from nsanalyze.checks.base import budget_part
-from nsanalyze.checks.program import allocator_churn, non_step_phase, pinned_alloc_churn, slow_steps
+from nsanalyze.checks.program import allocator_churn, autotuning, non_step_phase, pinned_alloc_churn, slow_steps
 from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_MIN_SHARE, class_cost, wait_parts
 from nsanalyze.normalize import pricing
 
@@ -38,6 +39,8 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
             out[slow_steps.ID] = slow_steps.excess_by_part(timeline, limits_for(slow_steps))
     if getattr(timeline, "phases", None) and runs(non_step_phase.ID):
         out[non_step_phase.ID] = non_step_phase.claimed_parts(timeline, limits_for(non_step_phase))
+    if getattr(timeline, "timed_trials", None) is not None and runs(autotuning.ID):   # the tuner's stretches
+        out[autotuning.ID] = autotuning.claimed_parts(timeline, limits_for(autotuning), _summed(out))
     if activity is not None and runs(HOST_WAIT_ID):   # the waits: what the causes above leave of each part
         waits = wait_parts(timeline, _summed(out))
         if sum(waits.values()) >= WAIT_MIN_SHARE * (timeline.summary.span_ns or float("inf")):

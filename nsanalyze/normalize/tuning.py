@@ -1,0 +1,172 @@
+"""Timed trials in the loop: the host timing GPU work with CUDA events and waiting for each result, many times a
+step. That is what an autotuner does for every input shape it has not seen: cuDNN's benchmark mode
+(`torch.backends.cudnn.benchmark`), Triton's autotuner, a GEMM tuner. Each candidate is launched once to warm up,
+then timed between two event records and waited for; between candidates the library builds its next plan
+(heuristics, run-time compilation), all on the host while the GPU idles.
+
+Read on the block of steps around the median step (normalize.critical_path), one chain of calls per process:
+- a trial: two event records (host-activity class `event-record`) with at least one launch between them and
+  nothing else but launches and the calls on their way (class `query`), then at once a host sync (class
+  `sync`): the wait for that timing (Triton's repetitions of one candidate, timed together: its last);
+- a trial's warm-up: the launches just before a sync that comes right before its first record;
+- a step's tuning stretch: from its first trial (its warm-up) to its last trial's sync. Inside it, the launches
+  that are neither trials nor warm-ups are the step's own work (the chosen kernel, the layers between);
+  everything else is the tuner's: its calls, the trials' kernels and the host's time between the calls.
+
+Measured on blind_cudnnbench (fixtures/real, an audio CNN with a new input length each step): 200 trials a step
+of the 21 steady steps, each step's stretch from 3-5 ms after its start to 3-4 ms before its end; the twin
+without benchmark mode runs the step in 27 ms against 608.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+RECORD_CLASS = "event-record"
+SYNC_CLASS = "sync"
+# Calls that may lie between a trial's records beside its launches: what a launch calls on its way (PyTorch's
+# cuKernelGetName; a memset is a launch here)
+BETWEEN_CLASSES = frozenset({"query"})
+LAUNCH_CLASSES = frozenset({"launch", "memset", "graph-launch", "copy-async"})
+# codes of a call
+OTHER, RECORD, SYNC, LAUNCH, BETWEEN = range(5)
+
+
+@dataclass
+class Tuning:
+    """The timed trials of the block's steps and what the tuner's change removes."""
+
+    trials: np.ndarray         # per block step: timed trials
+    stretch_ns: np.ndarray     # per block step: its tuning stretch, first call's start to last call's end (0: none)
+    removed: np.ndarray        # per call: the tuner's (its time and the host's before it go with the change)
+    kept: np.ndarray           # per call: a launch of the step's own work inside a stretch (the host's time
+    #                            before it shrinks to the launch path's typical)
+    gone: np.ndarray           # per operation: launched by a tuner's call (trials, warm-ups)
+
+    @property
+    def steps_with_trials(self) -> int:
+        return int((self.trials > 0).sum())
+
+    @property
+    def any(self) -> bool:
+        return bool(self.removed.any())
+
+
+def codes(classes, launched: np.ndarray) -> np.ndarray:
+    """Each call's code: RECORD, SYNC, LAUNCH (a call that launched GPU work, or of a launch class), BETWEEN
+    (on a launch's way) or OTHER."""
+    code_of = {RECORD_CLASS: RECORD, SYNC_CLASS: SYNC, **{c: LAUNCH for c in LAUNCH_CLASSES},
+               **{c: BETWEEN for c in BETWEEN_CLASSES}}
+    out = np.fromiter((code_of.get(c, OTHER) for c in classes), np.int8, len(classes))
+    out[launched & (out != RECORD) & (out != SYNC)] = LAUNCH
+    return out
+
+
+def trials(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The timed trials of one chain of calls (in order): each one's first record and the sync that waits for
+    it, as indices."""
+    records = np.flatnonzero(code == RECORD)
+    if len(records) < 2:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    launches = np.concatenate(([0], np.cumsum(code == LAUNCH)))
+    others = np.concatenate(([0], np.cumsum((code != LAUNCH) & (code != BETWEEN))))
+    a, b = records[:-1], records[1:]
+    # between the two records: a launch at least, nothing but launches and the calls on their way
+    paired = (launches[b] - launches[a + 1] > 0) & (others[b] - others[a + 1] == 0)
+    # right after the second record (helpers aside), a sync: the host waits for this one timing. Records around
+    # every iteration of a loop that syncs once at its end (CuPy's stream order, a benchmark's repetitions) are
+    # no trials but the last: power_iteration (fixtures/public) records 10 events a step, then syncs twice
+    stop = np.flatnonzero(code != BETWEEN)
+    at = np.searchsorted(stop, b + 1)
+    ok = at < len(stop)
+    next_stop = np.where(ok, stop[np.minimum(at, len(stop) - 1)], -1)
+    timed = paired & ok & (code[np.maximum(next_stop, 0)] == SYNC)
+    return a[timed], next_stop[timed]
+
+
+def find(classes, launched: np.ndarray, call_step: np.ndarray, c_start: np.ndarray, c_end: np.ndarray,
+         chain: np.ndarray, op_call: np.ndarray, steps: int) -> Tuning:
+    """The block's timed trials, step by step, and the calls and operations that are the tuner's (see the
+    module's docstring). `chain`: each call's chain (a process); calls in the order they began; `op_call`:
+    each operation's launching call (-1: none); `call_step`: each call's block step (-1: between steps)."""
+    n = len(c_start)
+    if list(classes).count(RECORD_CLASS) < 2:   # no trial without two records (most programs: none)
+        return Tuning(np.zeros(steps, np.int64), np.zeros(steps), np.zeros(n, bool), np.zeros(n, bool),
+                      np.zeros(len(op_call), bool))
+    code = codes(classes, launched)
+    first_all, sync_all = [], []
+    for c in np.unique(chain):
+        mine = np.flatnonzero(chain == c)
+        first, sync = trials(code[mine])
+        first_all.append(mine[first])
+        sync_all.append(mine[sync])
+    first = np.concatenate(first_all) if first_all else np.zeros(0, np.int64)
+    sync = np.concatenate(sync_all) if sync_all else np.zeros(0, np.int64)
+    removed, kept = np.zeros(n, bool), np.zeros(n, bool)
+    per_step, stretch = np.zeros(steps, np.int64), np.zeros(steps, np.float64)
+    if len(first):
+        in_trial = np.zeros(n + 1, np.int64)   # inside a trial: from its first record to its sync
+        np.add.at(in_trial, first, 1)
+        np.add.at(in_trial, sync + 1, -1)
+        inside = np.cumsum(in_trial)[:n] > 0
+        warm = _warm_ups(code, chain, first)
+        for s in range(steps):
+            mine = call_step[first] == s
+            if not mine.any():
+                continue
+            per_step[s] = int(mine.sum())
+            lo = int(first[mine].min())
+            hi = int(sync[mine].max())
+            starts = np.flatnonzero(warm & (call_step == s) & (np.arange(n) < lo))
+            if len(starts):   # the first trial's warm-up, just before it
+                lo = int(starts.min())
+            span = np.zeros(n, bool)
+            span[lo:hi + 1] = True
+            span &= chain == chain[first[mine][0]]
+            own_work = span & ((code == LAUNCH) | (code == BETWEEN)) & ~inside & ~warm
+            kept |= own_work
+            removed |= span & ~own_work
+            stretch[s] = float(c_end[hi] - c_start[lo])
+    gone = (op_call >= 0) & removed[np.maximum(op_call, 0)]
+    return Tuning(per_step, stretch, removed, kept, gone)
+
+
+def _warm_ups(code: np.ndarray, chain: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Launches (and the helper calls on their way) whose next call that is neither is a sync followed by a
+    trial's first record on their chain: a candidate run once before it is timed."""
+    n = len(code)
+    warm = np.zeros(n, bool)
+    starts = set(first.tolist())
+    for c in np.unique(chain[first]):
+        mine = np.flatnonzero(chain == c)
+        sub = code[mine]
+        for k in np.flatnonzero(sub == SYNC):
+            if k + 1 < len(sub) and int(mine[k + 1]) in starts:
+                j = k - 1
+                while j >= 0 and sub[j] in (LAUNCH, BETWEEN):
+                    warm[mine[j]] = True
+                    j -= 1
+    return warm
+
+
+def summary(block) -> dict | None:
+    """The timed trials of a replayed block (normalize.critical_path.StepBlock) as the model's section
+    (model.TimedTrials); None where the block is not trusted or holds no trial."""
+    if block is None or not block.trusted or block.graph.tuning is None or not block.graph.tuning.any:
+        return None
+    graph, tuned = block.graph, block.graph.tuning
+    steps = len(tuned.trials)
+    with_trials = tuned.trials[tuned.trials > 0]
+    syncs = np.array([c == SYNC_CLASS for c in graph.c_class], dtype=bool)
+    sync_ns = (graph.c_end - graph.c_start)[syncs]
+    all_sync = float(sync_ns.sum())
+    return {"steps": steps, "steps_with_trials": int(len(with_trials)),
+            "trials_per_step": float(np.median(with_trials)),
+            "stretch_ns_per_step": float(tuned.stretch_ns.sum() / steps),
+            "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0,
+            "kernel_ns_per_step": float((graph.o_end - graph.o_start)[tuned.gone].sum() / steps),
+            "calls_per_step": float(tuned.removed.sum() / steps),
+            "own_launches_per_step": float(tuned.kept.sum() / steps),
+            "sync_share": float(sync_ns[tuned.removed[syncs]].sum()) / all_sync if all_sync else 0.0}
