@@ -32,7 +32,8 @@ Read on the replayed steps around the median step: a tuner that runs in a few st
 shape now and then) shows as steps that stand out (slow-steps). Timing code of the program's own (an
 event pair around each layer, read every step) has the same pattern and the same cost, and is found too.
 The step's own launches inside a tuning stretch keep the launch path's typical host time in the replay;
-host work of the program that falls between two trials goes with the tuning.
+host work of the program that falls between two trials goes with the tuning. Nsight Systems exports only: the
+trials are read on the replayed steps, which Kineto traces do not get.
 
 ## Options
 - `min_trials`: timed trials a step before the check speaks.
