@@ -107,6 +107,11 @@ PAIRS = [
           ("cudnnbench", "`cudnn.benchmark` left off, not on while the input length changes every step",
            {"untune": True}, "autotuning"))
       for b, f, when in (("base", "fix", "first"), ("base2", "fix2", "last"))],
+    # round 52 (fixtures/real/record_tune52.sh, tune52_train.py): a second program for autotuning, recorded after the
+    # check was written from cudnnbench and not tuned to it: multi-scale resnet18, a new image size each step
+    *[(f"tune52_ms_base{i}", f"tune52_ms_fix{i}", {"untune": True}, "`cudnn.benchmark` left off, not on while the "
+       f"image size changes every step (resnet18); the call's {when} base and fix runs", "autotuning")
+      for i, when in ((1, "first"), (2, "last"))],
 ]
 
 

@@ -172,6 +172,10 @@ def run(timeline, limits) -> Finding | None:
     which = (f"every {n}th step ({shown})" if n else
              f"{plural(slow.sum(), 'step')} ({shown})")
     doing = _what_they_do(timeline, slow)
+    trials = _timed_trials(timeline, slow)
+    if trials:
+        doing = "; ".join(filter(None, [doing, f"{trials[0]:.0f} event records and {trials[1]:.0f} syncs a slow step "
+                                               f"against {trials[2]:.0f} in the others: timed trials"]))
     mean = float(periods.mean())
     finding = Finding(
         check=ID,
@@ -187,13 +191,40 @@ def run(timeline, limits) -> Finding | None:
                                                   unit="ns"),
                   "excess_ns": evidence(excess, unit="ns"),
                   "excess_share": evidence(share, limits.min_window_share, unit="ratio")},
-        advice=ADVICE,
+        advice=(TRIALS_ADVICE + ADVICE) if trials else ADVICE,
     )
     if in_phases.any():
         finding.notes.append(f"{_time(in_phases.sum())} of the slow steps lie in other NVTX phases (non-step-phase "
                              "speaks for them) and are not counted here")
     finding.estimated_savings_ns = min(excess, window_ns)
     return finding
+
+
+# A slow step that records this many CUDA events (and syncs on at least half as many) where the other steps record at
+# most a quarter as many times candidate kernels: a tuner (autotuning's pattern) meeting input shapes it has not seen.
+# tune52_bucket_on (fixtures/real): its 11 slow steps record 650 events and sync 672 times a step (medians; 9 of
+# them meet a new shape), the other steps none.
+TRIALS_MIN_RECORDS = 8
+TRIALS_ADVICE = ("Their extra calls are timed trials: an autotuner (`torch.backends.cudnn.benchmark`, Triton's "
+                 "`@triton.autotune`) timing its candidate kernels for input shapes it has not seen. They stop once "
+                 "every shape has been tuned: run each shape once before the loop you time, give the tuner fewer "
+                 "shapes (pad or bucket them), or turn benchmark mode off.\n\n")
+
+
+def _timed_trials(timeline, slow: np.ndarray) -> tuple[float, float, float] | None:
+    """(event records a slow step, syncs a slow step, event records in the others) where the slow steps time
+    GPU work and the others do not (TRIALS_MIN_RECORDS), else None: medians of the host-activity table's calls."""
+    activity = timeline.host_activity
+    records = activity.by_class("event-record") if activity is not None else None
+    syncs = activity.by_class("sync") if activity is not None else None
+    if records is None or syncs is None or records.step_calls is None or syncs.step_calls is None \
+            or len(records.step_calls) != len(slow) or slow.all():
+        return None
+    mine, others = float(np.median(records.step_calls[slow])), float(np.median(records.step_calls[~slow]))
+    synced = float(np.median(syncs.step_calls[slow]))
+    if mine < TRIALS_MIN_RECORDS or others > 0.25 * mine or synced < 0.5 * mine:
+        return None
+    return mine, synced, others
 
 
 def _named_steps(timeline, slow: np.ndarray, typical: float) -> np.ndarray:
