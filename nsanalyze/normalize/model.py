@@ -278,6 +278,7 @@ class TimedTrials(Record):
     stretch_ns_per_step: float = 0     # mean over the block's steps: first trial to last sync
     step_ns: float = 0                 # the block's steps' mean measured period
     kernel_ns_per_step: float = 0      # the trials' and warm-ups' GPU time, mean a step
+    kernel_share: float = 0            # ... of the GPU time the block's calls launched
     calls_per_step: float = 0          # the tuner's CUDA calls, mean a step
     own_launches_per_step: float = 0   # the step's own launches inside its stretches, mean a step
     sync_share: float = 0              # of the block's host time in sync calls, the share in the tuner's

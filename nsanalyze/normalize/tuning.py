@@ -159,6 +159,8 @@ def summary(block) -> dict | None:
     graph, tuned = block.graph, block.graph.tuning
     steps = len(tuned.trials)
     with_trials = tuned.trials[tuned.trials > 0]
+    durations = (graph.o_end - graph.o_start).astype(np.float64)
+    launched = float(durations[graph.o_call >= 0].sum())
     syncs = np.array([c == SYNC_CLASS for c in graph.c_class], dtype=bool)
     sync_ns = (graph.c_end - graph.c_start)[syncs]
     all_sync = float(sync_ns.sum())
@@ -166,7 +168,8 @@ def summary(block) -> dict | None:
             "trials_per_step": float(np.median(with_trials)),
             "stretch_ns_per_step": float(tuned.stretch_ns.sum() / steps),
             "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0,
-            "kernel_ns_per_step": float((graph.o_end - graph.o_start)[tuned.gone].sum() / steps),
+            "kernel_ns_per_step": float(durations[tuned.gone].sum() / steps),
+            "kernel_share": float(durations[tuned.gone].sum() / launched) if launched else 0.0,
             "calls_per_step": float(tuned.removed.sum() / steps),
             "own_launches_per_step": float(tuned.kept.sum() / steps),
             "sync_share": float(sync_ns[tuned.removed[syncs]].sum()) / all_sync if all_sync else 0.0}

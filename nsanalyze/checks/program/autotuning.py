@@ -112,7 +112,7 @@ def _stretch_share(trials) -> float:
 
 def claimed_parts(timeline, limits, taken: dict[str, float]) -> dict[str, float]:
     """What this check's finding claims of the budget's parts, within what the causes before it leave: of the
-    GPU's compute, the trials' and warm-ups' kernel time; the rest of the replay's saving (else of the stretches'
+    GPU's compute, the share the trials' and warm-ups' kernels hold of the replayed steps' GPU time; the rest of the replay's saving (else of the stretches'
     time) from the idle parts, as the window's budget holds them, and of the syncs' idle time at least the share
     of the host's sync time that the tuner's syncs hold (their waits are the trials'). The stretches hold most of
     their steps on the fixtures (blind_cudnnbench: 97%); a shorter one is counted where the idle time lies on
@@ -127,8 +127,7 @@ def claimed_parts(timeline, limits, taken: dict[str, float]) -> dict[str, float]
 
     def left(part) -> float:
         return max(0.0, part.ns - taken.get(part.part, 0.0))
-    claims = {p.part: min(left(p), trials.kernel_ns_per_step * steps) for p in timeline.budget
-              if p.part == COMPUTE_PART}
+    claims = {p.part: min(left(p), p.ns * trials.kernel_share) for p in timeline.budget if p.part == COMPUTE_PART}
     idle = [p for p in timeline.budget if p.part not in GPU_PARTS and p.ns > 0]
     total = sum(p.ns for p in idle)
     share = min(1.0, max(0.0, saving - sum(claims.values())) / total) if total else 0.0
