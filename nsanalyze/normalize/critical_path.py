@@ -447,7 +447,8 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     graph.c_step = np.where(inside, step_of_call, -1)
     launched = np.zeros(n_calls, bool)
     launched[o_call[o_call >= 0]] = True
-    graph.tuning = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call, len(host_starts))
+    graph.tuning = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call,
+                               [names[0] if names else None for names in o_names], len(host_starts))
     return graph
 
 

@@ -27,8 +27,9 @@ import numpy as np
 RECORD_CLASS = "event-record"
 SYNC_CLASS = "sync"
 # Calls that may lie between a trial's records beside its launches: what a launch calls on its way (PyTorch's
-# cuKernelGetName; a memset is a launch here)
-BETWEEN_CLASSES = frozenset({"query"})
+# cuKernelGetName; a memset is a launch here) and the other event calls (PyTorch creates an event at its first
+# record: cudaEventCreateWithFlags between a trial's launch and its second record, trit52)
+BETWEEN_CLASSES = frozenset({"query", "event"})
 LAUNCH_CLASSES = frozenset({"launch", "memset", "graph-launch", "copy-async"})
 # codes of a call
 OTHER, RECORD, SYNC, LAUNCH, BETWEEN = range(5)
@@ -86,68 +87,136 @@ def trials(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return a[timed], next_stop[timed]
 
 
+def _bracketed(code: np.ndarray) -> np.ndarray:
+    """Per call of one chain: a launch between two consecutive event records with nothing but launches and the
+    calls on their way between them (a timing's repetitions: Triton's, a pair recorded around each)."""
+    out = np.zeros(len(code), bool)
+    records = np.flatnonzero(code == RECORD)
+    if len(records) < 2:
+        return out
+    others = np.concatenate(([0], np.cumsum((code != LAUNCH) & (code != BETWEEN))))
+    a, b = records[:-1], records[1:]
+    clean = others[b] - others[a + 1] == 0
+    edges = np.zeros(len(code) + 1, np.int64)
+    np.add.at(edges, a[clean] + 1, 1)
+    np.add.at(edges, b[clean], -1)
+    return (np.cumsum(edges)[:len(code)] > 0) & (code == LAUNCH)
+
+
 def find(classes, launched: np.ndarray, call_step: np.ndarray, c_start: np.ndarray, c_end: np.ndarray,
-         chain: np.ndarray, op_call: np.ndarray, steps: int) -> Tuning:
+         chain: np.ndarray, op_call: np.ndarray, op_names: list, steps: int) -> Tuning:
     """The block's timed trials, step by step, and the calls and operations that are the tuner's (see the
     module's docstring). `chain`: each call's chain (a process); calls in the order they began; `op_call`:
-    each operation's launching call (-1: none); `call_step`: each call's block step (-1: between steps)."""
+    each operation's launching call (-1: none), `op_names` its kernel's name (None: no kernel); `call_step`:
+    each call's block step (-1: between the steps' host ranges)."""
     n = len(c_start)
+    empty = Tuning(np.zeros(steps, np.int64), np.zeros(steps), np.zeros(n, bool), np.zeros(n, bool),
+                   np.zeros(len(op_call), bool))
     if list(classes).count(RECORD_CLASS) < 2:   # no trial without two records (most programs: none)
-        return Tuning(np.zeros(steps, np.int64), np.zeros(steps), np.zeros(n, bool), np.zeros(n, bool),
-                      np.zeros(len(op_call), bool))
+        return empty
     code = codes(classes, launched)
-    first_all, sync_all = [], []
+    names_of: dict[int, set] = {}
+    for op, call in enumerate(op_call.tolist()):
+        if call >= 0:
+            names_of.setdefault(call, set()).add(op_names[op])
+    first_all, sync_all, warm, timed = [], [], np.zeros(n, bool), np.zeros(n, bool)
     for c in np.unique(chain):
         mine = np.flatnonzero(chain == c)
         first, sync = trials(code[mine])
+        if not len(first):
+            continue
         first_all.append(mine[first])
         sync_all.append(mine[sync])
-    first = np.concatenate(first_all) if first_all else np.zeros(0, np.int64)
-    sync = np.concatenate(sync_all) if sync_all else np.zeros(0, np.int64)
+        timed[mine[_bracketed(code[mine])]] = True
+        warm[mine[_warm_ups(code[mine], first, sync, [names_of.get(int(i), set()) for i in mine])]] = True
+    if not first_all:
+        return empty
+    first, sync = np.concatenate(first_all), np.concatenate(sync_all)
+    # a tuner warms each candidate up before it times it; timing code times the program's own work, once
+    warmed = np.isin(first, np.flatnonzero(warm) + 1) | np.isin(first, _after_warm_sync(code, warm))
+    if warmed.sum() < MIN_WARMED * len(first):
+        return empty
     removed, kept = np.zeros(n, bool), np.zeros(n, bool)
     per_step, stretch = np.zeros(steps, np.int64), np.zeros(steps, np.float64)
-    if len(first):
-        in_trial = np.zeros(n + 1, np.int64)   # inside a trial: from its first record to its sync
-        np.add.at(in_trial, first, 1)
-        np.add.at(in_trial, sync + 1, -1)
-        inside = np.cumsum(in_trial)[:n] > 0
-        warm = _warm_ups(code, chain, first)
-        for s in range(steps):
-            mine = call_step[first] == s
-            if not mine.any():
-                continue
-            per_step[s] = int(mine.sum())
-            lo = int(first[mine].min())
-            hi = int(sync[mine].max())
-            starts = np.flatnonzero(warm & (call_step == s) & (np.arange(n) < lo))
-            if len(starts):   # the first trial's warm-up, just before it
-                lo = int(starts.min())
-            span = np.zeros(n, bool)
-            span[lo:hi + 1] = True
-            span &= chain == chain[first[mine][0]]
-            own_work = span & ((code == LAUNCH) | (code == BETWEEN)) & ~inside & ~warm
-            kept |= own_work
-            removed |= span & ~own_work
-            stretch[s] = float(c_end[hi] - c_start[lo])
+    in_trial = np.zeros(n + 1, np.int64)   # inside a trial: from its first record to its sync
+    np.add.at(in_trial, first, 1)
+    np.add.at(in_trial, sync + 1, -1)
+    tuner = (np.cumsum(in_trial)[:n] > 0) | timed | warm
+    for s in range(steps):
+        mine = call_step[first] == s
+        if not mine.any():
+            continue
+        per_step[s] = int(mine.sum())
+        lo, hi = int(first[mine].min()), int(sync[mine].max())
+        before = np.flatnonzero(warm & (call_step == s) & (np.arange(n) < lo))
+        if len(before):   # the first trial's warm-up, just before it
+            lo = int(before.max())
+            while lo > 0 and (warm[lo - 1] or code[lo - 1] == BETWEEN):
+                lo -= 1
+            while not warm[lo]:   # (the helpers before its first launch are the step's)
+                lo += 1
+        span = np.zeros(n, bool)
+        span[lo:hi + 1] = True
+        span &= chain == chain[first[mine][0]]
+        own_work = span & (code == LAUNCH) & ~tuner
+        for i in np.flatnonzero(own_work).tolist():   # and the calls on its way
+            while i > lo and code[i - 1] == BETWEEN and span[i - 1]:
+                i -= 1
+                own_work[i] = True
+        kept |= own_work
+        removed |= span & ~own_work
+        stretch[s] = float(c_end[hi] - c_start[lo])
     gone = (op_call >= 0) & removed[np.maximum(op_call, 0)]
     return Tuning(per_step, stretch, removed, kept, gone)
 
 
-def _warm_ups(code: np.ndarray, chain: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """Launches (and the helper calls on their way) whose next call that is neither is a sync followed by a
-    trial's first record on their chain: a candidate run once before it is timed."""
+# Of the trials, at least this share warmed up first (a candidate run once, then timed): a tuner's. Timing code
+# around the program's own layers warms nothing up (trit52_timed_base: 8 trials a step, none warmed).
+MIN_WARMED = 0.5
+
+
+def _after_warm_sync(code: np.ndarray, warm: np.ndarray) -> np.ndarray:
+    """The calls that follow a warm-up's sync, helpers aside: the first records of warmed trials."""
+    syncs = np.flatnonzero((code == SYNC)[1:] & warm[:-1]) + 1
+    out = []
+    for k in syncs.tolist():
+        j = k + 1
+        while j < len(code) and code[j] == BETWEEN:
+            j += 1
+        out.append(j)
+    return np.array(out, np.int64)
+
+
+def _warm_ups(code: np.ndarray, first: np.ndarray, sync: np.ndarray, names: list) -> np.ndarray:
+    """Per call of one chain: a launch run once before the same kernels are timed. The launches (and the calls on
+    their way) just before a sync that comes, helpers aside, right before a trial, or just before an event
+    record that opens a timing; of them, those whose kernels the timing that follows launches (the program's own
+    launches before a tuner's run with it: the layer before, the chosen kernel)."""
     n = len(code)
     warm = np.zeros(n, bool)
-    starts = set(first.tolist())
-    for c in np.unique(chain[first]):
-        mine = np.flatnonzero(chain == c)
-        sub = code[mine]
-        for k in np.flatnonzero(sub == SYNC):
-            if k + 1 < len(sub) and int(mine[k + 1]) in starts:
-                j = k - 1
-                while j >= 0 and sub[j] in (LAUNCH, BETWEEN):
-                    warm[mine[j]] = True
-                    j -= 1
+    trial_at = dict(zip(first.tolist(), sync.tolist()))
+    next_sync = np.flatnonzero(code == SYNC)
+    for k in np.flatnonzero((code == SYNC) | (code == RECORD)).tolist():
+        j = k + 1
+        if code[k] == SYNC:
+            while j < n and code[j] == BETWEEN:
+                j += 1
+            if j not in trial_at:
+                continue
+            timing = (j, trial_at[j])
+        else:
+            if k == 0 or code[k - 1] not in (LAUNCH, BETWEEN):
+                continue
+            at = np.searchsorted(next_sync, k)
+            if at >= len(next_sync):
+                continue
+            timing = (k, int(next_sync[at]))
+        timed_names = set().union(*(names[i] for i in range(timing[0], timing[1] + 1))) - {None}
+        i = k - 1
+        while i >= 0 and code[i] in (LAUNCH, BETWEEN):
+            if code[i] == LAUNCH and names[i] and names[i] <= timed_names:
+                warm[i] = True
+            i -= 1
     return warm
 
 

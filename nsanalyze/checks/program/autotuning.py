@@ -30,7 +30,8 @@ wave = torch.nn.functional.pad(wave, (0, length - wave.shape[-1]))
 ## Known problems
 Read on the replayed steps around the median step: a tuner that runs in a few steps only (a new
 shape now and then) shows as steps that stand out (slow-steps). Timing code of the program's own (an
-event pair around each layer, read every step) has the same pattern and the same cost, and is found too.
+event pair around each layer, synchronized every step) has the trials' pattern but warms nothing up: it is
+not taken for a tuner (its syncs are host-sync's to tell), since removing it keeps the kernels it times.
 The step's own launches inside a tuning stretch keep the launch path's typical host time in the replay;
 host work of the program that falls between two trials goes with the tuning. Nsight Systems exports only: the
 trials are read on the replayed steps, which Kineto traces do not get.
@@ -57,8 +58,6 @@ ADVICE = """Tune once per shape, not once per step: give the tuner few shapes, o
   each is tuned once.
 - Triton's `@triton.autotune`: fewer `configs`, a `key` without the dimensions that vary every step, or
   bucket those dimensions.
-- Timing code in the loop (`torch.cuda.Event` pairs synchronized every step): time every N steps, or use the
-  profiler.
 
 ```python
 # before: a new length every step, timed again
