@@ -112,6 +112,12 @@ PAIRS = [
     *[(f"tune52_ms_base{i}", f"tune52_ms_fix{i}", {"untune": True}, "`cudnn.benchmark` left off, not on while the "
        f"image size changes every step (resnet18); the call's {when} base and fix runs", "autotuning")
       for i, when in ((1, "first"), (2, "last"))],
+    # round 52 (fixtures/real/record_trit52.sh, trit52_train.py): Triton's autotuner keyed on a length that changes
+    # every step, and timing code left in a loop (the trials' pattern with nothing warmed up: no tuner)
+    ("trit52_triton_base1", "trit52_triton_fix1", {"untune": True}, "`@triton.autotune(key=[])`, not keyed on a "
+     "sequence length that changes every step", "autotuning"),
+    ("trit52_timed_base", "trit52_timed_fix", {"remove": ("sync",)}, "no event pair timed and synchronized around "
+     "each of 8 layers every step", "host-sync"),
 ]
 
 
