@@ -105,13 +105,12 @@ class _Document:
             self.decoder = codecs.getincrementaldecoder(json.detect_encoding(data))("surrogatepass")
         text = self.decoder.decode(data, final=not data)
         self.eof = not data
-        dropped = self.buf[:self.i]
-        newlines = dropped.count("\n")
+        newlines = self.buf.count("\n", 0, self.i)    # in the text dropped, counted in place (no copy)
         if newlines:
             self.lines += newlines
-            self.column = len(dropped) - dropped.rfind("\n") - 1
+            self.column = self.i - self.buf.rfind("\n", 0, self.i) - 1
         else:
-            self.column += len(dropped)
+            self.column += self.i
         self.buf, self.i = self.buf[self.i:] + text, 0
         return True
 
@@ -346,8 +345,21 @@ def _n(value):
     """_int for a column: NULL for None."""
     if type(value) is int and -INT_LIMIT < value < INT_LIMIT:
         return value
+    if value is None:   # the other common case: an id the event does not have
+        return NULL
     value = _int(value)
     return NULL if value is None else value
+
+
+def _dims(value) -> list:
+    """A kernel's grid or block: three integers, 1 for one missing or not a number."""
+    if type(value) is list and len(value) == 3:   # the common case, inline
+        x, y, z = value
+        if (type(x) is int and type(y) is int and type(z) is int
+                and -INT_LIMIT < x < INT_LIMIT and -INT_LIMIT < y < INT_LIMIT and -INT_LIMIT < z < INT_LIMIT):
+            return value
+    value = value if isinstance(value, list) else []
+    return [_i(v, 1) for v in (value + [1, 1, 1])[:3]]
 
 
 class _Columns:
@@ -413,7 +425,8 @@ class _Reader:
             elif e.get("name") == "process_name":
                 self.processes.setdefault(pid, _text(args["name"]))
 
-    def __call__(self, e) -> None:
+    def add(self, e) -> None:
+        """One event of the trace (a bound method: the parser calls it once per event)."""
         if type(e) is not dict and not isinstance(e, dict):
             return
         ph = e.get("ph")
@@ -435,16 +448,13 @@ class _Reader:
             if ts is None or abs(ts) > MAX_TS_US:    # NaN, ±inf, text, 3000 years: no time; set aside, counted
                 self.set_aside[f"traceEvents[{_text(cat)[:40]}].ts"] += 1
                 return
-        if "dur" in e:
-            dur = e["dur"]
-            if not (type(dur) is float and 0 <= dur <= MAX_DUR_US):
-                dur = _num(dur)
-                if dur is None or dur < 0 or dur > MAX_DUR_US:   # a duration below 0 or over a day
-                    self.set_aside[f"traceEvents[{_text(cat)[:40]}].dur"] += 1
-                    return
-                dur = dur or 0.0
-        else:
-            dur = 0.0
+        dur = e.get("dur", 0.0)   # none: 0
+        if not (type(dur) is float and 0 <= dur <= MAX_DUR_US):
+            dur = _num(dur)
+            if dur is None or dur < 0 or dur > MAX_DUR_US:   # a duration below 0 or over a day
+                self.set_aside[f"traceEvents[{_text(cat)[:40]}].dur"] += 1
+                return
+            dur = dur or 0.0
         if kind == "gpu annotation":
             return
         pid = e.get("pid")
@@ -453,10 +463,13 @@ class _Reader:
         tid = e.get("tid")
         if not (type(tid) is int and -INT_LIMIT < tid < INT_LIMIT):
             tid = _int(tid, 0)
-        if kind == "other" or kind == "cpu op":
+        if kind == "cpu op" or kind == "other":   # half the events: cpu ops
             if pid is None:
                 return
-            name = self.name(e.get("name"))
+            text = e.get("name")
+            name = self.names.get(text) if type(text) is str else None   # a name seen before, inline
+            if name is None:
+                name = self.name(text)
             if self.step_name[name]:
                 t = self.marks
             elif kind == "cpu op":
@@ -493,10 +506,7 @@ class _Reader:
             t.corr.append(_n(args.get("correlation"))), t.ctx.append(_n(args.get("context")))
             t.name.append(self.name(e.get("name")))
             if t is self.kernel:
-                grid = args.get("grid") if isinstance(args.get("grid"), list) else []
-                block = args.get("block") if isinstance(args.get("block"), list) else []
-                g = [_i(v, 1) for v in (grid + [1, 1, 1])[:3]]
-                b = [_i(v, 1) for v in (block + [1, 1, 1])[:3]]
+                g, b = _dims(args.get("grid")), _dims(args.get("block"))
                 t.regs.append(_n(args.get("registers per thread")))
                 t.gx.append(g[0]), t.gy.append(g[1]), t.gz.append(g[2])
                 t.bx.append(b[0]), t.by.append(b[1]), t.bz.append(b[2])
@@ -762,7 +772,7 @@ def read_kineto(path, display_path=None):
 
     def write(partial: Path) -> None:
         events = _Reader()
-        trace = _load(path, display, events)
+        trace = _load(path, display, events.add)
         try:
             facts = convert(trace, events, partial)
         except (sqlite3.Error, OverflowError, ValueError) as exc:
