@@ -160,7 +160,10 @@ def window_lines(timeline: dict) -> list[str]:
         lines.append(f"Time budget of {scope}: "
                      f"{budget_text((steps or {}).get('budget') or timeline['budget'], labels=budget_labels(timeline))}")
     if timeline.get("work"):
-        lines.append(f"GPU kernel time{of_rank} by role: {work_text(timeline['work'])}")
+        trials = timeline.get("timed_trials") or {}
+        tuner = (f" ({trials['kernel_share']:.0%} of the replayed steps' GPU time is an autotuner's candidates, "
+                 "which the roles count)") if trials.get("kernel_share", 0) >= 0.05 else ""
+        lines.append(f"GPU kernel time{of_rank} by role: {work_text(timeline['work'])}{tuner}")
     return lines
 
 

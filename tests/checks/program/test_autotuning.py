@@ -120,3 +120,17 @@ def test_timing_code_is_no_tuner(analyzed):
     model = analyzed(path)
     assert "timed_trials" not in model["timeline"]
     assert "autotuning" not in {f["check"] for f in model["findings"]}
+
+
+def test_the_header_says_the_roles_count_the_tuners_candidates(analyzed):
+    """The header's kernel time by role counts every kernel, the tuner's candidates with them (cudnnbench: "layout
+    changes 46%", mostly the trials' NCHW kernels); it says what share of the replayed steps' GPU time those are, where
+    there are some, and nothing of the kind without a tuner."""
+    from nsanalyze.render.format import window_lines
+
+    base = analyzed(REAL / "blind_cudnnbench_base_nsys.sqlite.xz")["timeline"]
+    line = next(text for text in window_lines(base) if text.startswith("GPU kernel time by role"))
+    assert f"({base['timed_trials']['kernel_share']:.0%} of the replayed steps' GPU time is an autotuner's" in line
+    assert base["timed_trials"]["kernel_share"] > 0.8
+    fixed = analyzed(REAL / "blind_cudnnbench_fix_nsys.sqlite.xz")["timeline"]
+    assert not any("autotuner" in text for text in window_lines(fixed))
