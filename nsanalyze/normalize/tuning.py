@@ -71,17 +71,24 @@ def codes(classes, launched: np.ndarray) -> np.ndarray:
     return out
 
 
+def _record_pairs(code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Consecutive event records of one chain (first, second, as indices) and whether nothing but launches and
+    the calls on their way lie between them."""
+    records = np.flatnonzero(code == RECORD)
+    a, b = records[:-1], records[1:]
+    others = np.concatenate(([0], np.cumsum((code != LAUNCH) & (code != BETWEEN))))
+    return a, b, others[b] - others[a + 1] == 0
+
+
 def trials(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The timed trials of one chain of calls (in order): each one's first record and the sync that waits for
     it, as indices."""
-    records = np.flatnonzero(code == RECORD)
-    if len(records) < 2:
+    a, b, clean = _record_pairs(code)
+    if not len(a):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     launches = np.concatenate(([0], np.cumsum(code == LAUNCH)))
-    others = np.concatenate(([0], np.cumsum((code != LAUNCH) & (code != BETWEEN))))
-    a, b = records[:-1], records[1:]
     # between the two records: a launch at least, nothing but launches and the calls on their way
-    paired = (launches[b] - launches[a + 1] > 0) & (others[b] - others[a + 1] == 0)
+    paired = (launches[b] - launches[a + 1] > 0) & clean
     # right after the second record (helpers aside), a sync: the host waits for this one timing. Records around
     # every iteration of a loop that syncs once at its end (CuPy's stream order, a benchmark's repetitions) are
     # no trials but the last: power_iteration (fixtures/public) records 10 events a step, then syncs twice
@@ -96,13 +103,9 @@ def trials(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _bracketed(code: np.ndarray) -> np.ndarray:
     """Per call of one chain: a launch between two consecutive event records with nothing but launches and the
     calls on their way between them (a timing's repetitions: Triton's, a pair recorded around each)."""
-    out = np.zeros(len(code), bool)
-    records = np.flatnonzero(code == RECORD)
-    if len(records) < 2:
-        return out
-    others = np.concatenate(([0], np.cumsum((code != LAUNCH) & (code != BETWEEN))))
-    a, b = records[:-1], records[1:]
-    clean = others[b] - others[a + 1] == 0
+    a, b, clean = _record_pairs(code)
+    if not len(a):
+        return np.zeros(len(code), bool)
     edges = np.zeros(len(code) + 1, np.int64)
     np.add.at(edges, a[clean] + 1, 1)
     np.add.at(edges, b[clean], -1)
