@@ -40,6 +40,7 @@ class WhatIf:
     pinned: bool = False
     fuse: tuple = ()            # kernel roles (normalize/kernel_roles.csv, range_roles.csv), or loop
     untune: bool = False        # an autotuner's timed trials gone (normalize.tuning)
+    untime: bool = False        # the program's own timing code gone (normalize.tuning.TimingCode)
 
 
 def check_roles(fuse) -> tuple:
@@ -72,9 +73,10 @@ def parse_changes(speedups, remove) -> tuple[tuple, frozenset]:
 def whatif(paths: list[str], options, asked: WhatIf) -> list[dict]:
     speedups, remove = parse_changes(asked.speedups, asked.remove)
     check_roles(asked.fuse)
-    if not (speedups or remove or asked.graph or asked.outliers or asked.pinned or asked.fuse or asked.untune):
-        raise InputError("whatif", "no change given: --speedup, --remove, --graph, --outliers, --pinned, --fuse or "
-                                   "--untune")
+    if not (speedups or remove or asked.graph or asked.outliers or asked.pinned or asked.fuse or asked.untune
+            or asked.untime):
+        raise InputError("whatif", "no change given: --speedup, --remove, --graph, --outliers, --pinned, --fuse, "
+                                   "--untune or --untime")
     for path in paths:   # refused before an ncu report is read
         if os.path.isfile(path) and kind_of(path) is ProfileKind.NCU:
             raise InputError(path, WHATIF_READS)
@@ -110,7 +112,8 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
     if block is None:
         raise InputError(export.path, "the steps' calls and GPU work could not be replayed (no launch calls found)")
     pinned_rate = _pinned_rate(export, timeline) if asked.pinned else None
-    change = cp.Change(speedups, remove, asked.graph, pinned_rate, fuse=tuple(asked.fuse), untuned=asked.untune)
+    change = cp.Change(speedups, remove, asked.graph, pinned_rate, fuse=tuple(asked.fuse), untuned=asked.untune,
+                       untimed=asked.untime)
     changed = cp.replay(block.graph, change)
     ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
     predicted = block.measured - (block.replayed - changed.periods(block.with_last))
@@ -185,6 +188,12 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
         found = tuned is not None and tuned.any
         out.append({"change": "untune", "trials": int(tuned.trials.sum()) if found else 0,
                     "stretch_ns_per_step": float(tuned.stretch_ns.sum()) / steps if found else 0.0})
+    if asked.untime:
+        timing = graph.timing
+        found = timing is not None and timing.any
+        out.append({"change": "untime", "timings": int(timing.timings.sum()) if found else 0,
+                    "calls": int(timing.removed.sum()) if found else 0,
+                    "host_ns_per_step": cp.calls_host_ns_per_step(graph, timing.removed) if found else 0.0})
     if asked.pinned:
         pageable = cp.pageable_copies(graph)
         kinds = sorted({int(k) for k in graph.o_copy_kind[pageable]})
@@ -219,4 +228,6 @@ def label(result: dict) -> str:
             words.append(f"{kernels_of(change['role'])} launched as one fused pass")
         elif change["change"] == "untune":
             words.append(f"no timed trials ({change['trials']} in the replayed steps)")
+        elif change["change"] == "untime":
+            words.append(f"no timing code ({change['timings']} timed event pairs in the replayed steps)")
     return ", ".join(words)

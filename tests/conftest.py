@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import statistics
 from pathlib import Path
 
 import pytest
@@ -221,6 +222,13 @@ def sql_gpu_step_periods(path, like: str = "step %") -> list[int]:
     """The GPU's period between consecutive steps (first GPU work of step N+1 - that of step N), by SQL."""
     firsts = sql_gpu_step_firsts(path, like)
     return [b - a for a, b in zip(firsts, firsts[1:])]
+
+
+def sql_saved_per_step(analyzed, base, fix) -> float:
+    """What a fix saved a step: the mean of SQL's GPU periods over each run's steady steps (fixtures/real names)."""
+    periods = [sql_gpu_step_periods(REAL / name)[analyzed(REAL / name)["timeline"]["steps"]["first_step"]:]
+               for name in (base, fix)]
+    return statistics.mean(periods[0]) - statistics.mean(periods[1])
 
 
 def _give_back_free_memory() -> None:

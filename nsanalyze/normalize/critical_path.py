@@ -125,6 +125,7 @@ class Graph:
     loops: list = field(default_factory=list)
     c_step: np.ndarray | None = None   # per call: its block step (-1: between the steps' host ranges)
     tuning: tuning.Tuning | None = None   # timed trials (normalize.tuning): what an autotuner's removal takes
+    timing: tuning.TimingCode | None = None   # ... not warmed up: the program's own timing code
 
     @property
     def path_cap(self) -> float:
@@ -178,11 +179,14 @@ class Change:
     # the timed trials gone (normalize.tuning): the tuner's calls, kernels and the host's time between them; the
     # step's own launches inside its tuning stretch stay, with the launch path's typical host time before each
     untuned: bool = False
+    # the program's timing code gone (normalize.tuning.TimingCode): its event calls and syncs with the host's
+    # time on the way to each (path_gap); the work it timed stays
+    untimed: bool = False
 
     @property
     def empty(self) -> bool:
         return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None \
-            and not self.roles and not self.fuse and not self.untuned
+            and not self.roles and not self.fuse and not self.untuned and not self.untimed
 
 
 # ---------------------------------------------------------------- the graph
@@ -447,7 +451,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     graph.c_step = np.where(inside, step_of_call, -1)
     launched = np.zeros(n_calls, bool)
     launched[o_call[o_call >= 0]] = True
-    graph.tuning = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call,
+    graph.tuning, graph.timing = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call,
                                [names[0] if names else None for names in o_names], len(host_starts))
     return graph
 
@@ -540,6 +544,9 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
                                                           gap_host))
         cross_gap = np.where(tuned.removed, 0.0, np.where(tuned.kept, np.minimum(cross_gap, graph.path_typical),
                                                            cross_gap))
+    if change.untimed and graph.timing is not None:   # the timing's calls with the host's time on their way
+        paths |= graph.timing.removed
+        removed |= paths
     own = np.where(removed, 0.0, graph.c_own)
     target = np.where(removed, -1, graph.c_target)
     if paths.any():   # the launch paths of the calls that launched only kernels gone: the host work goes too
@@ -667,12 +674,16 @@ def dropped_host_ns_per_step(block: "StepBlock", roles) -> float:
 
 def ops_host_ns_per_step(block: "StepBlock", ops: np.ndarray) -> float:
     """dropped_host_ns_per_step for the operations of a mask."""
-    graph = block.graph
-    paths = dropped_paths(graph, ops)
+    return calls_host_ns_per_step(block.graph, dropped_paths(block.graph, ops))
+
+
+def calls_host_ns_per_step(graph: Graph, calls: np.ndarray) -> float:
+    """The host time a step spends in these calls and on the way to each (their time and path_gap's part of the
+    host compute before each): what a change that removes them with their way takes off the host."""
     gap_host, cross_gap = host_gaps(graph)
     gap = np.where(graph.c_cross >= 0, np.minimum(gap_host, cross_gap), gap_host)
     own = (graph.c_end - graph.c_start).astype(float)
-    total = float((own[paths] + path_gap(graph, gap)[paths]).sum())
+    total = float((own[calls] + path_gap(graph, gap)[calls]).sum())
     return total / max(len(graph.step_first_op), 1)
 
 
@@ -922,6 +933,13 @@ def tuning_ns_per_step(block: StepBlock) -> float:
     most (the step's own launches inside them stay)."""
     tuned = block.graph.tuning
     return float(tuned.stretch_ns.sum()) / max(len(block.graph.step_first_op), 1) if tuned is not None else 0.0
+
+
+def timing_ns_per_step(block: StepBlock) -> float:
+    """The host time a step spends in the timing code's calls and on the way to each (path_gap): what removing
+    it takes away at most, beside the GPU idle time its syncs leave (the replay's)."""
+    timing = block.graph.timing
+    return calls_host_ns_per_step(block.graph, timing.removed) if timing is not None and timing.any else 0.0
 
 
 def class_ns_per_step(block: StepBlock, classes) -> float:

@@ -285,6 +285,20 @@ class TimedTrials(Record):
 
 
 @dataclass(frozen=True)
+class TimingCode(Record):
+    """The program's own timing code in the replayed steps around the median step (normalize.tuning.TimingCode):
+    event pairs around its work, each waited for by the host, nothing warmed up."""
+    steps: int = 0                     # the block's steps
+    steps_with_timings: int = 0
+    timings_per_step: float = 0        # median over the steps with timings
+    step_ns: float = 0                 # the block's steps' mean measured period
+    calls_per_step: float = 0          # the timing's CUDA calls (records, syncs, event calls), mean a step
+    host_ns_per_step: float = 0        # their time and the host's on the way to each, mean a step
+    sync_ns_per_step: float = 0        # of it, the timing's syncs (their waits), mean a step
+    sync_share: float = 0              # of the block's host time in sync calls, the share in the timing's
+
+
+@dataclass(frozen=True)
 class FirstFinding(Record):
     check: str | None = None
     title: str | None = None

@@ -9,7 +9,8 @@ finding's own savings off their time; `{"remove_kernels": (ROLE, ...)}` those ke
 calls that launched nothing else (their time counted first in the finding's savings); `{"fuse": (ROLE, ...)}`
 the kernels of these roles launched as one fused pass (their launch paths gone, their GPU time kept); `{"untune": True}`
 the timed trials of an autotuner gone (normalize.tuning: its calls, kernels and the host's time between them, the
-step's own launches kept). A GPU change on a
+step's own launches kept); `{"untime": True}` the program's own timing code gone (its event calls and syncs with the
+host's time on their way, normalize.tuning.TimingCode). A GPU change on a
 step the host holds saves down to the host's floor; what the replay saves is capped by the time the change
 takes away (the kernels' time, the class's host time), never more than the time it comes from."""
 
@@ -137,8 +138,13 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         words.append("no timed trials (the tuner's calls, kernels and host time between them)")
         cap_per_step += cp.tuning_ns_per_step(block)   # never more than its stretches
         capped = True
+    untimed = bool(declared.get("untime")) and block.graph.timing is not None and block.graph.timing.any
+    if untimed:
+        words.append("no timing code (its event calls, syncs and the host's time on their way)")
+        cap_per_step += cp.timing_ns_per_step(block)   # never more than its calls and their way
+        capped = True
     change = cp.Change(remove=frozenset(classes), graph=bool(declared.get("graph")), pinned_rate=pinned,
-                       roles=tuple(roles), fuse=fused, untuned=untuned)
+                       roles=tuple(roles), fuse=fused, untuned=untuned, untimed=untimed)
     if change.empty:
         return None
     per_step, busy_before, busy_after = cp.saving_and_busy(block, change)

@@ -20,7 +20,7 @@ from nsanalyze.normalize import host_activity, host_calls, model, tuning
 from nsanalyze.normalize import work as work_split
 from nsanalyze.normalize.activity import Activity, ascending, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
-from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, median_step_block
+from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, median_step_block, timing_ns_per_step
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.kernels import KernelTable, normalize_nsys_kernels
 from nsanalyze.normalize.phases import find_phases
@@ -75,6 +75,7 @@ class Timeline:
     critical_path: list[dict] | None = None
     step_block: StepBlock | None = None     # ... the steps it replayed: what prices the findings (program.py)
     timed_trials: model.TimedTrials | None = None   # ... their timed trials (normalize.tuning); None: none
+    timing_code: model.TimingCode | None = None     # ... the program's own timing code (normalize.tuning); None: none
 
     def metric_mean(self, name: str) -> float | None:
         """The window's mean of a sampled GPU metric (normalize.gpu_metrics: `sm_issue_pct`, ...); None
@@ -111,6 +112,7 @@ class Timeline:
         self.phases = model.records(model.Phase, self.phases)
         self.work = model.records(model.RoleTime, self.work) if self.work is not None else None
         self.timed_trials = model.TimedTrials.of(self.timed_trials)
+        self.timing_code = model.TimingCode.of(self.timing_code)
         return self
 
 
@@ -210,6 +212,8 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.step_block = median_step_block(export, steps, activity, capture.launching_threads)
         timeline.critical_path = block_critical_path(timeline.step_block)
         timeline.timed_trials = tuning.summary(timeline.step_block)
+        timeline.timing_code = tuning.timing_summary(timeline.step_block, timing_ns_per_step(timeline.step_block)
+                                                     if timeline.step_block is not None else 0.0)
     # --
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
         from nsanalyze.read.kineto import launch_attribution

@@ -11,7 +11,8 @@ Read on the block of steps around the median step (normalize.critical_path), one
 - a warm-up: the launches just before a sync that comes right before a trial, or just before an event record that
   opens a timing, whose kernels that timing launches again (a candidate run once, then timed);
 - a tuner's trials are warmed up (at least MIN_WARMED of them): timing code around the program's own layers times
-  them once, with nothing before, and is no tuner;
+  them once, with nothing before, and is no tuner. Such trials are the program's timing code (TimingCode): its
+  calls are the records and the sync with the event calls next to them; removing it keeps the work it timed;
 - a step's tuning stretch: from its first trial (its warm-up) to its last trial's sync. Inside it, the launches
   that are neither trials, warm-ups nor between two records (a timing's repetitions) are the step's own work (the
   chosen kernel, the layers between); everything else is the tuner's: its calls, the trials' kernels and the
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 RECORD_CLASS = "event-record"
+EVENT_CLASS = "event"   # the other event calls: creation, queries (elapsed_time's), destruction
 SYNC_CLASS = "sync"
 # Calls that may lie between a trial's records beside its launches: what a launch calls on its way (PyTorch's
 # cuKernelGetName; a memset is a launch here) and the other event calls (PyTorch creates an event at its first
@@ -55,6 +57,19 @@ class Tuning:
     @property
     def steps_with_trials(self) -> int:
         return int((self.trials > 0).sum())
+
+    @property
+    def any(self) -> bool:
+        return bool(self.removed.any())
+
+
+@dataclass
+class TimingCode:
+    """The program's own timing code in the block's steps: trials with nothing warmed up (an event pair around
+    its work, waited for), and what removing it takes away."""
+
+    timings: np.ndarray        # per block step: timed trials
+    removed: np.ndarray        # per call: the timing's (its records, its sync, the event calls next to them)
 
     @property
     def any(self) -> bool:
@@ -113,16 +128,18 @@ def _bracketed(code: np.ndarray) -> np.ndarray:
 
 
 def find(classes, launched: np.ndarray, call_step: np.ndarray, c_start: np.ndarray, c_end: np.ndarray,
-         chain: np.ndarray, op_call: np.ndarray, op_names: list, steps: int) -> Tuning:
-    """The block's timed trials, step by step, and the calls and operations that are the tuner's (see the
-    module's docstring). `chain`: each call's chain (a process); calls in the order they began; `op_call`:
-    each operation's launching call (-1: none), `op_names` its kernel's name (None: no kernel); `call_step`:
-    each call's block step (-1: between the steps' host ranges)."""
+         chain: np.ndarray, op_call: np.ndarray, op_names: list, steps: int) -> tuple[Tuning, TimingCode]:
+    """The block's timed trials, step by step: the calls and operations that are a tuner's where they are warmed
+    up, else the calls that are the program's own timing code (see the module's docstring). `chain`: each call's
+    chain (a process); calls in the order they began; `op_call`: each operation's launching call (-1: none),
+    `op_names` its kernel's name (None: no kernel); `call_step`: each call's block step (-1: between the steps'
+    host ranges)."""
     n = len(c_start)
     empty = Tuning(np.zeros(steps, np.int64), np.zeros(steps), np.zeros(n, bool), np.zeros(n, bool),
                    np.zeros(len(op_call), bool))
+    no_timing = TimingCode(np.zeros(steps, np.int64), np.zeros(n, bool))
     if list(classes).count(RECORD_CLASS) < 2:   # no trial without two records (most programs: none)
-        return empty
+        return empty, no_timing
     code = codes(classes, launched)
     names_of: dict[int, set] = {}
     for op, call in enumerate(op_call.tolist()):
@@ -139,12 +156,12 @@ def find(classes, launched: np.ndarray, call_step: np.ndarray, c_start: np.ndarr
         timed[mine[_bracketed(code[mine])]] = True
         warm[mine[_warm_ups(code[mine], first, sync, [names_of.get(int(i), set()) for i in mine])]] = True
     if not first_all:
-        return empty
+        return empty, no_timing
     first, sync = np.concatenate(first_all), np.concatenate(sync_all)
     # a tuner warms each candidate up before it times it; timing code times the program's own work, once
     warmed = np.isin(first, np.flatnonzero(warm) + 1) | np.isin(first, _after_warm_sync(code, warm))
     if warmed.sum() < MIN_WARMED * len(first):
-        return empty
+        return empty, _timing_code(code, classes, first, sync, chain, call_step, steps)
     removed, kept = np.zeros(n, bool), np.zeros(n, bool)
     per_step, stretch = np.zeros(steps, np.int64), np.zeros(steps, np.float64)
     in_trial = np.zeros(n + 1, np.int64)   # inside a trial: from its first record to its sync
@@ -176,7 +193,34 @@ def find(classes, launched: np.ndarray, call_step: np.ndarray, c_start: np.ndarr
         removed |= span & ~own_work
         stretch[s] = float(c_end[hi] - c_start[lo])
     gone = (op_call >= 0) & removed[np.maximum(op_call, 0)]
-    return Tuning(per_step, stretch, removed, kept, gone)
+    return Tuning(per_step, stretch, removed, kept, gone), no_timing
+
+
+def _timing_code(code: np.ndarray, classes, first: np.ndarray, sync: np.ndarray, chain: np.ndarray,
+                 call_step: np.ndarray, steps: int) -> TimingCode:
+    """The timing code's calls: each trial's two records with the event calls and helpers just before each (the
+    event PyTorch creates at its first record, its capture check before a record), its sync, and the event calls
+    right after that sync (elapsed_time's queries, the events' destruction). The program's launches between the
+    records, and the helpers on their way, are its own work and stay."""
+    n = len(code)
+    removed = np.zeros(n, bool)
+    event = np.fromiter((c == EVENT_CLASS for c in classes), bool, n)
+    before = code == BETWEEN   # on a record's way: event calls and helpers; after a sync: event calls only
+
+    def take_run(i: int, step: int, side: np.ndarray) -> None:
+        j = i + step
+        while 0 <= j < n and side[j] and chain[j] == chain[i]:
+            removed[j] = True
+            j += step
+    for a, b in zip(first.tolist(), sync.tolist()):
+        records = [k for k in range(a, b) if code[k] == RECORD]
+        for k in (records[0], records[-1]):
+            removed[k] = True
+            take_run(k, -1, before)
+        removed[b] = True
+        take_run(b, +1, event)
+    per_step = np.bincount(call_step[first][call_step[first] >= 0], minlength=steps)[:steps]
+    return TimingCode(per_step.astype(np.int64), removed)
 
 
 # Of the trials, at least this share warmed up first (a candidate run once, then timed): a tuner's. Timing code
@@ -239,9 +283,7 @@ def summary(block) -> dict | None:
     with_trials = tuned.trials[tuned.trials > 0]
     durations = (graph.o_end - graph.o_start).astype(np.float64)
     launched = float(durations[graph.o_call >= 0].sum())
-    syncs = np.array([c == SYNC_CLASS for c in graph.c_class], dtype=bool)
-    sync_ns = (graph.c_end - graph.c_start)[syncs]
-    all_sync = float(sync_ns.sum())
+    mine, all_sync = _sync_ns(graph, tuned.removed)
     return {"steps": steps, "steps_with_trials": int(len(with_trials)),
             "trials_per_step": float(np.median(with_trials)),
             "stretch_ns_per_step": float(tuned.stretch_ns.sum() / steps),
@@ -250,4 +292,30 @@ def summary(block) -> dict | None:
             "kernel_share": float(durations[tuned.gone].sum() / launched) if launched else 0.0,
             "calls_per_step": float(tuned.removed.sum() / steps),
             "own_launches_per_step": float(tuned.kept.sum() / steps),
-            "sync_share": float(sync_ns[tuned.removed[syncs]].sum()) / all_sync if all_sync else 0.0}
+            "sync_share": mine / all_sync if all_sync else 0.0}
+
+
+def timing_summary(block, host_ns_per_step: float) -> dict | None:
+    """The program's timing code in a replayed block (normalize.critical_path.StepBlock) as the model's section
+    (model.TimingCode); None where the block is not trusted or holds none. `host_ns_per_step`: its calls' time
+    and the host's on their way (critical_path.timing_ns_per_step)."""
+    if block is None or not block.trusted or block.graph.timing is None or not block.graph.timing.any:
+        return None
+    graph, timing = block.graph, block.graph.timing
+    steps = len(timing.timings)
+    with_timings = timing.timings[timing.timings > 0]
+    mine, all_sync = _sync_ns(graph, timing.removed)
+    return {"steps": steps, "steps_with_timings": int(len(with_timings)),
+            "timings_per_step": float(np.median(with_timings)),
+            "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0,
+            "calls_per_step": float(timing.removed.sum() / steps),
+            "host_ns_per_step": float(host_ns_per_step),
+            "sync_ns_per_step": mine / steps,
+            "sync_share": mine / all_sync if all_sync else 0.0}
+
+
+def _sync_ns(graph, calls: np.ndarray) -> tuple[float, float]:
+    """The block's host time in sync calls among `calls` (a mask of calls), and in all of them."""
+    syncs = np.array([c == SYNC_CLASS for c in graph.c_class], dtype=bool)
+    sync_ns = (graph.c_end - graph.c_start)[syncs]
+    return float(sync_ns[calls[syncs]].sum()), float(sync_ns.sum())

@@ -48,3 +48,33 @@ def test_events_recorded_every_iteration_are_no_trials(analyzed):
     model = analyzed(path)
     assert "timed_trials" not in model["timeline"]
     assert "autotuning" not in {f["check"] for f in model["findings"]}
+
+
+TIMED, UNTIMED = REAL / "trit52_timed_base_nsys.sqlite.xz", REAL / "trit52_timed_fix_nsys.sqlite.xz"
+# The timing's calls by SQL, on the launching thread in call order: the event calls (records, syncs, creation,
+# elapsed_time's queries, destruction) and the capture check PyTorch makes right before a record
+TIMING_CALLS_SQL = """WITH calls AS (SELECT r.start, s.value AS name,
+                                            LEAD(s.value) OVER (PARTITION BY r.globalTid ORDER BY r.start) AS next
+                                     FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId)
+SELECT COUNT(*) FROM calls WHERE name LIKE 'cudaEvent%'
+    OR (name LIKE 'cudaStreamIsCapturing%' AND next LIKE 'cudaEventRecord%')"""
+
+
+def test_timing_code_is_found_with_its_calls(analyzed):
+    """An event pair around each of 8 layers, synced at once, every step (SQL: 8 cudaEventSynchronize a step): 8
+    timings a step, nothing warmed up (no tuner), and the timing's calls a step are SQL's event calls with the
+    capture checks before each record (88 a step); the twin without the timing has none."""
+    timing = analyzed(TIMED)["timeline"]["timing_code"]
+    per_step = _event_syncs_per_step(TIMED)
+    assert timing["steps_with_timings"] == timing["steps"] >= 5
+    assert timing["timings_per_step"] == statistics.median(per_step) == 8
+    ((calls,),) = sql(TIMED, TIMING_CALLS_SQL)
+    assert timing["calls_per_step"] == pytest.approx(calls / len(per_step), abs=1.0)
+    assert timing["sync_share"] == 1.0   # the timing's syncs are the program's syncs
+    assert "timing_code" not in analyzed(UNTIMED)["timeline"]
+
+
+def test_a_tuner_is_no_timing_code(analyzed):
+    """cuDNN's trials are warmed up: the tuner's (timed_trials), never the program's timing code."""
+    timeline = analyzed(BENCH_ON)["timeline"]
+    assert "timed_trials" in timeline and "timing_code" not in timeline

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from tests.conftest import REAL, program_findings, sql, sql_gpu_step_periods
+from tests.conftest import REAL, program_findings, sql, sql_saved_per_step
 
 # the audio CNN the check was written from, and a multi-scale resnet18 recorded after it (tune52, not tuned to)
 PAIRS = [("blind_cudnnbench_base_nsys.sqlite.xz", "blind_cudnnbench_fix_nsys.sqlite.xz"),
@@ -16,13 +16,6 @@ PAIRS = [("blind_cudnnbench_base_nsys.sqlite.xz", "blind_cudnnbench_fix_nsys.sql
 # Triton's autotuner with the varying length in its key (trit52, recorded after): not replayed by whatif here (its
 # 10,000 kernels a step make the longest replay of the fixtures)
 TRITON = ("trit52_triton_base1_nsys.sqlite.xz", "trit52_triton_fix1_nsys.sqlite.xz")
-
-
-def _saved_per_step(analyzed, base, fix) -> float:
-    """What the fix saved a step: the mean of SQL's GPU periods over each run's steady steps."""
-    periods = [sql_gpu_step_periods(REAL / name)[analyzed(REAL / name)["timeline"]["steps"]["first_step"]:]
-               for name in (base, fix)]
-    return statistics.mean(periods[0]) - statistics.mean(periods[1])
 
 
 @pytest.mark.parametrize("base, fix", [*PAIRS, TRITON])
@@ -35,7 +28,7 @@ def test_benchmark_mode_with_new_shapes_is_the_first_finding_and_its_price_holds
     first = program_findings(model)[0]
     assert first["check"] == "autotuning"
     predicted = first["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
-    assert predicted == pytest.approx(_saved_per_step(analyzed, base, fix), rel=0.25)
+    assert predicted == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.25)
     assert predicted < model["timeline"]["steps"]["mean_ns"]
     assert "replayed_savings_ns" in first["evidence"]
     assert "autotuning" not in {f["check"] for f in analyzed(REAL / fix)["findings"]}
@@ -65,7 +58,7 @@ def test_whatif_without_the_trials_saves_what_the_fix_saved(analyzed, base, fix)
     assert result["self_check"]["trusted"]
     assert result["changes"][0]["trials"] > 100 * result["replayed_steps"]
     saved = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
-    assert saved == pytest.approx(_saved_per_step(analyzed, base, fix), rel=0.25)
+    assert saved == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.25)
     twin = whatif([str(REAL / fix)], Options(), WhatIf(untune=True))[0]
     assert twin["changes"][0]["trials"] == 0
     assert twin["predicted_mean_step_ns"] == pytest.approx(twin["base_mean_step_ns"], rel=1e-9)
@@ -111,7 +104,7 @@ def test_timing_code_is_no_tuner(analyzed):
     """Each of 8 layers timed every step by an event pair, synced at once (SQL: 8 cudaEventSynchronize a step):
     the trials' pattern, but nothing is warmed up first (the program's own work, timed once), so no tuning is
     found and nothing promises to remove the layers' kernels; the timing's own cost (0.72 ms a step by the twin)
-    is host-sync's and launch-overhead's to tell."""
+    is event-timing's to tell (tests/checks/program/test_event_timing.py)."""
     path = REAL / "trit52_timed_base_nsys.sqlite.xz"
     (syncs,) = sql(path, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
                             WHERE s.value LIKE 'cudaEventSynchronize%'""")[0]
