@@ -31,7 +31,7 @@ wave = torch.nn.functional.pad(wave, (0, length - wave.shape[-1]))
 Read on the replayed steps around the median step: a tuner that runs in a few steps only (a new
 shape now and then) shows as steps that stand out (slow-steps). Timing code of the program's own (an
 event pair around each layer, synchronized every step) has the trials' pattern but warms nothing up: it is
-not taken for a tuner (its syncs are host-sync's to tell), since removing it keeps the kernels it times.
+not taken for a tuner (event-timing tells it), since removing it keeps the kernels it times.
 The step's own launches inside a tuning stretch keep the launch path's typical host time in the replay;
 host work of the program that falls between two trials goes with the tuning. Nsight Systems exports only: the
 trials are read on the replayed steps, which Kineto traces do not get.
@@ -110,12 +110,10 @@ def _stretch_share(trials) -> float:
 
 
 def claimed_parts(timeline, limits, taken: dict[str, float]) -> dict[str, float]:
-    """What this check's finding claims of the budget's parts, within what the causes before it leave: of the
-    GPU's compute, the share the trials' and warm-ups' kernels hold of the replayed steps' GPU time; the rest of the replay's saving (else of the stretches'
-    time) from the idle parts, as the window's budget holds them, and of the syncs' idle time at least the share
-    of the host's sync time that the tuner's syncs hold (their waits are the trials'). The stretches hold most of
-    their steps on the fixtures (blind_cudnnbench: 97%); a shorter one is counted where the idle time lies on
-    average."""
+    """What this check's finding claims of the budget's parts, within what the causes before it leave
+    (replay_claims): its kernels are the trials' and warm-ups', its saving the replay's (else the stretches' time),
+    its syncs the tuner's. The stretches hold most of their steps on the fixtures (blind_cudnnbench: 97%); a shorter
+    one is counted where the idle time lies on average."""
     trials = tuned(timeline, limits)
     if trials is None or not timeline.budget:
         return {}
@@ -123,15 +121,23 @@ def claimed_parts(timeline, limits, taken: dict[str, float]) -> dict[str, float]
     own = _stretch_share(trials) * (timeline.steps.mean_ns or 0) * steps
     priced = pricing.price(timeline, CHECK.change, own)
     saving = priced.savings_ns if priced is not None else own
+    return replay_claims(timeline, taken, saving, trials.kernel_share, trials.sync_share)
 
+
+def replay_claims(timeline, taken: dict[str, float], saving: float, kernel_share: float,
+                  sync_share: float) -> dict[str, float]:
+    """A replayed cause's claim on the budget's parts, within what the causes before it leave (`taken`): of the
+    GPU's compute, the share its kernels hold of the replayed steps' GPU time; the rest of its saving from the idle
+    parts, as the window's budget holds them, and of the syncs' idle time at least the share of the host's sync
+    time its syncs hold (their waits are its)."""
     def left(part) -> float:
         return max(0.0, part.ns - taken.get(part.part, 0.0))
-    claims = {p.part: min(left(p), p.ns * trials.kernel_share) for p in timeline.budget if p.part == COMPUTE_PART}
+    claims = {p.part: min(left(p), p.ns * kernel_share) for p in timeline.budget if p.part == COMPUTE_PART}
     idle = [p for p in timeline.budget if p.part not in GPU_PARTS and p.ns > 0]
     total = sum(p.ns for p in idle)
     share = min(1.0, max(0.0, saving - sum(claims.values())) / total) if total else 0.0
     for p in idle:
-        claims[p.part] = min(left(p), p.ns * (max(share, trials.sync_share) if p.part == SYNC_PART else share))
+        claims[p.part] = min(left(p), p.ns * (max(share, sync_share) if p.part == SYNC_PART else share))
     return {part: ns for part, ns in claims.items() if ns > 0}
 
 

@@ -136,7 +136,7 @@ def run(timeline, limits) -> Finding | None:
     _framework_ops(finding, launches, timeline)
     waits = _waits_per_step(timeline)
     if waits:
-        finding.advice = _waits_first(*waits) + finding.advice
+        finding.advice = _waits_first(*waits, timing=getattr(timeline, "timing_code", None)) + finding.advice
         finding.evidence["waits_per_step"] = evidence(waits[0])
     return finding
 
@@ -169,8 +169,15 @@ def _waits_per_step(timeline) -> tuple[float, str] | None:
 PER_ITEM_WAITS = 4
 
 
-def _waits_first(per_step: float, name: str) -> str:
+def _waits_first(per_step: float, name: str, timing=None) -> str:
+    """The advice's first lines where the steps wait for the GPU: what the waits are, and that they go first.
+    `timing`: the steps' timing code (model.TimingCode), whose syncs, where they are most of the host's sync time,
+    are the waits."""
     times = "once" if round(per_step) == 1 else f"{per_step:.0f} times"
+    if timing is not None and timing.sync_share >= 0.5:
+        return (f"Each step waits for the GPU {times}, mostly in its own timing code ({timing.timings_per_step:.0f} "
+                "CUDA event pairs a step, each synchronized: event-timing), and a CUDA graph cannot capture a step "
+                "that waits: take the timing out of the loop first, then capture the step.\n\n")
     said = (f"Each step waits for the GPU {times} ({code_span(name)} and "
             "the like: `.item()`, `.cpu()`, `print(tensor)`, a synchronize), and a CUDA graph cannot capture a step "
             "that waits. ")

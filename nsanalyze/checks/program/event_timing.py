@@ -1,0 +1,143 @@
+"""Timing code left in the loop: the host times its own work with CUDA events and waits for every result.
+
+## What it detects
+Timed event pairs in most of the replayed steps around the median step (normalize.tuning): two CUDA event
+records around the program's own launches, then at once a host sync on the second, with nothing run before
+to warm up (a tuner's trials are warmed up: that is autotuning's). This is the usual way to log how long a
+layer or a phase takes: `torch.cuda.Event(enable_timing=True)` pairs, `end.synchronize()` and
+`start.elapsed_time(end)`, every step.
+
+## Why it is slow
+Each wait empties the GPU's queue: after it, the GPU idles until the host has launched the next work. And
+the timing is host work of its own: creating, recording, querying and destroying events, each a Python call
+into the framework and one into the driver. In a step the host already holds, all of it adds to the step.
+
+## Example
+```python
+for name, layer in layers:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(); x = layer(x); end.record()
+    end.synchronize()                       # waits for the GPU, per layer, every step
+    times[name].append(start.elapsed_time(end))
+```
+
+## Instead
+```python
+x = model(x)                                # no timing in the loop; profile a few steps instead,
+if step % 100 == 0:                         # or time rarely, with the waits you already make
+    ...
+```
+
+## Known problems
+Read on the replayed steps around the median step, in Nsight Systems exports only (Kineto traces do not
+get the replay). The replay prices removing the timing: its event calls, its syncs and the host's time on
+the way to each (a gap past the launch path's cap counts as the typical path: the rest is other work).
+Keeping the events but reading them rarely keeps their calls' host time and saves the waits only.
+
+## Options
+- `min_timings`: timed event pairs a step before the check speaks.
+- `min_step_share`: the replayed steps that hold them.
+- `min_window_share`: the saving's share of the window.
+"""
+
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
+from nsanalyze.checks.program.autotuning import replay_claims
+from nsanalyze.normalize import pricing
+from nsanalyze.numbers import duration_text
+
+ID = "event-timing"
+ADVICE = """Take the timing out of the loop, or stop waiting for it every step.
+
+- Measure phases with the profiler (`nsys profile` with NVTX ranges, `torch.profiler`) on a few steps, not with
+  event pairs synchronized in every step of every run.
+- Where the loop must report times, record the events without waiting and read `elapsed_time` every N steps,
+  after a sync the loop makes anyway (the events' calls stay; the waits go).
+
+```python
+# before: a wait per layer, every step
+end.record(); end.synchronize(); times.append(start.elapsed_time(end))
+# after: read every 100 steps, once the last event has completed
+end.record(); pairs.append((start, end))
+if step % 100 == 0:
+    pairs[-1][1].synchronize()
+    times += [s.elapsed_time(e) for s, e in pairs]; pairs.clear()
+```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.event_timing",
+    title="Timing code waits for the GPU in every step",
+    section="busy",
+    requires=(),
+    optional=("timing_code", "budget"),
+    thresholds={
+        "min_timings": Threshold(2, "one timing a step is a step's own sync (host-sync's); timing code times "
+                                    "several phases or layers"),
+        "min_step_share": Threshold(0.5, "in fewer steps the timing is a step that stands out (slow-steps)"),
+        "min_window_share": Threshold(0.03, "under 3% of the window the timing is noise"),
+    },
+    speedup_model=("the replay of the steps without the timing code: its event calls and syncs gone with the "
+                   "host's time on the way to each (normalize.tuning.TimingCode), the work it timed kept; capped "
+                   "by the time those calls and their way take"),
+    change={"untime": True},   # the replay change priced (normalize.pricing)
+    advice=ADVICE,
+)
+
+
+def timed(timeline, limits):
+    """(the window's timing code, what removing it saves over the window) where this check speaks, else None."""
+    timing = getattr(timeline, "timing_code", None)
+    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    span = timeline.summary.span_ns or 0
+    if timing is None or not steps or not span or not timing.steps:
+        return None
+    if timing.steps_with_timings < limits.min_step_share * timing.steps or timing.timings_per_step < limits.min_timings:
+        return None
+    own = min(timing.host_ns_per_step, timing.step_ns) * steps
+    priced = pricing.price(timeline, CHECK.change, own)
+    saving = min(priced.savings_ns if priced is not None else own, span)
+    return (timing, saving) if saving >= limits.min_window_share * span else None
+
+
+def claimed_parts(timeline, limits, taken: dict[str, float]) -> dict[str, float]:
+    """What this check's finding claims of the budget's parts, within what the causes before it leave
+    (autotuning.replay_claims): no kernels, its saving from the idle parts, and of the syncs' idle time at least
+    the share of the host's sync time the timing's syncs hold."""
+    found = timed(timeline, limits)
+    if found is None or not timeline.budget:
+        return {}
+    timing, saving = found
+    return replay_claims(timeline, taken, saving, 0.0, timing.sync_share)
+
+
+def run(timeline, limits) -> Finding | None:
+    found = timed(timeline, limits)
+    if found is None:
+        return None
+    timing, saving = found
+    steps = timeline.steps.count
+    span = timeline.summary.span_ns
+    in_steps = (f"every step (the {timing.steps} around the median)" if timing.steps_with_timings == timing.steps
+                else f"{timing.steps_with_timings} of the {timing.steps} steps around the median")
+    per_step = saving / steps
+    finding = Finding(
+        check=ID,
+        title=(f"Timing code waits for the GPU in {in_steps}: {timing.timings_per_step:.0f} event pairs a step, each "
+               f"synchronized, cost {duration_text(per_step)} of a {duration_text(timing.step_ns)} step "
+               f"({plural(round(timing.calls_per_step), 'CUDA call')} a step and the host's time on their way)"),
+        estimated_speedup=min(1.0, saving / span),
+        evidence={"timings_per_step": evidence(timing.timings_per_step, limits.min_timings),
+                  "step_share": evidence(timing.steps_with_timings / timing.steps, limits.min_step_share,
+                                         unit="ratio"),
+                  "window_share": evidence(min(1.0, saving / span), limits.min_window_share, unit="ratio"),
+                  "timing_calls_per_step": evidence(timing.calls_per_step),
+                  "timing_host_ns_per_step": evidence(timing.host_ns_per_step, unit="ns"),
+                  "timing_sync_ns_per_step": evidence(timing.sync_ns_per_step, unit="ns")},
+        advice=ADVICE,
+    )
+    finding.estimated_savings_ns = saving
+    if timing.sync_ns_per_step < per_step:
+        finding.notes.append(f"of the saving, the syncs' own calls hold {duration_text(timing.sync_ns_per_step)} a "
+                             "step; the rest is the events' calls and the host's time on their way, which reading "
+                             "the events rarely (no waits) keeps")
+    return finding

@@ -1,0 +1,74 @@
+"""event-timing on real twins (fixtures/real/README.md): timing code left in a training loop (an event pair around each
+layer, synchronized every step), against the same loop untimed. The prediction is checked against SQL's mean GPU
+step periods."""
+
+import pytest
+
+from tests.conftest import REAL, program_findings, sql_saved_per_step
+
+# written from trit52's MLP (8 layers timed, each synchronized)
+PAIRS = [("trit52_timed_base_nsys.sqlite.xz", "trit52_timed_fix_nsys.sqlite.xz")]
+TUNERS = ["blind_cudnnbench_base_nsys.sqlite.xz", "trit52_triton_base1_nsys.sqlite.xz"]
+
+
+@pytest.mark.parametrize("base, fix", PAIRS)
+def test_timing_code_is_named_and_its_price_holds(analyzed, base, fix):
+    """What removing the timing saves a step is within 25% of what the untimed twin saved (SQL: 0.72 ms of a 4.47
+    ms step on trit52's MLP, where host-sync had priced its syncs at 0.04 ms: the cost is the host's event calls and
+    its way to them, not the waits), and the twin has no such finding."""
+    model = analyzed(REAL / base)
+    finding = next(f for f in program_findings(model) if f["check"] == "event-timing")
+    predicted = finding["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+    assert predicted == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.25)
+    assert "replayed_savings_ns" in finding["evidence"]
+    assert "event-timing" not in {f["check"] for f in analyzed(REAL / fix)["findings"]}
+
+
+@pytest.mark.parametrize("base, _", PAIRS)
+def test_the_timings_syncs_are_not_sold_again(analyzed, base, _):
+    """The syncs are all the timing's (timing_code.sync_share): host-sync, which priced them before, no longer
+    speaks, and the findings together promise no more than the window."""
+    model = analyzed(REAL / base)
+    assert model["timeline"]["timing_code"]["sync_share"] == 1.0
+    checks = [f["check"] for f in program_findings(model)]
+    assert "host-sync" not in checks
+    steps = model["timeline"]["steps"]
+    assert sum(f["estimated_savings_ns"] for f in program_findings(model)) <= steps["mean_ns"] * steps["count"]
+
+
+@pytest.mark.parametrize("base, fix", PAIRS)
+def test_whatif_without_the_timing_saves_what_the_fix_saved(analyzed, base, fix):
+    """`whatif --untime` replays the steady steps without the timing's calls and the host's way to them: within 25%
+    of what the untimed twin saved (SQL); on the twin, with no timing, nothing changes."""
+    from nsanalyze.analyze import Options
+    from nsanalyze.whatif import WhatIf, whatif
+
+    result = whatif([str(REAL / base)], Options(), WhatIf(untime=True))[0]
+    assert result["self_check"]["trusted"]
+    # 8 a step; the first steady step's layers still grow the allocator between their records (cudaMalloc inside
+    # the timing: no clean pair), so it counts 1
+    assert 8 * (result["replayed_steps"] - 1) < result["changes"][0]["timings"] <= 8 * result["replayed_steps"]
+    saved = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
+    assert saved == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.25)
+    twin = whatif([str(REAL / fix)], Options(), WhatIf(untime=True))[0]
+    assert twin["changes"][0]["timings"] == 0
+    assert twin["predicted_mean_step_ns"] == pytest.approx(twin["base_mean_step_ns"], rel=1e-9)
+
+
+@pytest.mark.parametrize("name", TUNERS)
+def test_a_tuners_trials_are_not_timing_code(analyzed, name):
+    """cuDNN's and Triton's trials are warmed up: autotuning's, never event-timing's."""
+    checks = {f["check"] for f in analyzed(REAL / name)["findings"]}
+    assert "autotuning" in checks and "event-timing" not in checks
+
+
+@pytest.mark.parametrize("base, _", PAIRS)
+def test_a_graph_is_advised_after_the_timing(analyzed, base, _):
+    """launch-overhead prices one graph launch a step, which cannot capture a step that waits: its advice starts
+    from the timing code that holds the waits (SQL: 8 event syncs a step, all the step's syncs), not from data
+    moved piece by piece."""
+    model = analyzed(REAL / base)
+    launch = next(f for f in program_findings(model) if f["check"] == "launch-overhead")
+    first_line = launch["advice"].split("\n\n")[0]
+    assert "its own timing code (8 CUDA event pairs a step" in first_line and "event-timing" in first_line
+    assert "piece by piece" not in launch["advice"]
