@@ -119,6 +119,16 @@ PAIRS = [
      "sequence length that changes every step", "autotuning"),
     ("trit52_timed_base", "trit52_timed_fix", {"untime": True}, "no event pair timed and synchronized around "
      "each of 8 layers every step", "event-timing"),
+    # round 53, blind (fixtures/real/record_time53.sh, time53_train.py: recorded by a helper after event-timing was
+    # written from trit52's MLP, not tuned to): phases of a GPT and stages of a ResNet-50 timed and synchronized every
+    # step; the first base and fix of each call
+    *[(f"time53_{p}_base", f"time53_{p}_fix", {"untime": True}, what, "event-timing") for p, what in (
+        ("gpt", "no event pair timed and synchronized around each of 3 phases (forward, backward, optimizer) every "
+                "step, host-bound GPT"),
+        ("resnet", "no event pair timed and synchronized around each of 5 stages every step, ResNet-50 at batch 64 "
+                   "(host-bound)"),
+        ("resnet256", "no event pair timed and synchronized around each of 5 stages every step, ResNet-50 at batch "
+                      "256 (GPU-bound)"))],
 ]
 
 

@@ -193,7 +193,8 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
         found = timing is not None and timing.any
         out.append({"change": "untime", "timings": int(timing.timings.sum()) if found else 0,
                     "calls": int(timing.removed.sum()) if found else 0,
-                    "host_ns_per_step": cp.calls_host_ns_per_step(graph, timing.removed) if found else 0.0})
+                    "host_ns_per_step": cp.calls_host_ns_per_step(graph, timing.removed, cp.call_way)
+                    if found else 0.0})
     if asked.pinned:
         pageable = cp.pageable_copies(graph)
         kinds = sorted({int(k) for k in graph.o_copy_kind[pageable]})

@@ -490,6 +490,14 @@ def path_gap(graph: Graph, gap: np.ndarray) -> np.ndarray:
     return np.where(stretch <= cap, gap, np.minimum(gap, graph.path_typical)).clip(min=0.0)
 
 
+def call_way(graph: Graph, gap: np.ndarray) -> np.ndarray:
+    """Of each call's gap before it (host compute), the part that is the way to a call the program makes itself
+    (a framework call such as `Event.record()`): at most the typical launch path. A longer gap holds the program's
+    other work, which stays: before the first event call of a timed phase lies the code before that phase
+    (time53's GPT: 110-370 us there, against a typical path of 36 us)."""
+    return np.minimum(gap, graph.path_typical).clip(min=0.0)
+
+
 def _kernel_roles(export: NsysExport, kernels, names: list, in_ranges: np.ndarray | None = None) -> list[str]:
     """Each kernel's role as the window's work split gives it (normalize.work): by name, by the annotated
     range its launch started in (`in_ranges`: PyTorch's optimizer step), and attention's scores kernels (the
@@ -544,14 +552,18 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
                                                           gap_host))
         cross_gap = np.where(tuned.removed, 0.0, np.where(tuned.kept, np.minimum(cross_gap, graph.path_typical),
                                                            cross_gap))
-    if change.untimed and graph.timing is not None:   # the timing's calls with the host's time on their way
-        paths |= graph.timing.removed
-        removed |= paths
     own = np.where(removed, 0.0, graph.c_own)
     target = np.where(removed, -1, graph.c_target)
     if paths.any():   # the launch paths of the calls that launched only kernels gone: the host work goes too
         gap_host = np.where(paths, gap_host - path_gap(graph, gap_host), gap_host)
         cross_gap = np.where(paths, cross_gap - path_gap(graph, cross_gap), cross_gap)
+    if change.untimed and graph.timing is not None and graph.timing.any:   # the timing's calls and their way
+        timing = graph.timing.removed
+        removed |= timing
+        own = np.where(timing, 0.0, own)
+        target = np.where(timing, -1, target)
+        gap_host = np.where(timing, gap_host - call_way(graph, gap_host), gap_host)
+        cross_gap = np.where(timing, cross_gap - call_way(graph, cross_gap), cross_gap)
     latency = graph.o_latency.copy()
     gap_ops = graph.o_gap.copy()
     if change.graph:
@@ -677,13 +689,14 @@ def ops_host_ns_per_step(block: "StepBlock", ops: np.ndarray) -> float:
     return calls_host_ns_per_step(block.graph, dropped_paths(block.graph, ops))
 
 
-def calls_host_ns_per_step(graph: Graph, calls: np.ndarray) -> float:
-    """The host time a step spends in these calls and on the way to each (their time and path_gap's part of the
-    host compute before each): what a change that removes them with their way takes off the host."""
+def calls_host_ns_per_step(graph: Graph, calls: np.ndarray, way=None) -> float:
+    """The host time a step spends in these calls and on the way to each (their time and `way`'s part of the host
+    compute before each: path_gap, a launch path's, unless given): what a change that removes them with their way
+    takes off the host."""
     gap_host, cross_gap = host_gaps(graph)
     gap = np.where(graph.c_cross >= 0, np.minimum(gap_host, cross_gap), gap_host)
     own = (graph.c_end - graph.c_start).astype(float)
-    total = float((own[calls] + path_gap(graph, gap)[calls]).sum())
+    total = float((own[calls] + (way or path_gap)(graph, gap)[calls]).sum())
     return total / max(len(graph.step_first_op), 1)
 
 
@@ -938,8 +951,10 @@ def tuning_ns_per_step(block: StepBlock) -> float:
 def timing_ns_per_step(block: StepBlock) -> float:
     """The host time a step spends in the timing code's calls and on the way to each (path_gap): what removing
     it takes away at most, beside the GPU idle time its syncs leave (the replay's)."""
-    timing = block.graph.timing
-    return calls_host_ns_per_step(block.graph, timing.removed) if timing is not None and timing.any else 0.0
+    graph, timing = block.graph, block.graph.timing
+    if timing is None or not timing.any:
+        return 0.0
+    return calls_host_ns_per_step(graph, timing.removed, call_way)
 
 
 def class_ns_per_step(block: StepBlock, classes) -> float:
