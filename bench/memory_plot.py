@@ -39,11 +39,11 @@ LARGE_RUNS = int(os.environ.get("NSANALYZE_PLOT_LARGE_RUNS", "1"))
 POINTS = Path(os.environ.get("NSANALYZE_PLOT_POINTS", run.ROOT / "bench" / "memory_points.json"))
 SVG = run.ROOT / "docs" / "memory_vs_size.svg"
 TARGET_MB = 1500
-STYLES = {  # series: line style, colour, offset of its points' labels
-    "nsys_before": ("o--", "tab:blue", (-70, 6)),
+STYLES = {  # series: line style, colour, offset of its points' labels (to the left: ending there)
+    "nsys_before": ("o--", "tab:blue", (-6, -1)),
     "nsys": ("s-", "tab:orange", (4, -10)),
     "kineto": ("^-", "tab:green", (5, -9)),
-    "json_load": ("v--", "tab:green", (-62, 4)),
+    "json_load": ("v--", "tab:green", (-6, 5)),
 }
 
 
@@ -110,6 +110,16 @@ def measured(recorded: dict | None) -> dict:
     return series
 
 
+def dumps(series: dict) -> str:
+    """The series as JSON, a point a line."""
+    parts = []
+    for key, value in series.items():
+        head = json.dumps({k: v for k, v in value.items() if k != "points"})[:-1]
+        points = ",\n".join("   " + json.dumps(p) for p in value["points"])
+        parts.append(f' {json.dumps(key)}: {head}, "points": [\n{points}\n ]}}')
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
 def plot(series: dict, path: Path = SVG) -> None:
     import matplotlib
 
@@ -127,16 +137,18 @@ def plot(series: dict, path: Path = SVG) -> None:
             per_byte = p["peak_mb"] * 1.048576 / p["size_mb"]
             name = f"{p['name']}: " if key.startswith("nsys") else ""
             axes.annotate(f"{name}{p['peak_mb']:,.0f} MiB ({per_byte:.1f} B/B)", (p["size_mb"], p["peak_mb"]),
-                          textcoords="offset points", xytext=offset, fontsize=6.5, color=colour)
+                          textcoords="offset points", xytext=offset, fontsize=6.5, color=colour,
+                          ha="right" if offset[0] < 0 else "left")
     axes.axhline(TARGET_MB, color="grey", linewidth=0.8, linestyle=":")
-    axes.annotate("issue 38's target: 1.5 GB", (1700, TARGET_MB), textcoords="offset points", xytext=(0, 3), fontsize=7)
+    axes.annotate("issue 38's target: 1.5 GB", (5000, TARGET_MB), textcoords="offset points", xytext=(0, -9), fontsize=7)
     axes.set_xscale("log")
+    axes.set_xlim(12, 20000)   # room for the points' labels
     axes.set_yscale("log")
     axes.set_xlabel("input size (MB)")
     axes.set_ylabel("peak RSS (MiB, GNU time)")
     axes.set_title("Peak memory against input size: the 299k-kernel nsys export replicated,\n"
                    "the GPT step's Kineto trace replicated", fontsize=9)
-    axes.legend(fontsize=7, loc="upper left")
+    axes.legend(fontsize=7, loc="lower right")
     figure.tight_layout()
     figure.savefig(path, metadata={"Date": None})
     plt.close(figure)
@@ -148,5 +160,5 @@ if __name__ == "__main__":
     else:
         recorded = json.loads(Path(sys.argv[2]).read_text()) if sys.argv[1:2] == ["--nsys-from"] else None
         points = measured(recorded)
-        POINTS.write_text(json.dumps(points, indent=1) + "\n")
+        POINTS.write_text(dumps(points))
         plot(points)
