@@ -78,15 +78,15 @@ def scaled(source: Path, factor: int) -> Path:
     return target
 
 
-def kineto_trace() -> Path:
-    """The GPT step's real Kineto trace replicated to KINETO_BYTES (bench/kineto_scaled.py)."""
+def kineto_trace(size: float = KINETO_BYTES) -> Path:
+    """The GPT step's real Kineto trace replicated to `size` bytes (bench/kineto_scaled.py)."""
     sys.path.insert(0, str(ROOT / "bench"))
     from kineto_scaled import replicate
 
-    target = DATA / f"gpt_fp32_kineto_{KINETO_BYTES / 1e9:g}gb.json"
+    target = DATA / f"gpt_fp32_kineto_{size / 1e9:g}gb.json"
     if not target.exists():
         DATA.mkdir(parents=True, exist_ok=True)
-        replicate(ROOT / "fixtures" / "real" / "gpt_fp32_kineto.json.gz", target, int(KINETO_BYTES))
+        replicate(ROOT / "fixtures" / "real" / "gpt_fp32_kineto.json.gz", target, int(size))
     return target
 
 
