@@ -86,3 +86,18 @@ def test_timing_that_costs_nothing_measurable_is_not_named(analyzed):
     assert "event-timing" not in {f["check"] for f in model["findings"]}
     saved = sql_saved_per_step(analyzed, "time53_gpt_base_nsys.sqlite.xz", "time53_gpt_fix_nsys.sqlite.xz")
     assert saved < 0.03 * model["timeline"]["steps"]["mean_ns"]
+
+
+@pytest.mark.parametrize("base, words", [("trit52_timed_base_nsys.sqlite.xz", "CUDA calls a step and the host's time"),
+                                         ("time53_resnet256_base_nsys.sqlite.xz", "empties the GPU's queue")])
+def test_the_title_says_where_the_time_goes(analyzed, base, words):
+    """Host-bound, the saving is the host's work on the timing (its calls and their way: most of it outside the
+    waits); GPU-bound, the waits hold more than the whole saving (work that runs anyway) and what goes is the GPU's
+    idle time after each one."""
+    model = analyzed(REAL / base)
+    finding = next(f for f in program_findings(model) if f["check"] == "event-timing")
+    per_step = finding["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+    waits = finding["evidence"]["timing_sync_ns_per_step"]["value"]
+    host = finding["evidence"]["timing_host_ns_per_step"]["value"]
+    assert words in finding["title"]
+    assert (host - waits >= 0.5 * per_step) == ("host's time" in words)
