@@ -129,6 +129,12 @@ PAIRS = [
                    "(host-bound)"),
         ("resnet256", "no event pair timed and synchronized around each of 5 stages every step, ResNet-50 at batch "
                       "256 (GPU-bound)"))],
+    # round 53, blind (fixtures/real/record_sync53.sh, sync53_train.py): the same programs' phases and stages timed
+    # with time.perf_counter() between torch.cuda.synchronize() calls every step: host-sync's, which was not changed
+    *[(f"sync53_{p}_base", f"sync53_{p}_fix", {"remove": ("sync",)}, what, "host-sync") for p, what in (
+        ("gpt", "no torch.cuda.synchronize() around each of 3 phases every step (host timers), host-bound GPT"),
+        ("resnet256", "no torch.cuda.synchronize() around each of 5 stages every step (host timers), ResNet-50 at "
+                      "batch 256 (GPU-bound)"))],
 ]
 
 

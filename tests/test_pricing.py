@@ -50,6 +50,9 @@ TWINS = [
     # tables looked up in a loop vs one table with offsets. (Its gradclip twin and round 49's emaloop are left out:
     # their fixes' hosts slowed over the run, so what the fix saved depends on the steps compared, 1.0-5.3 ms.)
     ("blind_embtables_base", "blind_embtables_fix", "launch-loop"),
+    # round 53's blind twin (fixtures/real/sync53_train.py, recorded after event-timing, host-sync untouched): a
+    # GPU-bound ResNet-50 whose 5 stages are timed between torch.cuda.synchronize() calls every step
+    ("sync53_resnet256_base", "sync53_resnet256_fix", "host-sync"),
 ]
 
 
