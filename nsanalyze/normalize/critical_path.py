@@ -180,7 +180,7 @@ class Change:
     # step's own launches inside its tuning stretch stay, with the launch path's typical host time before each
     untuned: bool = False
     # the program's timing code gone (normalize.tuning.TimingCode): its event calls and syncs with the host's
-    # time on the way to each (path_gap); the work it timed stays
+    # time on the way to each (call_way); the work it timed stays
     untimed: bool = False
 
     @property
@@ -452,7 +452,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     launched = np.zeros(n_calls, bool)
     launched[o_call[o_call >= 0]] = True
     graph.tuning, graph.timing = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call,
-                               [names[0] if names else None for names in o_names], len(host_starts))
+                                             [names[0] if names else None for names in o_names], len(host_starts))
     return graph
 
 
@@ -949,7 +949,7 @@ def tuning_ns_per_step(block: StepBlock) -> float:
 
 
 def timing_ns_per_step(block: StepBlock) -> float:
-    """The host time a step spends in the timing code's calls and on the way to each (path_gap): what removing
+    """The host time a step spends in the timing code's calls and on the way to each (call_way): what removing
     it takes away at most, beside the GPU idle time its syncs leave (the replay's)."""
     graph, timing = block.graph, block.graph.timing
     if timing is None or not timing.any:
