@@ -33,8 +33,9 @@ Read on the replayed steps around the median step, in Nsight Systems exports onl
 get the replay). The replay prices removing the timing: its event calls, its syncs and the host's time on
 the way to each, at most the typical launch path per call (a longer gap holds the program's other work:
 before a timed phase lies the code before it). Keeping the events but reading them rarely keeps their calls'
-host time and saves the waits only. What the host does faster once it no longer waits (seen once: the
-untimed backward of a host-bound ResNet-50 ran 3 ms a step faster too) is not counted.
+host time and saves the waits only. On host-bound steps the host's own speed drifts between runs by more
+than a few timings cost (a ResNet-50's identical timed runs: 34.0 and 39.9 ms a step), so a twin there
+may show a saving or a loss the timing does not explain.
 
 ## Options
 - `min_timings`: timed event pairs a step before the check speaks.
