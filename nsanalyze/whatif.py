@@ -193,8 +193,7 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
         found = timing is not None and timing.any
         out.append({"change": "untime", "timings": int(timing.timings.sum()) if found else 0,
                     "calls": int(timing.removed.sum()) if found else 0,
-                    "host_ns_per_step": cp.calls_host_ns_per_step(graph, timing.removed, cp.call_way)
-                    if found else 0.0})
+                    "host_ns_per_step": cp.timing_ns_per_step(graph)})
     if asked.pinned:
         pageable = cp.pageable_copies(graph)
         kinds = sorted({int(k) for k in graph.o_copy_kind[pageable]})

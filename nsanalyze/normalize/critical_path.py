@@ -948,10 +948,10 @@ def tuning_ns_per_step(block: StepBlock) -> float:
     return float(tuned.stretch_ns.sum()) / max(len(block.graph.step_first_op), 1) if tuned is not None else 0.0
 
 
-def timing_ns_per_step(block: StepBlock) -> float:
+def timing_ns_per_step(graph: Graph) -> float:
     """The host time a step spends in the timing code's calls and on the way to each (call_way): what removing
     it takes away at most, beside the GPU idle time its syncs leave (the replay's)."""
-    graph, timing = block.graph, block.graph.timing
+    timing = graph.timing
     if timing is None or not timing.any:
         return 0.0
     return calls_host_ns_per_step(graph, timing.removed, call_way)

@@ -141,7 +141,7 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
     untimed = bool(declared.get("untime")) and block.graph.timing is not None and block.graph.timing.any
     if untimed:
         words.append("no timing code (its event calls, syncs and the host's time on their way)")
-        cap_per_step += cp.timing_ns_per_step(block)   # never more than its calls and their way
+        cap_per_step += cp.timing_ns_per_step(block.graph)   # never more than its calls and their way
         capped = True
     change = cp.Change(remove=frozenset(classes), graph=bool(declared.get("graph")), pinned_rate=pinned,
                        roles=tuple(roles), fuse=fused, untuned=untuned, untimed=untimed)

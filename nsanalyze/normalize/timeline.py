@@ -212,7 +212,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.step_block = median_step_block(export, steps, activity, capture.launching_threads)
         timeline.critical_path = block_critical_path(timeline.step_block)
         timeline.timed_trials = tuning.summary(timeline.step_block)
-        timeline.timing_code = tuning.timing_summary(timeline.step_block, timing_ns_per_step(timeline.step_block)
+        timeline.timing_code = tuning.timing_summary(timeline.step_block, timing_ns_per_step(timeline.step_block.graph)
                                                      if timeline.step_block is not None else 0.0)
     # --
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)

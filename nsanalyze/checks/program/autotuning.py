@@ -89,15 +89,22 @@ CHECK = Check(
 )
 
 
+def in_most_steps(timeline, record, steps_with: int, per_step: float, least: float, limits) -> bool:
+    """Whether the window has steps and a span, and a replayed block's record (timed trials, timing code) holds its
+    pattern in at least min_step_share of the block's steps, `least` times a step or more."""
+    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    if record is None or not steps or not timeline.summary.span_ns or not record.steps:
+        return False
+    return steps_with >= limits.min_step_share * record.steps and per_step >= least
+
+
 def tuned(timeline, limits):
     """The window's timed trials where they are the tuning this check speaks of, else None."""
     trials = getattr(timeline, "timed_trials", None)
-    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
-    span = timeline.summary.span_ns or 0
-    if trials is None or not steps or not span or not trials.steps:
+    if trials is None or not in_most_steps(timeline, trials, trials.steps_with_trials, trials.trials_per_step,
+                                           limits.min_trials, limits):
         return None
-    if trials.steps_with_trials < limits.min_step_share * trials.steps or trials.trials_per_step < limits.min_trials:
-        return None
+    steps, span = timeline.steps.count, timeline.summary.span_ns
     if _stretch_share(trials) * (timeline.steps.mean_ns or 0) * steps < limits.min_window_share * span:
         return None
     return trials

@@ -44,7 +44,7 @@ may show a saving or a loss the timing does not explain.
 """
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
-from nsanalyze.checks.program.autotuning import replay_claims
+from nsanalyze.checks.program.autotuning import in_most_steps, replay_claims
 from nsanalyze.normalize import pricing
 from nsanalyze.numbers import duration_text
 
@@ -90,12 +90,10 @@ CHECK = Check(
 def timed(timeline, limits):
     """(the window's timing code, what removing it saves over the window) where this check speaks, else None."""
     timing = getattr(timeline, "timing_code", None)
-    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
-    span = timeline.summary.span_ns or 0
-    if timing is None or not steps or not span or not timing.steps:
+    if timing is None or not in_most_steps(timeline, timing, timing.steps_with_timings, timing.timings_per_step,
+                                           limits.min_timings, limits):
         return None
-    if timing.steps_with_timings < limits.min_step_share * timing.steps or timing.timings_per_step < limits.min_timings:
-        return None
+    steps, span = timeline.steps.count, timeline.summary.span_ns
     own = min(timing.host_ns_per_step, timing.step_ns) * steps
     priced = pricing.price(timeline, CHECK.change, own)
     saving = min(priced.savings_ns if priced is not None else own, span)
