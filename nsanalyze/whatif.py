@@ -28,7 +28,7 @@ from nsanalyze.read.files import ProfileKind, kind_of
 from nsanalyze.read.nsys import NsysExport, sqlite_input_error
 
 
-WHATIF_READS = "whatif replays an Nsight Systems export (.sqlite)"
+WHATIF_READS = "whatif replays an Nsight Systems export (.sqlite) or a PyTorch profiler (Kineto) trace"
 
 
 @dataclass
@@ -83,7 +83,7 @@ def whatif(paths: list[str], options, asked: WhatIf) -> list[dict]:
     results = []
     for path in paths:
         for profile in read_profiles(path):
-            if not isinstance(profile, NsysExport) or profile.kind == "kineto":
+            if not isinstance(profile, NsysExport):
                 raise InputError(getattr(profile, "path", path), WHATIF_READS)
             try:
                 results.append(whatif_export(profile, options, speedups, remove, asked))
@@ -143,8 +143,20 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
         + [{"change": "fuse", "role": role,   # kernels only: a loop's memsets go with it, but are none
             "kernels": int((cp.role_mask(block.graph, (role,)) & cp.role_mask(block.graph, ("*",))).sum()),
             "launch_path_ns_per_step": cp.dropped_host_ns_per_step(block, (role,))} for role in asked.fuse],
-        "notes": list(block.graph.notes),
+        "notes": list(block.graph.notes) + _traced_host_note(export, timeline),
     }
+
+
+def _traced_host_note(export: NsysExport, timeline) -> list[str]:
+    """A Kineto trace's host times hold the PyTorch profiler's own CPU-side work (an op recorded around
+    each framework call): the replay keeps them as traced, so say what that moves."""
+    profiler = timeline.launches.profiler if export.kind == "kineto" and timeline.launches else None
+    if profiler is None or not profiler.cpu_ops_per_launch:
+        return []
+    shapes = ", with record_shapes=True" if profiler.record_shapes else ""
+    return [f"host times are the trace's, the PyTorch profiler's own CPU-side work in them "
+            f"({profiler.cpu_ops_per_launch:.1f} CPU ops recorded a launch{shapes}): without the profiler a change "
+            "that takes host work away may save less, and one that speeds the GPU up may save more"]
 
 
 def _instances_from(export: NsysExport, steps, activity, timeline) -> np.ndarray | None:
