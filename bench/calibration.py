@@ -135,7 +135,18 @@ PAIRS = [
         ("gpt", "no torch.cuda.synchronize() around each of 3 phases every step (host timers), host-bound GPT"),
         ("resnet256", "no torch.cuda.synchronize() around each of 5 stages every step (host timers), ResNet-50 at "
                       "batch 256 (GPU-bound)"))],
+    # Kineto traces (torch.profiler, 6 active steps) of two of the twins above: a `_kineto` name is a
+    # fixtures/real/NAME.json.gz trace, replayed as the exports are since round 54
+    ("graphs_eager_kineto", "graphs_after_kineto", {"graph": True}, "the step captured as one CUDA graph; "
+     "torch.profiler traces", "launch-overhead"),
+    ("alloc_churn_kineto", "alloc_cached_kineto", {"remove": ("allocator",)}, "no empty_cache() each step; "
+     "torch.profiler traces", "allocator-churn"),
 ]
+
+
+def profile_path(name: str) -> Path:
+    """A pair member's file in fixtures/real: a Kineto trace for a `_kineto` name, else an nsys export."""
+    return REAL / (f"{name}.json.gz" if name.endswith("_kineto") else f"{name}_nsys.sqlite.xz")
 
 
 def change_text(change: dict | None) -> str:
@@ -163,7 +174,7 @@ def calibration_rows() -> list[dict]:
 
     rows = []
     for base, fixed, change, fix, answers in PAIRS:
-        base_path, fixed_path = REAL / f"{base}_nsys.sqlite.xz", REAL / f"{fixed}_nsys.sqlite.xz"
+        base_path, fixed_path = profile_path(base), profile_path(fixed)
         if not base_path.exists() or not fixed_path.exists():
             continue
         before, after = analyze([str(base_path)]), analyze([str(fixed_path)])
@@ -237,6 +248,8 @@ def step_kernels(path: Path) -> tuple[dict, float, int] | None:
 def same_work(base: Path, fixed: Path) -> tuple[float, float] | None:
     """The twins' kernel time a step (base, fixed) where their steps launch the same kernels, as many of
     each (within half a launch a step): the same work, so a difference in its time is the GPU's speed."""
+    if not (base.name.endswith(".sqlite.xz") and fixed.name.endswith(".sqlite.xz")):
+        return None   # the kernels a step by SQL: exports only
     a, b = step_kernels(base), step_kernels(fixed)
     if a is None or b is None or set(a[0]) != set(b[0]):
         return None
