@@ -96,8 +96,8 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
     timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range, options.window)
     steps = find_steps(export, options.nvtx_range)
     if steps is None or timeline.steps is None or timeline.step_starts is None or timeline.steps.clock != "gpu":
-        raise InputError(export.path, "no steps on the GPU's clock in the window (an NVTX range per step that "
-                                      "launches GPU work): whatif replays steps")
+        raise InputError(export.path, "no steps on the GPU's clock in the window (an NVTX range per step, or a "
+                                      "trace's ProfilerStep#N, that launches GPU work): whatif replays steps")
     pid = steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
     activity = timeline.activity
     instances = timeline.step_indices

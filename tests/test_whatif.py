@@ -236,6 +236,21 @@ def test_bad_input_is_one_line_and_exit_2(args, says, tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr
 
 
+def test_a_kineto_trace_without_profiler_steps_is_one_line_and_exit_2(tmp_path):
+    """The real trace with its ProfilerStep#N events taken out: nothing to replay, said in one line naming the
+    file, as for an export without steps."""
+    import gzip
+
+    trace = json.load(gzip.open(REAL / "graphs_eager_kineto.json.gz"))
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    path = tmp_path / "nosteps_kineto.json"
+    path.write_text(json.dumps(trace))
+    done = subprocess.run([sys.executable, "-m", "nsanalyze", "whatif", str(path), "--graph"], capture_output=True,
+                          text=True, cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert str(path) in done.stderr and "ProfilerStep#N" in done.stderr
+
+
 def test_an_ncu_report_is_refused(tmp_path):
     """Refused from its first bytes: nothing of the 500 MB report is decompressed into the cache."""
     cache = tmp_path / "cache"
