@@ -141,6 +141,20 @@ PAIRS = [
      "torch.profiler traces", "launch-overhead"),
     ("alloc_churn_kineto", "alloc_cached_kineto", {"remove": ("allocator",)}, "no empty_cache() each step; "
      "torch.profiler traces", "allocator-churn"),
+    # round 54, blind (fixtures/real/record_kin54.sh: recorded by a helper after the replay was extended to traces):
+    # four twins recorded before under nsys, now under torch.profiler (8 steps), base1, fix1, fix2, base2 in one call
+    *[(f"kin54_{p}_base{i}_kineto", f"kin54_{p}_fix{i}_kineto", change, f"{what}; torch.profiler traces, "
+       f"{'first' if i == 1 else 'second'} pair", check)
+      for p, change, what, check in (
+          ("time53", {"untime": True}, "no event pair timed and synchronized around each of 5 stages every step, "
+                                       "ResNet-50 at batch 256", "event-timing"),
+          ("sync53", {"remove": ("sync",)}, "no torch.cuda.synchronize() around each of 5 stages every step (host "
+                                            "timers), ResNet-50 at batch 256", "host-sync"),
+          ("emaloop", {"fuse": ("loop",)}, "the EMA of ViT-B/16's weights as one `torch._foreach_lerp_`, not a "
+                                           "Python loop over the 152 parameters", "launch-loop"),
+          ("itemlog", {"remove": ("sync",)}, "the running loss and accuracy read every 50 steps, not `.item()` twice "
+                                             "a step", "host-sync"))
+      for i in (1, 2)],
 ]
 
 
