@@ -20,6 +20,7 @@ from nsanalyze.normalize import critical_path as cp
 from nsanalyze.normalize.activity import PID_SHIFT, median
 from nsanalyze.normalize.host_activity import class_order, rules
 # OUTLIER_FACTOR: `--outliers` sets steps over it x the median to the median
+from nsanalyze.normalize import pricing
 from nsanalyze.normalize.pricing import OUTLIER_FACTOR, kernels_of
 from nsanalyze.normalize.steps import find_steps
 from nsanalyze.normalize.timeline import build_timeline
@@ -148,15 +149,10 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
 
 
 def _traced_host_note(export: NsysExport, timeline) -> list[str]:
-    """A Kineto trace's host times hold the PyTorch profiler's own CPU-side work (an op recorded around
-    each framework call): the replay keeps them as traced, so say what that moves."""
-    profiler = timeline.launches.profiler if export.kind == "kineto" and timeline.launches else None
-    if profiler is None or not profiler.cpu_ops_per_launch:
-        return []
-    shapes = ", with record_shapes=True" if profiler.record_shapes else ""
-    return [f"host times are the trace's, the PyTorch profiler's own CPU-side work in them "
-            f"({profiler.cpu_ops_per_launch:.1f} CPU ops recorded a launch{shapes}): without the profiler a change "
-            "that takes host work away may save less, and one that speeds the GPU up may save more"]
+    """A Kineto trace's replay keeps host times that hold the profiler's own work (pricing.traced_host_note)."""
+    note = pricing.traced_host_note(timeline.launches.profiler) if export.kind == "kineto" and timeline.launches \
+        else None
+    return [note] if note else []
 
 
 def _instances_from(export: NsysExport, steps, activity, timeline) -> np.ndarray | None:

@@ -74,10 +74,12 @@ KINETO_TWINS = [("graphs_eager", "graphs_after", "launch-overhead"), ("alloc_chu
 
 @pytest.mark.parametrize("base,fixed,check", KINETO_TWINS)
 def test_a_kineto_traces_finding_is_priced_by_its_replay(analyzed, base, fixed, check):
-    """As above, against the twin's trace: the mean GPU period between profiler steps (plain JSON)."""
+    """As above, against the twin's trace: the mean GPU period between profiler steps (plain JSON). The finding says
+    its host times hold the profiler's own work (its check's caveat, or the replay's note)."""
     report = analyzed(str(REAL / f"{base}_kineto.json.gz"))
     found = finding(report, check)
     assert "replayed_savings_ns" in found["evidence"]
+    assert any("PyTorch profiler's own CPU-side work" in note for note in found["notes"])
     assert found["estimated_savings_ns"] <= found["evidence"]["replayed_savings_ns"]["value"] * 1.001
     actual = statistics.mean(trace_gpu_step_periods(REAL / f"{base}_kineto.json.gz")) - \
         statistics.mean(trace_gpu_step_periods(REAL / f"{fixed}_kineto.json.gz"))
