@@ -135,7 +135,32 @@ PAIRS = [
         ("gpt", "no torch.cuda.synchronize() around each of 3 phases every step (host timers), host-bound GPT"),
         ("resnet256", "no torch.cuda.synchronize() around each of 5 stages every step (host timers), ResNet-50 at "
                       "batch 256 (GPU-bound)"))],
+    # Kineto traces (torch.profiler, 6 active steps) of two of the twins above: a `_kineto` name is a
+    # fixtures/real/NAME.json.gz trace, replayed as the exports are since round 54
+    ("graphs_eager_kineto", "graphs_after_kineto", {"graph": True}, "the step captured as one CUDA graph; "
+     "torch.profiler traces", "launch-overhead"),
+    ("alloc_churn_kineto", "alloc_cached_kineto", {"remove": ("allocator",)}, "no empty_cache() each step; "
+     "torch.profiler traces", "allocator-churn"),
+    # round 54, blind (fixtures/real/record_kin54.sh: recorded by a helper after the replay was extended to traces):
+    # four twins recorded before under nsys, now under torch.profiler (8 steps), base1, fix1, fix2, base2 in one call
+    *[(f"kin54_{p}_base{i}_kineto", f"kin54_{p}_fix{i}_kineto", change, f"{what}; torch.profiler traces, "
+       f"{'first' if i == 1 else 'second'} pair", check)
+      for p, change, what, check in (
+          ("time53", {"untime": True}, "no event pair timed and synchronized around each of 5 stages every step, "
+                                       "ResNet-50 at batch 256", "event-timing"),
+          ("sync53", {"remove": ("sync",)}, "no torch.cuda.synchronize() around each of 5 stages every step (host "
+                                            "timers), ResNet-50 at batch 256", "host-sync"),
+          ("emaloop", {"fuse": ("loop",)}, "the EMA of ViT-B/16's weights as one `torch._foreach_lerp_`, not a "
+                                           "Python loop over the 152 parameters", "launch-loop"),
+          ("itemlog", {"remove": ("sync",)}, "the running loss and accuracy read every 50 steps, not `.item()` twice "
+                                             "a step", "host-sync"))
+      for i in (1, 2)],
 ]
+
+
+def profile_path(name: str) -> Path:
+    """A pair member's file in fixtures/real: a Kineto trace for a `_kineto` name, else an nsys export."""
+    return REAL / (f"{name}.json.gz" if name.endswith("_kineto") else f"{name}_nsys.sqlite.xz")
 
 
 def change_text(change: dict | None) -> str:
@@ -163,7 +188,7 @@ def calibration_rows() -> list[dict]:
 
     rows = []
     for base, fixed, change, fix, answers in PAIRS:
-        base_path, fixed_path = REAL / f"{base}_nsys.sqlite.xz", REAL / f"{fixed}_nsys.sqlite.xz"
+        base_path, fixed_path = profile_path(base), profile_path(fixed)
         if not base_path.exists() or not fixed_path.exists():
             continue
         before, after = analyze([str(base_path)]), analyze([str(fixed_path)])
@@ -237,6 +262,8 @@ def step_kernels(path: Path) -> tuple[dict, float, int] | None:
 def same_work(base: Path, fixed: Path) -> tuple[float, float] | None:
     """The twins' kernel time a step (base, fixed) where their steps launch the same kernels, as many of
     each (within half a launch a step): the same work, so a difference in its time is the GPU's speed."""
+    if not (base.name.endswith(".sqlite.xz") and fixed.name.endswith(".sqlite.xz")):
+        return None   # the kernels a step by SQL: exports only
     a, b = step_kernels(base), step_kernels(fixed)
     if a is None or b is None or set(a[0]) != set(b[0]):
         return None

@@ -1,4 +1,4 @@
-"""Renders `nsanalyze report X -o x.json` for every nsys export in fixtures/ and the bench exports with
+"""Renders `nsanalyze report X -o x.json` for every nsys export and Kineto trace in fixtures/ and the bench exports with
 the code of a given source tree, so that two trees' reports can be compared byte for byte:
 
     python bench/equal_reports.py /tmp/base /tmp/before     # the frozen tree (git worktree add /tmp/base HEAD)
@@ -22,7 +22,7 @@ BENCH = ("train_nsys.sqlite", "graphs_graphtrace_nsys_x16.sqlite", "spin_gpumetr
 
 def exports() -> list[Path]:
     found = sorted({*ROOT.glob("fixtures/real/*.sqlite.xz"), *ROOT.glob("fixtures/public/*.sqlite*"),
-                    *ROOT.glob("fixtures/*.sqlite.xz")})
+                    *ROOT.glob("fixtures/*.sqlite.xz"), *ROOT.glob("fixtures/real/*_kineto.json.gz")})
     return found + [DATA / name for name in BENCH if (DATA / name).exists()]
 
 

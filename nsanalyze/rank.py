@@ -418,6 +418,10 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
                         "check_savings_ns": evidence(own, unit="ns")}
     if priced.note:
         finding.notes.append(f"replay: {priced.note}")
+    launches = getattr(timeline, "launches", None)
+    traced = pricing.traced_host_note(launches.profiler if launches is not None else None)
+    if traced and not any("PyTorch profiler" in note for note in finding.notes):
+        finding.notes.append(f"replay: {traced}")
     if abs(priced.savings_ns - own) <= pricing.DISAGREE * max(own, priced.savings_ns):
         return None
     capped = priced.cap_ns is not None and priced.replayed_ns > priced.cap_ns

@@ -20,6 +20,7 @@ from nsanalyze.normalize import critical_path as cp
 from nsanalyze.normalize.activity import PID_SHIFT, median
 from nsanalyze.normalize.host_activity import class_order, rules
 # OUTLIER_FACTOR: `--outliers` sets steps over it x the median to the median
+from nsanalyze.normalize import pricing
 from nsanalyze.normalize.pricing import OUTLIER_FACTOR, kernels_of
 from nsanalyze.normalize.steps import find_steps
 from nsanalyze.normalize.timeline import build_timeline
@@ -28,7 +29,7 @@ from nsanalyze.read.files import ProfileKind, kind_of
 from nsanalyze.read.nsys import NsysExport, sqlite_input_error
 
 
-WHATIF_READS = "whatif replays an Nsight Systems export (.sqlite)"
+WHATIF_READS = "whatif replays an Nsight Systems export (.sqlite) or a PyTorch profiler (Kineto) trace"
 
 
 @dataclass
@@ -83,7 +84,7 @@ def whatif(paths: list[str], options, asked: WhatIf) -> list[dict]:
     results = []
     for path in paths:
         for profile in read_profiles(path):
-            if not isinstance(profile, NsysExport) or profile.kind == "kineto":
+            if not isinstance(profile, NsysExport):
                 raise InputError(getattr(profile, "path", path), WHATIF_READS)
             try:
                 results.append(whatif_export(profile, options, speedups, remove, asked))
@@ -96,8 +97,8 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
     timeline = build_timeline(export, options.skip_first_ns, options.nvtx_range, options.window)
     steps = find_steps(export, options.nvtx_range)
     if steps is None or timeline.steps is None or timeline.step_starts is None or timeline.steps.clock != "gpu":
-        raise InputError(export.path, "no steps on the GPU's clock in the window (an NVTX range per step that "
-                                      "launches GPU work): whatif replays steps")
+        raise InputError(export.path, "no steps on the GPU's clock in the window (an NVTX range per step, or a "
+                                      "trace's ProfilerStep#N, that launches GPU work): whatif replays steps")
     pid = steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
     activity = timeline.activity
     instances = timeline.step_indices
@@ -143,8 +144,15 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
         + [{"change": "fuse", "role": role,   # kernels only: a loop's memsets go with it, but are none
             "kernels": int((cp.role_mask(block.graph, (role,)) & cp.role_mask(block.graph, ("*",))).sum()),
             "launch_path_ns_per_step": cp.dropped_host_ns_per_step(block, (role,))} for role in asked.fuse],
-        "notes": list(block.graph.notes),
+        "notes": list(block.graph.notes) + _traced_host_note(export, timeline),
     }
+
+
+def _traced_host_note(export: NsysExport, timeline) -> list[str]:
+    """A Kineto trace's replay keeps host times that hold the profiler's own work (pricing.traced_host_note)."""
+    note = pricing.traced_host_note(timeline.launches.profiler) if export.kind == "kineto" and timeline.launches \
+        else None
+    return [note] if note else []
 
 
 def _instances_from(export: NsysExport, steps, activity, timeline) -> np.ndarray | None:

@@ -231,6 +231,37 @@ def sql_saved_per_step(analyzed, base, fix) -> float:
     return statistics.mean(periods[0]) - statistics.mean(periods[1])
 
 
+@functools.lru_cache(maxsize=None)
+def trace_gpu_step_firsts(path) -> tuple[int, ...]:
+    """The oracle for a Kineto trace's steps on the GPU's clock, in plain JSON: per `ProfilerStep#N` host range,
+    the first start (ns, the trace's clock) of the GPU work (kernels, copies, memsets) launched by a runtime or
+    driver call made inside it, matched by correlation id."""
+    import gzip
+    import json
+
+    with gzip.open(path) as trace:
+        events = json.load(trace)["traceEvents"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "user_annotation"
+                   and str(e.get("name", "")).startswith("ProfilerStep#"))
+    calls = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and "correlation" in e.get("args", {})}
+    firsts = [None] * len(steps)
+    for e in events:
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        call = calls.get(e.get("args", {}).get("correlation"))
+        for i, (start, end) in enumerate(steps):
+            if call is not None and start <= call < end and (firsts[i] is None or e["ts"] < firsts[i]):
+                firsts[i] = e["ts"]
+    return tuple(round(first * 1000) for first in firsts if first is not None)
+
+
+def trace_gpu_step_periods(path) -> list[int]:
+    """The GPU's period between consecutive profiler steps of a Kineto trace (trace_gpu_step_firsts)."""
+    firsts = trace_gpu_step_firsts(path)
+    return [b - a for a, b in zip(firsts, firsts[1:])]
+
+
 def _give_back_free_memory() -> None:
     """What a test file freed goes back to the system before the next: glibc keeps freed heap (and Arrow
     its pool) for later allocations, so the process held the high-water mark of every file before it."""

@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from nsanalyze.checks import program_checks
-from tests.conftest import REAL, sql, sql_gpu_step_periods
+from tests.conftest import REAL, sql, sql_gpu_step_periods, trace_gpu_step_periods
 from tests.isolated import apart
 
 
@@ -65,6 +65,24 @@ def test_a_finding_priced_by_its_replay_predicts_its_twin(analyzed, base, fixed,
     assert "replayed_savings_ns" in found["evidence"] and "check_savings_ns" in found["evidence"]
     assert found["estimated_savings_ns"] <= found["evidence"]["replayed_savings_ns"]["value"] * 1.001
     actual = sql_mean_step(f"{base}_nsys.sqlite.xz") - sql_mean_step(f"{fixed}_nsys.sqlite.xz")
+    assert per_step(report, found) == pytest.approx(actual, rel=0.25)
+
+
+# Kineto traces (torch.profiler) of two of those twins: the replay prices them as it does the exports
+KINETO_TWINS = [("graphs_eager", "graphs_after", "launch-overhead"), ("alloc_churn", "alloc_cached", "allocator-churn")]
+
+
+@pytest.mark.parametrize("base,fixed,check", KINETO_TWINS)
+def test_a_kineto_traces_finding_is_priced_by_its_replay(analyzed, base, fixed, check):
+    """As above, against the twin's trace: the mean GPU period between profiler steps (plain JSON). The finding says
+    its host times hold the profiler's own work (its check's caveat, or the replay's note)."""
+    report = analyzed(str(REAL / f"{base}_kineto.json.gz"))
+    found = finding(report, check)
+    assert "replayed_savings_ns" in found["evidence"]
+    assert any("PyTorch profiler's own CPU-side work" in note for note in found["notes"])
+    assert found["estimated_savings_ns"] <= found["evidence"]["replayed_savings_ns"]["value"] * 1.001
+    actual = statistics.mean(trace_gpu_step_periods(REAL / f"{base}_kineto.json.gz")) - \
+        statistics.mean(trace_gpu_step_periods(REAL / f"{fixed}_kineto.json.gz"))
     assert per_step(report, found) == pytest.approx(actual, rel=0.25)
 
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from nsanalyze.analyze import Options
 from nsanalyze.cli import cli
 from nsanalyze.whatif import WhatIf, whatif
-from tests.conftest import REAL, sql, sql_gpu_step_firsts, sql_gpu_step_periods
+from tests.conftest import REAL, sql, sql_gpu_step_firsts, sql_gpu_step_periods, trace_gpu_step_periods
 
 GEMM = "regex:gemm|nvjet=2"   # cuBLAS/CUTLASS matrix products by name (short or demangled)
 
@@ -142,6 +142,43 @@ def test_one_graph_launch_a_step_predicts_the_graphed_twin():
     assert saved == pytest.approx(actual, rel=0.25)
 
 
+def trace_mean_step(name: str) -> float:
+    """A Kineto trace's mean GPU period between its profiler steps (plain JSON: trace_gpu_step_periods)."""
+    return statistics.mean(trace_gpu_step_periods(REAL / name))
+
+
+# Kineto traces of the same programs (fixtures/real/README.md, record_round4.sh, alloc_train.py), replayed as the
+# nsys exports are: each against its twin's trace, the changes' figures against the trace's own events
+@pytest.mark.parametrize("base, twin, change", [
+    ("graphs_eager_kineto.json.gz", "graphs_after_kineto.json.gz", {"graph": True}),
+    ("alloc_churn_kineto.json.gz", "alloc_cached_kineto.json.gz", {"remove": ("allocator",)}),
+])
+def test_a_kineto_trace_replayed_predicts_its_twins_trace(base, twin, change):
+    """The unchanged replay reproduces the profiler's steps (self-check); with the change, the mean step saves
+    what the twin's trace saved within 25%, and the result says the host times are the profiler's."""
+    result = predict(base, **change)
+    assert result["self_check"]["trusted"]
+    assert result["base_mean_step_ns"] == pytest.approx(trace_mean_step(base), rel=0.05)
+    saved = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
+    assert saved == pytest.approx(trace_mean_step(base) - trace_mean_step(twin), rel=0.25)
+    assert any("CPU ops recorded a launch" in note for note in result["notes"])
+
+
+def test_faster_kernels_on_a_host_bound_kineto_trace_save_almost_nothing():
+    """The eager MLP under torch.profiler: its kernels are a tenth of a step (the trace's kernel events), and
+    twice as fast they save under 3% of it."""
+    import gzip
+    import json
+
+    name = "graphs_eager_kineto.json.gz"
+    result = predict(name, ("regex:.=2",))
+    with gzip.open(REAL / name) as trace:
+        kernel_us = sum(e["dur"] for e in json.load(trace)["traceEvents"] if e.get("cat") == "kernel")
+    steps = len(trace_gpu_step_periods(REAL / name)) + 1
+    assert kernel_us * 1000 / steps > 0.05 * result["base_step_ns"]
+    assert result["base_step_ns"] - result["predicted_step_ns"] < 0.03 * result["base_step_ns"]
+
+
 def test_one_graph_launch_a_step_keeps_the_host_work_beside_the_launches():
     """histlog_every10: every 10th step spends seconds on the host (numpy histograms of the weights) between
     its launches. A CUDA graph takes off the host the launches' own paths, not that work: each step saves
@@ -197,6 +234,21 @@ def test_bad_input_is_one_line_and_exit_2(args, says, tmp_path):
                            *args], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr
+
+
+def test_a_kineto_trace_without_profiler_steps_is_one_line_and_exit_2(tmp_path):
+    """The real trace with its ProfilerStep#N events taken out: nothing to replay, said in one line naming the
+    file, as for an export without steps."""
+    import gzip
+
+    trace = json.load(gzip.open(REAL / "graphs_eager_kineto.json.gz"))
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    path = tmp_path / "nosteps_kineto.json"
+    path.write_text(json.dumps(trace))
+    done = subprocess.run([sys.executable, "-m", "nsanalyze", "whatif", str(path), "--graph"], capture_output=True,
+                          text=True, cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert str(path) in done.stderr and "ProfilerStep#N" in done.stderr
 
 
 def test_an_ncu_report_is_refused(tmp_path):

@@ -175,3 +175,16 @@ def contains(outer: dict | None, inner: dict | None) -> bool:
         return False
     return bool(outer.get("graph")) and set(inner) == {"fuse"}
 
+
+def traced_host_note(profiler) -> str | None:
+    """For a replay of a Kineto trace (its launches' ProfilerCost): the host times it keeps hold the PyTorch
+    profiler's own CPU-side work, and the profiled host's speed moved with the change on round 54's traced twins
+    (docs/performance.md), so the replayed saving is the traced run's. None for an nsys export."""
+    if profiler is None or not profiler.cpu_ops_per_launch:
+        return None
+    shapes = ", with record_shapes=True" if profiler.record_shapes else ""
+    return (f"host times are the trace's, the PyTorch profiler's own CPU-side work in them "
+            f"({profiler.cpu_ops_per_launch:.1f} CPU ops recorded a launch{shapes}): without the profiler a change "
+            "that takes host work away may save less, and one that speeds the GPU up may save more; and a profiled "
+            "host's speed can move with the change itself, so the profiled fix may save more or less than this "
+            "replay")

@@ -208,7 +208,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     host_later = _host_activity(export, budgets, activity, call_names, capture.launching_threads,
                                 steps if timeline.steps is not None else None, side)
     # -- the critical path of a median step (normalize.critical_path) --
-    if export.kind == "nsys" and timeline.steps is not None:
+    if export.kind in ("nsys", "kineto") and timeline.steps is not None:
         timeline.step_block = median_step_block(export, steps, activity, capture.launching_threads)
         timeline.critical_path = block_critical_path(timeline.step_block)
         timeline.timed_trials = tuning.summary(timeline.step_block)

@@ -11,7 +11,8 @@ from nsanalyze.normalize import critical_path as cp
 from nsanalyze.normalize.steps import find_steps
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profile
-from tests.conftest import REAL, WORK_TABLES, sql, sql_gpu_step_firsts, sql_gpu_step_periods
+from tests.conftest import REAL, WORK_TABLES, sql, sql_gpu_step_firsts, sql_gpu_step_periods, \
+    trace_gpu_step_periods
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +60,26 @@ def test_the_critical_path_adds_up_to_the_median_step(timelines, name):
     median = statistics.median(sql_gpu_step_periods(REAL / name, like(name)))
     assert sum(p["ns"] for p in path) == pytest.approx(median, rel=0.02)
     assert sum(p["share"] for p in path) == pytest.approx(1.0, abs=0.02)
+
+
+# Kineto traces (torch.profiler) of the launch-bound MLP, its graphed twin, the allocator churn and the GPU-bound
+# fp32 GPT: the same graph, built from the trace's runtime calls and GPU work (read.kineto)
+TRACES = ["graphs_eager_kineto.json.gz", "graphs_after_kineto.json.gz", "alloc_churn_kineto.json.gz",
+          "gpt_fp32_kineto.json.gz"]
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_a_kineto_traces_critical_path_adds_up_to_its_median_step(timelines, name):
+    """Against the trace's own events: the median GPU period between profiler steps (trace_gpu_step_periods)."""
+    path = timelines(name)[1].critical_path
+    assert path is not None
+    median = statistics.median(trace_gpu_step_periods(REAL / name))
+    assert sum(p["ns"] for p in path) == pytest.approx(median, rel=0.02)
+    assert sum(p["share"] for p in path) == pytest.approx(1.0, abs=0.02)
+    if name.startswith("graphs_eager"):   # launch-bound: the host holds the step
+        assert parts(path, "host:") > 0.9 * median
+    if name.startswith(("graphs_after", "gpt_")):   # one graph launch a step; the GPT's GPU-bound step
+        assert parts(path, "gpu:") > 0.95 * median
 
 
 @pytest.mark.parametrize("name", LOOPS)

@@ -33,8 +33,9 @@ shape now and then) shows as steps that stand out (slow-steps). Timing code of t
 event pair around each layer, synchronized every step) has the trials' pattern but warms nothing up: it is
 not taken for a tuner (event-timing tells it), since removing it keeps the kernels it times.
 The step's own launches inside a tuning stretch keep the launch path's typical host time in the replay;
-host work of the program that falls between two trials goes with the tuning. Nsight Systems exports only: the
-trials are read on the replayed steps, which Kineto traces do not get.
+host work of the program that falls between two trials goes with the tuning. Kineto traces are read as nsys
+exports are (the same replayed steps), but hold few steps (a profiler's schedule records a handful): a tuner that
+meets a new shape in most of them is told, one that tunes now and then may not show in the traced steps at all.
 
 ## Options
 - `min_trials`: timed trials a step before the check speaks.

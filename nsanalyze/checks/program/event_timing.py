@@ -29,8 +29,9 @@ if step % 100 == 0:                         # or time rarely, with the waits you
 ```
 
 ## Known problems
-Read on the replayed steps around the median step, in Nsight Systems exports only (Kineto traces do not
-get the replay). The replay prices removing the timing: its event calls, its syncs and the host's time on
+Read on the replayed steps around the median step, of an nsys export or a Kineto trace (since round 54: on
+kin54's traced ResNet-50 it finds the five timed stages a step that the trace's calls show; the profiler
+slows the host, so a trace's saving is its own run's, not the program's without the profiler). The replay prices removing the timing: its event calls, its syncs and the host's time on
 the way to each, at most the typical launch path per call (a longer gap holds the program's other work:
 before a timed phase lies the code before it). Keeping the events but reading them rarely keeps their calls'
 host time and saves the waits only. On host-bound steps the host's own speed drifts between runs by more

@@ -101,3 +101,51 @@ def test_the_title_says_where_the_time_goes(analyzed, base, words):
     host = finding["evidence"]["timing_host_ns_per_step"]["value"]
     assert words in finding["title"]
     assert (host - waits >= 0.5 * per_step) == ("host's time" in words)
+
+
+# torch.profiler (Kineto) traces of time53's and sync53's ResNet-50 at batch 256 (fixtures/real/README.md, Kin54:
+# recorded by a helper after the replay was extended to traces, not tuned to), 8 profiler steps each
+KINETO_TIMED = ["kin54_time53_base1_kineto.json.gz", "kin54_time53_base2_kineto.json.gz"]
+
+
+def trace_calls_per_step(name: str, call: str) -> tuple[float, float]:
+    """(calls a step, their host time a step in ns) of one runtime call in a Kineto trace, by plain JSON: the calls
+    that start inside a `ProfilerStep#N` host range, over those ranges."""
+    import gzip
+    import json
+
+    with gzip.open(REAL / name) as trace:
+        events = json.load(trace)["traceEvents"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    calls = [e for e in events if e.get("cat") == "cuda_runtime" and e.get("name") == call
+             and any(start <= e["ts"] < end for start, end in steps)]
+    return len(calls) / len(steps), sum(e["dur"] for e in calls) * 1000 / len(steps)
+
+
+@pytest.mark.parametrize("name", KINETO_TIMED)
+def test_timing_code_in_a_kineto_trace_is_named_and_holds_the_syncs(analyzed, name):
+    """The trace's five timed stages a step are the timing code (PyTorch's launch checks call cudaGetErrorString
+    between the stem's records: a query helper, as nsys never shows it), its syncs are the trace's
+    cudaEventSynchronize calls (their time a step within 10%), and host-sync does not sell them again."""
+    model = analyzed(REAL / name)
+    timing = model["timeline"]["timing_code"]
+    syncs, sync_ns = trace_calls_per_step(name, "cudaEventSynchronize")
+    assert syncs == 5 and timing["timings_per_step"] == syncs
+    assert timing["sync_share"] >= 0.95
+    assert timing["sync_ns_per_step"] == pytest.approx(sync_ns, rel=0.10)
+    checks = [f["check"] for f in program_findings(model)]
+    assert checks[0] == "event-timing" and "host-sync" not in checks
+    finding = program_findings(model)[0]
+    assert finding["estimated_savings_ns"] <= finding["evidence"]["replayed_savings_ns"]["value"] * 1.001
+
+
+def test_the_other_timing_idiom_in_a_kineto_trace_is_host_syncs(analyzed):
+    """sync53 under torch.profiler: host timers between torch.cuda.synchronize() calls (10 a step in the trace) are
+    host-sync's, first; no event pairs, so no timing code; the untimed twin has neither."""
+    base, fix = "kin54_sync53_base1_kineto.json.gz", "kin54_sync53_fix1_kineto.json.gz"
+    assert trace_calls_per_step(base, "cudaDeviceSynchronize")[0] == 10
+    model = analyzed(REAL / base)
+    assert model["timeline"].get("timing_code") is None
+    assert program_findings(model)[0]["check"] == "host-sync"
+    assert not {"host-sync", "event-timing"} & {f["check"] for f in program_findings(analyzed(REAL / fix))}
