@@ -389,6 +389,17 @@ def _claimed_limit(finding: Finding, span: float, claims: dict) -> float:
     return min(span, sum(parts.values()))
 
 
+# the host's share of a median step's critical path from which its (a trace's: profiled) times bear on a replay
+TRACED_HOST_SHARE = 0.05
+
+
+def _host_matters(timeline: Timeline, priced, own: float) -> bool:
+    """Whether the host's times shape this replay: the host holds part of the median step's critical path, or the
+    changed steps save less than the check's own estimate (the host bounds them once the GPU is faster)."""
+    host = sum(p["share"] for p in (timeline.critical_path or ()) if p["part"].startswith("host:"))
+    return host >= TRACED_HOST_SHARE or priced.savings_ns < (1.0 - pricing.DISAGREE) * own
+
+
 def _price_by_replay(timeline: Timeline, check, finding: Finding):
     """The finding's savings: what the replay of the steps saves with the change its check declares
     (its `change`, normalize.pricing), capped by the time the change takes away; the check's own estimate where
@@ -420,7 +431,7 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
         finding.notes.append(f"replay: {priced.note}")
     launches = getattr(timeline, "launches", None)
     traced = pricing.traced_host_note(launches.profiler if launches is not None else None)
-    if traced and not any("PyTorch profiler" in note for note in finding.notes):
+    if traced and _host_matters(timeline, priced, own) and not any("PyTorch profiler" in n for n in finding.notes):
         finding.notes.append(f"replay: {traced}")
     if abs(priced.savings_ns - own) <= pricing.DISAGREE * max(own, priced.savings_ns):
         return None

@@ -86,6 +86,14 @@ def test_a_kineto_traces_finding_is_priced_by_its_replay(analyzed, base, fixed, 
     assert per_step(report, found) == pytest.approx(actual, rel=0.25)
 
 
+def test_a_gpu_bound_traces_finding_carries_no_host_caveat(analyzed):
+    """attn_naive under torch.profiler runs GPU-bound (the trace's host ranges 5.2 ms of 17.5 ms steps): its host
+    times shape neither the replay nor the change (SDPA), so no note about the profiler's host work."""
+    found = finding(analyzed(str(REAL / "attn_naive_kineto.json.gz")), "attention-unfused")
+    assert "replayed_savings_ns" in found["evidence"]
+    assert not any("PyTorch profiler" in note for note in found["notes"])
+
+
 # The host's launch path of each NCHW<->NHWC conversion over the steady steps (from the sixth step range on):
 # from the end of the thread's previous CUDA call that is no cuKernelGet* helper to the end of the
 # conversion's launch call (the framework's and cuDNN's dispatch, the helper calls, the launch).
