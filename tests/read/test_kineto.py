@@ -372,6 +372,10 @@ def test_the_profilers_own_host_time_is_noted_and_savings_stay_within_the_trace(
         note = next(n for n in finding["notes"] if "profiler's own CPU-side work" in n)
         assert f"{per_launch[path] / 1e3:.1f} us of host time a launch" in note
         assert ("record_shapes=True" in note) == (path == EAGER_SHAPES)
+        # the way to confirm it: nsys, or a trace without record_shapes where the trace has them on (the key in its
+        # cpu ops' args: "Input Dims")
+        shapes = any("Input Dims" in e.get("args", {}) for e in evs if e.get("cat") == "cpu_op")
+        assert ("a trace without record_shapes" in note) == shapes == (path == EAGER_SHAPES)
         assert finding["evidence"]["cpu_ops_per_launch"]["value"] == pytest.approx(
             sum(1 for e in evs if e.get("cat") == "cpu_op") / calls, rel=1e-3)  # 5.6 on both
         budget = {p["part"]: p["ns"] for p in model["timeline"]["budget"]}

@@ -57,6 +57,7 @@ two batched products, saved 43.8 ms: it also took away 7 ms of per-parameter Pyt
 
 import numpy as np
 
+from nsanalyze.normalize.host_activity import base_name
 from nsanalyze.normalize.model import Launches, ProfilerCost, plain
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._claims import launch_speaks, unclaimed_part
@@ -167,6 +168,9 @@ def _waits_per_step(timeline) -> tuple[float, str] | None:
 # mask built on the CPU and copied in each of 6 layers: 6, building it once on the GPU the fix). Fewer moves are then
 # the change; the waits' direction is not told apart here, so the advice names both.
 PER_ITEM_WAITS = 4
+# a wait for the whole device (PyTorch's `torch.cuda.synchronize()`): no copy or read-back behind it, unlike the
+# stream syncs of `.item()` and `.cpu()`
+DEVICE_SYNCS = ("cudaDeviceSynchronize", "cuCtxSynchronize")
 
 
 def _waits_first(per_step: float, name: str, timing=None) -> str:
@@ -181,6 +185,11 @@ def _waits_first(per_step: float, name: str, timing=None) -> str:
     said = (f"Each step waits for the GPU {times} ({code_span(name)} and "
             "the like: `.item()`, `.cpu()`, `print(tensor)`, a synchronize), and a CUDA graph cannot capture a step "
             "that waits. ")
+    if base_name(name) in DEVICE_SYNCS:   # torch.cuda.synchronize(): it moves nothing, it waits for all the work
+        return (f"Each step calls {code_span(name)} {times} (`torch.cuda.synchronize()`: host timers between stages, "
+                "or a synchronize left from debugging), waiting for all the GPU's work each time, and a CUDA graph "
+                "cannot capture a step that waits: drop them first (time stages with CUDA events read every N steps, "
+                "or profile instead), then capture the step.\n\n")
     if per_step >= PER_ITEM_WAITS:
         return said + ("The loop moves data between host and GPU piece by piece and waits each time (a read-back or "
                        "an upload per item, request or layer): first make the moves fewer (batch the inputs or "
@@ -249,8 +258,8 @@ def profiler_caveat(finding: Finding, launches: Launches | None, timeline, where
         where = f" is part of the {host_per_launch / 1e3:.1f} us of host time a launch in this trace and"
     finding.notes.append(
         f"the PyTorch profiler's own CPU-side work ({why}){where} inflates host time in {where_it_shows}: "
-        "this idle time and its saving are an upper bound within the traced time; confirm with nsys or a "
-        "trace without record_shapes")
+        "this idle time and its saving are an upper bound within the traced time; confirm with nsys"
+        + (" or a trace without record_shapes" if profiler.record_shapes else ""))
 
 
 def _host_ns_per_launch(timeline, profiler: ProfilerCost) -> float | None:

@@ -149,3 +149,20 @@ def test_the_other_timing_idiom_in_a_kineto_trace_is_host_syncs(analyzed):
     assert model["timeline"].get("timing_code") is None
     assert program_findings(model)[0]["check"] == "host-sync"
     assert not {"host-sync", "event-timing"} & {f["check"] for f in program_findings(analyzed(REAL / fix))}
+
+
+def test_a_step_that_calls_torch_cuda_synchronize_is_told_to_drop_it_first(analyzed):
+    """sync53's GPT (host timers between torch.cuda.synchronize() calls, nsys): launch-overhead's advice starts from
+    the device syncs the step makes (SQL: cudaDeviceSynchronize in every step range), not from copies moved piece by
+    piece, which the step does not make."""
+    from tests.conftest import sql
+
+    name = "sync53_gpt_base_nsys.sqlite.xz"
+    per_range = sql(REAL / name, """SELECT COUNT(r.start) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+        LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.start >= n.start AND r.start < n.end AND r.nameId IN
+        (SELECT id FROM StringIds WHERE value LIKE 'cudaDeviceSynchronize%')
+        WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE 'step %' GROUP BY n.start""")
+    assert min(count for (count,) in per_range) >= 3
+    launch = next(f for f in analyzed(REAL / name)["findings"] if f["check"] == "launch-overhead")
+    assert launch["advice"].startswith("Each step calls `cudaDeviceSynchronize`")
+    assert "piece by piece" not in launch["advice"]
