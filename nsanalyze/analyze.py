@@ -260,6 +260,27 @@ def _capture(export: NsysExport) -> tuple[int, int] | None:
     return start + int(first), start + int(last)
 
 
+def _refuse_copies(exports: list[NsysExport], names: str) -> None:
+    """One profile under two names (a copy) is one run, not two ranks: files of equal size are compared by content."""
+    import os
+
+    from nsanalyze.read.files import content_key
+
+    by_size: dict[int, list[str]] = {}
+    for export in exports:
+        try:
+            by_size.setdefault(os.path.getsize(export.path), []).append(export.path)
+        except OSError:
+            continue   # not a plain file here (read from elsewhere): nothing to compare
+    for paths in (same for same in by_size.values() if len(same) > 1):
+        keys: dict[str, str] = {}
+        for path in paths:
+            key = content_key(Path(path))
+            if key in keys:
+                raise InputError(names, f"{path} and {keys[key]} are the same file: one profile, not two ranks")
+            keys[key] = path
+
+
 def check_ranks(exports: list[NsysExport]) -> None:
     """Several nsys exports or Kineto traces are merged as the ranks of one run only when the files say so:
     each trace's distributedInfo names a different rank of one world, or their captures ran at the same time
@@ -275,6 +296,7 @@ def check_ranks(exports: list[NsysExport]) -> None:
         if real in seen:
             raise InputError(names, f"{export.path} is given twice ({seen[real]}): one profile, not two ranks")
         seen[real] = export.path
+    _refuse_copies(exports, names)
     hint = ("; report them one by one (or compare two with nsanalyze diff); --as-ranks merges them anyway")
     worlds = [_distributed(e) for e in exports]
     if all(w is not None for w in worlds):

@@ -141,6 +141,11 @@ def test_unrelated_inputs_are_not_merged_as_ranks(tmp_path, capsys):
     rank0 = REAL / "ddp_gpu_rank0_nsys.sqlite.xz"   # one file twice is one run, not two ranks
     assert run("report", rank0, REAL / ".." / "real" / rank0.name) == 2
     assert "is given twice" in capsys.readouterr().err
+    (tmp_path / "copies").mkdir()   # ... nor is one file under two names (a byte-identical copy)
+    copies = [shutil.copy(gpt, tmp_path / "copies" / name) for name in ("a_kineto.json.gz", "b_kineto.json.gz")]
+    assert run("report", *copies) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "are the same file: one profile, not two ranks" in err
 
 
 def test_ncu_reports_of_two_gpus_say_so():
