@@ -155,6 +155,11 @@ PAIRS = [
           ("itemlog", {"remove": ("sync",)}, "the running loss and accuracy read every 50 steps, not `.item()` twice "
                                              "a step", "host-sync"))
       for i in (1, 2)],
+    # round 55 (fixtures/real/record_fuse55.sh, fuse55_train.py): eager CNN training (channels_last, bf16, batch 256)
+    # against torch.compile; unfused-normalization was written from the ResNet-50, the MobileNetV2 is blind
+    *[(f"fuse55_{p}_base{i}", f"fuse55_{p}_fix{i}", None, f"torch.compile of {what} (BatchNorm fused with its ReLU and "
+       f"add); {'first' if i == 1 else 'second'} pair", "unfused-normalization")
+      for p, what in (("resnet", "ResNet-50"), ("mobilenet", "MobileNetV2 (blind)")) for i in (1, 2)],
 ]
 
 

@@ -43,11 +43,7 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         missing = [name for name in check.requires if getattr(timeline, name, None) is None
                    or (name == "work" and _graphs_hide_kernels(timeline))]
         if missing:
-            hint = "nsys profile --gpu-metrics-devices=all" if "gpu_metrics" in missing or "busy_clock" in missing \
-                else "nsys profile --cuda-graph-trace=node" if "work" in missing and timeline.work \
-                else "nsys profile -t cuda,nvtx with an NVTX range a step (torch.cuda.nvtx.range_push)" \
-                if "steps" in missing else "nsys profile -t cuda,nvtx"
-            not_judged.append(NotJudged(check.id, None, missing, hint))
+            not_judged.append(NotJudged(check.id, None, missing, _collect_hint(missing, timeline)))
             continue
         finding = check.run(timeline, limits_for(check, overrides))
         if finding is None:
@@ -59,6 +55,19 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         findings.append(finding)
     settle_program_findings(findings, timeline)
     return findings, not_judged
+
+
+def _collect_hint(missing: list[str], timeline: Timeline) -> str:
+    """How to record what a check lacks, with the recorder the profile came from (GPU metrics only nsys samples)."""
+    if "gpu_metrics" in missing or "busy_clock" in missing:
+        return "nsys profile --gpu-metrics-devices=all"
+    if "work" in missing and timeline.work:
+        return "nsys profile --cuda-graph-trace=node"
+    if timeline.recorder == "kineto":
+        return ("torch.profiler with prof.step() each iteration (ProfilerStep#N)" if "steps" in missing else
+                "torch.profiler with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
+    return ("nsys profile -t cuda,nvtx with an NVTX range a step (torch.cuda.nvtx.range_push)" if "steps" in missing
+            else "nsys profile -t cuda,nvtx")
 
 
 def _graphs_hide_kernels(timeline: Timeline) -> bool:
@@ -172,7 +181,8 @@ def _merge_ranks(exports: list[NsysExport], timelines: list[Timeline]) -> tuple[
     span = sum(windows) / len(windows) if windows else section.get("span_ns", 0)
     merged = Timeline(window=timelines[0].window, summary=timelines[0].summary.with_(span_ns=span),
                       devices=tuple(devices), streams=[], ranges=[], gaps=(), syncs=model.Syncs(),
-                      launches=model.Launches(), copies=model.Copies(), device_kernels=tuple(device_kernels))
+                      launches=model.Launches(), copies=model.Copies(), device_kernels=tuple(device_kernels),
+                      recorder=timelines[0].recorder)
     budgets = [t.budget for t in timelines if t.budget]
     if budgets:  # each part averaged over the ranks: wall-clock time, as for the GPUs of one export
         merged.budget = tuple(model.BudgetPart.of({"part": parts[0].part, "ns": sum(p.ns for p in parts) / len(parts),

@@ -323,6 +323,7 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
 
     span = timeline.summary.span_ns or 0
     claims = claims_by_cause(timeline) if timeline.budget else {}   # (once: the wider causes' limits, the others' notes)
+    replay_notes = []   # (finding, where its note goes, the note): written once every cap has set the figure
     for finding in findings:
         check = check_by_id(finding.check)
         if finding.estimated_savings_ns == 0.0:
@@ -361,10 +362,12 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
                                      "and the GPU's work, which ran while the host did that, then runs while the "
                                      "host does the rest (counted here, not in that part's finding)")
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
-        if replay_note is not None:   # written once the caps have set the figure it names
-            finding.notes.append(replay_note(finding.estimated_savings_ns))
+        if replay_note is not None:
+            replay_notes.append((finding, len(finding.notes), replay_note))
     within_wider_changes(findings, timeline)
     _combine_overlapping(findings, timeline, claims)
+    for finding, at, replay_note in replay_notes:   # the figure it names is the finding's, after every cap and share
+        finding.notes.insert(at, replay_note(finding.estimated_savings_ns))
     for finding in findings:
         finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
         finding.severity = program_severity(finding, span)
@@ -455,6 +458,9 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
         def near(a: float, b: float) -> bool:
             return abs(a - b) <= 0.01 * max(a, b)
         if near(final_ns, priced.savings_ns):
+            if final_ns < priced.savings_ns * (1 - 1e-3):   # lowered by findings drawing on the same part
+                return (f"savings: {per_step(final_ns)}, what the findings it overlaps leave of {replay}, not the "
+                        f"check's own estimate ({per_step(own)}){why_less}")
             return f"savings: {replay}, not the check's own estimate ({per_step(own)}){why_less}"
         if near(final_ns, own):
             return (f"savings: the check's own estimate ({per_step(own)}), what its budget part leaves it; {replay} "

@@ -414,7 +414,9 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
                 ok = released >= 0
                 idx = enqueue[ok]
                 tgt = last_op[enqueue[released[ok]]]
-                free = c_target[idx] < 0
+                # a call waits for the slot its operation freed only where that operation ended before the call
+                # returned: one that ended after it held no slot this call waited for (the queue was not full then)
+                free = (c_target[idx] < 0) & (tgt >= 0) & (o_end[np.maximum(tgt, 0)] <= c_end[idx])
                 c_target[idx[free]] = tgt[free]
                 notes.append(f"the launch queue filled: {int(long.sum())} enqueue calls waited for a slot; "
                              f"depth read as {depth} operations")

@@ -76,6 +76,7 @@ class Timeline:
     step_block: StepBlock | None = None     # ... the steps it replayed: what prices the findings (program.py)
     timed_trials: model.TimedTrials | None = None   # ... their timed trials (normalize.tuning); None: none
     timing_code: model.TimingCode | None = None     # ... the program's own timing code (normalize.tuning); None: none
+    recorder: str = "nsys"                  # what recorded it: "nsys", or "kineto" (the PyTorch profiler's trace)
 
     def metric_mean(self, name: str) -> float | None:
         """The window's mean of a sampled GPU metric (normalize.gpu_metrics: `sm_issue_pct`, ...); None
@@ -193,7 +194,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         summary["gpu_busy_share"] = sum(p["ns"] for p in overall if p["part"] not in IDLE_PARTS) / window_ns \
             if window_ns else None
     ranges = host_side["ranges"]
-    timeline = Timeline(window=window, summary=summary, devices=devices, **host_side)
+    timeline = Timeline(window=window, summary=summary, devices=devices, recorder=export.kind, **host_side)
     timeline.budget = overall
     timeline.activity = activity
     timeline.steps = _steps_section(steps, budgets, capture, call_names) if steps is not None else None

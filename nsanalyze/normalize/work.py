@@ -142,20 +142,29 @@ class Chains:
     longest_ns: np.ndarray  # the longest of those: the one pass a fused kernel still makes
     name_ids: np.ndarray    # demangled ids of the chains' launches in launch order, chain after chain
     offsets: np.ndarray     # where each chain's ids begin in name_ids
+    norms: np.ndarray       # of its launches, normalization kernels (a library's or PyTorch's own)
+    ops_ns: np.ndarray      # time of its single operations: what a fused normalization folds into its passes
 
     @classmethod
     def none(cls) -> "Chains":
         empty = np.zeros(0, dtype=np.int64)
-        return cls(empty, empty, empty, empty, empty, empty)
+        return cls(empty, empty, empty, empty, empty, empty, empty, empty)
 
     def __len__(self) -> int:
         return len(self.kernels)
 
     def with_ops(self, min_ops: int) -> "Chains":
         """The chains of at least `min_ops` single operations."""
-        keep = self.ops >= min_ops
+        return self._where(self.ops >= min_ops)
+
+    def with_norm_under(self, min_ops: int) -> "Chains":
+        """The chains that hold a normalization kernel and a single operation or more, but fewer than `min_ops`
+        (a normalization with its activation or residual add beside it, not code written out op by op)."""
+        return self._where((self.norms > 0) & (self.ops > 0) & (self.ops < min_ops))
+
+    def _where(self, keep: np.ndarray) -> "Chains":
         return Chains(self.kernels[keep], self.ops[keep], self.ns[keep], self.longest_ns[keep], self.name_ids,
-                      self.offsets[keep])
+                      self.offsets[keep], self.norms[keep], self.ops_ns[keep])
 
     def launches_by_name(self) -> list[tuple[int, int]]:
         """(demangled id, launches inside these chains), most first (ties: the one seen first)."""
@@ -397,14 +406,17 @@ def _chains(launches: dict) -> Chains:
     names = launches["name_id"][glue]
     fusable = np.isin(role[glue], [ROLES.index(r) for r in FUSABLE])
     ns = np.where(fusable, launches["ns"][glue], 0)
-    single = np.isin(role[glue], [ROLES.index(r) for r in SINGLE_OPS]).astype(np.int64)
+    single = np.isin(role[glue], [ROLES.index(r) for r in SINGLE_OPS])
     starts = np.flatnonzero(np.concatenate(([True], segment[1:] != segment[:-1])))
     lengths = np.diff(np.concatenate((starts, [len(segment)])))
-    ops = np.add.reduceat(single, starts)
+    ops = np.add.reduceat(single.astype(np.int64), starts)
     totals = np.add.reduceat(ns, starts)
     longest = np.maximum.reduceat(ns, starts)
+    norms = np.add.reduceat((role[glue] == ROLES.index("normalization")).astype(np.int64), starts)
+    ops_ns = np.add.reduceat(np.where(single, launches["ns"][glue], 0), starts)
     several = lengths > 1
-    return Chains(lengths[several], ops[several], totals[several], longest[several], names, starts[several])
+    return Chains(lengths[several], ops[several], totals[several], longest[several], names, starts[several],
+                  norms[several], ops_ns[several])
 
 
 def _per_device(launches: dict) -> dict:

@@ -22,6 +22,8 @@ predecessor ends. Extra tables the checks may read, for Kineto only:
 from __future__ import annotations
 
 import codecs
+import csv
+import functools
 import json
 import json.scanner
 import math
@@ -37,7 +39,7 @@ import numpy as np
 from nsanalyze.errors import InputError
 from nsanalyze.read.files import content_key, cache_dir, cached, is_kineto_name, open_stream
 
-FORMAT_VERSION = 5  # bump when the conversion changes: cached conversions of older versions are not reused
+FORMAT_VERSION = 6  # bump when the conversion changes: cached conversions of older versions are not reused
 PID_SHIFT = 24      # as nsys: globalTid = pid << 24 | tid (nsanalyze.normalize.activity.PID_SHIFT)
 TID_MASK = (1 << PID_SHIFT) - 1
 
@@ -45,6 +47,17 @@ KERNEL_CATS = {"kernel"}
 MEMCPY_CATS = {"gpu_memcpy", "memcpy"}
 MEMSET_CATS = {"gpu_memset", "memset"}
 RUNTIME_CATS = {"cuda_runtime", "runtime"}
+# Kineto names a runtime call its CUPTI callback id has no name for in Kineto's own table "INVALID"; the id
+# (args.cbid) names it by NVIDIA's cupti_runtime_cbid.h (kineto_runtime_cbids.csv).
+UNNAMED_CALL = "INVALID"
+RUNTIME_CBIDS = Path(__file__).with_name("kineto_runtime_cbids.csv")
+
+
+@functools.lru_cache(maxsize=1)
+def runtime_call_names() -> dict[int, str]:
+    """CUPTI runtime callback id -> the call's name (kineto_runtime_cbids.csv)."""
+    with open(RUNTIME_CBIDS, newline="") as table:
+        return {int(row["cbid"]): row["name"] for row in csv.DictReader(row for row in table if not row.startswith("#"))}
 DRIVER_CATS = {"cuda_driver"}
 SYNC_CATS = {"cuda_sync"}
 ANNOTATION_CATS = {"user_annotation"}
@@ -495,7 +508,10 @@ class _Reader:
                 return
             c = self.calls
             c.driver.append(kind == "driver"), c.ts.append(ts), c.dur.append(dur), c.pid.append(pid)
-            c.tid.append(tid), c.corr.append(_n(args.get("correlation"))), c.name.append(self.name(e.get("name")))
+            name = e.get("name")
+            if name == UNNAMED_CALL and kind == "runtime":   # a call newer than the profiler's name table
+                name = runtime_call_names().get(_i(args.get("cbid"), None), name)
+            c.tid.append(tid), c.corr.append(_n(args.get("correlation"))), c.name.append(self.name(name))
         else:
             device = _i(args.get("device"), pid)
             if device is None:

@@ -508,3 +508,18 @@ def test_a_trace_nested_too_deeply_is_one_line(tmp_path, where):
     result = run_cli("report", path)
     assert result.returncode == 2 and "nested too deeply" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_call_newer_than_kinetos_name_table_gets_its_cupti_name():
+    """Kineto names the runtime call of CUPTI callback id 486 "INVALID" (its table predates CUDA 12.8); NVIDIA's
+    cupti_runtime_cbid.h of CUDA 13.0 names it cudaEventElapsedTime. The timed ResNet-50's trace makes one after
+    each timing's two cudaEventQuery (torch.cuda.Event.elapsed_time): every one is read under that name, none
+    under "INVALID"."""
+    from nsanalyze.read import read_profile
+
+    path = REAL / "kin54_time53_base1_kineto.json.gz"
+    unnamed = [e for e in events(path) if e.get("cat") == "cuda_runtime" and e.get("name") == "INVALID"]
+    assert unnamed and {e["args"]["cbid"] for e in unnamed} == {486}
+    export = read_profile(path)
+    names = Counter(name for (name,) in export.query("SELECT name FROM api"))
+    assert names["cudaEventElapsedTime"] == len(unnamed) and names["INVALID"] == 0

@@ -41,6 +41,9 @@ HOST_ALLOCATION = re.compile(r"^(?:cudaHostAlloc|cudaMallocHost|cudaFreeHost|cud
                              r"cuMemHostAlloc|cuMemAllocHost|cuMemFreeHost|cuMemHostRegister|cuMemHostUnregister)$")
 
 ID = "gpu-not-traced"
+# why an export of each recorder holds the calls but not the GPU's side
+WHY = {"nsys": "WSL2 or an old driver",
+       "kineto": "the trace has CUDA runtime events but no GPU events: CUDA activity off, or its records dropped"}
 ADVICE = """Record the GPU's side, or profile the kernels directly.
 
 - Profile on native Linux, or with a driver and nsys that trace GPU activity under WSL2.
@@ -54,6 +57,24 @@ nsys profile -t cuda,nvtx -o run ./app
 # after: native Linux for the timeline, and the kernels measured directly
 nsys profile -t cuda,nvtx,osrt -o run ./app
 ncu --set full --import-source yes -o kernels ./app
+```"""
+
+# A PyTorch profiler trace with CUDA runtime events but no GPU events: its activities left CUDA's GPU side out,
+# or CUPTI dropped the records (its buffers full, or a driver that does not report them, as under WSL2).
+TRACE_ADVICE = """Record the GPU's side, or profile the kernels directly.
+
+- Trace with `activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]`, on native Linux or a driver
+  that reports GPU activity to CUPTI.
+- Keep each trace short (`schedule(wait=1, warmup=1, active=3)`): CUPTI drops GPU records when its
+  buffers fill.
+- `ncu --set full` measures kernels without a timeline: what holds each kernel back.
+
+```python
+# before: no GPU events in the trace
+with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof: ...
+# after
+with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                            schedule=torch.profiler.schedule(wait=1, warmup=1, active=3)) as prof: ...
 ```"""
 
 CHECK = Check(
@@ -97,12 +118,12 @@ def run(timeline, limits) -> Finding | None:
                     else "), once"))
     return Finding(
         check=ID,
-        title=f"GPU activity was not recorded (WSL2 or an old driver); the CUDA API table shows {said}"
+        title=f"GPU activity was not recorded ({WHY[timeline.recorder]}); the CUDA API table shows {said}"
               + (f"; longest calls by total time: {shown}" if shown else ""),
         estimated_speedup=0.0,
         evidence={"sync_wait_ns": evidence(total, limits.min_wait_ns, unit="ns"),
                   "sync_calls": evidence(calls), "by_call": plain(tuple(waits[:5])), "api_calls": plain(tuple(api[:10])),
                   "host_allocation_ns": evidence(pinning_ns, unit="ns"), "host_allocation_calls": plain(tuple(pinning))},
-        advice=ADVICE,
+        advice=TRACE_ADVICE if timeline.recorder == "kineto" else ADVICE,
         notes=["GPU activity was not recorded: kernel and copy checks cannot judge this export"],
     )

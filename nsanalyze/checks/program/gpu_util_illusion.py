@@ -41,7 +41,7 @@ legitimately issues little; a sampled metric over a short window is noisy.
 
 from nsanalyze.checks import runs
 from nsanalyze.checks.base import Check, Finding, Threshold, clamp01, evidence, plural
-from nsanalyze.checks.program import unfused_elementwise
+from nsanalyze.checks.program import unfused_elementwise, unfused_normalization
 from nsanalyze.normalize.device_caps import sm_count
 
 ID = "gpu-util-illusion"
@@ -86,11 +86,13 @@ CHECK = Check(
 
 def _explained_ns(analysis) -> float:
     """Kernel time another busy-GPU check names a cause for: attention's scores path, layout conversions,
-    and the fusable kernels of chains long enough for unfused-elementwise."""
+    the fusable kernels of chains long enough for unfused-elementwise, and the elementwise kernels beside a
+    normalization (unfused-normalization)."""
     min_ops = unfused_elementwise.CHECK.thresholds["min_ops"].default
     named = [role for role, check in zip(EXPLAINED_ROLES, ("attention-unfused", "layout-conversion")) if runs(check)]
     chains = float(analysis.chains.with_ops(min_ops).ns.sum()) if runs(unfused_elementwise.ID) else 0.0
-    return analysis.role_ns(*named) + chains
+    beside = float(unfused_normalization.norm_chains(analysis).ops_ns.sum()) if runs(unfused_normalization.ID) else 0.0
+    return analysis.role_ns(*named) + chains + beside
 
 
 SMALL_ADVICE = """Give each launch enough work to fill the GPU; that is what the busy time lacks.

@@ -58,9 +58,9 @@ AUTOTUNING = ("or a library's own, such as cuDNN's autotuning (`torch.backends.c
               "turn it off or keep the shapes to a few sizes (pad to buckets).")
 SYNC_SOURCES = {
     "cudaEventSynchronize": "the host waits on CUDA events: timing code (`torch.cuda.Event.synchronize()`, "
-                            "`elapsed_time`) " + AUTOTUNING,
+                            "`elapsed_time`)",
     "cudaDeviceSynchronize": "the host waits for the whole device: `torch.cuda.synchronize()` in the loop (timing, "
-                             "debugging) " + AUTOTUNING,
+                             "debugging)",
 }
 SYNC_SOURCES.update({"cuEventSynchronize": SYNC_SOURCES["cudaEventSynchronize"],
                      "cuCtxSynchronize": SYNC_SOURCES["cudaDeviceSynchronize"]})
@@ -71,6 +71,7 @@ CHECK = Check(
     title="Host synchronization leaves the GPU waiting",
     section="busy",
     requires=("syncs", "budget"),
+    optional=("critical_path", "timed_trials"),   # a replay that found no tuner rules its guess out of the advice
     thresholds={"min_idle_share": Threshold(SYNC_MIN_SHARE, "under 3% of the window the syncs are cheap insurance")},
     speedup_model=("the budget's idle_sync (of the GPU idle time after each wait, the part that the work queued "
                    "before the wait would have covered had the host not waited) and, where the replay of the steps "
@@ -115,13 +116,13 @@ def run(timeline, limits) -> Finding | None:
                   **({"drained_launch_ns": evidence(drained, unit="ns")} if drained > 0 else {}),
                   "sync_calls": evidence(calls),
                   "by_call": [dict(r.to_json(), kind=kind) for r, kind in sorted(rows, key=lambda r: -r[0].wait_ns)]},
-        advice=_source_first(rows) + ADVICE,
+        advice=_source_first(rows, timeline.critical_path is not None and timeline.timed_trials is None) + ADVICE,
     )
     finding.estimated_savings_ns = idle_ns
     return finding
 
 
-def _source_first(rows) -> str:
+def _source_first(rows, tuner_ruled_out: bool) -> str:
     """A line naming where the calls come from, where the calls that a program's own reads do not make
     (SYNC_SOURCES) hold most of the wait: the one that waits longest explains it."""
     total = sum(r.wait_ns for r, _ in rows)
@@ -130,4 +131,7 @@ def _source_first(rows) -> str:
     if not total or waited < 0.5 * total:
         return ""
     names = " and ".join(f"`{r.name}`" for r in theirs[:2])
-    return f"Most of the wait ({waited / total:.0%}) is in {names}: {SYNC_SOURCES[theirs[0].name]}\n\n"
+    source = SYNC_SOURCES[theirs[0].name]
+    # the replayed steps were searched for an autotuner's timed trials (normalize.tuning) and held none: not the cause
+    source += "." if tuner_ruled_out else " " + AUTOTUNING
+    return f"Most of the wait ({waited / total:.0%}) is in {names}: {source}\n\n"

@@ -97,7 +97,8 @@ def run(timeline, limits) -> Finding | None:
               f"normalization and pooling kernels {nchw_ns / 1e6:.1f} ms; use channels_last for model and input",
         estimated_speedup=0.0,
         evidence={"layout_ns": evidence(layout_ns, unit="ns"),
-                  "layout_share": evidence(layout.window_share, limits.min_share, unit="ratio"),
+                  "layout_share": evidence(layout.window_share, limits.min_share, unit="ratio"),   # of the window
+                  "layout_kernel_share": evidence(layout.kernel_share, unit="ratio"),   # of GPU kernel time: the title's
                   "convolution_ns": evidence(conv_ns, unit="ns"),
                   "nchw_kernel_ns": evidence(nchw_ns, unit="ns"),
                   "kernels": kernel_rows(layout.kernels)},

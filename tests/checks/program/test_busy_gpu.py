@@ -53,6 +53,12 @@ def test_nchw_cnn_names_channels_last(analyzed):
     finding = _finding(model, "layout-conversion")
     assert finding and "channels_last" in finding["title"] + finding["advice"]
     assert finding["severity"] != "info"
+    # the title's share is of GPU kernel time, and the evidence holds it beside the window's share the threshold reads
+    evidence = finding["evidence"]
+    assert f"take {evidence['layout_kernel_share']['value']:.0%} of GPU kernel time" in finding["title"]
+    assert evidence["layout_share"]["value"] == pytest.approx(
+        evidence["layout_kernel_share"]["value"] * sum(w["ns"] for w in model["timeline"]["work"])
+        / model["timeline"]["span_ns"], rel=1e-4)
     # the host holds this step: priced by the replay, below the conversions' own time (tests/test_pricing.py)
     assert 0 < finding["estimated_savings_ns"] < finding["evidence"]["check_savings_ns"]["value"]
 

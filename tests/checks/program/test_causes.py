@@ -158,3 +158,16 @@ def test_sync_advice_names_where_calls_a_program_does_not_read_come_from(analyze
     assert "torch.backends.cudnn.benchmark" in bench["advice"].split("\n\n")[0]
     reads = next(f for f in program_findings(analyzed(REAL / "matmul_sync_nsys.sqlite.xz")) if f["check"] == "host-sync")
     assert reads["advice"].startswith("Synchronize less")
+
+
+def test_sync_advice_leaves_the_tuner_out_where_the_replay_found_none(analyzed):
+    """sync53's GPT waits in `cudaDeviceSynchronize` (host timers between `torch.cuda.synchronize()` calls: SQL finds
+    them in every step range). Its replayed steps were searched for an autotuner's timed trials and hold none, so
+    host-sync's advice names the program's own syncs without guessing at cuDNN's autotuning (which stays where the
+    trials are: the test above)."""
+    model = analyzed(REAL / "sync53_gpt_base_nsys.sqlite.xz")
+    assert model["timeline"].get("critical_path") and model["timeline"].get("timed_trials") is None
+    sync = next(f for f in model["findings"] if f["check"] == "host-sync")
+    first = sync["advice"].split("\n\n")[0]
+    assert first.startswith("Most of the wait") and "`cudaDeviceSynchronize`" in first
+    assert "torch.cuda.synchronize()" in first and "cudnn" not in first

@@ -123,6 +123,16 @@ def trace_calls_per_step(name: str, call: str) -> tuple[float, float]:
     return len(calls) / len(steps), sum(e["dur"] for e in calls) * 1000 / len(steps)
 
 
+def idle_causes(model: dict) -> list[dict]:
+    """The program findings on the GPU's idle time (the checks of section `busy`), in rank order. The ResNet-50 at
+    batch 256 also runs its BatchNorm apart from its ReLU and add, which unfused-normalization prices above the
+    timing (fixtures/real Fuse55: torch.compile saved 16.7 ms a step of such a program), so these traces' first
+    finding overall is that one."""
+    from nsanalyze.checks import check_by_id
+
+    return [f for f in program_findings(model) if check_by_id(f["check"]).section == "busy"]
+
+
 @pytest.mark.parametrize("name", KINETO_TIMED)
 def test_timing_code_in_a_kineto_trace_is_named_and_holds_the_syncs(analyzed, name):
     """The trace's five timed stages a step are the timing code (PyTorch's launch checks call cudaGetErrorString
@@ -135,19 +145,19 @@ def test_timing_code_in_a_kineto_trace_is_named_and_holds_the_syncs(analyzed, na
     assert timing["sync_share"] >= 0.95
     assert timing["sync_ns_per_step"] == pytest.approx(sync_ns, rel=0.10)
     checks = [f["check"] for f in program_findings(model)]
-    assert checks[0] == "event-timing" and "host-sync" not in checks
-    finding = program_findings(model)[0]
+    assert idle_causes(model)[0]["check"] == "event-timing" and "host-sync" not in checks
+    finding = idle_causes(model)[0]
     assert finding["estimated_savings_ns"] <= finding["evidence"]["replayed_savings_ns"]["value"] * 1.001
 
 
 def test_the_other_timing_idiom_in_a_kineto_trace_is_host_syncs(analyzed):
     """sync53 under torch.profiler: host timers between torch.cuda.synchronize() calls (10 a step in the trace) are
-    host-sync's, first; no event pairs, so no timing code; the untimed twin has neither."""
+    host-sync's, the first cause of the GPU's idle time; no event pairs, so no timing code; the untimed twin has neither."""
     base, fix = "kin54_sync53_base1_kineto.json.gz", "kin54_sync53_fix1_kineto.json.gz"
     assert trace_calls_per_step(base, "cudaDeviceSynchronize")[0] == 10
     model = analyzed(REAL / base)
     assert model["timeline"].get("timing_code") is None
-    assert program_findings(model)[0]["check"] == "host-sync"
+    assert idle_causes(model)[0]["check"] == "host-sync"
     assert not {"host-sync", "event-timing"} & {f["check"] for f in program_findings(analyzed(REAL / fix))}
 
 
