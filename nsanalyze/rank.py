@@ -458,7 +458,7 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
         def near(a: float, b: float) -> bool:
             return abs(a - b) <= 0.01 * max(a, b)
         if near(final_ns, priced.savings_ns):
-            if final_ns < priced.savings_ns * (1 - 1e-3):   # lowered by findings drawing on the same part
+            if per_step(final_ns) != per_step(priced.savings_ns):   # lowered by findings drawing on the same part
                 return (f"savings: {per_step(final_ns)}, what the findings it overlaps leave of {replay}, not the "
                         f"check's own estimate ({per_step(own)}){why_less}")
             return f"savings: {replay}, not the check's own estimate ({per_step(own)}){why_less}"

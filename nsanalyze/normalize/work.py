@@ -144,11 +144,22 @@ class Chains:
     offsets: np.ndarray     # where each chain's ids begin in name_ids
     norms: np.ndarray       # of its launches, normalization kernels (a library's or PyTorch's own)
     ops_ns: np.ndarray      # time of its single operations: what a fused normalization folds into its passes
+    device: np.ndarray      # the GPU it ran on
 
     @classmethod
     def none(cls) -> "Chains":
         empty = np.zeros(0, dtype=np.int64)
-        return cls(empty, empty, empty, empty, empty, empty, empty, empty)
+        return cls(empty, empty, empty, empty, empty, empty, empty, empty, empty)
+
+    def on_busiest_device(self) -> "Chains":
+        """The chains of the GPU whose chains save most beyond one pass: GPUs run at once, so a saving is one GPU's
+        wall-clock time, never a sum over them."""
+        devices = np.unique(self.device)
+        if len(devices) < 2:
+            return self
+        beyond = self.ns - self.longest_ns
+        best = max(devices.tolist(), key=lambda d: float(beyond[self.device == d].sum()))
+        return self._where(self.device == best)
 
     def __len__(self) -> int:
         return len(self.kernels)
@@ -164,7 +175,7 @@ class Chains:
 
     def _where(self, keep: np.ndarray) -> "Chains":
         return Chains(self.kernels[keep], self.ops[keep], self.ns[keep], self.longest_ns[keep], self.name_ids,
-                      self.offsets[keep], self.norms[keep], self.ops_ns[keep])
+                      self.offsets[keep], self.norms[keep], self.ops_ns[keep], self.device[keep])
 
     def launches_by_name(self) -> list[tuple[int, int]]:
         """(demangled id, launches inside these chains), most first (ties: the one seen first)."""
@@ -415,8 +426,9 @@ def _chains(launches: dict) -> Chains:
     norms = np.add.reduceat((role[glue] == ROLES.index("normalization")).astype(np.int64), starts)
     ops_ns = np.add.reduceat(np.where(single, launches["ns"][glue], 0), starts)
     several = lengths > 1
+    device = launches["device"][glue][starts]
     return Chains(lengths[several], ops[several], totals[several], longest[several], names, starts[several],
-                  norms[several], ops_ns[several])
+                  norms[several], ops_ns[several], device[several])
 
 
 def _per_device(launches: dict) -> dict:

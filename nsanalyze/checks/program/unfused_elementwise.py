@@ -80,7 +80,7 @@ def run(timeline, limits) -> Finding | None:
     window_ns = timeline.summary.span_ns or 0
     if analysis is None or not window_ns:
         return None
-    chains = analysis.chains.with_ops(limits.min_ops)
+    chains = analysis.chains.with_ops(limits.min_ops).on_busiest_device()   # one GPU's time, never a sum over GPUs
     savings = float((chains.ns - chains.longest_ns).sum())
     if savings / window_ns < limits.min_share:
         return None

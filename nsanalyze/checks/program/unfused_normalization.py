@@ -51,8 +51,8 @@ ADVICE = """Fuse each normalization with the elementwise work around it.
 - Inference: fold BatchNorm into the convolution before it
   (`torch.nn.utils.fusion.fuse_conv_bn_eval(conv, bn)`, or `torch.compile`, or TensorRT), which also
   removes the normalization's own pass.
-- Transformers: the library's fused ops (`F.layer_norm` after a fused add, `F.rms_norm`) or a fused
-  add + norm kernel (Triton, Apex, Transformer Engine).
+- Transformers (LayerNorm or RMSNorm between a residual add, dropout and casts): `torch.compile` of
+  the block, or a fused add + norm kernel (Triton, Apex's `FusedLayerNorm`, Transformer Engine).
 
 ```python
 # before: batch_norm, relu and add each a kernel that reads and writes the activation
@@ -64,7 +64,7 @@ model = torch.compile(model)
 CHECK = Check(
     id=ID,
     name="program.work.unfused_normalization",
-    title="Normalization runs apart from its activation: elementwise passes beside it",
+    title="Normalization runs apart from the elementwise work beside it",
     section="work",
     requires=("work",),
     thresholds={
@@ -89,21 +89,23 @@ def run(timeline, limits) -> Finding | None:
     window_ns = timeline.summary.span_ns or 0
     if analysis is None or not window_ns:
         return None
-    chains = norm_chains(analysis)
+    chains = norm_chains(analysis).on_busiest_device()
     savings = float((chains.ns - chains.longest_ns).sum())
     if savings / window_ns < limits.min_share:
         return None
     chain_ns = float(chains.ns.sum())
     steps = timeline.steps.count if timeline.steps else None
     count = f"{len(chains) / steps:.0f} normalizations a step" if steps else plural(len(chains), "normalization")
+    several = len(set(analysis.chains.device.tolist())) > 1
+    on_gpu = f" on GPU {chains.device[0]} (the GPU where they take most)" if several else ""
     each = (lambda ns: f"{duration_text(ns / steps)} a step") if steps else duration_text
     common = chains.launches_by_name()[:5]
     finding = Finding(
         check=ID,
-        title=f"Normalization runs apart from its activation: {count} run with {float(chains.ops.sum()) / len(chains):.1f} "
-              f"elementwise kernels each beside them, {each(chain_ns)} of passes over the activations where one "
-              f"pass each would take {each(chain_ns - savings)} (saving {savings / window_ns:.0%} of the window); "
-              "torch.compile fuses them",
+        title=f"Normalization runs apart from the elementwise work beside it: {count}{on_gpu} each run beside "
+              f"{float(chains.ops.sum()) / len(chains):.1f} elementwise or reduction kernels of their own, "
+              f"{each(chain_ns)} of passes over the activations where one pass each would take "
+              f"{each(chain_ns - savings)}; torch.compile fuses them",
         estimated_speedup=0.0,
         evidence={"chains": evidence(len(chains)),
                   "chain_ops_mean": evidence(float(chains.ops.sum()) / len(chains)),
