@@ -146,6 +146,13 @@ class OpLaunches(Record):
     share: float | None = None
 
 
+# Launches whose kernels lie outside the window: at most a full launch queue (about 1,020 operations on the H200)
+# at each of its edges.
+QUEUED_AT_EDGES = 2 * 1024
+# Launch calls beyond their kernels by this share of them: the profile lost kernel records (Launches.lost_kernels).
+LOST_KERNELS_SHARE = 0.1
+
+
 @dataclass(frozen=True)
 class ProfilerCost(Record):
     launches: int = 0
@@ -167,6 +174,17 @@ class Launches(Record):
     top: tuple = ()
     by_op: tuple = ()
     profiler: ProfilerCost | None = None
+    launch_calls: int = 0        # kernel launch calls in the window (cudaLaunchKernel, cuLaunchKernel, ...)
+
+    @property
+    def lost_kernels(self) -> int:
+        """Launch calls beyond the kernels joined to them, past what a full queue at each window edge holds: kernel
+        records the profiler dropped (its buffers full, a trace cut or filtered). 0 where none are missing."""
+        return max(0, self.launch_calls - self.launches - QUEUED_AT_EDGES)
+
+    @property
+    def kernels_lost(self) -> bool:
+        return bool(self.launch_calls) and self.lost_kernels >= LOST_KERNELS_SHARE * self.launch_calls
 
 
 @dataclass(frozen=True)
