@@ -45,6 +45,9 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         if missing:
             not_judged.append(NotJudged(check.id, None, missing, _collect_hint(missing, timeline)))
             continue
+        if timeline.launches.kernels_lost and _blames_idle_time(check):   # the idle time is the profile's loss
+            not_judged.append(NotJudged(check.id, None, ["kernel_records"], LOST_KERNELS_HINT))
+            continue
         finding = check.run(timeline, limits_for(check, overrides))
         if finding is None:
             continue
@@ -55,6 +58,15 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         findings.append(finding)
     settle_program_findings(findings, timeline)
     return findings, not_judged
+
+
+LOST_KERNELS_HINT = "a capture that keeps every kernel record (a shorter capture, fewer profiled steps)"
+
+
+def _blames_idle_time(check) -> bool:
+    """A check that names a cause of the GPU's idle time (its budget part an idle one, or a wider cause claiming
+    idle parts): where the profile lost kernel records (model.Launches.kernels_lost), that time was not measured."""
+    return (check.budget_part or "").startswith("idle") or check.id in WIDER_CAUSES
 
 
 def _collect_hint(missing: list[str], timeline: Timeline) -> str:

@@ -34,7 +34,7 @@ narrow the window with `--skip-first-ns` or `--nvtx-range`.
 
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.normalize.model import plain
-from nsanalyze.checks.base import Check, Finding, NotJudged, Threshold, budget_part, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence
 
 ID = "gpu-idle"
 BUDGET_PART = "idle_other"
@@ -58,7 +58,6 @@ CHECK = Check(
     title="The GPU idles with work already queued",
     section="busy",
     requires=("summary", "budget"),
-    optional=("launches",),   # launch calls without kernels: records lost, the idle time not measured
     thresholds={
         "min_idle_share": Threshold(0.10, "a tenth of the time idle is worth a look in any pipeline"),
     },
@@ -69,14 +68,10 @@ CHECK = Check(
 )
 
 
-def run(timeline, limits) -> Finding | NotJudged | None:
+def run(timeline, limits) -> Finding | None:
     idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
     if share < limits.min_idle_share:
         return None
-    if timeline.launches.kernels_lost:
-        # the queued work's kernels are not in the profile: the idle time is theirs, not a wait (said, not guessed)
-        return NotJudged(ID, None, ["kernel_records"], "a capture that keeps every kernel record (a shorter "
-                         "capture, fewer profiled steps)")
     gaps = timeline.gaps[:3]
     finding = Finding(
         check=ID,
