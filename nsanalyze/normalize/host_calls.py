@@ -185,6 +185,11 @@ def _copy_call_kinds(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray]:
     return kinds[0], kinds[1]
 
 
+def is_kernel_launch(name) -> bool:
+    """A call that launches one kernel (not a host function, not a graph)."""
+    return name_like(name, ("cudaLaunch", "cuLaunch")) and not name_like(name, ("cudaLaunchHostFunc", "cuLaunchHostFunc"))
+
+
 def launches(export: NsysExport, wa: WindowActivity) -> dict:
     """Kernel launches whose GPU time is shorter than the CPU time of their launch call, per kernel
     name in one pass: how many, their time, and the GPU idle time in front of them. The kernels a chunk at
@@ -193,7 +198,7 @@ def launches(export: NsysExport, wa: WindowActivity) -> dict:
     kernels, calls = wa.kernels, wa.calls
     sorted_keys, rows = first_by_key(calls.correlation_id)   # one call per id, the first
     position_of = finder(sorted_keys, len(kernels))
-    launch_ids = ids_where(wa.call_names, lambda n: name_like(n, ("cudaLaunch", "cuLaunch")))
+    launch_ids = ids_where(wa.call_names, is_kernel_launch)
     starts, ends = wa.busy
     by_id: dict[int, list] = {}   # short name id -> [short launches, kernel ns, launch ns, idle ns, launches]
     for first in range(0, len(kernels), CHUNK):

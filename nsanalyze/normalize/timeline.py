@@ -225,7 +225,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.left_out = _left_out(export, window, capture, call_names, steps) if window.kind == "steady" else None
     timeline.notes = _graph_notes(export, wa)
     timeline.api_calls = host_calls.api_calls(wa)
-    timeline.launches["launch_calls"] = sum(r["calls"] for r in timeline.api_calls if is_kernel_launch(r["name"]))
+    timeline.launches["launch_calls"] = sum(r["calls"] for r in timeline.api_calls if host_calls.is_kernel_launch(r["name"]))
     timeline.notes += _lost_kernels_note(timeline.launches)
     step_ranges = (steps.host_starts, steps.host_ends) if steps is not None else None
     timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads, capture.calls, call_names,
@@ -477,11 +477,6 @@ def _mean_budget(budgets) -> list[dict] | None:
             totals[part] += ns / len(budgets)
     window_ns = sum(b.end - b.start for b in budgets) / len(budgets)
     return as_parts(totals, window_ns)
-
-
-def is_kernel_launch(name) -> bool:
-    """A call that launches one kernel (not a host function, not a graph)."""
-    return name_like(name, ("cudaLaunch", "cuLaunch")) and not name_like(name, ("cudaLaunchHostFunc", "cuLaunchHostFunc"))
 
 
 def _lost_kernels_note(launches: dict) -> list[str]:

@@ -47,17 +47,6 @@ KERNEL_CATS = {"kernel"}
 MEMCPY_CATS = {"gpu_memcpy", "memcpy"}
 MEMSET_CATS = {"gpu_memset", "memset"}
 RUNTIME_CATS = {"cuda_runtime", "runtime"}
-# Kineto names a runtime call its CUPTI callback id has no name for in Kineto's own table "INVALID"; the id
-# (args.cbid) names it by NVIDIA's cupti_runtime_cbid.h (kineto_runtime_cbids.csv).
-UNNAMED_CALL = "INVALID"
-RUNTIME_CBIDS = Path(__file__).with_name("kineto_runtime_cbids.csv")
-
-
-@functools.lru_cache(maxsize=1)
-def runtime_call_names() -> dict[int, str]:
-    """CUPTI runtime callback id -> the call's name (kineto_runtime_cbids.csv)."""
-    with open(RUNTIME_CBIDS, newline="") as table:
-        return {int(row["cbid"]): row["name"] for row in csv.DictReader(row for row in table if not row.startswith("#"))}
 DRIVER_CATS = {"cuda_driver"}
 SYNC_CATS = {"cuda_sync"}
 ANNOTATION_CATS = {"user_annotation"}
@@ -69,6 +58,18 @@ GPU_ANNOTATION_CATS = {"gpu_user_annotation"}
 CPU_OP_CATS = {"cpu_op", "operator"}  # python_function frames (with_stack) would make `<module>` the top op
 CALL_OP_DEPTH = 3
 STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+# Kineto names a runtime call its CUPTI callback id has no name for in Kineto's own table "INVALID"; the id
+# (args.cbid) names it by NVIDIA's cupti_runtime_cbid.h (kineto_runtime_cbids.csv).
+UNNAMED_CALL = "INVALID"
+RUNTIME_CBIDS = Path(__file__).with_name("kineto_runtime_cbids.csv")
+
+
+@functools.lru_cache(maxsize=1)
+def runtime_call_names() -> dict[int, str]:
+    """CUPTI runtime callback id -> the call's name (kineto_runtime_cbids.csv)."""
+    with open(RUNTIME_CBIDS, newline="") as table:
+        return {int(row["cbid"]): row["name"] for row in csv.DictReader(row for row in table if not row.startswith("#"))}
+
 
 # CUPTI's enums as nsys stores them (nsanalyze.read.nsys.MEMCPY_KINDS, MEMORY_KINDS, SYNC_TYPES)
 COPY_KINDS = {"HtoD": 1, "DtoH": 2, "HtoA": 3, "AtoH": 4, "AtoA": 5, "AtoD": 6, "DtoA": 7, "DtoD": 8,

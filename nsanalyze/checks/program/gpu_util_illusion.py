@@ -86,12 +86,11 @@ CHECK = Check(
 
 def _explained_ns(analysis) -> float:
     """Kernel time another busy-GPU check names a cause for: attention's scores path, layout conversions,
-    the fusable kernels of chains long enough for unfused-elementwise, and the elementwise kernels beside a
-    normalization (unfused-normalization)."""
+    and the fusable kernels of the chains unfused-elementwise and unfused-normalization speak for."""
     min_ops = unfused_elementwise.CHECK.thresholds["min_ops"].default
     named = [role for role, check in zip(EXPLAINED_ROLES, ("attention-unfused", "layout-conversion")) if runs(check)]
     chains = float(analysis.chains.with_ops(min_ops).ns.sum()) if runs(unfused_elementwise.ID) else 0.0
-    beside = float(unfused_normalization.norm_chains(analysis).ops_ns.sum()) if runs(unfused_normalization.ID) else 0.0
+    beside = float(unfused_normalization.norm_chains(analysis).ns.sum()) if runs(unfused_normalization.ID) else 0.0
     return analysis.role_ns(*named) + chains + beside
 
 
