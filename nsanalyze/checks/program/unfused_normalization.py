@@ -91,7 +91,7 @@ def run(timeline, limits) -> Finding | None:
         return None
     chains = norm_chains(analysis).on_busiest_device()
     savings = float((chains.ns - chains.longest_ns).sum())
-    if savings / window_ns < limits.min_share:
+    if not len(chains) or savings / window_ns < limits.min_share:   # (no chain: nothing to say at any share)
         return None
     chain_ns = float(chains.ns.sum())
     steps = timeline.steps.count if timeline.steps else None
