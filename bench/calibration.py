@@ -160,6 +160,13 @@ PAIRS = [
     *[(f"fuse55_{p}_base{i}", f"fuse55_{p}_fix{i}", None, f"torch.compile of {what} (BatchNorm fused with its ReLU and "
        f"add); {'first' if i == 1 else 'second'} pair", "unfused-normalization")
       for p, what in (("resnet", "ResNet-50"), ("mobilenet", "MobileNetV2 (blind)")) for i in (1, 2)],
+    # round 56 (fixtures/real/record_fuse56.sh, fuse56_train.py): eager transformer training (bf16) against
+    # torch.compile; the check was widened to the other short runs from the GPT, the BERT is blind (its compile
+    # also padded the vocabulary GEMMs: a saving beyond fusion)
+    *[(f"fuse56_{p}_base{i}", f"fuse56_{p}_fix{i}", None, f"torch.compile of {what} (LayerNorm, dropout, GELU and "
+       f"adds fused); {'first' if i == 1 else 'second'} pair", "unfused-normalization")
+      for p, what in (("gpt", "a GPT-2-small-like decoder"), ("bert", "a BERT-base-like encoder (blind)"))
+      for i in (1, 2)],
 ]
 
 
