@@ -160,6 +160,13 @@ PAIRS = [
     *[(f"fuse55_{p}_base{i}", f"fuse55_{p}_fix{i}", None, f"torch.compile of {what} (BatchNorm fused with its ReLU and "
        f"add); {'first' if i == 1 else 'second'} pair", "unfused-normalization")
       for p, what in (("resnet", "ResNet-50"), ("mobilenet", "MobileNetV2 (blind)")) for i in (1, 2)],
+    # round 56 (fixtures/real/record_fuse56.sh, fuse56_train.py): eager transformer training (bf16) against
+    # torch.compile; the check was widened to the other short runs from the GPT, the BERT is blind (its compile
+    # also padded the vocabulary GEMMs: a saving beyond fusion)
+    *[(f"fuse56_{p}_base{i}", f"fuse56_{p}_fix{i}", None, f"torch.compile of {what} (LayerNorm, dropout, GELU and "
+       f"adds fused); {'first' if i == 1 else 'second'} pair", "unfused-normalization")
+      for p, what in (("gpt", "a GPT-2-small-like decoder"), ("bert", "a BERT-base-like encoder (blind)"))
+      for i in (1, 2)],
 ]
 
 
@@ -306,6 +313,26 @@ def share(predicted: float | None, actual: float) -> str:
     return f"{(predicted - actual) / actual:+.0%}"
 
 
+WITHIN = 0.25   # issue 34's aim: a prediction within 25% of what the fix saved
+
+
+def tally(rows: list[dict]) -> str:
+    """How many predictions land within WITHIN of what the fix saved: the first finding's over every pair, and
+    apart, the pairs whose recorded fix is the first finding's own change (its check answers the fix) and those
+    whose fix answers another finding (the base held two causes; the first finding's change was not recorded)."""
+    def within(predicted, actual):
+        return predicted is not None and actual and abs(predicted - actual) <= WITHIN * abs(actual)
+
+    own = [r for r in rows if r["finding"] and r["finding"] == r["answers"]]
+    other = [r for r in rows if r not in own]
+    answered = [r for r in rows if r["answers"] and r["answers_ns"] is not None]
+    count = lambda group, key: sum(within(r[key], r["actual_ns"]) for r in group)  # noqa: E731
+    return (f"Within {WITHIN:.0%} of what the fix saved: the first finding on {count(rows, 'finding_ns')} of "
+            f"{len(rows)} pairs; on {count(own, 'finding_ns')} of the {len(own)} whose fix is the first finding's "
+            f"own change, and {count(other, 'finding_ns')} of the {len(other)} whose fix answers another finding or "
+            f"none; the fix's own finding on {count(answered, 'answers_ns')} of the {len(answered)} where it speaks.")
+
+
 def render(rows: list[dict], timing) -> str:
     ms = lambda ns: "-" if ns is None else f"{ns / 1e6:.2f} ms"  # noqa: E731
     lines = ["Predicted against actual savings a step on the real fix pairs (fixtures/real); actual: the difference "
@@ -331,6 +358,7 @@ def render(rows: list[dict], timing) -> str:
                          f"{share(r['finding_ns'], r['same_speed_ns'])}, the fix's {share(r['answers_ns'], r['same_speed_ns'])}"
                          + (f", whatif {share(r['whatif_ns'], r['same_speed_ns'])}" if r["whatif_ns"] is not None else "")
                          + ". The predictions keep the kernels' measured durations.")
+    lines += ["", tally(rows)]
     if notes:
         lines += ["", "Same work, other speed (the twins' kernels a step by SQL; the errors above are against what "
                   "the fix saved as measured):", ""] + notes

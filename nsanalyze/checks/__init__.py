@@ -207,6 +207,10 @@ def validate_overrides(overrides: dict[str, float]) -> None:
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"unknown threshold(s) {', '.join(unknown)}; `nsanalyze checks` lists them")
+    bounds = {f"{c.id}.{k}": t.at_least for c in all_checks() for k, t in c.thresholds.items()}
+    low = sorted(key for key, value in overrides.items() if not value >= bounds[key])   # NaN is no value either
+    if low:
+        raise ValueError("; ".join(f"{key} must be at least {bounds[key]:g}" for key in low))
 
 
 def run_kernel_checks(kernels: list[KernelView], overrides=None) -> tuple[list[Finding], list[NotJudged]]:

@@ -30,6 +30,7 @@ CHECK_ID = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 class Threshold:
     default: float
     why: str
+    at_least: float = 0.0   # the least value --set accepts: no threshold is negative; a factor is 1 or more
 
 
 @dataclass(frozen=True, eq=False)

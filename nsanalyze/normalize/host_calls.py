@@ -303,9 +303,10 @@ def _by_direction(rows: list[dict]) -> list[dict]:
     return sorted(out.values(), key=lambda e: -e["duration_ns"])
 
 
-def api_calls(wa: WindowActivity, limit: int = 50) -> list[dict]:
-    """The CUDA calls that took the host's time in the window, by name (version suffixes dropped):
-    calls, total and longest time. What an export without GPU activity (WSL2) still tells."""
+def api_calls(wa: WindowActivity) -> list[dict]:
+    """The CUDA calls that took the host's time in the window, by name (version suffixes dropped), costliest
+    first: calls and total time. What an export without GPU activity (WSL2) still tells; every name, so that
+    counts of one kind (the launches) are whole (the report keeps API_CALLS_SHOWN)."""
     calls = wa.calls
     by_id: dict[int, list] = {}   # name id -> [ns, calls], summed a chunk of calls at a time (whole nanoseconds:
     for at in range(0, len(calls), CHUNK):   # exact in float64, the sums of one pass; five temporaries per
@@ -324,4 +325,4 @@ def api_calls(wa: WindowActivity, limit: int = 50) -> list[dict]:
         row = rows.setdefault(name, {"name": name, "calls": 0, "total_ns": 0})
         row["calls"] += int(n)
         row["total_ns"] += int(ns)
-    return sorted(rows.values(), key=lambda r: -r["total_ns"])[:limit]
+    return sorted(rows.values(), key=lambda r: -r["total_ns"])

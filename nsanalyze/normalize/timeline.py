@@ -224,8 +224,9 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
                                                     lambda name: is_step_like(normalize_name(name))) or {})
     timeline.left_out = _left_out(export, window, capture, call_names, steps) if window.kind == "steady" else None
     timeline.notes = _graph_notes(export, wa)
-    timeline.api_calls = host_calls.api_calls(wa)
-    timeline.launches["launch_calls"] = sum(r["calls"] for r in timeline.api_calls if host_calls.is_kernel_launch(r["name"]))
+    api_calls = host_calls.api_calls(wa)
+    timeline.api_calls = api_calls[:API_CALLS_SHOWN]
+    timeline.launches["launch_calls"] = sum(r["calls"] for r in api_calls if host_calls.is_kernel_launch(r["name"]))
     timeline.notes += _lost_kernels_note(timeline.launches)
     step_ranges = (steps.host_starts, steps.host_ends) if steps is not None else None
     timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads, capture.calls, call_names,
@@ -309,6 +310,7 @@ def _left_out(export: NsysExport, window: Window, capture: Activity, call_names:
 
 # A process's first CUDA call this long created the CUDA context (the runtime initializes lazily, inside whatever
 # call comes first: a cudaMemsetAsync of 2 s is context creation, not a memset).
+API_CALLS_SHOWN = 50   # CUDA call names the report lists (costliest first); counts read every name
 CONTEXT_CALL_NS = 50_000_000
 
 

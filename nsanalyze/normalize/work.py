@@ -168,10 +168,11 @@ class Chains:
         """The chains of at least `min_ops` single operations."""
         return self._where(self.ops >= min_ops)
 
-    def with_norm_under(self, min_ops: int) -> "Chains":
-        """The chains that hold a normalization kernel and a single operation or more, but fewer than `min_ops`
-        (a normalization with its activation or residual add beside it, not code written out op by op)."""
-        return self._where((self.norms > 0) & (self.ops > 0) & (self.ops < min_ops))
+    def under(self, min_ops: int) -> "Chains":
+        """The chains of a single operation or more, but fewer than `min_ops` (a module's work beside a matrix
+        product in eager mode: a normalization with its activation or residual add, a GELU and its dropout; not
+        code written out op by op)."""
+        return self._where((self.ops > 0) & (self.ops < min_ops))
 
     def _where(self, keep: np.ndarray) -> "Chains":
         return Chains(self.kernels[keep], self.ops[keep], self.ns[keep], self.longest_ns[keep], self.name_ids,

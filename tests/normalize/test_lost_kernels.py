@@ -53,3 +53,31 @@ def test_an_export_without_kernel_rows_says_so(tmp_path):
     model = analyze([str(path)])
     assert launches > 2 * 2048 and len(_notes(model)) == 1
     assert not {"gpu-idle", "launch-overhead"} & {f["check"] for f in model["findings"]}
+
+
+def test_launch_calls_are_counted_past_the_names_the_report_lists(tmp_path):
+    """graphs_eager's export with 60 costlier call names added (one 300 ms call each, on the second host thread,
+    inside the window): the launches fall out of the 50 names the report lists, and are still counted whole, as
+    SQL counts them; the report's list stays at 50 names."""
+    path = tmp_path / "many_call_names.sqlite"
+    shutil.copy(open_local(EXPORT)[1], path)
+    base = analyze([str(path)])
+    window = base["timeline"]["window"]
+    with sqlite3.connect(path) as connection:
+        (top,), = connection.execute("SELECT MAX(id) FROM StringIds")
+        (thread,), = connection.execute("SELECT MAX(globalTid) FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+        for i in range(60):
+            connection.execute("INSERT INTO StringIds VALUES (?, ?)", (top + 1 + i, f"cuCostlyCall{i}"))
+            start = window["start_ns"] + 1000 * i
+            connection.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, "
+                               "correlationId, nameId, returnValue) VALUES (?, ?, 0, ?, ?, ?, 0)",
+                               (start, start + 300_000_000, thread, 10**8 + i, top + 1 + i))
+    (launches,), = sql(path, f"""SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+                                 WHERE (s.value LIKE 'cudaLaunchKernel%' OR s.value LIKE 'cuLaunchKernel%')
+                                 AND r.start >= {window['start_ns']} AND r.start < {window['end_ns']}""")
+    model = analyze([str(path)])
+    timeline = model["timeline"]
+    assert (timeline["window"]["start_ns"], timeline["window"]["end_ns"]) == (window["start_ns"], window["end_ns"])
+    assert len(timeline["api_calls"]) == 50
+    assert not any("Launch" in row["name"] for row in timeline["api_calls"])
+    assert timeline["launches"]["launch_calls"] == base["timeline"]["launches"]["launch_calls"] == launches

@@ -99,11 +99,11 @@ def run(timeline, limits) -> Finding | None:
     waits = [s for s in timeline.syncs.explicit if s.wait_ns]
     total = sum(s.wait_ns for s in waits)
     api = [c for c in timeline.api_calls if c.name]
-    if total < limits.min_wait_ns and sum(c.total_ns for c in api) < limits.min_wait_ns:
-        return None
+    if not (waits or api) or (total < limits.min_wait_ns and sum(c.total_ns for c in api) < limits.min_wait_ns):
+        return None   # (no call at all: nothing to say at any threshold)
     calls = sum(s.calls for s in waits)
     shown = ", ".join(f"{c.name} {c.total_ns / 1e6:.1f} ms ({plural(c.calls, 'call')})" for c in api[:4])
-    if total >= limits.min_wait_ns:
+    if waits and total >= limits.min_wait_ns:
         top = max(waits, key=lambda s: s.wait_ns)
         said = (f"the host waiting {total / 1e6:.1f} ms in {plural(calls, 'synchronize call')} "
                 f"({top.wait_ns / 1e6:.1f} ms in {top.name}): the GPU sets the pace there")

@@ -90,7 +90,7 @@ def _explained_ns(analysis) -> float:
     min_ops = unfused_elementwise.CHECK.thresholds["min_ops"].default
     named = [role for role, check in zip(EXPLAINED_ROLES, ("attention-unfused", "layout-conversion")) if runs(check)]
     chains = float(analysis.chains.with_ops(min_ops).ns.sum()) if runs(unfused_elementwise.ID) else 0.0
-    beside = float(unfused_normalization.norm_chains(analysis).ns.sum()) if runs(unfused_normalization.ID) else 0.0
+    beside = float(unfused_normalization.short_chains(analysis).ns.sum()) if runs(unfused_normalization.ID) else 0.0
     return analysis.role_ns(*named) + chains + beside
 
 

@@ -68,7 +68,7 @@ CHECK = Check(
     thresholds={"min_share": Threshold(0.03, "the program findings' least share: 3% of the window in layout conversions "
                                                "is worth a memory-format change"),
                 "nchw_speedup": Threshold(1.5, "channels-last batch-norm and pooling kernels read each pixel's "
-                                                 "channels contiguously; conservatively 1.5x the NCHW kernels")},
+                                                 "channels contiguously; conservatively 1.5x the NCHW kernels", at_least=1.0)},
     speedup_model=("the conversion kernels' time, which channels_last for model and input removes, plus the NCHW "
                    "normalization and pooling kernels' time x (1 - 1/nchw_speedup)"),
     budget_part=BUDGET_PART,

@@ -90,7 +90,7 @@ CHECK = Check(
         "min_matrix_share": Threshold(0.15, "matrix products under 15% of GPU time are not where the time goes"),
         "tensor_speedup": Threshold(2.0, "for small GEMMs, and on a GPU the device tables do not know: TF32/BF16 "
                                           "tensor-core peaks are 2-16x FP32 (Ampere's GA10x 2x, A100 8x, Hopper "
-                                          "7.4x), so 2x holds on any of them"),
+                                          "7.4x), so 2x holds on any of them", at_least=1.0),
         "large_gemm_ns": Threshold(50_000, "a GEMM kernel that runs 50 us on the CUDA cores does billions of "
                                            "multiply-adds: large enough to reach most of the tensor cores' peak "
                                            "as well; shorter ones are held by memory, latency and launches"),
@@ -163,7 +163,7 @@ def run(timeline, limits) -> Finding | None:
     kernels = [k for k in kernels if (k.demangled or k.name) not in by_mix and k.name not in by_mix]
     simt_ns = float(sum(k.ns for k in kernels))
     matrix_share = simt_ns / analysis.kernel_ns
-    if matrix_share < limits.min_matrix_share:
+    if not simt_ns or matrix_share < limits.min_matrix_share:   # none at all: nothing to judge, whatever the share
         return None
     if kernel_list is not None and kernel_list.user_kernel_ns >= simt_ns:
         return None  # a profile of the user's own kernels beside a library baseline: the baseline is no target

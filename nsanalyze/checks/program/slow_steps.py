@@ -80,7 +80,7 @@ CHECK = Check(
     requires=("host_activity",),  # and steps: a run without them has no step to stand out
     thresholds={
         "outlier_factor": Threshold(1.5, "half again the median step is beyond the noise of a steady loop (its MAD "
-                                         "is a few percent)"),
+                                         "is a few percent)", at_least=1.0),
         "min_window_share": Threshold(0.05, "a twentieth of the run in a few steps is worth a look at what they do"),
         "max_slow_share": Threshold(0.25, "when more than a quarter of the steps are slow, the run drifts (a growing "
                                           "cache, a warming clock): no step stands out"),

@@ -82,7 +82,7 @@ def run(timeline, limits) -> Finding | None:
         return None
     chains = analysis.chains.with_ops(limits.min_ops).on_busiest_device()   # one GPU's time, never a sum over GPUs
     savings = float((chains.ns - chains.longest_ns).sum())
-    if savings / window_ns < limits.min_share:
+    if not len(chains) or savings / window_ns < limits.min_share:   # (no chain: nothing to say at any share)
         return None
     chain_ns = float(chains.ns.sum())
     common = chains.launches_by_name()[:5]

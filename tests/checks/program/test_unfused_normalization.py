@@ -1,14 +1,17 @@
-"""unfused-normalization on real twins (fixtures/real/README.md, Fuse55): ResNet-50 and MobileNetV2 training in
-eager mode (channels_last, bf16 autocast, batch 256), whose BatchNorm, ReLU and residual-add kernels run apart
-between the convolutions, against the same programs under torch.compile. The check was written from the ResNet-50;
-the MobileNetV2 is the blind program."""
+"""unfused-normalization on real twins (fixtures/real/README.md, Fuse55 and Fuse56): ResNet-50 and MobileNetV2
+training in eager mode (channels_last, bf16 autocast, batch 256), whose BatchNorm, ReLU and residual-add kernels run
+apart between the convolutions, and a GPT-2-small-like decoder and a BERT-base-like encoder (bf16), whose LayerNorm,
+dropout, GELU and residual adds do, against the same programs under torch.compile. The check was written from the
+ResNet-50 and widened to the other short runs between matrix products from the GPT; the MobileNetV2 and the BERT are
+the blind programs."""
 
 import pytest
 
 from tests.conftest import REAL, program_findings, sql, sql_saved_per_step
 
 ID = "unfused-normalization"
-PAIRS = [("fuse55_resnet_base1", "fuse55_resnet_fix1"), ("fuse55_resnet_base2", "fuse55_resnet_fix2")]
+PAIRS = [("fuse55_resnet_base1", "fuse55_resnet_fix1"), ("fuse55_resnet_base2", "fuse55_resnet_fix2"),
+         ("fuse56_gpt_base1", "fuse56_gpt_fix1"), ("fuse56_gpt_base2", "fuse56_gpt_fix2")]
 
 
 def _finding(model):
@@ -26,17 +29,17 @@ def sql_kernel_ns_per_step(name: str, first_step: int) -> float:
 
 
 @pytest.mark.parametrize("base, fix", PAIRS)
-def test_eager_resnet_names_the_fusion_first_and_prices_what_compile_saved(analyzed, base, fix):
-    """The eager ResNet-50 is GPU-bound (97% of a 54.7 ms step in kernels); torch.compile saved 16.6-16.8 ms a mean
-    step (SQL over both runs' steady steps). The check is first and its saving, the chains' time beyond one pass
-    priced by the replay, is within 25% of that; the compiled twin, whose normalizations are Triton kernels, has
-    no such finding."""
+def test_eager_training_names_the_fusion_first_and_prices_what_compile_saved(analyzed, base, fix):
+    """The eager ResNet-50 and GPT are GPU-bound (96-97% of a 54.7 and a 53.1 ms step in kernels); torch.compile
+    saved 16.6-16.8 and 8.4-8.6 ms a mean step (SQL over both runs' steady steps). The check is first and its
+    saving, the chains' time beyond one pass priced by the replay, is within 25% of that; the compiled twin, whose
+    normalizations are Triton kernels, has no such finding."""
     model = analyzed(REAL / f"{base}_nsys.sqlite.xz")
     first = program_findings(model)[0]
     assert first["check"] == ID and first["severity"] == "high" and "torch.compile" in first["title"]
     predicted = first["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
     saved = sql_saved_per_step(analyzed, f"{base}_nsys.sqlite.xz", f"{fix}_nsys.sqlite.xz")
-    assert saved > 15e6 and predicted == pytest.approx(saved, rel=0.25)
+    assert saved > 8e6 and predicted == pytest.approx(saved, rel=0.25)
     assert _finding(analyzed(REAL / f"{fix}_nsys.sqlite.xz")) is None
 
 
@@ -59,6 +62,39 @@ def test_the_time_beyond_one_pass_is_the_kernel_time_compile_saved(analyzed, pro
     assert evidence["beyond_one_pass_ns"]["value"] < evidence["chain_ns"]["value"]
 
 
+def sql_other_kernel_ns_per_step(name: str, first_step: int) -> float:
+    """Kernel time a step, as sql_kernel_ns_per_step, of the kernels that are no matrix product or attention (by
+    name: gemm, nvjet, CUTLASS's Kernel2, cuDNN's SDPA and flash kernels)."""
+    ranges = sql(REAL / f"{name}_nsys.sqlite.xz", "SELECT start, end FROM NVTX_EVENTS WHERE text LIKE 'step %' "
+                                                   "ORDER BY start")[first_step:]
+    (kernel_ns,), = sql(REAL / f"{name}_nsys.sqlite.xz", f"""SELECT SUM(k.end - k.start)
+        FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+        JOIN StringIds s ON s.id = k.demangledName
+        WHERE r.start >= {ranges[0][0]} AND r.start < {ranges[-1][1]} AND NOT (s.value LIKE '%gemm%'
+        OR s.value LIKE '%nvjet%' OR s.value LIKE '%Kernel2%' OR s.value LIKE '%sdpa%' OR s.value LIKE '%flash%')""")
+    return kernel_ns / len(ranges)
+
+
+@pytest.mark.parametrize("program, least_others", [("gpt", 3e6), ("bert", 1.5e6)])
+def test_a_transformers_chains_are_what_compile_took_off_its_other_kernels(analyzed, program, least_others):
+    """The transformers' own figure against the time torch.compile took off the kernels that are no matrix product
+    or attention (SQL, base1 less fix1: 8.6 ms a step on the GPT, 7.9 on the blind BERT): within 15%. The chains that
+    hold a LayerNorm are not all of it: the other short runs between the GEMMs (GELU and its dropout, the bias
+    gradients' sums) are 3.5 and 1.9 ms a step beyond one pass, priced in the same finding and named in its title.
+    The BERT's step saved more (12.5 ms) than fusion: compiled, its vocabulary GEMMs (30,522 wide) were padded."""
+    base, fix = (analyzed(REAL / f"fuse56_{program}_{run}_nsys.sqlite.xz") for run in ("base1", "fix1"))
+    finding = _finding(base)
+    steps = base["timeline"]["steps"]
+    own = finding["evidence"]["beyond_one_pass_ns"]["value"] / steps["count"]
+    saved = sql_other_kernel_ns_per_step(f"fuse56_{program}_base1", steps["first_step"]) - \
+        sql_other_kernel_ns_per_step(f"fuse56_{program}_fix1", fix["timeline"]["steps"]["first_step"])
+    assert saved > 7e6 and own == pytest.approx(saved, rel=0.15)
+    others = finding["evidence"]["other_beyond_one_pass_ns"]["value"] / steps["count"]
+    assert others > least_others and "other short runs of elementwise kernels" in finding["title"]
+    assert "Transformers" in finding["advice"] and "BatchNorm into the convolution" not in finding["advice"]
+    assert _finding(fix) is None
+
+
 def test_a_host_bound_cnn_is_not_sold_a_faster_gpu(analyzed):
     """time53's ResNet-50 at batch 64 runs its 102 normalizations a step apart too, but its host holds the step
     (kernels 15 ms of a 41.6 ms step): the replay of the fused chains saves next to nothing, and the finding, if
@@ -73,15 +109,16 @@ def test_a_host_bound_cnn_is_not_sold_a_faster_gpu(analyzed):
 
 def test_two_gpus_save_one_gpus_time(analyzed):
     """nsys-ai's two-GPU transformer capture (public): both GPUs run LayerNorm beside its residual add, dropout and
-    casts, 15.0 and 15.4 ms beyond one pass (SQL over each GPU's stream order, by a helper). The GPUs run at once,
-    so the finding saves the busier GPU's time and names it, never the 30.5 ms sum; so does unfused-elementwise."""
+    casts, 15.0 and 15.4 ms beyond one pass (SQL over each GPU's stream order, by a helper), and other short runs
+    between the GEMMs. The GPUs run at once, so the finding saves the busier GPU's time and names it, never the sum
+    over both; so does unfused-elementwise."""
     from nsanalyze.normalize.timeline import build_timeline
     from nsanalyze.read import read_profile
     from tests.conftest import PUBLIC
 
     path = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__mfu_2gpu_before.sqlite.xz"
     analysis = build_timeline(read_profile(path)).work_analysis
-    chains = analysis.chains.with_norm_under(8)
+    chains = analysis.chains.under(8)
     per_gpu = {int(d): float((chains.ns - chains.longest_ns)[chains.device == d].sum()) for d in set(chains.device)}
     assert len(per_gpu) == 2 and min(per_gpu.values()) > 0.9 * max(per_gpu.values())
     finding = _finding(analyzed(path))
