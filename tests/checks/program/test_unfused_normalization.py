@@ -90,13 +90,13 @@ def test_a_transformers_chains_are_what_compile_took_off_its_other_kernels(analy
         sql_other_kernel_ns_per_step(f"fuse56_{program}_fix1", fix["timeline"]["steps"]["first_step"])
     assert saved > 7e6 and own == pytest.approx(saved, rel=0.15)
     others = finding["evidence"]["other_beyond_one_pass_ns"]["value"] / steps["count"]
-    assert others > least_others and "other short runs of elementwise kernels" in finding["title"]
+    assert others > least_others and "other short runs a step between the matrix products" in finding["title"]
     assert "Transformers" in finding["advice"] and "BatchNorm into the convolution" not in finding["advice"]
     assert _finding(fix) is None
 
 
 def test_a_host_bound_cnn_is_not_sold_a_faster_gpu(analyzed):
-    """time53's ResNet-50 at batch 64 runs its 102 normalizations a step apart too, but its host holds the step
+    """time53's ResNet-50 at batch 64 runs its 102 normalizations a step apart too (a run of kernels around each), but its host holds the step
     (kernels 15 ms of a 41.6 ms step): the replay of the fused chains saves next to nothing, and the finding, if
     any, stays at info; the host's cause comes first."""
     model = analyzed(REAL / "time53_resnet_fix_nsys.sqlite.xz")
