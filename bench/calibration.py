@@ -167,6 +167,14 @@ PAIRS = [
        f"adds fused); {'first' if i == 1 else 'second'} pair", "unfused-normalization")
       for p, what in (("gpt", "a GPT-2-small-like decoder"), ("bert", "a BERT-base-like encoder (blind)"))
       for i in (1, 2)],
+    # round 56 (fixtures/real/record_blind56.sh, blind56_train.py): two mistakes a helper chose and recorded blind;
+    # device-copies was written from the kvcat pair after; no check speaks for the probe's needless backward
+    *[(f"blind56_{p}_base{i}", f"blind56_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+      for p, what, check in (("kvcat", "a preallocated KV cache written in place, not grown by torch.cat each token",
+                              "device-copies"),
+                             ("probe", "a frozen ViT backbone without gradients (requires_grad_(False), no_grad), "
+                                       "not a backward through it every step", None))
+      for i in (1, 2)],
 ]
 
 

@@ -189,7 +189,8 @@ def _not_judged_per_kernel(not_judged: list[NotJudged], clock: dict) -> list[Not
 # low-tensor-activity too, where missing-tensor-cores found nothing (the basic set has no FLOP counts):
 # the report's tensor-pipe activity is then the kernels' own, weighted by their time.
 KERNEL_LIST_CHECKS = frozenset({"attention-unfused", "layout-conversion", "unfused-elementwise", "low-tensor-activity",
-                                "unfused-optimizer", "dtype-casts", "unfused-normalization"})
+                                "unfused-optimizer", "dtype-casts", "unfused-normalization", "unaligned-gemm",
+                                "device-copies"})
 
 
 def _tensor_activity(kernels: list[dict], kernel_time: dict) -> dict | None:

@@ -10,6 +10,7 @@ has them, else DEFAULT_NOISE.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from nsanalyze import __version__
 from nsanalyze.analyze import Options, analyze, analyze_each, file_kind
@@ -68,12 +69,18 @@ def _kernel_rows(base: dict, new: dict) -> list[dict]:
     for kernel in new["kernels"]:
         new_by_key.setdefault(_kernel_key(kernel), kernel)
     new_by_name = {k["name"]: k for k in new["kernels"]}
+    # a name alone matches where it is one kernel's on each side (its signature or launch shape changed); a short
+    # name many template instances share (PyTorch's vectorized_elementwise_kernel) says nothing of which is which
+    once = {name for name, n in Counter(k["name"] for k in base["kernels"]).items() if n == 1} & \
+        {name for name, n in Counter(k["name"] for k in new["kernels"]).items() if n == 1}
     base_findings, new_findings = _findings_by_kernel(base), _findings_by_kernel(new)
     totals = (base.get("timeline") is not None) or (new.get("timeline") is not None)   # nsys: times are totals
     base_names, new_names = [k["name"] for k in base["kernels"]], [k["name"] for k in new["kernels"]]
     rows, matched = [], set()
     for kernel in base["kernels"]:
-        other = new_by_key.get(_kernel_key(kernel)) or new_by_name.get(kernel["name"])
+        other = new_by_key.get(_kernel_key(kernel)) or (new_by_name.get(kernel["name"]) if kernel["name"] in once else None)
+        if other is not None and id(other) in matched:   # each kernel of the new profile answers one of the base's
+            other = None
         before = (kernel["duration_ns"] or 0) / base_steps
         after = other["duration_ns"] / new_steps if other and other["duration_ns"] is not None else None
         change = (after - before) / before if other and before else None
@@ -102,12 +109,17 @@ def _kernel_rows(base: dict, new: dict) -> list[dict]:
                   "savings_after_ns": new_findings[kernel["name"]][check]["estimated_savings_ns"]} for check in kept
                  if new_findings[kernel["name"]][check]["estimated_savings_ns"]   # the same cause, grown beyond
                  > (1 + max(noise, MIN_GROWTH)) * base_findings[kernel["name"]][check]["estimated_savings_ns"]]  # noise
+        verdict = _verdict(change, noise)
+        if per_launch and verdict == "regression" and before and after is not None and (after - before) / before <= noise:
+            # fewer launches of more work each (compile fused the casts; the ones left copy more): one launch is
+            # slower, the kernel's time is not; judged by that time (a step, or the totals)
+            verdict = _verdict((after - before) / before, noise)
         rows.append({"name": kernel["name"], "demangled": kernel["demangled"], "shape": _shape(kernel, base_names),
                      "before_ns": before, "after_ns": after, **counts, **(per_launch or {}),
                      "compared": "per launch" if per_launch else ("per step" if base_steps != 1.0 else
                                                                   "per launch" if not totals else "total"),
                      "change": change, "noise": noise, "noise_source": noise_source,
-                     "verdict": _verdict(change, noise), "findings_gone": gone, "findings_appeared": appeared,
+                     "verdict": verdict, "findings_gone": gone, "findings_appeared": appeared,
                      "findings_worse": worse, "predictions": predictions})
     for kernel in new["kernels"]:
         if id(kernel) not in matched:

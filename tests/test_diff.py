@@ -385,3 +385,29 @@ def test_ncu_sides_are_analyzed_apart_and_their_errors_still_name_the_file(tmp_p
                           text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and str(broken) in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_kernels_that_share_a_short_name_are_never_matched_by_it():
+    """The fuse56 BERT, eager against torch.compile: PyTorch's `vectorized_elementwise_kernel` is the short name of
+    dozens of template instances on each side, and compile fused most of them away. Matched by that name, one
+    compiled fill kernel (426 us a step) answered five eager kernels, each a "regression" of up to +22,851%. A kernel
+    of the new profile answers at most one of the base's; a short name matches only where it is one kernel's on each
+    side; and no row pairs two different signatures under a shared name. A kernel of one signature launched fewer
+    times, each launch doing more (the casts compile left), is judged by its time a step, not by one launch."""
+    from collections import Counter
+
+    from tests.conftest import REAL
+
+    result = apart(diff, str(REAL / "fuse56_bert_base1_nsys.sqlite.xz"), str(REAL / "fuse56_bert_fix1_nsys.sqlite.xz"))
+    base = apart(__import__("nsanalyze.analyze", fromlist=["analyze"]).analyze,
+                 [str(REAL / "fuse56_bert_base1_nsys.sqlite.xz")])
+    shared = {name for name, n in Counter(k["name"] for k in base["kernels"]).items() if n > 1}
+    assert "vectorized_elementwise_kernel" in shared
+    matched = [k for k in result["kernels"] if k["before_ns"] is not None and k["after_ns"] is not None]
+    assert matched and not [k for k in matched if k["name"] in shared and k["verdict"] == "regression"]
+    # the casts compile left: fewer launches of more work each, slower per launch, less time a step
+    cast = next(k for k in matched if "bfloat16_copy" in (k["demangled"] or "") and k["compared"] == "per launch")
+    assert cast["change"] > 10 and cast["after_ns"] < 0.5 * cast["before_ns"] and cast["verdict"] == "improvement"
+    assert not [k for k in regressions(result, 10) if k in result["kernels"] and k["after_ns"] < k["before_ns"]]
+    gone = [k for k in result["kernels"] if k["name"] == "vectorized_elementwise_kernel" and k["after_ns"] is None]
+    assert len(gone) > 5   # fused away: unmatched, not regressions of the one left

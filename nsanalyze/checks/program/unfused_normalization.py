@@ -145,21 +145,21 @@ def run(timeline, limits) -> Finding | None:
     others, others_ns = int((~norm).sum()), float(beyond[~norm].sum())
     chain_ns = float(chains.ns.sum())
     steps = timeline.steps.count if timeline.steps else None
-    count = f"{norm.sum() / steps:.0f} normalizations a step" if steps else plural(int(norm.sum()), "normalization")
+    count = f"{norm.sum() / steps:.0f} runs of kernels a step" if steps else plural(int(norm.sum()), "run") + " of kernels"
     several = len(set(analysis.chains.device.tolist())) > 1
     on_gpu = f" on GPU {chains.device[0]} (the GPU where they take most)" if several else ""
     each = (lambda ns: f"{duration_text(ns / steps)} a step") if steps else duration_text
-    runs = ((f"{others / steps:.0f} other short runs of elementwise kernels a step" if steps else
-             plural(others, "other short run") + " of elementwise kernels") + " between the matrix products")
-    with_others = f", and {runs}" if others_ns >= OTHERS_TITLED * savings else ""
+    runs = (f"{others / steps:.0f} other short runs a step" if steps else plural(others, "other short run")) + \
+        " between the matrix products"
+    with_others = f" and {runs}" if others_ns >= OTHERS_TITLED * savings else ""
     ops_mean = float(chains.ops[norm].sum()) / int(norm.sum())
     common = chains.launches_by_name()[:5]
     norm_names = [analysis.names.get(i) for i, _ in chains._where(norm).launches_by_name()]
     finding = Finding(
         check=ID,
-        title=f"Normalization runs apart from the elementwise work beside it: {count}{on_gpu} each run beside "
-              f"{ops_mean:.1f} elementwise or reduction kernels of their own{with_others}: {each(chain_ns)} of "
-              f"passes over the activations where one pass each would take {each(chain_ns - savings)}; "
+        title=f"Normalization runs apart from the elementwise work beside it: {count}{on_gpu} around a "
+              f"normalization ({ops_mean:.1f} elementwise or reduction kernels each){with_others} make "
+              f"{each(chain_ns)} of passes over the activations, {each(savings)} more than one pass each; "
               "torch.compile fuses them",
         estimated_speedup=0.0,
         evidence={"chains": evidence(len(chains)),

@@ -194,3 +194,21 @@ def test_pinning_a_buffer_every_step_is_priced_as_the_twin_that_pins_once_saved(
     per_step = first["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
     assert per_step == pytest.approx(mean_step_saved(PINNED_CHURN, PINNED_ONCE), rel=0.10)
     assert "pinned-alloc-churn" not in {f["check"] for f in analyzed(PINNED_ONCE)["findings"]}
+
+
+def test_a_stretch_is_named_by_the_range_that_holds_nearly_all_of_it(analyzed):
+    """power_iteration (public, CuPy on a T4): the longest idle stretch, 26.7 ms, starts 10 us before its step's `IO N`
+    range (file output) and ends 0.1 ms after it: only the step range encloses it, but `IO N` holds 99.6% of it
+    (SQL) and is its cause, so it ends the stretch's path and the host-compute title."""
+    from tests.conftest import PUBLIC
+
+    path = PUBLIC / "brycelelbach__nsightful__tests__power_iteration__baseline.sqlite.xz"
+    model = analyzed(path)
+    longest = model["timeline"]["host_stretches"][0]
+    start, end = longest["start_ns"], longest["start_ns"] + longest["duration_ns"]
+    (name, inside), = sql(path, f"""SELECT COALESCE(n.text, s.value), MIN(n.end, {end}) - MAX(n.start, {start})
+        FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId WHERE n.start < {end} AND n.end > {start}
+        AND COALESCE(n.text, s.value) LIKE 'IO %'""")
+    assert inside > 0.99 * longest["duration_ns"]
+    assert longest["nvtx_path"].endswith(f"› {name}") and longest["nvtx_range"] == name
+    assert f"› {name}'" in program_findings(model)[0]["title"]

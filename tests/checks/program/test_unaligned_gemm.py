@@ -1,0 +1,56 @@
+"""unaligned-gemm on real exports: the fuse56 BERT-like encoder (fixtures/real/README.md, Fuse56) runs its MLM
+head's GEMMs over a 30,522-wide vocabulary, not a multiple of 8, as CUTLASS's sm80 `..._align2` kernels on the H200;
+the GPT-like decoder's vocabulary is 50,304 and its GEMMs are cuBLAS's Hopper kernels."""
+
+import pytest
+
+from nsanalyze.checks.program.unaligned_gemm import load_bytes
+from tests.conftest import REAL, sql
+
+ID = "unaligned-gemm"
+NARROW_SQL = """SELECT s.value, SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+    JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId JOIN StringIds s ON s.id = k.demangledName
+    WHERE r.start >= {start} AND r.start < {end} AND s.value LIKE '%tensorop%align%' GROUP BY s.value"""
+
+
+def _finding(model):
+    return next((f for f in model["findings"] if f["check"] == ID), None)
+
+
+@pytest.mark.parametrize("run, kernels", [("base1", 3), ("fix1", 1)])
+def test_the_berts_vocabulary_gemms_are_named_with_their_time(analyzed, run, kernels):
+    """Eager, three GEMMs a step over the vocabulary load 2 bf16 elements (4 bytes) at a time: their time a step is
+    SQL's over the same steps (9.3 ms); compiled, one is left (3.1 ms). The saving is not measured (no shapes in an
+    export): the finding saves nothing in the ranking and says their time is what is at stake."""
+    name = f"fuse56_bert_{run}_nsys.sqlite.xz"
+    model = analyzed(REAL / name)
+    finding = _finding(model)
+    steps = model["timeline"]["steps"]
+    ranges = sql(REAL / name, "SELECT start, end FROM NVTX_EVENTS WHERE text LIKE 'step %' ORDER BY start")
+    ranges = ranges[steps["first_step"]:steps["first_step"] + steps["count"]]
+    rows = sql(REAL / name, NARROW_SQL.format(start=ranges[0][0], end=ranges[-1][1]))
+    narrow = [(n, ns) for n, ns in rows if load_bytes(n) < 16]
+    assert len(narrow) == kernels and all("align2" in n and "bf16" in n for n, _ in narrow)
+    per_step = finding["evidence"]["narrow_gemm_ns"]["value"] / steps["count"]
+    assert per_step == pytest.approx(sum(ns for _, ns in narrow) / len(ranges), rel=0.03)
+    assert per_step > 3e6 and finding["evidence"]["load_bytes"]["value"] == 4
+    assert "multiple of 8 elements" in finding["title"] and finding["estimated_savings_ns"] == 0
+    assert finding["severity"] == "info" and "time at stake" in finding["notes"][0]
+
+
+@pytest.mark.parametrize("name", ["fuse56_gpt_base1", "fp32", "blind_embtables_base"])
+def test_full_width_or_cuda_core_gemms_are_not_named(analyzed, name):
+    """The GPT's padded vocabulary (cuBLAS's nvjet kernels: no load width in their names); the fp32 MLP's GEMMs, on
+    the CUDA cores (CUTLASS's `simt_sgemm_..._align1`: not tensor-core kernels, low-tensor-activity's); an embedding
+    loop whose align1 bf16 tensor-core GEMMs take under 3% of the window."""
+    assert _finding(analyzed(REAL / f"{name}_nsys.sqlite.xz")) is None
+
+
+def test_load_widths_read_off_real_kernel_names():
+    """The names as the exports hold them: elements a load times the element's bytes (bf16 2, tf32 and fp32 4)."""
+    names = {n for (n,) in sql(REAL / "fuse56_bert_base1_nsys.sqlite.xz", "SELECT value FROM StringIds WHERE value "
+                                                                            "LIKE '%tensorop%align%'")}
+    names |= {n for (n,) in sql(REAL / "augment_w0_nsys.sqlite.xz", "SELECT value FROM StringIds WHERE value LIKE "
+                                                                      "'%tensor16x8x8%align%'")}
+    widths = {load_bytes(n) for n in names}
+    assert 4 in widths and 16 in widths and None not in widths
