@@ -34,6 +34,8 @@ new (a token's keys and values), which the replay leaves out. Which copies a cha
 - `min_share`: their share of the window.
 """
 
+import re
+
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 from nsanalyze.checks.program._roles import kernel_rows, role_time
 from nsanalyze.numbers import duration_text
@@ -76,6 +78,13 @@ CHECK = Check(
 )
 
 
+# The copies' cause the title names where its kernels (by name) hold most of their time; else ANY_COPY.
+CAUSES = ((re.compile(r"CatArray|cat_|concat", re.IGNORECASE),
+           "concatenations: a tensor grown by torch.cat in a loop is copied whole each time, build it in place"),
+          (re.compile(r"fill|memset|zero", re.IGNORECASE), "fills: buffers set again each time, allocate them once"))
+ANY_COPY = "data moved on the device with no math: build tensors in place, once"
+
+
 def run(timeline, limits) -> Finding | None:
     copies = role_time(timeline, "copy", limits.min_share)
     if copies is None or copies.kernel_share < limits.min_kernel_share:
@@ -83,11 +92,13 @@ def run(timeline, limits) -> Finding | None:
     steps = timeline.steps.count if getattr(timeline, "steps", None) is not None and timeline.steps.count else None
     each = (lambda ns: f"{duration_text(ns / steps)} a step") if steps else duration_text
     launches = (f"{copies.launches / steps:.0f} launches a step" if steps else plural(copies.launches, "launch"))
+    cause = next((text for pattern, text in CAUSES      # a cause whose kernels hold most of the copies' time
+                  if sum(k.ns for k in copies.kernels if pattern.search(k.demangled or k.name or "")) > copies.ns / 2),
+                 None)
     finding = Finding(
         check=ID,
-        title=f"Copy kernels take {copies.kernel_share:.0%} of GPU kernel time ({each(copies.ns)}, {launches}): "
-              f"data moved on the device with no math; a tensor grown by torch.cat in a loop is copied whole each "
-              "time, build it in place",
+        title=f"Copy kernels take {copies.kernel_share:.0%} of GPU kernel time ({each(copies.ns)}, {launches}), "
+              + (f"most of it {cause}" if cause else ANY_COPY),
         estimated_speedup=0.0,
         evidence={"copy_ns": evidence(copies.ns, unit="ns"),
                   "copy_kernel_share": evidence(copies.kernel_share, limits.min_kernel_share, unit="ratio"),

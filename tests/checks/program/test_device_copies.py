@@ -40,3 +40,17 @@ def test_programs_whose_copies_are_a_part_are_not_told_to_copy_less(analyzed, na
     """The real programs with the most copy time of fixtures/ (20%, 16% and 14% of kernel time: Triton's tuning
     buffers, attention's inputs, an EMA's buffers) are below the 30% at which copies are the program's work."""
     assert ID not in {f["check"] for f in analyzed(REAL / f"{name}_nsys.sqlite.xz")["findings"]}
+
+
+def test_the_title_names_concatenations_only_where_they_hold_most_of_the_copies(analyzed):
+    """With the kernel share lowered to 10% (--set): attn_sdpa's copies are mostly `CatArrayBatchedCopy` (the q, k,
+    v split's backward) and the title says concatenations; the EMA loop's are PyTorch's copy kernels, and it says
+    only that data moves with no math, never a torch.cat the program may not have."""
+    from nsanalyze.analyze import Options
+    from tests.isolated import analyze_apart
+
+    lower = Options(thresholds={f"{ID}.min_kernel_share": 0.1})
+    titles = {name: next(f["title"] for f in analyze_apart([REAL / f"{name}_nsys.sqlite.xz"], lower)["findings"]
+                         if f["check"] == ID) for name in ("attn_sdpa", "blind_emaloop_base")}
+    assert "most of it concatenations" in titles["attn_sdpa"]
+    assert "torch.cat" not in titles["blind_emaloop_base"] and "no math" in titles["blind_emaloop_base"]
