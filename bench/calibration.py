@@ -175,6 +175,15 @@ PAIRS = [
                              ("probe", "a frozen ViT backbone without gradients (requires_grad_(False), no_grad), "
                                        "not a backward through it every step", None))
       for i in (1, 2)],
+    # round 56 (fixtures/real/record_copy56.sh, copy56_train.py), recorded after device-copies and unaligned-gemm
+    # were written: an eval loop's logits grown by torch.cat (its cat became device memcpys past 2^31 elements), and
+    # the GPT's vocabulary padded (unaligned-gemm speaks, its saving not measured: info)
+    *[(f"copy56_{p}_base{i}", f"copy56_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+      for p, what, check in (("catlog", "the epoch's logits written into a store allocated once, not grown by "
+                                        "torch.cat each batch", "device-copies"),
+                             ("vocab", "vocab_size 50304, not 50257 (the head's GEMMs on full-width loads)",
+                              "unaligned-gemm"))
+      for i in (1, 2)],
 ]
 
 

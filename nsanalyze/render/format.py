@@ -190,7 +190,15 @@ def savings_text(finding: dict) -> str:
 
 
 def health_line(model: dict) -> str:
-    """What to say when nothing is above info: claim health only for what could be judged."""
+    """What to say when nothing is above info: claim health only for what could be judged, and name the info findings
+    whose saving is not measured (time at stake: a cause found, not a healthy program)."""
+    line = _health_line(model)
+    unpriced = [f for f in model.get("findings") or [] if f["severity"] == "info" and f.get("kernel_name") is None
+                and any(note.startswith("saving not measured") for note in f.get("notes") or [])]
+    return line + "".join(f" Found, with its saving not measured: {f['title']} ({f['check']}, info)." for f in unpriced[:2])
+
+
+def _health_line(model: dict) -> str:
     timeline = model.get("timeline")
     # info findings that are the verdict when nothing else speaks: CUDA API rows without GPU activity
     # (WSL2) say what they show; a program that is one long kernel says so and points to ncu; copies at

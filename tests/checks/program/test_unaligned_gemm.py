@@ -54,3 +54,33 @@ def test_load_widths_read_off_real_kernel_names():
                                                                       "'%tensor16x8x8%align%'")}
     widths = {load_bytes(n) for n in names}
     assert 4 in widths and 16 in widths and None not in widths
+
+
+def test_a_report_with_nothing_above_info_still_names_the_cause_it_found(analyzed):
+    """The compiled BERT has no finding above info, but one narrow-load GEMM left (3.1 ms a step): the summary line
+    that says nothing is above info names it, its saving not measured, rather than read as a clean bill."""
+    from nsanalyze.render.format import health_line
+
+    model = analyzed(REAL / "fuse56_bert_fix2_nsys.sqlite.xz")
+    assert not [f for f in model["findings"] if f["severity"] != "info"]
+    line = health_line(model)
+    assert line.startswith("No findings above info") and "Found, with its saving not measured: Tensor-core GEMMs" in line
+    assert "(unaligned-gemm, info)" in line
+
+
+@pytest.mark.parametrize("i", [1, 2])
+def test_a_vocabulary_of_50257_is_named_and_its_time_bounds_what_padding_saved(analyzed, i):
+    """copy56 vocab (fixtures/real/README.md, Copy56): the GPT's training step with `vocab_size=50257` against 50304,
+    nothing else changed. The base's head GEMMs run as narrow-load kernels (align1, bf16: 2 bytes), 30.7 ms a step;
+    padding saved 25.0-26.0 ms a step (SQL): the finding's time at stake holds what the fix saved (the padded GEMMs
+    still take their share), and the padded run has no such finding."""
+    from tests.conftest import sql_saved_per_step
+
+    base, fix = f"copy56_vocab_base{i}_nsys.sqlite.xz", f"copy56_vocab_fix{i}_nsys.sqlite.xz"
+    model = analyzed(REAL / base)
+    finding = _finding(model)
+    at_stake = finding["evidence"]["narrow_gemm_ns"]["value"] / model["timeline"]["steps"]["count"]
+    saved = sql_saved_per_step(analyzed, base, fix)
+    assert finding["evidence"]["load_bytes"]["value"] == 2 and "multiple of 8" in finding["title"]
+    assert saved > 20e6 and saved <= at_stake < 1.5 * saved
+    assert _finding(analyzed(REAL / fix)) is None
