@@ -312,6 +312,17 @@ def budget_part(timeline, part: str, device_id=None) -> tuple[float, float]:
     return 0.0, 0.0
 
 
+def step_count(timeline) -> int | None:
+    """The steady steps of the window, or None where the run has none (titles then speak of the window)."""
+    steps = getattr(timeline, "steps", None)
+    return steps.count if steps is not None and steps.count else None
+
+
+def time_per_step(steps: int | None):
+    """A time of the window as titles say it: `3.14 ms a step` where the run has steps, else the window's total."""
+    return (lambda ns: f"{duration_text(ns / steps)} a step") if steps else duration_text
+
+
 def median_step_part(timeline, part: str) -> float | None:
     """ns of one budget part in a median steady step, when the run has steps."""
     for entry in (timeline.steps.budget or ()) if timeline.steps else ():

@@ -36,9 +36,8 @@ new (a token's keys and values), which the replay leaves out. Which copies a cha
 
 import re
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, step_count, time_per_step
 from nsanalyze.checks.program._roles import kernel_rows, role_time
-from nsanalyze.numbers import duration_text
 
 ID = "device-copies"
 BUDGET_PART = "gpu_compute"
@@ -89,8 +88,8 @@ def run(timeline, limits) -> Finding | None:
     copies = role_time(timeline, "copy", limits.min_share)
     if copies is None or copies.kernel_share < limits.min_kernel_share:
         return None
-    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None and timeline.steps.count else None
-    each = (lambda ns: f"{duration_text(ns / steps)} a step") if steps else duration_text
+    steps = step_count(timeline)
+    each = time_per_step(steps)
     launches = (f"{copies.launches / steps:.0f} launches a step" if steps else plural(copies.launches, "launch"))
     cause = next((text for pattern, text in CAUSES      # a cause whose kernels hold most of the copies' time
                   if sum(k.ns for k in copies.kernels if pattern.search(k.demangled or k.name or "")) > copies.ns / 2),

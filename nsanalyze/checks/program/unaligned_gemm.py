@@ -35,7 +35,7 @@ Kernels whose names say nothing of their loads (cuBLAS's `nvjet`) are not judged
 
 import re
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, step_count, time_per_step
 from nsanalyze.checks.program._roles import kernel_rows, role_time
 from nsanalyze.numbers import duration_text
 
@@ -97,8 +97,8 @@ def run(timeline, limits) -> Finding | None:
     gemms = role_time(timeline, "matmul_tensor", limits.min_share, keep=_narrow)
     if gemms is None:
         return None
-    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None and timeline.steps.count else None
-    each = (lambda ns: f"{duration_text(ns / steps)} a step") if steps else duration_text
+    steps = step_count(timeline)
+    each = time_per_step(steps)
     names = [k.demangled or k.name for k in gemms.kernels]
     widths = sorted({load_bytes(name) for name in names})
     loads = " or ".join(f"{w} bytes" for w in widths)

@@ -46,8 +46,7 @@ import re
 
 import numpy as np
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
-from nsanalyze.numbers import duration_text
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, step_count, time_per_step
 from nsanalyze.checks.program import unfused_elementwise
 
 ID = "unfused-normalization"
@@ -144,11 +143,11 @@ def run(timeline, limits) -> Finding | None:
     savings = float(beyond.sum())
     others, others_ns = int((~norm).sum()), float(beyond[~norm].sum())
     chain_ns = float(chains.ns.sum())
-    steps = timeline.steps.count if timeline.steps else None
+    steps = step_count(timeline)
     count = f"{norm.sum() / steps:.0f} runs of kernels a step" if steps else plural(int(norm.sum()), "run") + " of kernels"
     several = len(set(analysis.chains.device.tolist())) > 1
     on_gpu = f" on GPU {chains.device[0]} (the GPU where they take most)" if several else ""
-    each = (lambda ns: f"{duration_text(ns / steps)} a step") if steps else duration_text
+    each = time_per_step(steps)
     runs = (f"{others / steps:.0f} other short runs a step" if steps else plural(others, "other short run")) + \
         " between the matrix products"
     with_others = f" and {runs}" if others_ns >= OTHERS_TITLED * savings else ""
