@@ -59,6 +59,13 @@ QUEUE_SPREAD = 0.1            # the blocked calls' queued operations within 10% 
 # CUDA's launch queue holds about a thousand operations (1022 read on the fixtures' host-runs-ahead loops): calls
 # that waited with a handful queued waited for something else (pinned_churn's copies after cudaHostAlloc, 1)
 MIN_QUEUE_DEPTH = 64
+# A call that no table marks as waiting, long by BLOCKED_FACTOR and BLOCKED_MIN_NS, begun with GPU work queued,
+# that returned within this share of its duration after that work ended, waited for it; counted so where at
+# least MIN_DRAIN_CALLS of its name's calls did and they are DRAIN_AGREE of its name's long calls begun so. On
+# the blind56 KV-cache decoder, cuKernelSetAttribute after each new cuDNN kernel's load: 14-15 ms calls that
+# returned 0.3 ms after the copies queued before them ended (2%); a host-only call outlasted by chance ends
+# anywhere in its span (share uniform).
+DRAIN_TAIL_SHARE, MIN_DRAIN_CALLS, DRAIN_AGREE = 0.1, 5, 0.5
 # An operation that started this much later than its stream and launch allow waited for something else.
 IMPLIED_WAIT_NS = 5_000
 HOST_COMPUTE = "host:compute"
@@ -80,6 +87,37 @@ def _waits(name: str) -> bool:
     """Whether a CUDA call waits for the GPU's queued work (the host-activity table's `waits_for_gpu`)."""
     base = base_name(name)
     return any(r.source == "cuda" and r.waits_for_gpu and fnmatchcase(base, r.pattern) for r in rules())
+
+
+def _drain_waits(name_ids, c_start, c_end, bound, queued_at, last_ending, o_end):
+    """Calls that waited for the GPU by the data, not by their name: those of a name whose long calls, begun with
+    work queued, returned just after that work ended (a kernel's first use under CUDA's lazy loading waits for the
+    device to drain; a driver call that must see the GPU idle). Calls already bound (a wait by name, a copy, a
+    launch: the launch queue's rule reads those) are left out. Returns (calls, the operation each waited for, a
+    note) or None. A long host-only call that drained the queue by chance returns anywhere after the queue ran
+    dry; its name's long calls do not agree on a return just after it."""
+    durations = c_end - c_start
+    pos = np.searchsorted(queued_at, c_start, side="right") - 1
+    target = np.where(pos >= 0, last_ending[np.maximum(pos, 0)], -1)
+    target_end = np.where(target >= 0, o_end[np.maximum(target, 0)], np.iinfo(np.int64).min // 4)
+    free = ~bound & (target_end > c_start)
+    if not free.any():
+        return None
+    hits = np.zeros(len(c_start), bool)
+    counts = {}
+    for name_id in distinct(name_ids[free]):
+        same = name_ids == name_id
+        long = same & free & (durations > max(BLOCKED_FACTOR * median(durations[same]), BLOCKED_MIN_NS))
+        tail = c_end - target_end
+        mine = long & (tail >= 0) & (tail <= DRAIN_TAIL_SHARE * durations)
+        if int(mine.sum()) >= MIN_DRAIN_CALLS and mine.sum() >= DRAIN_AGREE * long.sum():
+            hits |= mine
+            counts[int(name_id)] = int(mine.sum())
+    if not hits.any():
+        return None
+    idx = np.flatnonzero(hits)
+    return idx, target[idx], (f"{len(idx)} calls that no table marks as waiting returned just after the GPU ran dry "
+                              f"of the work queued before them: counted as waits for it")
 
 
 @dataclass
@@ -422,6 +460,16 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
                              f"depth read as {depth} operations")
             else:
                 depth = None
+    if n_ops:
+        launched = np.zeros(n_calls, bool)
+        launched[o_call[has_call]] = True
+        drained = _drain_waits(calls["name_id"], c_start, c_end, (c_target >= 0) | launched, call_start_of_op[by_queue],
+                               by_queue[best], o_end)
+        if drained is not None:
+            c_target[drained[0]] = drained[1]
+            notes.append(drained[2])
+    else:
+        drained = None
     target_end = np.where(c_target >= 0, o_end[np.maximum(c_target, 0)], np.iinfo(np.int64).min // 4)
     waited = target_end > c_start
     c_tail = (c_end - np.maximum(c_start, target_end)).astype(np.float64)
@@ -436,6 +484,8 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
             own = median(durations[free]) if free.any() else None
             mask = same & waited
             c_own[mask] = np.minimum(durations[mask], own) if own is not None else c_tail[mask]
+    if drained is not None:   # their work came after the wait (a module's load): as long with the GPU idle at once
+        c_own[drained[0]] = c_tail[drained[0]]
 
     # steps: the operations launched by each step's calls
     step_of_call = np.searchsorted(host_starts, c_start, side="right") - 1
