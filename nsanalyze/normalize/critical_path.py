@@ -75,6 +75,10 @@ HOST_COMPUTE = "host:compute"
 # share of it is the median stretch. On the fixtures' eager loops the longest launch stretches are 2-10x the
 # median (graphs_eager: median 54 us, longest 0.33 ms); logging, loading and sleeps are thousands of times.
 LAUNCH_PATH_FACTOR = 10.0
+# Host-activity classes whose calls bring GPU code into the process (host_activity.csv): a module loaded, a JIT-compiled
+# image. Inside steady steps they are code built for shapes that change (cuDNN's runtime-fused kernels compiled by
+# NVRTC, Triton's, torch.compile's recompiles); the build itself is host code no CUDA call records, before the load.
+BUILD_CLASSES = frozenset({"module-load", "jit"})
 # Calls that launch nothing and only read the driver's state on the way to a launch (cuKernelGetName before
 # each of PyTorch's launches): part of the launch path of the launching call that follows them.
 HELPER_CLASSES = frozenset({"query"})
@@ -162,6 +166,7 @@ class Graph:
     o_loop: np.ndarray | None = None
     loops: list = field(default_factory=list)
     c_step: np.ndarray | None = None   # per call: its block step (-1: between the steps' host ranges)
+    c_names: list | None = None        # per call: its name, without its version suffix
     tuning: tuning.Tuning | None = None   # timed trials (normalize.tuning): what an autotuner's removal takes
     timing: tuning.TimingCode | None = None   # ... not warmed up: the program's own timing code
 
@@ -220,11 +225,14 @@ class Change:
     # the program's timing code gone (normalize.tuning.TimingCode): its event calls and syncs with the host's
     # time on the way to each (call_way); the work it timed stays
     untimed: bool = False
+    # no GPU code built in the steps (code_builds): the loads gone with the host's time before each beyond a
+    # typical launch path (build_way); the kernels they load stay, as if built once before the loop
+    unbuilt: bool = False
 
     @property
     def empty(self) -> bool:
         return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None \
-            and not self.roles and not self.fuse and not self.untuned and not self.untimed
+            and not self.roles and not self.fuse and not self.untuned and not self.untimed and not self.unbuilt
 
 
 # ---------------------------------------------------------------- the graph
@@ -501,6 +509,8 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     graph.c_owner, graph.c_stretch, graph.path_typical = launch_paths(graph)
     graph.o_loop, graph.loops = launch_loops.find(graph)
     graph.c_step = np.where(inside, step_of_call, -1)
+    call_names = {int(i): base_name(names.get(int(i)) or f"call {int(i)}") for i in distinct(calls["name_id"])}
+    graph.c_names = [call_names[int(i)] for i in calls["name_id"]]
     launched = np.zeros(n_calls, bool)
     launched[o_call[o_call >= 0]] = True
     graph.tuning, graph.timing = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call,
@@ -548,6 +558,53 @@ def call_way(graph: Graph, gap: np.ndarray) -> np.ndarray:
     other work, which stays: before the first event call of a timed phase lies the code before that phase
     (time53's GPT: 110-370 us there, against a typical path of 36 us)."""
     return np.minimum(gap, graph.path_typical).clip(min=0.0)
+
+
+def code_builds(graph: Graph) -> np.ndarray:
+    """The block's calls inside its steps that bring GPU code in (BUILD_CLASSES), an autotuner's aside (its trials
+    and their builds are autotuning's change)."""
+    builds = np.array([c in BUILD_CLASSES for c in graph.c_class], dtype=bool)
+    if graph.c_step is not None:
+        builds &= graph.c_step >= 0
+    if graph.tuning is not None and graph.tuning.any:
+        builds &= ~graph.tuning.removed
+    return builds
+
+
+def build_way(graph: Graph, gap: np.ndarray) -> np.ndarray:
+    """Of the host compute before a code load, the part beyond a typical launch path: the code's build, a compiler
+    run on the host that no CUDA call records (blind56's fixed decoder: 35 ms before each of cuDNN's loads, with
+    its file reads, against a typical path of 30 us); the way to the call stays."""
+    return (gap - np.minimum(gap, graph.path_typical)).clip(min=0.0)
+
+
+def build_ns_per_step(graph: Graph) -> float:
+    """The host time a step spends loading code and building it before each load: what removing the builds takes
+    off the host at most."""
+    return calls_host_ns_per_step(graph, code_builds(graph), build_way)
+
+
+def code_build_summary(block: "StepBlock | None") -> dict | None:
+    """The steps' code builds as the model's section (model.CodeBuilds); None where the block is not trusted or
+    its steps load no code."""
+    if block is None or not block.trusted or block.graph.c_step is None:
+        return None
+    graph = block.graph
+    builds = code_builds(graph)
+    if not builds.any():
+        return None
+    steps = len(graph.step_first_op)
+    per_step = np.bincount(graph.c_step[builds], minlength=steps)[:steps]
+    durations = (graph.c_end - graph.c_start)[builds]
+    counted: dict[str, int] = {}
+    for i in np.flatnonzero(builds):
+        counted[graph.c_names[i]] = counted.get(graph.c_names[i], 0) + 1
+    return {"steps": steps, "steps_with_builds": int((per_step > 0).sum()),
+            "builds_per_step": float(np.median(per_step[per_step > 0])) if (per_step > 0).any() else 0.0,
+            "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0,
+            "load_ns_per_step": float(durations.sum()) / steps,
+            "host_ns_per_step": build_ns_per_step(graph),
+            "calls": tuple(sorted(counted.items(), key=lambda item: -item[1]))}
 
 
 def _kernel_roles(export: NsysExport, kernels, names: list, in_ranges: np.ndarray | None = None) -> list[str]:
@@ -616,6 +673,13 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         target = np.where(timing, -1, target)
         gap_host = np.where(timing, gap_host - call_way(graph, gap_host), gap_host)
         cross_gap = np.where(timing, cross_gap - call_way(graph, cross_gap), cross_gap)
+    if change.unbuilt:   # the code's loads and its build before each
+        builds = code_builds(graph)
+        removed |= builds
+        own = np.where(builds, 0.0, own)
+        target = np.where(builds, -1, target)
+        gap_host = np.where(builds, gap_host - build_way(graph, gap_host), gap_host)
+        cross_gap = np.where(builds, cross_gap - build_way(graph, cross_gap), cross_gap)
     latency = graph.o_latency.copy()
     gap_ops = graph.o_gap.copy()
     if change.graph:
