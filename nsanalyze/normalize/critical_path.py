@@ -34,7 +34,7 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
-from nsanalyze.normalize import launch_loops, tuning
+from nsanalyze.normalize import launch_loops, recompute, tuning
 from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, pair_keys
 from nsanalyze.normalize.host_activity import base_name, classify, rules
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
@@ -47,11 +47,15 @@ REPLAY_EVENTS_AT_MOST = 300_000
 # The operations of the block's loops of launches, as a role a change may name (`whatif --fuse loop`); one group
 # of them (launch_loops.group_loops) is loop_role(N)
 LOOP = "loop"
+# The operations that run forward work again in the backward (normalize.recompute), as a role a change may name
+RECOMPUTE = "recompute"
 
 
 def loop_role(group: int) -> str:
     """The role of one group of the block's loops, as role_mask reads it."""
     return f"{LOOP}:{group}"
+
+
 # An enqueue call this much longer than its name's median, and at least BLOCKED_MIN_NS, waited for a slot.
 BLOCKED_FACTOR, BLOCKED_MIN_NS = 5.0, 20_000
 MIN_BLOCKED_CALLS = 10        # fewer blocked calls: the queue never filled; no queue edge
@@ -165,6 +169,9 @@ class Graph:
     # loops, step by step
     o_loop: np.ndarray | None = None
     loops: list = field(default_factory=list)
+    # forward work run again in the backward (normalize.recompute): per operation, whether it is; the reruns by step
+    o_recompute: np.ndarray | None = None
+    recomputes: list = field(default_factory=list)
     c_step: np.ndarray | None = None   # per call: its block step (-1: between the steps' host ranges)
     c_names: list | None = None        # per call: its name, without its version suffix
     tuning: tuning.Tuning | None = None   # timed trials (normalize.tuning): what an autotuner's removal takes
@@ -226,7 +233,7 @@ class Change:
     # time on the way to each (call_way); the work it timed stays
     untimed: bool = False
     # no GPU code built in the steps (code_builds): the loads gone with the host's time before each beyond a
-    # typical launch path (build_way); the kernels they load stay, as if built once before the loop
+    # typical launch path (beyond_path); the kernels they load stay, as if built once before the loop
     unbuilt: bool = False
 
     @property
@@ -515,6 +522,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     launched[o_call[o_call >= 0]] = True
     graph.tuning, graph.timing = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call,
                                              [names[0] if names else None for names in o_names], len(host_starts))
+    graph.o_recompute, graph.recomputes = recompute.find(graph)
     return graph
 
 
@@ -571,17 +579,18 @@ def code_builds(graph: Graph) -> np.ndarray:
     return builds
 
 
-def build_way(graph: Graph, gap: np.ndarray) -> np.ndarray:
-    """Of the host compute before a code load, the part beyond a typical launch path: the code's build, a compiler
-    run on the host that no CUDA call records (blind56's fixed decoder: 35 ms before each of cuDNN's loads, with
-    its file reads, against a typical path of 30 us); the way to the call stays."""
+def beyond_path(graph: Graph, gap: np.ndarray) -> np.ndarray:
+    """Of the host compute before a call, the part beyond a typical launch path (the way to the call stays): before
+    a code load, the code's build, a compiler run on the host that no CUDA call records (blind56's fixed decoder: 35
+    ms before each of cuDNN's loads, with its file reads, against a typical path of 30 us)."""
     return (gap - np.minimum(gap, graph.path_typical)).clip(min=0.0)
+
 
 
 def build_ns_per_step(graph: Graph) -> float:
     """The host time a step spends loading code and building it before each load: what removing the builds takes
     off the host at most."""
-    return calls_host_ns_per_step(graph, code_builds(graph), build_way)
+    return calls_host_ns_per_step(graph, code_builds(graph), beyond_path)
 
 
 def code_build_summary(block: "StepBlock | None") -> dict | None:
@@ -678,8 +687,8 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         removed |= builds
         own = np.where(builds, 0.0, own)
         target = np.where(builds, -1, target)
-        gap_host = np.where(builds, gap_host - build_way(graph, gap_host), gap_host)
-        cross_gap = np.where(builds, cross_gap - build_way(graph, cross_gap), cross_gap)
+        gap_host = np.where(builds, gap_host - beyond_path(graph, gap_host), gap_host)
+        cross_gap = np.where(builds, cross_gap - beyond_path(graph, cross_gap), cross_gap)
     latency = graph.o_latency.copy()
     gap_ops = graph.o_gap.copy()
     if change.graph:
@@ -760,6 +769,8 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
     if "*" in roles:
         return kernels
     mask = kernels & np.isin(labels, ["gpu:" + r for r in roles])
+    if RECOMPUTE in roles and graph.o_recompute is not None:
+        mask |= graph.o_recompute
     if graph.o_loop is not None:
         for role in roles:
             if role == LOOP:

@@ -330,6 +330,20 @@ class CodeBuilds(Record):
 
 
 @dataclass(frozen=True)
+class Recomputation(Record):
+    """Forward work run again in the backward in the replayed steps around the median step (normalize.recompute):
+    each backward block of a layer stack opens with the forward block's kernels."""
+    steps: int = 0                     # the block's steps
+    steps_with_recompute: int = 0
+    layers: int = 0                    # backward blocks that run the forward again, median over those steps
+    forward_kernels: int = 0           # kernels in a forward block
+    rerun_kernels: int = 0             # of them, run again in each backward block
+    kernels_per_step: float = 0        # kernels run again, mean a step
+    kernel_ns_per_step: float = 0      # their GPU time, mean a step
+    step_ns: float = 0                 # the block's steps' mean measured period
+
+
+@dataclass(frozen=True)
 class FirstFinding(Record):
     check: str | None = None
     title: str | None = None

@@ -79,7 +79,7 @@ CHECK = Check(
         "min_window_share": Threshold(0.03, "under 3% of the window the builds are noise"),
     },
     speedup_model=("the replay of the steps without the builds: the code's loads gone with the host's time before "
-                   "each beyond a typical launch path (critical_path.build_way), the kernels they load kept; capped "
+                   "each beyond a typical launch path (critical_path.beyond_path), the kernels they load kept; capped "
                    "by the time those loads and builds take"),
     change={"unbuild": True},   # the replay change priced (normalize.pricing)
     advice=ADVICE,
