@@ -185,10 +185,10 @@ PAIRS = [
                               "unaligned-gemm"))
       for i in (1, 2)],
     # round 57 (fixtures/real/record_blind57.sh, blind57_train.py): two mistakes a helper chose and recorded blind;
-    # transfer-bound was widened from the landcover pair after; no check speaks for the lm's needless recompute
+    # transfer-bound was widened from the landcover pair after, and activation-recompute written from the lm pair
     *[(f"blind57_{p}_base{i}", f"blind57_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
       for p, what, check in (("lm", "activation checkpointing off, not the forward of every block run again in the "
-                                    "backward", None),
+                                    "backward", "activation-recompute"),
                              ("landcover", "the next batch copied on a side stream while the step computes, not "
                                            "on the compute stream at the top of each step", "transfer-bound"))
       for i in (1, 2)],
