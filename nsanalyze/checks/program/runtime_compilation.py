@@ -41,8 +41,7 @@ a kernel's first use (`CUDA_MODULE_LOADING=LAZY`) inside the steady steps counts
 """
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
-from nsanalyze.checks.program.autotuning import in_most_steps, replay_claims
-from nsanalyze.normalize import pricing
+from nsanalyze.checks.program.autotuning import host_cause_saving, in_most_steps, replay_claims
 from nsanalyze.numbers import duration_text
 
 ID = "runtime-compilation"
@@ -92,11 +91,9 @@ def built(timeline, limits):
     if builds is None or not in_most_steps(timeline, builds, builds.steps_with_builds, builds.builds_per_step,
                                            limits.min_loads, limits):
         return None
-    steps, span = timeline.steps.count, timeline.summary.span_ns
-    own = min(builds.host_ns_per_step, builds.step_ns) * steps
-    priced = pricing.price(timeline, CHECK.change, own)
-    saving = min(priced.savings_ns if priced is not None else own, span)
-    return (builds, saving) if saving >= limits.min_window_share * span else None
+    saving = host_cause_saving(timeline, CHECK.change, builds.host_ns_per_step, builds.step_ns,
+                               limits.min_window_share)
+    return (builds, saving) if saving is not None else None
 
 
 def claimed_parts(timeline, limits, taken: dict[str, float]) -> dict[str, float]:
