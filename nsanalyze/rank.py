@@ -336,7 +336,9 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
         # never more than the time it claims over all of them, which its evidence lists where it spans several
         if check.id in WIDER_CAUSES:
             limit = _claimed_limit(finding, span, claims)
-            if finding.estimated_savings_ns > limit:
+            # (a cut below the figures' precision is no news: "the 2.28 s ..., not the 2.28 s estimated")
+            if finding.estimated_savings_ns > limit and \
+                    duration_text(limit) != duration_text(finding.estimated_savings_ns):
                 finding.notes.append(f"savings: the {duration_text(limit)} of the budget its cause claims (where the "
                                      f"time it explains lies), not the {duration_text(finding.estimated_savings_ns)} "
                                      "estimated, which is more than the time it comes from")
