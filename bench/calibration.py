@@ -184,6 +184,19 @@ PAIRS = [
                              ("vocab", "vocab_size 50304, not 50257 (the head's GEMMs on full-width loads)",
                               "unaligned-gemm"))
       for i in (1, 2)],
+    # round 57 (fixtures/real/record_blind57.sh, blind57_train.py): two mistakes a helper chose and recorded blind;
+    # transfer-bound was widened from the landcover pair after, and activation-recompute written from the lm pair
+    *[(f"blind57_{p}_base{i}", f"blind57_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+      for p, what, check in (("lm", "activation checkpointing off, not the forward of every block run again in the "
+                                    "backward", "activation-recompute"),
+                             ("landcover", "the next batch copied on a side stream while the step computes, not "
+                                           "on the compute stream at the top of each step", "transfer-bound"))
+      for i in (1, 2)],
+    # round 57 (fixtures/real/record_kv57.sh): blind56's fixed decoder, whose attention cuDNN compiles for each new KV
+    # length, against the same with cuDNN's SDPA off (recorded after runtime-compilation was written)
+    *[(f"kv57_base{i}", f"kv57_fix{i}", {"unbuild": True}, f"cuDNN's SDPA off (precompiled attention kernels), not a "
+       f"kernel compiled for each new KV length; {'first' if i == 1 else 'second'} pair", "runtime-compilation")
+      for i in (1, 2)],
 ]
 
 
@@ -207,6 +220,8 @@ def change_text(change: dict | None) -> str:
         return "`--untune`"
     if change.get("untime"):
         return "`--untime`"
+    if change.get("unbuild"):
+        return "`--unbuild`"
     return " ".join(f"`--remove {c}`" for c in change.get("remove", ()))
 
 
@@ -245,7 +260,8 @@ def calibration_rows() -> list[dict]:
                                                                pinned=bool(change.get("pinned")),
                                                                fuse=tuple(change.get("fuse", ())),
                                                                untune=bool(change.get("untune")),
-                                                               untime=bool(change.get("untime"))))[0]
+                                                               untime=bool(change.get("untime")),
+                                                               unbuild=bool(change.get("unbuild"))))[0]
             row["whatif_ns"] = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
             row["self_check"] = result["self_check"]["error"]
         rows.append(row)

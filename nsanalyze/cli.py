@@ -205,13 +205,16 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
 @click.option("--untime", is_flag=True, help="the program's own timing code gone (CUDA event pairs around its work, "
                                              "each synchronized): its event calls, syncs and the host's time on "
                                              "their way")
+@click.option("--unbuild", is_flag=True, help="no GPU code built in the steps (a kernel compiled and loaded for each "
+                                              "new shape): the loads gone with the host's time building it before "
+                                              "each")
 @click.option("-o", "--output", "outputs", multiple=True, help="JSON file, or - for JSON on stdout")
 @click.option("--skip-first-ns", type=click.IntRange(min=0), help="nsys: ignore the first N ns (warm-up)")
 @click.option("--nvtx-range", help="nsys: analyze only the GPU work launched inside the NVTX ranges of this name")
 @click.option("--window", "window", type=click.Choice(["steady", "capture"]),
               help="nsys: the steady steps (the default) or the whole capture")
-def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, untune, untime, outputs, skip_first_ns,
-                   nvtx_range, window):
+def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, untune, untime, unbuild, outputs,
+                   skip_first_ns, nvtx_range, window):
     """What a change would buy: the steps replayed with it (their dependency graph re-timed), against
     the same replay without it, which must reproduce the measured steps within 2%."""
     from nsanalyze.analyze import Options
@@ -229,7 +232,8 @@ def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, un
     config = load_settings()
     results = whatif(list(profiles), Options(dict(config.thresholds), skip_first_ns, nvtx_range,
                                              window or config.window or "steady"),
-                     WhatIf(tuple(speedups), tuple(remove), graph, outliers, pinned, tuple(fuse), untune, untime))
+                     WhatIf(tuple(speedups), tuple(remove), graph, outliers, pinned, tuple(fuse), untune, untime,
+                            unbuild))
     write_reports(results, outputs, "whatif")
     for result in results:
         line = summary_line(result, label(result))

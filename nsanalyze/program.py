@@ -136,6 +136,8 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
         "critical_path": timeline.critical_path,
         **({"timed_trials": timeline.timed_trials.to_json()} if timeline.timed_trials is not None else {}),
         **({"timing_code": timeline.timing_code.to_json()} if timeline.timing_code is not None else {}),
+        **({"code_builds": timeline.code_builds.to_json()} if timeline.code_builds is not None else {}),
+        **({"recomputation": timeline.recomputation.to_json()} if timeline.recomputation is not None else {}),
         "phases": model.plain(timeline.phases),
         "notes": timeline.notes + [note for note in [set_aside_note(_set_aside(export, timeline))] if note],
         "api_calls": model.plain(timeline.api_calls),

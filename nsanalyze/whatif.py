@@ -42,6 +42,7 @@ class WhatIf:
     fuse: tuple = ()            # kernel roles (normalize/kernel_roles.csv, range_roles.csv), or loop
     untune: bool = False        # an autotuner's timed trials gone (normalize.tuning)
     untime: bool = False        # the program's own timing code gone (normalize.tuning.TimingCode)
+    unbuild: bool = False       # no GPU code built in the steps (normalize.critical_path.code_builds)
 
 
 def check_roles(fuse) -> tuple:
@@ -75,9 +76,9 @@ def whatif(paths: list[str], options, asked: WhatIf) -> list[dict]:
     speedups, remove = parse_changes(asked.speedups, asked.remove)
     check_roles(asked.fuse)
     if not (speedups or remove or asked.graph or asked.outliers or asked.pinned or asked.fuse or asked.untune
-            or asked.untime):
+            or asked.untime or asked.unbuild):
         raise InputError("whatif", "no change given: --speedup, --remove, --graph, --outliers, --pinned, --fuse, "
-                                   "--untune or --untime")
+                                   "--untune, --untime or --unbuild")
     for path in paths:   # refused before an ncu report is read
         if os.path.isfile(path) and kind_of(path) is ProfileKind.NCU:
             raise InputError(path, WHATIF_READS)
@@ -114,7 +115,7 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
         raise InputError(export.path, "the steps' calls and GPU work could not be replayed (no launch calls found)")
     pinned_rate = _pinned_rate(export, timeline) if asked.pinned else None
     change = cp.Change(speedups, remove, asked.graph, pinned_rate, fuse=tuple(asked.fuse), untuned=asked.untune,
-                       untimed=asked.untime)
+                       untimed=asked.untime, unbuilt=asked.unbuild)
     changed = cp.replay(block.graph, change)
     ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
     predicted = block.measured - (block.replayed - changed.periods(block.with_last))
@@ -202,6 +203,9 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
         out.append({"change": "untime", "timings": int(timing.timings.sum()) if found else 0,
                     "calls": int(timing.removed.sum()) if found else 0,
                     "host_ns_per_step": cp.timing_ns_per_step(graph)})
+    if asked.unbuild:
+        builds = cp.code_builds(graph)
+        out.append({"change": "unbuild", "loads": int(builds.sum()), "host_ns_per_step": cp.build_ns_per_step(graph)})
     if asked.pinned:
         pageable = cp.pageable_copies(graph)
         kinds = sorted({int(k) for k in graph.o_copy_kind[pageable]})
@@ -238,4 +242,6 @@ def label(result: dict) -> str:
             words.append(f"no timed trials ({change['trials']} in the replayed steps)")
         elif change["change"] == "untime":
             words.append(f"no timing code ({change['timings']} timed event pairs in the replayed steps)")
+        elif change["change"] == "unbuild":
+            words.append(f"no GPU code built in the steps ({change['loads']} loads in the replayed steps)")
     return ", ".join(words)

@@ -283,3 +283,20 @@ def test_removing_a_host_class_whose_calls_delay_the_copies_saves_their_time():
     assert not any("launch queue filled" in note for note in base.get("notes", []))
     saved = base["base_step_ns"] - base["predicted_step_ns"]
     assert saved == pytest.approx(sql_mean_step("pinned_churn_nsys.sqlite.xz") - sql_mean_step(twin), rel=0.05)
+
+
+def test_no_code_builds_save_their_host_time_where_the_host_holds_the_step():
+    """blind56's fixed decoder compiles cuDNN's attention kernel for each new KV length, 35 ms of host time a step
+    before each load (SQL in tests/checks/program/test_runtime_compilation.py): without the builds the replayed step
+    falls by most of that time, never more; its copy-bound base, whose GPU holds the step, builds the same kernels
+    and saves under a tenth of them."""
+    def run(name):
+        result = whatif([str(REAL / name)], Options(), WhatIf(unbuild=True))[0]
+        assert result["self_check"]["trusted"]
+        (change,) = result["changes"]
+        assert change["change"] == "unbuild" and change["loads"] >= result["replayed_steps"]
+        return result["base_mean_step_ns"] - result["predicted_mean_step_ns"], change["host_ns_per_step"]
+    saved, built = run("blind56_kvcat_fix1_nsys.sqlite.xz")
+    assert 0.8 * built < saved <= 1.01 * built
+    saved, built = run("blind56_kvcat_base1_nsys.sqlite.xz")
+    assert 0 <= saved < 0.1 * built

@@ -34,7 +34,7 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
-from nsanalyze.normalize import launch_loops, tuning
+from nsanalyze.normalize import launch_loops, recompute, tuning
 from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, pair_keys
 from nsanalyze.normalize.host_activity import base_name, classify, rules
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
@@ -47,11 +47,15 @@ REPLAY_EVENTS_AT_MOST = 300_000
 # The operations of the block's loops of launches, as a role a change may name (`whatif --fuse loop`); one group
 # of them (launch_loops.group_loops) is loop_role(N)
 LOOP = "loop"
+# The operations that run forward work again in the backward (normalize.recompute), as a role a change may name
+RECOMPUTE = "recompute"
 
 
 def loop_role(group: int) -> str:
     """The role of one group of the block's loops, as role_mask reads it."""
     return f"{LOOP}:{group}"
+
+
 # An enqueue call this much longer than its name's median, and at least BLOCKED_MIN_NS, waited for a slot.
 BLOCKED_FACTOR, BLOCKED_MIN_NS = 5.0, 20_000
 MIN_BLOCKED_CALLS = 10        # fewer blocked calls: the queue never filled; no queue edge
@@ -59,6 +63,13 @@ QUEUE_SPREAD = 0.1            # the blocked calls' queued operations within 10% 
 # CUDA's launch queue holds about a thousand operations (1022 read on the fixtures' host-runs-ahead loops): calls
 # that waited with a handful queued waited for something else (pinned_churn's copies after cudaHostAlloc, 1)
 MIN_QUEUE_DEPTH = 64
+# A call that no table marks as waiting, long by BLOCKED_FACTOR and BLOCKED_MIN_NS, begun with GPU work queued,
+# that returned within this share of its duration after that work ended, waited for it; counted so where at
+# least MIN_DRAIN_CALLS of its name's calls did and they are DRAIN_AGREE of its name's long calls begun so. On
+# the blind56 KV-cache decoder, cuKernelSetAttribute after each new cuDNN kernel's load: 14-15 ms calls that
+# returned 0.3 ms after the copies queued before them ended (2%); a host-only call outlasted by chance ends
+# anywhere in its span (share uniform).
+DRAIN_TAIL_SHARE, MIN_DRAIN_CALLS, DRAIN_AGREE = 0.1, 5, 0.5
 # An operation that started this much later than its stream and launch allow waited for something else.
 IMPLIED_WAIT_NS = 5_000
 HOST_COMPUTE = "host:compute"
@@ -68,6 +79,10 @@ HOST_COMPUTE = "host:compute"
 # share of it is the median stretch. On the fixtures' eager loops the longest launch stretches are 2-10x the
 # median (graphs_eager: median 54 us, longest 0.33 ms); logging, loading and sleeps are thousands of times.
 LAUNCH_PATH_FACTOR = 10.0
+# Host-activity classes whose calls bring GPU code into the process (host_activity.csv): a module loaded, a JIT-compiled
+# image. Inside steady steps they are code built for shapes that change (cuDNN's runtime-fused kernels compiled by
+# NVRTC, Triton's, torch.compile's recompiles); the build itself is host code no CUDA call records, before the load.
+BUILD_CLASSES = frozenset({"module-load", "jit"})
 # Calls that launch nothing and only read the driver's state on the way to a launch (cuKernelGetName before
 # each of PyTorch's launches): part of the launch path of the launching call that follows them.
 HELPER_CLASSES = frozenset({"query"})
@@ -80,6 +95,37 @@ def _waits(name: str) -> bool:
     """Whether a CUDA call waits for the GPU's queued work (the host-activity table's `waits_for_gpu`)."""
     base = base_name(name)
     return any(r.source == "cuda" and r.waits_for_gpu and fnmatchcase(base, r.pattern) for r in rules())
+
+
+def _drain_waits(name_ids, c_start, c_end, bound, queued_at, last_ending, o_end):
+    """Calls that waited for the GPU by the data, not by their name: those of a name whose long calls, begun with
+    work queued, returned just after that work ended (a kernel's first use under CUDA's lazy loading waits for the
+    device to drain; a driver call that must see the GPU idle). Calls already bound (a wait by name, a copy, a
+    launch: the launch queue's rule reads those) are left out. Returns (calls, the operation each waited for, a
+    note) or None. A long host-only call that drained the queue by chance returns anywhere after the queue ran
+    dry; its name's long calls do not agree on a return just after it."""
+    durations = c_end - c_start
+    pos = np.searchsorted(queued_at, c_start, side="right") - 1
+    target = np.where(pos >= 0, last_ending[np.maximum(pos, 0)], -1)
+    target_end = np.where(target >= 0, o_end[np.maximum(target, 0)], np.iinfo(np.int64).min // 4)
+    free = ~bound & (target_end > c_start)
+    if not free.any():
+        return None
+    hits = np.zeros(len(c_start), bool)
+    counts = {}
+    for name_id in distinct(name_ids[free]):
+        same = name_ids == name_id
+        long = same & free & (durations > max(BLOCKED_FACTOR * median(durations[same]), BLOCKED_MIN_NS))
+        tail = c_end - target_end
+        mine = long & (tail >= 0) & (tail <= DRAIN_TAIL_SHARE * durations)
+        if int(mine.sum()) >= MIN_DRAIN_CALLS and mine.sum() >= DRAIN_AGREE * long.sum():
+            hits |= mine
+            counts[int(name_id)] = int(mine.sum())
+    if not hits.any():
+        return None
+    idx = np.flatnonzero(hits)
+    return idx, target[idx], (f"{len(idx)} calls that no table marks as waiting returned just after the GPU ran dry "
+                              f"of the work queued before them: counted as waits for it")
 
 
 @dataclass
@@ -123,7 +169,11 @@ class Graph:
     # loops, step by step
     o_loop: np.ndarray | None = None
     loops: list = field(default_factory=list)
+    # forward work run again in the backward (normalize.recompute): per operation, whether it is; the reruns by step
+    o_recompute: np.ndarray | None = None
+    recomputes: list = field(default_factory=list)
     c_step: np.ndarray | None = None   # per call: its block step (-1: between the steps' host ranges)
+    c_names: list | None = None        # per call: its name, without its version suffix
     tuning: tuning.Tuning | None = None   # timed trials (normalize.tuning): what an autotuner's removal takes
     timing: tuning.TimingCode | None = None   # ... not warmed up: the program's own timing code
 
@@ -182,11 +232,14 @@ class Change:
     # the program's timing code gone (normalize.tuning.TimingCode): its event calls and syncs with the host's
     # time on the way to each (call_way); the work it timed stays
     untimed: bool = False
+    # no GPU code built in the steps (code_builds): the loads gone with the host's time before each beyond a
+    # typical launch path (beyond_path); the kernels they load stay, as if built once before the loop
+    unbuilt: bool = False
 
     @property
     def empty(self) -> bool:
         return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None \
-            and not self.roles and not self.fuse and not self.untuned and not self.untimed
+            and not self.roles and not self.fuse and not self.untuned and not self.untimed and not self.unbuilt
 
 
 # ---------------------------------------------------------------- the graph
@@ -422,6 +475,16 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
                              f"depth read as {depth} operations")
             else:
                 depth = None
+    if n_ops:
+        launched = np.zeros(n_calls, bool)
+        launched[o_call[has_call]] = True
+        drained = _drain_waits(calls["name_id"], c_start, c_end, (c_target >= 0) | launched, call_start_of_op[by_queue],
+                               by_queue[best], o_end)
+        if drained is not None:
+            c_target[drained[0]] = drained[1]
+            notes.append(drained[2])
+    else:
+        drained = None
     target_end = np.where(c_target >= 0, o_end[np.maximum(c_target, 0)], np.iinfo(np.int64).min // 4)
     waited = target_end > c_start
     c_tail = (c_end - np.maximum(c_start, target_end)).astype(np.float64)
@@ -436,6 +499,8 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
             own = median(durations[free]) if free.any() else None
             mask = same & waited
             c_own[mask] = np.minimum(durations[mask], own) if own is not None else c_tail[mask]
+    if drained is not None:   # their work came after the wait (a module's load): as long with the GPU idle at once
+        c_own[drained[0]] = c_tail[drained[0]]
 
     # steps: the operations launched by each step's calls
     step_of_call = np.searchsorted(host_starts, c_start, side="right") - 1
@@ -451,10 +516,13 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     graph.c_owner, graph.c_stretch, graph.path_typical = launch_paths(graph)
     graph.o_loop, graph.loops = launch_loops.find(graph)
     graph.c_step = np.where(inside, step_of_call, -1)
+    call_names = {int(i): base_name(names.get(int(i)) or f"call {int(i)}") for i in distinct(calls["name_id"])}
+    graph.c_names = [call_names[int(i)] for i in calls["name_id"]]
     launched = np.zeros(n_calls, bool)
     launched[o_call[o_call >= 0]] = True
     graph.tuning, graph.timing = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call,
                                              [names[0] if names else None for names in o_names], len(host_starts))
+    graph.o_recompute, graph.recomputes = recompute.find(graph)
     return graph
 
 
@@ -498,6 +566,54 @@ def call_way(graph: Graph, gap: np.ndarray) -> np.ndarray:
     other work, which stays: before the first event call of a timed phase lies the code before that phase
     (time53's GPT: 110-370 us there, against a typical path of 36 us)."""
     return np.minimum(gap, graph.path_typical).clip(min=0.0)
+
+
+def code_builds(graph: Graph) -> np.ndarray:
+    """The block's calls inside its steps that bring GPU code in (BUILD_CLASSES), an autotuner's aside (its trials
+    and their builds are autotuning's change)."""
+    builds = np.array([c in BUILD_CLASSES for c in graph.c_class], dtype=bool)
+    if graph.c_step is not None:
+        builds &= graph.c_step >= 0
+    if graph.tuning is not None and graph.tuning.any:
+        builds &= ~graph.tuning.removed
+    return builds
+
+
+def beyond_path(graph: Graph, gap: np.ndarray) -> np.ndarray:
+    """Of the host compute before a call, the part beyond a typical launch path (the way to the call stays): before
+    a code load, the code's build, a compiler run on the host that no CUDA call records (blind56's fixed decoder: 35
+    ms before each of cuDNN's loads, with its file reads, against a typical path of 30 us)."""
+    return (gap - np.minimum(gap, graph.path_typical)).clip(min=0.0)
+
+
+
+def build_ns_per_step(graph: Graph) -> float:
+    """The host time a step spends loading code and building it before each load: what removing the builds takes
+    off the host at most."""
+    return calls_host_ns_per_step(graph, code_builds(graph), beyond_path)
+
+
+def code_build_summary(block: "StepBlock | None") -> dict | None:
+    """The steps' code builds as the model's section (model.CodeBuilds); None where the block is not trusted or
+    its steps load no code."""
+    if block is None or not block.trusted or block.graph.c_step is None:
+        return None
+    graph = block.graph
+    builds = code_builds(graph)
+    if not builds.any():
+        return None
+    steps = len(graph.step_first_op)
+    per_step = np.bincount(graph.c_step[builds], minlength=steps)[:steps]
+    durations = (graph.c_end - graph.c_start)[builds]
+    counted: dict[str, int] = {}
+    for i in np.flatnonzero(builds):
+        counted[graph.c_names[i]] = counted.get(graph.c_names[i], 0) + 1
+    return {"steps": steps, "steps_with_builds": int((per_step > 0).sum()),
+            "builds_per_step": float(np.median(per_step[per_step > 0])) if (per_step > 0).any() else 0.0,
+            "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0,
+            "load_ns_per_step": float(durations.sum()) / steps,
+            "host_ns_per_step": build_ns_per_step(graph),
+            "calls": tuple(sorted(counted.items(), key=lambda item: -item[1]))}
 
 
 def _kernel_roles(export: NsysExport, kernels, names: list, in_ranges: np.ndarray | None = None) -> list[str]:
@@ -566,6 +682,13 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         target = np.where(timing, -1, target)
         gap_host = np.where(timing, gap_host - call_way(graph, gap_host), gap_host)
         cross_gap = np.where(timing, cross_gap - call_way(graph, cross_gap), cross_gap)
+    if change.unbuilt:   # the code's loads and its build before each
+        builds = code_builds(graph)
+        removed |= builds
+        own = np.where(builds, 0.0, own)
+        target = np.where(builds, -1, target)
+        gap_host = np.where(builds, gap_host - beyond_path(graph, gap_host), gap_host)
+        cross_gap = np.where(builds, cross_gap - beyond_path(graph, cross_gap), cross_gap)
     latency = graph.o_latency.copy()
     gap_ops = graph.o_gap.copy()
     if change.graph:
@@ -646,6 +769,8 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
     if "*" in roles:
         return kernels
     mask = kernels & np.isin(labels, ["gpu:" + r for r in roles])
+    if RECOMPUTE in roles and graph.o_recompute is not None:
+        mask |= graph.o_recompute
     if graph.o_loop is not None:
         for role in roles:
             if role == LOOP:

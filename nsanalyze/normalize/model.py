@@ -317,6 +317,33 @@ class TimingCode(Record):
 
 
 @dataclass(frozen=True)
+class CodeBuilds(Record):
+    """GPU code loaded inside the replayed steps around the median step (normalize.critical_path.code_builds): a
+    module or JIT image a step, built on the host just before (the build is host code no CUDA call records)."""
+    steps: int = 0                     # the block's steps
+    steps_with_builds: int = 0
+    builds_per_step: float = 0         # loads, median over the steps with loads
+    step_ns: float = 0                 # the block's steps' mean measured period
+    load_ns_per_step: float = 0        # the load calls' own time, mean a step
+    host_ns_per_step: float = 0        # ... and the host's time before each beyond a typical launch path, mean a step
+    calls: tuple = ()                  # ((name, loads in the block), ...), most first
+
+
+@dataclass(frozen=True)
+class Recomputation(Record):
+    """Forward work run again in the backward in the replayed steps around the median step (normalize.recompute):
+    each backward block of a layer stack opens with the forward block's kernels."""
+    steps: int = 0                     # the block's steps
+    steps_with_recompute: int = 0
+    layers: int = 0                    # backward blocks that run the forward again, median over those steps
+    forward_kernels: int = 0           # kernels in a forward block
+    rerun_kernels: int = 0             # of them, run again in each backward block
+    kernels_per_step: float = 0        # kernels run again, mean a step
+    kernel_ns_per_step: float = 0      # their GPU time, mean a step
+    step_ns: float = 0                 # the block's steps' mean measured period
+
+
+@dataclass(frozen=True)
 class FirstFinding(Record):
     check: str | None = None
     title: str | None = None

@@ -10,7 +10,8 @@ calls that launched nothing else (their time counted first in the finding's savi
 the kernels of these roles launched as one fused pass (their launch paths gone, their GPU time kept); `{"untune": True}`
 the timed trials of an autotuner gone (normalize.tuning: its calls, kernels and the host's time between them, the
 step's own launches kept); `{"untime": True}` the program's own timing code gone (its event calls and syncs with the
-host's time on their way, normalize.tuning.TimingCode). A GPU change on a
+host's time on their way, normalize.tuning.TimingCode); `{"unbuild": True}` no GPU code built in the steps (the
+code's loads gone with the host's time building it before each, critical_path.code_builds). A GPU change on a
 step the host holds saves down to the host's floor; what the replay saves is capped by the time the change
 takes away (the kernels' time, the class's host time), never more than the time it comes from."""
 
@@ -143,8 +144,13 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         words.append("no timing code (its event calls, syncs and the host's time on their way)")
         cap_per_step += cp.timing_ns_per_step(block.graph)   # never more than its calls and their way
         capped = True
+    unbuilt = bool(declared.get("unbuild")) and bool(cp.code_builds(block.graph).any())
+    if unbuilt:
+        words.append("no GPU code built in the steps (its loads and the host's time building it before each)")
+        cap_per_step += cp.build_ns_per_step(block.graph)   # never more than the loads and their builds
+        capped = True
     change = cp.Change(remove=frozenset(classes), graph=bool(declared.get("graph")), pinned_rate=pinned,
-                       roles=tuple(roles), fuse=fused, untuned=untuned, untimed=untimed)
+                       roles=tuple(roles), fuse=fused, untuned=untuned, untimed=untimed, unbuilt=unbuilt)
     if change.empty:
         return None
     per_step, busy_before, busy_after = cp.saving_and_busy(block, change)

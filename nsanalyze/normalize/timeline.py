@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nsanalyze.normalize import devices as gpus
-from nsanalyze.normalize import host_activity, host_calls, model, tuning
+from nsanalyze.normalize import host_activity, host_calls, model, recompute, tuning
 from nsanalyze.normalize import work as work_split
 from nsanalyze.normalize.activity import Activity, ascending, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
-from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, median_step_block, timing_ns_per_step
+from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, code_build_summary, median_step_block, \
+    timing_ns_per_step
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.kernels import KernelTable, normalize_nsys_kernels
 from nsanalyze.normalize.phases import find_phases
@@ -76,6 +77,8 @@ class Timeline:
     step_block: StepBlock | None = None     # ... the steps it replayed: what prices the findings (program.py)
     timed_trials: model.TimedTrials | None = None   # ... their timed trials (normalize.tuning); None: none
     timing_code: model.TimingCode | None = None     # ... the program's own timing code (normalize.tuning); None: none
+    code_builds: model.CodeBuilds | None = None     # ... GPU code they load (normalize.critical_path); None: none
+    recomputation: model.Recomputation | None = None  # ... forward work run again (normalize.recompute); None: none
     recorder: str = "nsys"                  # what recorded it: "nsys", or "kineto" (the PyTorch profiler's trace)
 
     def metric_mean(self, name: str) -> float | None:
@@ -114,6 +117,8 @@ class Timeline:
         self.work = model.records(model.RoleTime, self.work) if self.work is not None else None
         self.timed_trials = model.TimedTrials.of(self.timed_trials)
         self.timing_code = model.TimingCode.of(self.timing_code)
+        self.code_builds = model.CodeBuilds.of(self.code_builds)
+        self.recomputation = model.Recomputation.of(self.recomputation)
         return self
 
 
@@ -215,6 +220,8 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.timed_trials = tuning.summary(timeline.step_block)
         timeline.timing_code = tuning.timing_summary(timeline.step_block, timing_ns_per_step(timeline.step_block.graph)
                                                      if timeline.step_block is not None else 0.0)
+        timeline.code_builds = code_build_summary(timeline.step_block)
+        timeline.recomputation = recompute.summary(timeline.step_block)
     # --
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
         from nsanalyze.read.kineto import launch_attribution

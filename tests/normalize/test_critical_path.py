@@ -200,3 +200,30 @@ def test_faster_kernels_save_down_to_the_hosts_floor_on_a_host_runs_ahead_loop(t
         JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE 'cudaLaunchKernel%' AND r.end - r.start < 100000""")
     steps = len(sql(REAL / name, "SELECT 1 FROM NVTX_EVENTS WHERE text LIKE 'step %'"))
     assert 0.25 * step < saved < step - call_ns / steps
+
+
+def test_a_call_that_waited_for_the_gpu_to_drain_is_found_by_its_data(timelines):
+    """blind56 kvcat: after each new cuDNN attention kernel is loaded (its KV length changes every token),
+    cuKernelSetAttribute, a query no table marks as waiting, returns only once the GPU has run dry: 13-15 ms calls
+    behind the KV cache's concatenations. The graph binds them to the operation that ended last before each
+    returned (SQL: the last GPU operation's end lies inside the call, in its last tenth), so the replay without the
+    copy kernels returns them early: it saves near what the fixed run saved (SQL's mean GPU periods, base less fix),
+    where holding them as host time saved under half of it. The fixed run's calls, with nothing queued, wait for
+    nothing."""
+    base, fix = "blind56_kvcat_base1_nsys.sqlite.xz", "blind56_kvcat_fix1_nsys.sqlite.xz"
+    graph = timelines(base)[1].step_block.graph
+    drained = [i for i in np.flatnonzero(graph.c_target >= 0) if graph.c_class[i] == "query"]
+    assert len(drained) >= 3
+    for i in drained:
+        start, end = int(graph.c_start[i]), int(graph.c_end[i])
+        (last_end,), = sql(REAL / base, f"""SELECT MAX(end) FROM (SELECT end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL
+                                            SELECT end FROM CUPTI_ACTIVITY_KIND_MEMCPY) WHERE end <= {end}""")
+        assert graph.o_end[graph.c_target[i]] == last_end
+        assert start < last_end and end - last_end <= 0.1 * (end - start)
+    block = timelines(base)[1].step_block
+    saved = cp.saving_per_step(block, cp.Change(roles=((("copy",), float("inf")),)))
+    measured = [statistics.mean(sql_gpu_step_periods(REAL / name)[15:-1]) for name in (base, fix)]
+    actual = measured[0] - measured[1]
+    assert actual > 15e6 and abs(saved - actual) <= 0.25 * actual
+    fixed = timelines(fix)[1].step_block.graph
+    assert not [i for i in np.flatnonzero(fixed.c_target >= 0) if fixed.c_class[i] == "query"]

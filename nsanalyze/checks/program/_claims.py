@@ -18,6 +18,7 @@ from __future__ import annotations
 from nsanalyze.checks import check_by_id, limits_for, runs
 from nsanalyze.checks.base import budget_part
 from nsanalyze.checks.program import (allocator_churn, autotuning, event_timing, non_step_phase, pinned_alloc_churn,
+                                      runtime_compilation,
                                       slow_steps)
 from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_MIN_SHARE, class_cost, wait_parts
 from nsanalyze.normalize import pricing
@@ -44,6 +45,9 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
         out[autotuning.ID] = autotuning.claimed_parts(timeline, limits_for(autotuning), _summed(out))
     if getattr(timeline, "timing_code", None) is not None and runs(event_timing.ID):   # the timing's waits and calls
         out[event_timing.ID] = event_timing.claimed_parts(timeline, limits_for(event_timing), _summed(out))
+    if getattr(timeline, "code_builds", None) is not None and runs(runtime_compilation.ID):   # the builds' host time
+        out[runtime_compilation.ID] = runtime_compilation.claimed_parts(timeline, limits_for(runtime_compilation),
+                                                                       _summed(out))
     if activity is not None and runs(HOST_WAIT_ID):   # the waits: what the causes above leave of each part
         waits = wait_parts(timeline, _summed(out))
         if sum(waits.values()) >= WAIT_MIN_SHARE * (timeline.summary.span_ns or float("inf")):

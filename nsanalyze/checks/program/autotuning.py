@@ -99,6 +99,18 @@ def in_most_steps(timeline, record, steps_with: int, per_step: float, least: flo
     return steps_with >= limits.min_step_share * record.steps and per_step >= least
 
 
+def host_cause_saving(timeline, change: dict, host_ns_per_step: float, step_ns: float,
+                      min_window_share: float) -> float | None:
+    """What a host-side cause of the replayed steps (timing code, code builds) saves over the window: its change's
+    replay, else its host time a step (at most the step) over the window's steps, never more than the window; None
+    under min_window_share of the window."""
+    steps, span = timeline.steps.count, timeline.summary.span_ns
+    own = min(host_ns_per_step, step_ns) * steps
+    priced = pricing.price(timeline, change, own)
+    saving = min(priced.savings_ns if priced is not None else own, span)
+    return saving if saving >= min_window_share * span else None
+
+
 def tuned(timeline, limits):
     """The window's timed trials where they are the tuning this check speaks of, else None."""
     trials = getattr(timeline, "timed_trials", None)

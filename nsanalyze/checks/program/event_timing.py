@@ -45,8 +45,7 @@ may show a saving or a loss the timing does not explain.
 """
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
-from nsanalyze.checks.program.autotuning import in_most_steps, replay_claims
-from nsanalyze.normalize import pricing
+from nsanalyze.checks.program.autotuning import host_cause_saving, in_most_steps, replay_claims
 from nsanalyze.numbers import duration_text
 
 ID = "event-timing"
@@ -94,11 +93,9 @@ def timed(timeline, limits):
     if timing is None or not in_most_steps(timeline, timing, timing.steps_with_timings, timing.timings_per_step,
                                            limits.min_timings, limits):
         return None
-    steps, span = timeline.steps.count, timeline.summary.span_ns
-    own = min(timing.host_ns_per_step, timing.step_ns) * steps
-    priced = pricing.price(timeline, CHECK.change, own)
-    saving = min(priced.savings_ns if priced is not None else own, span)
-    return (timing, saving) if saving >= limits.min_window_share * span else None
+    saving = host_cause_saving(timeline, CHECK.change, timing.host_ns_per_step, timing.step_ns,
+                               limits.min_window_share)
+    return (timing, saving) if saving is not None else None
 
 
 def claimed_parts(timeline, limits, taken: dict[str, float]) -> dict[str, float]:

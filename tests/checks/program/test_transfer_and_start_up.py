@@ -7,8 +7,8 @@ import pytest
 
 from nsanalyze.analyze import Options, analyze
 from nsanalyze.checks import limits_for
-from nsanalyze.checks.program import launch_overhead, one_long_kernel, transfer_bound
-from tests.conftest import PUBLIC, REAL, sql
+from nsanalyze.checks.program import launch_overhead, one_long_kernel
+from tests.conftest import PUBLIC, REAL, sql, sql_saved_per_step
 
 H100_COPIES = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__h100_2gpu_1s.sqlite.xz"
 
@@ -134,11 +134,25 @@ def test_copies_at_the_link_rate_promise_only_the_overlap(transfer_pair):
     assert health_line(pinned) == finding["title"] + "."
 
 
-def test_compute_bound_program_is_not_transfer_bound(dev_suite_timeline):
-    timeline = copy.copy(dev_suite_timeline)
-    timeline.budget = tuple(p.with_(share=0.6) if p.part == "gpu_compute" else
-                            p.with_(share=0.35) if p.part == "gpu_copy" else p for p in dev_suite_timeline.budget)
-    assert transfer_bound.run(timeline, limits_for(transfer_bound)) is None
+@pytest.mark.parametrize("i", [1, 2])
+def test_copies_in_line_with_the_kernels_are_priced_at_what_overlap_hides(analyzed, i):
+    """blind57's land-cover loop (recorded blind) copies each 872 MB batch from pinned memory on the compute stream at
+    the top of its step: 16 ms a step with no kernel beside it (SQL: no kernel overlaps a copy) against 26.5 ms of
+    kernels. The copies are 38% of the window, less than the compute's 60%, which the check once required them to
+    exceed; it names them first and prices what a side stream hides, within 10% of what the prefetching twin saved
+    (SQL's mean GPU periods). The twin, whose copies run under its kernels, is not told; nor is a loop whose copies
+    alone hold 27% of its window (shard_prefetched), under the 30% the check asks."""
+    name = f"blind57_landcover_base{i}_nsys.sqlite.xz"
+    model = analyzed(REAL / name)
+    first = next(f for f in model["findings"] if f["kernel_id"] is None)
+    assert first["check"] == "transfer-bound" and "side stream" in first["title"]
+    (overlapped,), = sql(REAL / name, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY c JOIN CUPTI_ACTIVITY_KIND_KERNEL k
+                                         ON k.start < c.end AND k.end > c.start""")
+    assert overlapped == 0
+    saved = sql_saved_per_step(analyzed, name, f"blind57_landcover_fix{i}_nsys.sqlite.xz")
+    assert first["estimated_savings_ns"] / model["timeline"]["steps"]["count"] == pytest.approx(saved, rel=0.1)
+    for quiet in (f"blind57_landcover_fix{i}_nsys.sqlite.xz", "shard_prefetched_nsys.sqlite.xz"):
+        assert "transfer-bound" not in {f["check"] for f in analyzed(REAL / quiet)["findings"]}
 
 
 def test_a_handful_of_launches_is_start_up(dev_suite_timeline):

@@ -1,0 +1,122 @@
+"""Forward work run again in the backward (activation checkpointing), found in the order of a step's kernels.
+
+A model's layer stack launches the same block of kernels once per layer, in a row: its forward (blind57's GPT: 20
+kernels x 12 layers), then its backward, one block per layer (37 kernels x 12). Where the backward's block holds the
+forward block's kernels, in order, before its own (55 kernels x 12: 18 of the forward's 20 run again, then the 37),
+each layer's forward runs a second time in the step: recomputation, as `torch.utils.checkpoint` does to keep fewer
+activations. Found on the block of steps around the median step (normalize.critical_path), a step at a time:
+runs of a motif repeated MIN_LAYERS times or more (launch_loops.runs), and a later run whose motif holds the first
+MATCH_SHARE of an earlier one's.
+
+Measured on the real nsys exports of fixtures/real (the replayed steps around each one's median step): found in every
+step of blind57's checkpointed GPT (both runs), in none of its twins without checkpointing, nor in the transformers,
+CNNs, ViTs and MLPs of the others, whose backward blocks share no forward block's opening kernels in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from nsanalyze.normalize.launch_loops import _identities, runs
+
+MIN_LAYERS = 3      # a layer stack: a block repeated this many times in a row or more
+MIN_BLOCK = 4       # kernels in a layer's block, at least (a loop over items is launch_loops'; shorter motifs of a
+#                     stack's forward and backward would match by chance: add, mul)
+MAX_BLOCK = 400     # and at most (a transformer block's backward with its recompute: 55 here; 20-50 usual)
+MATCH_SHARE = 0.75  # the backward's block holds at least this share of the forward block's kernels, in order, from
+#                     its start (blind57: 18 of 20: the block's last two, its residual add and output, not rerun)
+MIN_STEP_SHARE = 0.5   # found in at least this share of the block's steps: a program's, not one step's
+
+
+@dataclass
+class Recompute:
+    """One step's recomputation: a backward run whose every block opens with the forward block's kernels."""
+
+    step: int            # the block step
+    layers: int          # backward blocks that run the forward again
+    forward_kernels: int  # kernels in the forward's block
+    rerun_kernels: int   # of them, run again in each backward block
+    ops: np.ndarray      # the graph's operations run again, in launch order
+
+
+def find(graph) -> tuple[np.ndarray, list[Recompute]]:
+    """Per operation of the graph, whether it runs forward work again (a bool mask), and the recomputations, step by
+    step (kept where they are found in MIN_STEP_SHARE of the steps)."""
+    n_ops = len(graph.o_start)
+    again = np.zeros(n_ops, bool)
+    found: list[Recompute] = []
+    if not n_ops:
+        return again, found
+    identity = _identities(graph)
+    # memsets are no layer's work; an autotuner's trials repeat a few kernels per candidate (autotuning's)
+    memset = np.array([label == "gpu:memset" for label in graph.o_label], dtype=bool)
+    if graph.tuning is not None and graph.tuning.any:
+        memset |= graph.tuning.gone
+    call_start = np.where(graph.o_call >= 0, graph.c_start[np.maximum(graph.o_call, 0)], graph.o_start)
+    for step, ops in enumerate(graph.step_first_op):
+        ops = np.asarray(ops, dtype=np.int64)
+        kernels = ops[np.lexsort((ops, call_start[ops]))]
+        kernels = kernels[~memset[kernels]]   # (and the tuner's)
+        entry = _in_step(identity[kernels])
+        if entry is not None:
+            layers, forward, rerun, positions = entry
+            found.append(Recompute(step, layers, forward, rerun, kernels[positions]))
+    if len({r.step for r in found}) < MIN_STEP_SHARE * len(graph.step_first_op):
+        return again, []
+    for entry in found:
+        again[entry.ops] = True
+    return again, found
+
+
+def _in_step(ids: np.ndarray) -> tuple[int, int, int, np.ndarray] | None:
+    """(backward blocks, forward block's kernels, kernels run again a block, their positions in `ids`) where a run
+    of a repeated block holds an earlier run's block from its start; None where no run does."""
+    if len(ids) < 2 * MIN_LAYERS * MIN_BLOCK:
+        return None
+    stacks = [r for r in runs(ids, max_period=min(MAX_BLOCK, len(ids) // MIN_LAYERS), min_repeats=MIN_LAYERS)
+              if r[1] >= MIN_BLOCK]
+    for first, period, _ in stacks:
+        probe = max(MIN_BLOCK, int(np.ceil(MATCH_SHARE * period)))
+        opening = ids[first:first + probe]
+        for later, later_period, later_repeats in stacks:
+            if later <= first or later_period <= probe:
+                continue
+            motif = ids[later:later + later_period]
+            twice = np.concatenate((motif, motif))   # the run may start anywhere in its block
+            hits = np.flatnonzero((sliding_window_view(twice, probe)[:later_period] == opening).all(axis=1))
+            if not len(hits):
+                continue
+            offset = int(hits[0])
+            length = probe   # as far as the forward block's kernels go on, in order
+            while length < period and length < later_period and \
+                    twice[offset + length] == ids[first + length]:
+                length += 1
+            span = later + later_period * later_repeats
+            starts = [later + offset + r * later_period for r in range(later_repeats)]
+            starts = [start for start in starts if start + length <= span]   # the reruns whole inside the run
+            if not starts:
+                continue
+            positions = np.concatenate([start + np.arange(length) for start in starts])
+            return len(starts), period, length, positions
+    return None
+
+
+def summary(block) -> dict | None:
+    """The replayed steps' recomputation as the model's section (model.Recomputation); None where the block is not
+    trusted or runs no forward work again."""
+    if block is None or not block.trusted or not block.graph.recomputes:
+        return None
+    graph = block.graph
+    steps = len(graph.step_first_op)
+    found = graph.recomputes
+    durations = (graph.o_end - graph.o_start).astype(np.float64)
+    return {"steps": steps, "steps_with_recompute": len({r.step for r in found}),
+            "layers": int(np.median([r.layers for r in found])),
+            "forward_kernels": int(np.median([r.forward_kernels for r in found])),
+            "rerun_kernels": int(np.median([r.rerun_kernels for r in found])),
+            "kernels_per_step": float(graph.o_recompute.sum()) / steps,
+            "kernel_ns_per_step": float(durations[graph.o_recompute].sum()) / steps,
+            "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0}
