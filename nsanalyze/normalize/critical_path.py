@@ -115,15 +115,13 @@ def _drain_waits(name_ids, c_start, c_end, bound, queued_at, last_ending, o_end)
     if not free.any():
         return None
     hits = np.zeros(len(c_start), bool)
-    counts = {}
+    tail = c_end - target_end
     for name_id in distinct(name_ids[free]):
         same = name_ids == name_id
         long = same & free & (durations > max(BLOCKED_FACTOR * median(durations[same]), BLOCKED_MIN_NS))
-        tail = c_end - target_end
         mine = long & (tail >= 0) & (tail <= DRAIN_TAIL_SHARE * durations)
         if int(mine.sum()) >= MIN_DRAIN_CALLS and mine.sum() >= DRAIN_AGREE * long.sum():
             hits |= mine
-            counts[int(name_id)] = int(mine.sum())
     if not hits.any():
         return None
     idx = np.flatnonzero(hits)
@@ -587,7 +585,6 @@ def beyond_path(graph: Graph, gap: np.ndarray) -> np.ndarray:
     a code load, the code's build, a compiler run on the host that no CUDA call records (blind56's fixed decoder: 35
     ms before each of cuDNN's loads, with its file reads, against a typical path of 30 us)."""
     return (gap - np.minimum(gap, graph.path_typical)).clip(min=0.0)
-
 
 
 def build_ns_per_step(graph: Graph) -> float:
