@@ -37,6 +37,7 @@ import numpy as np
 from nsanalyze.normalize import launch_loops, recompute, tuning
 from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, pair_keys
 from nsanalyze.normalize.host_activity import base_name, classify, rules
+from nsanalyze.normalize.host_calls import DEVICE_COPY_KINDS
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
 from nsanalyze.read.nsys import CALL_TABLES, NsysExport
 
@@ -49,6 +50,8 @@ REPLAY_EVENTS_AT_MOST = 300_000
 LOOP = "loop"
 # The operations that run forward work again in the backward (normalize.recompute), as a role a change may name
 RECOMPUTE = "recompute"
+# The copy kernels with the memcpys inside a GPU's memory (host_calls.DEVICE_COPY_KINDS), as a role (device-copies')
+DEVICE_COPY = "device-copy"
 
 
 def loop_role(group: int) -> str:
@@ -112,15 +115,13 @@ def _drain_waits(name_ids, c_start, c_end, bound, queued_at, last_ending, o_end)
     if not free.any():
         return None
     hits = np.zeros(len(c_start), bool)
-    counts = {}
+    tail = c_end - target_end
     for name_id in distinct(name_ids[free]):
         same = name_ids == name_id
         long = same & free & (durations > max(BLOCKED_FACTOR * median(durations[same]), BLOCKED_MIN_NS))
-        tail = c_end - target_end
         mine = long & (tail >= 0) & (tail <= DRAIN_TAIL_SHARE * durations)
         if int(mine.sum()) >= MIN_DRAIN_CALLS and mine.sum() >= DRAIN_AGREE * long.sum():
             hits |= mine
-            counts[int(name_id)] = int(mine.sum())
     if not hits.any():
         return None
     idx = np.flatnonzero(hits)
@@ -586,7 +587,6 @@ def beyond_path(graph: Graph, gap: np.ndarray) -> np.ndarray:
     return (gap - np.minimum(gap, graph.path_typical)).clip(min=0.0)
 
 
-
 def build_ns_per_step(graph: Graph) -> float:
     """The host time a step spends loading code and building it before each load: what removing the builds takes
     off the host at most."""
@@ -763,7 +763,8 @@ def matching_ops(graph: Graph, regex: re.Pattern) -> np.ndarray:
 def role_mask(graph: Graph, roles) -> np.ndarray:
     """The graph's kernels of these roles ("*": every kernel; copies and memsets are no kernels), and with
     LOOP the operations of its loops of launches (normalize.launch_loops: kernels, memsets among them), with
-    "loop:N" those of its group N."""
+    "loop:N" those of its group N; with RECOMPUTE the kernels run again in the backward, with DEVICE_COPY the copy
+    kernels and the memcpys inside a GPU's memory."""
     labels = np.array(graph.o_label, dtype=object)
     kernels = np.array([names is not None for names in graph.o_names], dtype=bool)
     if "*" in roles:
@@ -771,6 +772,9 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
     mask = kernels & np.isin(labels, ["gpu:" + r for r in roles])
     if RECOMPUTE in roles and graph.o_recompute is not None:
         mask |= graph.o_recompute
+    if DEVICE_COPY in roles:
+        on_device = [kind for kind, label in graph.copy_kinds.items() if label in DEVICE_COPY_KINDS]
+        mask |= (kernels & (labels == "gpu:copy")) | ((graph.o_copy_kind >= 0) & np.isin(graph.o_copy_kind, on_device))
     if graph.o_loop is not None:
         for role in roles:
             if role == LOOP:

@@ -19,6 +19,9 @@ from nsanalyze.read.nsys import NsysExport
 CHUNK = 1 << 20  # calls per look-up step (its temporaries are as long as a chunk, not as the calls)
 MAX_RANGES = 200  # range names kept, by wall time (PyTorch's emit_nvtx makes one name per op)
 HOST_COPY_KINDS = ("Host-to-Device", "Device-to-Host", "Unified Host-to-Device", "Unified Device-to-Host")
+# Copies inside one GPU's memory (a copy engine's memcpy: PyTorch's copy_ of contiguous tensors, torch.cat of parts
+# past 2^31 elements), which device-copies counts beside the copy kernels
+DEVICE_COPY_KINDS = ("Device-to-Device",)
 
 
 def _work_per_call(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -249,8 +252,14 @@ def launches(export: NsysExport, wa: WindowActivity) -> dict:
 
 
 def copies(wa: WindowActivity) -> dict:
-    """Host<->device copies by memory kind and issuing API, with the pageable and synchronous ones listed."""
+    """Host<->device copies by memory kind and issuing API, with the pageable and synchronous ones listed; and the
+    copies inside a GPU's memory, summed."""
     copies = wa.copies
+    device_kinds = [k for k, label in wa.copy_kinds.items() if label in DEVICE_COPY_KINDS]
+    on_device = (copies.memset == 0) & np.isin(copies.copy_kind, device_kinds)
+    on_device_row = {"copy_kind": DEVICE_COPY_KINDS[0], "copies": int(on_device.sum()),
+                     "bytes": int(copies.bytes[on_device].sum()),
+                     "duration_ns": int((copies.end[on_device] - copies.start[on_device]).sum())}
     host_kinds = [k for k, label in wa.copy_kinds.items() if label in HOST_COPY_KINDS]
     copies = copies.where((copies.memset == 0) & np.isin(copies.copy_kind, host_kinds))
     call = lookup(first_by_key(wa.calls.correlation_id), copies.correlation_id)
@@ -281,7 +290,7 @@ def copies(wa: WindowActivity) -> dict:
     # pinned copies large enough to run at the link's rate (per-copy latency is ~10 us): what this machine's
     # link reaches, per direction, as the pageable and transfer checks hold their copies against
     pinned_large = [r for r in rows if "Pinned" in (r["src_kind"], r["dst_kind"]) and r["bytes"] >= PINNED_RATE_MIN_BYTES]
-    return {"by_kind": by_kind_rows,
+    return {"by_kind": by_kind_rows, "on_device": on_device_row,
             "pageable": {"copies": len(pageable), "duration_ns": sum(r["duration_ns"] for r in pageable),
                          "bytes": sum(r["bytes"] for r in pageable), "async_top": longest(pageable_async),
                          "by_direction": _by_direction(pageable)},

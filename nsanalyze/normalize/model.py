@@ -240,8 +240,9 @@ class SyncCopies(Record):
 @dataclass(frozen=True)
 class Copies(Record):
     NESTED: ClassVar[dict[str, type]] = {"by_kind": CopyRow, "pageable": PageableCopies,
-                                         "pinned_large": CopyRow, "sync": SyncCopies}
+                                         "pinned_large": CopyRow, "sync": SyncCopies, "on_device": CopyRow}
     by_kind: tuple = ()
+    on_device: CopyRow | None = None    # copies inside a GPU's memory (Device-to-Device), summed
     pageable: PageableCopies | None = None
     pinned_large: tuple = ()
     sync: SyncCopies | None = None

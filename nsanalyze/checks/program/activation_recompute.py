@@ -50,6 +50,8 @@ ADVICE = """Recompute less where memory allows: each checkpointed layer runs its
 - Where it does not fit everywhere, checkpoint fewer layers (every other block, or only the largest), or keep the
   costly operations' outputs and recompute only the cheap ones (PyTorch's selective activation checkpointing:
   `torch.utils.checkpoint.create_selective_checkpoint_contexts`).
+- Where it must stay and no checkpointed layer draws random numbers (no dropout), `preserve_rng_state=False` skips
+  the RNG state's stash and restore at each checkpoint, host work the replay does not take away.
 - A larger batch bought by checkpointing may cost more time than the batch saves: compare the time per sample.
 
 ```python

@@ -1,8 +1,10 @@
 """The GPU's time goes to copying data on the device: concatenations, contiguous copies and fills.
 
 ## What it detects
-The work split's `copy` kernels (PyTorch's `CatArrayBatchedCopy`, `direct_copy_kernel`, fills; by name) when
-they hold most of the GPU's kernel time (`min_kernel_share`) and a share of the window worth a change
+The work split's `copy` kernels (PyTorch's `CatArrayBatchedCopy`, `direct_copy_kernel`, fills; by name) and the
+copies inside a GPU's memory (device-to-device memcpys: PyTorch's `copy_` of contiguous tensors, and `torch.cat`
+of parts past 2^31 elements, which leaves its kernel for them) when they hold most of the GPU's work
+(`min_kernel_share` of its kernel and on-device memcpy time) and a share of the window worth a change
 (`min_share`). A program's own math (GEMMs, attention, elementwise work) is then the smaller part.
 
 ## Why it is slow
@@ -30,7 +32,7 @@ The change priced takes the copy kernels away with their launches; a preallocate
 new (a token's keys and values), which the replay leaves out. Which copies a change removes depends on the code.
 
 ## Options
-- `min_kernel_share`: copy kernels' share of the GPU's kernel time before the check speaks.
+- `min_kernel_share`: the copies' share of the GPU's work (kernels and on-device memcpys) before the check speaks.
 - `min_share`: their share of the window.
 """
 
@@ -61,18 +63,18 @@ k_cache[:, :, t] = k_new.squeeze(2)
 CHECK = Check(
     id=ID,
     name="program.work.device_copies",
-    title="Copy kernels take most of the GPU's time",
+    title="Copies on the device take most of the GPU's time",
     section="work",
     requires=("work",),
     thresholds={
-        "min_kernel_share": Threshold(0.3, "copies over 30% of kernel time are no program's math (the real programs "
+        "min_kernel_share": Threshold(0.3, "copies over 30% of the GPU's work are no program's math (the real programs "
                                            "of fixtures/ copy 20% at most: Triton's tuning, an EMA's buffers)"),
         "min_share": Threshold(0.05, "a twentieth of the window is worth a change of how tensors are built"),
     },
     speedup_model=("the copy kernels' time, replayed as gone with their launches: what the step saves once the "
                    "other work and the host set its pace"),
     budget_part=BUDGET_PART,
-    change={"remove_kernels": ("copy",)},   # the replay change priced (program.py)
+    change={"remove_kernels": ("device-copy",)},   # the replay change priced (program.py): kernels and memcpys
     advice=ADVICE,
 )
 
@@ -85,26 +87,39 @@ ANY_COPY = "data moved on the device with no math: build tensors in place, once"
 
 
 def run(timeline, limits) -> Finding | None:
-    copies = role_time(timeline, "copy", limits.min_share)
-    if copies is None or copies.kernel_share < limits.min_kernel_share:
+    kernels = role_time(timeline, "copy")
+    memcpy = timeline.copies.on_device if timeline.copies is not None else None
+    memcpy_ns = float(memcpy.duration_ns) if memcpy is not None and memcpy.copies else 0.0
+    window_ns = timeline.summary.span_ns or 0
+    kernel_ns = (kernels.kernel_ns if kernels is not None else
+                 timeline.work_analysis.kernel_ns if timeline.work_analysis is not None else 0.0)
+    copy_ns = (kernels.ns if kernels is not None else 0.0) + memcpy_ns
+    if not window_ns or not copy_ns:
+        return None
+    share = copy_ns / (kernel_ns + memcpy_ns)   # of the GPU's work: its kernels and its on-device memcpys
+    if copy_ns / window_ns < limits.min_share or share < limits.min_kernel_share:
         return None
     steps = step_count(timeline)
     each = time_per_step(steps)
-    launches = (f"{copies.launches / steps:.0f} launches a step" if steps else plural(copies.launches, "launch"))
+    launches = (kernels.launches if kernels is not None else 0) + (memcpy.copies if memcpy_ns else 0)
+    unit = "launch" if not memcpy_ns else "copy operation"   # (a memcpy is no launch)
+    launched = f"{plural(round(launches / steps), unit)} a step" if steps else plural(launches, unit)
+    rows = kernels.kernels if kernels is not None else []
     cause = next((text for pattern, text in CAUSES      # a cause whose kernels hold most of the copies' time
-                  if sum(k.ns for k in copies.kernels if pattern.search(k.demangled or k.name or "")) > copies.ns / 2),
-                 None)
+                  if sum(k.ns for k in rows if pattern.search(k.demangled or k.name or "")) > copy_ns / 2), None)
+    what = "Copy kernels" if memcpy_ns < copy_ns / 2 else "Copies inside GPU memory (device-to-device memcpys)"
     finding = Finding(
         check=ID,
-        title=f"Copy kernels take {copies.kernel_share:.0%} of GPU kernel time ({each(copies.ns)}, {launches}), "
+        title=f"{what} take {share:.0%} of the GPU's work ({each(copy_ns)}, {launched}), "
               + (f"most of it {cause}" if cause else ANY_COPY),
         estimated_speedup=0.0,
-        evidence={"copy_ns": evidence(copies.ns, unit="ns"),
-                  "copy_kernel_share": evidence(copies.kernel_share, limits.min_kernel_share, unit="ratio"),
-                  "copy_share": evidence(copies.window_share, limits.min_share, unit="ratio"),
-                  "launches": evidence(copies.launches),
-                  "kernels": kernel_rows(copies.kernels)},
+        evidence={"copy_ns": evidence(copy_ns, unit="ns"),
+                  "copy_kernel_share": evidence(share, limits.min_kernel_share, unit="ratio"),
+                  "copy_share": evidence(copy_ns / window_ns, limits.min_share, unit="ratio"),
+                  "launches": evidence(launches),
+                  "device_memcpy_ns": evidence(memcpy_ns, unit="ns"),
+                  "kernels": kernel_rows(rows)},
         advice=ADVICE,
     )
-    finding.estimated_savings_ns = copies.ns
+    finding.estimated_savings_ns = copy_ns
     return finding

@@ -66,3 +66,24 @@ def test_the_title_names_concatenations_only_where_they_hold_most_of_the_copies(
                          if f["check"] == ID) for name in ("attn_sdpa", "blind_emaloop_base")}
     assert "most of it concatenations" in titles["attn_sdpa"]
     assert "torch.cat" not in titles["blind_emaloop_base"] and "no math" in titles["blind_emaloop_base"]
+
+
+@pytest.mark.parametrize("i", [1, 2])
+def test_a_store_grown_by_cat_past_its_kernel_is_named_by_its_memcpys(analyzed, i):
+    """copy56 catlog: an eval loop keeps every batch's logits by torch.cat; past 2^31 elements PyTorch's cat copies by
+    device-to-device cudaMemcpyAsync, not a kernel (fixtures/real/README.md, Copy56), 5 ms a step of the GPU's 11.
+    Counted with the copy kernels, the copies are named (their time the SQL sum of the window's device-to-device
+    memcpys, within 2%); the allocator's growth (each step a larger cudaMalloc) stays first. The fixed twin copies a
+    few MB a step and is not told."""
+    name = f"copy56_catlog_base{i}_nsys.sqlite.xz"
+    model = analyzed(REAL / name)
+    finding = next(f for f in model["findings"] if f["check"] == ID)
+    window = model["timeline"]["window"]
+    (memcpy_ns,), = sql(REAL / name, f"""SELECT SUM(c.end - c.start) FROM CUPTI_ACTIVITY_KIND_MEMCPY c
+        JOIN ENUM_CUDA_MEMCPY_OPER e ON e.id = c.copyKind WHERE e.label = 'Device-to-Device'
+        AND c.start >= {window['start_ns']} AND c.start < {window['end_ns']}""")
+    assert finding["evidence"]["device_memcpy_ns"]["value"] == pytest.approx(memcpy_ns, rel=0.02)
+    assert "device-to-device memcpys" in finding["title"]
+    assert finding["estimated_savings_ns"] <= finding["evidence"]["copy_ns"]["value"]
+    assert program_findings(model)[0]["check"] == "allocator-churn"
+    assert ID not in {f["check"] for f in analyzed(REAL / f"copy56_catlog_fix{i}_nsys.sqlite.xz")["findings"]}
