@@ -160,22 +160,25 @@ def _in_step(ids: np.ndarray) -> tuple[int, int, int, np.ndarray] | None:
     return None
 
 
+def _section(block, found: list, ops: np.ndarray, steps_with: str, medians: dict) -> dict:
+    """A model section of what a block's steps run again: its steps, the steps that do (under `steps_with`), the median
+    of each named attribute over them, and the operations' count and GPU time a step."""
+    graph = block.graph
+    steps = len(graph.step_first_op)
+    durations = (graph.o_end - graph.o_start).astype(np.float64)
+    return {"steps": steps, steps_with: len({entry.step for entry in found}),
+            **{key: int(np.median([getattr(entry, attr) for entry in found])) for key, attr in medians.items()},
+            "kernels_per_step": float(ops.sum()) / steps, "kernel_ns_per_step": float(durations[ops].sum()) / steps,
+            "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0}
+
+
 def repeated_summary(block) -> dict | None:
     """The replayed steps' backward passes beyond one per forward pass as the model's section
     (model.RepeatedBackward); None where the block is not trusted or runs none."""
     if block is None or not block.trusted or not block.graph.repeated:
         return None
-    graph = block.graph
-    steps = len(graph.step_first_op)
-    found = graph.repeated
-    durations = (graph.o_end - graph.o_start).astype(np.float64)
-    return {"steps": steps, "steps_with_repeats": len({r.step for r in found}),
-            "forward_passes": int(np.median([r.forward_passes for r in found])),
-            "backward_passes": int(np.median([r.passes for r in found])),
-            "layers": int(np.median([r.layers for r in found])),
-            "kernels_per_step": float(graph.o_repeated.sum()) / steps,
-            "kernel_ns_per_step": float(durations[graph.o_repeated].sum()) / steps,
-            "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0}
+    return _section(block, block.graph.repeated, block.graph.o_repeated, "steps_with_repeats",
+                    {"forward_passes": "forward_passes", "backward_passes": "passes", "layers": "layers"})
 
 
 def summary(block) -> dict | None:
@@ -183,14 +186,5 @@ def summary(block) -> dict | None:
     trusted or runs no forward work again."""
     if block is None or not block.trusted or not block.graph.recomputes:
         return None
-    graph = block.graph
-    steps = len(graph.step_first_op)
-    found = graph.recomputes
-    durations = (graph.o_end - graph.o_start).astype(np.float64)
-    return {"steps": steps, "steps_with_recompute": len({r.step for r in found}),
-            "layers": int(np.median([r.layers for r in found])),
-            "forward_kernels": int(np.median([r.forward_kernels for r in found])),
-            "rerun_kernels": int(np.median([r.rerun_kernels for r in found])),
-            "kernels_per_step": float(graph.o_recompute.sum()) / steps,
-            "kernel_ns_per_step": float(durations[graph.o_recompute].sum()) / steps,
-            "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0}
+    return _section(block, block.graph.recomputes, block.graph.o_recompute, "steps_with_recompute",
+                    {"layers": "layers", "forward_kernels": "forward_kernels", "rerun_kernels": "rerun_kernels"})

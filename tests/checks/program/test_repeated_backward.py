@@ -5,19 +5,9 @@ backward passes for a recomputation, and nothing named the mistake."""
 
 import pytest
 
-from tests.conftest import REAL, program_findings, sql
+from tests.conftest import REAL, program_findings, sql_kernels_per_step
 
 ID = "repeated-backward"
-KERNELS_SQL = """SELECT COUNT(*), SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
-    JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId WHERE r.start >= {start} AND r.start < {end}"""
-
-
-def per_step(model, name):
-    steps = model["timeline"]["steps"]
-    ranges = sql(REAL / name, "SELECT start, end FROM NVTX_EVENTS WHERE text LIKE 'step %' ORDER BY start")
-    ranges = ranges[steps["first_step"]:steps["first_step"] + steps["count"]]
-    (count, ns), = sql(REAL / name, KERNELS_SQL.format(start=ranges[0][0], end=ranges[-1][1]))
-    return count / len(ranges), ns / len(ranges)
 
 
 @pytest.mark.parametrize("i", [1, 2])
@@ -32,7 +22,8 @@ def test_one_backward_per_loss_is_named_first_and_priced_near_its_twin(analyzed,
     first = program_findings(model)[0]
     assert first["check"] == ID and first["severity"] == "high"
     assert (first["evidence"]["forward_passes"]["value"], first["evidence"]["backward_passes"]["value"]) == (1, 3)
-    (base_kernels, base_ns), (fix_kernels, fix_ns) = per_step(model, base), per_step(twin, fix)
+    (base_kernels, base_ns) = sql_kernels_per_step(model, REAL / base)
+    (fix_kernels, fix_ns) = sql_kernels_per_step(twin, REAL / fix)
     assert first["evidence"]["extra_kernels_per_step"]["value"] == pytest.approx(base_kernels - fix_kernels, rel=0.05)
     assert first["evidence"]["extra_ns_per_step"]["value"] == pytest.approx(base_ns - fix_ns, rel=0.05)
     saved = model["timeline"]["steps"]["mean_ns"] - twin["timeline"]["steps"]["mean_ns"]
