@@ -192,6 +192,15 @@ PAIRS = [
                              ("landcover", "the next batch copied on a side stream while the step computes, not "
                                            "on the compute stream at the top of each step", "transfer-bound"))
       for i in (1, 2)],
+    # round 57 (fixtures/real/record_blind58.sh, blind58_train.py): two more mistakes a helper chose and recorded blind;
+    # repeated-backward was written from the multitask pair after (activation-recompute had taken its passes for a
+    # rerun); the LSTM cell loop is launch-loop's
+    *[(f"blind58_{p}_base{i}", f"blind58_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+      for p, what, check in (("multitask", "one backward of the summed task losses, not one backward(retain_graph=True) "
+                                           "per loss", "repeated-backward"),
+                             ("lstm", "one cuDNN nn.LSTM, not nn.LSTMCell stepped over the frames in Python",
+                              "launch-loop"))
+      for i in (1, 2)],
     # round 57 (fixtures/real/record_kv57.sh): blind56's fixed decoder, whose attention cuDNN compiles for each new KV
     # length, against the same with cuDNN's SDPA off (recorded after runtime-compilation was written)
     *[(f"kv57_base{i}", f"kv57_fix{i}", {"unbuild": True}, f"cuDNN's SDPA off (precompiled attention kernels), not a "

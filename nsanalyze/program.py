@@ -138,6 +138,8 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
         **({"timing_code": timeline.timing_code.to_json()} if timeline.timing_code is not None else {}),
         **({"code_builds": timeline.code_builds.to_json()} if timeline.code_builds is not None else {}),
         **({"recomputation": timeline.recomputation.to_json()} if timeline.recomputation is not None else {}),
+        **({"repeated_backward": timeline.repeated_backward.to_json()} if timeline.repeated_backward is not None
+           else {}),
         "phases": model.plain(timeline.phases),
         "notes": timeline.notes + [note for note in [set_aside_note(_set_aside(export, timeline))] if note],
         "api_calls": model.plain(timeline.api_calls),

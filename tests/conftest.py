@@ -224,6 +224,18 @@ def sql_gpu_step_periods(path, like: str = "step %") -> list[int]:
     return [b - a for a, b in zip(firsts, firsts[1:])]
 
 
+def sql_kernels_per_step(model: dict, path) -> tuple[float, float]:
+    """(kernels, their ns) a step by SQL over the steps a report counts (the `step N` NVTX ranges from its first
+    steady step), each kernel counted in the range its launch call began in."""
+    steps = model["timeline"]["steps"]
+    ranges = sql(path, "SELECT start, end FROM NVTX_EVENTS WHERE text LIKE 'step %' ORDER BY start")
+    ranges = ranges[steps["first_step"]:steps["first_step"] + steps["count"]]
+    (count, ns), = sql(path, f"""SELECT COUNT(*), SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+        WHERE r.start >= {ranges[0][0]} AND r.start < {ranges[-1][1]}""")
+    return count / len(ranges), ns / len(ranges)
+
+
 def sql_saved_per_step(analyzed, base, fix) -> float:
     """What a fix saved a step: the mean of SQL's GPU periods over each run's steady steps (fixtures/real names)."""
     periods = [sql_gpu_step_periods(REAL / name)[analyzed(REAL / name)["timeline"]["steps"]["first_step"]:]

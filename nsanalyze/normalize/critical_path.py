@@ -50,6 +50,8 @@ REPLAY_EVENTS_AT_MOST = 300_000
 LOOP = "loop"
 # The operations that run forward work again in the backward (normalize.recompute), as a role a change may name
 RECOMPUTE = "recompute"
+# A layer stack's backward passes beyond one per forward pass (normalize.recompute.find_repeated), as a role
+REPEATED_BACKWARD = "repeated-backward"
 # The copy kernels with the memcpys inside a GPU's memory (host_calls.DEVICE_COPY_KINDS), as a role (device-copies')
 DEVICE_COPY = "device-copy"
 
@@ -173,6 +175,9 @@ class Graph:
     # forward work run again in the backward (normalize.recompute): per operation, whether it is; the reruns by step
     o_recompute: np.ndarray | None = None
     recomputes: list = field(default_factory=list)
+    # a stack's backward passes beyond one per forward pass (normalize.recompute.find_repeated): per operation; by step
+    o_repeated: np.ndarray | None = None
+    repeated: list = field(default_factory=list)
     c_step: np.ndarray | None = None   # per call: its block step (-1: between the steps' host ranges)
     c_names: list | None = None        # per call: its name, without its version suffix
     tuning: tuning.Tuning | None = None   # timed trials (normalize.tuning): what an autotuner's removal takes
@@ -524,6 +529,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     graph.tuning, graph.timing = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call,
                                              [names[0] if names else None for names in o_names], len(host_starts))
     graph.o_recompute, graph.recomputes = recompute.find(graph)
+    graph.o_repeated, graph.repeated = recompute.find_repeated(graph)
     return graph
 
 
@@ -772,6 +778,8 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
     mask = kernels & np.isin(labels, ["gpu:" + r for r in roles])
     if RECOMPUTE in roles and graph.o_recompute is not None:
         mask |= graph.o_recompute
+    if REPEATED_BACKWARD in roles and graph.o_repeated is not None:
+        mask |= graph.o_repeated
     if DEVICE_COPY in roles:
         on_device = [kind for kind, label in graph.copy_kinds.items() if label in DEVICE_COPY_KINDS]
         mask |= (kernels & (labels == "gpu:copy")) | ((graph.o_copy_kind >= 0) & np.isin(graph.o_copy_kind, on_device))

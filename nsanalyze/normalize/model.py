@@ -345,6 +345,20 @@ class Recomputation(Record):
 
 
 @dataclass(frozen=True)
+class RepeatedBackward(Record):
+    """A layer stack's backward run more often than its forward in the replayed steps around the median step
+    (normalize.recompute.find_repeated): one backward per loss where the losses could be summed."""
+    steps: int = 0                     # the block's steps
+    steps_with_repeats: int = 0
+    forward_passes: int = 0            # runs of the forward's block a step
+    backward_passes: int = 0           # backward runs through the stack a step
+    layers: int = 0                    # blocks in each run
+    kernels_per_step: float = 0        # kernels of the passes beyond one per forward pass, mean a step
+    kernel_ns_per_step: float = 0      # their GPU time, mean a step
+    step_ns: float = 0                 # the block's steps' mean measured period
+
+
+@dataclass(frozen=True)
 class FirstFinding(Record):
     check: str | None = None
     title: str | None = None

@@ -42,47 +42,103 @@ class Recompute:
     ops: np.ndarray      # the graph's operations run again, in launch order
 
 
-def find(graph) -> tuple[np.ndarray, list[Recompute]]:
-    """Per operation of the graph, whether it runs forward work again (a bool mask), and the recomputations, step by
-    step (kept where they are found in MIN_STEP_SHARE of the steps)."""
-    n_ops = len(graph.o_start)
-    again = np.zeros(n_ops, bool)
-    found: list[Recompute] = []
-    if not n_ops:
-        return again, found
+@dataclass
+class RepeatedPass:
+    """One step's backward pass through a layer stack run more often than its forward: a stack run whose block recurs
+    in more runs than the step's first stack run (its forward) does."""
+
+    step: int
+    forward_passes: int  # runs of the forward's block
+    passes: int          # backward runs through the stack (runs of its layer count that are not the forward's block)
+    layers: int          # blocks in each run
+    ops: np.ndarray      # the graph's operations of the runs beyond the forward's count (the last ones), in launch order
+
+
+def _steps(graph):
+    """(step, its kernels in launch order, their identities) for each step of the block: memsets are no layer's work,
+    and an autotuner's trials, which repeat a few kernels per candidate, are autotuning's."""
     identity = _identities(graph)
-    # memsets are no layer's work; an autotuner's trials repeat a few kernels per candidate (autotuning's)
-    memset = np.array([label == "gpu:memset" for label in graph.o_label], dtype=bool)
+    left_out = np.array([label == "gpu:memset" for label in graph.o_label], dtype=bool)
     if graph.tuning is not None and graph.tuning.any:
-        memset |= graph.tuning.gone
+        left_out |= graph.tuning.gone
     call_start = np.where(graph.o_call >= 0, graph.c_start[np.maximum(graph.o_call, 0)], graph.o_start)
     for step, ops in enumerate(graph.step_first_op):
         ops = np.asarray(ops, dtype=np.int64)
         kernels = ops[np.lexsort((ops, call_start[ops]))]
-        kernels = kernels[~memset[kernels]]   # (and the tuner's)
-        entry = _in_step(identity[kernels])
+        kernels = kernels[~left_out[kernels]]
+        if len(kernels) >= 2 * MIN_LAYERS * MIN_BLOCK:
+            yield step, kernels, identity[kernels]
+
+
+def _stacks(ids: np.ndarray) -> list[tuple[int, int, int]]:
+    """The runs of a block repeated MIN_LAYERS times or more, of MIN_BLOCK kernels or more: (first, period, repeats)."""
+    return [r for r in runs(ids, max_period=min(MAX_BLOCK, len(ids) // MIN_LAYERS), min_repeats=MIN_LAYERS)
+            if r[1] >= MIN_BLOCK]
+
+
+def _kept(graph, found: list) -> tuple[np.ndarray, list]:
+    """The operations' mask of what was found, where found in MIN_STEP_SHARE of the steps (a program's, not one
+    step's), and the findings so kept."""
+    mask = np.zeros(len(graph.o_start), bool)
+    if len({entry.step for entry in found}) < MIN_STEP_SHARE * len(graph.step_first_op):
+        return mask, []
+    for entry in found:
+        mask[entry.ops] = True
+    return mask, found
+
+
+def find(graph) -> tuple[np.ndarray, list[Recompute]]:
+    """Per operation of the graph, whether it runs forward work again (a bool mask), and the recomputations, step by
+    step (kept where they are found in MIN_STEP_SHARE of the steps)."""
+    found: list[Recompute] = []
+    for step, kernels, ids in _steps(graph):
+        entry = _in_step(ids)
         if entry is not None:
             layers, forward, rerun, positions = entry
             found.append(Recompute(step, layers, forward, rerun, kernels[positions]))
-    if len({r.step for r in found}) < MIN_STEP_SHARE * len(graph.step_first_op):
-        return again, []
-    for entry in found:
-        again[entry.ops] = True
-    return again, found
+    return _kept(graph, found)
+
+
+def find_repeated(graph) -> tuple[np.ndarray, list[RepeatedPass]]:
+    """Per operation of the graph, whether it belongs to a backward pass run beyond the forward's count (a bool mask),
+    and those passes step by step. A step that runs its forward once and then one backward per loss
+    (`loss_i.backward(retain_graph=True)`) runs its stack's backward block in several runs after one forward run
+    (blind58's three task losses: the forward's 22 kernels x 12 layers once, the backward's 41 x 12 once and 53 x 12
+    twice: the first pass writes the gradients, the others add to them); it is told where a backward block recurs in
+    more runs than the forward's block, and the passes beyond one per forward pass are the last ones. Gradient
+    accumulation runs forward and backward alike; an encoder and a decoder run each of their blocks once."""
+    found: list[RepeatedPass] = []
+    for step, kernels, ids in _steps(graph):
+        stacks = _stacks(ids)
+        if len(stacks) < 3:
+            continue
+        layers_of = stacks[0][2]
+        blocks: dict = {}   # a run's block, as the multiset of its kernels (a run may start anywhere in its block)
+        for first, period, repeats in stacks:
+            if abs(repeats - layers_of) <= 1:
+                key = tuple(sorted(ids[first:first + period].tolist()))
+                blocks.setdefault(key, []).append((first, period, repeats))
+        forward = blocks.get(tuple(sorted(ids[stacks[0][0]:stacks[0][0] + stacks[0][1]].tolist())), [])
+        backward = sorted(run for runs_of in blocks.values() if runs_of is not forward for run in runs_of)
+        if max((len(r) for r in blocks.values() if r is not forward), default=0) <= len(forward):
+            continue   # no backward block recurs more often than the forward's
+        extra = backward[len(forward):]   # one backward pass per forward pass; the others, the last runs
+        positions = np.concatenate([first + np.arange(period * repeats) for first, period, repeats in extra])
+        found.append(RepeatedPass(step, len(forward), len(backward), layers_of, kernels[positions]))
+    return _kept(graph, found)
 
 
 def _in_step(ids: np.ndarray) -> tuple[int, int, int, np.ndarray] | None:
     """(backward blocks, forward block's kernels, kernels run again a block, their positions in `ids`) where a run
     of a repeated block holds an earlier run's block from its start; None where no run does."""
-    if len(ids) < 2 * MIN_LAYERS * MIN_BLOCK:
-        return None
-    stacks = [r for r in runs(ids, max_period=min(MAX_BLOCK, len(ids) // MIN_LAYERS), min_repeats=MIN_LAYERS)
-              if r[1] >= MIN_BLOCK]
+    stacks = _stacks(ids)
     for first, period, _ in stacks:
         probe = max(MIN_BLOCK, int(np.ceil(MATCH_SHARE * period)))
         opening = ids[first:first + probe]
         for later, later_period, later_repeats in stacks:
-            if later <= first or later_period <= probe:
+            # a backward block holds its layer's own backward kernels beside the rerun: a later run of the same block
+            # alone (blind58's shared encoder's backward run again per task loss) is the block run again, no rerun
+            if later <= first or later_period < period + MIN_BLOCK:
                 continue
             motif = ids[later:later + later_period]
             twice = np.concatenate((motif, motif))   # the run may start anywhere in its block
@@ -104,19 +160,31 @@ def _in_step(ids: np.ndarray) -> tuple[int, int, int, np.ndarray] | None:
     return None
 
 
+def _section(block, found: list, ops: np.ndarray, steps_with: str, medians: dict) -> dict:
+    """A model section of what a block's steps run again: its steps, the steps that do (under `steps_with`), the median
+    of each named attribute over them, and the operations' count and GPU time a step."""
+    graph = block.graph
+    steps = len(graph.step_first_op)
+    durations = (graph.o_end - graph.o_start).astype(np.float64)
+    return {"steps": steps, steps_with: len({entry.step for entry in found}),
+            **{key: int(np.median([getattr(entry, attr) for entry in found])) for key, attr in medians.items()},
+            "kernels_per_step": float(ops.sum()) / steps, "kernel_ns_per_step": float(durations[ops].sum()) / steps,
+            "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0}
+
+
+def repeated_summary(block) -> dict | None:
+    """The replayed steps' backward passes beyond one per forward pass as the model's section
+    (model.RepeatedBackward); None where the block is not trusted or runs none."""
+    if block is None or not block.trusted or not block.graph.repeated:
+        return None
+    return _section(block, block.graph.repeated, block.graph.o_repeated, "steps_with_repeats",
+                    {"forward_passes": "forward_passes", "backward_passes": "passes", "layers": "layers"})
+
+
 def summary(block) -> dict | None:
     """The replayed steps' recomputation as the model's section (model.Recomputation); None where the block is not
     trusted or runs no forward work again."""
     if block is None or not block.trusted or not block.graph.recomputes:
         return None
-    graph = block.graph
-    steps = len(graph.step_first_op)
-    found = graph.recomputes
-    durations = (graph.o_end - graph.o_start).astype(np.float64)
-    return {"steps": steps, "steps_with_recompute": len({r.step for r in found}),
-            "layers": int(np.median([r.layers for r in found])),
-            "forward_kernels": int(np.median([r.forward_kernels for r in found])),
-            "rerun_kernels": int(np.median([r.rerun_kernels for r in found])),
-            "kernels_per_step": float(graph.o_recompute.sum()) / steps,
-            "kernel_ns_per_step": float(durations[graph.o_recompute].sum()) / steps,
-            "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0}
+    return _section(block, block.graph.recomputes, block.graph.o_recompute, "steps_with_recompute",
+                    {"layers": "layers", "forward_kernels": "forward_kernels", "rerun_kernels": "rerun_kernels"})

@@ -79,6 +79,7 @@ class Timeline:
     timing_code: model.TimingCode | None = None     # ... the program's own timing code (normalize.tuning); None: none
     code_builds: model.CodeBuilds | None = None     # ... GPU code they load (normalize.critical_path); None: none
     recomputation: model.Recomputation | None = None  # ... forward work run again (normalize.recompute); None: none
+    repeated_backward: model.RepeatedBackward | None = None  # ... backward passes run again (normalize.recompute)
     recorder: str = "nsys"                  # what recorded it: "nsys", or "kineto" (the PyTorch profiler's trace)
 
     def metric_mean(self, name: str) -> float | None:
@@ -119,6 +120,7 @@ class Timeline:
         self.timing_code = model.TimingCode.of(self.timing_code)
         self.code_builds = model.CodeBuilds.of(self.code_builds)
         self.recomputation = model.Recomputation.of(self.recomputation)
+        self.repeated_backward = model.RepeatedBackward.of(self.repeated_backward)
         return self
 
 
@@ -222,6 +224,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
                                                      if timeline.step_block is not None else 0.0)
         timeline.code_builds = code_build_summary(timeline.step_block)
         timeline.recomputation = recompute.summary(timeline.step_block)
+        timeline.repeated_backward = recompute.repeated_summary(timeline.step_block)
     # --
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
         from nsanalyze.read.kineto import launch_attribution

@@ -6,20 +6,9 @@ import statistics
 
 import pytest
 
-from tests.conftest import REAL, program_findings, sql, sql_gpu_step_periods
+from tests.conftest import REAL, program_findings, sql_gpu_step_periods, sql_kernels_per_step
 
 ID = "activation-recompute"
-# kernels a step, and their time, by SQL over the steps the report counts
-KERNELS_SQL = """SELECT COUNT(*), SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
-    JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId WHERE r.start >= {start} AND r.start < {end}"""
-
-
-def per_step(model, name):
-    steps = model["timeline"]["steps"]
-    ranges = sql(REAL / name, "SELECT start, end FROM NVTX_EVENTS WHERE text LIKE 'step %' ORDER BY start")
-    ranges = ranges[steps["first_step"]:steps["first_step"] + steps["count"]]
-    (count, ns), = sql(REAL / name, KERNELS_SQL.format(start=ranges[0][0], end=ranges[-1][1]))
-    return count / len(ranges), ns / len(ranges)
 
 
 @pytest.mark.parametrize("i", [1, 2])
@@ -34,7 +23,8 @@ def test_a_checkpointed_stack_is_named_first_and_priced_near_its_twin(analyzed, 
     model, twin = analyzed(REAL / base), analyzed(REAL / fix)
     first = program_findings(model)[0]
     assert first["check"] == ID and first["severity"] == "high"
-    (base_kernels, base_ns), (fix_kernels, fix_ns) = per_step(model, base), per_step(twin, fix)
+    (base_kernels, base_ns) = sql_kernels_per_step(model, REAL / base)
+    (fix_kernels, fix_ns) = sql_kernels_per_step(twin, REAL / fix)
     assert first["evidence"]["rerun_kernels_per_step"]["value"] == round(base_kernels - fix_kernels) == 216
     assert first["evidence"]["rerun_ns_per_step"]["value"] == pytest.approx(base_ns - fix_ns, rel=0.05)
     saved = statistics.mean(sql_gpu_step_periods(REAL / base)[15:]) - statistics.mean(sql_gpu_step_periods(REAL / fix)[15:])
