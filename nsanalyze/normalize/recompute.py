@@ -29,6 +29,10 @@ MAX_BLOCK = 400     # and at most (a transformer block's backward with its recom
 MATCH_SHARE = 0.75  # the backward's block holds at least this share of the forward block's kernels, in order, from
 #                     its start (blind57: 18 of 20: the block's last two, its residual add and output, not rerun)
 MIN_STEP_SHARE = 0.5   # found in at least this share of the block's steps: a program's, not one step's
+# At most this many runs of a step are paired (those covering the most kernels): a layer stack's forward and backward
+# runs are among a step's longest (2-4 on the fixtures); a step of thousands of short repeated runs would otherwise
+# pair each with each
+MAX_STACKS = 32
 
 
 @dataclass
@@ -71,9 +75,12 @@ def _steps(graph):
 
 
 def _stacks(ids: np.ndarray) -> list[tuple[int, int, int]]:
-    """The runs of a block repeated MIN_LAYERS times or more, of MIN_BLOCK kernels or more: (first, period, repeats)."""
-    return [r for r in runs(ids, max_period=min(MAX_BLOCK, len(ids) // MIN_LAYERS), min_repeats=MIN_LAYERS)
-            if r[1] >= MIN_BLOCK]
+    """The runs of a block repeated MIN_LAYERS times or more, of MIN_BLOCK kernels or more, the MAX_STACKS covering the
+    most kernels, in the step's order: (first, period, repeats)."""
+    found = [r for r in runs(ids, max_period=min(MAX_BLOCK, len(ids) // MIN_LAYERS), min_repeats=MIN_LAYERS)
+             if r[1] >= MIN_BLOCK]
+    longest = sorted(found, key=lambda r: (-r[1] * r[2], r[0]))[:MAX_STACKS]
+    return sorted(longest)   # in the step's order
 
 
 def _kept(graph, found: list) -> tuple[np.ndarray, list]:
