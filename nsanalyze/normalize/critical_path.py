@@ -50,7 +50,7 @@ REPLAY_EVENTS_AT_MOST = 300_000
 LOOP = "loop"
 # The operations that run forward work again in the backward (normalize.recompute), as a role a change may name
 RECOMPUTE = "recompute"
-# A layer stack's backward passes beyond one per forward pass (normalize.recompute.find_repeated), as a role
+# A layer stack's backward passes beyond one per forward pass (normalize.recompute), as a role
 REPEATED_BACKWARD = "repeated-backward"
 # The copy kernels with the memcpys inside a GPU's memory (host_calls.DEVICE_COPY_KINDS), as a role (device-copies')
 DEVICE_COPY = "device-copy"
@@ -175,7 +175,7 @@ class Graph:
     # forward work run again in the backward (normalize.recompute): per operation, whether it is; the reruns by step
     o_recompute: np.ndarray | None = None
     recomputes: list = field(default_factory=list)
-    # a stack's backward passes beyond one per forward pass (normalize.recompute.find_repeated): per operation; by step
+    # a stack's backward passes beyond one per forward pass (normalize.recompute): per operation; by step
     o_repeated: np.ndarray | None = None
     repeated: list = field(default_factory=list)
     c_step: np.ndarray | None = None   # per call: its block step (-1: between the steps' host ranges)
@@ -528,8 +528,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     launched[o_call[o_call >= 0]] = True
     graph.tuning, graph.timing = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call,
                                              [names[0] if names else None for names in o_names], len(host_starts))
-    graph.o_recompute, graph.recomputes = recompute.find(graph)
-    graph.o_repeated, graph.repeated = recompute.find_repeated(graph)
+    graph.o_recompute, graph.recomputes, graph.o_repeated, graph.repeated = recompute.find(graph)
     return graph
 
 

@@ -347,7 +347,7 @@ class Recomputation(Record):
 @dataclass(frozen=True)
 class RepeatedBackward(Record):
     """A layer stack's backward run more often than its forward in the replayed steps around the median step
-    (normalize.recompute.find_repeated): one backward per loss where the losses could be summed."""
+    (normalize.recompute._repeats_in_step): one backward per loss where the losses could be summed."""
     steps: int = 0                     # the block's steps
     steps_with_repeats: int = 0
     forward_passes: int = 0            # runs of the forward's block a step

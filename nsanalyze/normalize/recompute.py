@@ -1,4 +1,5 @@
-"""Forward work run again in the backward (activation checkpointing), found in the order of a step's kernels.
+"""Layer-stack work run again in a step, found in the order of its kernels: the forward rerun in the backward
+(activation checkpointing), and the backward run in more passes than the forward (one backward per loss).
 
 A model's layer stack launches the same block of kernels once per layer, in a row: its forward (blind57's GPT: 20
 kernels x 12 layers), then its backward, one block per layer (37 kernels x 12). Where the backward's block holds the
@@ -94,51 +95,53 @@ def _kept(graph, found: list) -> tuple[np.ndarray, list]:
     return mask, found
 
 
-def find(graph) -> tuple[np.ndarray, list[Recompute]]:
+def find(graph) -> tuple[np.ndarray, list[Recompute], np.ndarray, list[RepeatedPass]]:
     """Per operation of the graph, whether it runs forward work again (a bool mask), and the recomputations, step by
-    step (kept where they are found in MIN_STEP_SHARE of the steps)."""
-    found: list[Recompute] = []
-    for step, kernels, ids in _steps(graph):
-        entry = _in_step(ids)
-        if entry is not None:
-            layers, forward, rerun, positions = entry
-            found.append(Recompute(step, layers, forward, rerun, kernels[positions]))
-    return _kept(graph, found)
-
-
-def find_repeated(graph) -> tuple[np.ndarray, list[RepeatedPass]]:
-    """Per operation of the graph, whether it belongs to a backward pass run beyond the forward's count (a bool mask),
-    and those passes step by step. A step that runs its forward once and then one backward per loss
-    (`loss_i.backward(retain_graph=True)`) runs its stack's backward block in several runs after one forward run
-    (blind58's three task losses: the forward's 22 kernels x 12 layers once, the backward's 41 x 12 once and 53 x 12
-    twice: the first pass writes the gradients, the others add to them); it is told where a backward block recurs in
-    more runs than the forward's block, and the passes beyond one per forward pass are the last ones. Gradient
-    accumulation runs forward and backward alike; an encoder and a decoder run each of their blocks once."""
-    found: list[RepeatedPass] = []
+    step; per operation, whether it belongs to a backward pass run beyond the forward's count, and those passes step
+    by step (_repeats_in_step). Each kept where found in MIN_STEP_SHARE of the steps; a step's runs found once."""
+    reruns: list[Recompute] = []
+    repeats: list[RepeatedPass] = []
     for step, kernels, ids in _steps(graph):
         stacks = _stacks(ids)
-        if len(stacks) < 3:
-            continue
-        layers_of = stacks[0][2]
-        blocks: dict = {}   # a run's block, as the multiset of its kernels (a run may start anywhere in its block)
-        for first, period, repeats in stacks:
-            if abs(repeats - layers_of) <= 1:
-                key = tuple(sorted(ids[first:first + period].tolist()))
-                blocks.setdefault(key, []).append((first, period, repeats))
-        forward = blocks.get(tuple(sorted(ids[stacks[0][0]:stacks[0][0] + stacks[0][1]].tolist())), [])
-        backward = sorted(run for runs_of in blocks.values() if runs_of is not forward for run in runs_of)
-        if max((len(r) for r in blocks.values() if r is not forward), default=0) <= len(forward):
-            continue   # no backward block recurs more often than the forward's
-        extra = backward[len(forward):]   # one backward pass per forward pass; the others, the last runs
-        positions = np.concatenate([first + np.arange(period * repeats) for first, period, repeats in extra])
-        found.append(RepeatedPass(step, len(forward), len(backward), layers_of, kernels[positions]))
-    return _kept(graph, found)
+        entry = _in_step(ids, stacks)
+        if entry is not None:
+            layers, forward, rerun, positions = entry
+            reruns.append(Recompute(step, layers, forward, rerun, kernels[positions]))
+        entry = _repeats_in_step(ids, stacks)
+        if entry is not None:
+            forward_passes, backward_passes, layers, positions = entry
+            repeats.append(RepeatedPass(step, forward_passes, backward_passes, layers, kernels[positions]))
+    return (*_kept(graph, reruns), *_kept(graph, repeats))
 
 
-def _in_step(ids: np.ndarray) -> tuple[int, int, int, np.ndarray] | None:
+def _repeats_in_step(ids: np.ndarray, stacks: list) -> tuple[int, int, int, np.ndarray] | None:
+    """(forward passes, backward passes, layers, the positions in `ids` of the passes beyond one per forward pass)
+    where a backward block recurs in more runs than the forward's; None where none does. A step that runs its forward
+    once and then one backward per loss (`loss_i.backward(retain_graph=True)`) runs its stack's backward block in
+    several runs after one forward run (blind58's three task losses: the forward's 22 kernels x 12 layers once, the
+    backward's 41 x 12 once and 53 x 12 twice: the first pass writes the gradients, the others add to them); the
+    passes beyond one per forward pass are the last ones. Gradient accumulation runs forward and backward alike; an
+    encoder and a decoder run each of their blocks once."""
+    if len(stacks) < 3:
+        return None
+    layers_of = stacks[0][2]
+    blocks: dict = {}   # a run's block, as the multiset of its kernels (a run may start anywhere in its block)
+    for first, period, repeats in stacks:
+        if abs(repeats - layers_of) <= 1:
+            key = tuple(sorted(ids[first:first + period].tolist()))
+            blocks.setdefault(key, []).append((first, period, repeats))
+    forward = blocks.get(tuple(sorted(ids[stacks[0][0]:stacks[0][0] + stacks[0][1]].tolist())), [])
+    backward = sorted(run for runs_of in blocks.values() if runs_of is not forward for run in runs_of)
+    if max((len(r) for r in blocks.values() if r is not forward), default=0) <= len(forward):
+        return None   # no backward block recurs more often than the forward's
+    extra = backward[len(forward):]   # one backward pass per forward pass; the others, the last runs
+    positions = np.concatenate([first + np.arange(period * repeats) for first, period, repeats in extra])
+    return len(forward), len(backward), layers_of, positions
+
+
+def _in_step(ids: np.ndarray, stacks: list) -> tuple[int, int, int, np.ndarray] | None:
     """(backward blocks, forward block's kernels, kernels run again a block, their positions in `ids`) where a run
-    of a repeated block holds an earlier run's block from its start; None where no run does."""
-    stacks = _stacks(ids)
+    of a repeated block (`stacks`, _stacks') holds an earlier run's block from its start; None where no run does."""
     for first, period, _ in stacks:
         probe = max(MIN_BLOCK, int(np.ceil(MATCH_SHARE * period)))
         opening = ids[first:first + probe]

@@ -39,6 +39,7 @@ kernel is one kernel, not found) is not counted; a model whose layers differ in 
 """
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence
+from nsanalyze.checks.program.autotuning import in_replayed_steps
 from nsanalyze.numbers import duration_text
 
 ID = "activation-recompute"
@@ -85,8 +86,7 @@ def run(timeline, limits) -> Finding | None:
     span = timeline.summary.span_ns or 0
     if rerun is None or not steps or not span or rerun.kernel_ns_per_step * steps < limits.min_window_share * span:
         return None
-    in_steps = (f"every step (the {rerun.steps} around the median)" if rerun.steps_with_recompute == rerun.steps
-                else f"{rerun.steps_with_recompute} of the {rerun.steps} steps around the median")
+    in_steps = in_replayed_steps(rerun.steps_with_recompute, rerun.steps)
     finding = Finding(
         check=ID,
         title=(f"The backward runs the forward again in {in_steps}: {rerun.layers} layers' blocks each rerun "

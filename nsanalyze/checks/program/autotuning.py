@@ -99,6 +99,12 @@ def in_most_steps(timeline, record, steps_with: int, per_step: float, least: flo
     return steps_with >= limits.min_step_share * record.steps and per_step >= least
 
 
+def in_replayed_steps(steps_with: int, steps: int) -> str:
+    """Where a pattern of the replayed steps around the median step holds, as a title says it."""
+    return (f"every step (the {steps} around the median)" if steps_with == steps
+            else f"{steps_with} of the {steps} steps around the median")
+
+
 def host_cause_saving(timeline, change: dict, host_ns_per_step: float, step_ns: float,
                       min_window_share: float) -> float | None:
     """What a host-side cause of the replayed steps (timing code, code builds) saves over the window: its change's
@@ -169,8 +175,7 @@ def run(timeline, limits) -> Finding | None:
     span = timeline.summary.span_ns
     share = _stretch_share(trials)
     own = share * (timeline.steps.mean_ns or 0) * steps
-    in_steps = (f"every step (the {trials.steps} around the median)" if trials.steps_with_trials == trials.steps else
-                f"{trials.steps_with_trials} of the {trials.steps} steps around the median")
+    in_steps = in_replayed_steps(trials.steps_with_trials, trials.steps)
     finding = Finding(
         check=ID,
         title=(f"An autotuner times candidate kernels in {in_steps}: {trials.trials_per_step:.0f} timed trials a "

@@ -45,7 +45,8 @@ may show a saving or a loss the timing does not explain.
 """
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
-from nsanalyze.checks.program.autotuning import host_cause_saving, in_most_steps, replay_claims
+from nsanalyze.checks.program.autotuning import (host_cause_saving, in_most_steps, in_replayed_steps,
+                                                 replay_claims)
 from nsanalyze.numbers import duration_text
 
 ID = "event-timing"
@@ -116,8 +117,7 @@ def run(timeline, limits) -> Finding | None:
     timing, saving = found
     steps = timeline.steps.count
     span = timeline.summary.span_ns
-    in_steps = (f"every step (the {timing.steps} around the median)" if timing.steps_with_timings == timing.steps
-                else f"{timing.steps_with_timings} of the {timing.steps} steps around the median")
+    in_steps = in_replayed_steps(timing.steps_with_timings, timing.steps)
     per_step = saving / steps
     finding = Finding(
         check=ID,

@@ -2,7 +2,7 @@
 
 ## What it detects
 A layer stack whose forward block runs in one run of layers a step and whose backward blocks run in more
-(normalize.recompute.find_repeated: a backward block that recurs in more runs than the forward's block), in most of
+(normalize.recompute._repeats_in_step: a backward block that recurs in more runs than the forward's block), in most of
 the replayed steps around the median step. This is what `loss_a.backward(retain_graph=True)`, then `loss_b.backward()`
 does with losses that share a model: each call runs the shared layers' backward again.
 
@@ -32,6 +32,7 @@ per-task gradient norms), which runs the passes on purpose: the finding cannot t
 """
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence
+from nsanalyze.checks.program.autotuning import in_replayed_steps
 from nsanalyze.numbers import duration_text
 
 ID = "repeated-backward"
@@ -78,8 +79,7 @@ def run(timeline, limits) -> Finding | None:
     if repeated is None or not steps or not span or \
             repeated.kernel_ns_per_step * steps < limits.min_window_share * span:
         return None
-    in_steps = (f"every step (the {repeated.steps} around the median)" if repeated.steps_with_repeats == repeated.steps
-                else f"{repeated.steps_with_repeats} of the {repeated.steps} steps around the median")
+    in_steps = in_replayed_steps(repeated.steps_with_repeats, repeated.steps)
     finding = Finding(
         check=ID,
         title=(f"The backward runs more often than the forward in {in_steps}: {repeated.backward_passes} backward "

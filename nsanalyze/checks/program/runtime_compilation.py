@@ -41,7 +41,8 @@ a kernel's first use (`CUDA_MODULE_LOADING=LAZY`) inside the steady steps counts
 """
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
-from nsanalyze.checks.program.autotuning import host_cause_saving, in_most_steps, replay_claims
+from nsanalyze.checks.program.autotuning import (host_cause_saving, in_most_steps, in_replayed_steps,
+                                                 replay_claims)
 from nsanalyze.numbers import duration_text
 
 ID = "runtime-compilation"
@@ -111,8 +112,7 @@ def run(timeline, limits) -> Finding | None:
         return None
     builds, saving = found
     steps, span = timeline.steps.count, timeline.summary.span_ns
-    in_steps = (f"every step (the {builds.steps} around the median)" if builds.steps_with_builds == builds.steps
-                else f"{builds.steps_with_builds} of the {builds.steps} steps around the median")
+    in_steps = in_replayed_steps(builds.steps_with_builds, builds.steps)
     names = "/".join(name for name, _ in builds.calls[:2])
     per_step = saving / steps
     finding = Finding(
