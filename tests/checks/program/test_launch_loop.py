@@ -159,13 +159,15 @@ def test_a_recurrent_cell_stepped_in_python_is_a_loop_forward_and_backward(analy
     frame, the backward 21 (longer than a loop over items' body, MAX_PERIOD): both runs are found, as long as SQL's
     longest runs of those motifs in a steady step, and their launch paths are most of the step. Priced by the
     replay of the loop fused, the finding is within 25% of what the cuDNN nn.LSTM twin saved (mean steps of the two
-    reports); before, only the forward was found and priced at 31-42% of it. The twin has no loop."""
+    reports); before, only the forward was found and priced at 31-42% of it. Its kernels hold PyTorch's fused cell
+    (`lstm_cell_forward`), so the title names the layer over the sequence as the change. The twin has no loop."""
     base, fix = REAL / f"blind58_lstm_base{i}_nsys.sqlite.xz", REAL / f"blind58_lstm_fix{i}_nsys.sqlite.xz"
     model, twin = analyzed(base), analyzed(fix)
     found = _finding(model, "launch-loop")
     runs = sorted((loop["period"], loop["repeats"]) for loop in found["evidence"]["loops"])
     assert runs == [(6, sql_longest_repeat(base, "step 40", 6)), (21, sql_longest_repeat(base, "step 40", 21))]
     assert runs == [(6, 99), (21, 98)]
+    assert "recurrent cell's (lstm_cell)" in found["title"] and "nn.LSTM" in found["title"]
     steps = model["timeline"]["steps"]
     assert found["evidence"]["launch_path_ns_per_step"]["value"] > 0.9 * steps["median_ns"]
     saved = steps["mean_ns"] - twin["timeline"]["steps"]["mean_ns"]
