@@ -118,15 +118,16 @@ def run(timeline, limits) -> Finding | None:
                              f"{rates[w]['gemms']} GEMMs)" for w in priced)
         note = (f"saving: each kernel's time less what it would take once padded, by the slowdown of its load width "
                 f"measured narrow against padded on an H200 ({chip}; normalize/narrow_gemm_rates.csv): {measured}"
-                f"{'; this GPU is a ' + model if model and model != 'H200' else ''}; an nsys export has no matrix "
+                f"{'; this GPU (' + model + ') shares its chip' if model and model != 'H200' else ''}; an nsys export has no matrix "
                 "shapes, so the padded GEMMs' own time is not measured")
         unpriced = [w for w in widths if not rates[w]]
         if unpriced:
             note += f"; kernels on {' or '.join(f'{w}-byte' for w in unpriced)} loads: not measured, not counted"
     else:
-        note = (f"saving not measured: an nsys export has no matrix shapes, and what padding does to such kernels is "
-                f"measured for no {'GPU of this chip (' + chip + ')' if chip else 'GPU the device table names'} and "
-                f"load width; {duration_text(gemms.ns)}, their time, is the time at stake")
+        where = f"on this GPU's chip ({chip})" if chip else "on a GPU the device table names"
+        note = (f"saving not measured: an nsys export has no matrix shapes, and what padding does to such kernels was "
+                f"not measured {where} at these load widths; {duration_text(gemms.ns)}, their time, is the time at "
+                "stake")
     finding = Finding(
         check=ID,
         title=f"Tensor-core GEMMs load their operands {loads} at a time, not {FULL_LOAD_BYTES}: "

@@ -82,7 +82,7 @@ def test_on_a_chip_not_measured_the_saving_is_not_guessed(tmp_path):
     model = json.loads(assert_handled(run_cli("report", path, "-o", "-")).stdout)
     finding = _finding(model)
     assert finding["estimated_savings_ns"] == 0 and finding["severity"] == "info"
-    assert "measured for no GPU of this chip (GA100)" in finding["notes"][0] and "time at stake" in finding["notes"][0]
+    assert "not measured on this GPU's chip (GA100)" in finding["notes"][0] and "time at stake" in finding["notes"][0]
     assert not [f for f in model["findings"] if f["severity"] != "info"]
     line = health_line(model)
     assert line.startswith("No findings above info") and "Found, with its saving not measured: Tensor-core GEMMs" in line
