@@ -128,12 +128,15 @@ def run(timeline, limits) -> Finding | None:
         note = (f"saving not measured: an nsys export has no matrix shapes, and what padding does to such kernels was "
                 f"not measured {where} at these load widths; {duration_text(gemms.ns)}, their time, is the time at "
                 "stake")
+    # what the measurement says, where there is one: the reader sees why padding pays before the notes
+    measured_in_title = "".join(f" (on {w}-byte loads such GEMMs took {rates[w]['median']:g}x the padded ones' time on "
+                                f"an H200)" for w in priced[:1])
     finding = Finding(
         check=ID,
         title=f"Tensor-core GEMMs load their operands {loads} at a time, not {FULL_LOAD_BYTES}: "
               f"{plural(count, 'kernel')} {'takes' if count == 1 else 'take'} {each(gemms.ns)} "
               f"({gemms.kernel_share:.0%} of GPU kernel time); a matrix dimension is not a multiple of {multiple} "
-              "elements: pad it",
+              f"elements: pad it{measured_in_title}",
         estimated_speedup=0.0,
         evidence={"narrow_gemm_ns": evidence(gemms.ns, unit="ns"),
                   "narrow_gemm_share": evidence(gemms.window_share, limits.min_share, unit="ratio"),
