@@ -34,7 +34,7 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
-from nsanalyze.normalize import launch_loops, recompute, tuning
+from nsanalyze.normalize import gemm_loads, launch_loops, recompute, tuning
 from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, pair_keys
 from nsanalyze.normalize.host_activity import base_name, classify, rules
 from nsanalyze.normalize.host_calls import DEVICE_COPY_KINDS
@@ -54,6 +54,8 @@ RECOMPUTE = "recompute"
 REPEATED_BACKWARD = "repeated-backward"
 # The copy kernels with the memcpys inside a GPU's memory (host_calls.DEVICE_COPY_KINDS), as a role (device-copies')
 DEVICE_COPY = "device-copy"
+# Tensor-core GEMMs whose names state operand loads under 16 bytes (normalize.gemm_loads), as a role
+NARROW_GEMM = "narrow-gemm"
 
 
 def loop_role(group: int) -> str:
@@ -769,7 +771,7 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
     """The graph's kernels of these roles ("*": every kernel; copies and memsets are no kernels), and with
     LOOP the operations of its loops of launches (normalize.launch_loops: kernels, memsets among them), with
     "loop:N" those of its group N; with RECOMPUTE the kernels run again in the backward, with DEVICE_COPY the copy
-    kernels and the memcpys inside a GPU's memory."""
+    kernels and the memcpys inside a GPU's memory, with NARROW_GEMM the tensor-core GEMMs on narrow loads."""
     labels = np.array(graph.o_label, dtype=object)
     kernels = np.array([names is not None for names in graph.o_names], dtype=bool)
     if "*" in roles:
@@ -779,6 +781,9 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
         mask |= graph.o_recompute
     if REPEATED_BACKWARD in roles and graph.o_repeated is not None:
         mask |= graph.o_repeated
+    if NARROW_GEMM in roles:
+        mask |= kernels & (labels == "gpu:matmul_tensor") & np.array(
+            [names is not None and gemm_loads.narrow(names[1] or names[0]) for names in graph.o_names], dtype=bool)
     if DEVICE_COPY in roles:
         on_device = [kind for kind, label in graph.copy_kinds.items() if label in DEVICE_COPY_KINDS]
         mask |= (kernels & (labels == "gpu:copy")) | ((graph.o_copy_kind >= 0) & np.isin(graph.o_copy_kind, on_device))

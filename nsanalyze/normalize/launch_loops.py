@@ -4,7 +4,9 @@ host launched them.
 A Python loop over tensors (an EMA or a clipping written per parameter, an optimizer with foreach=False), over
 task heads, embedding tables or chunks launches one short motif (mul, add; or a GEMM and its bias) once per item.
 A model's layers repeat too, but with a motif of tens of kernels (a transformer block is 20-50): a motif of at most
-MAX_PERIOD kernels repeated MIN_REPEATS times or more is a loop over items. Found on the block of steps around
+MAX_PERIOD kernels repeated MIN_REPEATS times or more is a loop over items, and so is a motif of up to LONG_PERIOD
+repeated LONG_REPEATS times or more, more than a layer stack has blocks: a recurrent cell stepped over a sequence.
+Found on the block of steps around
 the median step (normalize.critical_path), a step at a time; whether such a loop costs the step is the check's
 question (checks/program/launch_loop.py), from the launch paths' host time against the loop's GPU time. Loops
 over the same number of items are grouped (group_loops): one change removes them together.
@@ -14,7 +16,9 @@ appear in 8, each a loop in the program's source: an EMA over 152 parameters (2 
 over 149 gradients (a norm each, then a mul_ each: 1 x 149, twice), 48 embedding tables (1 x 48 twice, 4 x 48),
 64 task heads (4 x 64; their backward, 9 x 63), AdamW with foreach=False (8 x 128), a 32-layer MLP of one
 width (7 x 32; its backward, 10 x 31) and a chunked copy-and-scale loop (1 x 20); none in the 65 others with
-replayed steps (transformers, CNNs, DDP, graphs).
+replayed steps (transformers, CNNs, DDP, graphs). Of the 84 of round 58, blind58's LSTMCell loop over 100 frames
+(6 x 99 forward, 21 x 98 backward) needs LONG_PERIOD; with it and no LONG_REPEATS the decoders' layer stacks of
+kvcat and kv57 (13 x 16) and catlog (20 x 24) were taken for loops too.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ from nsanalyze.text import own_signature_words
 MAX_PERIOD = 12       # a loop's body: at most this many kernels (a transformer block is 20-50; a backward of
 #                       a per-head GEMM 9, of a small MLP layer 10; AdamW foreach=False 8)
 MIN_REPEATS = 16      # and repeated this many times in a row (a model's layer stack is 2-48 blocks of 20-50)
+# A longer body, of up to LONG_PERIOD kernels, is a loop where it repeats LONG_REPEATS times or more: more than a layer
+# stack has blocks (the real exports' deepest, 16-24 blocks of 13-20 kernels, kvcat's and catlog's decoders). A
+# recurrent cell stepped over a sequence in Python is such a loop: blind58's two LSTMCell layers stepped over 100
+# frames launch 21 kernels a frame in the backward (the two cells' gradients), 98 times in a row.
+LONG_PERIOD = 24
+LONG_REPEATS = 64
 # and in at least this share of the block's steps: a loop of every step, not one of a step that stands out (a
 # histogram logged every 10th step is slow-steps')
 MIN_STEP_SHARE = 0.5
@@ -78,7 +88,7 @@ def find(graph) -> tuple[np.ndarray, list[LaunchLoop]]:
         # memsets are left out of the motif (PyTorch zeroes a reduction's scratch for some sizes and not others)
         # and belong to the loop they fall in: their launches are the loop's too
         kernels = np.flatnonzero(~memset[ops])
-        for first, period, repeats in runs(identity[ops[kernels]]):
+        for first, period, repeats in runs(identity[ops[kernels]], long_period=LONG_PERIOD, long_repeats=LONG_REPEATS):
             motif = ops[kernels[first:first + period]]
             run_ops = ops[kernels[first]:kernels[first + period * repeats - 1] + 1]
             found.setdefault(tuple(identity[motif].tolist()), []).append(
@@ -112,20 +122,25 @@ def group_loops(motifs: list[list[LaunchLoop]]) -> list[list[list[LaunchLoop]]]:
     return groups
 
 
-def runs(seq: np.ndarray, max_period: int = MAX_PERIOD, min_repeats: int = MIN_REPEATS) -> list[tuple[int, int, int]]:
+def runs(seq: np.ndarray, max_period: int = MAX_PERIOD, min_repeats: int = MIN_REPEATS,
+         long_period: int = 0, long_repeats: int = 0) -> list[tuple[int, int, int]]:
     """Maximal runs of a motif repeated in a row in `seq` (ints; negative values never match anything): (first
     index, period, repeats), no two overlapping, the runs covering the most elements taken first and, of equal
-    cover, the shortest motif (ABAB is 2 x 2, not 4 x 1)."""
+    cover, the shortest motif (ABAB is 2 x 2, not 4 x 1). Motifs of up to `max_period` need `min_repeats`, longer
+    ones up to `long_period` need `long_repeats`."""
     n = len(seq)
     candidates = []
-    for period in range(1, min(max_period, n // min_repeats) + 1):
+    for period in range(1, max(max_period, long_period) + 1):
+        need = min_repeats if period <= max_period else long_repeats
+        if period > n // need:
+            continue
         same = (seq[period:] == seq[:-period]) & (seq[period:] >= 0)   # element i + period repeats element i
         if not same.any():
             continue
         edges = np.diff(np.concatenate(([0], same.astype(np.int8), [0])))
         starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
         repeats = (ends - starts + period) // period   # the stretch start..end-1 repeats the period before it
-        long = repeats >= min_repeats
+        long = repeats >= need
         candidates += [(r * period, period, s, r) for s, r in zip(starts[long].tolist(), repeats[long].tolist())]
     taken = np.zeros(n, bool)
     out = []

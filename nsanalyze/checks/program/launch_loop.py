@@ -3,11 +3,13 @@ launch: the step waits on the loop's launches.
 
 ## What it detects
 Within the steps around the median step, a run of one short motif of kernels (at most 12: `mul` and
-`add`; a GEMM, its bias and activation) launched 16 times in a row or more, in the order the host launched
-them (normalize/launch_loops.py), whose launch paths on the host (the framework's dispatch and the launch call,
+`add`; a GEMM, its bias and activation) launched 16 times in a row or more, or of a body of up to 24 kernels
+launched 64 times or more (more than a model has layers: a recurrent cell stepped over a sequence), in the order
+the host launched them (normalize/launch_loops.py), whose launch paths on the host (the framework's dispatch and the launch call,
 each) take over `min_launch_share` of the median step and longer than the loop's kernels take on the GPU. Such a
 run is a loop in the program's source over items: parameter tensors (an EMA, gradient clipping or weight decay
-written per parameter), task heads, embedding tables, samples, chunks, or layers of one width. Runs over the
+written per parameter), task heads, embedding tables, samples, chunks, layers of one width, or the frames of a
+sequence (`nn.LSTMCell` or a hand-written recurrence stepped in Python). Runs over the
 same number of items (within 2%, or one) are one loop, or loops over one list: the norms and then the scaling
 of clipping by hand, a loop over heads and its backward pass. The finding speaks for the group whose launch
 paths take most host time and names the others beside it. The optimizer's kernels are left to
@@ -66,6 +68,9 @@ LOOP = (cp.LOOP,)
 # for the first moment, addcmul for the second, sqrt, addcdiv for the step): a loop whose motif holds three of them
 # is an optimizer written per parameter (foreach=False, or by hand), whatever ranges the export has.
 ADAM_WORDS = ("lerp", "addcmul", "sqrt", "addcdiv")
+# PyTorch's fused cell kernels (nn.LSTMCell, nn.GRUCell): a loop whose motif holds one is a recurrence stepped over a
+# sequence in Python, which the library's layer over the whole sequence (cuDNN) replaces
+CELL_WORDS = ("lstm_cell", "gru_cell")
 # What the title asks for where the motif says nothing more: each kind of loop's change (ADVICE's list)
 CHANGE_TEXT = "make {it} a few launches: foreach or batched ops over items, torch.compile or a CUDA graph over layers"
 ADVICE = """Launch the loop's work as a few operations over all its items.
@@ -78,6 +83,8 @@ ADVICE = """Launch the loop's work as a few operations over all its items.
   one batched call (`torch.bmm`, `torch.einsum`, one `nn.Embedding` with offsets, `torch.func.vmap`).
 - An optimizer's update per parameter (`foreach=False`): `fused=True` (`torch.optim.AdamW(params,
   fused=True)`) updates every parameter in one kernel.
+- A recurrence stepped over a sequence in Python (`nn.LSTMCell`, `nn.GRUCell` per frame): the layer over the
+  whole sequence (`nn.LSTM`, `nn.GRU`: cuDNN runs it in a few kernels a layer) with the same weights.
 - A loop over layers that depend on each other: `torch.compile` fuses each layer's element-wise kernels;
   a CUDA graph of the loop (`torch.cuda.graph`, `torch.compile(mode="reduce-overhead")`) launches it once.
 
@@ -138,8 +145,12 @@ def run(timeline, limits) -> Finding | None:
         what = (f"Loops over the same {low:,}{f'-{high:,}' if high > low else ''} items launch {per_item} kernels an "
                 "item every step "
                 f"({launches:,.0f} launches in {len(mine)} runs)")
+    cell = next((word for word in CELL_WORDS for loop in mine if any(word in name.lower() for name in loop["motif"])),
+                None)
     change = (f"{'its' if len(mine) == 1 else 'their'} kernels are Adam's update ({', '.join(adam)}): an optimizer "
               "stepped per parameter, use fused=True" if len(adam) >= 3 else
+              f"{'its' if len(mine) == 1 else 'their'} kernels hold a recurrent cell's ({cell}): a sequence stepped "
+              "frame by frame in Python, use the layer over the whole sequence (nn.LSTM, nn.GRU: cuDNN)" if cell else
               CHANGE_TEXT.format(it="it" if len(mine) == 1 else "them"))
     others = [g for g in groups if g is not group]
     beside = (f"; {len(others)} other loop{'s' if len(others) > 1 else ''} beside it "

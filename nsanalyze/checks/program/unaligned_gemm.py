@@ -23,28 +23,30 @@ model = GPT(vocab_size=50304)          # padded to a multiple of 64; the extra l
 ```
 
 ## Known problems
-The saving is not measured: an nsys export has no matrix shapes, so the GEMMs' rate once padded is
-unknown; the finding gives their time as the time at stake and saves nothing in the ranking. On the
-fuse56 BERT (fixtures/real), 9.3 ms a step of `..._align2` GEMMs over its 30,522-wide vocabulary went
-to about 5.2 ms once torch.compile padded them (with the rest of its fusion: not a clean twin).
+An nsys export has no matrix shapes, so the padded GEMMs' time is not measured but taken from what padding did to
+such kernels on the same chip (normalize/narrow_gemm_rates.csv, measured on an H200: the three GEMMs of a linear
+layer with a width not a multiple of 8, narrow against padded, 414 in all): a kernel on 2-byte loads took 5.6x the
+padded one's time (4.3-10x), on 4-byte loads 3.0x (1.6-4.0x). The saving is the kernels' time less that share,
+priced by the replay of the steps with them that much faster; on a chip or load width the table lacks it is not
+estimated (the GEMMs' time is the time at stake). copy56's vocab twins (fixtures/real): 30.7 ms a step of
+`..._align1` bf16 GEMMs over a 50,257-wide vocabulary; padding to 50,304 saved 26.0 and 25.1 ms a step. On the
+fuse56 BERT, 9.3 ms a step of `..._align2` GEMMs over its 30,522-wide vocabulary went to about 5.2 ms once
+torch.compile padded two of its three (with the rest of its fusion: not a clean twin).
 Kernels whose names say nothing of their loads (cuBLAS's `nvjet`) are not judged.
 
 ## Options
 - `min_share`: the narrow-load GEMMs' share of the window before the check speaks.
 """
 
-import re
-
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, step_count, time_per_step
 from nsanalyze.checks.program._roles import kernel_rows, role_time
+from nsanalyze.normalize.critical_path import NARROW_GEMM
+from nsanalyze.normalize.device_caps import device_caps
+from nsanalyze.normalize.gemm_loads import FULL_LOAD_BYTES, element_bytes, load_bytes, narrow, slowdown
 from nsanalyze.numbers import duration_text
 
 ID = "unaligned-gemm"
-FULL_LOAD_BYTES = 16   # a tensor-core kernel's full-width operand load (128 bits)
-ALIGNMENT = re.compile(r"_align[ac]?(\d+)(?![0-9x])")
-# The operands' element size by the name's type words, first match (a CUTLASS tensor-op name without one is tf32).
-ELEMENT_BYTES = ((re.compile(r"bf16|f16|fp16|half|h\d{3,5}gemm", re.IGNORECASE), 2),
-                 (re.compile(r"e4m3|e5m2|fp8|int8|i8\d|s8|u8", re.IGNORECASE), 1))
+BUDGET_PART = "gpu_compute"
 ADVICE = """Pad the matrix dimensions to a multiple of 8 elements (bf16, fp16; 4 for tf32, 16 for int8 and fp8),
 better 64.
 
@@ -72,25 +74,27 @@ CHECK = Check(
         "min_share": Threshold(0.03, "the program findings' least share: 3% of the window is worth padding a "
                                      "dimension"),
     },
-    speedup_model="not estimated: the GEMMs' time is the time at stake (an nsys export has no matrix shapes)",
-    budget_part=None,   # it saves nothing measured: no part of the budget to share with the others
+    speedup_model=("each narrow kernel's time x (1 - 1/slowdown), the slowdown of its load width on this chip as "
+                   "measured narrow against padded (normalize/narrow_gemm_rates.csv); priced by the replay of the "
+                   "steps with those kernels that much faster; not estimated on a chip or width the table lacks"),
+    budget_part=BUDGET_PART,
+    change={"speedup": (NARROW_GEMM,)},   # the replay change priced (normalize.pricing)
     advice=ADVICE,
 )
 
 
-def element_bytes(name: str) -> int:
-    return next((size for pattern, size in ELEMENT_BYTES if pattern.search(name)), 4)
-
-
-def load_bytes(name: str) -> int | None:
-    """The narrowest operand load a kernel's name states, in bytes; None where the name states none."""
-    widths = [int(n) for n in ALIGNMENT.findall(name)]
-    return min(widths) * element_bytes(name) if widths else None
-
-
 def _narrow(kernel) -> bool:
-    width = load_bytes(kernel.demangled or kernel.name or "")
-    return width is not None and width < FULL_LOAD_BYTES
+    return narrow(kernel.demangled or kernel.name)
+
+
+def _chip(timeline) -> tuple[str | None, str | None]:
+    """(chip, model) of the first named GPU the device table knows."""
+    listed = timeline.kernel_list.device_names if timeline.kernel_list is not None else ()
+    for name in [d.name for d in timeline.devices or ()] + list(listed):
+        caps = device_caps(name)
+        if caps:
+            return caps["chip"], caps["model"]
+    return None, None
 
 
 def run(timeline, limits) -> Finding | None:
@@ -104,19 +108,44 @@ def run(timeline, limits) -> Finding | None:
     loads = " or ".join(f"{w} bytes" for w in widths)
     multiple = FULL_LOAD_BYTES // min(element_bytes(name) for name in names)   # the smallest type asks most
     count = len(gemms.kernels)
-    return Finding(
+    chip, model = _chip(timeline)
+    rates = {w: slowdown(chip, w) for w in widths}
+    saved = float(sum(k.ns * (1 - 1 / rates[load_bytes(name)]["median"])
+                      for k, name in zip(gemms.kernels, names) if rates[load_bytes(name)]))
+    priced = [w for w in widths if rates[w]]
+    if priced:
+        measured = "; ".join(f"{w}-byte loads {rates[w]['median']:g}x ({rates[w]['low']:g}-{rates[w]['high']:g}x over "
+                             f"{rates[w]['gemms']} GEMMs)" for w in priced)
+        note = (f"saving: each kernel's time less what it would take once padded, by the slowdown of its load width "
+                f"measured narrow against padded on an H200 ({chip}; normalize/narrow_gemm_rates.csv): {measured}"
+                f"{'; this GPU (' + model + ') shares its chip' if model and model != 'H200' else ''}; an nsys export has no matrix "
+                "shapes, so the padded GEMMs' own time is not measured")
+        unpriced = [w for w in widths if not rates[w]]
+        if unpriced:
+            note += f"; kernels on {' or '.join(f'{w}-byte' for w in unpriced)} loads: not measured, not counted"
+    else:
+        where = f"on this GPU's chip ({chip})" if chip else "on a GPU the device table names"
+        note = (f"saving not measured: an nsys export has no matrix shapes, and what padding does to such kernels was "
+                f"not measured {where} at these load widths; {duration_text(gemms.ns)}, their time, is the time at "
+                "stake")
+    # what the measurement says, where there is one: the reader sees why padding pays before the notes
+    measured_in_title = "".join(f" (on {w}-byte loads such GEMMs took {rates[w]['median']:g}x the padded ones' time on "
+                                f"an H200)" for w in priced[:1])
+    finding = Finding(
         check=ID,
         title=f"Tensor-core GEMMs load their operands {loads} at a time, not {FULL_LOAD_BYTES}: "
               f"{plural(count, 'kernel')} {'takes' if count == 1 else 'take'} {each(gemms.ns)} "
               f"({gemms.kernel_share:.0%} of GPU kernel time); a matrix dimension is not a multiple of {multiple} "
-              "elements: pad it",
+              f"elements: pad it{measured_in_title}",
         estimated_speedup=0.0,
         evidence={"narrow_gemm_ns": evidence(gemms.ns, unit="ns"),
                   "narrow_gemm_share": evidence(gemms.window_share, limits.min_share, unit="ratio"),
                   "load_bytes": evidence(widths[0], FULL_LOAD_BYTES, unit="byte", compare="<"),
                   "launches": evidence(gemms.launches),
+                  "padded_slowdown": evidence(rates[priced[0]]["median"] if priced else None, unit="x"),
                   "kernels": kernel_rows(gemms.kernels)},
         advice=ADVICE,
-        notes=[f"saving not measured: an nsys export has no matrix shapes, so the GEMMs' rate once padded is not "
-               f"known; {duration_text(gemms.ns)}, their time, is the time at stake"],
+        notes=[note],
     )
+    finding.estimated_savings_ns = saved
+    return finding

@@ -151,3 +151,33 @@ def test_a_loop_of_kernels_with_names_of_70_kb_stays_a_readable_finding(tmp_path
     assert found["evidence"]["loops"][0]["repeats"] == 152
     assert all(len(name) <= LABEL_CHARS for loop in found["evidence"]["loops"] for name in loop["motif"])
     assert len(found["notes"][0]) < 2 * LABEL_CHARS + 400
+
+
+@pytest.mark.parametrize("i", [1, 2])
+def test_a_recurrent_cell_stepped_in_python_is_a_loop_forward_and_backward(analyzed, i):
+    """Round 58: blind58's two LSTMCell layers stepped over 100 frames in Python. The forward launches 6 kernels a
+    frame, the backward 21 (longer than a loop over items' body, MAX_PERIOD): both runs are found, as long as SQL's
+    longest runs of those motifs in a steady step, and their launch paths are most of the step. Priced by the
+    replay of the loop fused, the finding is within 25% of what the cuDNN nn.LSTM twin saved (mean steps of the two
+    reports); before, only the forward was found and priced at 31-42% of it. Its kernels hold PyTorch's fused cell
+    (`lstm_cell_forward`), so the title names the layer over the sequence as the change. The twin has no loop."""
+    base, fix = REAL / f"blind58_lstm_base{i}_nsys.sqlite.xz", REAL / f"blind58_lstm_fix{i}_nsys.sqlite.xz"
+    model, twin = analyzed(base), analyzed(fix)
+    found = _finding(model, "launch-loop")
+    runs = sorted((loop["period"], loop["repeats"]) for loop in found["evidence"]["loops"])
+    assert runs == [(6, sql_longest_repeat(base, "step 40", 6)), (21, sql_longest_repeat(base, "step 40", 21))]
+    assert runs == [(6, 99), (21, 98)]
+    assert "recurrent cell's (lstm_cell)" in found["title"] and "nn.LSTM" in found["title"]
+    steps = model["timeline"]["steps"]
+    assert found["evidence"]["launch_path_ns_per_step"]["value"] > 0.9 * steps["median_ns"]
+    saved = steps["mean_ns"] - twin["timeline"]["steps"]["mean_ns"]
+    assert found["estimated_savings_ns"] / steps["count"] == pytest.approx(saved, rel=0.25)
+    assert _finding(twin, "launch-loop") is None
+
+
+@pytest.mark.parametrize("name", ["kv57_base1", "copy56_catlog_base1"])
+def test_a_decoder_layer_stack_is_no_loop(analyzed, name):
+    """A host-bound decoder's layer stack repeats one block of 13 (kv57: 16 layers) or 20 kernels (catlog: 24) in a
+    row: a body as long as the LSTM's backward, but fewer repeats than LONG_REPEATS. Graphing the step is
+    launch-overhead's change; no launch-loop finding takes the layers for a loop over items."""
+    assert _finding(analyzed(REAL / f"{name}_nsys.sqlite.xz"), "launch-loop") is None
