@@ -55,6 +55,8 @@ better 64.
 - Hidden, feed-forward and head sizes: choose multiples of 64.
 - Sequence lengths and batch sizes that enter a GEMM's leading dimension: pad them too (`pad_to_multiple_of=8`
   in a tokenizer's collator).
+- `torch.compile` pads a matrix product's dimensions where its own benchmark says padding pays (Inductor's
+  pad_mm pass): the fuse56 BERT's compiled step ran two of its three vocabulary GEMMs on full-width kernels.
 - Measure the change with `nsanalyze diff` of the runs before and after.
 
 ```python
