@@ -88,6 +88,11 @@ class Timeline:
         stats = (self.gpu_metrics or {}).get(name)
         return stats.get("mean") if isinstance(stats, dict) else None
 
+    def gpu_names(self) -> list:
+        """The GPUs the profile names: the timeline's devices, then an ncu kernel list's (device tables read them)."""
+        listed = self.kernel_list.device_names if self.kernel_list is not None else ()
+        return [d.name for d in self.devices or ()] + list(listed)
+
     @property
     def step_periods(self) -> np.ndarray | None:
         return None if self.step_starts is None else self.step_ends - self.step_starts

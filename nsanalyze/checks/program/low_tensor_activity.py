@@ -124,17 +124,14 @@ def _judged(analysis, by_name_only: bool) -> list:
 
 def _without_tensor_cores(timeline) -> bool:
     """Every GPU the profile names is one the device table knows to have no tensor cores (a GTX 16xx)."""
-    listed = timeline.kernel_list.device_names if timeline.kernel_list is not None else ()
-    names = [d.name for d in timeline.devices or ()] + list(listed)
-    found = [has_tensor_cores(name) for name in names if name]
+    found = [has_tensor_cores(name) for name in timeline.gpu_names() if name]
     return bool(found) and not any(found)
 
 
 def _tensor_speedup(timeline, fallback: float) -> tuple[float, str]:
     """(speed-up, where it comes from): the first named GPU's TF32 (else FP16-path) tensor peak over its FP32
     peak, from the device tables; the fallback threshold for a GPU they do not know."""
-    listed = timeline.kernel_list.device_names if timeline.kernel_list is not None else ()
-    for name in [d.name for d in timeline.devices or ()] + list(listed):
+    for name in timeline.gpu_names():
         caps = device_caps(name)
         ratio = tensor_over_fp32(_cc_tuple(caps["compute_capability"])) if caps else None
         if ratio:

@@ -91,8 +91,7 @@ def _narrow(kernel) -> bool:
 
 def _chip(timeline) -> tuple[str | None, str | None]:
     """(chip, model) of the first named GPU the device table knows."""
-    listed = timeline.kernel_list.device_names if timeline.kernel_list is not None else ()
-    for name in [d.name for d in timeline.devices or ()] + list(listed):
+    for name in timeline.gpu_names():
         caps = device_caps(name)
         if caps:
             return caps["chip"], caps["model"]
