@@ -217,6 +217,11 @@ def diff(base_path: str, new_path: str, options: Options | None = None, force: b
         if before["gpu"] and after["gpu"] and before["gpu"] != after["gpu"]:
             raise InputError(new_path, f"was taken on {after['gpu']}, {base_path} on {before['gpu']}: "
                                        "figures of different GPUs do not compare (--force to compare anyway)")
+    return compare(base, new)
+
+
+def compare(base: dict, new: dict) -> dict:
+    """The diff of two reports (analyze()'s), already read and found comparable."""
     kernels = _kernel_rows(base, new)
     ranges = _range_rows(base, new)
     predictions = [p | {"kernel_name": k["name"]} for k in kernels for p in k["predictions"]]

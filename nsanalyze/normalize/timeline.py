@@ -680,11 +680,17 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
             stretch["nvtx_path"] = " › ".join(str(r[0]) for r in around)
     if osrt and stretches:  # one scan of the OS runtime calls for all stretches (the table has no index)
         windows = ", ".join(f"({i}, {r['start_ns']}, {r['start_ns'] + r['duration_ns']})" for i, r in enumerate(stretches))
+        first = min(r["start_ns"] for r in stretches)
+        last = max(r["start_ns"] + r["duration_ns"] for r in stretches)
+        # the table outermost, each row tested against the stretches' span before the stretches themselves: SQLite
+        # chose one scan per stretch (fuse55_resnet_fix1: 1.3M OS calls, 5 stretches, 1.7 s; this 0.3 s)
         rows = export.query(f"""
             WITH w(i, s, e) AS (VALUES {windows})
             SELECT w.i, o.globalTid, MAX(o.start, w.s), MIN(o.end, w.e), o.nameId, str.value
-            FROM OSRT_API o JOIN w ON o.start < w.e AND o.end > w.s JOIN main.StringIds str ON str.id = o.nameId
-            WHERE o.globalTid / 16777216 IN ({pids})""")
+            FROM OSRT_API o CROSS JOIN w JOIN main.StringIds str ON str.id = o.nameId
+            WHERE o.start < {last} AND o.end > {first} AND o.start < w.e AND o.end > w.s
+            AND o.globalTid / 16777216 IN ({pids})""")
+        rows.sort(key=lambda row: row[0])   # by stretch, each in the table's order: as one scan per stretch gave
         os_calls: dict = {}   # (stretch, name id) -> [name, calls, overlap]
         for i, _, start, end, name_id, name in rows:
             entry = os_calls.setdefault((i, name_id), [name, 0, 0])

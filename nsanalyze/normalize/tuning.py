@@ -39,6 +39,7 @@ SYNC_CLASS = "sync"
 # record: cudaEventCreateWithFlags between a trial's launch and its second record, trit52)
 BETWEEN_CLASSES = frozenset({"query", "event"})
 LAUNCH_CLASSES = frozenset({"launch", "memset", "graph-launch", "copy-async"})
+NO_NAMES: frozenset = frozenset()   # a call that launched nothing
 # codes of a call
 OTHER, RECORD, SYNC, LAUNCH, BETWEEN = range(5)
 
@@ -154,7 +155,7 @@ def find(classes, launched: np.ndarray, call_step: np.ndarray, c_start: np.ndarr
         first_all.append(mine[first])
         sync_all.append(mine[sync])
         timed[mine[_bracketed(code[mine])]] = True
-        warm[mine[_warm_ups(code[mine], first, sync, [names_of.get(int(i), set()) for i in mine])]] = True
+        warm[mine[_warm_ups(code[mine], first, sync, [names_of.get(i, NO_NAMES) for i in mine.tolist()])]] = True
     if not first_all:
         return empty, no_timing
     first, sync = np.concatenate(first_all), np.concatenate(sync_all)
@@ -249,28 +250,71 @@ def _warm_ups(code: np.ndarray, first: np.ndarray, sync: np.ndarray, names: list
     warm = np.zeros(n, bool)
     trial_at = dict(zip(first.tolist(), sync.tolist()))
     next_sync = np.flatnonzero(code == SYNC)
+    if not len(next_sync):
+        return warm
+    at = np.searchsorted(next_sync, np.arange(n))
+    first_sync = np.where(at < len(next_sync), next_sync[np.minimum(at, len(next_sync) - 1)], -1).tolist()
+    timings = []   # (the call before the timing, the timing's first call, its sync)
+    kinds = code.tolist()
     for k in np.flatnonzero((code == SYNC) | (code == RECORD)).tolist():
         j = k + 1
-        if code[k] == SYNC:
-            while j < n and code[j] == BETWEEN:
+        if kinds[k] == SYNC:
+            while j < n and kinds[j] == BETWEEN:
                 j += 1
             if j not in trial_at:
                 continue
-            timing = (j, trial_at[j])
+            timings.append((k, j, trial_at[j]))
         else:
-            if k == 0 or code[k - 1] not in (LAUNCH, BETWEEN):
+            if k == 0 or kinds[k - 1] not in (LAUNCH, BETWEEN):
                 continue
-            at = np.searchsorted(next_sync, k)
-            if at >= len(next_sync):
+            if first_sync[k] < 0:
                 continue
-            timing = (k, int(next_sync[at]))
-        timed_names = set().union(*(names[i] for i in range(timing[0], timing[1] + 1))) - {None}
+            timings.append((k, k, first_sync[k]))
+    if not timings:
+        return warm
+    masks, none_bit = _name_masks(names)
+    timed = _names_up_to_sync(code, masks, [start for _, start, _ in timings])
+    for k, start, end in timings:
+        if end == first_sync[start]:   # a timing ends at the first sync after it
+            timed_names = timed[start] & ~none_bit
+        else:   # (a trial's sync is always that one: kept exact for any other)
+            timed_names = 0
+            for i in range(start, end + 1):
+                timed_names |= masks[i]
+            timed_names &= ~none_bit
         i = k - 1
-        while i >= 0 and code[i] in (LAUNCH, BETWEEN):
-            if code[i] == LAUNCH and names[i] and names[i] <= timed_names:
+        while i >= 0 and kinds[i] in (LAUNCH, BETWEEN):
+            if kinds[i] == LAUNCH and masks[i] and not masks[i] & ~timed_names:
                 warm[i] = True
             i -= 1
     return warm
+
+
+def _name_masks(names: list) -> tuple[list, int]:
+    """Each call's set of kernel names as the bits of one integer (a bit per distinct name; None, an operation
+    without a kernel, has a bit of its own), so that a timing's names are unions of integers, not of sets."""
+    bit_of: dict = {None: 1}
+    masks = []
+    for these in names:
+        mask = 0
+        for name in these:
+            mask |= bit_of.setdefault(name, 1 << len(bit_of))
+        masks.append(mask)
+    return masks, 1
+
+
+def _names_up_to_sync(code: np.ndarray, masks: list, starts: list) -> dict:
+    """For each start call, the union of the names launched from it up to the first sync at or after it, in one
+    pass from the end (a Triton timing spans 1,650 repetitions and a step holds hundreds of timings: the union
+    taken per timing was quadratic, 144 s of trit52_triton_base1's report)."""
+    wanted = set(starts)
+    out, union = {}, 0
+    kinds = code.tolist()
+    for i in range(len(kinds) - 1, min(wanted) - 1, -1):
+        union = masks[i] if kinds[i] == SYNC else union | masks[i]
+        if i in wanted:
+            out[i] = union
+    return out
 
 
 def summary(block) -> dict | None:

@@ -4,6 +4,7 @@ benchmark mode off, and a loop that records an event every iteration and syncs o
 
 import statistics
 
+import numpy as np
 import pytest
 
 from tests.conftest import PUBLIC, REAL, sql
@@ -78,3 +79,69 @@ def test_a_tuner_is_no_timing_code(analyzed):
     """cuDNN's trials are warmed up: the tuner's (timed_trials), never the program's timing code."""
     timeline = analyzed(BENCH_ON)["timeline"]
     assert "timed_trials" in timeline and "timing_code" not in timeline
+
+
+def _warm_ups_by_sets(code, first, sync, names) -> np.ndarray:
+    """The warm-ups as normalize.tuning defines them, with each timing's kernel names a set union over its calls
+    (the form the reader used before: quadratic where a timing spans thousands of launches, 144 s on trit52)."""
+    from nsanalyze.normalize.tuning import BETWEEN, LAUNCH, RECORD, SYNC
+
+    n = len(code)
+    warm = np.zeros(n, bool)
+    trial_at = dict(zip(first.tolist(), sync.tolist()))
+    next_sync = np.flatnonzero(code == SYNC)
+    for k in np.flatnonzero((code == SYNC) | (code == RECORD)).tolist():
+        j = k + 1
+        if code[k] == SYNC:
+            while j < n and code[j] == BETWEEN:
+                j += 1
+            if j not in trial_at:
+                continue
+            timing = (j, trial_at[j])
+        else:
+            if k == 0 or code[k - 1] not in (LAUNCH, BETWEEN):
+                continue
+            at = np.searchsorted(next_sync, k)
+            if at >= len(next_sync):
+                continue
+            timing = (k, int(next_sync[at]))
+        timed_names = set().union(*(names[i] for i in range(timing[0], timing[1] + 1))) - {None}
+        i = k - 1
+        while i >= 0 and code[i] in (LAUNCH, BETWEEN):
+            if code[i] == LAUNCH and names[i] and names[i] <= timed_names:
+                warm[i] = True
+            i -= 1
+    return warm
+
+
+def _warm_ups_both_ways_here(path) -> list[tuple[int, bool]]:
+    """Per chain with trials, while the report's timeline is built: the warm-ups found, and whether the set
+    union's definition finds the same calls."""
+    from nsanalyze.normalize import tuning
+    from nsanalyze.normalize.timeline import build_timeline
+    from nsanalyze.read import read_profile
+
+    seen, fast = [], tuning._warm_ups
+
+    def both(code, first, sync, names):
+        got = fast(code, first, sync, names)
+        seen.append((int(got.sum()), bool((got == _warm_ups_by_sets(code, first, sync, names)).all())))
+        return got
+    tuning._warm_ups = both
+    try:
+        build_timeline(read_profile(path))
+    finally:
+        tuning._warm_ups = fast
+    return seen
+
+
+@pytest.mark.parametrize("path", [BENCH_ON, TIMED], ids=["cudnn", "timing-code"])
+def test_warm_ups_are_those_of_the_set_definition(path):
+    """The warm-ups (one union of names per timing, from the end) are the calls the set definition finds, on cuDNN's
+    trials and on the program's timing code (whose layers, launched every step, are found before some timings
+    again: too few of its trials for a tuner's, MIN_WARMED)."""
+    from tests.isolated import apart
+
+    seen = apart(_warm_ups_both_ways_here, path)
+    assert seen and all(same for _, same in seen)
+    assert sum(count for count, _ in seen) > 0

@@ -165,3 +165,26 @@ def test_row_bounds_are_the_counts_of_an_untouched_export(monkeypatch):
     with sqlite3.connect(path) as con:
         assert export.row_bounds() == {t: con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
                                        for t in export.row_bounds()}
+
+
+def test_a_capture_without_kernels_reads_its_gpu_metrics_through_arrow(tmp_path, monkeypatch):
+    """A capture without a kernel table gets an empty stand-in table under the kernels view; the Arrow reader
+    makes it again in its own connection (it refused the export, and 2.3M GPU-metric samples were read row by row:
+    4.5 s against 1.8 s). Its copies, calls and samples are those the row reader reads, and SQL's count."""
+    from nsanalyze.normalize.gpu_metrics import read_samples
+
+    path = tmp_path / "no_kernels.sqlite"
+    shutil.copy(open_local(DEV_INFER_NSYS)[1], path)
+    with sqlite3.connect(path) as con:
+        con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    by_arrow = _activity(path, True, monkeypatch)
+    by_rows = _activity(path, False, monkeypatch)
+    assert len(by_arrow[1].kernels) == 0 and len(by_arrow[1].calls) == len(by_rows[1].calls) > 0
+    for name in by_rows[1].copies.names():
+        assert np.array_equal(getattr(by_arrow[1].copies, name), getattr(by_rows[1].copies, name)), name
+    samples, rows = read_samples(by_arrow[0]), read_samples(by_rows[0])
+    assert samples.series.keys() == rows.series.keys() and samples.series
+    for key, (times, values) in samples.series.items():
+        assert np.array_equal(times, rows.series[key][0]) and np.array_equal(values, rows.series[key][1]), key
+    ((count,),) = sql(DEV_INFER_NSYS, "SELECT COUNT(*) FROM GPU_METRICS")
+    assert 0 < sum(len(times) for times, _ in samples.series.values()) <= count
