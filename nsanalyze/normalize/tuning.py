@@ -155,7 +155,7 @@ def find(classes, launched: np.ndarray, call_step: np.ndarray, c_start: np.ndarr
         first_all.append(mine[first])
         sync_all.append(mine[sync])
         timed[mine[_bracketed(code[mine])]] = True
-        warm[mine[_warm_ups(code[mine], first, sync, [names_of.get(i, NO_NAMES) for i in mine.tolist()])]] = True
+        warm[mine[_warm_ups(code[mine], first, [names_of.get(i, NO_NAMES) for i in mine.tolist()])]] = True
     if not first_all:
         return empty, no_timing
     first, sync = np.concatenate(first_all), np.concatenate(sync_all)
@@ -241,47 +241,32 @@ def _after_warm_sync(code: np.ndarray, warm: np.ndarray) -> np.ndarray:
     return np.array(out, np.int64)
 
 
-def _warm_ups(code: np.ndarray, first: np.ndarray, sync: np.ndarray, names: list) -> np.ndarray:
+def _warm_ups(code: np.ndarray, first: np.ndarray, names: list) -> np.ndarray:
     """Per call of one chain: a launch run once before the same kernels are timed. The launches (and the calls on
     their way) just before a sync that comes, helpers aside, right before a trial, or just before an event
     record that opens a timing; of them, those whose kernels the timing that follows launches (the program's own
-    launches before a tuner's run with it: the layer before, the chosen kernel)."""
+    launches before a tuner's run with it: the layer before, the chosen kernel). A timing runs from its first call
+    to the first sync after it (a trial's sync is that one: no sync lies between its records, `trials`)."""
     n = len(code)
     warm = np.zeros(n, bool)
-    trial_at = dict(zip(first.tolist(), sync.tolist()))
-    next_sync = np.flatnonzero(code == SYNC)
-    if not len(next_sync):
-        return warm
-    at = np.searchsorted(next_sync, np.arange(n))
-    first_sync = np.where(at < len(next_sync), next_sync[np.minimum(at, len(next_sync) - 1)], -1).tolist()
-    timings = []   # (the call before the timing, the timing's first call, its sync)
+    trials_from = set(first.tolist())
     kinds = code.tolist()
+    before = []   # (the last call before a timing, the timing's first call)
     for k in np.flatnonzero((code == SYNC) | (code == RECORD)).tolist():
         j = k + 1
         if kinds[k] == SYNC:
             while j < n and kinds[j] == BETWEEN:
                 j += 1
-            if j not in trial_at:
-                continue
-            timings.append((k, j, trial_at[j]))
-        else:
-            if k == 0 or kinds[k - 1] not in (LAUNCH, BETWEEN):
-                continue
-            if first_sync[k] < 0:
-                continue
-            timings.append((k, k, first_sync[k]))
-    if not timings:
-        return warm
-    masks, none_bit = _name_masks(names)
-    timed = _names_up_to_sync(code, masks, [start for _, start, _ in timings])
-    for k, start, end in timings:
-        if end == first_sync[start]:   # a timing ends at the first sync after it
-            timed_names = timed[start] & ~none_bit
-        else:   # (a trial's sync is always that one: kept exact for any other)
-            timed_names = 0
-            for i in range(start, end + 1):
-                timed_names |= masks[i]
-            timed_names &= ~none_bit
+            if j in trials_from:
+                before.append((k, j))
+        elif k > 0 and kinds[k - 1] in (LAUNCH, BETWEEN):
+            before.append((k, k))
+    masks = _name_masks(names) if before else []
+    timed = _names_up_to_sync(kinds, masks, [start for _, start in before])
+    for k, start in before:
+        if start not in timed:   # no sync after it: no timing
+            continue
+        timed_names = timed[start] & ~NONE_BIT
         i = k - 1
         while i >= 0 and kinds[i] in (LAUNCH, BETWEEN):
             if kinds[i] == LAUNCH and masks[i] and not masks[i] & ~timed_names:
@@ -290,29 +275,37 @@ def _warm_ups(code: np.ndarray, first: np.ndarray, sync: np.ndarray, names: list
     return warm
 
 
-def _name_masks(names: list) -> tuple[list, int]:
-    """Each call's set of kernel names as the bits of one integer (a bit per distinct name; None, an operation
-    without a kernel, has a bit of its own), so that a timing's names are unions of integers, not of sets."""
-    bit_of: dict = {None: 1}
+NONE_BIT = 1   # None's bit in _name_masks: an operation without a kernel
+
+
+def _name_masks(names: list) -> list:
+    """Each call's set of kernel names as the bits of one integer (a bit per distinct name of this chain; None has
+    NONE_BIT), so that a timing's names are unions of integers, not of sets."""
+    bit_of: dict = {None: NONE_BIT}
     masks = []
     for these in names:
         mask = 0
         for name in these:
-            mask |= bit_of.setdefault(name, 1 << len(bit_of))
+            bit = bit_of.get(name)
+            if bit is None:
+                bit = bit_of[name] = 1 << len(bit_of)
+            mask |= bit
         masks.append(mask)
-    return masks, 1
+    return masks
 
 
-def _names_up_to_sync(code: np.ndarray, masks: list, starts: list) -> dict:
-    """For each start call, the union of the names launched from it up to the first sync at or after it, in one
-    pass from the end (a Triton timing spans 1,650 repetitions and a step holds hundreds of timings: the union
-    taken per timing was quadratic, 144 s of trit52_triton_base1's report)."""
+def _names_up_to_sync(kinds: list, masks: list, starts: list) -> dict:
+    """For each start call, the union of the names launched from it up to the first sync after it (starts with no
+    sync after them left out), in one pass from the end (a Triton timing spans 1,650 repetitions and a step holds
+    hundreds of timings: the union taken per timing was quadratic, 144 s of trit52_triton_base1's report)."""
     wanted = set(starts)
-    out, union = {}, 0
-    kinds = code.tolist()
-    for i in range(len(kinds) - 1, min(wanted) - 1, -1):
-        union = masks[i] if kinds[i] == SYNC else union | masks[i]
-        if i in wanted:
+    out, union, synced = {}, 0, False
+    for i in range(len(kinds) - 1, min(wanted, default=len(kinds)) - 1, -1):
+        if kinds[i] == SYNC:
+            union, synced = masks[i], True
+        else:
+            union |= masks[i]
+        if synced and i in wanted:
             out[i] = union
     return out
 

@@ -500,8 +500,7 @@ def _arrow_reader(export: "NsysExport", uri: str) -> ArrowReader | None:
             "GPU_METRICS"}
     # the views, and the empty stand-ins of tables a capture lacks (_create_views: a capture without kernels,
     # whose GPU metrics were read row by row at a third of the speed), are made again in the reader's connection
-    stand_in = {name for t, name, _ in temp if t == "table" and not export.connection.execute(
-        f'SELECT EXISTS (SELECT 1 FROM temp."{name}")').fetchone()[0]}
+    stand_in = {name for t, name, _ in temp if t == "table" and _is_empty(export.connection, name)}
     if any(kinds.get(name, "table") != "table" for name in read) or \
             any(t != "view" and name not in stand_in for t, name, _ in temp):
         return None

@@ -119,12 +119,14 @@ def _warm_ups_both_ways_here(path) -> list[tuple[int, bool]]:
     union's definition finds the same calls."""
     from nsanalyze.normalize import tuning
     from nsanalyze.normalize.timeline import build_timeline
+    from nsanalyze.normalize.tuning import trials
     from nsanalyze.read import read_profile
 
     seen, fast = [], tuning._warm_ups
 
-    def both(code, first, sync, names):
-        got = fast(code, first, sync, names)
+    def both(code, first, names):
+        sync = trials(code)[1]   # the trials' syncs, which the set definition reads
+        got = fast(code, first, names)
         seen.append((int(got.sum()), bool((got == _warm_ups_by_sets(code, first, sync, names)).all())))
         return got
     tuning._warm_ups = both
