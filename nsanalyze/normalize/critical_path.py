@@ -557,6 +557,9 @@ def launch_paths(graph: Graph) -> tuple[np.ndarray, np.ndarray, float]:
     owner = np.where(launching, np.arange(n), -1)
     stretch = np.full(n, np.nan)
     prev, c_end = graph.c_prev, graph.c_end
+    chained = prev[prev >= 0]
+    if not len(chained) or np.bincount(chained).max() <= 1:   # chains (no call the previous one of two): at once
+        return _chain_paths(graph, launching, helper, owner, stretch)
     for c in np.flatnonzero(launching).tolist():
         p = int(prev[c])
         while p >= 0 and helper[p] and owner[p] < 0:
@@ -568,6 +571,38 @@ def launch_paths(graph: Graph) -> tuple[np.ndarray, np.ndarray, float]:
     typical = median(known) if len(known) else 0.0
     stretch = np.where(owner >= 0, stretch[np.maximum(owner, 0)], np.nan)
     return owner, stretch, float(typical)
+
+
+def _chain_paths(graph: Graph, launching, helper, owner, stretch) -> tuple[np.ndarray, np.ndarray, float]:
+    """launch_paths where every call is the previous one of at most one call: a helper's path is that of the first
+    call after it past helpers only, where that one launches; a launching call's stretch runs from the end of the
+    first call before it past helpers only (pointers followed by doubling, not call by call)."""
+    n = len(graph.c_start)
+    prev, c_end = graph.c_prev, graph.c_end
+    after = np.full(n, -1, np.int64)
+    has = prev >= 0
+    after[prev[has]] = np.flatnonzero(has)
+    back = _past_helpers(np.where(helper, prev, np.arange(n)))
+    forth = _past_helpers(np.where(helper, after, np.arange(n)))
+    ends_at = np.where(forth >= 0, forth, 0)
+    owner = np.where(helper & (forth >= 0) & launching[ends_at], forth, owner)
+    before = np.where(prev >= 0, back[np.maximum(prev, 0)], -1)
+    starts = launching & (before >= 0)
+    stretch[starts] = (c_end[starts] - c_end[before[starts]]).astype(float)
+    known = stretch[launching & np.isfinite(stretch)]
+    typical = median(known) if len(known) else 0.0
+    stretch = np.where(owner >= 0, stretch[np.maximum(owner, 0)], np.nan)
+    return owner, stretch, float(typical)
+
+
+def _past_helpers(pointer: np.ndarray) -> np.ndarray:
+    """Each call's pointer followed until it stays put (a call that is no helper points at itself) or leaves the
+    chain (-1), by doubling."""
+    while True:
+        further = np.where(pointer >= 0, pointer[np.maximum(pointer, 0)], -1)
+        if np.array_equal(further, pointer):
+            return pointer
+        pointer = further
 
 
 def path_gap(graph: Graph, gap: np.ndarray) -> np.ndarray:
