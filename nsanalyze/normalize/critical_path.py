@@ -182,6 +182,7 @@ class Graph:
     repeated: list = field(default_factory=list)
     c_step: np.ndarray | None = None   # per call: its block step (-1: between the steps' host ranges)
     c_names: list | None = None        # per call: its name, without its version suffix
+    o_identity: np.ndarray | None = None   # per operation: its kernel's identity (launch_loops._identities), once made
     tuning: tuning.Tuning | None = None   # timed trials (normalize.tuning): what an autotuner's removal takes
     timing: tuning.TimingCode | None = None   # ... not warmed up: the program's own timing code
 
@@ -302,9 +303,11 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     n_calls = len(calls["start"])
     if not n_calls:
         return None
-    names = export.strings(distinct(calls["name_id"]))
-    c_class = [classify(names.get(int(i)) or f"call {int(i)}") for i in calls["name_id"]]
-    waits = {int(i): _waits(names.get(int(i)) or "") for i in distinct(calls["name_id"])}
+    name_ids, call_name = np.unique(calls["name_id"], return_inverse=True)   # per call, its name's position
+    names = export.strings(name_ids)
+    classes = np.array([classify(names.get(int(i)) or f"call {int(i)}") for i in name_ids.tolist()] + [""], dtype=object)
+    c_class = classes[call_name].tolist()
+    waiting = np.array([_waits(names.get(int(i)) or "") for i in name_ids.tolist()], dtype=bool)[call_name]
 
     # operations: those the block's calls launched, and those running between the block's start and the
     # last of them (launched before the block: its past, kept as measured)
@@ -338,7 +341,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     o_pageable = np.concatenate((np.zeros(nk, bool), (memset == 0) & (np.isin(c.src_kind[cmask], pageable_kinds)
                                                                      | np.isin(c.dst_kind[cmask], pageable_kinds))))
     o_label = [None] * nk + ["gpu:memset" if m else "gpu:copy" for m in memset]
-    o_names = [(op_names.get(int(s)), op_names.get(int(d))) for s, d in zip(short, dem)] + [None] * int(cmask.sum())
+    o_names = _name_pairs(short, dem, op_names) + [None] * int(cmask.sum())
     annotated = annotated_roles(export, activity)
     for i, role in enumerate(_kernel_roles(export, k.where(kmask), o_names[:nk],
                                            None if annotated is None else annotated[np.asarray(kmask, dtype=bool)])):
@@ -395,7 +398,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     call_start_of_op = np.where(has_call, calls["start"][np.maximum(o_call, 0)], o_start)
     prev_end = np.where(o_prev >= 0, o_end[np.maximum(o_prev, 0)], np.iinfo(np.int64).min // 4)
     idle_launch = has_call & (call_start_of_op >= prev_end)
-    op_class = np.array([c_class[int(i)] if i >= 0 else "" for i in o_call], dtype=object)
+    op_class = classes[np.where(o_call >= 0, call_name[np.maximum(o_call, 0)], -1)]   # classes[-1]: ""
     o_latency = np.zeros(n_ops)
     fallback = median((o_start - call_start_of_op)[idle_launch]) if idle_launch.any() else 0.0
     for cls in set(op_class[has_call].tolist()):
@@ -426,7 +429,6 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     if n_ops:
         prefix = np.maximum.accumulate(ends_q)
         best = np.maximum.accumulate(np.where(ends_q == prefix, np.arange(n_ops), 0))
-    waiting = np.array([waits[int(i)] for i in calls["name_id"]], dtype=bool)
     if n_ops and waiting.any():
         pos = np.searchsorted(call_start_of_op[by_queue], c_start[waiting], side="right") - 1
         c_target[np.flatnonzero(waiting)] = np.where(pos >= 0, by_queue[best[np.maximum(pos, 0)]], -1)
@@ -443,19 +445,18 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     last_op_end = np.full(n_calls, -1, np.int64)
     last_op = np.full(n_calls, -1, np.int64)
     np.maximum.at(last_op_end, o_call[has_call], o_end[has_call])
-    for i in np.flatnonzero(has_call):  # the operation that ends last, per call
-        if o_end[i] == last_op_end[o_call[i]]:
-            last_op[o_call[i]] = i
+    ends_last = np.flatnonzero(has_call & (o_end == last_op_end[np.maximum(o_call, 0)]))
+    np.maximum.at(last_op, o_call[ends_last], ends_last)   # the operation that ends last, per call (the latest of a tie)
     durations = c_end - c_start
     depth = None
     if len(enqueue) > 1:
         enqueue = enqueue[np.argsort(c_start[enqueue], kind="stable")]
-        typical = {}
-        for cls in set(c_class[int(i)] for i in enqueue):
-            mine = [int(i) for i in enqueue if c_class[int(i)] == cls]
-            typical[cls] = median(durations[mine])
-        long = np.array([durations[i] > max(BLOCKED_FACTOR * typical[c_class[int(i)]], BLOCKED_MIN_NS)
-                         and c_target[i] < 0 for i in enqueue])
+        enqueue_class = classes[call_name[enqueue]]
+        typical = np.zeros(len(enqueue))
+        for cls in set(enqueue_class.tolist()):
+            mine = enqueue_class == cls
+            typical[mine] = median(durations[enqueue[mine]])
+        long = (durations[enqueue] > np.maximum(BLOCKED_FACTOR * typical, BLOCKED_MIN_NS)) & (c_target[enqueue] < 0)
         if int(long.sum()) >= MIN_BLOCKED_CALLS:
             ends_sorted = np.sort(last_op_end[enqueue])
             position = np.flatnonzero(long)
@@ -524,14 +525,24 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     graph.c_owner, graph.c_stretch, graph.path_typical = launch_paths(graph)
     graph.o_loop, graph.loops = launch_loops.find(graph)
     graph.c_step = np.where(inside, step_of_call, -1)
-    call_names = {int(i): base_name(names.get(int(i)) or f"call {int(i)}") for i in distinct(calls["name_id"])}
-    graph.c_names = [call_names[int(i)] for i in calls["name_id"]]
+    graph.c_names = np.array([base_name(names.get(int(i)) or f"call {int(i)}") for i in name_ids.tolist()],
+                             dtype=object)[call_name].tolist()
     launched = np.zeros(n_calls, bool)
     launched[o_call[o_call >= 0]] = True
     graph.tuning, graph.timing = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call,
                                              [names[0] if names else None for names in o_names], len(host_starts))
     graph.o_recompute, graph.recomputes, graph.o_repeated, graph.repeated = recompute.find(graph)
     return graph
+
+
+def _name_pairs(short: np.ndarray, demangled: np.ndarray, names: dict) -> list:
+    """Per kernel, (short name, demangled name) from the ids: one tuple per distinct pair, shared."""
+    if not len(short):
+        return []
+    pairs, inverse = np.unique(np.stack((short, demangled), axis=1), axis=0, return_inverse=True)
+    made = np.empty(len(pairs), dtype=object)
+    made[:] = [(names.get(int(s)), names.get(int(d))) for s, d in pairs.tolist()]
+    return made[inverse.reshape(-1)].tolist()
 
 
 def launch_paths(graph: Graph) -> tuple[np.ndarray, np.ndarray, float]:
@@ -546,6 +557,9 @@ def launch_paths(graph: Graph) -> tuple[np.ndarray, np.ndarray, float]:
     owner = np.where(launching, np.arange(n), -1)
     stretch = np.full(n, np.nan)
     prev, c_end = graph.c_prev, graph.c_end
+    chained = prev[prev >= 0]
+    if not len(chained) or np.bincount(chained).max() <= 1:   # chains (no call the previous one of two): at once
+        return _chain_paths(graph, launching, helper, owner, stretch)
     for c in np.flatnonzero(launching).tolist():
         p = int(prev[c])
         while p >= 0 and helper[p] and owner[p] < 0:
@@ -557,6 +571,38 @@ def launch_paths(graph: Graph) -> tuple[np.ndarray, np.ndarray, float]:
     typical = median(known) if len(known) else 0.0
     stretch = np.where(owner >= 0, stretch[np.maximum(owner, 0)], np.nan)
     return owner, stretch, float(typical)
+
+
+def _chain_paths(graph: Graph, launching, helper, owner, stretch) -> tuple[np.ndarray, np.ndarray, float]:
+    """launch_paths where every call is the previous one of at most one call: a helper's path is that of the first
+    call after it past helpers only, where that one launches; a launching call's stretch runs from the end of the
+    first call before it past helpers only (pointers followed by doubling, not call by call)."""
+    n = len(graph.c_start)
+    prev, c_end = graph.c_prev, graph.c_end
+    after = np.full(n, -1, np.int64)
+    has = prev >= 0
+    after[prev[has]] = np.flatnonzero(has)
+    back = _past_helpers(np.where(helper, prev, np.arange(n)))
+    forth = _past_helpers(np.where(helper, after, np.arange(n)))
+    ends_at = np.where(forth >= 0, forth, 0)
+    owner = np.where(helper & (forth >= 0) & launching[ends_at], forth, owner)
+    before = np.where(prev >= 0, back[np.maximum(prev, 0)], -1)
+    starts = launching & (before >= 0)
+    stretch[starts] = (c_end[starts] - c_end[before[starts]]).astype(float)
+    known = stretch[launching & np.isfinite(stretch)]
+    typical = median(known) if len(known) else 0.0
+    stretch = np.where(owner >= 0, stretch[np.maximum(owner, 0)], np.nan)
+    return owner, stretch, float(typical)
+
+
+def _past_helpers(pointer: np.ndarray) -> np.ndarray:
+    """Each call's pointer followed until it stays put (a call that is no helper points at itself) or leaves the
+    chain (-1), by doubling."""
+    while True:
+        further = np.where(pointer >= 0, pointer[np.maximum(pointer, 0)], -1)
+        if np.array_equal(further, pointer):
+            return pointer
+        pointer = further
 
 
 def path_gap(graph: Graph, gap: np.ndarray) -> np.ndarray:

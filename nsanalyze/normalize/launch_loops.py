@@ -46,6 +46,8 @@ ITEMS_TOLERANCE = 0.02
 # Operations of these roles never form a loop here: the optimizer's are unfused-optimizer's to judge
 # (a loop over the parameters in an Optimizer.step# range, or foreach kernels by name).
 OWN_CHECK_ROLES = ("gpu:optimizer",)
+# runs() compares this many (period, position) pairs at once (about 20 MB of temporaries)
+PAIRS_AT_ONCE = 1 << 20
 
 # A kernel's label at most this long: a motif of 12 names of 70 KB each (a profile's author chooses them) would
 # otherwise fill a finding's notes
@@ -127,28 +129,40 @@ def runs(seq: np.ndarray, max_period: int = MAX_PERIOD, min_repeats: int = MIN_R
     """Maximal runs of a motif repeated in a row in `seq` (ints; negative values never match anything): (first
     index, period, repeats), no two overlapping, the runs covering the most elements taken first and, of equal
     cover, the shortest motif (ABAB is 2 x 2, not 4 x 1). Motifs of up to `max_period` need `min_repeats`, longer
-    ones up to `long_period` need `long_repeats`."""
+    ones up to `long_period` need `long_repeats`. The periods are compared together, PAIRS_AT_ONCE elements of
+    period x position at a time: a step of a few thousand kernels tried against 400 periods one by one took most of
+    a replayed block's making."""
+    seq = np.asarray(seq, dtype=np.int64)
     n = len(seq)
-    candidates = []
-    for period in range(1, max(max_period, long_period) + 1):
-        need = min_repeats if period <= max_period else long_repeats
-        if period > n // need:
-            continue
-        same = (seq[period:] == seq[:-period]) & (seq[period:] >= 0)   # element i + period repeats element i
-        if not same.any():
-            continue
-        edges = np.diff(np.concatenate(([0], same.astype(np.int8), [0])))
-        starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-        repeats = (ends - starts + period) // period   # the stretch start..end-1 repeats the period before it
-        long = repeats >= need
-        candidates += [(r * period, period, s, r) for s, r in zip(starts[long].tolist(), repeats[long].tolist())]
+    periods = np.arange(1, max(max_period, long_period) + 1)
+    need = np.where(periods <= max_period, min_repeats, long_repeats)
+    periods, need = periods[periods <= n // np.maximum(need, 1)], need[periods <= n // np.maximum(need, 1)]
+    if not n or not len(periods):
+        return []
+    found = []   # (cover, period, start, repeats) as arrays, a chunk of periods each
+    position = np.arange(n)
+    rows = max(1, PAIRS_AT_ONCE // n)
+    for lo in range(0, len(periods), rows):
+        period, wanted = periods[lo:lo + rows], need[lo:lo + rows]
+        later = position[None, :] + period[:, None]   # element i + period repeats element i, where it exists
+        value = seq[np.minimum(later, n - 1)]
+        same = np.zeros((len(period), n + 2), np.int8)
+        same[:, 1:-1] = (later < n) & (value == seq[None, :]) & (value >= 0)
+        edges = np.diff(same, axis=1)
+        row, starts = np.nonzero(edges == 1)
+        ends = np.nonzero(edges == -1)[1]   # row by row, in order: each stretch's end pairs with its start
+        repeats = (ends - starts + period[row]) // period[row]   # the stretch start..end-1 repeats the period before it
+        long = repeats >= wanted[row]
+        found.append((repeats[long] * period[row][long], period[row][long], starts[long], repeats[long]))
+    cover, period, start, repeats = (np.concatenate(parts).tolist() for parts in zip(*found))
+    order = np.lexsort((start, period, [-c for c in cover])).tolist()
     taken = np.zeros(n, bool)
     out = []
-    for cover, period, start, repeats in sorted(candidates, key=lambda c: (-c[0], c[1], c[2])):
-        if taken[start:start + cover].any():
+    for i in order:
+        if taken[start[i]:start[i] + cover[i]].any():
             continue
-        taken[start:start + cover] = True
-        out.append((start, period, repeats))
+        taken[start[i]:start[i] + cover[i]] = True
+        out.append((start[i], period[i], repeats[i]))
     return sorted(out)
 
 
@@ -156,6 +170,8 @@ def _identities(graph) -> np.ndarray:
     """One int per operation: equal for the same kernel (its demangled name); a distinct negative value for the
     operations that match nothing: copies and memsets (a copy is the copy checks' to judge: its call may wait
     for it, so its launch path is not a launch's) and the kernels of OWN_CHECK_ROLES."""
+    if getattr(graph, "o_identity", None) is not None:   # made once a graph (loops and recomputation both read it)
+        return graph.o_identity
     keys: dict = {}
     out = np.empty(len(graph.o_start), np.int64)
     for i, (label, names) in enumerate(zip(graph.o_label, graph.o_names)):
@@ -163,6 +179,7 @@ def _identities(graph) -> np.ndarray:
             out[i] = -1 - i
             continue
         out[i] = keys.setdefault(names[1] or names[0], len(keys))
+    graph.o_identity = out
     return out
 
 
