@@ -584,13 +584,24 @@ def test_csv_cells_never_start_a_formula(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["diff-base", "diff-new", "metrics", "stats", "stats-several", "trend",
-                                     "report-hard-link"])
+                                     "report-hard-link", "report-folder", "whatif-folder", "diff-folder"])
 def test_no_command_writes_over_its_inputs(tmp_path, command):
-    """`-o` naming an input (itself, a symlink or a hard link to it): one line, exit 2, the input untouched."""
+    """`-o` naming an input (itself, a symlink or a hard link to it, or a trace in a folder given as the input:
+    a folder's traces were written over, exit 0): one line, exit 2, the input untouched."""
     from tests.conftest import REAL
 
     base, new = _real(tmp_path, "a.json", "nightly1_nsys.sqlite.xz"), _real(tmp_path, "b.json", "nightly2_nsys.sqlite.xz")
-    if command == "trend":
+    if command.endswith("-folder"):
+        import gzip
+
+        folder = tmp_path / "ranks"
+        folder.mkdir()
+        victim = folder / "rank0.json"
+        victim.write_bytes(gzip.decompress((REAL / "graphs_after_kineto.json.gz").read_bytes()))
+        args = {"report-folder": ("report", folder, "-o", victim),
+                "whatif-folder": ("whatif", folder, "--graph", "-o", victim),
+                "diff-folder": ("diff", folder, folder, "--force", "-o", victim)}[command]
+    elif command == "trend":
         db = tmp_path / "h.json"
         assert run_cli("batch", REAL / "nightly1_nsys.sqlite.xz", "--db", db).returncode == 0
         victim, args = db, ("trend", "--db", db, "-o", tmp_path / "link.json")

@@ -73,8 +73,9 @@ def check_target(target: str) -> None:
 
 def refuse_inputs(targets, inputs, what: str = "the inputs") -> None:
     """No command writes over what it reads: a target naming an input (the same path, a symlink or a
-    hard link to it) is refused before any work, one line naming it."""
-    seen, resolved = set(), set()
+    hard link to it), or a file that exists inside an input folder (a folder's traces are its inputs), is
+    refused before any work, one line naming it."""
+    seen, resolved, folders = set(), set(), []
     for source in inputs:
         if not source or source == "-":
             continue
@@ -85,6 +86,8 @@ def refuse_inputs(targets, inputs, what: str = "the inputs") -> None:
             pass
         try:
             resolved.add(Path(source).resolve())
+            if os.path.isdir(source):
+                folders.append(Path(source).resolve())
         except (OSError, RuntimeError):
             pass
     for target in targets:
@@ -101,6 +104,13 @@ def refuse_inputs(targets, inputs, what: str = "the inputs") -> None:
             pass
         if same:
             raise InputError(target, f"is one of {what}: refusing to write over it")
+        if folders and os.path.lexists(target):
+            try:
+                inside = next((f for f in folders if Path(target).resolve().is_relative_to(f)), None)
+            except (OSError, RuntimeError):
+                inside = None
+            if inside is not None:
+                raise InputError(target, f"is in {inside}, a folder of {what}: refusing to write over it")
 
 
 def write_bytes(data: bytes, target: str) -> None:
