@@ -624,6 +624,22 @@ def test_no_command_writes_over_its_inputs(tmp_path, command):
     assert len(result.stderr.strip().splitlines()) == 1 and _digest(victim) == digest
 
 
+@pytest.mark.parametrize("table, column", [("runs", "content_hash"), ("findings", "title"), ("seen", "file_hash")])
+def test_a_history_database_of_another_shape_is_refused(tmp_path, table, column):
+    """A history database whose table lacks a column batch writes (renamed by hand, another tool's): batch
+    failed in its first query (exit 3); now one line naming the table and the column, exit 2, the file as it was."""
+    from tests.conftest import REAL
+
+    db = tmp_path / "h.sqlite"
+    assert run_cli("batch", REAL / "one_kernel_nsys.sqlite.xz", "--db", db).returncode == 0
+    with sqlite3.connect(db) as con:
+        con.execute(f"ALTER TABLE {table} RENAME COLUMN {column} TO renamed")
+    digest = _digest(db)
+    result = run_cli("batch", REAL / "nightly1_nsys.sqlite.xz", "--db", db)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"its {table} table lacks {column}" in result.stderr and _digest(db) == digest
+
+
 def test_batch_passes_over_its_own_database_in_the_folder(tmp_path):
     folder = tmp_path / "nightly"
     folder.mkdir()
