@@ -205,12 +205,20 @@ def test_a_file_replaced_in_place_is_read_anew(tmp_path):
     assert first.returncode == second.returncode == 0 and first.stdout != second.stdout
 
 
-def test_cache_that_is_a_file_is_one_line(tmp_path):
+@pytest.mark.parametrize("case", ["file", "xdg-file", "proc"])
+def test_cache_that_is_a_file_is_one_line(tmp_path, case):
+    """A cache that is a file, named by NSANALYZE_CACHE or through XDG_CACHE_HOME (the line named the variable
+    that set it, not NSANALYZE_CACHE, unset), or a folder that takes no new file (/proc: exit 3 before)."""
     not_a_folder = tmp_path / "cache"
     not_a_folder.write_text("x")
+    env = {"file": _cli_env(NSANALYZE_CACHE=str(not_a_folder)), "proc": _cli_env(NSANALYZE_CACHE="/proc"),
+           "xdg-file": {**{k: v for k, v in _cli_env().items() if k != "NSANALYZE_CACHE"},
+                        "XDG_CACHE_HOME": str(not_a_folder)}}[case]
     result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(DEV_SUITE_NSYS)], capture_output=True,
-                            text=True, timeout=120, env=_cli_env(NSANALYZE_CACHE=str(not_a_folder)))
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1 and "not a folder" in result.stderr
+                            text=True, timeout=120, env=env)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert {"file": "the cache (NSANALYZE_CACHE) is not a folder", "xdg-file": "the cache (XDG_CACHE_HOME) is not a "
+            "folder", "proc": "/proc: cannot write to the cache folder"}[case] in result.stderr
 
 
 def test_batch_of_only_unreadable_profiles_fails(tmp_path):
