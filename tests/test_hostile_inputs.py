@@ -648,6 +648,15 @@ def test_a_history_database_of_another_shape_is_refused(tmp_path, table, column)
     assert f"its {table} table lacks {column}" in result.stderr and _digest(db) == digest
 
 
+def test_a_factor_that_overflows_the_replay_is_refused():
+    """`whatif --speedup regex:.*=1e-300` printed numpy's warnings and a nan prediction, exit 0."""
+    from tests.conftest import REAL
+
+    result = run_cli("whatif", REAL / "nightly1_nsys.sqlite.xz", "--speedup", "regex:.*=1e-300")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "the factor must be 1e-06 or more" in result.stderr and not result.stdout
+
+
 def test_batch_passes_over_its_own_database_in_the_folder(tmp_path):
     folder = tmp_path / "nightly"
     folder.mkdir()

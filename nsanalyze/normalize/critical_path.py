@@ -1156,6 +1156,11 @@ def class_ns_per_step(block: StepBlock, classes) -> float:
 _SPEEDUP = re.compile(r"^regex:(?P<pattern>.+)=(?P<factor>[^=]+)$")
 
 
+# A factor under 1 is a slowdown. Past a million times slower a kernel of a few µs outlasts the run by far, and at
+# 1e-300 the replayed times overflow float64 (an infinite step, a nan prediction): refused, as 0 and negatives are.
+MIN_SPEEDUP_FACTOR = 1e-6
+
+
 def parse_speedup(text: str) -> tuple[str, re.Pattern, float]:
     """`regex:PATTERN=FACTOR` -> (text, compiled, factor); ValueError with the reason."""
     match = _SPEEDUP.match(text)
@@ -1167,6 +1172,8 @@ def parse_speedup(text: str) -> tuple[str, re.Pattern, float]:
         raise ValueError(f"{text!r}: the factor {match['factor']!r} is not a number") from None
     if not np.isfinite(factor) or factor <= 0:
         raise ValueError(f"{text!r}: the factor must be a finite number above 0")
+    if factor < MIN_SPEEDUP_FACTOR:
+        raise ValueError(f"{text!r}: the factor must be {MIN_SPEEDUP_FACTOR:g} or more (at most a million times slower)")
     try:
         regex = re.compile(match["pattern"])
     except re.error as exc:
