@@ -657,6 +657,23 @@ def test_a_factor_that_overflows_the_replay_is_refused():
     assert "the factor must be 1e-06 or more" in result.stderr and not result.stdout
 
 
+@pytest.mark.parametrize("command", ["report", "whatif"])
+def test_a_pattern_that_backtracks_without_end_is_one_line(tmp_path, command):
+    """`-k regex:(a|aa)+$` or `--speedup regex:(a|aa)+$=2` over kernel names of 40 a's and a b: Python's `re` tries
+    2^40 ways (the command ran until killed); the search now stops at its time limit, one line, exit 2."""
+    path = _real(tmp_path, "a.sqlite", "nightly1_nsys.sqlite.xz")
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE StringIds SET value = ? || id WHERE id IN (SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                    "UNION SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)", ("a" * 40 + "b",))
+    args = {"report": ("report", path, "-k", "regex:(a|aa)+$"),
+            "whatif": ("whatif", path, "--speedup", "regex:(a|aa)+$=2")}[command]
+    env = {**os.environ, "NSANALYZE_REGEX_TIME_LIMIT_S": "1"}
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", *map(str, args)], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "took over 1 s" in result.stderr and ("--kernel" if command == "report" else "--speedup") in result.stderr
+
+
 def test_batch_passes_over_its_own_database_in_the_folder(tmp_path):
     folder = tmp_path / "nightly"
     folder.mkdir()
