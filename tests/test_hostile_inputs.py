@@ -674,6 +674,21 @@ def test_a_pattern_that_backtracks_without_end_is_one_line(tmp_path, command):
     assert "took over 1 s" in result.stderr and ("--kernel" if command == "report" else "--speedup") in result.stderr
 
 
+def test_an_output_that_is_a_symlink_is_written_through(tmp_path):
+    """`-o latest.md`, a link to the report of the week: the link was replaced by a file and its destination left
+    with the old report; the report now goes to the destination and the link stays."""
+    from tests.conftest import REAL
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "week.md").write_text("last week's report\n")
+    (tmp_path / "latest.md").symlink_to("docs/week.md")
+    result = run_cli("report", REAL / "one_kernel_nsys.sqlite.xz", "-o", tmp_path / "latest.md")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "latest.md").is_symlink() and os.readlink(tmp_path / "latest.md") == "docs/week.md"
+    assert (tmp_path / "docs" / "week.md").read_text().startswith("## nsanalyze report")
+    assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["week.md"]   # no temporary file left
+
+
 def test_batch_passes_over_its_own_database_in_the_folder(tmp_path):
     folder = tmp_path / "nightly"
     folder.mkdir()

@@ -152,9 +152,15 @@ def write_atomically(target: str, write) -> None:
             os.unlink(tmp)
 
 
+def _through_links(target: str) -> str:
+    """The file a target names: a symlink's destination (`-o latest.md`, a link to this week's report, is written
+    through, as the shell's `>` does; renaming over the link replaced it with a file and left its destination stale)."""
+    return os.path.realpath(target) if os.path.islink(target) else target
+
+
 def _stage(target: str, write) -> str:
     """`write(temporary path)` beside the target; the temporary file's path (removed on any error)."""
-    path = Path(target)
+    path = Path(_through_links(target))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial" + path.suffix)
@@ -176,6 +182,6 @@ def _stage(target: str, write) -> str:
 
 def _put_in_place(target: str, tmp: str) -> None:
     try:
-        os.replace(tmp, target)
+        os.replace(tmp, _through_links(target))
     except OSError as exc:
         raise InputError(target, f"cannot write the report ({exc.strerror or exc})") from None
