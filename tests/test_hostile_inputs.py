@@ -1175,6 +1175,27 @@ def test_gpu_metric_samples_no_measurement_gives_are_set_aside_and_counted(tmp_p
     assert "GPU\\_METRICS.value" in (tmp_path / "r.md").read_text()
 
 
+def test_a_trace_whose_every_duration_is_text_says_so(tmp_path):
+    """Every event's `dur` written as text: all of them are set aside, and the one line said the trace had no CUDA
+    activity and to record with activities=[CPU, CUDA], though it held 510 kernels; it now names what was set aside."""
+    import gzip
+    import json
+
+    from tests.conftest import REAL
+
+    trace = json.loads(gzip.decompress((REAL / "graphs_after_kineto.json.gz").read_bytes()))
+    for event in trace["traceEvents"]:
+        if isinstance(event, dict) and "dur" in event:
+            event["dur"] = str(event["dur"])
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(path)], capture_output=True, text=True,
+                            timeout=180, env={**os.environ, "NSANALYZE_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "set aside for times no measurement gives (traceEvents[kernel].dur x510" in result.stderr
+    assert "activities=[CPU, CUDA]" not in result.stderr
+
+
 @pytest.mark.parametrize("field, value", [("dur", -5.0), ("dur", "5"), ("dur", 1e15), ("ts", "123.5"), ("ts", 1e300),
                                           ("dur", "NaN")])
 def test_kineto_events_with_impossible_times_are_set_aside_and_counted(tmp_path, field, value):
