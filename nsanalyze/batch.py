@@ -240,6 +240,18 @@ def _history_rows(path: str) -> dict:
 
 
 HISTORY_TABLES = {"runs", "kernels", "findings", "ranges"}
+# The columns batch writes, by table (`seen`, added later, may be missing from an older database: it is made then)
+HISTORY_COLUMNS = {
+    "runs": {"content_hash": str, "path": str, "folder": str, "date": str, "label": str, "git_revision": str,
+             "kind": str, "gpu": str, "analyzed_at": str, "nsanalyze_version": str},
+    "kernels": {"content_hash": str, "name": str, "demangled": str, "launches": int, "duration_ns": float,
+                "time_share": float, "bound": str, "grid_size": float, "block_size": float, "metrics": str},
+    "findings": {"content_hash": str, "rank": int, "check_id": str, "severity": str, "kernel_name": str, "title": str,
+                 "estimated_speedup": float, "estimated_savings_ns": float},
+    "ranges": {"content_hash": str, "name": str, "instances": int, "wall_ns": float, "kernel_ns": float,
+               "noise": float},
+    "seen": {"file_hash": str, "content_hash": str, "path": str},
+}
 SCHEDULER_TIMEOUT_S = 10
 DASK_PORT = 8786   # a scheduler's port where the address names none (Dask's default)
 WORKER_STOP_S = 5   # how long a stopped batch waits for a worker to unwind before it kills it
@@ -262,11 +274,18 @@ def _check_history(db_path: str) -> None:
     try:
         with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as probe:
             tables = {r[0] for r in probe.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            columns = {t: {r[0] for r in probe.execute("SELECT name FROM pragma_table_info(?)", (t,))}
+                       for t in HISTORY_COLUMNS if t in tables}
     except sqlite3.DatabaseError as exc:
         raise InputError(db_path, f"not a history database ({exc})") from None
     if tables and not HISTORY_TABLES <= tables:
         raise InputError(db_path, "not a history database (an SQLite file with other tables: an nsys export?); "
                                   "give --db a new file or one nsanalyze batch wrote")
+    for table, have in columns.items():   # a table of another shape: the first write would fail (exit 3)
+        lacking = [c for c in HISTORY_COLUMNS[table] if c not in have]
+        if lacking:
+            raise InputError(db_path, f"not a history database nsanalyze batch wrote (its {table} table lacks "
+                                      f"{', '.join(lacking)}); give --db a new file or one nsanalyze batch wrote")
 
 
 def open_history(db_path: str) -> sqlite_utils.Database:
@@ -285,22 +304,13 @@ def open_history(db_path: str) -> sqlite_utils.Database:
     connection.execute("BEGIN IMMEDIATE")   # two batches starting at once: one creates, the other waits
     try:
         if "runs" not in db.table_names():
-            db["runs"].create({"content_hash": str, "path": str, "folder": str, "date": str, "label": str,
-                               "git_revision": str, "kind": str, "gpu": str, "analyzed_at": str,
-                               "nsanalyze_version": str}, pk="content_hash", if_not_exists=True)
-            db["kernels"].create({"content_hash": str, "name": str, "demangled": str, "launches": int,
-                                  "duration_ns": float, "time_share": float, "bound": str, "grid_size": float,
-                                  "block_size": float, "metrics": str}, if_not_exists=True)
-            db["findings"].create({"content_hash": str, "rank": int, "check_id": str, "severity": str,
-                                   "kernel_name": str, "title": str, "estimated_speedup": float,
-                                   "estimated_savings_ns": float}, if_not_exists=True)
-            db["ranges"].create({"content_hash": str, "name": str, "instances": int, "wall_ns": float,
-                                 "kernel_ns": float, "noise": float}, if_not_exists=True)
+            db["runs"].create(HISTORY_COLUMNS["runs"], pk="content_hash", if_not_exists=True)
+            for table in ("kernels", "findings", "ranges"):
+                db[table].create(HISTORY_COLUMNS[table], if_not_exists=True)
             for table in ("kernels", "findings", "ranges"):
                 db[table].create_index(["content_hash"], if_not_exists=True)
         if "seen" not in db.table_names():   # every file a run was seen as (copies, .xz and .gz of one export)
-            db["seen"].create({"file_hash": str, "content_hash": str, "path": str}, pk=("file_hash", "path"),
-                              if_not_exists=True)
+            db["seen"].create(HISTORY_COLUMNS["seen"], pk=("file_hash", "path"), if_not_exists=True)
         connection.execute("COMMIT")
     except BaseException:
         connection.execute("ROLLBACK")

@@ -14,16 +14,16 @@ A filter that leaves no kernel is bad input: one line naming the profile and a f
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from nsanalyze.errors import InputError
+from nsanalyze.patterns import UserPattern
 
 
 @dataclass(frozen=True)
 class KernelFilter:
     spec: str
-    pattern: re.Pattern | None  # None: an exact name
+    pattern: UserPattern | None  # None: an exact name
 
     def matches(self, *names: str | None) -> bool:
         names = [n for n in names if n]
@@ -37,9 +37,9 @@ def parse(spec: str | None) -> KernelFilter | None:
         return None
     if spec.startswith("regex:"):
         try:
-            return KernelFilter(spec, re.compile(spec[len("regex:"):]))
-        except re.error as exc:
-            raise InputError("--kernel", f"{spec!r} is not a regular expression ({exc})") from None
+            return KernelFilter(spec, UserPattern(spec[len("regex:"):], "--kernel"))
+        except ValueError as exc:
+            raise InputError("--kernel", f"{spec!r} is {exc}") from None
     return KernelFilter(spec, None)
 
 

@@ -205,12 +205,20 @@ def test_a_file_replaced_in_place_is_read_anew(tmp_path):
     assert first.returncode == second.returncode == 0 and first.stdout != second.stdout
 
 
-def test_cache_that_is_a_file_is_one_line(tmp_path):
+@pytest.mark.parametrize("case", ["file", "xdg-file", "proc"])
+def test_cache_that_is_a_file_is_one_line(tmp_path, case):
+    """A cache that is a file, named by NSANALYZE_CACHE or through XDG_CACHE_HOME (the line named the variable
+    that set it, not NSANALYZE_CACHE, unset), or a folder that takes no new file (/proc: exit 3 before)."""
     not_a_folder = tmp_path / "cache"
     not_a_folder.write_text("x")
+    env = {"file": _cli_env(NSANALYZE_CACHE=str(not_a_folder)), "proc": _cli_env(NSANALYZE_CACHE="/proc"),
+           "xdg-file": {**{k: v for k, v in _cli_env().items() if k != "NSANALYZE_CACHE"},
+                        "XDG_CACHE_HOME": str(not_a_folder)}}[case]
     result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(DEV_SUITE_NSYS)], capture_output=True,
-                            text=True, timeout=120, env=_cli_env(NSANALYZE_CACHE=str(not_a_folder)))
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1 and "not a folder" in result.stderr
+                            text=True, timeout=120, env=env)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert {"file": "the cache (NSANALYZE_CACHE) is not a folder", "xdg-file": "the cache (XDG_CACHE_HOME) is not a "
+            "folder", "proc": "/proc: cannot write to the cache folder"}[case] in result.stderr
 
 
 def test_batch_of_only_unreadable_profiles_fails(tmp_path):
@@ -584,13 +592,24 @@ def test_csv_cells_never_start_a_formula(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["diff-base", "diff-new", "metrics", "stats", "stats-several", "trend",
-                                     "report-hard-link"])
+                                     "report-hard-link", "report-folder", "whatif-folder", "diff-folder"])
 def test_no_command_writes_over_its_inputs(tmp_path, command):
-    """`-o` naming an input (itself, a symlink or a hard link to it): one line, exit 2, the input untouched."""
+    """`-o` naming an input (itself, a symlink or a hard link to it, or a trace in a folder given as the input:
+    a folder's traces were written over, exit 0): one line, exit 2, the input untouched."""
     from tests.conftest import REAL
 
     base, new = _real(tmp_path, "a.json", "nightly1_nsys.sqlite.xz"), _real(tmp_path, "b.json", "nightly2_nsys.sqlite.xz")
-    if command == "trend":
+    if command.endswith("-folder"):
+        import gzip
+
+        folder = tmp_path / "ranks"
+        folder.mkdir()
+        victim = folder / "rank0.json"
+        victim.write_bytes(gzip.decompress((REAL / "graphs_after_kineto.json.gz").read_bytes()))
+        args = {"report-folder": ("report", folder, "-o", victim),
+                "whatif-folder": ("whatif", folder, "--graph", "-o", victim),
+                "diff-folder": ("diff", folder, folder, "--force", "-o", victim)}[command]
+    elif command == "trend":
         db = tmp_path / "h.json"
         assert run_cli("batch", REAL / "nightly1_nsys.sqlite.xz", "--db", db).returncode == 0
         victim, args = db, ("trend", "--db", db, "-o", tmp_path / "link.json")
@@ -611,6 +630,63 @@ def test_no_command_writes_over_its_inputs(tmp_path, command):
     result = run_cli(*args)
     assert result.returncode == 2 and "refusing to write over it" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and _digest(victim) == digest
+
+
+@pytest.mark.parametrize("table, column", [("runs", "content_hash"), ("findings", "title"), ("seen", "file_hash")])
+def test_a_history_database_of_another_shape_is_refused(tmp_path, table, column):
+    """A history database whose table lacks a column batch writes (renamed by hand, another tool's): batch
+    failed in its first query (exit 3); now one line naming the table and the column, exit 2, the file as it was."""
+    from tests.conftest import REAL
+
+    db = tmp_path / "h.sqlite"
+    assert run_cli("batch", REAL / "one_kernel_nsys.sqlite.xz", "--db", db).returncode == 0
+    with sqlite3.connect(db) as con:
+        con.execute(f"ALTER TABLE {table} RENAME COLUMN {column} TO renamed")
+    digest = _digest(db)
+    result = run_cli("batch", REAL / "nightly1_nsys.sqlite.xz", "--db", db)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"its {table} table lacks {column}" in result.stderr and _digest(db) == digest
+
+
+def test_a_factor_that_overflows_the_replay_is_refused():
+    """`whatif --speedup regex:.*=1e-300` printed numpy's warnings and a nan prediction, exit 0."""
+    from tests.conftest import REAL
+
+    result = run_cli("whatif", REAL / "nightly1_nsys.sqlite.xz", "--speedup", "regex:.*=1e-300")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "the factor must be 1e-06 or more" in result.stderr and not result.stdout
+
+
+@pytest.mark.parametrize("command", ["report", "whatif"])
+def test_a_pattern_that_backtracks_without_end_is_one_line(tmp_path, command):
+    """`-k regex:(a|aa)+$` or `--speedup regex:(a|aa)+$=2` over kernel names of 40 a's and a b: Python's `re` tries
+    2^40 ways (the command ran until killed); the search now stops at its time limit, one line, exit 2."""
+    path = _real(tmp_path, "a.sqlite", "nightly1_nsys.sqlite.xz")
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE StringIds SET value = ? || id WHERE id IN (SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL "
+                    "UNION SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)", ("a" * 40 + "b",))
+    args = {"report": ("report", path, "-k", "regex:(a|aa)+$"),
+            "whatif": ("whatif", path, "--speedup", "regex:(a|aa)+$=2")}[command]
+    env = {**os.environ, "NSANALYZE_REGEX_TIME_LIMIT_S": "1"}
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", *map(str, args)], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "took over 1 s" in result.stderr and ("--kernel" if command == "report" else "--speedup") in result.stderr
+
+
+def test_an_output_that_is_a_symlink_is_written_through(tmp_path):
+    """`-o latest.md`, a link to the report of the week: the link was replaced by a file and its destination left
+    with the old report; the report now goes to the destination and the link stays."""
+    from tests.conftest import REAL
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "week.md").write_text("last week's report\n")
+    (tmp_path / "latest.md").symlink_to("docs/week.md")
+    result = run_cli("report", REAL / "one_kernel_nsys.sqlite.xz", "-o", tmp_path / "latest.md")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "latest.md").is_symlink() and os.readlink(tmp_path / "latest.md") == "docs/week.md"
+    assert (tmp_path / "docs" / "week.md").read_text().startswith("## nsanalyze report")
+    assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["week.md"]   # no temporary file left
 
 
 def test_batch_passes_over_its_own_database_in_the_folder(tmp_path):
@@ -1097,6 +1173,27 @@ def test_gpu_metric_samples_no_measurement_gives_are_set_aside_and_counted(tmp_p
     assert not [f["title"] for f in model["findings"] if f["check"] == "gpu-clock-throttling"]
     assert any(n.startswith("Set aside: ") and "GPU_METRICS.value" in n for n in model["timeline"]["notes"])
     assert "GPU\\_METRICS.value" in (tmp_path / "r.md").read_text()
+
+
+def test_a_trace_whose_every_duration_is_text_says_so(tmp_path):
+    """Every event's `dur` written as text: all of them are set aside, and the one line said the trace had no CUDA
+    activity and to record with activities=[CPU, CUDA], though it held 510 kernels; it now names what was set aside."""
+    import gzip
+    import json
+
+    from tests.conftest import REAL
+
+    trace = json.loads(gzip.decompress((REAL / "graphs_after_kineto.json.gz").read_bytes()))
+    for event in trace["traceEvents"]:
+        if isinstance(event, dict) and "dur" in event:
+            event["dur"] = str(event["dur"])
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+    result = subprocess.run([sys.executable, "-m", "nsanalyze", "report", str(path)], capture_output=True, text=True,
+                            timeout=180, env={**os.environ, "NSANALYZE_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "set aside for times no measurement gives (traceEvents[kernel].dur x510" in result.stderr
+    assert "activities=[CPU, CUDA]" not in result.stderr
 
 
 @pytest.mark.parametrize("field, value", [("dur", -5.0), ("dur", "5"), ("dur", 1e15), ("ts", "123.5"), ("ts", 1e300),

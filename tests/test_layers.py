@@ -12,7 +12,8 @@ import nsanalyze
 PACKAGE = Path(nsanalyze.__file__).parent
 LAYERS = ("read", "normalize", "checks", "rank", "render")
 # Imported by any module: they import nothing of nsanalyze but each other.
-SHARED = {"nsanalyze", "nsanalyze.errors", "nsanalyze.numbers", "nsanalyze.text", "nsanalyze.native_stderr"}
+SHARED = {"nsanalyze", "nsanalyze.errors", "nsanalyze.numbers", "nsanalyze.text", "nsanalyze.native_stderr",
+          "nsanalyze.patterns"}
 # What each group may import besides itself and the shared helpers.
 ALLOWED = {
     "shared": set(),

@@ -166,3 +166,35 @@ def test_tables_fit_an_80_column_terminal():
                           if line.startswith("│") and line.count("│") == 6)   # the kernel table's rows
     for row in kernels:   # each name whole, folded at spaces or the column's edge
         assert row["Name"].replace(" ", "") in name_cells.replace(" ", ""), row["Name"]
+
+
+def test_a_table_of_many_ranges_prints_its_first_rows_and_counts_the_rest(tmp_path):
+    """An export whose 1,200 NVTX ranges each have a name of their own: the terminal shows the first TERMINAL_ROWS
+    rows and counts the others (rich's layout of 100,000 rows ran past 90 s); the CSV holds every row."""
+    import shutil
+    import sqlite3
+
+    from rich.console import Console
+
+    from nsanalyze.read import read_profile
+    from nsanalyze.read.files import open_local
+
+    _, local = open_local(DEV_SUITE_NSYS)
+    path = tmp_path / "ranges.sqlite"
+    shutil.copy(local, path)
+    with sqlite3.connect(path) as con:   # 1,200 copies of the export's first range, each named apart
+        con.execute("CREATE TEMP TABLE n(i)")
+        con.executemany("INSERT INTO n VALUES (?)", [(i,) for i in range(1200)])
+        columns = [r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")]
+        picked = ", ".join("'range ' || n.i" if c == "text" else f"e.{c}" for c in columns)
+        con.execute(f"INSERT INTO NVTX_EVENTS SELECT {picked} FROM n, (SELECT * FROM NVTX_EVENTS WHERE eventType = 59 "
+                    "AND text IS NOT NULL LIMIT 1) e")
+    tables = stats.stats(read_profile(path), ["nvtx_sum"], None)
+    rows = len(tables["nvtx_sum"])
+    assert rows > 1200
+    console = Console(width=200, record=True)
+    stats.print_tables(tables, "ranges.sqlite", "the whole capture", console)
+    text = console.export_text()
+    assert sum(1 for line in text.splitlines() if line.startswith("│")) == stats.TERMINAL_ROWS
+    assert f"{rows - stats.TERMINAL_ROWS:,} more rows left out of the terminal; -o FILE.csv holds all {rows:,}" in text
+    assert len(list(csv.reader(stats.to_csv("nvtx_sum", tables["nvtx_sum"]).splitlines()))) == rows + 1

@@ -39,6 +39,7 @@ from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, 
 from nsanalyze.normalize.host_activity import base_name, classify, rules
 from nsanalyze.normalize.host_calls import DEVICE_COPY_KINDS
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
+from nsanalyze.patterns import UserPattern
 from nsanalyze.read.nsys import CALL_TABLES, NsysExport
 
 SELF_CHECK_TOLERANCE = 0.02   # the replay without change within 2% of the measured steps, else untrusted
@@ -807,7 +808,7 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
     return Replay(np.array(cs), np.array(ce), os_a, oe_a, np.array(cb_s), np.array(cb_e), np.array(ob), starts, ends)
 
 
-def matching_ops(graph: Graph, regex: re.Pattern) -> np.ndarray:
+def matching_ops(graph: Graph, regex: UserPattern) -> np.ndarray:
     """The graph's kernels whose short or demangled name the regex finds."""
     return np.array([names is not None and any(n and regex.search(n) for n in names) for names in graph.o_names],
                     dtype=bool)
@@ -1156,7 +1157,12 @@ def class_ns_per_step(block: StepBlock, classes) -> float:
 _SPEEDUP = re.compile(r"^regex:(?P<pattern>.+)=(?P<factor>[^=]+)$")
 
 
-def parse_speedup(text: str) -> tuple[str, re.Pattern, float]:
+# A factor under 1 is a slowdown. Past a million times slower a kernel of a few µs outlasts the run by far, and at
+# 1e-300 the replayed times overflow float64 (an infinite step, a nan prediction): refused, as 0 and negatives are.
+MIN_SPEEDUP_FACTOR = 1e-6
+
+
+def parse_speedup(text: str) -> tuple[str, UserPattern, float]:
     """`regex:PATTERN=FACTOR` -> (text, compiled, factor); ValueError with the reason."""
     match = _SPEEDUP.match(text)
     if not match:
@@ -1167,8 +1173,10 @@ def parse_speedup(text: str) -> tuple[str, re.Pattern, float]:
         raise ValueError(f"{text!r}: the factor {match['factor']!r} is not a number") from None
     if not np.isfinite(factor) or factor <= 0:
         raise ValueError(f"{text!r}: the factor must be a finite number above 0")
+    if factor < MIN_SPEEDUP_FACTOR:
+        raise ValueError(f"{text!r}: the factor must be {MIN_SPEEDUP_FACTOR:g} or more (at most a million times slower)")
     try:
-        regex = re.compile(match["pattern"])
-    except re.error as exc:
-        raise ValueError(f"{text!r}: not a regular expression ({exc})") from None
+        regex = UserPattern(match["pattern"], "--speedup")
+    except ValueError as exc:
+        raise ValueError(f"{text!r}: {exc}") from None
     return text, regex, factor

@@ -32,6 +32,9 @@ CACHE_LIMIT_BYTES = float(os.environ.get("NSANALYZE_CACHE_MAX_GB", "32")) * 2**3
 
 
 def cache_dir() -> Path:
+    """The cache folder: NSANALYZE_CACHE, else nsanalyze/ in XDG_CACHE_HOME or ~/.cache (errors name the one used)."""
+    source = "NSANALYZE_CACHE" if os.environ.get("NSANALYZE_CACHE") else \
+        "XDG_CACHE_HOME" if os.environ.get("XDG_CACHE_HOME") else "~/.cache"
     root = os.environ.get("NSANALYZE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "nsanalyze"
     )
@@ -39,7 +42,7 @@ def cache_dir() -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise InputError(path, "the cache (NSANALYZE_CACHE) is not a folder") from None
+        raise InputError(path, f"the cache ({source}) is not a folder") from None
     except OSError as exc:
         raise InputError(path, f"cannot use the cache folder ({exc.strerror})") from None
     return path
@@ -121,7 +124,11 @@ def cached(target: Path, write) -> Path:
     if target.exists():
         os.utime(target)  # recently used: the last to be evicted
         return target
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".partial-{os.getpid()}-")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".partial-{os.getpid()}-")
+    except OSError as exc:   # a folder that takes no new files (/proc, a read-only mount)
+        raise InputError(target.parent, f"cannot write to the cache folder ({exc.strerror}); NSANALYZE_CACHE "
+                                        "names another") from None
     os.close(fd)
     try:
         write(Path(tmp))

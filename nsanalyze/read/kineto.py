@@ -795,6 +795,11 @@ def read_kineto(path, display_path=None):
         except (sqlite3.Error, OverflowError, ValueError) as exc:
             raise InputError(display, f"cannot convert the PyTorch profiler trace ({exc.__class__.__name__}: {exc})") from None
         if not facts["launch_calls"] and not _has_gpu_work(partial):
+            if facts.get("set_aside"):   # CUDA events there, none with a time the analysis can use
+                most = sorted(facts["set_aside"].items(), key=lambda item: (-item[1], item[0]))
+                counted = ", ".join(f"{where} x{n:,}" for where, n in most[:4]) + (", ..." if len(most) > 4 else "")
+                raise InputError(display, "no CUDA activity left to analyze: its events were set aside for times no "
+                                          f"measurement gives ({counted})")
             raise InputError(display, "a PyTorch profiler trace without CUDA activity (kernels, copies or "
                                       "CUDA calls): record with activities=[CPU, CUDA]")
 

@@ -73,8 +73,9 @@ def check_target(target: str) -> None:
 
 def refuse_inputs(targets, inputs, what: str = "the inputs") -> None:
     """No command writes over what it reads: a target naming an input (the same path, a symlink or a
-    hard link to it) is refused before any work, one line naming it."""
-    seen, resolved = set(), set()
+    hard link to it), or a file that exists inside an input folder (a folder's traces are its inputs), is
+    refused before any work, one line naming it."""
+    seen, resolved, folders = set(), set(), []
     for source in inputs:
         if not source or source == "-":
             continue
@@ -85,6 +86,8 @@ def refuse_inputs(targets, inputs, what: str = "the inputs") -> None:
             pass
         try:
             resolved.add(Path(source).resolve())
+            if os.path.isdir(source):
+                folders.append(Path(source).resolve())
         except (OSError, RuntimeError):
             pass
     for target in targets:
@@ -101,6 +104,13 @@ def refuse_inputs(targets, inputs, what: str = "the inputs") -> None:
             pass
         if same:
             raise InputError(target, f"is one of {what}: refusing to write over it")
+        if folders and os.path.lexists(target):
+            try:
+                inside = next((f for f in folders if Path(target).resolve().is_relative_to(f)), None)
+            except (OSError, RuntimeError):
+                inside = None
+            if inside is not None:
+                raise InputError(target, f"is in {inside}, a folder of {what}: refusing to write over it")
 
 
 def write_bytes(data: bytes, target: str) -> None:
@@ -142,9 +152,15 @@ def write_atomically(target: str, write) -> None:
             os.unlink(tmp)
 
 
+def _through_links(target: str) -> str:
+    """The file a target names: a symlink's destination (`-o latest.md`, a link to this week's report, is written
+    through, as the shell's `>` does; renaming over the link replaced it with a file and left its destination stale)."""
+    return os.path.realpath(target) if os.path.islink(target) else target
+
+
 def _stage(target: str, write) -> str:
     """`write(temporary path)` beside the target; the temporary file's path (removed on any error)."""
-    path = Path(target)
+    path = Path(_through_links(target))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial" + path.suffix)
@@ -166,6 +182,6 @@ def _stage(target: str, write) -> str:
 
 def _put_in_place(target: str, tmp: str) -> None:
     try:
-        os.replace(tmp, target)
+        os.replace(tmp, _through_links(target))
     except OSError as exc:
         raise InputError(target, f"cannot write the report ({exc.strerror or exc})") from None

@@ -153,9 +153,11 @@ def test_no_steps_no_path(dev_infer_timeline):
 def test_speedup_option_parsing():
     text, regex, factor = cp.parse_speedup("regex:gemm|nvjet=2.5")
     assert regex.pattern == "gemm|nvjet" and factor == 2.5
-    for bad in ("gemm=2", "regex:gemm", "regex:gemm=0", "regex:gemm=-1", "regex:gemm=nan", "regex:(=2"):
+    for bad in ("gemm=2", "regex:gemm", "regex:gemm=0", "regex:gemm=-1", "regex:gemm=nan", "regex:(=2",
+                "regex:gemm=1e-300", "regex:gemm=9e-7"):   # 1e-300: the replayed times overflowed (a nan saving)
         with pytest.raises(ValueError):
             cp.parse_speedup(bad)
+    assert cp.parse_speedup("regex:gemm=1e-6")[2] == 1e-6 and cp.parse_speedup("regex:gemm=1e300")[2] == 1e300
 
 
 def test_the_replayed_steps_label_the_optimizers_launches(timelines):
