@@ -809,9 +809,14 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
 
 
 def matching_ops(graph: Graph, regex: UserPattern) -> np.ndarray:
-    """The graph's kernels whose short or demangled name the regex finds."""
-    return np.array([names is not None and any(n and regex.search(n) for n in names) for names in graph.o_names],
-                    dtype=bool)
+    """The graph's kernels whose short or demangled name the regex finds (each distinct name searched once)."""
+    found: dict[str, bool] = {}
+
+    def hit(name: str) -> bool:
+        if name not in found:
+            found[name] = regex.search(name) is not None
+        return found[name]
+    return np.array([names is not None and any(n and hit(n) for n in names) for names in graph.o_names], dtype=bool)
 
 
 def role_mask(graph: Graph, roles) -> np.ndarray:
