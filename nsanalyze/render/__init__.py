@@ -99,18 +99,15 @@ def refuse_inputs(targets, inputs, what: str = "the inputs") -> None:
         except OSError:
             same = False
         try:
-            same = same or Path(target).resolve() in resolved
+            where = Path(target).resolve()
         except (OSError, RuntimeError):
-            pass
-        if same:
+            where = None
+        if same or (where is not None and where in resolved):
             raise InputError(target, f"is one of {what}: refusing to write over it")
-        if folders and os.path.lexists(target):
-            try:
-                inside = next((f for f in folders if Path(target).resolve().is_relative_to(f)), None)
-            except (OSError, RuntimeError):
-                inside = None
-            if inside is not None:
-                raise InputError(target, f"is in {inside}, a folder of {what}: refusing to write over it")
+        inside = next((f for f in folders if where.is_relative_to(f)), None) \
+            if where is not None and folders and os.path.lexists(target) else None
+        if inside is not None:
+            raise InputError(target, f"is in {inside}, a folder of {what}: refusing to write over it")
 
 
 def write_bytes(data: bytes, target: str) -> None:
