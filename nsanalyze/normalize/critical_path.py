@@ -1089,7 +1089,7 @@ def saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, flo
     operations the steps launched over their periods): the replay keeps the kernels' measured durations,
     which a GPU kept busy may not hold (its clock under sustained load). Kept per change where the change is
     plain values (no regex, no copy rates): a replay is a pass over every call and operation of the block."""
-    key = (change.remove, change.graph, change.roles, change.fuse, change.untuned) \
+    key = (change.remove, change.graph, change.roles, change.fuse, change.untuned, change.untimed, change.unbuilt) \
         if not change.speedups and change.pinned_rate is None else None
     if key is not None and key in block.priced:
         return block.priced[key]

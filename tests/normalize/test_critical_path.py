@@ -204,6 +204,20 @@ def test_faster_kernels_save_down_to_the_hosts_floor_on_a_host_runs_ahead_loop(t
     assert 0.25 * step < saved < step - call_ns / steps
 
 
+def test_each_change_is_priced_by_a_replay_of_its_own(timelines):
+    """time53's ResNet-50 at batch 256 times five stages a step with event pairs, each synchronized, and builds no
+    GPU code in its steps: without its timing code the step is shorter, without code builds it is the same. The
+    block keeps each change's priced replay; the second change must not be read from the first's (the key held
+    neither `untimed` nor `unbuilt`: the report had priced the timing code, and no builds read as its 6.9 ms)."""
+    _, timeline = timelines("time53_resnet256_base_nsys.sqlite.xz")
+    block = timeline.step_block
+    assert block.graph.timing is not None and block.graph.timing.any and not cp.code_builds(block.graph).any()
+    step = float(block.measured.mean())
+    untimed = cp.saving_per_step(block, cp.Change(untimed=True))
+    unbuilt = cp.saving_per_step(block, cp.Change(unbuilt=True))
+    assert untimed > 0.05 * step and abs(unbuilt) < 0.001 * step
+
+
 def test_a_call_that_waited_for_the_gpu_to_drain_is_found_by_its_data(timelines):
     """blind56 kvcat: after each new cuDNN attention kernel is loaded (its KV length changes every token),
     cuKernelSetAttribute, a query no table marks as waiting, returns only once the GPU has run dry: 13-15 ms calls
