@@ -17,6 +17,7 @@ import regex
 
 from nsanalyze.errors import InputError
 
+
 def _budget_from_environment(default: float = 10.0) -> float:
     """NSANALYZE_REGEX_TIME_LIMIT_S where it is a number above 0, else `default` (a bad value is no internal error)."""
     try:
