@@ -475,7 +475,7 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
                 if process.is_alive():
                     process.kill()
                     process.join(timeout=WORKER_STOP_S)
-            remove_orphan_copies()   # what a worker killed mid-copy left in the cache
+            remove_orphan_copies({p.pid for p in workers})   # what a worker stopped mid-copy left in the cache
             raise
         else:
             pool.shutdown(wait=True)

@@ -57,20 +57,22 @@ def content_key(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()[:24]
 
 
-def _remove_orphans(folder: Path) -> None:
-    """Partial copies whose process is gone (killed with SIGKILL, nothing could clean up) are removed."""
+def _remove_orphans(folder: Path, stopped=()) -> None:
+    """Partial copies whose process is gone (killed with SIGKILL, nothing could clean up), or is one of the
+    `stopped` process ids (being killed: it will write no more), are removed."""
     for entry in folder.glob(".partial-*"):
         pid = entry.name.split("-")[1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and (int(pid) in stopped or not _alive(int(pid))):
             entry.unlink(missing_ok=True)
 
 
-def remove_orphan_copies() -> None:
-    """The partial copies of processes that have ended, removed now: a batch that stopped its workers calls it
-    once they are gone, for the one killed (past its SIGTERM, or with the fork server) before it could remove its
-    own (a SIGTERM to `batch --jobs 2` left one behind in one of five runs of the suite on 2026-12-03)."""
+def remove_orphan_copies(stopped=()) -> None:
+    """The partial copies of processes that have ended, or of the `stopped` ones, removed now: a batch that stopped
+    its workers calls it with their ids, for the one killed (past its SIGTERM, or with the fork server) before it
+    could remove its own (a SIGTERM to `batch --jobs 2` left one behind in one of five runs of the suite on
+    2026-12-03, and in a fresh clone's run on 2026-12-05 under load: a worker not yet gone when the batch looked)."""
     try:
-        _remove_orphans(cache_dir())
+        _remove_orphans(cache_dir(), stopped)
     except (OSError, InputError):   # no cache, or one that cannot be listed: nothing to remove
         pass
 
@@ -129,8 +131,8 @@ def cached(target: Path, write) -> Path:
     except OSError as exc:   # a folder that takes no new files (/proc, a read-only mount)
         raise InputError(target.parent, f"cannot write to the cache folder ({exc.strerror}); NSANALYZE_CACHE "
                                         "names another") from None
-    os.close(fd)
-    try:
+    try:   # from the first statement after the file is made: a SIGTERM anywhere past it removes the file
+        os.close(fd)
         write(Path(tmp))
         os.replace(tmp, target)
     finally:
