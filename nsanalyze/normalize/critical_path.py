@@ -183,6 +183,8 @@ class Graph:
     repeated: list = field(default_factory=list)
     c_step: np.ndarray | None = None   # per call: its block step (-1: between the steps' host ranges)
     c_names: list | None = None        # per call: its name, without its version suffix
+    c_thread: np.ndarray | None = None   # per call: its thread (None: the block is one chain a process)
+    c_corr: np.ndarray | None = None     # per call: its correlation id (-1: none)
     o_identity: np.ndarray | None = None   # per operation: its kernel's identity (launch_loops._identities), once made
     tuning: tuning.Tuning | None = None   # timed trials (normalize.tuning): what an autotuner's removal takes
     timing: tuning.TimingCode | None = None   # ... not warmed up: the program's own timing code
@@ -526,6 +528,8 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     graph.c_owner, graph.c_stretch, graph.path_typical = launch_paths(graph)
     graph.o_loop, graph.loops = launch_loops.find(graph)
     graph.c_step = np.where(inside, step_of_call, -1)
+    graph.c_thread = tid if threads else None
+    graph.c_corr = calls["corr"]
     graph.c_names = np.array([base_name(names.get(int(i)) or f"call {int(i)}") for i in name_ids.tolist()],
                              dtype=object)[call_name].tolist()
     launched = np.zeros(n_calls, bool)

@@ -304,6 +304,16 @@ class TimedTrials(Record):
 
 
 @dataclass(frozen=True)
+class StepWaits(Record):
+    """The waits for the GPU in the replayed steps around the median step (normalize.waits): how many a step, and
+    how many of them the backward pass makes (on the thread that launches its kernels)."""
+    per_step: float = 0                 # calls of the waiting classes a step, median over the block's steps (an
+    #                                     autotuner's and timing code's left out: normalize.tuning names those)
+    backward_per_step: float = 0        # of them, made on the backward's thread (median)
+    backward_thread_known: bool = False   # the backward's thread was told apart from the step loop's
+
+
+@dataclass(frozen=True)
 class TimingCode(Record):
     """The program's own timing code in the replayed steps around the median step (normalize.tuning.TimingCode):
     event pairs around its work, each waited for by the host, nothing warmed up."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nsanalyze.normalize import devices as gpus
-from nsanalyze.normalize import host_activity, host_calls, model, recompute, tuning
+from nsanalyze.normalize import host_activity, host_calls, model, recompute, tuning, waits
 from nsanalyze.normalize import work as work_split
 from nsanalyze.normalize.activity import Activity, ascending, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
@@ -80,6 +80,7 @@ class Timeline:
     code_builds: model.CodeBuilds | None = None     # ... GPU code they load (normalize.critical_path); None: none
     recomputation: model.Recomputation | None = None  # ... forward work run again (normalize.recompute); None: none
     repeated_backward: model.RepeatedBackward | None = None  # ... backward passes run again (normalize.recompute)
+    step_waits: model.StepWaits | None = None   # ... their waits for the GPU, the backward's (normalize.waits)
     recorder: str = "nsys"                  # what recorded it: "nsys", or "kineto" (the PyTorch profiler's trace)
 
     def metric_mean(self, name: str) -> float | None:
@@ -230,6 +231,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.code_builds = code_build_summary(timeline.step_block)
         timeline.recomputation = recompute.summary(timeline.step_block)
         timeline.repeated_backward = recompute.repeated_summary(timeline.step_block)
+        timeline.step_waits = waits.step_waits(export, timeline.step_block.graph if timeline.step_block else None)
     # --
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
         from nsanalyze.read.kineto import launch_attribution

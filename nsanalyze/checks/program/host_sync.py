@@ -65,13 +65,46 @@ SYNC_SOURCES = {
 SYNC_SOURCES.update({"cuEventSynchronize": SYNC_SOURCES["cudaEventSynchronize"],
                      "cuCtxSynchronize": SYNC_SOURCES["cudaDeviceSynchronize"]})
 
+# Waits made inside the backward pass (normalize.waits: on the thread that launches the backward's kernels, not the
+# step loop's) are a read-back per gradient or per node: no loop of the program's own makes them
+BACKWARD_WAITS_SHARE = 0.5
+
+
+def in_backward(waits) -> bool:
+    """Whether the backward pass makes most of the steps' waits (normalize.waits)."""
+    return waits is not None and waits.backward_thread_known and waits.per_step > 0 and \
+        waits.backward_per_step >= BACKWARD_WAITS_SHARE * waits.per_step
+
+
+# what a title adds where the backward makes the waits
+BACKWARD_TITLE = "; the steps wait {n:.0f} times inside the backward pass (a read-back per gradient)"
+
+
+def backward_waits_text(waits) -> str:
+    """A paragraph naming the backward pass as the waits' place, where it makes most of them (normalize.waits), else
+    ''."""
+    if not in_backward(waits):
+        return ""
+    which = (f"All {waits.per_step:.0f} waits a step are" if waits.backward_per_step >= waits.per_step else
+             f"{waits.backward_per_step:.0f} of the {waits.per_step:.0f} waits a step are")
+    return (f"{which} made inside the backward pass "
+            "(on the thread that launches the backward's kernels, not the step loop's): a read-back for each gradient "
+            "or autograd node. `torch.autograd.set_detect_anomaly(True)` left on after a NaN hunt does this (it checks "
+            "every gradient for NaN with a read-back, and stores a stack trace for every node of the forward: host "
+            "time too), and so does a backward hook or a custom autograd Function that calls `.item()`, `.cpu()` or "
+            "`bool(tensor)`: turn anomaly detection off outside debugging (`torch.autograd.detect_anomaly()` around "
+            "one step where it is needed), and keep such checks on the GPU (`torch.isfinite(grad).all()` "
+            "accumulated, read once a step).\n\n")
+
+
 CHECK = Check(
     id=ID,
     name="program.sync.host",
     title="Host synchronization leaves the GPU waiting",
     section="busy",
     requires=("syncs", "budget"),
-    optional=("critical_path", "timed_trials"),   # a replay that found no tuner rules its guess out of the advice
+    optional=("critical_path", "timed_trials", "step_waits"),   # a replay that found no tuner rules its guess out of
+    #                                                              the advice; the waits the backward makes name it
     thresholds={"min_idle_share": Threshold(SYNC_MIN_SHARE, "under 3% of the window the syncs are cheap insurance")},
     speedup_model=("the budget's idle_sync (of the GPU idle time after each wait, the part that the work queued "
                    "before the wait would have covered had the host not waited) and, where the replay of the steps "
@@ -104,6 +137,9 @@ def run(timeline, limits) -> Finding | None:
         step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
         title = (f"{plural(calls, 'host synchronization')} leave the GPU idle {share:.0%} of the window{step_text}: "
                  "the host waits, then works while nothing is queued")
+    waits = getattr(timeline, "step_waits", None)
+    if in_backward(waits):
+        title += BACKWARD_TITLE.format(n=waits.backward_per_step)
     finding = Finding(
         check=ID,
         title=title,
@@ -116,7 +152,7 @@ def run(timeline, limits) -> Finding | None:
                   **({"drained_launch_ns": evidence(drained, unit="ns")} if drained > 0 else {}),
                   "sync_calls": evidence(calls),
                   "by_call": [dict(r.to_json(), kind=kind) for r, kind in sorted(rows, key=lambda r: -r[0].wait_ns)]},
-        advice=_source_first(rows, timeline.critical_path is not None and timeline.timed_trials is None) + ADVICE,
+        advice=(backward_waits_text(waits) or _source_first(rows, timeline.critical_path is not None and timeline.timed_trials is None)) + ADVICE,
     )
     finding.estimated_savings_ns = idle_ns
     return finding

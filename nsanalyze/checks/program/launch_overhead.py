@@ -61,6 +61,7 @@ from nsanalyze.normalize.host_activity import base_name
 from nsanalyze.normalize.model import Launches, ProfilerCost, plain
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._claims import launch_speaks, unclaimed_part
+from nsanalyze.checks.program.host_sync import BACKWARD_TITLE, backward_waits_text, in_backward
 from nsanalyze.text import code_span
 
 ID = "launch-overhead"
@@ -86,6 +87,7 @@ CHECK = Check(
     title="Launch-bound: the GPU waits on kernel launches",
     section="busy",
     requires=("launches", "budget"),
+    optional=("timing_code", "step_waits"),   # what the steps' waits are (the advice's first lines)
     thresholds={"min_idle_share": Threshold(0.03, "the program findings' least share: 3% of the window idle behind launches is "
                                                     "worth a graph where the loop runs"),
                 "min_launches": Threshold(10, "a handful of launches is start-up (the first launch loads the module), "
@@ -137,8 +139,12 @@ def run(timeline, limits) -> Finding | None:
     _framework_ops(finding, launches, timeline)
     waits = _waits_per_step(timeline)
     if waits:
-        finding.advice = _waits_first(*waits, timing=getattr(timeline, "timing_code", None)) + finding.advice
+        finding.advice = _waits_first(*waits, timing=getattr(timeline, "timing_code", None),
+                                      waits=getattr(timeline, "step_waits", None)) + finding.advice
         finding.evidence["waits_per_step"] = evidence(waits[0])
+        placed = getattr(timeline, "step_waits", None)
+        if in_backward(placed):
+            finding.title += BACKWARD_TITLE.format(n=placed.backward_per_step)
     return finding
 
 
@@ -173,11 +179,16 @@ PER_ITEM_WAITS = 4
 DEVICE_SYNCS = ("cudaDeviceSynchronize", "cuCtxSynchronize")
 
 
-def _waits_first(per_step: float, name: str, timing=None) -> str:
+def _waits_first(per_step: float, name: str, timing=None, waits=None) -> str:
     """The advice's first lines where the steps wait for the GPU: what the waits are, and that they go first.
     `timing`: the steps' timing code (model.TimingCode), whose syncs, where they are most of the host's sync time,
-    are the waits."""
+    are the waits; `waits`: where the replayed steps wait (model.StepWaits), the backward pass named where it makes
+    most of them."""
     times = "once" if round(per_step) == 1 else f"{per_step:.0f} times"
+    backward = backward_waits_text(waits)
+    if backward:
+        return (f"Each step waits for the GPU {times} ({code_span(name)} and the like), and a CUDA graph cannot "
+                "capture a step that waits. " + backward)
     if timing is not None and timing.sync_share >= 0.5:
         return (f"Each step waits for the GPU {times}, mostly in its own timing code ({timing.timings_per_step:.0f} "
                 "CUDA event pairs a step, each synchronized: event-timing), and a CUDA graph cannot capture a step "
