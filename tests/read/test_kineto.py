@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import subprocess
@@ -460,6 +461,35 @@ def test_the_streamed_reader_gives_json_loads_events(monkeypatch, piece):
     top = kineto._Document(Pieces(data)).read("traceEvents", seen.append)
     assert json.dumps(seen) == json.dumps(whole["traceEvents"])
     assert top == {**whole, "traceEvents": kineto.STREAMED}
+
+
+def test_batches_decoded_at_once_give_the_scanners_values():
+    """The fast path (msgspec, a piece's whole values at once) gives the values the standard library's scanner gives,
+    and leaves to it what msgspec refuses: on the real traces of two twins (kin54, 120k and 70k events) nearly every
+    event comes from the fast path; NaN, a number past a double, a lone surrogate escape, an id past 64 bits and
+    control characters escaped in a name, put into one of them, come back as json.load reads them, the batches
+    around them through the fast path still."""
+    from nsanalyze.read import kineto
+
+    for name in ("kin54_emaloop_base1_kineto.json.gz", "kin54_sync53_base1_kineto.json.gz"):
+        data = gzip.open(REAL / name).read()
+        seen = []
+        document = kineto._Document(io.BytesIO(data))
+        top = document.read("traceEvents", seen.append)
+        whole = json.loads(data)
+        assert seen == whole["traceEvents"] and top == {**whole, "traceEvents": kineto.STREAMED}
+        assert document.fast_values >= 0.95 * len(seen)
+    whole["traceEvents"][20_000]["dur"] = float("nan")
+    whole["traceEvents"][40_000]["args"] = {"correlation": 10 ** 30, "bytes": 1e400, "name": "a\ud800\u0001b"}
+    text = json.dumps(whole, indent=1)   # the name's lone surrogate and control character as escapes
+    text = text.replace("Infinity", "1e400")   # json.dumps writes inf as Infinity; 1e400 is what reads as it
+    seen = []
+    document = kineto._Document(io.BytesIO(text.encode()))
+    document.read("traceEvents", seen.append)
+    expected = json.loads(text)["traceEvents"]
+    assert json.dumps(seen) == json.dumps(expected)
+    assert seen[40_000]["args"]["bytes"] == float("inf") and seen[40_000]["args"]["correlation"] == 10 ** 30
+    assert document.fast_values >= 0.8 * len(seen)   # the two batches refused (1 MB of text each): the exact path's
 
 
 def test_a_compressed_trace_is_read_as_a_stream(tmp_path):
