@@ -184,7 +184,8 @@ class Graph:
     c_step: np.ndarray | None = None   # per call: its block step (-1: between the steps' host ranges)
     c_names: list | None = None        # per call: its name, without its version suffix
     c_thread: np.ndarray | None = None   # per call: its thread (None: the block is one chain a process)
-    c_corr: np.ndarray | None = None     # per call: its correlation id (-1: none)
+    c_corr: np.ndarray | None = None     # per call: its correlation id (-1: none; unique within a process)
+    c_process: np.ndarray | None = None  # per call: its process id
     o_identity: np.ndarray | None = None   # per operation: its kernel's identity (launch_loops._identities), once made
     tuning: tuning.Tuning | None = None   # timed trials (normalize.tuning): what an autotuner's removal takes
     timing: tuning.TimingCode | None = None   # ... not warmed up: the program's own timing code
@@ -529,7 +530,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     graph.o_loop, graph.loops = launch_loops.find(graph)
     graph.c_step = np.where(inside, step_of_call, -1)
     graph.c_thread = tid if threads else None
-    graph.c_corr = calls["corr"]
+    graph.c_corr, graph.c_process = calls["corr"], tid >> PID_SHIFT
     graph.c_names = np.array([base_name(names.get(int(i)) or f"call {int(i)}") for i in name_ids.tolist()],
                              dtype=object)[call_name].tolist()
     launched = np.zeros(n_calls, bool)

@@ -28,6 +28,7 @@ from collections import Counter
 import numpy as np
 
 from nsanalyze.normalize import model
+from nsanalyze.normalize.activity import PID_SHIFT
 from nsanalyze.normalize.critical_path import read_calls
 
 # The host-activity classes of calls that wait for the GPU (host_activity.csv): syncs, and copies the host waits on
@@ -70,13 +71,23 @@ def _backward_ops(graph) -> np.ndarray:
 
 
 def _threads(export, graph) -> np.ndarray:
-    """Per call of the block, its thread (-1: not found), by correlation id from one read of the call tables."""
+    """Per call of the block, its thread (-1: not found), from one read of the call tables: the call of the same
+    process with its correlation id (ids are unique within a process, not across) and its start."""
     calls = read_calls(export, int(graph.c_start.min()), int(graph.c_start.max()) + 1)
-    order = np.argsort(calls["corr"], kind="stable")
-    ids = calls["corr"][order]
-    at = np.minimum(np.searchsorted(ids, graph.c_corr), max(len(ids) - 1, 0))
-    found = (graph.c_corr >= 0) & (ids[at] == graph.c_corr) if len(ids) else np.zeros(len(graph.c_corr), bool)
-    return np.where(found, calls["tid"][order][at] if len(ids) else -1, -1)
+    mine = np.isin(calls["tid"] >> PID_SHIFT, np.unique(graph.c_process))
+    corr, tid, start, process = (calls[n][mine] for n in ("corr", "tid", "start", "tid"))
+    process = process >> PID_SHIFT
+    if not len(corr):
+        return np.full(len(graph.c_corr), -1, np.int64)
+    # by id (the block holds one process where the steps name it: ids unique; a call whose id another process's
+    # call shares may be missed, never given that call's thread)
+    order = np.argsort(corr, kind="stable")
+    ids = corr[order]
+    at = np.minimum(np.searchsorted(ids, graph.c_corr), len(ids) - 1)
+    picked = order[at]
+    found = (graph.c_corr >= 0) & (ids[at] == graph.c_corr) & (start[picked] == graph.c_start) & \
+        (process[picked] == graph.c_process)
+    return np.where(found, tid[picked], -1)
 
 
 def backward_thread(graph, threads: np.ndarray, backward: np.ndarray) -> int | None:
