@@ -75,8 +75,8 @@ def _threads(export, graph) -> np.ndarray:
     process with its correlation id (ids are unique within a process, not across) and its start."""
     calls = read_calls(export, int(graph.c_start.min()), int(graph.c_start.max()) + 1)
     mine = np.isin(calls["tid"] >> PID_SHIFT, np.unique(graph.c_process))
-    corr, tid, start, process = (calls[n][mine] for n in ("corr", "tid", "start", "tid"))
-    process = process >> PID_SHIFT
+    corr, tid, start = calls["corr"][mine], calls["tid"][mine], calls["start"][mine]
+    process = tid >> PID_SHIFT
     if not len(corr):
         return np.full(len(graph.c_corr), -1, np.int64)
     # by id (the block holds one process where the steps name it: ids unique; a call whose id another process's

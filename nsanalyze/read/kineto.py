@@ -118,8 +118,8 @@ class _Document:
     msgspec refuses a batch (NaN, a number past a double, a lone surrogate escape: values msgspec does not take
     but `json.load` does; or a cut that is not between two values, which leaves a string or an object open), the
     exact path reads that text, so every value is the standard library's and so is every error. Where msgspec
-    takes a text, its values equal the scanner's (tests/read/test_kineto_reader.py checks both on real traces
-    and hostile ones)."""
+    takes a text, its values equal the scanner's (tests/read/test_kineto.py checks both on real traces and
+    hostile ones)."""
 
     def __init__(self, stream):
         self.stream, self.buf, self.i, self.eof = stream, "", 0, False
@@ -221,7 +221,7 @@ class _Document:
         to that cut is left to the exact path."""
         buf, i = self.buf, self.i
         cut = buf.rfind("},", i)
-        while cut > i and not _NEXT_VALUE.match(buf, cut + 2):
+        while cut > i and not (following := _NEXT_VALUE.match(buf, cut + 2)):
             cut = buf.rfind("},", i, cut)
         if cut <= i:
             return False
@@ -235,7 +235,7 @@ class _Document:
         self.fast_values += len(values)
         for value in values:
             on_item(value)
-        self.i = _NEXT_VALUE.match(buf, cut + 2).end() - 1
+        self.i = following.end() - 1
         return True
 
     def read(self, stream_key: str, on_item) -> object:

@@ -152,7 +152,8 @@ def run(timeline, limits) -> Finding | None:
                   **({"drained_launch_ns": evidence(drained, unit="ns")} if drained > 0 else {}),
                   "sync_calls": evidence(calls),
                   "by_call": [dict(r.to_json(), kind=kind) for r, kind in sorted(rows, key=lambda r: -r[0].wait_ns)]},
-        advice=(backward_waits_text(waits) or _source_first(rows, timeline.critical_path is not None and timeline.timed_trials is None)) + ADVICE,
+        advice=(backward_waits_text(waits)
+                or _source_first(rows, timeline.critical_path is not None and timeline.timed_trials is None)) + ADVICE,
     )
     finding.estimated_savings_ns = idle_ns
     return finding

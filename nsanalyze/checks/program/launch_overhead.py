@@ -59,6 +59,7 @@ import numpy as np
 
 from nsanalyze.normalize.host_activity import base_name
 from nsanalyze.normalize.model import Launches, ProfilerCost, plain
+from nsanalyze.normalize.waits import WAITING_CLASSES
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._claims import launch_speaks, unclaimed_part
 from nsanalyze.checks.program.host_sync import BACKWARD_TITLE, backward_waits_text, in_backward
@@ -137,19 +138,18 @@ def run(timeline, limits) -> Finding | None:
     )
     finding.estimated_savings_ns = idle_ns - one_time   # module loading is once per process: no graph removes it
     _framework_ops(finding, launches, timeline)
-    waits = _waits_per_step(timeline)
+    waits, placed = _waits_per_step(timeline), getattr(timeline, "step_waits", None)
     if waits:
         finding.advice = _waits_first(*waits, timing=getattr(timeline, "timing_code", None),
-                                      waits=getattr(timeline, "step_waits", None)) + finding.advice
+                                      waits=placed) + finding.advice
         finding.evidence["waits_per_step"] = evidence(waits[0])
-        placed = getattr(timeline, "step_waits", None)
         if in_backward(placed):
             finding.title += BACKWARD_TITLE.format(n=placed.backward_per_step)
     return finding
 
 
-# The host-activity classes of calls that wait for the GPU (host_activity.csv): a CUDA graph cannot capture them.
-WAITING_CLASSES = ("sync", "copy")
+# The host-activity classes of calls that wait for the GPU (normalize.waits.WAITING_CLASSES): a CUDA graph cannot
+# capture them.
 
 
 def _waits_per_step(timeline) -> tuple[float, str] | None:

@@ -60,6 +60,7 @@ from nsanalyze.checks.base import Check, Finding, NotJudged, Threshold, evidence
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.checks.program._roles import kernel_rows, role_time
 from nsanalyze.normalize import critical_path as cp
+from nsanalyze.normalize.waits import BACKWARD
 from nsanalyze.numbers import duration_text
 
 ID = "unfused-optimizer"
@@ -68,9 +69,8 @@ LOOP_PART = "idle_launch"       # a loop of launches: the GPU's wait on them (th
 ROLE = ("optimizer",)
 PASSES_CHANGE = {"speedup": ROLE}   # the optimizer's kernels faster by the share the bytes say
 LOOP_CHANGE = {"fuse": ROLE}        # their launch paths gone, their GPU time kept (whatif --fuse optimizer)
-# PyTorch's autograd kernels carry the word in their names (GeluBackwardCUDAKernelImpl, layer_norm_backward):
-# a step with them trains, and so has an optimizer somewhere
-BACKWARD = re.compile(r"backward", re.I)
+# PyTorch's autograd kernels carry the word in their names (normalize.waits.BACKWARD): a step with them trains, and
+# so has an optimizer somewhere
 # A fused optimizer's kernels, as PyTorch (fused=True), apex and DeepSpeed name them: already one pass.
 FUSED = re.compile(r"fused|AdamFunctor|LAMBStage|multi_tensor_(?:adam|lamb|sgd)|adam_kernel|lamb_kernel|sgd_kernel",
                    re.I)
