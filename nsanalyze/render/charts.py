@@ -65,10 +65,18 @@ def _svg(figure) -> str:
     return text[text.index("<svg"):]
 
 
+def _legend(axes, **placement) -> None:
+    """The legend of what the chart labelled, none where it labelled nothing (a phases chart without an analysis
+    window, a work chart whose every role is under half a percent): matplotlib's legend() of no labels prints a
+    UserWarning to the user's stderr and draws an empty box."""
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(**placement)
+
+
 def _legend_beside(axes) -> None:
     """The legend right of the plot, outside it: inside, "best" or a corner still sat on a full-width bar
     or on a GPU-Util line at 100% (the SVG's tight box makes room for it)."""
-    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+    _legend(axes, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
 
 
 def roofline_svg(kernels: list[dict], labelled: list | None = None, max_labels: int = 6) -> str | None:
@@ -105,7 +113,7 @@ def roofline_svg(kernels: list[dict], labelled: list | None = None, max_labels: 
     axes.set_yscale("log")
     axes.set_xlabel("arithmetic intensity (FLOP per DRAM byte, measured)")
     axes.set_ylabel("achieved FLOP/s")
-    axes.legend(loc="lower right", fontsize=7)
+    _legend(axes, loc="lower right", fontsize=7)
     return _svg(figure)
 
 
@@ -167,7 +175,7 @@ def devices_svg(devices: list[dict]) -> str | None:
         axes.barh(labels, values_ms, left=left, color=color, label=label)
         left = [a + b for a, b in zip(left, values_ms)]
     axes.set_xlabel("ms")
-    axes.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    _legend(axes, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
     return _svg(figure)
 
 
@@ -201,7 +209,7 @@ def budget_svg(timeline: dict | None) -> str | None:
         left = [a + b for a, b in zip(left, values)]
     axes.set_xlim(0, 100)
     axes.set_xlabel("% of the time")
-    axes.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    _legend(axes, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.45))
     return _svg(figure)
 
 
@@ -228,7 +236,7 @@ def critical_path_svg(timeline: dict | None) -> str | None:
         left += share
     axes.set_xlim(0, 100)
     axes.set_xlabel("% of the step on its critical path")
-    axes.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.6))
+    _legend(axes, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.6))
     return _svg(figure)
 
 
@@ -258,7 +266,7 @@ def work_svg(timeline: dict | None) -> str | None:
         left = [a + b for a, b in zip(left, values)]
     axes.set_xlim(0, 100)
     axes.set_xlabel("% of GPU kernel time")
-    axes.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    _legend(axes, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.45))
     return _svg(figure)
 
 
@@ -286,5 +294,5 @@ def phases_svg(timeline: dict | None) -> str | None:
     axes.set_yticks(range(len(phases)))
     axes.set_yticklabels([literal(p.get("path") or p["name"]) for p in reversed(phases)])
     axes.set_xlabel("s since the first phase")
-    axes.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    _legend(axes, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.45))
     return _svg(figure)

@@ -5,7 +5,7 @@ layout (display coordinates after drawing)."""
 import pytest
 
 from nsanalyze.render import charts
-from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NCU, DEV_SUITE_NSYS, REAL
+from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NCU, DEV_SUITE_NSYS, PUBLIC, REAL
 
 
 def _covered(figure) -> list[str]:
@@ -75,3 +75,18 @@ def test_no_legend_covers_its_chart(path, analyzed, drawn):
         for _, figure in made:
             plt.close(figure)
     assert {name: c for name, c in covered.items() if c} == {}
+
+
+@pytest.mark.parametrize("path", PROFILES + [PUBLIC / "quasiben__nvtx-examples__quickstart.sqlite.xz"],
+                         ids=lambda p: p.name[:40])
+def test_every_chart_draws_without_a_warning(path, analyzed):
+    """A chart that labelled nothing draws no legend: matplotlib's warning for it reached the user's stderr
+    in every HTML and PDF report of a run with phases and no analysis window (the NVTX quickstart)."""
+    import warnings
+
+    model = analyzed(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        drawn = [name for name, chart in CHARTS.items() if chart(model)]
+    assert drawn
+    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
