@@ -183,9 +183,8 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
                        dtype=bool)
         out.append({"change": "speedup", "pattern": text.removeprefix("regex:").rsplit("=", 1)[0], "factor": factor,
                     "kernels": int(hit.sum()), "kernel_ns_per_step": float(durations[hit].sum()) / steps})
-    classes = np.array(graph.c_class, dtype=object)
     for name in sorted(remove):
-        mine = classes == name
+        mine = graph.calls_of(name)
         out.append({"change": "remove", "class": name, "calls": int(mine.sum()),
                     "host_ns_per_step": float((graph.c_end - graph.c_start)[mine].sum()) / steps})
     if asked.graph:

@@ -189,6 +189,17 @@ class Graph:
     o_identity: np.ndarray | None = None   # per operation: its kernel's identity (launch_loops._identities), once made
     tuning: tuning.Tuning | None = None   # timed trials (normalize.tuning): what an autotuner's removal takes
     timing: tuning.TimingCode | None = None   # ... not warmed up: the program's own timing code
+    # per call, the position of its name in the block's distinct names; per distinct name, its class (calls_of)
+    c_name_position: np.ndarray | None = None
+    name_classes: np.ndarray | None = None
+
+    def calls_of(self, classes) -> np.ndarray:
+        """Per call, whether its host-activity class is one of `classes`: one test a distinct call name, not one a
+        call (trit52_triton_base1's block holds 544k calls of 60 names)."""
+        wanted = [classes] if isinstance(classes, str) else list(classes)
+        if self.name_classes is None:
+            return np.fromiter((c in wanted for c in self.c_class), bool, len(self.c_class))
+        return np.isin(self.name_classes, wanted)[self.c_name_position]
 
     @property
     def path_cap(self) -> float:
@@ -526,6 +537,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     graph = Graph(c_start, c_end, c_class, c_prev, c_cross, c_own, c_target, c_tail,
                   o_start, o_end, o_call, o_prev, o_implied, o_gap, o_latency, o_label, o_names, o_copy_kind, o_bytes,
                   o_pageable, step_ops, np.asarray(steady_positions), depth, notes, copy_kinds)
+    graph.c_name_position, graph.name_classes = call_name, classes
     graph.c_owner, graph.c_stretch, graph.path_typical = launch_paths(graph)
     graph.o_loop, graph.loops = launch_loops.find(graph)
     graph.c_step = np.where(inside, step_of_call, -1)
@@ -559,7 +571,7 @@ def launch_paths(graph: Graph) -> tuple[np.ndarray, np.ndarray, float]:
     n = len(graph.c_start)
     launching = np.zeros(n, bool)
     launching[graph.o_call[graph.o_call >= 0]] = True
-    helper = np.array([c in HELPER_CLASSES for c in graph.c_class], dtype=bool) & ~launching
+    helper = graph.calls_of(HELPER_CLASSES) & ~launching
     owner = np.where(launching, np.arange(n), -1)
     stretch = np.full(n, np.nan)
     prev, c_end = graph.c_prev, graph.c_end
@@ -631,7 +643,7 @@ def call_way(graph: Graph, gap: np.ndarray) -> np.ndarray:
 def code_builds(graph: Graph) -> np.ndarray:
     """The block's calls inside its steps that bring GPU code in (BUILD_CLASSES), an autotuner's aside (its trials
     and their builds are autotuning's change)."""
-    builds = np.array([c in BUILD_CLASSES for c in graph.c_class], dtype=bool)
+    builds = graph.calls_of(BUILD_CLASSES)
     if graph.c_step is not None:
         builds &= graph.c_step >= 0
     if graph.tuning is not None and graph.tuning.any:
@@ -717,8 +729,7 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         pageable = pageable_copies(graph)
         rate = np.array([change.pinned_rate.get(int(k)) or np.inf for k in graph.o_copy_kind[pageable]])
         duration[pageable] = np.minimum(duration[pageable], graph.o_bytes[pageable] / rate)
-    removed = np.array([c in change.remove for c in graph.c_class], dtype=bool) if change.remove else \
-        np.zeros(n_calls, bool)
+    removed = graph.calls_of(change.remove) if change.remove else np.zeros(n_calls, bool)
     gap_host, cross_gap = host_gaps(graph)
     paths = dropped_paths(graph, gone | role_mask(graph, change.fuse) if change.fuse else gone)
     removed |= paths
@@ -754,7 +765,7 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         own, gap_host, cross_gap, latency = _as_graph_launch(graph, own, gap_host, cross_gap, latency)
     if change.pinned_rate:   # a copy from pinned memory returns once queued: as a kernel launch does
         pageable = pageable_copies(graph)
-        launches = np.array([c == "launch" for c in graph.c_class], dtype=bool)
+        launches = graph.calls_of("launch")
         queued = median((graph.c_end - graph.c_start)[launches]) if launches.any() else 0.0
         for i in np.flatnonzero(pageable):
             call = graph.o_call[i]
@@ -762,10 +773,11 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
                 target[call] = -1
             own[call] = min(own[call], queued)
 
-    # events in measured order: call start (2), operation (1), call end (0) at equal times: ends first
+    # events in measured order: call start (2), operation (1), call end (0) at equal times: ends first. An event is
+    # its position in (call starts, operations, call ends): one integer a step of the loop, which is most of a
+    # report's time on a block of many calls (trit52_triton_base1: 1.2M events a replay)
     times = np.concatenate((graph.c_start, graph.o_start, graph.c_end))
     kind = np.concatenate((np.full(n_calls, 2), np.ones(n_ops, np.int64), np.zeros(n_calls, np.int64)))
-    index = np.concatenate((np.arange(n_calls), np.arange(n_ops), np.arange(n_calls)))
     order = np.lexsort((kind, times))
     cs = graph.c_start.astype(float).tolist()
     ce = graph.c_end.astype(float).tolist()
@@ -777,24 +789,29 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
     own_l, target_l, tail_l = own.tolist(), target.tolist(), graph.c_tail.tolist()
     gap_l, cross_l, lat_l, qgap_l, dur_l = gap_host.tolist(), cross_gap.tolist(), latency.tolist(), gap_ops.tolist(), \
         duration.tolist()
-    for k, i in zip(kind[order].tolist(), index[order].tolist()):
-        if k == 2:
-            p, x = c_prev[i], c_cross[i]
-            if x >= 0:
-                t = ce[x] + cross_l[i]
-                cb_s[i] = CROSS
-                if p >= 0 and ce[p] > t:
-                    t, cb_s[i] = ce[p], PREV
-                cs[i] = t
-            elif p >= 0:
-                cs[i], cb_s[i] = ce[p] + gap_l[i], PREV
-        elif k == 0:
-            t, b = cs[i] + own_l[i], OWN
+    ends_from = n_calls + n_ops
+    for e in order.tolist():
+        if e >= ends_from:   # a call's end: its own time, or the operation it waited for
+            i = e - ends_from
+            t = cs[i] + own_l[i]
             o = target_l[i]
             if o >= 0 and oe[o] + tail_l[i] > t:
-                t, b = oe[o] + tail_l[i], WAIT
-            ce[i], cb_e[i] = t, b
-        else:
+                ce[i] = oe[o] + tail_l[i]
+                cb_e[i] = WAIT
+            else:
+                ce[i] = t
+        elif e < n_calls:   # a call's start: after its chain's previous call, or the other thread's call
+            x, p = c_cross[e], c_prev[e]
+            if x >= 0:
+                t = ce[x] + cross_l[e]
+                if p >= 0 and ce[p] > t:
+                    cs[e], cb_s[e] = ce[p], PREV
+                else:
+                    cs[e], cb_s[e] = t, CROSS
+            elif p >= 0:
+                cs[e], cb_s[e] = ce[p] + gap_l[e], PREV
+        else:   # an operation: after its launch, its stream's previous operation and what it implicitly waited for
+            i = e - n_calls
             c = o_call[i]
             if c < 0:
                 continue   # launched before the block (or by no call seen): keeps its times
@@ -1160,7 +1177,7 @@ def timing_ns_per_step(graph: Graph) -> float:
 def class_ns_per_step(block: StepBlock, classes) -> float:
     """The block's host time in calls of these host-activity classes, per step."""
     graph = block.graph
-    mine = np.isin(np.array(graph.c_class, dtype=object), list(classes))
+    mine = graph.calls_of(classes)
     return float((graph.c_end - graph.c_start)[mine].sum()) / max(len(graph.step_first_op), 1)
 
 

@@ -353,6 +353,6 @@ def timing_summary(block, host_ns_per_step: float) -> dict | None:
 
 def _sync_ns(graph, calls: np.ndarray) -> tuple[float, float]:
     """The block's host time in sync calls among `calls` (a mask of calls), and in all of them."""
-    syncs = np.array([c == SYNC_CLASS for c in graph.c_class], dtype=bool)
+    syncs = graph.calls_of(SYNC_CLASS)
     sync_ns = (graph.c_end - graph.c_start)[syncs]
     return float(sync_ns[calls[syncs]].sum()), float(sync_ns.sum())

@@ -48,7 +48,7 @@ def step_waits(export, graph) -> model.StepWaits | None:
     if graph is None or graph.c_step is None or not len(graph.step_first_op):
         return None
     steps = len(graph.step_first_op)
-    waiting = np.fromiter((c in WAITING_CLASSES for c in graph.c_class), bool, len(graph.c_class)) & (graph.c_step >= 0)
+    waiting = graph.calls_of(WAITING_CLASSES) & (graph.c_step >= 0)
     for found in (graph.tuning, graph.timing):   # an autotuner's trials and timing code wait for their own timings
         if found is not None:
             waiting &= ~found.removed
@@ -66,7 +66,13 @@ def step_waits(export, graph) -> model.StepWaits | None:
 
 def _backward_ops(graph) -> np.ndarray:
     """Per operation, whether it is a kernel of the backward pass by its name, launched by a call of the block."""
-    return np.fromiter((call >= 0 and bool(names) and any(BACKWARD.search(name or "") for name in names)
+    said: dict = {}   # by name pair: the block's kernels share a few hundred pairs
+
+    def says_backward(names) -> bool:
+        if names not in said:
+            said[names] = any(BACKWARD.search(name or "") for name in names)
+        return said[names]
+    return np.fromiter((call >= 0 and bool(names) and says_backward(names)
                         for call, names in zip(graph.o_call.tolist(), graph.o_names)), bool, len(graph.o_call))
 
 
