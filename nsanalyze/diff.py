@@ -337,10 +337,11 @@ def _summary(steps: dict | None, budget: list[dict], gone: list[str], appeared: 
                  f" ({steps['mean_change']:+.0%})")   # what the run costs moved otherwise: periodic spikes
     if gone:
         text += f": {', '.join(gone)} {'is' if len(gone) == 1 else 'are'} gone"
-    if predictions:
-        first = predictions[0]
-        text += (f"; {first['check']} predicted {duration(first['predicted_savings_ns'])} a {first['per']}, the new "
-                 f"profile saved {duration(first['actual_savings_ns'])}")
+    if predictions:   # the prediction the change answers: the first finding it took away, else the first finding
+        first = next((p for p in predictions if p.get("in_new") == "gone"), predictions[0])
+        still = " (still there)" if first.get("in_new") == "still there" else ""
+        text += (f"; {first['check']}{still} predicted {duration(first['predicted_savings_ns'])} a {first['per']}, "
+                 f"the new profile saved {duration(first['actual_savings_ns'])}")
     idle = [b for b in budget if b["part"].startswith("idle_") and (b["after_share"] or 0) >= 0.05]
     first = next(iter(_program_findings(new).values()), None)
     if first:

@@ -411,3 +411,22 @@ def test_kernels_that_share_a_short_name_are_never_matched_by_it():
     assert not [k for k in regressions(result, 10) if k in result["kernels"] and k["after_ns"] < k["before_ns"]]
     gone = [k for k in result["kernels"] if k["name"] == "vectorized_elementwise_kernel" and k["after_ns"] is None]
     assert len(gone) > 5   # fused away: unmatched, not regressions of the one left
+
+
+def test_the_summary_checks_the_prediction_of_the_finding_the_change_took_away():
+    """ViT's EMA as a Python loop over its parameters -> one `torch._foreach_lerp_` (a blind twin): the change took
+    launch-loop away, and launch-overhead (a CUDA graph of the whole step) is still there. The summary set the
+    graph's prediction against the loop's fix, which read as a prediction 4.7x too high; it now sets the one of the
+    finding that is gone beside the step time saved, and names a finding still there as such."""
+    from nsanalyze.render.format import duration
+    from tests.conftest import REAL
+
+    base, new = REAL / "blind_emaloop_base_nsys.sqlite.xz", REAL / "blind_emaloop_fix_nsys.sqlite.xz"
+    result = apart(diff, str(base), str(new))
+    program = {p["check"]: p for p in result["predictions"] if p["kernel_name"] is None}
+    assert program["launch-loop"]["in_new"] == "gone" and program["launch-overhead"]["in_new"] == "still there"
+    assert next(iter(program)) == "launch-overhead"   # the base's first finding
+    loop = program["launch-loop"]
+    assert f"launch-loop predicted {duration(loop['predicted_savings_ns'])} a mean step" in result["summary"]
+    assert "launch-overhead predicted" not in result["summary"]
+    assert loop["predicted_savings_ns"] == pytest.approx(loop["actual_savings_ns"], rel=0.25)

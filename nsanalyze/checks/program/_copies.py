@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from nsanalyze.normalize.critical_path import PINNED_COPY_FLOOR_NS
+
 # (pattern on the device name, link, GB/s pinned copies reach on it in practice, one direction)
 PCIE3 = ("PCIe 3.0 x16", 12.0)
 LINKS = (
@@ -30,7 +32,6 @@ LINKS = (
     (re.compile(r"\b(?:V100|T4|P100|P40|P4)\b|RTX 20\d0|TITAN|Quadro", re.I), *PCIE3),
 )
 PINNED_SHARE_NEAR_LINK = 0.8  # copies at 80% of the reference run at the link's rate: no rate left to win
-COPY_FLOOR_NS = 10_000        # a pinned copy still costs ~10 us of setup and latency, whatever its size
 
 
 def link_of(timeline) -> tuple[str, float, bool]:
@@ -63,7 +64,7 @@ def reference_rate(timeline, copy_kind: str) -> tuple[float, str]:
 
 def pinned_time_ns(copies: int, nbytes: float, rate_gb_s: float) -> float:
     """What the copies take at the reference rate: bytes over it, at least the per-copy floor each."""
-    return max(nbytes / rate_gb_s if rate_gb_s else 0.0, copies * COPY_FLOOR_NS)
+    return max(nbytes / rate_gb_s if rate_gb_s else 0.0, copies * PINNED_COPY_FLOOR_NS)
 
 
 @dataclass
