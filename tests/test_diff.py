@@ -208,6 +208,9 @@ def test_a_prediction_says_whether_its_finding_is_gone_from_the_new_profile(anal
     assert by_check["layout-conversion"]["in_new"] == "still there"
     markdown = render_diff(result, "markdown")
     assert "| in the new profile |" in markdown and "still there, 1.54 ms a step |" in markdown
+    # launch counts a step in full (the layout conversions: 2,048 a step, 32 an image), not 2.05e+03
+    conversions = next(k for k in result["kernels"] if k["name"] == "nchwToNhwcKernel" and k["launches_before"] > 1000)
+    assert conversions["launches_before"] == 2048 and " ×2,048 " in markdown and "e+03" not in markdown
 
 
 def test_launch_counts_beside_times_and_per_launch_when_they_differ(tmp_path):
@@ -406,8 +409,12 @@ def test_kernels_that_share_a_short_name_are_never_matched_by_it():
     matched = [k for k in result["kernels"] if k["before_ns"] is not None and k["after_ns"] is not None]
     assert matched and not [k for k in matched if k["name"] in shared and k["verdict"] == "regression"]
     # the casts compile left: fewer launches of more work each, slower per launch, less time a step
-    cast = next(k for k in matched if "bfloat16_copy" in (k["demangled"] or "") and k["compared"] == "per launch")
-    assert cast["change"] > 10 and cast["after_ns"] < 0.5 * cast["before_ns"] and cast["verdict"] == "improvement"
+    # (the change shown is the time a step's, as the verdict: one launch's +1000% beside "improvement" contradicted it)
+    cast = next(k for k in matched if "bfloat16_copy" in (k["demangled"] or "") and k.get("before_per_launch_ns"))
+    assert cast["after_per_launch_ns"] > 10 * cast["before_per_launch_ns"] and cast["compared"] == "per step"
+    assert cast["change"] == pytest.approx(cast["after_ns"] / cast["before_ns"] - 1) and cast["change"] < -0.5
+    assert cast["verdict"] == "improvement"
+    assert not [k for k in matched if k["verdict"] == "improvement" and k["change"] > 0]
     assert not [k for k in regressions(result, 10) if k in result["kernels"] and k["after_ns"] < k["before_ns"]]
     gone = [k for k in result["kernels"] if k["name"] == "vectorized_elementwise_kernel" and k["after_ns"] is None]
     assert len(gone) > 5   # fused away: unmatched, not regressions of the one left

@@ -79,7 +79,8 @@ def render_markdown(result: dict) -> str:
     lines += ["| kernel | before (×launches) | after (×launches) | change | verdict | findings gone | findings new or worse |",
               "|---|---|---|---|---|---|---|"]
     for k in result["kernels"]:
-        per_launch = " per launch" if k.get("before_per_launch_ns") is not None else ""
+        per_launch = " per launch" if k.get("compared") == "per launch" and k.get("before_per_launch_ns") is not None \
+            else ""
         lines.append(f"| {name(diff_kernel_name(k))} | {escape(diff_time(k, 'before'))} | {escape(diff_time(k, 'after'))} | "
                      f"{_change(k['change'])}{per_launch} | {k['verdict']} | {', '.join(k['findings_gone'])} | "
                      f"{escape(diff_why(k))} |")

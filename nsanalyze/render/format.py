@@ -353,7 +353,8 @@ def diff_time(row: dict, side: str) -> str:
         return "-"
     text = duration(ns)
     if launches is not None and (row.get("launches_before"), row.get("launches_after")) != (1, 1):   # one launch
-        text += f" ×{launches:.3g}"                                                                  # each: said once
+        text += f" ×{launches:,.0f}" if launches >= 1000 else f" ×{launches:.3g}"                  # each: said once
+        # (a count a step of a thousand or more in full: 2,048, not 2.05e+03)
     if row.get(f"{side}_per_launch_ns") is not None:
         text += f" ({duration(row[f'{side}_per_launch_ns'])} each)"
     return text
