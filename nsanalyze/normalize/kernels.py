@@ -75,7 +75,7 @@ def _cc_tuple(cc: str | None) -> tuple[int, int] | None:
 DERIVED_UNITS = {"fp_fma_share": "ratio", "fp16_fma_share": "ratio", "tensor_mma_ops": "operations",
                  "launch_overhead_ns": "ns", "tensor_cores": "flag", "locked_clock_hz": "hz"}
 TENSOR_PEAKS_PATH = Path(__file__).with_name("tensor_peaks.csv")
-TENSOR_CONCEPTS = ("tf32_peak_flops_per_s", "bf16_peak_flops_per_s")
+TENSOR_CONCEPTS = ("tf32_peak_flops_per_s", "bf16_peak_flops_per_s", "fp64_tensor_peak_flops_per_s")
 
 
 @lru_cache(maxsize=1)
@@ -103,7 +103,7 @@ def tensor_peaks(cc: tuple[int, int] | None, fp32_peak: float | None) -> dict[st
         return peaks
     for row in _tensor_ratios():
         if _cc_tuple(row["min_cc"]) <= cc <= _cc_tuple(row["max_cc"]):
-            for concept, column in zip(TENSOR_CONCEPTS, ("tf32_over_fp32", "bf16_over_fp32")):
+            for concept, column in zip(TENSOR_CONCEPTS, ("tf32_over_fp32", "bf16_over_fp32", "fp64_over_fp32")):
                 peaks[concept] = fp32_peak * float(row[column]) if row[column] else None
     return peaks
 

@@ -15,7 +15,7 @@ issue; DRAM, L2, L1/shared), so that a tiled GEMM starved on shared memory reads
 
 A kernel whose tensor-core operations (`tensor_mma_ops`, the ncu tensor-path op counters) outnumber its
 FMA-pipe FLOPs is a tensor-core kernel: its FLOPs are those operations, its peak the dense FP16/BF16
-tensor peak (`precision` "tensor"). The counters are summed over input types: a TF32 kernel (half that
+tensor peak (`precision` "tensor"), or the FP64 tensor peak where FP64 MMAs (DMMA) keep the pipe busy. The counters are summed over input types: a TF32 kernel (half that
 peak) reads at half its own share, an FP8 one (twice it) at twice; FLOP/s are never 0 for work measured.
 Where the report has no such counters and the tensor pipe is busier than the FP pipes' FLOPs reach of their
 peak, the kernel is a tensor-core kernel whose FLOPs are not measured: `precision` "tensor", FLOPs and
@@ -44,7 +44,7 @@ def roofline(row: dict, near_roof_share: float, latency_share: float, ready_warp
     precision = max(present, key=present.get) if present else ("fp32" if measured else None)
     flops = present.get(precision, 0.0) if measured else None
     peak_flops = _get(row, f"{precision or 'fp32'}_peak_flops_per_s")
-    tensor_ops, tensor_peak = _get(row, "tensor_mma_ops"), _get(row, "bf16_peak_flops_per_s")
+    tensor_ops, tensor_peak = _get(row, "tensor_mma_ops"), _tensor_peak(row)
     if tensor_ops and tensor_peak and tensor_ops > (flops or 0.0):
         precision, flops, peak_flops = "tensor", tensor_ops, tensor_peak
     elif tensor_ops is None and _tensor_pipe_leads(row, _ratio(flops / (duration_ns * 1e-9), peak_flops)
@@ -86,6 +86,19 @@ def roofline(row: dict, near_roof_share: float, latency_share: float, ready_warp
         "flop_roof_share": flop_share,
         "near_roof": near_roof,
     }
+
+
+def _tensor_peak(row) -> float | None:
+    """The tensor roof of the kernel's MMA kind: FP64's (DMMA) where FP64 MMAs keep the tensor pipe busier than the
+    other kinds (a DMMA kernel on an A100 reached for the BF16 roof, 16x too high), else the dense FP16/BF16 one."""
+    dmma, pipe = _pct(row, "tensor_dmma_pipe_pct"), _pct(row, "tensor_pipe_pct")
+    if dmma and pipe and dmma >= DMMA_SHARE * pipe:
+        return _get(row, "fp64_tensor_peak_flops_per_s")
+    return _get(row, "bf16_peak_flops_per_s")
+
+
+# FP64 MMAs are the kernel's tensor work where their pipe activity is at least this share of the tensor pipe's
+DMMA_SHARE = 0.5
 
 
 # The tensor pipe busy this share of the time, and more than the FP pipes' FLOPs reach of their peak, makes a

@@ -57,3 +57,28 @@ def test_a_row_never_reads_memory_beside_its_latency_finding(analyzed):
     tedjoin = analyzed(PUBLIC / f"{fasted}TedJoin__tedjoin_brute_100000_128D_profile.ncu-rep.xz")
     near = max(tedjoin["kernels"], key=lambda k: k["total_ns"])
     assert near["roofline"]["memory_share"] >= 0.6 and near["bound"] == "memory"
+
+
+def test_an_fp64_tensor_core_kernel_is_held_to_the_fp64_tensor_roof(analyzed):
+    """FaSTED's TedJoin brute force at 128 dimensions (A100, ncu 2022): distanceCalculationBruteForceTensorDoubleOpti
+    runs FP64 MMAs (DMMA) on the tensor pipe, and no HMMA. Its roof was the BF16 one (310 TFLOP/s at its clock), 16x
+    the 19.5 an A100's FP64 tensor cores reach (NVIDIA's A100 whitepaper: FP64 tensor = FP32 FFMA rate), so the HTML
+    drew the FP64 kernel beside it under a 310 TFLOP/s roof. Its roof is now the FP64 tensor peak at its clock, and
+    the chart draws the roofs of the kernels it plots, one a precision."""
+    from nsanalyze.render import charts
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__TedJoin__tedjoin_brute_100000_128D_profile.ncu-rep.xz")
+    by_name = {k["name"]: k for k in model["kernels"]}
+    dmma = by_name["distanceCalculationBruteForceTensorDoubleOpti"]
+    metrics, roof = dmma["metrics"], dmma["roofline"]
+    assert metrics["tensor_dmma_pipe_pct"] > 5 and metrics["tensor_hmma_pipe_pct"] == 0
+    assert roof["precision"] == "tensor"
+    assert roof["peak_flops_per_s"] == metrics["fp64_tensor_peak_flops_per_s"] == \
+        metrics["fp32_peak_flops_per_s"] == metrics["bf16_peak_flops_per_s"] / 16
+    assert 18e12 < roof["peak_flops_per_s"] < 20e12
+    fp64 = by_name["preComputedSquaredCoordinates"]["roofline"]
+    assert fp64["precision"] == "fp64" and fp64["achieved_flops_per_s"] and fp64["arithmetic_intensity"]
+    svg = charts.roofline_svg(model["kernels"])
+    assert f"FP64 roof: {fp64['peak_bytes_per_s'] / 1e12:.2f} TB/s, {fp64['peak_flops_per_s'] / 1e12:.1f} TFLOP/s" in svg
+    assert "310" not in svg and "tensor roof" not in svg   # the DMMA kernel is not plotted: its FLOPs are not counted
