@@ -78,7 +78,8 @@ CHECK = Check(
         "target_roof_share": Threshold(0.6, "well-overlapped kernels reach about 60% of a roof"),
     },
     speedup_model=("(1 - speed of light / target_roof_share) x (1 - achieved / target occupancy): "
-                   "the latency-bound time more warps could overlap"),
+                   "the latency-bound time more warps could overlap; the target no higher than the occupancy the "
+                   "next per-SM limit allows once the tightest is lifted"),
     advice=ADVICE,
 )
 
@@ -88,6 +89,19 @@ def _limiter(kernel: KernelView) -> str | None:
     if not limits:
         return None
     return LIMITERS[min(limits, key=limits.get)]
+
+
+def reachable_occupancy(kernel: KernelView) -> tuple[float, str] | None:
+    """The theoretical occupancy once the tightest per-SM limit is lifted, and the limit that then holds: the
+    next one's blocks an SM over the tightest one's, times today's theoretical occupancy. FaSTED's MmaPtxShared:
+    registers allow 2 blocks an SM (12.5%), shared memory 3, so fewer registers reach 18.75%, not the 50% the
+    saving assumed. None where fewer than two limits are read."""
+    limits = sorted((kernel.get(name), name) for name in LIMITERS if kernel.get(name))
+    theoretical = kernel.get("theoretical_occupancy_pct")
+    if len(limits) < 2 or not theoretical:
+        return None
+    (tightest, _), (following, name) = limits[0], limits[1]
+    return theoretical * following / tightest, LIMITERS[name]
 
 
 def run(kernel: KernelView, limits) -> Finding | None:
@@ -113,7 +127,13 @@ def run(kernel: KernelView, limits) -> Finding | None:
     # the grid is the cause only where the SM's limits would hold more warps than it gets: under one wave with a
     # launch capped at 19% by its shared memory (one block an SM), the limit is the shared memory, not the grid
     cause = "the grid fills less than one wave" if waves is not None and waves < 1 and not capped else _limiter(kernel)
-    speedup = clamp01(1 - share / limits["target_roof_share"]) * clamp01(1 - achieved / limits["target_occupancy_pct"])
+    target, notes = limits["target_occupancy_pct"], []
+    reachable = reachable_occupancy(kernel) if cause != "the grid fills less than one wave" else None
+    if reachable is not None and reachable[0] < target:   # past its limit, the next one caps the warps an SM
+        target = reachable[0]
+        notes.append(f"saving: up to {target:.1f}% occupancy, not {limits['target_occupancy_pct']:.0f}%: past "
+                     f"{cause}, {reachable[1]} caps the blocks an SM")
+    speedup = clamp01(1 - share / limits["target_roof_share"]) * clamp01(1 - achieved / target)
     stall = dominant_stall(kernel, min_share=0.0)   # what the few warps wait on most: the fix that needs no more warps
     return Finding(
         check=ID,
@@ -129,4 +149,5 @@ def run(kernel: KernelView, limits) -> Finding | None:
             **({"dominant_stall": stall.to_evidence()} if stall else {}),
         },
         advice=(stall_advice(stall) if stall else "") + ADVICE,
+        notes=notes,
     )

@@ -43,3 +43,26 @@ def test_quiet_on_a_library_gemm_tiled_for_its_occupancy(analyzed):
                for k in nvjet)
     assert not [f for f in model["findings"] if f["check"] == CHECK and f["kernel_name"].startswith("nvjet_")]
     assert any(f["check"] == CHECK and (f["kernel_name"] or "").startswith("multi_tensor_apply_kernel") for f in model["findings"])
+
+
+def test_the_saving_stops_at_the_occupancy_the_next_limit_allows(analyzed):
+    """FaSTED's MmaPtxShared (A100, 128-thread blocks): registers allow 2 blocks an SM (12.5%), shared memory 3. The
+    saving assumed 50% occupancy within reach (24.0 ms, 54% of the kernel, an expert review); fewer registers reach
+    3 blocks, 18.75%, where shared memory holds it. The saving is (1 - roof share / 0.6) x (1 - achieved / 18.75%)
+    and a note says which limit caps it."""
+    from nsanalyze.checks.kernel.low_occupancy import CHECK
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__Shared_Mem_Conflicts_Sync_Vs_Async__Synchronous.ncu-rep.xz")
+    kernel = next(k for k in model["kernels"] if k["name"] == "MmaPtxShared")
+    metrics = kernel["metrics"]
+    assert (metrics["blocks_per_sm_limit_registers"], metrics["blocks_per_sm_limit_shared_mem"]) == (2, 3)
+    assert metrics["theoretical_occupancy_pct"] == 12.5
+    [finding] = [f for f in findings_for(model, "MmaPtxShared") if f["check"] == "low-occupancy"]
+    reachable = 12.5 * 3 / 2
+    share = max(metrics[c] for c in ("sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct")) / 100
+    target_share = CHECK.thresholds["target_roof_share"].default
+    expected = (1 - share / target_share) * (1 - metrics["achieved_occupancy_pct"] / reachable)
+    assert finding["estimated_speedup"] == pytest.approx(expected, rel=0.02)
+    assert finding["estimated_speedup"] < 0.3
+    assert any("up to 18.8% occupancy" in n and "shared memory per block" in n for n in finding["notes"])
