@@ -212,3 +212,43 @@ def test_a_stretch_is_named_by_the_range_that_holds_nearly_all_of_it(analyzed):
     assert inside > 0.99 * longest["duration_ns"]
     assert longest["nvtx_path"].endswith(f"› {name}") and longest["nvtx_range"] == name
     assert f"› {name}'" in program_findings(model)[0]["title"]
+
+
+def test_without_steps_a_class_claims_the_idle_time_under_its_own_calls(analyzed):
+    """nvtx-examples' workflow (CuPy on a Quadro RTX 8000, no step-like ranges): 210 cudaMalloc/cudaFree calls, one
+    cudaFree of 30.6 ms while the GPU waits. allocator-churn claimed the window's whole idle time (66.6 ms: host code
+    before the call, launches elsewhere) against a budget that put 15% of the window on CUDA calls. It claims the GPU's
+    idle time while its calls ran, measured here from SQL: the union of the allocator calls less the GPU's work."""
+    from nsanalyze.render.format import budget_labels
+    from tests.conftest import PUBLIC
+
+    path = PUBLIC / "quasiben__nvtx-examples__workflow.sqlite.xz"
+    model = analyzed(path)
+    window = model["timeline"]["window"]
+    start, end = window["start_ns"], window["end_ns"]
+    calls = sql(path, "SELECT r.start, r.end FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
+                      f"WHERE (s.value LIKE 'cudaMalloc%' OR s.value LIKE 'cudaFree%') AND r.end > {start} "
+                      f"AND r.start < {end}")
+    work = sql(path, " UNION ALL ".join(f"SELECT start, end FROM {t} WHERE end > {start} AND start < {end}"
+                                        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                                                  "CUPTI_ACTIVITY_KIND_MEMSET")
+                                        if sql(path, f"SELECT 1 FROM sqlite_master WHERE name = '{t}'")))
+
+    def union(intervals):
+        merged = []
+        for a, b in sorted((max(a, start), min(b, end)) for a, b in intervals):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            elif b > a:
+                merged.append([a, b])
+        return merged
+
+    in_calls, busy = union(calls), union(work)
+    overlap = sum(max(0, min(b, d) - max(a, c)) for a, b in in_calls for c, d in busy)
+    idle_under_calls = sum(b - a for a, b in in_calls) - overlap
+    [finding] = [f for f in program_findings(model) if f["check"] == "allocator-churn"]
+    assert finding["estimated_savings_ns"] == pytest.approx(idle_under_calls, rel=0.02)
+    idle = sum(p["ns"] for p in model["timeline"]["budget"] if p["part"].startswith("idle_"))
+    assert finding["estimated_savings_ns"] < 0.75 * idle
+    # the budget names the long allocator calls that hold most of its "host code" part
+    assert budget_labels(model["timeline"])["idle_host"] == "idle on host code (mostly long allocator calls)"
