@@ -145,8 +145,33 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
         + [{"change": "fuse", "role": role,   # kernels only: a loop's memsets go with it, but are none
             "kernels": int((cp.role_mask(block.graph, (role,)) & cp.role_mask(block.graph, ("*",))).sum()),
             "launch_path_ns_per_step": cp.dropped_host_ns_per_step(block, (role,))} for role in asked.fuse],
-        "notes": list(block.graph.notes) + _traced_host_note(export, timeline),
+        "notes": list(block.graph.notes) + _traced_host_note(export, timeline)
+        + _replayed_note(int(len(measured)), int(steps_in_window)),
+        "caveats": _uncapturable(export, block, asked),
     }
+
+
+def _uncapturable(export: NsysExport, block, asked: WhatIf) -> list[str]:
+    """With --graph, where the steps wait for the GPU: a CUDA graph cannot capture a step that waits, so the
+    prediction holds only once the waits are out of the step (blind_persample_base: 64 read-backs a step, -84%
+    printed beside the report's "a CUDA graph cannot capture a step that waits")."""
+    if not asked.graph:
+        return []
+    from nsanalyze.normalize.waits import step_waits
+
+    waits = step_waits(export, block.graph)
+    if waits is None or waits.per_step < 1:
+        return []
+    times = "once" if round(waits.per_step) == 1 else f"{waits.per_step:.0f} times"
+    return [f"a CUDA graph cannot capture a step that waits: each step waits for the GPU {times} (syncs, read-backs), "
+            "and the prediction holds once those waits are out of the step"]
+
+
+def _replayed_note(replayed: int, steps: int) -> list[str]:
+    """Where the replay covers fewer steps than the window holds (a block of consecutive steps around the median,
+    critical_path.REPLAY_EVENTS_AT_MOST events at most): the step figures are that block's."""
+    return [f"the replay covers {replayed} of the window's {steps} steps (consecutive steps around the median; the "
+            "step figures are theirs)"] if replayed < steps else []
 
 
 def _traced_host_note(export: NsysExport, timeline) -> list[str]:

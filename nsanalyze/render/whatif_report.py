@@ -27,6 +27,8 @@ def summary_line(result: dict, change_label: str) -> str:
     if total:
         host = sum(p["ns"] for p in path if p["part"].startswith("host:")) / total
         line += f"; the critical path is then {host:.0%} host"
+    for caveat in result.get("caveats") or ():   # what the prediction assumes beside the change asked
+        line += f" ({caveat})"
     check = result["self_check"]
     if not check["trusted"]:
         line += (f" (not trusted: replayed unchanged, the steps come out {check['error']:.1%} off the measured ones, "
