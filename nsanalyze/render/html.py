@@ -49,6 +49,18 @@ def markdown_filter(text: str) -> Markup:
     return Markup(_markdown().render(show_invisible(text or "")))
 
 
+@lru_cache(maxsize=1)
+def _code_spans() -> MarkdownIt:
+    # code spans and nothing else: a title's `torch.cuda.empty_cache()` shown as code, never a link or emphasis
+    return MarkdownIt("zero", {"html": False}).enable("backticks")
+
+
+def inline_code(text: str) -> Markup:
+    """A finding's title or note: its Markdown code spans as <code>, the rest escaped text (the titles wrote
+    "`torch.cuda.empty_cache()`" with its backticks in the HTML)."""
+    return Markup(_code_spans().renderInline(show_invisible(text or "")))
+
+
 def _finalize(value):
     """Every `{{ value }}` of the template: text from the profile with bidi and zero-width characters
     (U+202E, U+200B) shown as escapes; Markup (charts, rendered advice) is already safe."""
@@ -62,7 +74,7 @@ def environment() -> Environment:
     env = Environment(loader=PackageLoader("nsanalyze.render", "templates"), autoescape=select_autoescape(["html", "j2"]),
                       trim_blocks=True, lstrip_blocks=True, finalize=_finalize)
     env.filters.update(duration=duration, percent=percent, quantity=quantity, shorten=shorten,
-                       markdown=markdown_filter)
+                       markdown=markdown_filter, inline_code=inline_code)
     env.globals.update(window_lines=window_lines, evidence_value=evidence_value, health_line=health_line, savings_text=savings_text,
                        set_aside_note=set_aside_note)
     return env

@@ -57,3 +57,24 @@ def test_nsys_only_report_has_the_utilization_picture(infer_model, tmp_path):
     html = render(infer_model)
     assert "GPU-Util (GR Active) against SM issue" in html
     assert "busy 2% of the time by GPU-Util" in html or "GPU busy" in html
+
+
+def test_titles_show_their_code_as_code_and_several_gpus_as_several(analyzed):
+    """An expert's read of the HTML: nvtx-examples' workflow printed "`torch.cuda.empty_cache()`" with its backticks
+    in the allocator finding's title; nsys-ai's 2-GPU capture said "the GPU was busy ... copies 1.86 s" over a 957 ms
+    window (the copies of both GPUs and their streams, summed). Code spans are <code> (and nothing else of Markdown:
+    a name's link syntax stays text), and the line names the GPUs and the sum."""
+    import re
+
+    from nsanalyze.render.html import render
+    from tests.conftest import PUBLIC
+
+    workflow = render(analyzed(PUBLIC / "quasiben__nvtx-examples__workflow.sqlite.xz"))
+    titles = re.findall(r'<p class="title">(.*?)</p>', workflow)
+    assert titles and not [t for t in titles if "`" in t]
+    assert "<code>torch.cuda.empty_cache()</code>" in titles[0]
+    model = analyzed(PUBLIC / "GindaChen__nsys-ai__tests__fixtures__h100_2gpu_1s.sqlite.xz")
+    assert len(model["timeline"]["devices"]) == 2
+    two = render(model)
+    assert "the 2 GPUs were busy" in two and "summed over the GPUs and their streams" in two
+    assert "the GPU was busy" not in two
