@@ -213,6 +213,19 @@ def validate_overrides(overrides: dict[str, float]) -> None:
         raise ValueError("; ".join(f"{key} must be at least {bounds[key]:g}" for key in low))
 
 
+def _collect(options: str, missing) -> str:
+    """How to collect what a kernel lacks: the check's ncu options (a --set, sections), or the raw metrics by name,
+    which a --set of an older ncu may not hold (tail-effect's sm__cycles_active.max: no section of ncu 2022.2's or
+    2023.3's full set; "collect with --set full" on a full-set report sent the user round in a circle)."""
+    from nsanalyze.normalize.metric_table import raw_metrics_for
+
+    names = raw_metrics_for(missing)
+    if not names or not all("__" in name for name in names):   # ncu's metrics (unit__counter) only: a per-source-line
+        return options                                         # counter comes with its section, not by name
+    metrics = f"--metrics {','.join(names)}"
+    return f"{options}, or {metrics}" if options else metrics
+
+
 def run_kernel_checks(kernels: list[KernelView], overrides=None) -> tuple[list[Finding], list[NotJudged]]:
     """Runs every kernel check on every kernel; a check whose inputs are missing says so instead. The findings
     are raw: rank.py settles their savings and severity."""
@@ -227,13 +240,14 @@ def run_kernel_checks(kernels: list[KernelView], overrides=None) -> tuple[list[F
             if missing and set(missing) <= kernel.undefined:
                 continue  # e.g. bank conflicts of a kernel that uses no shared memory: nothing to judge
             if missing:
-                not_judged.append(NotJudged(check.id, kernel.name, missing, check.collect))
+                not_judged.append(NotJudged(check.id, kernel.name, missing, _collect(check.collect, missing)))
                 continue
             finding = check.run(kernel, limits)
             if finding is None:
                 continue
             if isinstance(finding, NotJudged):  # the check had no way to judge this kernel: say so
-                not_judged.append(NotJudged(check.id, kernel.name, finding.missing, finding.collect or check.collect))
+                not_judged.append(NotJudged(check.id, kernel.name, finding.missing,
+                                            _collect(finding.collect or check.collect, finding.missing)))
                 continue
             finding.check = check.id
             finding.kernel_name = kernel.name

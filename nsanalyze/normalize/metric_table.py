@@ -71,6 +71,30 @@ def raw_metric_names() -> frozenset[str]:
     return frozenset(name for rule in load_rules() for name in rule.raw_metrics)
 
 
+def raw_metrics_for(concepts) -> tuple[str, ...]:
+    """The raw ncu metrics that give these concepts, through the concepts they are made of: for each, its first row
+    without a CC range (else its first row). What `ncu --metrics` collects where a --set of the user's ncu version
+    lacks them (sm__cycles_active.max is in no section of ncu 2022.2's or 2023.3's full set)."""
+    rules: dict[str, Rule] = {}
+    for rule in load_rules():
+        if rule.concept not in rules or (rules[rule.concept].min_cc or rules[rule.concept].max_cc) and \
+                rule.min_cc is None and rule.max_cc is None:
+            rules[rule.concept] = rule
+    found: dict[str, None] = {}
+    seen: set[str] = set()
+
+    def add(concept: str) -> None:
+        if concept in seen or concept not in rules:
+            return
+        seen.add(concept)
+        found.update(dict.fromkeys(rules[concept].raw_metrics))
+        for inner in rules[concept].concepts:
+            add(inner)
+    for concept in concepts:
+        add(concept)
+    return tuple(found)
+
+
 @lru_cache(maxsize=1)
 def load_rules() -> tuple[Rule, ...]:
     rules = []

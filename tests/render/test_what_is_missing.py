@@ -8,7 +8,7 @@ import re
 import pytest
 
 from nsanalyze.render import html, markdown
-from nsanalyze.render.format import health_line
+from nsanalyze.render.format import health_line, shorten
 from tests.conftest import FIXTURES, PUBLIC, REAL
 
 UNROLL = PUBLIC / "Alaric617R__COALDA__examples__rgb__profile__report__uncoalesced_chart_unroll.ncu-rep.xz"
@@ -28,7 +28,7 @@ def test_markdown_names_the_not_judged_checks_beside_findings(analyzed, path):
     for entry in model["not_judged"]:
         line = next(line for line in block.splitlines() if line.startswith(f"- `{entry['check']}` ("))
         assert all(f"`{concept}`" in line for concept in entry["missing"][:8])
-        assert f"collect with `{entry['collect'][:300]}" in line
+        assert f"collect with `{shorten(entry['collect'], 300)}`" in line
     assert len(block) < 3_000 and text.count("<details>") == text.count("</details>")
 
 
@@ -131,3 +131,21 @@ def test_terminal_clock_reason_is_visible(analyzed):
     out = console.export_text()
     assert "\x1b" not in out and "\u202e" not in out and "\\x1b[2J" in out
     assert "Not judged for lack of metrics:" in out and "collect --clock-control none and --set full" in out
+
+
+def test_a_metric_no_section_of_the_reports_ncu_holds_is_named_for_ncu_metrics(analyzed):
+    """FaSTED's memCpyAsync reproducer was profiled with ncu 2022.2's full set (source counters, warp states,
+    occupancy and memory tables all there); sm__cycles_active.max is in none of its sections (ncu_report: only
+    .avg). tail-effect told the user to collect --set full, which gives nothing new: it now names the metrics too,
+    which `ncu --metrics` collects in any version. Checks that need per-source-line counters name their sections
+    alone (bank-conflicts on COALDA's default-set report)."""
+    model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__memCpyAsync_Minimum_Reproducible__Pipeline_Depth_1.ncu-rep.xz")
+    [entry] = [n for n in model["not_judged"] if n["check"] == "tail-effect"]
+    [kernel] = [k for k in model["kernels"] if k["name"] == entry["kernel_name"]]
+    assert "sm_active_cycles_avg" in kernel["metrics"] and "sm_active_cycles_max" not in kernel["metrics"]
+    assert {"achieved_occupancy_pct", "issue_active_pct", "bank_conflict_share"} <= set(kernel["metrics"])   # full set
+    assert entry["collect"].endswith(", or --metrics sm__cycles_active.avg,sm__cycles_active.max")
+    assert "or --metrics sm__cycles_active.avg,sm__cycles_active.max`" in markdown.render(model)
+    unroll = analyzed(UNROLL)
+    [bank] = [n for n in unroll["not_judged"] if n["check"] == "bank-conflicts"]
+    assert "--metrics" not in bank["collect"]
