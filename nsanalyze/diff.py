@@ -40,6 +40,21 @@ def _noise(kernel: dict) -> tuple[float, str]:
     return DEFAULT_NOISE, "default for a single launch"
 
 
+def _clock_drift(before: dict, after: dict) -> tuple[float, str] | None:
+    """How much a kernel's time moves with its measured SM clock alone (an ncu report's sm_frequency_hz): the
+    clocks' ratio less 1, and the clocks as text; None where a side lacks it or the clocks agree. MW_Baseline's
+    set_halo_values_x_396 ran at 784 MHz, DivToMult's at 709 MHz, both too short to hold a clock: its 12% read as a
+    regression of code the change did not touch."""
+    f_before = ((before.get("metrics") or {}).get("sm_frequency_hz"))
+    f_after = ((after.get("metrics") or {}).get("sm_frequency_hz"))
+    if not f_before or not f_after or abs(f_before / f_after - 1) < CLOCK_AGREES:
+        return None
+    return abs(f_before / f_after - 1), f"{f_before / 1e6:.0f} -> {f_after / 1e6:.0f} MHz"
+
+
+CLOCK_AGREES = 0.01   # SM clocks within 1% of each other: the same clock
+
+
 def _verdict(change: float | None, noise: float) -> str:
     if change is None:
         return "unmatched"
@@ -98,6 +113,10 @@ def _kernel_rows(base: dict, new: dict) -> list[dict]:
             matched.add(id(other))
             other_noise, _ = _noise(other)
             noise = max(noise, other_noise)
+            drift = _clock_drift(kernel, other)
+            if drift:   # a kernel's time follows its SM clock: the clocks' own change is no change of the code
+                noise += drift[0]
+                noise_source += f", widened by the SM clock's change ({drift[1]})"
         gone = sorted(set(base_findings.get(kernel["name"], {})) - set(new_findings.get(kernel["name"], {})))
         appeared = sorted(set(new_findings.get(kernel["name"], {})) - set(base_findings.get(kernel["name"], {})))
         predictions = [{"check": check, "predicted_savings_ns": base_findings[kernel["name"]][check]["estimated_savings_ns"],

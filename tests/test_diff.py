@@ -437,3 +437,24 @@ def test_the_summary_checks_the_prediction_of_the_finding_the_change_took_away()
     assert f"launch-loop predicted {duration(loop['predicted_savings_ns'])} a mean step" in result["summary"]
     assert "launch-overhead predicted" not in result["summary"]
     assert loop["predicted_savings_ns"] == pytest.approx(loop["actual_savings_ns"], rel=0.25)
+
+
+def test_a_kernel_whose_clock_moved_is_judged_beside_its_clocks_change(analyzed):
+    """NCAR's miniWeather, MW_Baseline -> MW_DivToMult (ncu, one launch each): the change rewrote
+    compute_tendencies_x_279 (-44%); set_halo_values_x_396, untouched, ran at 784 MHz before and 709 MHz after (11 us,
+    too short to hold a clock) and read +12.4%, a regression. A kernel's time follows its SM clock: the band is
+    widened by the clocks' ratio, and the row says so."""
+    from tests.conftest import PUBLIC
+
+    base = PUBLIC / "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_Baseline.ncu-rep.xz"
+    new = PUBLIC / "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_DivToMult.ncu-rep.xz"
+    result = apart(diff, str(base), str(new))
+    rows = {k["name"]: k for k in result["kernels"]}
+    clocks = [{k["name"]: k["metrics"]["sm_frequency_hz"] for k in analyzed(p)["kernels"]} for p in (base, new)]
+    halo = rows["set_halo_values_x_396_gpu"]
+    ratio = clocks[0]["set_halo_values_x_396_gpu"] / clocks[1]["set_halo_values_x_396_gpu"]
+    assert ratio > 1.05 and halo["change"] > 0.10
+    assert halo["noise"] == pytest.approx(0.10 + ratio - 1) and halo["verdict"] == "within noise"
+    assert "widened by the SM clock's change (784 -> 710 MHz)" in halo["noise_source"]
+    assert rows["compute_tendencies_x_279_gpu"]["verdict"] == "improvement"
+    assert not regressions(result, 5)
