@@ -196,6 +196,16 @@ def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = No
                                      f"{left:.0%} of the kernel's time they leave")
             finding.estimated_speedup *= left
         combined += later_combined * left
+        caps = [f.joint_cap for f in group if f.joint_cap is not None]
+        joint = max(caps) if caps else None   # of the kernel's launches, the loosest bound
+        if joint is not None and combined > joint[0] and len(group) >= 2:
+            for finding in group:
+                finding.estimated_speedup *= joint[0] / combined
+            combined = joint[0]
+            overlapped = True
+            for finding in group:
+                finding.notes.append(f"fixed together, bounded by the next limiter: the {UNIT_NAMES[joint[1]]} "
+                                     f"stays {joint[2]:.1f}% busy after all of them")
         floor_note = ""
         time_ns, launches = (kernel_time_ns or {}).get(kernel_id), (kernel_launches or {}).get(kernel_id)
         if time_ns and launches:
@@ -745,14 +755,25 @@ def attainable_pct(unit: str) -> float:
 _ATTAINABLE: dict | None = None
 
 
+def relieved_units(check: str, record: dict) -> set[str]:
+    """The units a check's fix takes work off on this launch (RELIEVED_UNITS; coalescing relieves L2 and DRAM only
+    where their bytes exceed the need)."""
+    relieved = set(RELIEVED_UNITS.get(check, ()))
+    if check == "uncoalesced-global":
+        relieved -= {unit for unit, concept in (("dram", "dram_bytes"), ("l2", "l2_bytes")) if _at_minimum(record, concept)}
+    return relieved
+
+
 def next_limiter(check: str, record: dict) -> tuple[str, float] | None:
     """(unit, % busy) of the unit the check's fix leaves its work on that is nearest what code sustains on it
     (attainable_pct), or None when none is measured."""
     if check in UNBOUNDED:
         return None
-    relieved = set(RELIEVED_UNITS.get(check, ()))
-    if check == "uncoalesced-global":
-        relieved -= {unit for unit, concept in (("dram", "dram_bytes"), ("l2", "l2_bytes")) if _at_minimum(record, concept)}
+    return busiest_unit(relieved_units(check, record), record)
+
+
+def busiest_unit(relieved: set[str], record: dict) -> tuple[str, float] | None:
+    """(unit, % busy) of the units outside `relieved` nearest what code sustains on them, or None."""
     busy, active = [], _active_share(record)
     for unit, concepts in UNITS.items():
         if unit in relieved:
@@ -785,6 +806,27 @@ def bound_by_next_limiter(findings: list[Finding], records: dict) -> None:
                                                                           "limiter": unit,
                                                                           "attainable_pct": sustained}}
             finding.estimated_speedup = cap
+    _bound_together(findings, records)
+
+
+def _bound_together(findings: list[Finding], records: dict) -> None:
+    """Fixed together, a launch's findings save at most the time down to the unit none of their fixes relieves
+    (FaSTED's 16B_Align: coalescing and bank conflicts, each bounded at 18% by a DRAM 70% busy that neither fix
+    relieves, promised 32% together: 1 - 0.82^2). Kept on each finding for combine_per_kernel."""
+    by_launch: dict[int, list[Finding]] = {}
+    for finding in findings:
+        if finding.kernel_id is not None:
+            by_launch.setdefault(finding.kernel_id, []).append(finding)
+    for launch, group in by_launch.items():
+        record = records.get(launch)
+        if len(group) < 2 or not record or any(f.check in UNBOUNDED for f in group):
+            continue
+        limiter = busiest_unit(set().union(*(relieved_units(f.check, record) for f in group)), record)
+        if limiter is None:
+            continue
+        unit, pct = limiter
+        for finding in group:
+            finding.joint_cap = (clamp01(1.0 - pct / attainable_pct(unit)), unit, pct)
 
 
 def _stem_shared(a: str, b: str) -> bool:

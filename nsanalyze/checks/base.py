@@ -99,6 +99,8 @@ class Finding:
     after_others: bool = False      # kernel findings: savings count after the kernel's other findings
     kernel_ids: list[int] = field(default_factory=list)  # kernel findings: every kernel entry the savings cover
     kernel_time_ns: float | None = None  # kernel findings: their time, what estimated_speedup is a share of
+    # kernel findings: (share, unit, % busy) the launch's findings fixed together save at most (rank._bound_together)
+    joint_cap: tuple | None = None
     # program findings: the change this finding stands for where its check states more than one (its `change`
     # otherwise; unfused-optimizer: a loop's launches fused, or passes faster), and, with budget_part set by the
     # check, the part its savings come from (the check's budget_part otherwise). Not in the JSON: the notes say it.
