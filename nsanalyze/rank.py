@@ -878,7 +878,7 @@ def measured_twins(findings: list[Finding], records: dict) -> None:
                              f"{record['duration_ns'] / 1e3:.1f} us: {measured:.1%} of the time, the estimate "
                              f"(the model said {finding.estimated_speedup:.0%})")
         finding.evidence = {**finding.evidence, "twin_duration_ns": {"value": round(twin["duration_ns"], 1),
-                                                                     "kernel": twin["name"]}}
+                                                                     "unit": "ns", "kernel": twin["name"]}}
         finding.estimated_speedup = measured
 
 

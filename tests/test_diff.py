@@ -458,3 +458,25 @@ def test_a_kernel_whose_clock_moved_is_judged_beside_its_clocks_change(analyzed)
     assert "widened by the SM clock's change (784 -> 710 MHz)" in halo["noise_source"]
     assert rows["compute_tendencies_x_279_gpu"]["verdict"] == "improvement"
     assert not regressions(result, 5)
+
+
+def test_a_finding_fallen_to_info_is_changed_not_gone():
+    """ResNet-50 with each of 5 stages timed by synchronized event pairs, Kineto traces before and after the timing
+    went (kin54_time53 pair 1): unfused-normalization, the base's first finding, is still in the new profile at 8.2 ms
+    (under the info line). It read "gone", and the summary set its 12.1 ms prediction against the timing fix's saving.
+    It is a change (high -> info); gone is event-timing, whose prediction the summary checks."""
+    from nsanalyze.analyze import analyze
+    from tests.conftest import REAL
+
+    base, new = REAL / "kin54_time53_base1_kineto.json.gz", REAL / "kin54_time53_fix1_kineto.json.gz"
+    result = apart(diff, str(base), str(new))
+    after = {f["check"]: f for f in apart(analyze, [str(new)])["findings"] if f["kernel_id"] is None}
+    assert after["unfused-normalization"]["severity"] == "info"
+    assert "unfused-normalization" not in result["program"]["findings_gone"]
+    changed = {c["check"]: c for c in result["program"]["findings_changed"]}
+    assert (changed["unfused-normalization"]["severity_before"], changed["unfused-normalization"]["severity_after"]) \
+        == ("high", "info")
+    assert "event-timing" in result["program"]["findings_gone"] and "event-timing" not in after
+    assert "; event-timing predicted" in result["summary"]
+    program = {p["check"]: p for p in result["predictions"] if p["kernel_name"] is None}
+    assert program["unfused-normalization"]["in_new"] == "still there"

@@ -36,6 +36,8 @@ def quantity(value, unit: str = "") -> str:
         unit = "Hz"
     if value == 0 or 1e-3 <= abs(value) < 1e3:
         return f"{value:.3g} {unit}".strip()
+    if not unit and abs(value) < 1e-3:   # a count or ratio without a unit: 0.000947 waves, not "947 µ"
+        return f"{value:.3g}"
     return humanize.metric(value, unit).replace("μ", "µ").strip()
 
 

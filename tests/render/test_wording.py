@@ -90,3 +90,22 @@ def test_no_finding_says_what_is_known_and_what_to_collect(analyzed):
     divided = analyzed(PUBLIC / "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_DivToMult.ncu-rep.xz")
     collect = {n["collect"].split(" (")[0] for n in divided["not_judged"]}
     assert f"lacks their metrics; collect {' and '.join(sorted(collect))}. The longest kernel" in health_line(divided)
+
+
+def test_evidence_reads_with_its_unit_and_no_si_prefix_on_a_count(analyzed):
+    """An expert's read of the Markdown: small-grid on gpt_fp32_full's nll_loss said `waves_per_sm`: 947 µ (0.000947
+    waves), and the dev suite's measured twin `twin_duration_ns`: 456 k (456 us without its unit)."""
+    from nsanalyze.render import markdown
+    from nsanalyze.render.format import evidence_value
+
+    suite = analyzed(DEV_SUITE_NCU)
+    twin = next(f for f in suite["findings"] if "twin_duration_ns" in f["evidence"])["evidence"]["twin_duration_ns"]
+    assert twin["unit"] == "ns" and evidence_value(twin) == duration(twin["value"])
+    assert f"`twin_duration_ns`: {duration(twin['value'])}" in markdown.render(suite)
+    gpt = analyzed(REAL / "gpt_fp32_full.ncu-rep.xz")
+    waves = [f["evidence"]["waves_per_sm"] for f in gpt["findings"]
+             if (f["evidence"].get("waves_per_sm") or {}).get("value") is not None
+             and f["evidence"]["waves_per_sm"]["value"] < 1e-3]
+    assert waves
+    for entry in waves:
+        assert evidence_value(entry) == f"{entry['value']:.3g}" and "µ" not in evidence_value(entry)
