@@ -131,6 +131,10 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
     predicted_window = base_window - saved_per_step * steps_in_window
     path_before = cp.critical_path(block.graph, block.base, block.median_step)
     path_after = cp.critical_path(block.graph, changed, block.median_step)
+    changes = _changes(block.graph, speedups, remove, asked, pinned_rate, len(block.graph.step_first_op)) \
+        + [{"change": "fuse", "role": role,   # kernels only: a loop's memsets go with it, but are none
+            "kernels": int((cp.role_mask(block.graph, (role,)) & cp.role_mask(block.graph, ("*",))).sum()),
+            "launch_path_ns_per_step": cp.dropped_host_ns_per_step(block, (role,))} for role in asked.fuse]
     return {
         "profile": export.path,
         "base_step_ns": base_step, "predicted_step_ns": predicted_step,
@@ -141,14 +145,25 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
                        "error": block.self_check_error, "tolerance": cp.SELF_CHECK_TOLERANCE,
                        "trusted": block.trusted},
         "critical_path": _rounded(path_after), "critical_path_before": _rounded(path_before),
-        "changes": _changes(block.graph, speedups, remove, asked, pinned_rate, len(block.graph.step_first_op))
-        + [{"change": "fuse", "role": role,   # kernels only: a loop's memsets go with it, but are none
-            "kernels": int((cp.role_mask(block.graph, (role,)) & cp.role_mask(block.graph, ("*",))).sum()),
-            "launch_path_ns_per_step": cp.dropped_host_ns_per_step(block, (role,))} for role in asked.fuse],
+        "changes": changes,
         "notes": list(block.graph.notes) + _traced_host_note(export, timeline)
         + _replayed_note(int(len(measured)), int(steps_in_window)),
-        "caveats": _uncapturable(export, block, asked),
+        "caveats": _uncapturable(export, block, asked) + _matched_nothing(changes),
     }
+
+
+def _matched_nothing(changes: list[dict]) -> list[str]:
+    """A change that found nothing to change in the replayed steps (a pattern no kernel name matches, a role none of
+    their kernels has, a class none of their calls is in): its +0% is no prediction of that change."""
+    said = []
+    for change in changes:
+        if change["change"] == "speedup" and change["kernels"] == 0:
+            said.append(f"/{change['pattern']}/ matches no kernel of the replayed steps: nothing was changed")
+        elif change["change"] == "fuse" and change["kernels"] == 0:
+            said.append(f"no kernel of the replayed steps has the role {change['role']}: nothing was fused")
+        elif change["change"] == "remove" and change["calls"] == 0:
+            said.append(f"no call of the replayed steps is in the class {change['class']}: nothing was removed")
+    return said
 
 
 def _uncapturable(export: NsysExport, block, asked: WhatIf) -> list[str]:

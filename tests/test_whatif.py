@@ -166,6 +166,24 @@ def test_one_graph_launch_a_step_says_a_graph_cannot_capture_the_waits():
             " ".join(result["notes"])
 
 
+def test_a_change_that_finds_nothing_to_change_says_so():
+    """whatif printed +0% without a word where the pattern matched no kernel or no kernel had the role (opt_loop's
+    optimizer kernels carry no optimizer role there: the report finds its loop by its launches): a caveat says that
+    nothing was changed, on the line and in the JSON."""
+    from nsanalyze.render.whatif_report import summary_line
+    from nsanalyze.whatif import label
+
+    nothing = predict("opt_loop_nsys.sqlite.xz", speedups=("regex:doesnotexist=2",))
+    assert nothing["changes"][0]["kernels"] == 0 and nothing["predicted_step_ns"] == nothing["base_step_ns"]
+    assert nothing["caveats"] == ["/doesnotexist/ matches no kernel of the replayed steps: nothing was changed"]
+    assert "(/doesnotexist/ matches no kernel" in summary_line(nothing, label(nothing))
+    fused = predict("opt_loop_nsys.sqlite.xz", fuse=("optimizer",))
+    assert fused["changes"][-1]["kernels"] == 0
+    assert fused["caveats"] == ["no kernel of the replayed steps has the role optimizer: nothing was fused"]
+    gemm = predict("gpt_fp32_nsys.sqlite.xz", speedups=(GEMM,))
+    assert gemm["changes"][0]["kernels"] > 0 and gemm["caveats"] == []
+
+
 def trace_mean_step(name: str) -> float:
     """A Kineto trace's mean GPU period between its profiler steps (plain JSON: trace_gpu_step_periods)."""
     return statistics.mean(trace_gpu_step_periods(REAL / name))

@@ -58,6 +58,21 @@ ncu --set full -o report ./app
 ncu --clock-control none --set full -o report ./app
 ```"""
 
+# Clocks that ncu did not lock (they varied, or ran near the maximum elsewhere: normalize.clocks): the GPU lowered
+# them itself, and re-profiling with --clock-control none, which the report already was, changes nothing
+FREE_ADVICE = """Find out why the GPU lowered its clock before tuning the kernel: ncu did not lock the clocks of this
+report (they varied between kernels), so the GPU ran below its maximum on its own.
+
+- `nvidia-smi -q -d PERFORMANCE` while the program runs: the active slowdown reasons (`SW Power Cap`, `HW Slowdown`,
+  `SW Thermal Slowdown`); `-d POWER,TEMPERATURE` for the draw against its limit.
+- `nvidia-smi -q -d CLOCK`: application clocks an administrator set low (`nvidia-smi -rgc` resets them).
+- A power cap under sustained load (dense tensor-core GEMMs draw the most): the clock follows the power limit; less
+  wasted work (casts, redundant copies) lowers the draw, the limit itself is the administrator's.
+
+```
+nvidia-smi -q -d PERFORMANCE,POWER,CLOCK   # while the program runs
+```"""
+
 CHECK = Check(
     id=ID,
     name="device.clock",
@@ -112,6 +127,6 @@ def run(kernel: KernelView, limits) -> Finding | None:
                   "sm_frequency_hz": evidence(measured, unit="hz"),
                   "max_sm_frequency_hz": evidence(maximum, unit="hz"),
                   "sm_throughput_pct": evidence(compute, unit="%")},
-        advice=ADVICE,
+        advice=FREE_ADVICE,
         notes=notes,
     )
