@@ -297,7 +297,11 @@ def trend_command(db_path, outputs, fail_on_regression):
         from nsanalyze.render.terminal import print_trend
 
         print_trend(result)
-    if fail_on_regression and regressions_in_last_run(result):
+    slower = regressions_in_last_run(result) if fail_on_regression else []
+    for row in slower:   # the job fails: say what failed it, as diff --fail-on-regression does
+        change = f" {row['change']:+.1%}" if row.get("change") is not None else ""
+        click.echo(f"regression: {_one_line(row['name'])}{change} in the latest run", err=True)
+    if slower:
         sys.exit(1)
 
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from nsanalyze.batch import batch
 from nsanalyze.cli import cli
+from nsanalyze.render.format import percent
 from nsanalyze.trend import trend
 from tests.conftest import DEV_SUITE_NCU, DEV_SUITE_NSYS, DEV_SUITE_V2_NCU, DEV_SUITE_V2_NSYS, PUBLIC
 from tests.isolated import memory_gate
@@ -253,3 +254,14 @@ def test_trend_html_leads_with_the_median_step(tmp_path):
     html = render_trend(result, "html")
     assert html.index("<h2>Median step</h2>") < html.index("<svg") < html.index("<h2>Kernels</h2>")
     assert "median step: step N" in html[:html.index("<h2>Kernels</h2>")]
+    # the Markdown had the kernels alone: the slower step, the only regression, was in the JSON and a chart; and a
+    # failing --fail-on-regression said nothing on stderr
+    [step] = [s for s in result["ranges"] if s["name"] == "median step: step N"]
+    last = step["points"][-1]
+    assert last["regression"]
+    markdown = render_trend(result, "markdown")
+    row = next(line for line in markdown.splitlines() if line.startswith("| median step: step N |"))
+    assert row.endswith("| **yes** |") and f"| {percent(last['change'])} |" in row
+    failed = CliRunner().invoke(cli, ["trend", "--db", str(db), "--fail-on-regression", "-o", str(tmp_path / "t.md")])
+    assert failed.exit_code == 1
+    assert f"regression: median step: step N {last['change']:+.1%} in the latest run" in failed.stderr

@@ -56,6 +56,20 @@ def render_markdown(result: dict) -> str:
         lines.append(f"| {name(s['name'])} ({escape(s['kind'])}){program} | {len(s['points'])} | {duration(last['duration_ns'])} | "
                      f"{duration(last.get('baseline_ns'))} | {percent(last.get('change')) if last.get('change') is not None else '-'} | "
                      f"{percent(last.get('noise')) if last.get('noise') else '-'} | {'**yes**' if last.get('regression') else ''} |")
+    # the median step first (the run's headline figure), then the NVTX ranges: a step that got slower is the
+    # regression a nightly job exists for, and it showed only in the JSON and a chart
+    ranges = sorted(result.get("ranges") or [], key=lambda s: not str(s["name"]).startswith("median step: "))
+    if ranges:
+        lines += ["", "| step or NVTX range | runs | last | baseline | change | noise band | regression |",
+                  "|---|---|---|---|---|---|---|"]
+        for s in ranges[:TOP]:
+            last = s["points"][-1]
+            program = f" [{escape(s['program'])}]" if len(result.get("programs") or []) > 1 and s.get("program") else ""
+            lines.append(f"| {name(s['name'])}{program} | {len(s['points'])} | {duration(last['duration_ns'])} | "
+                         f"{duration(last.get('baseline_ns'))} | "
+                         f"{percent(last.get('change')) if last.get('change') is not None else '-'} | "
+                         f"{percent(last.get('noise')) if last.get('noise') else '-'} | "
+                         f"{'**yes**' if last.get('regression') else ''} |")
     if result["prediction_accuracy"]:
         lines += ["", "| check | findings gone | predicted | actual | actual / predicted |", "|---|---|---|---|---|"]
         lines += [f"| `{a['check']}` | {a['cases']} | {duration(a['predicted_ns'])} | {duration(a['actual_ns'])} | "
