@@ -153,7 +153,8 @@ def _escape_data(text: str) -> str:
 
 def github_annotations(model: dict) -> list[str]:
     """One `::warning file=PATH,line=N,title=CHECK::MESSAGE` workflow command per finding that CI can
-    place (its first location; the finding's other lines in that file named in the message), escaped
+    place (its first location; the finding's other lines in that file named in the message), then one
+    `::warning title=CHECK::MESSAGE` per finding above info that it cannot place, escaped
     per GitHub's rules: `%`, CR and LF in the message, and `:` and `,` too in the properties. A warning
     whatever the severity (given in the message): `::error` made a run's located findings read as
     failures of the step, and `::notice` hid them from the checks' summary."""
@@ -168,4 +169,10 @@ def github_annotations(model: dict) -> list[str]:
         message = f"{_message(f, note)} [{f['severity']}]{also}"
         lines.append(f"::warning file={_escape_property(visible(path))},line={line},"
                      f"title={_escape_property(visible(f['check']))}::{_escape_data(message)}")
+    # findings above info that no source line places (a program finding, a kernel without line info): one
+    # annotation of the run each, so that the first finding is never the one CI leaves out
+    for f in model["findings"]:
+        if id(f) not in first and f["severity"] != "info":
+            lines.append(f"::warning title={_escape_property(visible(f['check']))}::"
+                         f"{_escape_data(_message(f, None) + ' [' + f['severity'] + ']')}")
     return lines
