@@ -370,8 +370,10 @@ def _summary(steps: dict | None, budget: list[dict], gone: list[str], appeared: 
     if predictions:   # the prediction the change answers: the first finding it took away, else the first finding
         first = next((p for p in predictions if p.get("in_new") == "gone"), predictions[0])
         still = " (still there)" if first.get("in_new") == "still there" else ""
-        text += (f"; {first['check']}{still} predicted {duration(first['predicted_savings_ns'])} a {first['per']}, "
-                 f"the new profile saved {duration(first['actual_savings_ns'])}")
+        actual = first["actual_savings_ns"]
+        outcome = f"saved {duration(actual)}" if actual >= 0 else f"was {duration(-actual)} slower"   # not "saved -5 ms"
+        text += f"; {first['check']}{still} predicted {duration(first['predicted_savings_ns'])} a {first['per']}, " \
+                f"the new profile {outcome}"
     idle = [b for b in budget if b["part"].startswith("idle_") and (b["after_share"] or 0) >= 0.05]
     first = next(iter(_program_findings(new).values()), None)
     if first:

@@ -480,3 +480,16 @@ def test_a_finding_fallen_to_info_is_changed_not_gone():
     assert "; event-timing predicted" in result["summary"]
     program = {p["check"]: p for p in result["predictions"] if p["kernel_name"] is None}
     assert program["unfused-normalization"]["in_new"] == "still there"
+
+
+def test_a_step_that_got_slower_is_said_so_in_the_summary():
+    """time53's GPT, its 5 timed stages' event pairs removed (nsys): the mean step came out 524 us longer (noise of
+    a host-bound loop), and the summary read "the new profile saved -524 us"."""
+    from nsanalyze.render.format import duration
+    from tests.conftest import REAL
+
+    result = apart(diff, str(REAL / "time53_gpt_base_nsys.sqlite.xz"), str(REAL / "time53_gpt_fix_nsys.sqlite.xz"))
+    first = next(p for p in result["predictions"] if p["kernel_name"] is None and p["in_new"] == "gone")
+    assert first["actual_savings_ns"] < 0
+    assert f"the new profile was {duration(-first['actual_savings_ns'])} slower" in result["summary"]
+    assert "saved -" not in result["summary"]

@@ -107,9 +107,11 @@ def library_advice(kernel: dict, check: str) -> str:
             f"{lever}.\n\n")
 
 
-# Checks about how a kernel's own code touches memory and schedules its work: advice for the kernel's author.
+# Checks about how a kernel's own code touches memory and schedules its work, and how its author splits the work
+# into blocks (a tail of uneven blocks, the block size): advice for the kernel's author. A closed library picks
+# its own grid (cuBLASLt's persistent nvjet kernels run one block an SM: "use a persistent kernel" was told to one).
 CODE_LEVEL_CHECKS = frozenset({"uncoalesced-global", "bank-conflicts", "warp-divergence", "low-ilp",
-                               "local-memory-spill", "atomic-contention"})
+                               "local-memory-spill", "atomic-contention", "tail-effect", "block-size"})
 # Libraries whose kernels the user cannot edit (CUTLASS and Triton kernels are configured or written by them).
 CLOSED_LIBRARIES = frozenset({"cuBLAS", "cuBLASLt", "cuDNN", "PyTorch", "NCCL"})
 

@@ -39,3 +39,18 @@ def test_user_kernels_get_no_library_advice(dev_suite_model):
     assert sgemm["library"] is None
     finding = next(f for f in dev_suite_model["findings"] if f["kernel_name"] == "sgemm_tiled")
     assert "cuBLAS kernel" not in finding["advice"]
+
+
+def test_a_closed_librarys_grid_is_not_its_callers_to_fix(analyzed):
+    """gpt_bf16_full (H200): tail-effect on cuBLASLt's nvjet GEMM, 132 blocks on 132 SMs (a persistent kernel, one
+    block an SM), advised the user to write a persistent, grid-stride kernel (an expert's read). The grid is the
+    library's: like the code-level findings, the launch-shape ones on a closed library's kernel are capped at info
+    with the note that sends the user to the call."""
+    from tests.conftest import REAL
+
+    model = analyzed(REAL / "gpt_bf16_full.ncu-rep.xz")
+    libraries = {k["name"]: k.get("library") for k in model["kernels"]}
+    tails = [f for f in model["findings"] if f["check"] == "tail-effect" and libraries.get(f["kernel_name"]) == "cuBLASLt"]
+    assert tails
+    for finding in tails:
+        assert finding["severity"] == "info" and any(n.startswith("capped at info: a cuBLASLt kernel") for n in finding["notes"])
