@@ -18,7 +18,7 @@ from pygments.util import ClassNotFound
 from nsanalyze.checks import check_by_id
 from nsanalyze.checks.base import SECTIONS
 from nsanalyze.render import charts
-from nsanalyze.render.format import (duration, evidence_value, health_line, percent, quantity, savings_text, shorten,
+from nsanalyze.render.format import (distinct_names, duration, evidence_value, health_line, percent, quantity, savings_text, shorten,
                                      set_aside_note, show_invisible, window_lines)
 
 SUMMARY_ROWS = 15  # "What to fix first" lists these; every finding still has its card below  # an expert's order of diagnosis
@@ -88,14 +88,19 @@ def view(model: dict) -> dict:
     for finding in shown:
         by_section.setdefault(_section_of(finding), []).append(finding)
     kernels = model["kernels"]
+    listed = sorted(kernels, key=lambda k: -(k.get("time_share") or 0))[:100]
     return {
         "model": model,
+        # names cut so that two stay apart (cuBLAS kernels that differ in a tile size past the cut read alike)
+        "scope_labels": dict(zip((f["rank"] for f in findings),
+                                 distinct_names([f["kernel_name"] or "program" for f in findings], 48))),
+        "kernel_labels": dict(zip((k["id"] for k in listed), distinct_names([k["name"] for k in listed], 48))),
         "top": shown[:3],
         "shown": shown,
         "summary_rows": shown[:SUMMARY_ROWS],
         "info": [f for f in findings if f["severity"] == "info"],
         "sections": by_section,
-        "kernels": sorted(kernels, key=lambda k: -(k.get("time_share") or 0))[:100],
+        "kernels": listed,
         "kernels_left": max(0, len(kernels) - 100),
         "charts": {
             "budget": Markup(charts.budget_svg(model.get("timeline")) or ""),

@@ -78,3 +78,23 @@ def test_titles_show_their_code_as_code_and_several_gpus_as_several(analyzed):
     two = render(model)
     assert "the 2 GPUs were busy" in two and "summed over the GPUs and their streams" in two
     assert "the GPU was busy" not in two
+
+
+def test_two_kernels_never_read_alike_in_the_findings_table(analyzed):
+    """gpt_fp32_full's cuBLAS GEMMs differ in their tile size past the 48th character: the HTML cut both
+    tilesize128x128x8 and tilesize128x64x8 to one text (the full name in a hover title alone). Cut names stay apart,
+    as in the Markdown."""
+    import re
+
+    from nsanalyze.render.html import render
+    from tests.conftest import REAL
+
+    model = analyzed(REAL / "gpt_fp32_full.ncu-rep.xz")
+    html = render(model)
+    table = html[html.index('<table class="findings">'):html.index("</table>", html.index('<table class="findings">'))]
+    cells = re.findall(r'<td title="([^"]*)">([^<]*)</td>', table)
+    assert len({full for full, _ in cells}) >= 3
+    shown = {}
+    for full, visible in cells:
+        shown.setdefault(visible, set()).add(full)
+    assert [names for names in shown.values() if len(names) > 1] == []
