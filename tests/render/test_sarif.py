@@ -23,8 +23,9 @@ def test_github_annotations(joined_model):
     lines = github_annotations(joined_model)
     assert any(l.startswith(("::error file=", "::warning file=")) and ",line=16,title=uncoalesced-global::aos_update" in l
                for l in lines)
-    # paths relative to the working directory (the tests run in the checkout: fixtures/dev_suite.cu)
-    assert all(" file=fixtures/dev_suite.cu," in l for l in lines)
+    # paths relative to the working directory (the tests run in the checkout: fixtures/dev_suite.cu); the findings
+    # no line places, one file-less warning each
+    assert all(" file=fixtures/dev_suite.cu," in l or l.startswith("::warning title=") for l in lines)
 
 
 def test_no_made_up_links(dev_suite_model):
