@@ -27,7 +27,7 @@ import sqlite_utils
 
 from nsanalyze import __version__
 from nsanalyze.errors import INTERRUPTED, InputError
-from nsanalyze.read.files import remove_orphan_copies
+from nsanalyze.read.files import process_alive, remove_orphan_copies
 
 PROFILE_SUFFIXES = (".ncu-rep", ".sqlite", ".pt.trace.json")  # the last: torch.profiler's trace handler's names
 DATE_IN_PATH = re.compile(r"(?<!\d)(20\d\d)([-_]?)(\d\d)\2(\d\d)(?!\d)")   # not inside a longer number
@@ -475,7 +475,8 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
                 if process.is_alive():
                     process.kill()
                     process.join(timeout=WORKER_STOP_S)
-            remove_orphan_copies({p.pid for p in workers})   # what a worker stopped mid-copy left in the cache
+            stopped = {p.pid for p in workers} | _stop_unlisted_workers({p.pid for p in workers})
+            remove_orphan_copies(stopped)   # what a worker stopped mid-copy left in the cache
             raise
         else:
             pool.shutdown(wait=True)
@@ -483,6 +484,44 @@ def batch(paths: list[str], db_path: str, jobs: int | None = None, label: str | 
             safe_path.close()
     db.conn.close()
     return outcomes
+
+
+def _stop_unlisted_workers(listed: set[int]) -> set[int]:
+    """The pool's workers the stopped batch did not list (one forked by the fork server as the signal came, not yet
+    in the pool's table), stopped as the listed ones were: SIGTERM, then SIGKILL past WORKER_STOP_S. Otherwise such
+    a worker ended only with the fork server, after the batch (SIGKILL, from the kernel: no cleanup) and after its
+    look at the cache, and its partial copy stayed (a fresh clone's suite, 2026-12-05, under load). The workers are
+    the batch's grandchildren: the fork server's children (Linux /proc; elsewhere none are found)."""
+    import signal
+
+    def parents() -> dict[int, int]:
+        found = {}
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as handle:
+                        found[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+        return found
+    table = parents()
+    children = {pid for pid, parent in table.items() if parent == os.getpid()}
+    unlisted = {pid for pid, parent in table.items() if parent in children} - listed
+    for pid in unlisted:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + WORKER_STOP_S
+    while time.monotonic() < deadline and any(process_alive(pid) for pid in unlisted):
+        time.sleep(0.05)
+    for pid in unlisted:
+        if process_alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    return unlisted
 
 
 class _safe_import_path:

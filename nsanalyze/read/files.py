@@ -62,7 +62,7 @@ def _remove_orphans(folder: Path, stopped=()) -> None:
     `stopped` process ids (being killed: it will write no more), are removed."""
     for entry in folder.glob(".partial-*"):
         pid = entry.name.split("-")[1]
-        if pid.isdigit() and (int(pid) in stopped or not _alive(int(pid))):
+        if pid.isdigit() and (int(pid) in stopped or not process_alive(int(pid))):
             entry.unlink(missing_ok=True)
 
 
@@ -77,7 +77,7 @@ def remove_orphan_copies(stopped=()) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     """A running process (a zombie, dead but not yet reaped, is not)."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
