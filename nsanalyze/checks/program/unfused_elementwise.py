@@ -92,7 +92,8 @@ def run(timeline, limits) -> Finding | None:
     finding = Finding(
         check=ID,
         title=f"Elementwise code written out: {plural(len(chains), 'chain')} of {mean_length:.0f} memory-bound kernels on "
-              f"average{per_step} take {chain_ns / 1e6:.1f} ms of the {window_ns / 1e6:.1f} ms window; "
+              f"average{per_step} take {chain_ns / 1e6:.1f} ms of the {window_ns / 1e6:.1f} ms "
+              f"{'of profiled kernels' if timeline.window.kind == 'kernels' else 'window'}; "   # an ncu report's whole
               "fuse them with torch.compile",
         estimated_speedup=0.0,
         evidence={"chains": evidence(len(chains)),

@@ -36,6 +36,20 @@ def test_attention_written_out_comes_first_at_high(analyzed):
     assert 0.5 * window <= first["estimated_savings_ns"] <= window
 
 
+def test_the_attention_title_gives_its_share_of_one_whole(analyzed):
+    """An expert's read: "take 78% of GPU kernel time (242.1 ms of the 333.6 ms window)": 242.1 of 333.6 is 73%, the
+    window's share (its evidence), beside a share of kernel time. The figures in brackets are those of the share:
+    the scores' kernels over the GPU kernel time, the work split's total."""
+    import re
+
+    model = _model(analyzed, "attn_naive")
+    finding = _finding(model, "attention-unfused")
+    share, part, whole = re.search(r"take (\d+)% of GPU kernel time \(([\d.]+) ms of ([\d.]+) ms\)", finding["title"]).groups()
+    assert int(share) == round(100 * float(part) / float(whole))
+    assert float(whole) * 1e6 == pytest.approx(sum(w["ns"] for w in model["timeline"]["work"]), rel=1e-3)
+    assert "window" not in finding["title"]
+
+
 def test_attention_stays_first_with_the_ncu_report_joined(analyzed):
     from tests.isolated import analyze_apart
 
