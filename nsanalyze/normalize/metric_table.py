@@ -76,9 +76,8 @@ def raw_metrics_for(concepts) -> tuple[str, ...]:
     without a CC range (else its first row). What `ncu --metrics` collects where a --set of the user's ncu version
     lacks them (sm__cycles_active.max is in no section of ncu 2022.2's or 2023.3's full set)."""
     rules: dict[str, Rule] = {}
-    for rule in load_rules():
-        if rule.concept not in rules or (rules[rule.concept].min_cc or rules[rule.concept].max_cc) and \
-                rule.min_cc is None and rule.max_cc is None:
+    for rule in load_rules():   # the first row of each concept, unless a later one holds on every CC
+        if rule.concept not in rules or (rule.applies_to(None) and not rules[rule.concept].applies_to(None)):
             rules[rule.concept] = rule
     found: dict[str, None] = {}
     seen: set[str] = set()

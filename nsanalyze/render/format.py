@@ -94,19 +94,19 @@ def budget_labels(timeline: dict | None) -> dict[str, str]:
     which calls the idle time lay under."""
     labels = dict(BUDGET_LABELS)
     cuda = [c for c in ((timeline or {}).get("host_activity") or {}).get("classes") or [] if c.get("source") == "cuda"]
-    classes = [c for c in cuda if (c.get("idle_by_part") or {}).get("idle_launch")]
-    if classes:
-        top = max(classes, key=lambda c: c["idle_by_part"]["idle_launch"])
-        if top["class"] != "launch":
-            labels["idle_launch"] = f"idle on CUDA calls (mostly {visible(top['class'])})"
+
+    def top_under(part: str) -> dict | None:   # the CUDA class of calls under most of a budget part's idle time
+        under = [c for c in cuda if (c.get("idle_by_part") or {}).get(part)]
+        return max(under, key=lambda c: c["idle_by_part"][part]) if under else None
+    top = top_under("idle_launch")
+    if top is not None and top["class"] != "launch":
+        labels["idle_launch"] = f"idle on CUDA calls (mostly {visible(top['class'])})"
     # one long runtime call (a cudaFree of 30 ms) counts as host code in the budget (normalize.budget): where such
     # calls of one class hold most of that part, the label says so, as allocator-churn's finding does
     host_ns = sum(p.get("ns") or 0 for p in (timeline or {}).get("budget") or [] if p.get("part") == "idle_host")
-    long_calls = [c for c in cuda if (c.get("idle_by_part") or {}).get("idle_host")]
-    if long_calls and host_ns:
-        top = max(long_calls, key=lambda c: c["idle_by_part"]["idle_host"])
-        if top["idle_by_part"]["idle_host"] >= 0.5 * host_ns:
-            labels["idle_host"] = f"idle on host code (mostly long {visible(top['class'])} calls)"
+    top = top_under("idle_host")
+    if top is not None and host_ns and top["idle_by_part"]["idle_host"] >= 0.5 * host_ns:
+        labels["idle_host"] = f"idle on host code (mostly long {visible(top['class'])} calls)"
     return labels
 
 

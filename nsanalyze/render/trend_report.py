@@ -50,32 +50,29 @@ def render_markdown(result: dict) -> str:
                  f"{escape(p['name'])} ({p['runs']} run{'s' if p['runs'] != 1 else ''})" for p in result["programs"]), ""]
                if len(result.get("programs") or []) > 1 else []),
              "| kernel | runs | last | baseline | change | noise band | regression |", "|---|---|---|---|---|---|---|"]
-    for s in result["kernels"][:TOP]:
-        last = s["points"][-1]
-        program = f" [{escape(s['program'])}]" if len(result.get("programs") or []) > 1 and s.get("program") else ""
-        lines.append(f"| {name(s['name'])} ({escape(s['kind'])}){program} | {len(s['points'])} | {duration(last['duration_ns'])} | "
-                     f"{duration(last.get('baseline_ns'))} | {percent(last.get('change')) if last.get('change') is not None else '-'} | "
-                     f"{percent(last.get('noise')) if last.get('noise') else '-'} | {'**yes**' if last.get('regression') else ''} |")
+    lines += [_row(result, s, f"{name(s['name'])} ({escape(s['kind'])})") for s in result["kernels"][:TOP]]
     # the median step first (the run's headline figure), then the NVTX ranges: a step that got slower is the
     # regression a nightly job exists for, and it showed only in the JSON and a chart
     ranges = sorted(result.get("ranges") or [], key=lambda s: not str(s["name"]).startswith("median step: "))
     if ranges:
         lines += ["", "| step or NVTX range | runs | last | baseline | change | noise band | regression |",
                   "|---|---|---|---|---|---|---|"]
-        for s in ranges[:TOP]:
-            last = s["points"][-1]
-            program = f" [{escape(s['program'])}]" if len(result.get("programs") or []) > 1 and s.get("program") else ""
-            lines.append(f"| {name(s['name'])}{program} | {len(s['points'])} | {duration(last['duration_ns'])} | "
-                         f"{duration(last.get('baseline_ns'))} | "
-                         f"{percent(last.get('change')) if last.get('change') is not None else '-'} | "
-                         f"{percent(last.get('noise')) if last.get('noise') else '-'} | "
-                         f"{'**yes**' if last.get('regression') else ''} |")
+        lines += [_row(result, s, name(s["name"])) for s in ranges[:TOP]]
     if result["prediction_accuracy"]:
         lines += ["", "| check | findings gone | predicted | actual | actual / predicted |", "|---|---|---|---|---|"]
         lines += [f"| `{a['check']}` | {a['cases']} | {duration(a['predicted_ns'])} | {duration(a['actual_ns'])} | "
                   f"{a['actual_over_predicted']:.2f} |" if a["actual_over_predicted"] is not None else
                   f"| `{a['check']}` | {a['cases']} | - | - | - |" for a in result["prediction_accuracy"]]
     return bounded(lines, "row")
+
+
+def _row(result: dict, series: dict, label: str) -> str:
+    """A series' Markdown row: its latest run against the baseline, with its program where there are several."""
+    last = series["points"][-1]
+    program = f" [{escape(series['program'])}]" if len(result.get("programs") or []) > 1 and series.get("program") else ""
+    return (f"| {label}{program} | {len(series['points'])} | {duration(last['duration_ns'])} | "
+            f"{duration(last.get('baseline_ns'))} | {percent(last.get('change')) if last.get('change') is not None else '-'} | "
+            f"{percent(last.get('noise')) if last.get('noise') else '-'} | {'**yes**' if last.get('regression') else ''} |")
 
 
 def render_html(result: dict) -> str:

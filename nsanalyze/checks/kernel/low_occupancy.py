@@ -84,11 +84,14 @@ CHECK = Check(
 )
 
 
+def _block_limits(kernel: KernelView) -> list[tuple[float, str]]:
+    """The per-SM block limits the report reads, tightest first: (blocks an SM, concept)."""
+    return sorted((kernel.get(name), name) for name in LIMITERS if kernel.get(name) is not None)
+
+
 def _limiter(kernel: KernelView) -> str | None:
-    limits = {name: kernel.get(name) for name in LIMITERS if kernel.get(name) is not None}
-    if not limits:
-        return None
-    return LIMITERS[min(limits, key=limits.get)]
+    limits = _block_limits(kernel)
+    return LIMITERS[limits[0][1]] if limits else None
 
 
 def reachable_occupancy(kernel: KernelView) -> tuple[float, str] | None:
@@ -96,7 +99,7 @@ def reachable_occupancy(kernel: KernelView) -> tuple[float, str] | None:
     next one's blocks an SM over the tightest one's, times today's theoretical occupancy. FaSTED's MmaPtxShared:
     registers allow 2 blocks an SM (12.5%), shared memory 3, so fewer registers reach 18.75%, not the 50% the
     saving assumed. None where fewer than two limits are read."""
-    limits = sorted((kernel.get(name), name) for name in LIMITERS if kernel.get(name))
+    limits = [limit for limit in _block_limits(kernel) if limit[0]]
     theoretical = kernel.get("theoretical_occupancy_pct")
     if len(limits) < 2 or not theoretical:
         return None
