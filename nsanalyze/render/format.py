@@ -243,7 +243,10 @@ def _collect_hint(model: dict) -> str:
 def collect_text(model: dict) -> str:
     """What the checks that could not judge need collected (the not-judged entries' `collect`, without the reasons
     in brackets that the report says elsewhere), the first two: `--set full and --clock-control none`."""
-    wanted = sorted({n["collect"].split(" (")[0] for n in model.get("not_judged") or [] if n.get("collect")})
+    def short(collect: str) -> str:   # the options without their reasons; the metrics by name kept (checks._collect)
+        by_name = collect.rfind(", or --metrics ")
+        return collect.split(" (")[0] + (" or" + collect[by_name + len(", or"):] if by_name >= 0 else "")
+    wanted = sorted({short(n["collect"]) for n in model.get("not_judged") or [] if n.get("collect")})
     return " and ".join(wanted[:2]) + (f" and {len(wanted) - 2} more" if len(wanted) > 2 else "")
 
 

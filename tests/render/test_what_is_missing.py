@@ -8,7 +8,7 @@ import re
 import pytest
 
 from nsanalyze.render import html, markdown
-from nsanalyze.render.format import health_line, shorten
+from nsanalyze.render.format import collect_text, health_line, shorten
 from tests.conftest import FIXTURES, PUBLIC, REAL
 
 UNROLL = PUBLIC / "Alaric617R__COALDA__examples__rgb__profile__report__uncoalesced_chart_unroll.ncu-rep.xz"
@@ -146,6 +146,8 @@ def test_a_metric_no_section_of_the_reports_ncu_holds_is_named_for_ncu_metrics(a
     assert {"achieved_occupancy_pct", "issue_active_pct", "bank_conflict_share"} <= set(kernel["metrics"])   # full set
     assert entry["collect"].endswith(", or --metrics sm__cycles_active.avg,sm__cycles_active.max")
     assert "or --metrics sm__cycles_active.avg,sm__cycles_active.max`" in markdown.render(model)
+    # and the summary line (the terminal's, the comment's <summary>) says it too: "collect --set full" alone led nowhere
+    assert collect_text(model) == "--set full or --metrics sm__cycles_active.avg,sm__cycles_active.max"
     unroll = analyzed(UNROLL)
     [bank] = [n for n in unroll["not_judged"] if n["check"] == "bank-conflicts"]
     assert "--metrics" not in bank["collect"]
