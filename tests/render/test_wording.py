@@ -88,8 +88,12 @@ def test_no_finding_says_what_is_known_and_what_to_collect(analyzed):
     assert "nothing here holds" not in line and "no check's threshold is crossed" in line
     assert f"the longest kernel, 100% of the time, runs at {share:.0%} of its memory roof, memory-bound" in line
     divided = analyzed(PUBLIC / "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_DivToMult.ncu-rep.xz")
-    collect = {n["collect"].split(" (")[0] for n in divided["not_judged"]}
-    assert f"lacks their metrics; collect {' and '.join(sorted(collect))}. The longest kernel" in health_line(divided)
+    from nsanalyze.render.format import collect_text
+
+    # the options each not-judged check names, their reasons left to the report; the metrics by name kept
+    assert collect_text(divided) == ("--clock-control none and --set full or --metrics "
+                                     "sm__cycles_active.avg,sm__cycles_active.max")
+    assert f"lacks their metrics; collect {collect_text(divided)}. The longest kernel" in health_line(divided)
 
 
 def test_evidence_reads_with_its_unit_and_no_si_prefix_on_a_count(analyzed):
