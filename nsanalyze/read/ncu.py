@@ -66,7 +66,8 @@ class SourceSpot:
     def sass(self) -> str | None:
         if self._sass is None and self._code is not None:
             text = self._code.action_for(self.pc).sass_by_pc(self.pc)
-            self._sass = text.strip() if text else ""
+            text = text.strip() if text else ""
+            self._sass = "" if set(text) <= {"?"} else text   # ncu's placeholder for an instruction it cannot show
         return self._sass or None
 
 

@@ -248,7 +248,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
     if division_removed:
         title_parts.append(f"{divisions / 1e6:.1f}M {'FP64' if fp64 else 'FP32'} divisions")
     if fused_removed:
-        title_parts.append(f"{fusable / 1e6:.1f}M unfused add/multiply pairs")
+        title_parts.append(f"up to {fusable / 1e6:.1f}M unfused add/multiply pairs")   # min(adds, multiplies): a bound
     if slow_fp64_removed:
         title_parts.append(f"FP64 at 1/{1 / ratio:.0f} rate")
     share_of = lambda n: n / pipe_instructions  # noqa: E731

@@ -89,17 +89,23 @@ def run(timeline, limits) -> Finding | None:
             direction.saving_ns = 0.0
     top = directions[0] if directions else None
     rate = (f"; {top.copy_kind.lower()} at {top.gb_per_s:.1f} GB/s where pinned copies reach "
-            f"{top.reference_gb_per_s:.0f}" if top and top.gb_per_s else "")
+            f"{top.reference_gb_per_s:.0f} GB/s" if top and top.gb_per_s else "")
     steps = timeline.steps.count if timeline.steps else 0
     step_copy_ns = median_step_part(timeline, BUDGET_PART)
     # per step only when the copies are the steps' own (not a checkpoint's between them)
     per_step = (f", {duration_text(saving_ns / steps)} less copy time in each {duration_text(timeline.steps.median_ns)} step"
                 if steps and saving_ns and step_copy_ns and saving_ns / steps <= step_copy_ns else "")
+    if saving_ns > 0:   # what the copies would take, not a saving: the savings column may share it
+        outcome = f": pinned, they would take {duration_text(pageable.duration_ns - saving_ns)}{per_step}"
+    elif any(d.gb_per_s and d.gb_per_s >= limits.near_link_share * d.reference_gb_per_s for d in directions):
+        outcome = ": near the pinned rate already, so pinning saves nothing"
+    else:   # each copy's setup outweighs its bytes (pinned_time_ns' floor: about PINNED_COPY_FLOOR_NS a copy)
+        outcome = (f": pinned, they would take about as long (copies of {pageable.bytes / pageable.copies / 1e3:.1f} kB "
+                   "on average cost their setup, not their bytes)")
     finding = Finding(
         check=ID,
         title=f"{plural(pageable.copies, 'copy')} used pageable host memory "
-              f"({pageable.bytes / 1e6:.1f} MB, {duration_text(pageable.duration_ns)}){rate}: pinned, they would take "   # what the copies would take, not a saving:
-              f"{duration_text(pageable.duration_ns - saving_ns)}{per_step}",   # the savings column may share it
+              f"({pageable.bytes / 1e6:.1f} MB, {duration_text(pageable.duration_ns)}){rate}{outcome}",
         estimated_speedup=0.0,
         evidence={"pageable_copies": evidence(pageable.copies, limits.min_copies, compare=">="),
                   "pageable_bytes": evidence(pageable.bytes, unit="byte"),

@@ -166,3 +166,11 @@ def test_diff_checks_the_prediction_on_the_pair():
     assert prediction["actual_savings_ns"] == pytest.approx(2.71e6, rel=0.01)
     assert prediction["predicted_savings_ns"] == pytest.approx(2.94e6, rel=0.01)
     assert 0.8 < prediction["actual_savings_ns"] / prediction["predicted_savings_ns"] < 1.0
+
+
+def test_source_lines_without_sass_show_no_placeholder(analyzed):
+    """MW_Baseline's OpenACC kernels map to source lines, but ncu gives `???` for their SASS: a line without its
+    instruction, not a placeholder printed beside it in every format."""
+    sources = [s for f in analyzed(BASELINE)["findings"] for s in f["source"]]
+    assert sources and all(s["file"].endswith(".F90") for s in sources)
+    assert not [s for s in sources if s.get("sass") and set(s["sass"]) <= {"?"}]

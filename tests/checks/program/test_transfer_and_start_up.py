@@ -358,3 +358,15 @@ def test_kineto_trace_without_gpu_events_says_what_the_profiler_left_out(tmp_pat
     assert "ProfilerActivity.CUDA" in finding["advice"]
     hints = {n["check"]: n["collect"] for n in model["not_judged"]}
     assert hints["host-sync"].startswith("torch.profiler") and hints["gpu-util-illusion"].startswith("nsys profile")
+
+
+def test_small_pageable_copies_are_not_given_a_pinned_time(analyzed):
+    """h100_2gpu_1s's 4 pageable copies (2.4 kB each on average, 3.36 us in all): pinned, each would still cost its
+    setup, so the title says they would take about as long, with the rate's unit, and promises nothing; the
+    5.1 GB of transfer_pageable keep their pinned time (bytes over the rate)."""
+    small = next(f for f in analyzed(H100_COPIES)["findings"] if f["check"] == "pageable-memcpy")
+    assert small["estimated_savings_ns"] == 0
+    assert "where pinned copies reach 28 GB/s: pinned, they would take about as long (copies of " in small["title"]
+    large = next(f for f in analyzed(REAL / "transfer_pageable_nsys.sqlite.xz")["findings"]
+                 if f["check"] == "pageable-memcpy")
+    assert "GB/s: pinned, they would take 102 ms" in large["title"]
