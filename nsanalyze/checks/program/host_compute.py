@@ -55,6 +55,9 @@ GPU of several, a straggler's host time is what the others wait for: rank-imbala
 from dataclasses import asdict, dataclass, replace
 
 from nsanalyze.normalize.model import ApiCall, plain
+from nsanalyze.normalize.steps import normalize_name
+from nsanalyze.numbers import duration_text
+from nsanalyze.text import code_span
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.checks.program.launch_overhead import profiler_caveat
@@ -264,6 +267,19 @@ def _between_steps(timeline, stretches) -> str:
             "batch is fetched, for one), not in a step's")
 
 
+def _named_range_lead(timeline, stretches) -> str:
+    """Where the longest stretch ran inside an NVTX range of the program's own that is not a step (`IO 190` inside
+    `Step 190 to 200`), the advice starts there: the range names the code to move, more than a generic list does."""
+    top = stretches[0] if stretches else None
+    if top is None or not top.nvtx_range:
+        return ""
+    if timeline.steps is not None and normalize_name(top.nvtx_range) == timeline.steps.name:
+        return ""
+    return (f"Start with the code inside the NVTX range {code_span(top.nvtx_path or top.nvtx_range)}: the host's longest "
+            f"stretch without GPU work ({duration_text(top.duration_ns)}) ran there (the evidence lists the ranges of "
+            "the next ones).\n\n")
+
+
 def run(timeline, limits) -> Finding | None:
     idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
     if share < limits.min_idle_share:
@@ -321,7 +337,7 @@ def run(timeline, limits) -> Finding | None:
                   "idle_host_ns": evidence(idle_ns, unit="ns"),
                   **extra,
                   "longest_stretches": plain(stretches)},
-        advice=advice,
+        advice=_named_range_lead(timeline, stretches) + advice,
         notes=notes,
     )
     finding.estimated_savings_ns = idle_ns

@@ -108,7 +108,7 @@ def test_computing_host_thread_is_not_called_blocked(timelines, path):
     finding = run(timeline)
     assert finding.evidence["blocked_share"]["value"] < 0.05
     assert "runs its own code" in finding.title and "blocked" not in finding.title
-    assert finding.advice == host_compute.ADVICE
+    assert finding.advice.endswith(host_compute.ADVICE)   # the computing host's advice, not a blocked one's
     longest = timeline.host_stretches[0]
     own = sum(c.overlap_ns for c in longest.thread_os_calls)
     assert own < 0.05 * longest.duration_ns
@@ -287,3 +287,14 @@ def test_host_time_between_the_step_ranges_is_said_to_lie_there(analyzed):
         in_steps = sum(max(0, min(e, end) - max(s, start)) for s, e in ranges)
         assert in_steps > 0.9 * stretch["duration_ns"] and stretch["in_steps_ns"] == in_steps
     assert "outside the" not in finding["title"]
+
+
+def test_a_stretch_in_a_range_of_its_own_leads_the_advice_to_that_range(timelines):
+    """The power iteration's longest host stretches lie in its `IO N` ranges inside the `Step N to N` steps: the advice
+    starts with the range that holds the longest (26.7 ms in IO 190); loader_inline's lie in its step ranges
+    themselves, which name no place in the code: the general advice alone."""
+    power = run(with_thread_calls(POWER, timelines[POWER.name]))
+    assert power.advice.startswith("Start with the code inside the NVTX range `Loop › Step 190 to 200 › IO 190`: the "
+                                   "host's longest stretch without GPU work (26.7 ms)")
+    inline = REAL / "loader_inline_nsys.sqlite.xz"
+    assert run(with_thread_calls(inline, timelines[inline.name])).advice == host_compute.ADVICE
