@@ -10,6 +10,7 @@ self-check: off the measured steps by more than 2%, the prediction says it is no
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from dataclasses import dataclass
 
@@ -52,8 +53,9 @@ def check_roles(fuse) -> tuple:
     from nsanalyze.normalize.work import ROLES
 
     for role in fuse:
-        if role not in ROLES + (LOOP,):
-            raise InputError("--fuse", f"{role!r} is no kernel role (one of: {', '.join(ROLES + (LOOP,))})")
+        if role not in ROLES + (LOOP,) and not re.fullmatch(re.escape(LOOP) + r":\d{1,6}", role):
+            raise InputError("--fuse", f"{role!r} is no kernel role (one of: {', '.join(ROLES + (LOOP,))}, or "
+                                       f"{LOOP}:N, one group of loops as launch-loop's finding names it)")
     return tuple(fuse)
 
 
@@ -132,9 +134,7 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
     path_before = cp.critical_path(block.graph, block.base, block.median_step)
     path_after = cp.critical_path(block.graph, changed, block.median_step)
     changes = _changes(block.graph, speedups, remove, asked, pinned_rate, len(block.graph.step_first_op)) \
-        + [{"change": "fuse", "role": role,   # kernels only: a loop's memsets go with it, but are none
-            "kernels": int((cp.role_mask(block.graph, (role,)) & cp.role_mask(block.graph, ("*",))).sum()),
-            "launch_path_ns_per_step": cp.dropped_host_ns_per_step(block, (role,))} for role in asked.fuse]
+        + [_fuse_change(block, role) for role in asked.fuse]
     return {
         "profile": export.path,
         "base_step_ns": base_step, "predicted_step_ns": predicted_step,
@@ -147,9 +147,43 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
         "critical_path": _rounded(path_after), "critical_path_before": _rounded(path_before),
         "changes": changes,
         "notes": list(block.graph.notes) + _traced_host_note(export, timeline)
-        + _replayed_note(int(len(measured)), int(steps_in_window)),
+        + _replayed_note(int(len(measured)), int(steps_in_window)) + _loop_groups_note(changes),
         "caveats": _uncapturable(export, block, asked) + _matched_nothing(changes),
     }
+
+
+def _fuse_change(block, role: str) -> dict:
+    """A --fuse change: the kernels it fuses and the launch paths it takes away a step; for `loop`, each group of
+    loops apart (`loop:N`, as launch-loop's finding prices one), so the user sees which loops it took."""
+    def entry(fused: str) -> dict:   # kernels only: a loop's memsets go with it, but are none
+        return {"role": fused,
+                "kernels": int((cp.role_mask(block.graph, (fused,)) & cp.role_mask(block.graph, ("*",))).sum()),
+                "launch_path_ns_per_step": cp.dropped_host_ns_per_step(block, (fused,))}
+    change = {"change": "fuse", **entry(role)}
+    if role == cp.LOOP:
+        groups = sorted({loop.group for loop in block.graph.loops})
+        motifs = {}
+        for loop in block.graph.loops:
+            motifs.setdefault(loop.group, loop.motif)
+        change["groups"] = [{**entry(cp.loop_role(g)), "motif": list(motifs[g])[:LISTED_MOTIF]} for g in groups]
+    return change
+
+
+LISTED_MOTIF = 6   # kernels of a loop's motif named in a fused group's entry
+
+
+def _loop_groups_note(changes: list[dict]) -> list[str]:
+    """`--fuse loop` over several groups of loops (loops over different items: the optimizer's parameters, a model's
+    layers) fuses them all, where launch-loop's finding prices one: the note names each and how to ask for one."""
+    notes = []
+    for change in changes:
+        groups = change.get("groups") or []
+        if len(groups) > 1:
+            listed = "; ".join(f"{g['role']}: {g['kernels']:,} kernels ({' > '.join(g['motif'])})" for g in groups)
+            notes.append(f"--fuse loop fused {len(groups)} groups of loops, loops over different items, which "
+                         f"are different changes: {listed}. --fuse {groups[0]['role']} fuses one alone (launch-loop's "
+                         "finding names the group it prices)")
+    return notes
 
 
 def _matched_nothing(changes: list[dict]) -> list[str]:

@@ -342,3 +342,26 @@ def test_no_code_builds_save_their_host_time_where_the_host_holds_the_step():
     assert 0.8 * built < saved <= 1.01 * built
     saved, built = run("blind56_kvcat_base1_nsys.sqlite.xz")
     assert 0 <= saved < 0.1 * built
+
+
+def test_fusing_loops_names_each_group_and_one_group_is_the_findings_change(analyzed):
+    """opt_loop's steps hold two groups of loops: AdamW foreach=False over 128 tensors (8 kernels each) and the model's
+    32-layer stack with its backward. `--fuse loop` fuses both, which are different changes, and says so group by
+    group; `--fuse loop:N`, the group launch-loop's finding names in its notes, replays that finding's change alone:
+    its saving is the finding's, and its kernels are the Adam loop's 1,024 a step."""
+    import re
+
+    name = "opt_loop_nsys.sqlite.xz"
+    every = predict(name, fuse=("loop",))
+    groups = every["changes"][0]["groups"]
+    assert len(groups) == 2 and sum(g["kernels"] for g in groups) == every["changes"][0]["kernels"]
+    assert any(note.startswith("--fuse loop fused 2 groups of loops") for note in every["notes"])
+    finding = next(f for f in analyzed(REAL / name)["findings"] if f["check"] == "launch-loop")
+    [role] = re.findall(r"--fuse (loop:\d+)`", " ".join(finding["notes"]))
+    alone = predict(name, fuse=(role,))
+    assert alone["changes"][0]["kernels"] == 1024 * alone["replayed_steps"]
+    assert "groups" not in alone["changes"][0]
+    saved = alone["base_mean_step_ns"] - alone["predicted_mean_step_ns"]
+    assert saved == pytest.approx(finding["estimated_savings_ns"] / analyzed(REAL / name)["timeline"]["steps"]["count"],
+                                  rel=0.05)
+    assert saved < every["base_mean_step_ns"] - every["predicted_mean_step_ns"]
