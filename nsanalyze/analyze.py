@@ -407,7 +407,9 @@ def _analyze(paths: list[str], options: Options) -> dict:
         findings += program.findings
         model["not_judged"] += [n.to_json() for n in program.not_judged]
         if kernels:
-            join_kernel_times(kernels, program.kernel_summary, kernel_time)
+            coverage = join_kernel_times(kernels, program.kernel_summary, kernel_time)
+            if coverage is not None:
+                model["ncu_coverage"] = coverage
             price_kernel_findings(findings, program, kernels, kernel_time)
         else:
             model["kernels"] = program.kernels

@@ -281,9 +281,11 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
                          one.steps.count if one is not None and one.steps is not None else 0)
 
 
-def join_kernel_times(ncu_kernels: list[dict], nsys_summary: list[dict], kernel_time: dict) -> None:
+def join_kernel_times(ncu_kernels: list[dict], nsys_summary: list[dict], kernel_time: dict) -> dict | None:
     """Weights ncu findings by each kernel's time in the nsys timeline, matched by name. A name's nsys
-    total is counted once: split over the ncu kernels of that name by their share of its ncu time."""
+    total is counted once: split over the ncu kernels of that name by their share of its ncu time. Returns how
+    much of the window's kernel time the ncu report measured (a report of a few launches speaks for its kernels
+    only: the largest kernels of the window may never have been profiled), or None without kernel time."""
     by_name: dict[str, dict] = {}
     for row in nsys_summary:
         by_name.setdefault(row["name"], row)
@@ -302,3 +304,9 @@ def join_kernel_times(ncu_kernels: list[dict], nsys_summary: list[dict], kernel_
             kernel["nsys"] = {"total_ns": finite(match["duration_ns"] * share), "launches": int(match["launches"]),
                               "time_share": finite(match["duration_ns"] * share / total) if total else None}
             kernel_time[kernel["id"]] = float(match["duration_ns"]) * share
+    if not total:
+        return None
+    matched = [by_name.get(ks[0]["demangled"]) or by_name.get(ks[0]["name"]) for ks in matches.values()]
+    return {"kernel_time_share": finite(sum(r["duration_ns"] for r in matched) / total),
+            "names_measured": len(matched), "names_in_window": len(nsys_summary),
+            "window_kernel_ns": finite(total)}

@@ -292,6 +292,7 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
                 finding.kernel_ids, finding.kernel_time_ns = [finding.kernel_id], time_ns
     if kernel_keys:
         findings = merge_launch_shapes(findings, kernel_keys, kernel_time_ns)
+    within_program_causes(findings, kernel_keys or {})
     if total_ns is None:
         total_ns = sum(t for k, t in kernel_time_ns.items() if k is not None)
     for finding in findings:   # kernel and program findings, any input: one scale, the report's time
@@ -516,6 +517,28 @@ def within_wider_changes(findings: list[Finding], timeline) -> None:
         outer.notes.append(f"{inner.check}'s change is part of this one: alone it saves "
                            f"{per_step(inner.estimated_savings_ns)} of these {per_step(outer.estimated_savings_ns)} "
                            "(counted here, not twice)")
+
+
+def within_program_causes(findings: list[Finding], kernel_keys: dict) -> None:
+    """A kernel finding whose cause a program finding states over the kernels of its role (Check.part_of: the
+    FP32 GEMMs of a joined nsys export, priced by low-tensor-activity over the window) is part of that saving:
+    both speak, the kernel's with its own figures, counted within the program's (evidence `within`), never added."""
+    from nsanalyze.checks import check_by_id
+    from nsanalyze.normalize.work import role_of
+
+    present = {f.check: f for f in findings if f.kernel_id is None and f.estimated_savings_ns > 0}
+    for finding in findings:
+        if finding.kernel_id is None or "within" in finding.evidence:
+            continue
+        part_of = check_by_id(finding.check).part_of
+        outer = present.get(part_of[0]) if part_of else None
+        demangled = (kernel_keys.get(finding.kernel_id) or (None, None))[1]   # (profile, demangled or name, ...)
+        if outer is None or role_of(finding.kernel_name, demangled) != part_of[1]:
+            continue
+        finding.evidence = {**finding.evidence, "within": outer.check}
+        finding.title += f"; part of {outer.check}'s saving, not added to it"
+        finding.notes.append(f"counted within {outer.check}: the program finding prices the same change over all "
+                             "such kernels of the window; this kernel's saving is part of it, not added to it")
 
 
 def _within(finding: Finding, findings: list[Finding]) -> bool:

@@ -52,6 +52,9 @@ class Check:
     after: tuple[str, ...] = ()       # kernel checks: checks whose savings this one counts after (rank.py)
     budget_part: str | None = None    # program checks: the part of the time budget its savings come from
     change: Any = None                # the change the finding stands for, replayed by `nsanalyze whatif`
+    # kernel checks: (program check, kernel role) where that program check states the same cause over the kernels
+    # of that role (missing-tensor-cores on a CUDA-core GEMM within low-tensor-activity): rank.within_program_causes
+    part_of: tuple[str, str] | None = None
     # filled in by the registry from the module: not declared
     kind: str = ""
     run: Callable | None = None

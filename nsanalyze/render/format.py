@@ -242,12 +242,14 @@ def _collect_hint(model: dict) -> str:
 
 def collect_text(model: dict) -> str:
     """What the checks that could not judge need collected (the not-judged entries' `collect`, without the reasons
-    in brackets that the report says elsewhere), the first two: `--set full and --clock-control none`."""
+    in brackets that the report says elsewhere), all of three, else the first two and a count: `--set full and --clock-control none`."""
     def short(collect: str) -> str:   # the options without their reasons; the metrics by name kept (checks._collect)
         by_name = collect.rfind(", or --metrics ")
         return collect.split(" (")[0] + (" or" + collect[by_name + len(", or"):] if by_name >= 0 else "")
     wanted = sorted({short(n["collect"]) for n in model.get("not_judged") or [] if n.get("collect")})
-    return " and ".join(wanted[:2]) + (f" and {len(wanted) - 2} more" if len(wanted) > 2 else "")
+    if len(wanted) <= 3:   # "and 1 more" would hide a name in the room it takes
+        return " and ".join(wanted)
+    return " and ".join(wanted[:2]) + f" and {len(wanted) - 2} more"
 
 
 def not_judged_groups(entries: list[dict]) -> list[dict]:
@@ -318,6 +320,18 @@ def set_aside_note(counts: dict | None) -> str | None:
             f"zero, or a clock, count or duration of zero or less) in {parts}{more}: not used")
 
 
+def gpu_label(profile: dict) -> str:
+    """The profile's GPU as its header names it: `NVIDIA H100 80GB HBM3, CC 9.0`. An export that records no GPU
+    (nsys exports stripped of their TARGET_INFO tables) says so, not `unknown GPU, CC ?`."""
+    gpu, cc = profile.get("gpu"), profile.get("compute_capability")
+    if not gpu and not cc:
+        return "no GPU recorded in the profile"
+    return f"{gpu or 'unknown GPU'}, CC {cc or 'unknown'}"
+
+
+NCU_COVERS_ALL = 0.95   # the ncu report's kernels hold this much of the window's kernel time: no word needed
+
+
 def several_gpus_line(model: dict) -> str | None:
     """The header's word when ncu reports of different GPUs share one report (their kernels' times are of
     different GPUs); None for one GPU."""
@@ -326,6 +340,17 @@ def several_gpus_line(model: dict) -> str | None:
         return None
     return (f"Kernels of {len(gpus)} different GPUs ({', '.join(gpus)}): their times are each of its own GPU, "
             "not comparable across them; each kernel names its GPU")
+
+
+def ncu_coverage_line(model: dict) -> str | None:
+    """In a report that joins ncu with nsys, how much of the window's kernel time the ncu kernels are: their findings
+    speak for those kernels only. None when not joined, or when ncu measured nearly all of it."""
+    coverage = model.get("ncu_coverage")
+    if not coverage or coverage.get("kernel_time_share") is None or coverage["kernel_time_share"] >= NCU_COVERS_ALL:
+        return None
+    return (f"Nsight Compute measured the kernels of {percent(coverage['kernel_time_share'])} of the window's GPU kernel "
+            f"time ({coverage['names_measured']} of its {coverage['names_in_window']} kernel names): kernel findings "
+            "speak for those only; profile the others (ncu -k regex:NAME) to judge them")
 
 
 def finding_gpu(model: dict, finding: dict) -> str | None:

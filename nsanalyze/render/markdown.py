@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from nsanalyze.render.format import (collect_text, distinct_names, duration, evidence_value, health_line,
-                                     kernel_list_work_line, not_judged_groups, savings_text, scope_names, set_aside_note,
+from nsanalyze.render.format import (collect_text, distinct_names, duration, evidence_value, gpu_label, health_line,
+                                     kernel_list_work_line, ncu_coverage_line, not_judged_groups, savings_text, scope_names, set_aside_note,
                                      several_gpus_line, shorten, show_invisible, visible, window_lines)
 
 LIMIT = 65_000          # GitHub allows 65,536 characters per comment; keep a margin
@@ -14,6 +14,7 @@ NAME_LIMIT = 300        # a GPU, path or kernel name shown in a line or a cell (
 LINE_LIMIT = 2_000      # a header line (window, steps, phases) before escaping
 NOT_JUDGED_CHARS = 4_000   # the not-judged block's lines, past which the rest are counted
 NOT_JUDGED_NAMED = 8    # concepts named in a not-judged check's line (all are in the JSON)
+INFO_CHARS = 3_000      # the info block's lines, past which the rest are counted
 
 
 def escape(text) -> str:
@@ -151,6 +152,24 @@ def _not_judged(model: dict) -> str:
     return (f"<details><summary>{html_text(summary)}</summary>\n\n" + "\n".join(lines) + "\n\n</details>")
 
 
+def _info(findings: list[dict], model: dict) -> str:
+    """The findings at info, folded in one <details> a line each: the comment ranks only what is worth a change,
+    but says what else the HTML and JSON report hold (a profile's content must not depend on the format)."""
+    if not findings:
+        return ""
+    lines, size = [], 0
+    names = distinct_names(scope_names(model, findings), NAME_LIMIT)
+    for index, (f, scope) in enumerate(zip(findings, names)):
+        if size > INFO_CHARS:
+            lines.append(f"- and {len(findings) - index} more: see the HTML or JSON report")
+            break
+        lines.append(f"- {f['rank']}. {code(f['check'])} on {escape(scope)}: {escape(shorten(f['title'], 300))}")
+        size += len(lines[-1]) + 1
+    count = f"{len(findings)} finding{'s' if len(findings) != 1 else ''}"
+    return (f"<details><summary>Also found, at info (below what is worth a change now): {count}</summary>\n\n"
+            + "\n".join(lines) + "\n\n</details>")
+
+
 def _rows_that_fit(head: list[str], findings: list[dict], model: dict, budget: int = LIMIT - 200) -> int:
     """The most rows, first ones first and fewer than all, whose table (without details) fits under LIMIT - 200
     beside the header; 0 when none does. Where no two scope names read alike once cut to NAME_LIMIT, each row
@@ -181,8 +200,7 @@ def render(model: dict) -> str:
     head = ["## nsanalyze report", ""]
     for p in model["profiles"]:
         head.append(f"- {p['kind']}: {code(shorten(str(p['path']), NAME_LIMIT))} "
-                    f"({escape(shorten(p['gpu'] or 'unknown GPU', NAME_LIMIT))}, "
-                    f"CC {escape(shorten(str(p['compute_capability'] or '?'), 20))})")
+                    f"({escape(shorten(gpu_label(p), NAME_LIMIT + 20))})")
         clock = p.get("clock_control") or {}
         if clock.get("mode") == "locked":   # as on the terminal: why clock-throttling was not judged
             head.append(f"- Clock control: {escape(shorten(clock['reason'], LINE_LIMIT))}; clock\\-throttling "
@@ -193,6 +211,8 @@ def render(model: dict) -> str:
             head.append(f"- {escape(shorten(set_aside_note(p['set_aside_values']), LINE_LIMIT))}")
     if several_gpus_line(model):
         head.append(f"- {escape(several_gpus_line(model))}")
+    if ncu_coverage_line(model):
+        head.append(f"- {escape(ncu_coverage_line(model))}")
     timeline = model.get("timeline")
     if timeline:
         head += [f"- {escape(shorten(line, LINE_LIMIT))}" for line in window_lines(timeline)]
@@ -203,7 +223,9 @@ def render(model: dict) -> str:
     findings = [f for f in model["findings"] if f["severity"] != "info"]
     body = [""] + (_table(findings, model) if findings else [escape(health_line(model))]) + [""]
     not_judged = _not_judged(model)
-    budget = LIMIT - 200 - len(not_judged)   # the not-judged block (a line a check) always ends the comment
+    info = _info([f for f in model["findings"] if f["severity"] == "info"], model)
+    # the info and not-judged blocks (bounded, a line a finding or check) always end the comment
+    budget = LIMIT - 200 - len(not_judged) - len(info)
     text = "\n".join(head + body)
     shown = 0
     for f in findings[:DETAILED]:
@@ -221,6 +243,7 @@ def render(model: dict) -> str:
         text = text[: text.rfind("\n", 0, budget - 200) + 1] + "\n_The header was cut to fit a comment._\n"
     if left > 0:
         text += f"\n_{left} more finding(s) left out of this comment; see the HTML or JSON report._\n"
-    if not_judged:
-        text += "\n" + not_judged + "\n"
+    for block in (info, not_judged):
+        if block:
+            text += "\n" + block + "\n"
     return text

@@ -8,8 +8,8 @@ import rich.console
 from rich.table import Table
 from rich.text import Text
 
-from nsanalyze.render.format import (budget_labels, collect_text, budget_text, distinct_names, duration, health_line, kernel_list_work_line, savings_text,
-                                     finding_gpu, set_aside_note, several_gpus_line, shorten, visible,
+from nsanalyze.render.format import (budget_labels, collect_text, budget_text, distinct_names, duration, gpu_label, health_line, kernel_list_work_line, savings_text,
+                                     finding_gpu, ncu_coverage_line, set_aside_note, several_gpus_line, shorten, visible,
                                      window_lines)
 
 class Console(rich.console.Console):
@@ -26,8 +26,7 @@ SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info":
 def print_summary(model: dict, console: Console | None = None, limit: int = 15) -> None:
     console = _console(console)
     for profile in model["profiles"]:
-        console.print(Text(f"{profile['kind']}: {visible(profile['path'])}  ({visible(profile['gpu']) or 'unknown GPU'}, "
-                           f"CC {profile['compute_capability'] or '?'})", style="bold"))
+        console.print(Text(f"{profile['kind']}: {visible(profile['path'])}  ({visible(gpu_label(profile))})", style="bold"))
         clock = profile.get("clock_control") or {}
         if clock.get("mode") == "locked":
             # the reason carries the evidence and its certainty ("at the base clock", "probably a locked clock")
@@ -43,6 +42,8 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
             console.print(Text("  " + visible(set_aside_note(profile["set_aside_values"]))))
     if several_gpus_line(model):
         console.print(Text(visible(several_gpus_line(model)), style="bold"))
+    if ncu_coverage_line(model):
+        console.print(Text(ncu_coverage_line(model), style="bold"))
     timeline = model.get("timeline")
     if timeline:
         for line in window_lines(timeline):

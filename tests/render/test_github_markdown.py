@@ -28,8 +28,9 @@ def test_code_spans_and_summaries_show_the_text_itself(joined_model):
     assert any(c.endswith("dev_suite.cu:88") for c in codes)  # a source line, as written
     assert not [c for c in codes if "\\" in c]
     summaries = re.findall(r"<summary>(.*?)</summary>", page)
-    assert len(summaries) == 11 and not [s for s in summaries if "\\" in s]   # 10 findings, then the not-judged
-    assert summaries[-1].startswith("Not judged for lack of metrics: ")
+    # 10 findings, the ones at info, then the not-judged
+    assert len(summaries) == 12 and not [s for s in summaries if "\\" in s]
+    assert summaries[-2].startswith("Also found, at info") and summaries[-1].startswith("Not judged for lack of metrics: ")
     assert any("(133 blocks on 132 SMs, 0.50 waves)" in html.unescape(s) for s in summaries)
 
 

@@ -1,6 +1,7 @@
 """Markdown for pull-request comments: structure, escaping, and GitHub's 65,536-character limit."""
 
 import copy
+import re
 
 from nsanalyze.render.markdown import LIMIT, render
 
@@ -9,7 +10,8 @@ def test_structure(joined_model):
     text = render(joined_model)
     assert text.startswith("## nsanalyze report")
     assert "| # | severity | check |" in text and "<details><summary>" in text
-    assert text.count("<details>") == text.count("</details>") == 11   # 10 findings and the checks not judged
+    # 10 findings, those at info and the checks not judged
+    assert text.count("<details>") == text.count("</details>") == 12
     assert text.count("<details><summary>Not judged for lack of metrics") == 1
     assert "`missing-tensor-cores`" in text
 
@@ -27,3 +29,14 @@ def test_program_text_is_escaped(hostile_model):
     text = render(hostile_model)
     assert "<img" not in text and "<script>" not in text
     assert "&lt;img src=x onerror=alert\\(1\\)&gt;" in text
+
+
+def test_the_findings_at_info_are_listed_as_in_the_json(joined_model):
+    """The comment ranks what is worth a change and folds the rest in one block, a line each: every info finding of
+    the JSON is there by rank and check, and none above info is."""
+    text = render(joined_model)
+    block = text.split("<details><summary>Also found, at info")[1].split("</details>")[0]
+    info = [f for f in joined_model["findings"] if f["severity"] == "info"]
+    assert info and f"{len(info)} finding" in block.split("</summary>")[0]
+    listed = re.findall(r"^- (\d+)\. `([a-z0-9-]+)` on ", block, flags=re.M)
+    assert listed == [(str(f["rank"]), f["check"]) for f in info]

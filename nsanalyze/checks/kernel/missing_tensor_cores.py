@@ -83,6 +83,7 @@ CHECK = Check(
               "l1_throughput_pct", "bank_conflict_share", "tensor_cores"),
     collect="--set full (ComputeWorkloadAnalysis and the roofline sections)",
     relieves="compute",
+    part_of=("low-tensor-activity", "matmul_simt"),   # a joined nsys export's program view of the same GEMMs
     thresholds={
         "min_fp_roof_share": Threshold(0.05, "below 5% of the FP roof the FMAs are not where the time goes"),
         "min_arithmetic_intensity": Threshold(12.0, "matrix products reuse each operand byte many times (measured GEMMs: "
