@@ -37,6 +37,7 @@ from nsanalyze.numbers import duration_text
 from nsanalyze.checks import global_settings
 from nsanalyze.checks.base import (AT_NEED_SLACK, SEVERITIES, Finding, budget_part, clamp01, evidence,
                                    share_of_need)
+from nsanalyze.checks.languages import language_note
 from nsanalyze.checks.libraries import CLOSED_LIBRARIES, CODE_LEVEL_CHECKS
 from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 from nsanalyze.normalize import critical_path as cp
@@ -312,6 +313,16 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
             finding.notes.append(f"shown as {SEVERITIES[floor_index]}: findings that save more rank above it")
             finding.severity = SEVERITIES[floor_index]
         floor_index = max(floor_index, severity_order[finding.severity])
+    # advice written in CUDA C++, for a kernel written in another language: said first, on each finding of the kernel
+    # (low-occupancy has no source lines of its own; the kernel's other findings have)
+    files: dict[str, list[str]] = {}
+    for finding in ordered:
+        if finding.kernel_id is not None and finding.source:
+            files.setdefault(finding.kernel_name, []).extend(line["file"] for line in finding.source)
+    notes = {name: language_note(names) for name, names in files.items()}
+    for finding in ordered:
+        if finding.kernel_id is not None and notes.get(finding.kernel_name):
+            finding.advice = f"{notes[finding.kernel_name]}.\n\n{finding.advice}"
     return ordered
 
 
