@@ -97,6 +97,9 @@ def instance_names(kernels: list[dict]) -> dict:
     return shown
 
 
+LAUNCH_SEQUENCE = "launch_sequence"   # analyze_ncu's facts: taken out before they become the profile's entry
+
+
 def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[Finding], list, list[dict], dict]:
     """Kernel diagnosis of one report: checks run per launch, then launches group into kernels
     (name, launch shape, NVTX range) and each check speaks once per kernel."""
@@ -153,7 +156,11 @@ def analyze_ncu(report: NcuReport, options: Options) -> tuple[list[dict], list[F
     rules = [r for r in rules if (key := (r["kernel_id"], r["rule"], r["title"])) not in seen and not seen.add(key)]
     floor = report_launch_floor(table.rows, global_settings()["savings"]["launch_floor_ns"])
     facts = {"clock_control": clock, "launch_floor": floor, "unmeasured_launches": [{"index": launch.index, "name": launch.name}
-                                                             for launch in report.unmeasured]}
+                                                             for launch in report.unmeasured],
+             # the launches in the order ncu profiled them (work.analyze_kernel_rows: attention's score kernels)
+             LAUNCH_SEQUENCE: [{"name": r["name"], "demangled": r["demangled"], "ns": r.get("duration_ns"),
+                                "threads": (r.get("grid_size") or 1) * (r.get("block_size") or 1),
+                                "stream": r.get("stream_id")} for r in table.rows]}
     return kernels, findings, not_judged, rules, facts
 
 
@@ -204,7 +211,8 @@ def _tensor_activity(kernels: list[dict], kernel_time: dict) -> dict | None:
 
 
 def _kernel_list_work(kernels: list[dict], kernel_time: dict, options, kernel_findings: list[Finding],
-                      floor_ns: float | None = None, device_names=()) -> tuple[list[Finding], list[dict]]:
+                      floor_ns: float | None = None, device_names=(),
+                      sequences: list[list[dict]] | None = None) -> tuple[list[Finding], list[dict]]:
     """The work split of an ncu report's kernels (their replayed durations times launches) and the findings
     of the checks that need nothing else; the "window" they measure against is the report's kernel time."""
     from nsanalyze.normalize import model
@@ -215,7 +223,7 @@ def _kernel_list_work(kernels: list[dict], kernel_time: dict, options, kernel_fi
 
     rows = [{"name": k["name"], "demangled": k.get("demangled"), "duration_ns": kernel_time.get(k["id"], 0.0),
              "launches": k.get("launches"), **_dram_bytes(k)} for k in kernels]
-    analysis = analyze_kernel_rows(rows)
+    analysis = analyze_kernel_rows(rows, sequences)
     total = float(sum(kernel_time.values()))
     kernel_list = model.KernelList.of({
         "launch_floor_ns": floor_ns, "device_names": sorted(set(device_names) - {None, ""}),
@@ -372,9 +380,10 @@ def _analyze(paths: list[str], options: Options) -> dict:
             raise
 
     kernels, findings, not_judged, nvidia_rules = [], [], [], []
-    facts_by_path = {}
+    facts_by_path, sequences = {}, []
     for report in ncu_reports:
         k, f, n, r, facts = analyze_ncu(report, options)
+        sequences.append(facts.pop(LAUNCH_SEQUENCE))
         facts_by_path[report.path] = facts
         offset = len(kernels)
         for entry in k:
@@ -417,7 +426,7 @@ def _analyze(paths: list[str], options: Options) -> dict:
         floors = [facts["launch_floor"]["ns"] for facts in facts_by_path.values()]
         work_findings, model["work"] = _kernel_list_work(kernels, kernel_time, options, findings,
                                                          min(floors) if floors else None,
-                                                         [report.device_name for report in ncu_reports])
+                                                         [report.device_name for report in ncu_reports], sequences)
         findings += work_findings
     model["profiles"] = [{**_profile_entry(p), **facts_by_path.get(p.path, {})} for p in profiles]
     ncu_gpus = sorted({str(r.device_name or "unknown GPU") for r in ncu_reports})

@@ -24,7 +24,8 @@ from nsanalyze.read.nsys import NsysExport
 NSYS_COLUMNS = ["id", "name", "demangled", "launches", "duration_ns", "mean_ns", "median_ns", "min_ns", "max_ns",
                 "stddev_ns", "time_share", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                 "registers_per_thread", "shared_mem_per_block_bytes", "devices", "device_name", "compute_capability"]
-IDENTITY_COLUMNS = ["id", "name", "demangled", "launches", "nvtx_range", "device_name", "compute_capability"]
+IDENTITY_COLUMNS = ["id", "name", "demangled", "launches", "nvtx_range", "device_name", "compute_capability",
+                    "stream_id"]
 
 
 @dataclass
@@ -120,7 +121,10 @@ TENSOR_OPS_METRICS = tuple(f"sm__ops_path_tensor_src_{kind}.sum" for kind in (
     "fp16", "bf16_dst_fp32", "tf32_dst_fp32", "fp64", "int8", "int4", "int1", "fp8", "fp8_sparsity_off",
     "fp8_sparsity_on", "fp16_sparsity_off", "fp16_sparsity_on", "bf16_dst_fp32_sparsity_off",
     "tf32_dst_fp32_sparsity_off"))
-EXTRA_RAW_METRICS = frozenset({name for pair in FP_OPS.values() for name in pair} | set(TENSOR_OPS_METRICS))
+# The stream a launch ran on: with the report's launch order, what tells attention's score kernels (work.py)
+STREAM_METRIC = "launch__stream_id"
+EXTRA_RAW_METRICS = frozenset({name for pair in FP_OPS.values() for name in pair} | set(TENSOR_OPS_METRICS)
+                              | {STREAM_METRIC})
 
 
 def metrics_to_read() -> frozenset[str]:
@@ -212,6 +216,7 @@ def normalize_ncu(report: NcuReport) -> KernelTable:
             "nvtx_range": "/".join(launch.nvtx) or None,
             "device_name": launch.strings.get("device__attribute_display_name"),
             "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+            "stream_id": launch.metrics.get(STREAM_METRIC),
         }
         row.update(evaluation.values)
         if _finite(row.get("sm_frequency_hz")) is None and (clock := clock_from_cycles(launch.metrics, row)):

@@ -4,7 +4,8 @@ Each kernel name is classified by the patterns of `kernel_roles.csv` (first matc
 demangled name, then the short name), as the libraries name their kernels. One role is contextual:
 `attention_unfused`, attention written out. Its softmax is known by name; the mask, scale and copy
 kernels over the same scores are known by where they run: between the two batched GEMMs around that
-softmax on its stream, with a launch size (threads) of the softmax's order. A kernel launched inside an
+softmax on its stream, with a launch size (threads) of the softmax's order (an ncu report's launches, in the order
+ncu profiled them, are read the same way). A kernel launched inside an
 annotated range of `range_roles.csv` (PyTorch's `Optimizer.step#...`) takes that range's role whatever its
 name: the launch call started inside a range of its process (the call columns keep the process, not the
 thread). The window's launches are
@@ -231,15 +232,75 @@ def _by_name(summary_rows: list[dict]) -> tuple[dict, dict, list]:
     return roles_by_name, role_ns, by_kernel
 
 
-def analyze_kernel_rows(summary_rows: list[dict]) -> WorkAnalysis:
-    """The work split of a kernel list without a timeline (an ncu report: launches replayed one by one,
-    their order and streams not kept): roles by name only, so the element-wise kernels over attention's
-    scores stay elementwise and the attention time is a lower bound."""
-    _, role_ns, by_kernel = _by_name(summary_rows)
-    analysis = WorkAnalysis(work=_split({k: max(v, 0.0) for k, v in role_ns.items()}),
-                            kernel_ns=int(sum(role_ns.values())))
+def analyze_kernel_rows(summary_rows: list[dict], sequences: list[list[dict]] | None = None) -> WorkAnalysis:
+    """The work split of a kernel list without a timeline (an ncu report: launches replayed one by one). Roles by
+    name; where the launches' order is given (`sequences`: per report, its launches in the order ncu profiled
+    them, each {name, demangled, ns, threads, stream}), the element-wise, cast and copy kernels over attention's
+    scores are attention's, as on a timeline (_scores_context); else they stay elementwise and the attention
+    time is a lower bound."""
+    roles_by_name, role_ns, by_kernel = _by_name(summary_rows)
+    analysis = WorkAnalysis(work=[], kernel_ns=int(sum(role_ns.values())))
+    launches = _sequence_launches(sequences) if sequences else None
+    if launches is not None:
+        moved, analysis.scores_gemm_ns = _scores_context(launches)
+        _move_to_scores(moved, launches["names"], roles_by_name, role_ns, by_kernel, analysis)
+    analysis.work = _split({k: max(v, 0.0) for k, v in role_ns.items()})
     analysis.by_kernel = [KernelRole.of(k) for k in sorted((k for k in by_kernel if k["ns"] > 0), key=lambda k: -k["ns"])]
     return analysis
+
+
+def _sequence_launches(sequences: list[list[dict]]) -> dict | None:
+    """The launches of kernel lists in the order they ran, as _launch_roles gives a timeline's: one "device" per
+    report (their streams are apart), sorted by stream within it, each stream's launches in their order."""
+    flat = [(report, entry) for report, sequence in enumerate(sequences) for entry in sequence]
+    if not flat:
+        return None
+    keys = [entry.get("demangled") or entry.get("name") or "" for _, entry in flat]
+    unique = {key: index for index, key in enumerate(dict.fromkeys(keys))}
+    short = {}
+    for (_, entry), key in zip(flat, keys):
+        short.setdefault(key, entry.get("name"))
+    name_ids = np.array([unique[key] for key in keys], dtype=np.int64)
+    codes = np.array([ROLES.index(role_of(short[key], key)) for key in unique], dtype=np.int16)
+    fused = np.array([bool(FUSED_ALREADY.search(short[key] or key)) for key in unique])
+    device = np.array([report for report, _ in flat], dtype=np.int64)
+    stream = np.array([int(entry["stream"]) if isinstance(entry.get("stream"), (int, float)) else -1
+                       for _, entry in flat], dtype=np.int64)
+    order = np.lexsort((np.arange(len(flat)), stream, device))
+    ns = np.array([float(entry.get("ns") or 0.0) for _, entry in flat])
+    threads = np.array([float(entry.get("threads") or 1.0) for _, entry in flat])
+    return {"role": codes[name_ids][order], "fused": fused[name_ids][order], "name_id": name_ids[order],
+            "ns": ns[order], "threads": threads[order], "device": device[order], "stream": stream[order],
+            "names": {index: key for key, index in unique.items()}}
+
+
+def _move_to_scores(moved: list[tuple[int, int, int]], names: dict, roles_by_name: dict, role_ns: dict,
+                    by_kernel: list[dict], analysis: WorkAnalysis) -> None:
+    """The launches over attention's scores (_scores_context: name id, ns, launches) moved from their name's role
+    to attention_unfused, in the split and the per-kernel entries; each listed in analysis.scores_glue."""
+    for name_id, ns, count in moved:
+        name = names.get(name_id)
+        base = roles_by_name.get(name, "other")
+        role_ns[base] = role_ns.get(base, 0.0) - ns
+        role_ns["attention_unfused"] = role_ns.get("attention_unfused", 0.0) + ns
+        # taken from the name's entries in order: a timeline's one, or an ncu report's several (launch shapes)
+        left_ns, left_count = ns, count
+        for entry in [e for e in by_kernel if (e["demangled"] or e["name"]) == name]:
+            last = left_ns <= entry["ns"]
+            take_ns = left_ns if last else entry["ns"]
+            take = left_count if last else min(left_count, round(count * take_ns / ns) if ns else 0)
+            share = take_ns / entry["ns"] if entry["ns"] else 0.0
+            moved_entry = {**entry, "role": "attention_unfused", "ns": take_ns, "launches": take}
+            if entry.get("dram_bytes") is not None:   # measured bytes go with the time they were moved by
+                moved_entry["dram_bytes"] = entry["dram_bytes"] * share
+                entry["dram_bytes"] -= moved_entry["dram_bytes"]
+            entry["ns"] -= take_ns
+            entry["launches"] -= take
+            by_kernel.append(moved_entry)
+            left_ns, left_count = left_ns - take_ns, left_count - take
+            if last:
+                break
+        analysis.scores_glue.append({"name": name, "role": base, "ns": ns, "launches": count})
 
 
 def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kernels=None, strings=None,
@@ -273,18 +334,7 @@ def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kern
                     by_kernel.append({**entry, "role": role, "ns": ns, "launches": count})
                     break
         moved, analysis.scores_gemm_ns = _scores_context(launches)
-        for name_id, ns, count in moved:
-            name = launches["names"].get(name_id)
-            base = roles_by_name.get(name, "other")
-            role_ns[base] = role_ns.get(base, 0.0) - ns
-            role_ns["attention_unfused"] = role_ns.get("attention_unfused", 0.0) + ns
-            for entry in by_kernel:
-                if (entry["demangled"] or entry["name"]) == name:
-                    entry["ns"] -= ns
-                    entry["launches"] -= count
-                    by_kernel.append({**entry, "role": "attention_unfused", "ns": ns, "launches": count})
-                    break
-            analysis.scores_glue.append({"name": name, "role": base, "ns": ns, "launches": count})
+        _move_to_scores(moved, launches["names"], roles_by_name, role_ns, by_kernel, analysis)
         analysis.chains = _chains(launches)
         analysis.names = launches["names"]
         if len(distinct(launches["device"])) > 1:
