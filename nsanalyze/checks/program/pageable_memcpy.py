@@ -100,8 +100,8 @@ def run(timeline, limits) -> Finding | None:
     elif any(d.gb_per_s and d.gb_per_s >= limits.near_link_share * d.reference_gb_per_s for d in directions):
         outcome = ": near the pinned rate already, so pinning saves nothing"
     else:   # each copy's setup outweighs its bytes (pinned_time_ns' floor: about PINNED_COPY_FLOOR_NS a copy)
-        outcome = (f": pinned, they would take about as long (copies of {pageable.bytes / pageable.copies / 1e3:.1f} kB "
-                   "on average cost their setup, not their bytes)")
+        size = f"of {pageable.bytes / pageable.copies / 1e3:.1f} kB on average " if pageable.copies else ""
+        outcome = f": pinned, they would take about as long (copies {size}cost their setup, not their bytes)"
     finding = Finding(
         check=ID,
         title=f"{plural(pageable.copies, 'copy')} used pageable host memory "
