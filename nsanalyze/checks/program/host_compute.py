@@ -268,9 +268,9 @@ def _between_steps(timeline, stretches) -> str:
 
 
 # The longest stretch leads the advice to its range where it is this share of the median step (of the window without
-# steps) or more: 15-65% on the exports whose host waits lie in a range of their own (power_iteration's IO 190, CUB's
-# UniqueByKey in time53_gpt's step, numba-jit's matmul); a 1.4 ms stretch of a 58 ms step of small ones (a Kineto
-# trace's optimizer range) names no place where the time goes.
+# steps) or more, and another of the longest ran in a range of that name: 15-65% on the exports whose host waits lie
+# in ranges of their own (power_iteration's IO N, numba-jit's matmul); a 1.4 ms stretch of a 58 ms step of small ones
+# (a Kineto trace's optimizer range) names no place where the time goes.
 NAMED_RANGE_SHARE = 0.1
 
 
@@ -286,9 +286,13 @@ def _named_range_lead(timeline, stretches) -> str:
              else timeline.summary.span_ns) or 0
     if top.duration_ns < NAMED_RANGE_SHARE * whole:
         return ""
-    return (f"Start with the code inside the NVTX range {code_span(top.nvtx_path or top.nvtx_range)}: the host's longest "
-            f"stretch without GPU work ({duration_text(top.duration_ns)}) ran there (the evidence lists the ranges of "
-            "the next ones).\n\n")
+    name = normalize_name(top.nvtx_range)
+    alike = sum(1 for s in stretches if s.nvtx_range and normalize_name(s.nvtx_range) == name)
+    if alike < 2:   # one stretch in a range (time53_gpt's CUB UniqueByKey in one step of 442) is no place to start
+        return ""
+    return (f"Start with the code inside the NVTX range {code_span(top.nvtx_path or top.nvtx_range)}: {alike} of the "
+            f"host's {len(stretches)} longest stretches without GPU work ran in ranges named {code_span(name)}, the "
+            f"longest ({duration_text(top.duration_ns)}) in this one.\n\n")
 
 
 def run(timeline, limits) -> Finding | None:

@@ -293,10 +293,12 @@ def test_a_stretch_in_a_range_of_its_own_leads_the_advice_to_that_range(timeline
     """The power iteration's longest host stretches lie in its `IO N` ranges inside the `Step N to N` steps: the advice
     starts with the range that holds the longest (26.7 ms in IO 190, of a 40.9 ms step); loader_inline's lie in its
     step ranges themselves, which name no place in the code, and the Kineto trace of the EMA loop's longest, 1.4 ms
-    in the optimizer's range, is 2% of its 58 ms step of short stretches: the general advice alone."""
+    in the optimizer's range, is 2% of its 58 ms step of short stretches; time53_gpt's longest, 4.3 ms in CUB's
+    UniqueByKey range of one step of 442, is alone there (the next four lie in step ranges): the general advice alone."""
     power = run(with_thread_calls(POWER, timelines[POWER.name]))
-    assert power.advice.startswith("Start with the code inside the NVTX range `Loop › Step 190 to 200 › IO 190`: the "
-                                   "host's longest stretch without GPU work (26.7 ms)")
+    assert power.advice.startswith("Start with the code inside the NVTX range `Loop › Step 190 to 200 › IO 190`: 5 of "
+                                   "the host's 5 longest stretches without GPU work ran in ranges named `IO N`, the "
+                                   "longest (26.7 ms) in this one.")
     inline = REAL / "loader_inline_nsys.sqlite.xz"
     assert run(with_thread_calls(inline, timelines[inline.name])).advice == host_compute.ADVICE
     traced = next(f for f in analyzed(REAL / "kin54_emaloop_base2_kineto.json.gz")["findings"]
@@ -305,3 +307,7 @@ def test_a_stretch_in_a_range_of_its_own_leads_the_advice_to_that_range(timeline
     assert longest["nvtx_range"] and "Optimizer.step" in longest["nvtx_path"]
     assert longest["duration_ns"] < 0.1 * analyzed(REAL / "kin54_emaloop_base2_kineto.json.gz")["timeline"]["steps"][
         "median_ns"] and not traced["advice"].startswith("Start with")
+    alone = next(f for f in analyzed(REAL / "time53_gpt_base_nsys.sqlite.xz")["findings"] if f["check"] == host_compute.ID)
+    ranges = [s["nvtx_range"] for s in alone["evidence"]["longest_stretches"]]
+    assert ranges[0] == "cub::DeviceSelect::UniqueByKey" and all(r.startswith("step ") for r in ranges[1:])
+    assert alone["advice"] == host_compute.ADVICE
