@@ -198,8 +198,9 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
 @click.option("--outliers", is_flag=True, help="steps that stand out set to the median step")
 @click.option("--pinned", is_flag=True, help="pageable copies at the capture's pinned-memory rate")
 @click.option("--fuse", "fuse", multiple=True, metavar="ROLE",
-              help="the kernels of a role (optimizer, elementwise, ...; loop: the steps' loops of launches) launched "
-                   "as one fused pass: their launch paths gone, their GPU time kept (repeatable)")
+              help="the kernels of a role (optimizer, elementwise, ...; loop: the steps' loops of launches, every "
+                   "group; loop:N: one group, as launch-loop's finding names it) launched as one fused pass: their "
+                   "launch paths gone, their GPU time kept (repeatable)")
 @click.option("--untune", is_flag=True, help="an autotuner's timed trials gone (cuDNN benchmark mode, Triton's "
                                              "autotuner): their calls, kernels and the host's time between them")
 @click.option("--untime", is_flag=True, help="the program's own timing code gone (CUDA event pairs around its work, "

@@ -147,8 +147,8 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
         "critical_path": _rounded(path_after), "critical_path_before": _rounded(path_before),
         "changes": changes,
         "notes": list(block.graph.notes) + _traced_host_note(export, timeline)
-        + _replayed_note(int(len(measured)), int(steps_in_window)) + _loop_groups_note(changes),
-        "caveats": _uncapturable(export, block, asked) + _matched_nothing(changes),
+        + _replayed_note(int(len(measured)), int(steps_in_window)),
+        "caveats": _uncapturable(export, block, asked) + _matched_nothing(changes) + _loop_groups_note(changes),
     }
 
 
@@ -174,14 +174,15 @@ LISTED_MOTIF = 6   # kernels of a loop's motif named in a fused group's entry
 
 def _loop_groups_note(changes: list[dict]) -> list[str]:
     """`--fuse loop` over several groups of loops (loops over different items: the optimizer's parameters, a model's
-    layers) fuses them all, where launch-loop's finding prices one: the note names each and how to ask for one."""
+    layers) fuses them all, where launch-loop's finding prices one: a caveat (the terminal prints it beside the
+    figure) names each and how to ask for one."""
     notes = []
     for change in changes:
         groups = change.get("groups") or []
         if len(groups) > 1:
             listed = "; ".join(f"{g['role']}: {g['kernels']:,} kernels ({' > '.join(g['motif'])})" for g in groups)
             notes.append(f"--fuse loop fused {len(groups)} groups of loops, loops over different items, which "
-                         f"are different changes: {listed}. --fuse {groups[0]['role']} fuses one alone (launch-loop's "
+                         f"are different changes: {listed}; --fuse {groups[0]['role']} fuses one alone (launch-loop's "
                          "finding names the group it prices)")
     return notes
 

@@ -355,9 +355,9 @@ def test_fusing_loops_names_each_group_and_one_group_is_the_findings_change(anal
     every = predict(name, fuse=("loop",))
     groups = every["changes"][0]["groups"]
     assert len(groups) == 2 and sum(g["kernels"] for g in groups) == every["changes"][0]["kernels"]
-    assert any(note.startswith("--fuse loop fused 2 groups of loops") for note in every["notes"])
+    assert any(note.startswith("--fuse loop fused 2 groups of loops") for note in every["caveats"])
     finding = next(f for f in analyzed(REAL / name)["findings"] if f["check"] == "launch-loop")
-    [role] = re.findall(r"--fuse (loop:\d+)`", " ".join(finding["notes"]))
+    [role] = re.findall(r"nsanalyze whatif PROFILE --fuse (loop:\d+) ", " ".join(finding["notes"]))
     alone = predict(name, fuse=(role,))
     assert alone["changes"][0]["kernels"] == 1024 * alone["replayed_steps"]
     assert "groups" not in alone["changes"][0]

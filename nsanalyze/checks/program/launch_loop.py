@@ -171,8 +171,8 @@ def run(timeline, limits) -> Finding | None:
                "in the program's source: " + "; ".join(_loop_text(loop) for loop in mine[:MAX_LISTED])
                + (f"; and {len(mine) - MAX_LISTED} more" if len(mine) > MAX_LISTED else "")],
     )
-    finding.notes.append(f"replayed alone by `nsanalyze whatif PROFILE --fuse {cp.loop_role(group['group'])}` "
-                         f"(`--fuse {cp.LOOP}` fuses every group of loops)")
+    finding.notes.append(f"replayed alone by: nsanalyze whatif PROFILE --fuse {cp.loop_role(group['group'])} "
+                         f"(--fuse {cp.LOOP} fuses every group of loops)")
     if others:
         finding.notes.append("other loops, over other items (another change; not in this finding's saving): "
                              + "; ".join(_loop_text(loop) for g in others for loop in g["loops"][:MAX_LISTED]))
