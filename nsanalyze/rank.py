@@ -520,7 +520,9 @@ def within_wider_changes(findings: list[Finding], timeline) -> None:
             continue
         inner.evidence = {**inner.evidence, "within": outer.check}
         inner.title += f"; part of {outer.check}'s saving, not added to it"
-        outer.title += f"; {inner.check}'s smaller change saves {per_step(inner.estimated_savings_ns)} of it"
+        alike = inner.estimated_savings_ns >= 0.99 * outer.estimated_savings_ns   # blind58's LSTM loop: all of it
+        outer.title += (f"; {inner.check}'s smaller change saves as much, {per_step(inner.estimated_savings_ns)}" if alike
+                        else f"; {inner.check}'s smaller change saves {per_step(inner.estimated_savings_ns)} of it")
         inner.notes.append(f"counted within {outer.check}: its change (each step one graph launch) removes these "
                            f"launches too; fixed together the two save what {outer.check} says "
                            f"({per_step(outer.estimated_savings_ns)}), not the sum. Alone, this change saves "
@@ -594,11 +596,15 @@ def _combine_overlapping(findings: list[Finding], timeline: Timeline, claims: di
         total = sum(f.estimated_savings_ns - beside[id(f)] for f in group)
         for finding in group:
             others = ", ".join(f.check for f in group if f is not finding)
-            finding.notes.append(f"overlaps with {others} (the same {part} time): together they save at most "
-                                 f"{combined / 1e6:.2f} ms")
+            note = f"overlaps with {others} (the same {part} time): together they save at most {duration_text(combined)}"
             if total > combined:
                 mine = beside[id(finding)]
-                finding.estimated_savings_ns = mine + (finding.estimated_savings_ns - mine) * combined / total
+                own = finding.estimated_savings_ns
+                finding.estimated_savings_ns = mine + (own - mine) * combined / total
+                # the figure the finding shows is this share of its own (its evidence keeps the own estimate)
+                note += (f", so each is scaled to fit: this one from {duration_text(own)} to "
+                         f"{duration_text(finding.estimated_savings_ns)}")
+            finding.notes.append(note)
 
 
 

@@ -50,3 +50,16 @@ def test_tensor_core_findings_on_fp32_gemms_are_part_of_the_programs(gpt):
     assert all(f["evidence"]["within"] == "low-tensor-activity" for f in parts)
     assert all(f["title"].endswith("; part of low-tensor-activity's saving, not added to it") for f in parts)
     assert sum(f["estimated_savings_ns"] for f in parts) < program["estimated_savings_ns"]
+
+
+def test_a_saving_scaled_to_fit_an_overlap_says_from_what(gpt):
+    """low-tensor-activity and attention-unfused draw on the same GPU compute time: together they save at most what the
+    part holds, so each is scaled. The table shows the scaled figure, the evidence the replay's: the note gives both."""
+    from nsanalyze.numbers import duration_text
+
+    finding = next(f for f in gpt["findings"] if f["check"] == "low-tensor-activity")
+    own = finding["evidence"]["replayed_savings_ns"]["value"]
+    assert finding["estimated_savings_ns"] < 0.99 * own
+    assert any(n.startswith("overlaps with attention-unfused") and n.endswith(
+        f"so each is scaled to fit: this one from {duration_text(own)} to {duration_text(finding['estimated_savings_ns'])}")
+        for n in finding["notes"])

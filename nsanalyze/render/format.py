@@ -243,10 +243,21 @@ def _collect_hint(model: dict) -> str:
 def collect_text(model: dict) -> str:
     """What the checks that could not judge need collected (the not-judged entries' `collect`, without the reasons
     in brackets that the report says elsewhere), all of three, else the first two and a count: `--set full and --clock-control none`."""
-    def short(collect: str) -> str:   # the options without their reasons; the metrics by name kept (checks._collect)
-        by_name = collect.rfind(", or --metrics ")
-        return collect.split(" (")[0] + (" or" + collect[by_name + len(", or"):] if by_name >= 0 else "")
-    wanted = sorted({short(n["collect"]) for n in model.get("not_judged") or [] if n.get("collect")})
+    # the options without their reasons; per option, the metrics by name that collect the same (checks._collect), or
+    # None where an entry has no such names (source counters): the option alone then (rgb_original read "--set full
+    # and --set full or --metrics ...", and a union of names would promise bank-conflicts what only the set gives)
+    options: dict[str, list[str] | None] = {}
+    for entry in model.get("not_judged") or []:
+        collect = entry.get("collect")
+        if not collect:
+            continue
+        option, by_name = collect.split(" (")[0], collect.rfind(", or --metrics ")
+        names = options.setdefault(option, [])
+        if by_name < 0:
+            options[option] = None
+        elif names is not None:
+            names += [n for n in collect[by_name + len(", or --metrics "):].split(",") if n and n not in names]
+    wanted = sorted(option + (f" or --metrics {','.join(names)}" if names else "") for option, names in options.items())
     if len(wanted) <= 3:   # "and 1 more" would hide a name in the room it takes
         return " and ".join(wanted)
     return " and ".join(wanted[:2]) + f" and {len(wanted) - 2} more"

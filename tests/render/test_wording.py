@@ -94,6 +94,12 @@ def test_no_finding_says_what_is_known_and_what_to_collect(analyzed):
     assert collect_text(divided) == ("--clock-control none and --set full or --metrics "
                                      "sm__cycles_active.avg,sm__cycles_active.max")
     assert f"lacks their metrics; collect {collect_text(divided)}. The longest kernel" in health_line(divided)
+    # rgb_original's seven checks need --set full; five could also take metrics by name, bank-conflicts and
+    # uncoalesced-global only the set's source counters: the set once, no list of names that would not do for all
+    rgb = analyzed(PUBLIC / "Alaric617R__COALDA__examples__rgb__rgb_original.ncu-rep.xz")
+    collects = {n["collect"] for n in rgb["not_judged"]}
+    assert any(", or --metrics " in c for c in collects) and any(", or --metrics " not in c for c in collects)
+    assert collect_text(rgb) == "--set full"
 
 
 def test_evidence_reads_with_its_unit_and_no_si_prefix_on_a_count(analyzed):
