@@ -270,7 +270,7 @@ def merge_launch_shapes(findings: list[Finding], kernel_keys: dict, kernel_time_
             best.kernel_ids, best.kernel_time_ns = sorted(f.kernel_id for f in fired), time_ns
             best.evidence = {**best.evidence, "launch_shapes": {"value": len(fired), "kernel_ids": best.kernel_ids}}
             best.notes.append(f"the kernel ran as {len(fired)} entries (launch shapes, NVTX ranges or template "
-                              f"instances) that show this, {time_ns / 1e3:.4g} us in all; the evidence is that of the "
+                              f"instances) that show this, {duration_text(time_ns)} in all; the evidence is that of the "
                               "one that saves most, the savings those of all")
             order = ("high", "medium", "low", "info")
             best.severity = min((f.severity for f in fired), key=order.index)

@@ -63,3 +63,13 @@ def test_a_saving_scaled_to_fit_an_overlap_says_from_what(gpt):
     assert any(n.startswith("overlaps with attention-unfused") and n.endswith(
         f"so each is scaled to fit: this one from {duration_text(own)} to {duration_text(finding['estimated_savings_ns'])}")
         for n in finding["notes"])
+
+
+def test_figures_in_prose_read_as_durations(gpt):
+    """The GEMM that ran as two entries said '7.887e+04 us in all': every note and title reads its times as durations,
+    never in scientific notation."""
+    import re
+
+    texts = [t for f in gpt["findings"] for t in [f["title"], *f["notes"]]]
+    assert any("entries (launch shapes" in t for t in texts)
+    assert not [t for t in texts if re.search(r"\d\.?\d*e[+-]\d", t)]
