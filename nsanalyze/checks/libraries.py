@@ -94,7 +94,7 @@ def hot_source_files(source_spots, limit: int = 3) -> list[str]:
 def library_advice(kernel: dict, check: str) -> str:
     """A Markdown paragraph put before a finding's advice when the kernel comes from a library."""
     library = kernel.get("library")
-    if not library:
+    if not library or check in DEVICE_LEVEL_CHECKS:
         return ""
     lever = LEVERS.get((library, check)) or LEVERS.get((library, "*"))
     if not lever:
@@ -112,6 +112,9 @@ def library_advice(kernel: dict, check: str) -> str:
 # its own grid (cuBLASLt's persistent nvjet kernels run one block an SM: "use a persistent kernel" was told to one).
 CODE_LEVEL_CHECKS = frozenset({"uncoalesced-global", "bank-conflicts", "warp-divergence", "low-ilp",
                                "local-memory-spill", "atomic-contention", "tail-effect", "block-size"})
+# Checks about the GPU the kernel ran on, not the call that launched it: a library's lever (shapes, precision, fusion)
+# is no advice for a clock below its maximum (attn_naive_full's nvjet GEMM was told "change the call" for its clock).
+DEVICE_LEVEL_CHECKS = frozenset({"clock-throttling"})
 # Libraries whose kernels the user cannot edit (CUTLASS and Triton kernels are configured or written by them).
 CLOSED_LIBRARIES = frozenset({"cuBLAS", "cuBLASLt", "cuDNN", "PyTorch", "NCCL"})
 

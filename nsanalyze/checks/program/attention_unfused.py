@@ -100,5 +100,8 @@ def run(timeline, limits) -> Finding | None:
                               for k in kernels]},
         advice=ADVICE,
     )
+    if round(100 * scores_ns / window_ns) != round(100 * share):   # the evidence's share is of the window's wall time
+        finding.notes.append(f"attention_unfused_share is of the window's wall time ({scores_ns / window_ns:.0%} of "
+                             f"{window_ns / 1e6:.1f} ms); the title's {share:.0%} is of its GPU kernel time")
     finding.estimated_savings_ns = min(savings, scores_ns)
     return finding

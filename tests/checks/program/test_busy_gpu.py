@@ -48,6 +48,22 @@ def test_the_attention_title_gives_its_share_of_one_whole(analyzed):
     assert int(share) == round(100 * float(part) / float(whole))
     assert float(whole) * 1e6 == pytest.approx(sum(w["ns"] for w in model["timeline"]["work"]), rel=1e-3)
     assert "window" not in finding["title"]
+    # its evidence's share is of the window's wall time (73%): a note tells the two apart (a user's read of the join)
+    window = finding["evidence"]["attention_unfused_share"]["value"]
+    assert round(100 * window) != int(share)
+    assert f"attention_unfused_share is of the window's wall time ({window:.0%} of " in " ".join(finding["notes"])
+
+
+def test_a_library_kernels_clock_gets_no_advice_on_its_call(analyzed):
+    """attn_naive_full's cuBLASLt GEMM ran below its clock on some launches: a finding about the GPU's clock, for
+    which a library's lever (change the call: shapes, precision, fusion) is no advice; a code-level one keeps it."""
+    model = analyzed(REAL / "attn_naive_full.ncu-rep.xz")
+    library = {k["id"]: k["library"] for k in model["kernels"]}
+    clock = [f for f in model["findings"] if f["check"] == "clock-throttling" and library.get(f["kernel_id"])]
+    assert clock and not [f for f in clock if f["advice"].startswith(f"**{library[f['kernel_id']]} kernel**")]
+    others = [f for f in model["findings"] if f["kernel_id"] is not None and library.get(f["kernel_id"])
+              and f["check"] != "clock-throttling"]
+    assert others and all(f["advice"].startswith(f"**{library[f['kernel_id']]} kernel**") for f in others)
 
 
 def test_attention_stays_first_with_the_ncu_report_joined(analyzed):
