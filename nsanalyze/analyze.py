@@ -89,12 +89,25 @@ def instance_names(kernels: list[dict]) -> dict:
         if kernel.get("name") and kernel.get("demangled"):
             signatures.setdefault((kernel.get("profile"), kernel["name"]), set()).add(kernel["demangled"])
     own = {key: own_signature_words(alike) for key, alike in signatures.items() if len(alike) > 1}
+    label = {key: _telling_words(words) for key, words in own.items()}
     shown = {}
     for kernel in kernels:
-        words = own.get((kernel.get("profile"), kernel.get("name")), {}).get(kernel.get("demangled"))
+        words = label.get((kernel.get("profile"), kernel.get("name")), {}).get(kernel.get("demangled"))
         if words:
-            shown[kernel["id"]] = f"{kernel['name']}[{', '.join(words[-3:])}]"
+            shown[kernel["id"]] = f"{kernel['name']}[{', '.join(words)}]"
     return shown
+
+
+def _telling_words(own: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Per signature, at most three of its own words: those no other signature of the name holds (attn_naive's
+    `bfloat16_copy_kernel_cuda`, where its last three, `lambda, float, instance`, were another instance's too), else
+    its last ones."""
+    out = {}
+    for signature, words in own.items():
+        others = set().union(*(set(w) for s, w in own.items() if s != signature))
+        unique = [w for w in words if w not in others]
+        out[signature] = unique[:3] if unique else words[-3:]
+    return out
 
 
 LAUNCH_SEQUENCE = "launch_sequence"   # analyze_ncu's facts: taken out before they become the profile's entry

@@ -169,3 +169,15 @@ def test_template_instances_stay_apart_and_severity_agrees_with_the_notes(analyz
              if f["check"] == "small-grid" and (f["kernel_name"] or "").startswith("multi_tensor_apply_kernel[")}
     assert len(shown) == len(set(shown.values())) >= 4
     assert any("LerpFunctor" in name for name in shown) and any(name.endswith("Sqrt]") for name in shown)
+
+
+def test_an_instance_is_named_by_the_words_only_it_holds(analyzed):
+    """attn_naive_full's vectorized_elementwise_kernel instances: the bfloat16 copy read
+    `[lambda, float, instance]`, its signature's last own words, which the bitwise_not instance holds too (lambda,
+    instance) and the multiply's (float). Its label is the word no other instance holds: the copy's functor."""
+    model = analyzed(REAL / "attn_naive_full.ncu-rep.xz")
+    kernels = {k["id"]: k for k in model["kernels"]}
+    names = {f["kernel_name"] for f in model["findings"] if f["kernel_id"] is not None
+             and "bfloat16_copy_kernel_cuda" in kernels[f["kernel_id"]]["demangled"]
+             and kernels[f["kernel_id"]]["name"] == "vectorized_elementwise_kernel"}
+    assert names == {"vectorized_elementwise_kernel[bfloat16_copy_kernel_cuda]"}
