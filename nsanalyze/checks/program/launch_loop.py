@@ -171,8 +171,12 @@ def run(timeline, limits) -> Finding | None:
                "in the program's source: " + "; ".join(_loop_text(loop) for loop in mine[:MAX_LISTED])
                + (f"; and {len(mine) - MAX_LISTED} more" if len(mine) > MAX_LISTED else "")],
     )
+    # whatif replays as many of the window's steps as fit its event budget, the report these around the median: on
+    # blind_gradclip 66 steps against 8, 5.3 against 5.68 ms a step
     finding.notes.append(f"replayed alone by: nsanalyze whatif PROFILE --fuse {cp.loop_role(group['group'])} "
-                         f"(--fuse {cp.LOOP} fuses every group of loops)")
+                         f"(--fuse {cp.LOOP} fuses every group of loops)"
+                         + (f"; whatif replays more of the window's {steps.count} steps than these {replayed}, so its "
+                            "figure may differ a little" if steps.count > replayed else ""))
     if others:
         finding.notes.append("other loops, over other items (another change; not in this finding's saving): "
                              + "; ".join(_loop_text(loop) for g in others for loop in g["loops"][:MAX_LISTED]))
