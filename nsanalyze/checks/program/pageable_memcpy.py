@@ -37,6 +37,8 @@ copies also allow, is transfer-bound's to count.
 
 from dataclasses import asdict
 
+from humanize import naturalsize
+
 from nsanalyze.normalize.model import plain
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, median_step_part, plural
@@ -88,7 +90,8 @@ def run(timeline, limits) -> Finding | None:
             saving_ns -= direction.saving_ns
             direction.saving_ns = 0.0
     top = directions[0] if directions else None
-    rate = (f"; {top.copy_kind.lower()} at {top.gb_per_s:.1f} GB/s where pinned copies reach "
+    # a rate under 1 GB/s with two figures (0.05 GB/s: tiny copies), not "0.0 GB/s"
+    rate = (f"; {top.copy_kind.lower()} at {top.gb_per_s:.{'1f' if top.gb_per_s >= 1 else '2g'}} GB/s where pinned copies reach "
             f"{top.reference_gb_per_s:.0f} GB/s" if top and top.gb_per_s else "")
     steps = timeline.steps.count if timeline.steps else 0
     step_copy_ns = median_step_part(timeline, BUDGET_PART)
@@ -100,12 +103,12 @@ def run(timeline, limits) -> Finding | None:
     elif any(d.gb_per_s and d.gb_per_s >= limits.near_link_share * d.reference_gb_per_s for d in directions):
         outcome = ": near the pinned rate already, so pinning saves nothing"
     else:   # each copy's setup outweighs its bytes (pinned_time_ns' floor: about PINNED_COPY_FLOOR_NS a copy)
-        size = f"of {pageable.bytes / pageable.copies / 1e3:.1f} kB on average " if pageable.copies else ""
+        size = f"of {naturalsize(pageable.bytes / pageable.copies)} on average " if pageable.copies else ""
         outcome = f": pinned, they would take about as long (copies {size}cost their setup, not their bytes)"
     finding = Finding(
         check=ID,
         title=f"{plural(pageable.copies, 'copy')} used pageable host memory "
-              f"({pageable.bytes / 1e6:.1f} MB, {duration_text(pageable.duration_ns)}){rate}{outcome}",
+              f"({naturalsize(pageable.bytes)}, {duration_text(pageable.duration_ns)}){rate}{outcome}",
         estimated_speedup=0.0,
         evidence={"pageable_copies": evidence(pageable.copies, limits.min_copies, compare=">="),
                   "pageable_bytes": evidence(pageable.bytes, unit="byte"),
