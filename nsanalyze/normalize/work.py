@@ -261,8 +261,7 @@ def _sequence_launches(sequences: list[list[dict]]) -> dict | None:
     for (_, entry), key in zip(flat, keys):
         short.setdefault(key, entry.get("name"))
     name_ids = np.array([unique[key] for key in keys], dtype=np.int64)
-    codes = np.array([ROLES.index(role_of(short[key], key)) for key in unique], dtype=np.int16)
-    fused = np.array([bool(FUSED_ALREADY.search(short[key] or key)) for key in unique])
+    codes, fused = _name_roles([(short[key], key) for key in unique])
     device = np.array([report for report, _ in flat], dtype=np.int64)
     stream = np.array([int(entry["stream"]) if isinstance(entry.get("stream"), (int, float)) else -1
                        for _, entry in flat], dtype=np.int64)
@@ -272,6 +271,13 @@ def _sequence_launches(sequences: list[list[dict]]) -> dict | None:
     return {"role": codes[name_ids][order], "fused": fused[name_ids][order], "name_id": name_ids[order],
             "ns": ns[order], "threads": threads[order], "device": device[order], "stream": stream[order],
             "names": {index: key for key, index in unique.items()}}
+
+
+def _name_roles(names: list[tuple[str | None, str | None]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per (short, demangled) name of a kernel: its role code (role_of) and whether a compiler made it, fused already."""
+    codes = np.array([ROLES.index(role_of(short, demangled)) for short, demangled in names], dtype=np.int16)
+    fused = np.array([bool(FUSED_ALREADY.search(short or demangled or "")) for short, demangled in names], dtype=bool)
+    return codes, fused
 
 
 def _move_to_scores(moved: list[tuple[int, int, int]], names: dict, roles_by_name: dict, role_ns: dict,
@@ -357,10 +363,7 @@ def _launch_roles(strings, kernels, in_ranges: np.ndarray | None = None) -> dict
     first_short = np.full(len(unique_ids), -1, dtype=np.int64)
     first_short[inverse[::-1]] = short_ids[::-1]  # one short name per demangled id
     names = strings([int(i) for i in np.concatenate((unique_ids, first_short)) if i >= 0])
-    codes = np.array([ROLES.index(role_of(names.get(int(s)), names.get(int(d)))) for d, s in zip(unique_ids, first_short)],
-                     dtype=np.int16)
-    fused = np.array([bool(FUSED_ALREADY.search(names.get(int(s)) or names.get(int(d)) or ""))
-                      for d, s in zip(unique_ids, first_short)])
+    codes, fused = _name_roles([(names.get(int(s)), names.get(int(d))) for d, s in zip(unique_ids, first_short)])
     device = np.asarray(kernels.device_id)
     stream = np.asarray(kernels.stream_id)
     begin = np.asarray(kernels.start, dtype=np.int64)
