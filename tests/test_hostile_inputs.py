@@ -205,6 +205,62 @@ def test_a_file_replaced_in_place_is_read_anew(tmp_path):
     assert first.returncode == second.returncode == 0 and first.stdout != second.stdout
 
 
+def _fill_cache(cache: Path, ages: dict[str, float]) -> None:
+    """Entries named as ages gives, each 1 MiB, last used that many seconds ago."""
+    import time
+
+    cache.mkdir()
+    for name, age in ages.items():
+        (cache / name).write_bytes(bytes(1 << 20))
+        os.utime(cache / name, (time.time() - age, time.time() - age))
+
+
+def test_the_cache_gives_up_its_least_recently_used_entries_past_its_limit(tmp_path, monkeypatch):
+    """A decompressed 360 KiB export in a 1.5 MiB cache that held two 1 MiB entries: the older one goes."""
+    from tests.conftest import FIXTURES
+
+    cache = tmp_path / "cache"
+    _fill_cache(cache, {"older": 200, "newer": 100})
+    monkeypatch.setenv("NSANALYZE_CACHE", str(cache))
+    monkeypatch.setenv("NSANALYZE_CACHE_MAX_GB", str(1.5 / 1024))
+    kind, local = open_local(FIXTURES / "dev_suite_nsys.sqlite.xz")
+    assert sorted(p.name for p in cache.iterdir()) == sorted(["newer", local.name])
+    assert local.stat().st_size == 360 << 10
+
+
+def test_a_disk_that_fills_during_a_copy_costs_the_cache_not_the_run(tmp_path, monkeypatch):
+    """The suite's CI run on 2026-12-05 failed 717 tests for a full disk, its cache of decompressed fixtures
+    among the largest things on it. A write that fails on a full disk (a real ENOSPC, from /dev/full) takes the
+    entries not used in the last minute with it and is tried once more; the one in use stays."""
+    import errno
+
+    from nsanalyze.read import files
+
+    cache = tmp_path / "cache"
+    _fill_cache(cache, {"stale": 3600, "in-use": 5})
+    monkeypatch.setattr(files, "DISK_FULL_BYTES", float("inf"))     # as the disk reads when a write failed on it
+    attempts = []
+
+    def write(partial: Path) -> None:
+        attempts.append(partial.name)
+        if len(attempts) == 1:
+            with open("/dev/full", "wb") as full:
+                full.write(b"x")
+                full.flush()
+        partial.write_bytes(b"copy")
+
+    entry = files.cached(cache / "entry", write)
+    assert len(attempts) == 2 and entry.read_bytes() == b"copy"
+    assert sorted(p.name for p in cache.iterdir()) == ["entry", "in-use"]
+
+    def never_fits(partial: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError):                          # nothing left to give up: the error is the run's
+        files.cached(cache / "another", never_fits)
+    assert sorted(p.name for p in cache.iterdir()) == ["entry", "in-use"]
+
+
 @pytest.mark.parametrize("case", ["file", "xdg-file", "proc"])
 def test_cache_that_is_a_file_is_one_line(tmp_path, case):
     """A cache that is a file, named by NSANALYZE_CACHE or through XDG_CACHE_HOME (the line named the variable

@@ -28,7 +28,17 @@ class ProfileKind(enum.Enum):
 # Limits on what a compressed input may expand to: a 472 KB .xz can hold gigabytes of zeros.
 MAX_EXPANSION_RATIO = float(os.environ.get("NSANALYZE_MAX_EXPANSION", "1000"))
 MAX_EXPANDED_BYTES = float(os.environ.get("NSANALYZE_MAX_EXPANDED_GB", "64")) * 2**30
-CACHE_LIMIT_BYTES = float(os.environ.get("NSANALYZE_CACHE_MAX_GB", "32")) * 2**30
+CACHE_LIMIT_GB = 32.0
+# A write that failed with less than this left on the cache's disk failed for want of space: the cache gives up
+# its older entries and writes once more.
+DISK_FULL_BYTES = 64 * 2**20
+# Entries used this recently stay when the disk is full: another process may hold the path it was just given.
+IN_USE_SECONDS = 60
+
+
+def cache_limit_bytes() -> float:
+    """The cache's size limit, NSANALYZE_CACHE_MAX_GB (read at each use, so a test session or a batch can set it)."""
+    return float(os.environ.get("NSANALYZE_CACHE_MAX_GB") or CACHE_LIMIT_GB) * 2**30
 
 
 def cache_dir() -> Path:
@@ -86,16 +96,48 @@ def process_alive(pid: int) -> bool:
         return False
 
 
+def _entries(folder: Path, keep: Path) -> list[tuple[float, int, Path]]:
+    """The cache's complete entries but `keep`, as (last use, size, path), least recently used first."""
+    entries = []
+    for entry in folder.iterdir():
+        try:
+            stat = entry.stat()
+        except OSError:    # removed meanwhile by another process's eviction
+            continue
+        if entry != keep and not entry.name.startswith(".partial-") and entry.is_file():
+            entries.append((stat.st_atime, stat.st_size, entry))
+    return sorted(entries)
+
+
 def _evict(keep: Path) -> None:
-    """Least recently used cache entries go once the cache holds more than CACHE_LIMIT_BYTES."""
-    entries = [(e.stat().st_atime, e.stat().st_size, e) for e in keep.parent.iterdir()
-               if e.is_file() and e != keep and not e.name.startswith(".partial-")]
+    """Least recently used cache entries go once the cache holds more than its limit."""
+    entries = _entries(keep.parent, keep)
     total = keep.stat().st_size + sum(size for _, size, _ in entries)
-    for _, size, entry in sorted(entries):
-        if total <= CACHE_LIMIT_BYTES:
+    for _, size, entry in entries:
+        if total <= cache_limit_bytes():
             break
         entry.unlink(missing_ok=True)
         total -= size
+
+
+def _disk_full(folder: Path) -> bool:
+    import shutil
+
+    try:
+        return shutil.disk_usage(folder).free < DISK_FULL_BYTES
+    except OSError:
+        return False
+
+
+def _make_room(keep: Path) -> bool:
+    """On a full disk, the entries not used in the last IN_USE_SECONDS go (a decompressed copy is worth less than
+    the run that needs the space); whether any went."""
+    import time
+
+    stale = [entry for used, _, entry in _entries(keep.parent, keep) if used < time.time() - IN_USE_SECONDS]
+    for entry in stale:
+        entry.unlink(missing_ok=True)
+    return bool(stale)
 
 
 def _check_readable(path: Path) -> None:
@@ -119,25 +161,32 @@ def _head(path: Path, n: int = 16) -> bytes:
 def cached(target: Path, write) -> Path:
     """The cache entry `target`, made by `write(partial)` when it is missing: written to a partial file
     that only a complete write renames into place, removed on every other exit (Ctrl-C and SIGTERM
-    included); the least recently used entries are evicted past the cache's limit."""
+    included); the least recently used entries are evicted past the cache's limit, and all but those in use
+    when the disk fills during the write, which is then tried once more."""
     import tempfile
 
     _remove_orphans(target.parent)
     if target.exists():
         os.utime(target)  # recently used: the last to be evicted
         return target
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".partial-{os.getpid()}-")
-    except OSError as exc:   # a folder that takes no new files (/proc, a read-only mount)
-        raise InputError(target.parent, f"cannot write to the cache folder ({exc.strerror}); NSANALYZE_CACHE "
-                                        "names another") from None
-    try:   # from the first statement after the file is made: a SIGTERM anywhere past it removes the file
-        os.close(fd)
-        write(Path(tmp))
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    for attempt in (1, 2):
+        try:
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".partial-{os.getpid()}-")
+        except OSError as exc:   # a folder that takes no new files (/proc, a read-only mount)
+            raise InputError(target.parent, f"cannot write to the cache folder ({exc.strerror}); NSANALYZE_CACHE "
+                                            "names another") from None
+        try:   # from the first statement after the file is made: a SIGTERM anywhere past it removes the file
+            os.close(fd)
+            write(Path(tmp))
+            os.replace(tmp, target)
+            break
+        except Exception:
+            if attempt == 1 and _disk_full(target.parent) and _make_room(target):
+                continue
+            raise
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
     _evict(target)
     return target
 
