@@ -90,7 +90,16 @@ class ClassTime:
     step_calls: np.ndarray | None = None    # per steady step: calls begun in it
     step_host_ns: np.ndarray | None = None  # per steady step: host time inside such calls
     step_idle_ns: np.ndarray | None = None  # per steady step: GPU idle time during them
-    idle_islands: tuple = ()       # per GPU, the idle time the class covers: [(starts, ends), ...] in time order
+    idle_islands: dict = field(default_factory=dict)   # GPU id -> the idle time the class covers there:
+                                                        # [(starts, ends), ...] in time order
+    gpus: int = 1                  # the GPUs whose figures are averaged (idle_islands has those with calls)
+
+    def idle_in(self, device_id, starts, ends) -> np.ndarray:
+        """One GPU's idle time that calls of the class cover inside each window [start, end)."""
+        parts = self.idle_islands.get(device_id)
+        if not parts:
+            return np.zeros(len(starts))
+        return Measure.of_parts(parts)(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
 
     def to_json(self) -> dict:
         return {"class": self.name, "source": self.source, "known": self.known, "calls": self.calls,
@@ -121,11 +130,9 @@ class HostActivity:
     def idle_within(self, name: str, starts, ends) -> float:
         """GPU idle time (GPUs averaged) that calls of a class cover inside these windows."""
         entry = self.by_class(name)
-        if entry is None or not entry.idle_islands:
+        if entry is None:
             return 0.0
-        s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
-        return float(sum(Measure.of_parts(parts)(s, e).sum() for parts in entry.idle_islands)
-                     / len(entry.idle_islands))
+        return float(sum(entry.idle_in(gpu, starts, ends).sum() for gpu in entry.idle_islands) / entry.gpus)
 
     def idle_ns(self, part: str, classes: tuple[str, ...] | None = None) -> float:
         """GPU idle time of one budget part that calls of these classes (all, when None) cover."""
@@ -374,7 +381,7 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
             entry["calls"] += calls
             entry["host_ns"] += float(held(np.array([budget.start]), np.array([budget.end]))[0])
             entry["idle_by_part"] += by_class_part[k]
-            entry["islands"].append(idle)
+            entry["islands"].setdefault(budget.device_id, []).extend(idle)
             _count_names(entry["names"], by_id, names)
             if step_windows is not None:
                 s, e = step_windows
@@ -399,7 +406,7 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
             step_calls=entry["step_calls"] if step_windows is not None else None,
             step_host_ns=entry["step_host_ns"] / n if step_windows is not None else None,
             step_idle_ns=entry["step_idle_ns"] / n if step_windows is not None else None,
-            idle_islands=tuple(entry["islands"]) + ([],) * (n - len(entry["islands"]))))
+            idle_islands=entry["islands"], gpus=n))
     classes.sort(key=lambda c: (-c.idle_ns, -c.host_ns, c.name))
     return HostActivity(tuple(classes), {p: ns / n for p, ns in unexplained.items()}, os_traced,
                         step_parts / n if step_parts is not None else None)
@@ -444,7 +451,7 @@ def _run(mask: np.ndarray) -> np.ndarray | slice:
 
 def _empty(step_windows) -> dict:
     steps = len(step_windows[0]) if step_windows is not None else 0
-    return {"calls": 0, "host_ns": 0.0, "idle_by_part": np.zeros(len(PARTS)), "names": {}, "islands": [],
+    return {"calls": 0, "host_ns": 0.0, "idle_by_part": np.zeros(len(PARTS)), "names": {}, "islands": {},
             "step_host_ns": np.zeros(steps), "step_idle_ns": np.zeros(steps), "step_calls": np.zeros(steps, np.int64)}
 
 

@@ -414,8 +414,17 @@ class ApiCall(Record):
 
 
 @dataclass(frozen=True)
+class ClassInStretch(Record):
+    """A host-activity class's CUDA calls inside a host stretch (normalize.host_activity): not the host's own code."""
+    name: str | None = None      # the class (host_activity.csv): allocator, module-load, ...
+    overlap_ns: float = 0        # the stretch's time its calls cover
+    top_calls: tuple = ()        # the class's longest calls over the window, by name
+
+
+@dataclass(frozen=True)
 class HostStretch(Record):
-    NESTED: ClassVar[dict[str, type]] = {"os_calls": OsCalls, "thread_os_calls": OsCalls, "jit_calls": ApiCall}
+    NESTED: ClassVar[dict[str, type]] = {"os_calls": OsCalls, "thread_os_calls": OsCalls, "jit_calls": ApiCall,
+                                         "cuda_classes": ClassInStretch}
     device_id: Any = None
     start_ns: int = 0
     duration_ns: float = 0
@@ -429,6 +438,13 @@ class HostStretch(Record):
     next_work_ns: int | None = None   # where there are jit_calls, the start of that next call (stretches before
                                       # one such call saw the same loads: the later ones a part of the earlier's)
     in_steps_ns: int | None = None   # its time inside the step ranges (host clock); None where steps are not ranges
+    cuda_classes: tuple = ()   # (ClassInStretch, ...): CUDA calls of a host-activity class inside it, longest first
+    own_ns: float | None = None   # where there are such calls, its time outside them: the host's own code
+
+    @property
+    def own_time_ns(self) -> float:
+        """The stretch's time in the host's own code (all of it where no classed CUDA call lies inside)."""
+        return self.duration_ns if self.own_ns is None else self.own_ns
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,7 @@ def build_timeline(export: NsysExport, skip_first_ns=None, nvtx_range=None, mode
         # (asked for here, once the budget's segments and the window's selections are freed)
         timeline.kernel_table, timeline.work_analysis = kernels_later.result()
         timeline.host_activity = host_later.result()
+    timeline.host_stretches = _own_code(timeline.host_stretches, timeline.host_activity)
     timeline.kernel_summary = timeline.kernel_table.rows
     work_split.attach(timeline, timeline.work_analysis)
     return timeline.typed()
@@ -636,8 +637,30 @@ def _rank_wait_text(device: dict) -> str:
             "rank1.sqlite --as-ranks.")
 
 
+# Host stretches kept: the longest by the host's own code (_own_code), of twice as many longest by their whole time
+HOST_STRETCHES = 5
+
+
+def _own_code(stretches: list[dict], activity, keep: int = HOST_STRETCHES) -> list[dict]:
+    """The stretches, each with the time CUDA calls of a host-activity class cover in it (a 30.6 ms cudaFree inside
+    a 34.3 ms stretch is the allocator's, not the host's code: quasiben's workflow) and what that leaves, the
+    host's own code; the `keep` longest by that, longest first."""
+    if activity is None or not activity.classes:
+        return stretches[:keep]
+    classes = [c for c in activity.classes if c.source == "cuda" and c.idle_islands]
+    for stretch in stretches:
+        start, end = stretch["start_ns"], stretch["start_ns"] + stretch["duration_ns"]
+        inside = [(float(c.idle_in(stretch["device_id"], [start], [end])[0]), c) for c in classes]
+        inside = sorted(((ns, c) for ns, c in inside if ns > 0), key=lambda item: (-item[0], item[1].name))
+        if inside:
+            stretch["cuda_classes"] = [{"name": c.name, "overlap_ns": ns, "top_calls": [n for n, _, _ in c.top_calls[:3]]}
+                                       for ns, c in inside]
+            stretch["own_ns"] = max(stretch["duration_ns"] - sum(ns for ns, _ in inside), 0)
+    return sorted(stretches, key=lambda r: -r.get("own_ns", r["duration_ns"]))[:keep]
+
+
 def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, calls=None, call_names=None,
-                    limit: int = 5, step_ranges=None) -> list[dict]:
+                    limit: int = 2 * HOST_STRETCHES, step_ranges=None) -> list[dict]:
     """The longest stretches in which the GPU waited on the host's own work, with what the host was in:
     the innermost NVTX range around it, the OS runtime calls during it (when traced), the JIT-compiled code
     it linked and loaded after it, before it next gave the GPU work (`jit_calls`: the host was compiling it),

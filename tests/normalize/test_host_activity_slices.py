@@ -19,7 +19,7 @@ def _painted(path, slice_segments: int):
     finally:
         host_activity.PAINT_SLICE_SEGMENTS = kept
     return activity.to_json(), [(c.name, c.step_idle_ns.tolist(), c.step_host_ns.tolist(),
-                                 [_joined(island) for island in c.idle_islands]) for c in activity.classes]
+                                 {gpu: _joined(island) for gpu, island in c.idle_islands.items()}) for c in activity.classes]
 
 
 def _joined(parts) -> list[int]:
@@ -90,13 +90,13 @@ def test_idle_measured_a_chunk_at_a_time_equals_the_intervals_clipped():
         host_activity.Measure.CHUNK = kept
     starts, ends = small.step_starts, small.step_ends
     assert len(starts) > 10
-    classes = [c for c in small.host_activity.classes if any(len(s) for parts in c.idle_islands for s, _ in parts)]
+    classes = [c for c in small.host_activity.classes if any(len(s) for parts in c.idle_islands.values() for s, _ in parts)]
     assert len(classes) > 3
     for c, w in zip(small.host_activity.classes, whole.host_activity.classes):
         assert c.name == w.name and c.step_idle_ns.tolist() == w.step_idle_ns.tolist()
         assert c.step_host_ns.tolist() == w.step_host_ns.tolist()
     for c in classes:
-        (parts,) = c.idle_islands   # one GPU
+        (parts,) = c.idle_islands.values()   # one GPU
         s = np.concatenate([p[0] for p in parts])
         e = np.concatenate([p[1] for p in parts])
         clipped = np.maximum(np.minimum(e[None, :], ends[:, None]) - np.maximum(s[None, :], starts[:, None]), 0)
