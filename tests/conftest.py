@@ -174,6 +174,16 @@ WORK_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPT
                "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
 
 
+def covered_ns(intervals) -> int:
+    """The length of the union of (start, end) intervals: what SQL rows of overlapping calls or GPU work cover."""
+    covered, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or end > reach:
+            covered += end - (start if reach is None else max(start, reach))
+            reach = end
+    return covered
+
+
 def sql(path, query: str, launched: tuple[str, ...] = ()):
     """One query straight on a fixture export (decompressed through the reader's cache): the oracle.
 

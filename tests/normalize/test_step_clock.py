@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from tests.conftest import REAL, program_findings, sql, sql_gpu_step_periods
+from tests.conftest import REAL, covered_ns, program_findings, sql, sql_gpu_step_periods
 
 LOOPS = [
     "matmul_sync_nsys.sqlite.xz",          # .item() + 2 ms of host work every step: host and GPU take turns
@@ -115,13 +115,8 @@ def _busy_by_sql(path, start: int, end: int) -> int:
     rows = sql(path, " UNION ALL ".join(f"SELECT MAX(start, {start}), MIN(end, {end}) FROM {t} WHERE end > {start} "
                                         f"AND start < {end}" for t in ("CUPTI_ACTIVITY_KIND_KERNEL",
                                                                        "CUPTI_ACTIVITY_KIND_MEMCPY",
-                                                                       "CUPTI_ACTIVITY_KIND_MEMSET")) + " ORDER BY 1")
-    busy, cursor = 0, start
-    for a, b in rows:
-        if b > cursor:
-            busy += b - max(a, cursor)
-            cursor = b
-    return busy
+                                                                       "CUPTI_ACTIVITY_KIND_MEMSET")))
+    return covered_ns(rows)
 
 
 @pytest.mark.parametrize("name, bound", [("histlog_every10_nsys.sqlite.xz", False), ("histlog_off_nsys.sqlite.xz", True)])

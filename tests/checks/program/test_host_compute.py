@@ -17,7 +17,7 @@ from nsanalyze.checks.program import host_compute, host_wait
 from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profile
-from tests.conftest import PUBLIC, REAL, sql, sql_gpu_step_periods
+from tests.conftest import PUBLIC, REAL, covered_ns, sql, sql_gpu_step_periods
 
 CUDF = PUBLIC / "quasiben__nvtx-examples__cudf.sqlite.xz"
 POWER = PUBLIC / "brycelelbach__nsightful__tests__power_iteration__baseline.sqlite.xz"
@@ -320,13 +320,8 @@ def _class_calls_inside(path, stretch, names) -> int:
     rows = sql(path, f"""SELECT MAX(r.start, {start}), MIN(r.end, {end}) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
                          JOIN StringIds s ON s.id = r.nameId
                          WHERE r.start < {end} AND r.end > {start}
-                           AND ({' OR '.join(f"s.value LIKE '{n}%'" for n in names)}) ORDER BY 1""")
-    covered, reach = 0, start
-    for s, e in rows:
-        if e > reach:
-            covered += e - max(s, reach)
-            reach = e
-    return covered
+                           AND ({' OR '.join(f"s.value LIKE '{n}%'" for n in names)})""")
+    return covered_ns(rows)
 
 
 def test_cuda_calls_inside_a_stretch_are_not_the_hosts_own_code(analyzed):
