@@ -518,15 +518,13 @@ def within_wider_changes(findings: list[Finding], timeline) -> None:
                      None)
         if outer is None:
             continue
-        inner.evidence = {**inner.evidence, "within": outer.check}
-        inner.title += f"; part of {outer.check}'s saving, not added to it"
+        _count_within(inner, outer, f"counted within {outer.check}: its change (each step one graph launch) removes "
+                                    f"these launches too; fixed together the two save what {outer.check} says "
+                                    f"({per_step(outer.estimated_savings_ns)}), not the sum. Alone, this change saves "
+                                    f"{per_step(inner.estimated_savings_ns)}")
         alike = inner.estimated_savings_ns >= 0.99 * outer.estimated_savings_ns   # blind58's LSTM loop: all of it
         outer.title += (f"; {inner.check}'s smaller change saves as much, {per_step(inner.estimated_savings_ns)}" if alike
                         else f"; {inner.check}'s smaller change saves {per_step(inner.estimated_savings_ns)} of it")
-        inner.notes.append(f"counted within {outer.check}: its change (each step one graph launch) removes these "
-                           f"launches too; fixed together the two save what {outer.check} says "
-                           f"({per_step(outer.estimated_savings_ns)}), not the sum. Alone, this change saves "
-                           f"{per_step(inner.estimated_savings_ns)}")
         outer.notes.append(f"{inner.check}'s change is part of this one: alone it saves "
                            f"{per_step(inner.estimated_savings_ns)} of these {per_step(outer.estimated_savings_ns)} "
                            "(counted here, not twice)")
@@ -548,10 +546,16 @@ def within_program_causes(findings: list[Finding], kernel_keys: dict) -> None:
         demangled = (kernel_keys.get(finding.kernel_id) or (None, None))[1]   # (profile, demangled or name, ...)
         if outer is None or role_of(finding.kernel_name, demangled) != part_of[1]:
             continue
-        finding.evidence = {**finding.evidence, "within": outer.check}
-        finding.title += f"; part of {outer.check}'s saving, not added to it"
-        finding.notes.append(f"counted within {outer.check}: the program finding prices the same change over all "
-                             "such kernels of the window; this kernel's saving is part of it, not added to it")
+        _count_within(finding, outer, f"counted within {outer.check}: the program finding prices the same change "
+                                      "over all such kernels of the window; this kernel's saving is part of it, not "
+                                      "added to it")
+
+
+def _count_within(inner: Finding, outer: Finding, note: str) -> None:
+    """The finding counted within another's saving: evidence `within`, the title and a note say so."""
+    inner.evidence = {**inner.evidence, "within": outer.check}
+    inner.title += f"; part of {outer.check}'s saving, not added to it"
+    inner.notes.append(note)
 
 
 def _within(finding: Finding, findings: list[Finding]) -> bool:
