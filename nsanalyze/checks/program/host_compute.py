@@ -7,7 +7,9 @@ host was running its own code. The longest stretches are listed with the NVTX ra
 the OS runtime calls the host made (reads, waits on a queue), when the export traced them. A long CUDA call
 inside a stretch (a `cudaFree`, a module loaded on a kernel's first launch) is not the host's own code: the
 stretches are ranked and stated by the time such calls leave (`own_ns`), and a note names the calls and whose
-finding prices them (allocator-churn's, for the allocator's). When the
+finding prices them (allocator-churn's, for the allocator's). A longest stretch that is a tenth of a median step (of
+the window without steps) or more is named by its share where no range places it, and where the export has NVTX
+ranges, as lying in none of them: that is where a range is missing. When the
 threads that launch the GPU's work sat in blocking OS calls (a sleep, a lock or semaphore, a queue,
 I/O) for most of those stretches, the host was blocked rather than computing: the finding names the
 calls and what they wait for (the data loader's queue, a lock, a file or socket), with advice to fit.
@@ -265,10 +267,32 @@ def _between_steps(timeline, stretches) -> str:
     inside = sum(s.in_steps_ns for s in stretches) / sum(s.duration_ns for s in stretches)
     if inside > OUTSIDE_STEPS_AT_MOST:
         return ""
-    longest = f"longest stretch ({stretches[0].duration_ns / 1e6:.1f} ms) lies" if len(stretches) == 1 else \
-        f"{len(stretches)} longest stretches ({stretches[-1].duration_ns / 1e6:.1f} to {stretches[0].duration_ns / 1e6:.1f} ms) lie"
+    longest = f"longest stretch ({stretches[0].own_time_ns / 1e6:.1f} ms) lies" if len(stretches) == 1 else \
+        f"{len(stretches)} longest stretches ({stretches[-1].own_time_ns / 1e6:.1f} to {stretches[0].own_time_ns / 1e6:.1f} ms) lie"
     return (f"; its {longest} outside the '{steps.name}' ranges: in the loop's code between steps (where the next "
             "batch is fetched, for one), not in a step's")
+
+
+def _longest_alone(timeline, stretches, idle_ns: float) -> str:
+    """The longest stretch, where no NVTX range or step places it and it is a large part of the time
+    (NAMED_RANGE_SHARE of the median step, or of the window without steps): one stretch of cudf's 212 ms of host
+    code in a 425 ms window is the place to look, said nowhere before. Where the export has NVTX ranges, that
+    none lies around it says where the user's ranges are missing."""
+    top = stretches[0] if stretches else None
+    whole = _step_or_window(timeline)
+    if top is None or not whole or top.own_time_ns < NAMED_RANGE_SHARE * whole:
+        return ""
+    of = "a median step" if timeline.steps is not None and timeline.steps.median_ns else "the window"
+    outside = ", in no NVTX range" if timeline.ranges else ""
+    if top.own_time_ns >= 0.95 * idle_ns:   # dev_suite: its 3.4 ms, 14% of the window, is one stretch
+        return f"; all of it one stretch of {top.own_time_ns / 1e6:.1f} ms{outside}"
+    return f"; longest stretch {top.own_time_ns / 1e6:.1f} ms ({top.own_time_ns / whole:.0%} of {of}){outside}"
+
+
+def _step_or_window(timeline) -> float:
+    """The median step, or the window where there are no steps."""
+    return (timeline.steps.median_ns if timeline.steps is not None and timeline.steps.median_ns
+            else timeline.summary.span_ns) or 0
 
 
 # The longest stretch leads the advice to its range where it is this share of the median step (of the window without
@@ -286,8 +310,7 @@ def _named_range_lead(timeline, stretches) -> str:
         return ""
     if timeline.steps is not None and normalize_name(top.nvtx_range) == timeline.steps.name:
         return ""
-    whole = (timeline.steps.median_ns if timeline.steps is not None and timeline.steps.median_ns
-             else timeline.summary.span_ns) or 0
+    whole = _step_or_window(timeline)
     if top.own_time_ns < NAMED_RANGE_SHARE * whole:
         return ""
     name = normalize_name(top.nvtx_range)
@@ -339,7 +362,7 @@ def run(timeline, limits) -> Finding | None:
         where = (f"; longest stretch {stretches[0].own_time_ns / 1e6:.1f} ms in range "
                  f"'{stretches[0].nvtx_path or stretches[0].nvtx_range}'")
     else:
-        where = _between_steps(timeline, stretches)
+        where = _between_steps(timeline, stretches) or _longest_alone(timeline, stretches, idle_ns)
     blocked = _blocked(stretches)
     advice, notes = ADVICE, _calls_inside_note(timeline, stretches)
     extra = {}

@@ -345,3 +345,26 @@ def test_cuda_calls_inside_a_stretch_are_not_the_hosts_own_code(analyzed):
     assert _class_calls_inside(gpt, cub, ["cudaLaunchKernel"]) > 0.99 * cub["duration_ns"]
     listed = next(f for f in analyzed(gpt)["findings"] if f["check"] == host_compute.ID)["evidence"]["longest_stretches"]
     assert cub["start_ns"] not in [s["start_ns"] for s in listed] and listed[0]["duration_ns"] == 2640959
+
+
+def test_a_long_stretch_in_no_range_is_named_by_its_share(analyzed):
+    """quasiben's cudf example: one stretch of 212.5 ms, half the 425 ms window, holds 73% of host-compute's 291 ms,
+    and no NVTX range lies around it (SQL: none of the export's ranges encloses it); the title said only '69% of
+    the window'. cudf-groupby's longest, 8.2 ms of a 102 ms window, is under a tenth of it: no place named."""
+    cudf = PUBLIC / "quasiben__nvtx-examples__cudf.sqlite.xz"
+    model = analyzed(cudf)
+    finding = next(f for f in model["findings"] if f["check"] == host_compute.ID)
+    top = finding["evidence"]["longest_stretches"][0]
+    start, end = top["start_ns"], top["start_ns"] + top["duration_ns"]
+    assert not sql(cudf, f"SELECT 1 FROM NVTX_EVENTS WHERE start <= {start} AND end >= {end} AND end IS NOT NULL")
+    assert sql(cudf, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE end IS NOT NULL")[0][0] > 0   # ranges there are
+    window = model["timeline"]["window"]["end_ns"] - model["timeline"]["window"]["start_ns"]
+    assert round(top["duration_ns"] / window, 2) == 0.5
+    assert finding["title"].endswith("; longest stretch 212.5 ms (50% of the window), in no NVTX range")
+    groupby = next(f for f in analyzed(PUBLIC / "quasiben__nvtx-examples__cudf-groupby.sqlite.xz")["findings"]
+                   if f["check"] == host_compute.ID)
+    assert groupby["title"] == "The GPU waits while the host runs its own code 36% of the window"
+    from tests.conftest import DEV_SUITE_NSYS     # one stretch holds it all: said as such, not as a share twice over
+    suite = next(f for f in analyzed(DEV_SUITE_NSYS)["findings"] if f["check"] == host_compute.ID)
+    assert suite["evidence"]["longest_stretches"][0]["duration_ns"] >= 0.95 * suite["evidence"]["idle_host_ns"]["value"]
+    assert suite["title"].endswith("14% of the window; all of it one stretch of 3.4 ms, in no NVTX range")
