@@ -21,6 +21,29 @@ from concurrent.futures import ProcessPoolExecutor
 _POOL: ProcessPoolExecutor | None = None
 
 
+def _start_where_it_still_is(prepare):
+    """multiprocessing's preparation of a new process, which starts it in its parent's working directory of the
+    moment it was asked for. The pool starts the next process as a task ends (max_tasks_per_child=1): for a test
+    working in its tmp_path (monkeypatch.chdir), in that folder, which pytest removes as the test passes
+    (tmp_path_retention_policy), often before the process started: it died in os.chdir and broke the pool for
+    every test after it (51 failures in a fresh clone's run). Where that folder is gone, the process starts in the
+    directory the parent started in; a task names the folder it works in itself (_main_here's cwd)."""
+    def prepared(data):
+        if "dir" in data and not os.path.isdir(data["dir"]):
+            data = {**data, "dir": data.get("orig_dir") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+        return prepare(data)
+    return prepared
+
+
+# (here in the tests' own module: the fork server imports it (set_forkserver_preload), so the processes it forks
+# have it too)
+from multiprocessing import spawn as _spawn  # noqa: E402
+
+if not getattr(_spawn.prepare, "_starts_where_it_still_is", False):
+    _spawn.prepare = _start_where_it_still_is(_spawn.prepare)
+    _spawn.prepare._starts_where_it_still_is = True
+
+
 def _pool() -> ProcessPoolExecutor:
     global _POOL
     if _POOL is None:
