@@ -228,6 +228,28 @@ def test_the_cache_gives_up_its_least_recently_used_entries_past_its_limit(tmp_p
     assert local.stat().st_size == 360 << 10
 
 
+def test_an_entry_a_reader_holds_is_not_evicted(tmp_path, monkeypatch):
+    """NVIDIA's ncu_report opens the report again for a launch's source counters: in the suite's run with its cache
+    capped, another worker evicted dev_suite_full while a session's report of it was in use, and sgemm_tiled's source
+    lines came back empty. A report holds its entry (CacheHold): a new entry past the limit passes it by; once the
+    report lets go, the next one evicts it."""
+    from nsanalyze.checks.libraries import hot_source_files
+    from nsanalyze.read import read_profile
+    from tests.conftest import DEV_SUITE_NCU, FIXTURES
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("NSANALYZE_CACHE", str(cache))
+    monkeypatch.setenv("NSANALYZE_CACHE_MAX_GB", "0.000001")   # every new entry is past the limit
+    report = read_profile(DEV_SUITE_NCU)
+    open_local(FIXTURES / "dev_suite_nsys.sqlite.xz")
+    assert sorted(p.name.split("-", 1)[1] for p in cache.iterdir()) == ["dev_suite_full.ncu-rep", "dev_suite_nsys.sqlite"]
+    launch = next(launch for launch in report.launches if launch.name == "sgemm_tiled")
+    assert hot_source_files(launch.source) and all(f.endswith("dev_suite.cu") for f in hot_source_files(launch.source))
+    report.cache_hold.close()
+    open_local(FIXTURES / "dev_suite_v2_nsys.sqlite.xz")
+    assert [p.name.split("-", 1)[1] for p in cache.iterdir()] == ["dev_suite_v2_nsys.sqlite"]
+
+
 def test_a_disk_that_fills_during_a_copy_costs_the_cache_not_the_run(tmp_path, monkeypatch):
     """The suite's CI run on 2026-12-05 failed 717 tests for a full disk, its cache of decompressed fixtures
     among the largest things on it. A write that fails on a full disk (a real ENOSPC, from /dev/full) takes the

@@ -1,6 +1,6 @@
 """Readers: turn files on disk into raw, unit-carrying Python data. No analysis here."""
 
-from nsanalyze.read.files import ProfileKind, detect_kind, open_local
+from nsanalyze.read.files import ProfileKind, detect_kind, hold, open_local
 from nsanalyze.read.ncu import NcuReport, read_ncu
 from nsanalyze.read.nsys import NsysExport, read_nsys
 
@@ -14,12 +14,15 @@ def read_profile(path, ncu_metrics=None):
     the profile is an ncu report: building the list parses the metric table)."""
     kind, local = open_local(path)
     if kind is ProfileKind.NCU:
-        return read_ncu(local, display_path=path, metrics=ncu_metrics() if callable(ncu_metrics) else ncu_metrics)
+        held = hold(local)   # ncu_report opens the file again later (a launch's source): evicted, it finds nothing
+        report = read_ncu(local, display_path=path, metrics=ncu_metrics() if callable(ncu_metrics) else ncu_metrics)
+        report.cache_hold = held
+        return report
     if kind is ProfileKind.KINETO:
         from nsanalyze.read.kineto import read_kineto
 
         return read_kineto(local, display_path=path)
-    return read_nsys(local, display_path=path)
+    return read_nsys(local, display_path=path)   # (SQLite keeps the file open: an evicted entry reads on)
 
 
 def read_profiles(path, ncu_metrics=None, reader=None) -> list:

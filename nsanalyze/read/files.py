@@ -109,13 +109,64 @@ def _entries(folder: Path, keep: Path) -> list[tuple[float, int, Path]]:
     return sorted(entries)
 
 
+class CacheHold:
+    """A shared lock (flock) on a cache entry for as long as a reader uses it: eviction passes a held entry by.
+    NVIDIA's `ncu_report` keeps no file open: it opens the report again for a launch's source counters, which
+    came back empty once another process had evicted the entry (the suite's run with its cache capped, 2026-12-05)."""
+
+    def __init__(self, path: Path):
+        import fcntl
+
+        self._handle = open(path, "rb")
+        fcntl.flock(self._handle, fcntl.LOCK_SH)
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def __deepcopy__(self, memo):   # a copy of the report reads the same entry: the one lock holds it
+        return self
+
+    def __reduce__(self):           # a report sent to another process holds nothing there
+        return (_released, ())
+
+
+def _released() -> None:
+    return None
+
+
+def hold(local: Path) -> CacheHold | None:
+    """A hold on `local` where it is an entry of the cache (None for a file of the user's own)."""
+    try:
+        if local.resolve().parent != cache_dir().resolve():
+            return None
+        return CacheHold(local)
+    except (OSError, InputError):
+        return None
+
+
+def _held(entry: Path) -> bool:
+    """Whether a reader holds the entry (CacheHold): an exclusive lock cannot be had at once."""
+    import fcntl
+
+    try:
+        with open(entry, "rb") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def _evict(keep: Path) -> None:
-    """Least recently used cache entries go once the cache holds more than its limit."""
+    """Least recently used cache entries go once the cache holds more than its limit; entries a reader holds stay."""
     entries = _entries(keep.parent, keep)
     total = keep.stat().st_size + sum(size for _, size, _ in entries)
     for _, size, entry in entries:
         if total <= cache_limit_bytes():
             break
+        if _held(entry):
+            continue
         entry.unlink(missing_ok=True)
         total -= size
 
@@ -134,7 +185,8 @@ def _make_room(keep: Path) -> bool:
     the run that needs the space); whether any went."""
     import time
 
-    stale = [entry for used, _, entry in _entries(keep.parent, keep) if used < time.time() - IN_USE_SECONDS]
+    stale = [entry for used, _, entry in _entries(keep.parent, keep)
+             if used < time.time() - IN_USE_SECONDS and not _held(entry)]
     for entry in stale:
         entry.unlink(missing_ok=True)
     return bool(stale)

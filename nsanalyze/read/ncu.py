@@ -195,6 +195,7 @@ class NcuReport:
     kind: str = "ncu"
     unmeasured: list[NcuLaunch] = field(default_factory=list)  # launches the report holds no metrics for
     set_aside: dict[str, int] = field(default_factory=dict)   # metric -> values set aside (±inf, -1e12, clock <= 0)
+    cache_hold: object = field(default=None, repr=False, compare=False)   # files.CacheHold of its decompressed copy
 
     @property
     def device_name(self) -> str | None:
