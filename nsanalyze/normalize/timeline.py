@@ -648,9 +648,16 @@ def _own_code(stretches: list[dict], activity, keep: int = HOST_STRETCHES) -> li
     if activity is None or not activity.classes:
         return stretches[:keep]
     classes = [c for c in activity.classes if c.source == "cuda" and c.idle_islands]
-    for stretch in stretches:
-        start, end = stretch["start_ns"], stretch["start_ns"] + stretch["duration_ns"]
-        inside = [(float(c.idle_in(stretch["device_id"], [start], [end])[0]), c) for c in classes]
+    covered: dict = {}   # (class index, stretch index) -> ns: one measure of a class's islands per GPU, not per stretch
+    for device in {s["device_id"] for s in stretches}:
+        at = [i for i, s in enumerate(stretches) if s["device_id"] == device]
+        starts = [stretches[i]["start_ns"] for i in at]
+        ends = [stretches[i]["start_ns"] + stretches[i]["duration_ns"] for i in at]
+        for k, c in enumerate(classes):
+            for i, ns in zip(at, c.idle_in(device, starts, ends).tolist()):
+                covered[k, i] = ns
+    for i, stretch in enumerate(stretches):
+        inside = [(covered.get((k, i), 0.0), c) for k, c in enumerate(classes)]
         inside = sorted(((ns, c) for ns, c in inside if ns > 0), key=lambda item: (-item[0], item[1].name))
         if inside:
             stretch["cuda_classes"] = [{"name": c.name, "overlap_ns": ns, "top_calls": [n for n, _, _ in c.top_calls[:3]]}
