@@ -360,14 +360,21 @@ def test_a_long_stretch_in_no_range_is_named_by_its_share(analyzed):
     assert sql(cudf, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE end IS NOT NULL")[0][0] > 0   # ranges there are
     window = model["timeline"]["window"]["end_ns"] - model["timeline"]["window"]["start_ns"]
     assert round(top["duration_ns"] / window, 2) == 0.5
-    assert finding["title"].endswith("; longest stretch 212.5 ms (50% of the window), in no NVTX range")
+    assert finding["title"].endswith("; longest stretch 212.5 ms (50% of the window), with no NVTX range around it")
     groupby = next(f for f in analyzed(PUBLIC / "quasiben__nvtx-examples__cudf-groupby.sqlite.xz")["findings"]
                    if f["check"] == host_compute.ID)
     assert groupby["title"] == "The GPU waits while the host runs its own code 36% of the window"
     from tests.conftest import DEV_SUITE_NSYS     # one stretch holds it all: said as such, not as a share twice over
     suite = next(f for f in analyzed(DEV_SUITE_NSYS)["findings"] if f["check"] == host_compute.ID)
     assert suite["evidence"]["longest_stretches"][0]["duration_ns"] >= 0.95 * suite["evidence"]["idle_host_ns"]["value"]
-    assert suite["title"].endswith("14% of the window; all of it one stretch of 3.4 ms, in no NVTX range")
+    assert suite["title"].endswith("14% of the window; all of it one stretch of 3.4 ms, with no NVTX range around it")
+    # blind_hostmetrics_base: its longest stretch lies 99.5% inside the step ranges, past step 21's end by 6.7 us:
+    # no one range encloses it, yet it is inside the steps (it read 'in no NVTX range')
+    hostmetrics = next(f for f in analyzed(REAL / "blind_hostmetrics_base_nsys.sqlite.xz")["findings"]
+                       if f["check"] == host_compute.ID)
+    longest = hostmetrics["evidence"]["longest_stretches"][0]
+    assert longest["nvtx_range"] is None and longest["in_steps_ns"] >= 0.99 * longest["duration_ns"]
+    assert hostmetrics["title"].endswith("; longest stretch 1.3 ms (10% of a median step), inside the 'step N' ranges")
 
 
 def test_module_loads_at_first_launch_are_start_up_not_the_hosts_code(analyzed):
