@@ -339,7 +339,7 @@ CLASS_CAUSES = {allocator_churn.CLASS: allocator_churn.ID, pinned_alloc_churn.CL
 CALLS_NOTED_SHARE = 0.1
 
 
-def _calls_inside_note(timeline, stretches, left_out: tuple = ()) -> list[str]:
+def _calls_inside_note(stretches, claimed: dict, left_out: tuple = ()) -> list[str]:
     """Where CUDA calls of a host-activity class lie inside the longest stretches, how much, and whose finding
     prices their time: the stretches are ranked and their time stated by what those calls leave."""
     inside: dict[str, list] = {}
@@ -349,7 +349,6 @@ def _calls_inside_note(timeline, stretches, left_out: tuple = ()) -> list[str]:
             total[0] += entry.overlap_ns
     if sum(ns for ns, _ in inside.values()) < CALLS_NOTED_SHARE * sum(s.duration_ns for s in stretches):
         return []
-    claimed = claims_by_cause(timeline)
     named = []
     for name, (ns, calls) in sorted(inside.items(), key=lambda item: -item[1][0]):
         cause = CLASS_CAUSES.get(name)
@@ -366,14 +365,14 @@ def _calls_inside_note(timeline, stretches, left_out: tuple = ()) -> list[str]:
 MODULE_LOAD_CLASS, MODULE_LOADS_NOTED = "module-load", 0.1
 
 
-def _module_loads(timeline, idle_ns: float) -> tuple[float, tuple]:
+def _module_loads(timeline, idle_ns: float, claimed: dict) -> tuple[float, tuple]:
     """The idle time of the part under CUDA module loads (cuLibraryLoadData, ...: a library's or the program's kernels
     loaded at their first launch), with the class's longest calls, where no build in every step claims them
     (runtime-compilation): loaded once a process, they are start-up, which taking the host's code off the critical
     path does not save. dev_infer: 54.7 ms of its 131.8 ms, as its bf16 and batched phases first ran their kernels."""
     activity = getattr(timeline, "host_activity", None)
     entry = activity.by_class(MODULE_LOAD_CLASS) if activity is not None else None
-    if entry is None or runtime_compilation.ID in claims_by_cause(timeline):
+    if entry is None or runtime_compilation.ID in claimed:
         return 0.0, ()
     loads = min(idle_ns, float(entry.idle_by_part.get(BUDGET_PART, 0.0)))
     return (loads, entry.top_calls) if loads >= MODULE_LOADS_NOTED * idle_ns else (0.0, ())
@@ -381,7 +380,8 @@ def _module_loads(timeline, idle_ns: float) -> tuple[float, tuple]:
 
 def run(timeline, limits) -> Finding | None:
     idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
-    loads_ns, load_calls = _module_loads(timeline, idle_ns)
+    claimed = claims_by_cause(timeline)   # (the wider causes' claims: whose finding prices a class of calls)
+    loads_ns, load_calls = _module_loads(timeline, idle_ns, claimed)
     loads_share = share * loads_ns / idle_ns if loads_ns else 0.0
     share -= loads_share
     idle_ns -= loads_ns
@@ -398,7 +398,7 @@ def run(timeline, limits) -> Finding | None:
     else:
         where = _between_steps(timeline, stretches) or _longest_alone(timeline, stretches, idle_ns)
     blocked = _blocked(stretches)
-    advice, notes = ADVICE, _calls_inside_note(timeline, stretches, left_out=(MODULE_LOAD_CLASS,) if loads_ns else ())
+    advice, notes = ADVICE, _calls_inside_note(stretches, claimed, left_out=(MODULE_LOAD_CLASS,) if loads_ns else ())
     extra = {}
     if loads_ns:
         names = ", ".join(name for name, _, _ in load_calls[:2])
