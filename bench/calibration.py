@@ -217,6 +217,21 @@ PAIRS = [
                       ("determ", "torch.use_deterministic_algorithms(True) off (index_add_ by atomic adds, not a sort "
                                  "and index_put_)"))
       for i in (1, 2)],
+    # round 67 (fixtures/real/record_own67.sh, own67_train.py): a batch built in NumPy in the loop and
+    # torch.cuda.empty_cache() each step, each removed alone; run 1's four modes, then run 2's, in two calls. The
+    # host's NumPy time moved 42.6 -> 57.0 ms a step between the two cached runs: churn -> cached measures the
+    # allocator's few ms under that noise, prebuilt -> fixed without it
+    *[(f"own67_{b}{i}", f"own67_{f}{i}", change, f"{what}; run {i}", check)
+      for b, f, change, what, check in (
+          ("churn", "prebuilt", None, "batches built before the loop, not in NumPy each step (empty_cache kept)",
+           "host-compute"),
+          ("cached", "fixed", None, "batches built before the loop, not in NumPy each step (no empty_cache)",
+           "host-compute"),
+          ("prebuilt", "fixed", {"remove": ("allocator",)}, "no empty_cache() each step (batches prebuilt)",
+           "allocator-churn"),
+          ("churn", "cached", {"remove": ("allocator",)}, "no empty_cache() each step (the batch built in NumPy "
+           "each step)", "allocator-churn"))
+      for i in (1, 2)],
 ]
 
 

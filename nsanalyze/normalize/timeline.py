@@ -697,13 +697,16 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
         # (power_iteration: 'IO 190' holds 99.6% of a 26.7 ms stretch the step range alone encloses): a range of
         # the thread of the innermost one around it, else of a thread that launches GPU work (never another
         # rank's or a worker's)
+        # every such range, outermost first, so the innermost is named: a stretch that starts 19 us before 'step 28'
+        # holds 'step 28' and, 99.6% of it, 'make_batch' inside it (own67_churn), the range that says what ran
         threads = [around[-1][1]] if around else [int(t) for t in launching_threads]
-        held = export.query(f"""SELECT name, MIN(end, :e) - MAX(start, :s) AS inside FROM nvtx
+        held = export.query(f"""SELECT name FROM nvtx
                                WHERE start < :e AND end > :s AND NOT (start <= :s AND end >= :e) AND name IS NOT NULL
                                AND global_tid IN ({",".join(str(int(t)) for t in threads if t is not None) or "NULL"})
-                               ORDER BY inside DESC, duration_ns LIMIT 1""", {"s": start, "e": end})
-        if held and held[0][1] >= RANGE_HOLDS * (end - start):
-            around = [*around, (held[0][0], None)]
+                               AND MIN(end, :e) - MAX(start, :s) >= :holds
+                               ORDER BY duration_ns DESC, start LIMIT 8""",
+                            {"s": start, "e": end, "holds": RANGE_HOLDS * (end - start)})
+        around = [*around, *((name, None) for name, in held)]
         stretch["nvtx_range"] = around[-1][0] if around else None
         if step_ranges is not None:
             inside = np.minimum(step_ranges[1], end) - np.maximum(step_ranges[0], start)

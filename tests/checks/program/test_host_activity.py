@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from nsanalyze.normalize.host_activity import classify
-from tests.conftest import REAL, STEPS_SQL, WORK_TABLES, program_findings, sql, sql_gpu_step_periods
+from tests.conftest import (REAL, STEPS_SQL, WORK_TABLES, program_findings, sql, sql_gpu_step_periods,
+                            sql_saved_per_step)
 
 CHURN, CACHED = REAL / "alloc_churn_nsys.sqlite.xz", REAL / "alloc_cached_nsys.sqlite.xz"
 HISTLOG, HISTLOG_OFF = REAL / "histlog_every10_nsys.sqlite.xz", REAL / "histlog_off_nsys.sqlite.xz"
@@ -212,6 +213,27 @@ def test_a_stretch_is_named_by_the_range_that_holds_nearly_all_of_it(analyzed):
     assert inside > 0.99 * longest["duration_ns"]
     assert longest["nvtx_path"].endswith(f"› {name}") and longest["nvtx_range"] == name
     assert f"› {name}'" in program_findings(model)[0]["title"]
+
+
+def test_a_stretch_is_named_by_the_innermost_range_that_holds_nearly_all_of_it(analyzed):
+    """own67_churn1 (round 67's twin: a batch built in NumPy inside `make_batch` each step, empty_cache() at the step's
+    end): the longest stretch starts 19 us before 'step 28', so no range encloses it; 'step 28' holds nearly all of it
+    and so does 'make_batch' inside it (SQL), which says what ran. The path names both, the innermost last (it named
+    'step 28' alone), and the fix (batches built before the loop) saved 40.3 ms a step of the 42.8 ms priced."""
+    path = REAL / "own67_churn1_nsys.sqlite.xz"
+    model = analyzed(path)
+    longest = model["timeline"]["host_stretches"][0]
+    start, end = longest["start_ns"], longest["start_ns"] + longest["duration_ns"]
+    held = sql(path, f"""SELECT n.text, n.start, MIN(n.end, {end}) - MAX(n.start, {start}) FROM NVTX_EVENTS n
+                         WHERE n.start < {end} AND n.end > {start} ORDER BY n.end - n.start DESC""")
+    holding = [(name, first) for name, first, inside in held if inside >= 0.9 * longest["duration_ns"]]
+    assert [name for name, _ in holding] == [f"step {holding[0][0].split()[-1]}", "make_batch"]
+    assert all(first > start for _, first in holding)   # neither encloses it
+    assert longest["nvtx_path"] == " › ".join(name for name, _ in holding) and longest["nvtx_range"] == "make_batch"
+    first = program_findings(model)[0]
+    assert first["check"] == "host-compute" and f"'{longest['nvtx_path']}'" in first["title"]
+    saved = sql_saved_per_step(analyzed, "own67_churn1_nsys.sqlite.xz", "own67_prebuilt1_nsys.sqlite.xz")
+    assert first["estimated_savings_ns"] / model["timeline"]["steps"]["count"] == pytest.approx(saved, rel=0.10)
 
 
 def test_without_steps_a_class_claims_the_idle_time_under_its_own_calls(analyzed):
