@@ -8,10 +8,19 @@ NVTX_NAMED = """SELECT {what} FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id =
                 WHERE n.eventType = 59 AND COALESCE(n.text, s.value) = '{name}'"""
 
 
-def test_a_phase_outside_the_window_is_kept(analyzed):
-    """dev_infer's batch-1 request loop lies wholly before the steady window: it is still a phase, with
-    its own budget that adds up to its time and its first cause."""
-    timeline = analyzed(DEV_INFER_NSYS)["timeline"]
+@pytest.fixture(scope="module")
+def bf16_window():
+    """dev_infer analysed over its last phase alone (`--nvtx-range bf16_autocast`): the batch-1 request loop and
+    the batched phase lie wholly before the window."""
+    from nsanalyze.analyze import Options, analyze
+
+    return analyze([str(DEV_INFER_NSYS)], Options(nvtx_range="bf16_autocast"))
+
+
+def test_a_phase_outside_the_window_is_kept(bf16_window):
+    """The request loop outside the window is still a phase, with its own budget that adds up to its time and its
+    first cause."""
+    timeline = bf16_window["timeline"]
     phases = {p["name"]: p for p in timeline["phases"]}
     per_request = phases["per_request"]
     start, end = sql(DEV_INFER_NSYS, NVTX_NAMED.format(what="n.start, n.end", name="per_request"))[0]
@@ -22,10 +31,10 @@ def test_a_phase_outside_the_window_is_kept(analyzed):
     assert "bf16_autocast" in phases      # digits inside a word are part of the name
 
 
-def test_the_header_names_the_phases(analyzed):
+def test_the_header_names_the_phases(bf16_window):
     from nsanalyze.render.format import window_lines
 
-    lines = window_lines(analyzed(DEV_INFER_NSYS)["timeline"])
+    lines = window_lines(bf16_window["timeline"])
     assert any(line.startswith("Phases: ") and "per_request ×1" in line and "outside the window" in line
                for line in lines)
 

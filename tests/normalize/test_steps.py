@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from tests.conftest import DEV_SUITE_NSYS, REAL, sql
+from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NSYS, REAL, sql
 
 
 def _nvtx_durations(path, pattern: str) -> list[int]:
@@ -125,6 +125,31 @@ def test_a_loop_whose_launches_start_late_is_no_steady_state(analyzed):
     top = model["findings"][0]
     assert top["check"] == "allocator-churn" and top["severity"] != "info"
     assert f"{allocations} cudaFree/cudaMalloc calls" in top["title"]
+
+
+def test_start_up_ends_before_the_first_half_of_the_loops_launches(analyzed):
+    """dev_infer: a loop of 300 batch-1 requests (600 of its most launched kernel's 706 launches, in 83 ms), then a
+    batched and a bf16 phase. Start-up ended at the last long start-up call before the middle of the launches' time
+    span: the batched phase's 2.1 ms cudaHostAlloc, which made the whole request loop start-up (284 ms left out of a
+    148 ms window). Start-up ends before half the launches by count too (the median launch): at the first
+    request's module loads (SQL)."""
+    from nsanalyze.normalize.steps import STARTUP_CALLS
+
+    path = DEV_INFER_NSYS
+    window = analyzed(path)["timeline"]["window"]
+    (kernel, launches, first, last), = sql(path, """SELECT shortName, COUNT(*), MIN(start), MAX(start)
+        FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY shortName ORDER BY COUNT(*) DESC LIMIT 1""")
+    (median,), = sql(path, f"""SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName = {kernel}
+                               ORDER BY start LIMIT 1 OFFSET {launches // 2}""")
+    assert median < first + (last - first) // 2         # the loop's launches come early
+    (startup_end,), = sql(path, f"""SELECT MAX(r.end) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s
+        ON s.id = r.nameId WHERE r.start < {median} AND r.end - r.start >= 1000000
+        AND ({" OR ".join(f"s.value LIKE '{name}%'" for name in STARTUP_CALLS)})""")
+    (first_after,), = sql(path, f"SELECT MIN(start) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName = {kernel} "
+                                f"AND start >= {startup_end}")
+    (loop_start, loop_end), = sql(path, "SELECT start, end FROM NVTX_EVENTS WHERE text = 'per_request'")
+    assert window["start_ns"] == first_after and loop_start < first_after < loop_end - 50_000_000
+    assert "per_request" not in [p["name"] for p in analyzed(path)["timeline"]["phases"] if not p["in_window_ns"]]
 
 
 def test_instance_numbers_become_n_and_names_keep_their_digits():

@@ -352,7 +352,7 @@ def _calls_inside_note(stretches, claimed: dict, left_out: tuple = ()) -> list[s
     named = []
     for name, (ns, calls) in sorted(inside.items(), key=lambda item: -item[1][0]):
         cause = CLASS_CAUSES.get(name)
-        whose = (f"priced by {cause}" if cause in claimed else
+        whose = (f"{cause}'s time, not this finding's" if cause in claimed else
                  "left out of this finding with the window's other loads of the class (start-up)" if name in left_out
                  else "within this finding's time")
         named.append(f"{name} calls {duration_text(ns)}" + (f" ({', '.join(calls)})" if calls else "") + f", {whose}")
