@@ -53,17 +53,24 @@ TWINS = [
     # round 53's blind twin (fixtures/real/sync53_train.py, recorded after event-timing, host-sync untouched): a
     # GPU-bound ResNet-50 whose 5 stages are timed between torch.cuda.synchronize() calls every step
     ("sync53_resnet256_base", "sync53_resnet256_fix", "host-sync"),
+    # round 67's twin (fixtures/real/own67_train.py): empty_cache() each step, the batches built before the loop
+    ("own67_prebuilt1", "own67_fixed1", "allocator-churn"),
 ]
 
 
 @pytest.mark.parametrize("base,fixed,check", TWINS)
 def test_a_finding_priced_by_its_replay_predicts_its_twin(analyzed, base, fixed, check):
     """The finding's savings a step are the replay's (evidence.replayed_savings_ns), within 25% of what the
-    fix saved (SQL: the twins' mean GPU step periods past warm-up)."""
+    fix saved (SQL: the twins' mean GPU step periods past warm-up). Where the replay and the check's own estimate
+    differ in the report's three digits, a note says which the savings are (alloc_churn's title stated 422.0 ms of
+    idle time beside savings of 389 ms, 8% apart, and said nothing)."""
     report = analyzed(str(REAL / f"{base}_nsys.sqlite.xz"))
     found = finding(report, check)
     assert "replayed_savings_ns" in found["evidence"] and "check_savings_ns" in found["evidence"]
     assert found["estimated_savings_ns"] <= found["evidence"]["replayed_savings_ns"]["value"] * 1.001
+    own = found["evidence"]["check_savings_ns"]["value"]
+    if abs(found["estimated_savings_ns"] - own) > 0.02 * max(own, found["estimated_savings_ns"]):
+        assert any(note.startswith("savings: ") for note in found["notes"]), found["notes"]
     actual = sql_mean_step(f"{base}_nsys.sqlite.xz") - sql_mean_step(f"{fixed}_nsys.sqlite.xz")
     assert per_step(report, found) == pytest.approx(actual, rel=0.25)
 
