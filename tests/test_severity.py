@@ -38,7 +38,10 @@ def _check_one_scale(model: dict) -> dict[str, set[str]]:
         if finding["severity"] == "info" and expected != "info":
             # info below the table: under the minimum share of the time it comes from, or capped, and said so
             minimum = CUTS["kernel_min_share" if kind == "kernel" else "program_min_share"]
-            assert finding["estimated_speedup"] < minimum or any("capped at info" in n for n in finding["notes"]), finding
+            # a program finding's share of the window from its savings: the report's estimated_speedup is rounded
+            # (dev_infer's low-tensor-activity: 9.309 ms of 310.3 ms, 2.99998%, reads 0.03)
+            share = finding["estimated_speedup"] if kind == "kernel" else finding["estimated_savings_ns"] / total
+            assert share < minimum or any("capped at info" in n for n in finding["notes"]), finding
         elif not any(n.startswith("shown as ") for n in finding["notes"]):
             assert finding["severity"] == expected, (finding["check"], finding["estimated_savings_ns"], total)
         seen[kind].add(finding["severity"])
