@@ -232,6 +232,19 @@ PAIRS = [
           ("churn", "cached", {"remove": ("allocator",)}, "no empty_cache() each step (the batch built in NumPy "
            "each step)", "allocator-churn"))
       for i in (1, 2)],
+    # round 67, blind (fixtures/real/record_blind67.sh, blind67_train.py: written by a helper who had not read the
+    # checks, recorded before any check looked at it): a dict batch of 40 small pageable columns each moved with a
+    # blocking `.to("cuda")` (the pinned change was then made to drop an upload's own wait, and pageable-memcpy to
+    # count the idle time under the staging calls, from this pair), and torch.distributions' argument validation
+    # left on in a PPO update (a read-back and a sync per check; host-sync unchanged)
+    *[(f"blind67_{p}_base{i}", f"blind67_{p}_fix{i}", change, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+      for p, change, what, check in (
+          ("fields", {"pinned": True}, "the batch's 40 columns pinned and copied with non_blocking=True, not pageable "
+                                       "and copied with a blocking .to('cuda')", "pageable-memcpy"),
+          ("distval", {"remove": ("sync",)}, "Distribution.set_default_validate_args(False), not the argument checks "
+                                             "of Categorical and log_prob (a read-back each) in every minibatch",
+           "host-sync"))
+      for i in (1, 2)],
 ]
 
 
