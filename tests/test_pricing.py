@@ -55,6 +55,11 @@ TWINS = [
     ("sync53_resnet256_base", "sync53_resnet256_fix", "host-sync"),
     # round 67's twin (fixtures/real/own67_train.py): empty_cache() each step, the batches built before the loop
     ("own67_prebuilt1", "own67_fixed1", "allocator-churn"),
+    # round 67's blind twin (fixtures/real/blind67_train.py): a dict batch of 40 small pageable columns, each moved
+    # with a blocking `.to("cuda")` (its copy's own wait after it), against pinned columns copied with
+    # non_blocking=True; the waits, not the bytes, are the cost
+    ("blind67_fields_base1", "blind67_fields_fix1", "pageable-memcpy"),
+    ("blind67_fields_base2", "blind67_fields_fix2", "pageable-memcpy"),
 ]
 
 

@@ -776,6 +776,9 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
             if target[call] == i:
                 target[call] = -1
             own[call] = min(own[call], queued)
+        waits = copy_waits(graph, pageable & uploads(graph))   # and an upload's own wait goes with it
+        own = np.where(waits, 0.0, own)
+        target = np.where(waits, -1, target)
 
     # events in measured order: call start (2), operation (1), call end (0) at equal times: ends first. An event is
     # its position in (call starts, operations, call ends): one integer a step of the loop, which is most of a
@@ -924,6 +927,32 @@ def calls_host_ns_per_step(graph: Graph, calls: np.ndarray, way=None) -> float:
 def pageable_copies(graph: Graph) -> np.ndarray:
     """Copies from or to pageable host memory (staged by the host) that a call in the block made."""
     return graph.o_pageable & (graph.o_call >= 0)
+
+
+# A sync call this soon after a copy call on its thread is that copy's own wait: PyTorch's blocking `.to()` from
+# pageable memory is a cudaMemcpyAsync, then a cudaStreamSynchronize 0.2-13 us after it (blind67_fields: 3,004 pairs,
+# 0.43 us on average); a sync the program calls itself comes through the interpreter, later
+COPY_WAIT_GAP_NS = 20_000
+
+
+def uploads(graph: Graph) -> np.ndarray:
+    """Per operation, whether it is a copy to the device: from pinned memory with `non_blocking=True` the host needs
+    no wait for it (a read-back must still wait for its data before the host reads it)."""
+    kinds = [kind for kind, label in graph.copy_kinds.items() if label == "Host-to-Device"]
+    return np.isin(graph.o_copy_kind, kinds)
+
+
+def copy_waits(graph: Graph, copies: np.ndarray) -> np.ndarray:
+    """Per call, whether it is a sync that waits for one of these copies at once (the next call on the copy call's
+    thread, within COPY_WAIT_GAP_NS): a copy from pinned memory made with `non_blocking=True`, which the pinned change
+    stands for, needs no such wait."""
+    copy_call = np.zeros(len(graph.c_start), bool)
+    copy_call[graph.o_call[copies]] = True
+    prev = graph.c_prev
+    after = prev >= 0
+    after[after] = copy_call[prev[after]]
+    after[after] = (graph.c_start[after] - graph.c_end[prev[after]]) <= COPY_WAIT_GAP_NS
+    return after & graph.calls_of("sync")
 
 
 def _as_graph_launch(graph: Graph, own, gap_host, cross_gap, latency):
@@ -1114,9 +1143,10 @@ def saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, flo
     """saving_per_step, and the GPU's busy share of the steps before and after the change (the time of the
     operations the steps launched over their periods): the replay keeps the kernels' measured durations,
     which a GPU kept busy may not hold (its clock under sustained load). Kept per change where the change is
-    plain values (no regex, no copy rates): a replay is a pass over every call and operation of the block."""
-    key = (change.remove, change.graph, change.roles, change.fuse, change.untuned, change.untimed, change.unbuilt) \
-        if not change.speedups and change.pinned_rate is None else None
+    plain values (no regex): a replay is a pass over every call and operation of the block."""
+    pinned = tuple(sorted(change.pinned_rate.items())) if change.pinned_rate is not None else None
+    key = (change.remove, change.graph, change.roles, change.fuse, change.untuned, change.untimed, change.unbuilt,
+           pinned) if not change.speedups else None
     if key is not None and key in block.priced:
         return block.priced[key]
     result = _saving_and_busy(block, change)
@@ -1155,11 +1185,16 @@ def ops_ns_per_step(block: StepBlock, ops: np.ndarray) -> float:
 
 
 def pageable_ns_per_step(block: StepBlock) -> float:
-    """The block's time in copies from or to pageable host memory, per step: what moving them to pinned memory
-    can take away at most (a copy at the pinned rate still takes some of it)."""
+    """The block's time in copies from or to pageable host memory, per step, with the host's time in the uploads'
+    calls and in the waits right after them (copy_waits): what moving them to pinned memory, uploaded without a
+    wait, can take away at most (a copy at the pinned rate still takes some of it)."""
     graph = block.graph
     mine = pageable_copies(graph)
-    return float((graph.o_end - graph.o_start)[mine].sum()) / max(len(graph.step_first_op), 1)
+    up = mine & uploads(graph)   # (a read-back's call waits for its data, pinned or not: only its copy changes)
+    calls = copy_waits(graph, up)
+    calls[graph.o_call[up]] = True
+    host = float((graph.c_end - graph.c_start)[calls].sum())
+    return (float((graph.o_end - graph.o_start)[mine].sum()) + host) / max(len(graph.step_first_op), 1)
 
 
 def tuning_ns_per_step(block: StepBlock) -> float:

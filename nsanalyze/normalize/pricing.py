@@ -137,7 +137,7 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         if not pinned:
             return None
         words.append("pageable copies at the pinned rate")
-        cap_per_step += cp.pageable_ns_per_step(block)   # never more than the copies' own time
+        cap_per_step += cp.pageable_ns_per_step(block)   # never more than the copies' time and their calls'
         capped = True
     if declared.get("graph"):
         words.append("each step one graph launch")

@@ -2,7 +2,8 @@
 
 A finding of one budget part (launch-overhead, host-compute, gpu-idle, the copy checks' caps) prices
 only what is left of its part after the causes that span parts have taken theirs: the allocator and pinned
-allocation classes' idle time (checks/program/_host_class.py), the excess of steps that stand out
+allocation classes' idle time (checks/program/_host_class.py), pageable-memcpy's idle time under the calls that
+staged pageable copies (beside its gpu_copy part), the excess of steps that stand out
 (slow-steps), the time of a phase that is not the steps (non-step-phase), an autotuner's stretches of timed trials
 (autotuning: the waits of its syncs are the tuning's), the GPU idle time in which the
 launching threads waited on a queue, a lock, I/O or a sleep (host-wait), each with its check's defaults, then
@@ -17,9 +18,8 @@ from __future__ import annotations
 
 from nsanalyze.checks import check_by_id, limits_for, runs
 from nsanalyze.checks.base import budget_part
-from nsanalyze.checks.program import (allocator_churn, autotuning, event_timing, non_step_phase, pinned_alloc_churn,
-                                      runtime_compilation,
-                                      slow_steps)
+from nsanalyze.checks.program import (allocator_churn, autotuning, event_timing, non_step_phase, pageable_memcpy,
+                                      pinned_alloc_churn, runtime_compilation, slow_steps)
 from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_MIN_SHARE, class_cost, wait_parts
 from nsanalyze.normalize import pricing
 
@@ -37,6 +37,10 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
             entry = activity.by_class(check.CLASS)
             if entry is not None and entry.idle_ns and runs(check.ID):
                 out[check.ID] = _class_claim(timeline, entry, class_cost(timeline, check.CLASS))
+        pageable = timeline.copies.pageable if getattr(timeline, "copies", None) is not None else None
+        if pageable is not None and pageable.copies >= limits_for(pageable_memcpy).min_copies \
+                and runs(pageable_memcpy.ID):   # the idle time under the calls that staged pageable copies
+            out[pageable_memcpy.ID] = pageable_parts(timeline, _summed(out))
         if getattr(timeline, "step_starts", None) is not None and runs(slow_steps.ID):
             out[slow_steps.ID] = slow_steps.excess_by_part(timeline, limits_for(slow_steps))
     if getattr(timeline, "phases", None) and runs(non_step_phase.ID):
@@ -155,6 +159,34 @@ def launch_parts(timeline, taken: dict[str, float]) -> dict[str, float]:
     # under DISAGREE of the launch wait: the replay's noise beside the part, not a claim (attn_sdpa: 0.01 ms a
     # step of idle_host left beside 1.35 ms of launch wait)
     return {LAUNCH_BESIDE: take} if take > pricing.DISAGREE * launch_ns else {}
+
+
+def pageable_parts(timeline, taken: dict[str, float]) -> dict[str, float]:
+    """The idle parts pageable-memcpy's change (pinned memory, copied without a wait) takes beside its gpu_copy part:
+    the GPU's idle time under the calls that staged the copies, and where the replay of the steps saves more than that
+    and the copies' own saving, the rest from the idle parts the drained queue leaves (DRAIN_PARTS, what the causes
+    before it leave): a dict batch's 40 small pageable columns, each `.to("cuda")` a copy and its wait, left the GPU
+    idle under the copy calls 0.6 ms a step and between them, on the host's way from one to the next, 1.4 ms more
+    (blind67_fields: the replay 2.08 ms a step, the fix 2.27)."""
+    from nsanalyze.checks.program._copies import pageable_saving, reference_rate
+
+    parts = pageable_memcpy.blocked_idle_by_part(timeline)
+    block = getattr(timeline, "step_block", None)
+    if not parts or block is None or len(timeline.devices) > 1 or not timeline.budget:
+        return parts   # (no upload held the host: the copies' own saving lies in gpu_copy, its part)
+    rate = {kind: reference_rate(timeline, label)[0] for kind, label in block.graph.copy_kinds.items()}
+    own = sum(parts.values()) + pageable_saving(timeline)[0]
+    priced = pricing.price(timeline, pageable_memcpy.CHECK.change, own, rate)
+    extra = (priced.replayed_ns - own) if priced is not None else 0.0
+    if extra <= pricing.DISAGREE * max(own, priced.replayed_ns if priced is not None else 0.0):
+        return parts
+    for part in DRAIN_PARTS:
+        left = max(0.0, budget_part(timeline, part)[0] - taken.get(part, 0.0) - parts.get(part, 0.0))
+        take = min(extra, left)
+        if take > 0:
+            parts[part] = parts.get(part, 0.0) + take
+            extra -= take
+    return parts
 
 
 def launch_speaks(launches, unclaimed_share: float, limits) -> bool:

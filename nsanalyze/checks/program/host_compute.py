@@ -353,7 +353,7 @@ def _calls_inside_note(stretches, claimed: dict, left_out: tuple = ()) -> list[s
     for name, (ns, calls) in sorted(inside.items(), key=lambda item: -item[1][0]):
         cause = CLASS_CAUSES.get(name)
         whose = (f"{cause}'s time, not this finding's" if cause in claimed else
-                 "left out of this finding with the window's other loads of the class (start-up)" if name in left_out
+                 "part of the module loads' idle time this finding leaves out (start-up: the next note)" if name in left_out
                  else "within this finding's time")
         named.append(f"{name} calls {duration_text(ns)}" + (f" ({', '.join(calls)})" if calls else "") + f", {whose}")
     return [f"the longest stretches without GPU work also held CUDA calls, which are not the host's own code: "
@@ -421,8 +421,11 @@ def run(timeline, limits) -> Finding | None:
             advice = BLOCKED_ADVICE[kind]
         else:
             title = f"The GPU waits while the host runs its own code {share:.0%} of the window{step_text}{where}"
-            notes.append(f"the threads that launch the GPU's work were all blocked in OS calls only {blocked_share:.0%} "
-                         f"of the {counted}: they compute; OS calls of other threads (os_calls) are not the GPU's wait")
+            blocked_words = (f"were all blocked in OS calls only {blocked_share:.0%} of the {counted}"
+                             if f"{blocked_share:.0%}" != "0%" else f"were all blocked in OS calls under 1% of the "
+                                                                   f"{counted}")
+            notes.append(f"the threads that launch the GPU's work {blocked_words}: they compute; OS calls of other "
+                         "threads (os_calls) are not the GPU's wait")
     else:
         title = f"The GPU waits while the host runs its own code {share:.0%} of the window{step_text}{where}"
     jit = _jit(stretches) if blocked is None or blocked[0] < limits.min_blocked_share else None

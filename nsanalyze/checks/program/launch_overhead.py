@@ -60,6 +60,7 @@ import numpy as np
 from nsanalyze.normalize.host_activity import base_name
 from nsanalyze.normalize.model import Launches, ProfilerCost, plain
 from nsanalyze.normalize.waits import WAITING_CLASSES
+from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program._claims import launch_speaks, unclaimed_part
 from nsanalyze.checks.program.host_sync import BACKWARD_TITLE, backward_waits_text, in_backward
@@ -211,10 +212,11 @@ def _waits_first(per_step: float, name: str, timing=None, waits=None) -> str:
 
 
 def _left_out_note(total: float, first: float, jit: float) -> str:
-    parts = ([f"{first / 1e3:.0f} us of launch calls of kernels launched once that load their module"] if first else []) \
-        + ([f"{jit / 1e3:.0f} us of GPU idle under run-time module loads (cuModuleLoadData, nvrtc: host-activity "
+    parts = ([f"{duration_text(first)} of launch calls of kernels launched once that load their module"] if first
+             else []) \
+        + ([f"{duration_text(jit)} of GPU idle under run-time module loads (cuModuleLoadData, nvrtc: host-activity "
             "class jit)"] if jit else [])
-    said = parts[0] if len(parts) == 1 else f"{total / 1e3:.0f} us: " + "; ".join(parts)
+    said = parts[0] if len(parts) == 1 else f"{duration_text(total)}: " + "; ".join(parts)
     return f"leaves out {said} (start-up, once per process)"
 
 
