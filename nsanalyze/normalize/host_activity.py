@@ -71,6 +71,13 @@ def classify(name: str, source: str = "cuda") -> str:
     return base
 
 
+def waits_for_gpu(name: str, source: str = "cuda") -> bool:
+    """Whether the host waits for the GPU in this call (the table's waits_for_gpu): cudaStreamSynchronize does,
+    cudaStreamWaitEvent, a wait between streams on the GPU, does not."""
+    base = base_name(name)
+    return any(rule.waits_for_gpu for rule in rules() if rule.source == source and fnmatchcase(base, rule.pattern))
+
+
 def is_known(class_name: str) -> bool:
     return class_name in class_order()
 

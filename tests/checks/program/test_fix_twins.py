@@ -172,3 +172,23 @@ def test_syncs_that_empty_the_queue_claim_the_launch_wait_they_leave(analyzed):
     launch = findings.get("launch-overhead")
     assert (launch["estimated_savings_ns"] if launch else 0.0) <= idle_launch - parts["idle_launch"] + 1
     assert {"host-sync", "launch-overhead"}.isdisjoint(f["check"] for f in program_findings(analyzed(fixed)))
+
+
+def test_waits_between_streams_are_not_counted_as_host_synchronizations(analyzed):
+    """blind67_distval (round 67's blind twin: torch.distributions' argument checks in a PPO update): its host waits
+    in 252 cudaStreamSynchronize and 2 cudaDeviceSynchronize calls in the window (SQL); 504 cudaStreamWaitEvent calls
+    beside them make one stream wait for another on the GPU, and the host does not wait in them (host_activity.csv).
+    The title counted 758 host synchronizations; it counts the host's, and a note names the others."""
+    path = REAL / "blind67_distval_base1_nsys.sqlite.xz"
+    model = analyzed(path)
+    window = model["timeline"]["window"]
+    counts = dict(sql(path, f"""SELECT s.value, COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        JOIN StringIds s ON s.id = r.nameId WHERE (s.value LIKE '%Synchronize%' OR s.value LIKE '%WaitEvent%')
+        AND r.start >= {window['start_ns']} AND r.start < {window['end_ns']} GROUP BY 1"""))
+    host = sum(n for name, n in counts.items() if "Synchronize" in name)
+    gpu = sum(n for name, n in counts.items() if "WaitEvent" in name)
+    assert gpu > host > 0
+    sync = next(f for f in model["findings"] if f["check"] == "host-sync")
+    assert sync["evidence"]["sync_calls"]["value"] == host and sync["title"].startswith(f"{host} host synchronizations")
+    assert any(n.startswith("not counted as host synchronizations: cudaStreamWaitEvent") and f"({gpu} calls)" in n
+               for n in sync["notes"])
