@@ -62,6 +62,7 @@ from nsanalyze.normalize.model import Launches, ProfilerCost, plain
 from nsanalyze.normalize.waits import WAITING_CLASSES
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
+from nsanalyze.checks.program import pageable_memcpy
 from nsanalyze.checks.program._claims import launch_speaks, unclaimed_part
 from nsanalyze.checks.program.host_sync import BACKWARD_TITLE, backward_waits_text, in_backward
 from nsanalyze.text import code_span
@@ -142,7 +143,7 @@ def run(timeline, limits) -> Finding | None:
     waits, placed = _waits_per_step(timeline), getattr(timeline, "step_waits", None)
     if waits:
         finding.advice = _waits_first(*waits, timing=getattr(timeline, "timing_code", None),
-                                      waits=placed) + finding.advice
+                                      waits=placed, uploads=_blocking_uploads_per_step(timeline)) + finding.advice
         finding.evidence["waits_per_step"] = evidence(waits[0])
         if in_backward(placed):
             finding.title += BACKWARD_TITLE.format(n=placed.backward_per_step)
@@ -180,11 +181,22 @@ PER_ITEM_WAITS = 4
 DEVICE_SYNCS = ("cudaDeviceSynchronize", "cuCtxSynchronize")
 
 
-def _waits_first(per_step: float, name: str, timing=None, waits=None) -> str:
+def _blocking_uploads_per_step(timeline) -> float:
+    """Uploads from pageable memory a steady step makes whose calls held the host (pageable-memcpy's idle under them):
+    PyTorch's blocking `.to("cuda")`, a copy and then its stream sync, each one of the step's waits."""
+    pageable = timeline.copies.pageable if getattr(timeline, "copies", None) is not None else None
+    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    if pageable is None or not steps or not pageable_memcpy.blocked_idle_by_part(timeline):
+        return 0.0
+    return sum(d.copies or 0 for d in pageable.by_direction if d.copy_kind == pageable_memcpy.UPLOAD) / steps
+
+
+def _waits_first(per_step: float, name: str, timing=None, waits=None, uploads: float = 0.0) -> str:
     """The advice's first lines where the steps wait for the GPU: what the waits are, and that they go first.
     `timing`: the steps' timing code (model.TimingCode), whose syncs, where they are most of the host's sync time,
     are the waits; `waits`: where the replayed steps wait (model.StepWaits), the backward pass named where it makes
-    most of them."""
+    most of them; `uploads`: blocking uploads a step, whose own waits they are where there are as many (own67_fixed:
+    one `xb.cuda()` of a pageable batch a step, its wait read as a `.item()`)."""
     times = "once" if round(per_step) == 1 else f"{per_step:.0f} times"
     backward = backward_waits_text(waits)
     if backward:
@@ -202,6 +214,11 @@ def _waits_first(per_step: float, name: str, timing=None, waits=None) -> str:
                 "or a synchronize left from debugging), waiting for all the GPU's work each time, and a CUDA graph "
                 "cannot capture a step that waits: drop them first (time stages with CUDA events read every N steps, "
                 "or profile instead), then capture the step.\n\n")
+    if uploads and round(uploads) >= round(per_step):   # each wait an upload's own: pinned, queued, none is left
+        return (f"Each step waits for the GPU {times} ({code_span(name)}), after {plural(round(uploads), 'upload')} a "
+                "step from pageable memory (a blocking `.to('cuda')` or `.cuda()` copies, then waits), and a CUDA graph "
+                "cannot capture a step that waits: upload from pinned memory with `non_blocking=True` "
+                "(pageable-memcpy), then capture the step.\n\n")
     if per_step >= PER_ITEM_WAITS:
         return said + ("The loop moves data between host and GPU piece by piece and waits each time (a read-back or "
                        "an upload per item, request or layer): first make the moves fewer (batch the inputs or "

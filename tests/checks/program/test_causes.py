@@ -136,6 +136,15 @@ def test_launch_advice_puts_batching_first_where_each_step_waits_item_by_item(an
     pageable = next(f for f in mask if f["check"] == "pageable-memcpy")
     assert pageable["severity"] == "high" and pageable["evidence"]["blocked_idle_ns"]["value"] > 0
     assert "launch-overhead" not in [f["check"] for f in mask]
+    # a batch built before the loop and uploaded with a blocking `.cuda()` each step (round 67's own67_fixed1): the step's
+    # one wait is the upload's own (SQL: one pageable host-to-device copy a step), not a `.item()` to read every N steps
+    fixed = REAL / "own67_fixed1_nsys.sqlite.xz"
+    ((uploads,),) = sql(fixed, "SELECT COUNT(*) * 1.0 / (SELECT COUNT(*) FROM NVTX_EVENTS WHERE text LIKE 'step %') "
+                               "FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 AND srcKind = 0")
+    assert round(uploads) == 1
+    upload = next(f for f in program_findings(analyzed(fixed)) if f["check"] == "launch-overhead")
+    assert upload["advice"].startswith("Each step waits for the GPU once (`cudaStreamSynchronize`), after 1 upload a "
+                                       "step from pageable memory") and "every N steps" not in upload["advice"].split("\n")[0]
     once = next(f for f in program_findings(analyzed(REAL / "opt_loop_nsys.sqlite.xz")) if f["check"] == "launch-overhead")
     assert once["advice"].startswith("Each step waits for the GPU once") and "every N steps" in once["advice"].split("\n")[0]
     never = _first(analyzed, "graphs_eager_nsys.sqlite.xz")
