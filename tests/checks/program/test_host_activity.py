@@ -274,3 +274,19 @@ def test_without_steps_a_class_claims_the_idle_time_under_its_own_calls(analyzed
     assert finding["estimated_savings_ns"] < 0.75 * idle
     # the budget names the long allocator calls that hold most of its "host code" part
     assert budget_labels(model["timeline"])["idle_host"] == "idle on host code (mostly long allocator calls)"
+
+
+def test_a_class_no_finding_prices_is_not_said_to_be_counted(analyzed):
+    """own67_fixed1: one cudaHostAlloc in the run (SQL) is the pinned-alloc class's time, which launch-overhead leaves
+    out; pinned-alloc-churn does not speak on one call, so no finding counts it, and the note said 'their own findings
+    count' it. It names it apart, with the causes whose findings are in the report."""
+    path = REAL / "own67_fixed1_nsys.sqlite.xz"
+    (allocs,), = sql(path, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+                              WHERE s.value LIKE 'cudaHostAlloc%'""")
+    model = analyzed(path)
+    checks = {f["check"] for f in model["findings"]}
+    assert allocs == 1 and "pinned-alloc-churn" not in checks
+    (note,) = [n for f in model["findings"] if f["check"] == "launch-overhead" for n in f["notes"] if "wider causes" in n]
+    counted, _, unpriced = note.partition("that no finding prices")
+    assert "pinned-alloc-churn" in unpriced and "pinned-alloc-churn" not in counted
+    assert all(cause in checks for cause in ("pageable-memcpy", "host-sync") if cause in counted)
