@@ -52,7 +52,13 @@ def evidence_value(entry: dict) -> str:
         return NOT_MEASURED
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return visible(value)
-    return quantity(value, entry.get("unit", ""))
+    text = quantity(value, entry.get("unit", ""))
+    threshold = entry.get("threshold")
+    if isinstance(threshold, (int, float)) and threshold != value and text == quantity(threshold, entry.get("unit", "")):
+        # a value that reads as its threshold: one more digit, or '3% (threshold > 3%)' reads as not crossed
+        unit = entry.get("unit", "")
+        return f"{100 * float(value):.1f}%" if unit == "ratio" else f"{float(value):.4g} {unit}".strip()
+    return text
 
 
 def shorten(text: str | None, limit: int = 60) -> str:

@@ -133,3 +133,21 @@ def test_an_option_another_extends_is_named_once(analyzed):
     assert collect_text(model) == ("nsys profile --gpu-metrics-devices=all and nsys profile -t cuda,nvtx with an NVTX "
                                    "range a step")
 
+
+
+def test_a_value_past_its_threshold_never_reads_as_the_threshold(analyzed):
+    """own67_fixed1 and shard_prefetched: host-sync's claimed share and host-wait's wait share crossed their 3% and 5%
+    thresholds by less than the rounding, and read '3% (threshold > 3%)', as if not crossed. A value that reads as its
+    threshold gets one more digit."""
+    from nsanalyze.render.format import evidence_value
+
+    seen = 0
+    for name in ("own67_fixed1_nsys.sqlite.xz", "shard_prefetched_nsys.sqlite.xz"):
+        for finding in analyzed(REAL / name)["findings"]:
+            for entry in finding["evidence"].values():
+                if isinstance(entry, dict) and isinstance(entry.get("threshold"), (int, float)) \
+                        and entry["value"] != entry["threshold"]:
+                    shown = evidence_value(entry)
+                    assert shown != evidence_value({**entry, "value": entry["threshold"]}), (name, finding["check"])
+                    seen += shown.count(".") > 0
+    assert seen >= 2   # the two that read as their thresholds
