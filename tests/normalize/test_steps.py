@@ -125,6 +125,8 @@ def test_a_loop_whose_launches_start_late_is_no_steady_state(analyzed):
     top = model["findings"][0]
     assert top["check"] == "allocator-churn" and top["severity"] != "info"
     assert f"{allocations} cudaFree/cudaMalloc calls" in top["title"]
+    # no steps, so no step counts in its evidence (it read `steps_with_calls: 0`, `steps: 0`)
+    assert model["timeline"]["steps"] is None and not {"steps", "steps_with_calls"} & set(top["evidence"])
 
 
 def test_start_up_ends_before_the_first_half_of_the_loops_launches(analyzed):

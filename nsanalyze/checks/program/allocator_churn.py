@@ -95,8 +95,9 @@ def run(timeline, limits) -> Finding | None:
         estimated_speedup=share,
         evidence={"allocator_calls": evidence(cost.calls),
                   "allocator_host_ns": evidence(cost.host_ns, unit="ns"),
-                  "steps_with_calls": evidence(cost.steps_with_calls),
-                  "steps": evidence(cost.steps),
+                  # (a window without steps has none to count: "0 of 0" read as a measurement)
+                  **({"steps_with_calls": evidence(cost.steps_with_calls), "steps": evidence(cost.steps)}
+                     if cost.steps else {}),
                   "savings_share": evidence(share, limits.min_window_share, unit="ratio"),
                   "calls": calls_evidence(cost)},
         advice=ADVICE,
