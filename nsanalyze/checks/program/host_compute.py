@@ -69,13 +69,14 @@ from nsanalyze.normalize.steps import normalize_name
 from nsanalyze.numbers import duration_text
 from nsanalyze.text import code_span
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
+from nsanalyze.checks.libraries import library_of
 from nsanalyze.checks.program import allocator_churn, pinned_alloc_churn, runtime_compilation
 from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 from nsanalyze.checks.program.launch_overhead import profiler_caveat
 
 ID = "host-compute"
 BUDGET_PART = "idle_host"
-ADVICE = """Take the host work off the critical path.
+ADVICE_HEAD = """Take the host work off the critical path.
 
 - Data loading and preprocessing: prepare the next input while the GPU computes, in worker processes or a
   producer thread with a bounded queue (PyTorch: `DataLoader(num_workers=N, pin_memory=True,
@@ -86,12 +87,44 @@ ADVICE = """Take the host work off the critical path.
 - Python bookkeeping (metrics, logging, conversions of results to host objects): do it every N steps, or on
   data that stays on the GPU.
 
-```python
+"""
+# The example after the advice, by the program's framework (_framework_advice): PyTorch's loader, else a producer
+# thread, which a cuDF, CuPy or CUDA C++ program has (quasiben's cudf and workflow were shown a DataLoader)
+PYTORCH_EXAMPLE = """```python
 # before (PyTorch): the batch is built in the training loop
 x, y = make_batch(i)
 # after: built ahead by worker processes
 loader = DataLoader(ds, batch_size=64, num_workers=8, pin_memory=True, persistent_workers=True)
 ```"""
+THREAD_EXAMPLE = """```python
+# before: each input prepared on the host while the GPU waits
+for chunk in chunks:
+    result = gpu_work(prepare(chunk))
+# after: the next one prepared by a thread while the GPU works on this one
+with ThreadPoolExecutor(max_workers=1) as pool:
+    ahead = pool.submit(prepare, chunks[0])
+    for i in range(len(chunks)):
+        ready = ahead.result()
+        if i + 1 < len(chunks):
+            ahead = pool.submit(prepare, chunks[i + 1])
+        result = gpu_work(ready)
+```"""
+ADVICE = ADVICE_HEAD + PYTORCH_EXAMPLE
+# PyTorch's own kernels among this share of the launches or more: a PyTorch program (its GEMMs are cuBLAS's)
+PYTORCH_LAUNCHES = 0.05
+
+
+def _framework_advice(timeline) -> str:
+    """ADVICE (PyTorch's example) where PyTorch's kernels (checks/libraries.py) are PYTORCH_LAUNCHES of the launches or
+    more, or the kernels are not known; else the same with THREAD_EXAMPLE."""
+    analysis = getattr(timeline, "work_analysis", None)
+    kernels = analysis.by_kernel if analysis is not None else []
+    launches = sum(k.launches or 0 for k in kernels)
+    if not launches:
+        return ADVICE
+    torch = sum(k.launches or 0 for k in kernels
+                if "PyTorch" in (library_of(k.demangled or k.name), library_of(k.name)))
+    return ADVICE if torch >= PYTORCH_LAUNCHES * launches else ADVICE_HEAD + THREAD_EXAMPLE
 
 CHECK = Check(
     id=ID,
@@ -398,7 +431,8 @@ def run(timeline, limits) -> Finding | None:
     else:
         where = _between_steps(timeline, stretches) or _longest_alone(timeline, stretches, idle_ns)
     blocked = _blocked(stretches)
-    advice, notes = ADVICE, _calls_inside_note(stretches, claimed, left_out=(MODULE_LOAD_CLASS,) if loads_ns else ())
+    advice = _framework_advice(timeline)
+    notes = _calls_inside_note(stretches, claimed, left_out=(MODULE_LOAD_CLASS,) if loads_ns else ())
     extra = {}
     if loads_ns:
         names = ", ".join(name for name, _, _ in load_calls[:2])

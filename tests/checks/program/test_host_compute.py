@@ -108,7 +108,7 @@ def test_computing_host_thread_is_not_called_blocked(timelines, path):
     finding = run(timeline)
     assert finding.evidence["blocked_share"]["value"] < 0.05
     assert "runs its own code" in finding.title and "blocked" not in finding.title
-    assert finding.advice.endswith(host_compute.ADVICE)   # the computing host's advice, not a blocked one's
+    assert host_compute.ADVICE_HEAD in finding.advice   # the computing host's advice, not a blocked one's
     longest = timeline.host_stretches[0]
     own = sum(c.overlap_ns for c in longest.thread_os_calls)
     assert own < 0.05 * longest.duration_ns
@@ -407,3 +407,15 @@ def test_module_loads_at_first_launch_are_start_up_not_the_hosts_code(analyzed):
     assert finding["estimated_savings_ns"] + left_out + pinned_ns + uploads == pytest.approx(idle_host, abs=100)
     assert finding["title"].startswith("The GPU waits while the host runs its own code 50% of the window, and 18% "
                                        "under CUDA module loads at kernels' first launch (start-up, not saved)")
+
+
+def test_the_advices_example_follows_the_programs_framework(analyzed):
+    """quasiben's cudf (cuDF on a Quadro RTX 8000: no PyTorch kernel, SQL) was shown PyTorch's DataLoader as the way to
+    prepare inputs ahead; it gets a producer thread. loader_inline (PyTorch) keeps the DataLoader."""
+    cudf_kernels = sql(CUDF, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName
+                                WHERE s.value LIKE '%at::native%' OR s.value LIKE '%at::%'""")[0][0]
+    assert cudf_kernels == 0
+    cudf = next(f for f in analyzed(CUDF)["findings"] if f["check"] == host_compute.ID)
+    assert "DataLoader(ds" not in cudf["advice"] and "ThreadPoolExecutor" in cudf["advice"]
+    torch = next(f for f in analyzed(REAL / "loader_inline_nsys.sqlite.xz")["findings"] if f["check"] == host_compute.ID)
+    assert "DataLoader(ds" in torch["advice"] and "ThreadPoolExecutor" not in torch["advice"]
