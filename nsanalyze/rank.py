@@ -455,9 +455,9 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
     block = getattr(timeline, "step_block", None)
     rate = None
     if declared.get("pinned") and block is not None:
-        from nsanalyze.checks.program._copies import reference_rate
+        from nsanalyze.checks.program._copies import pinned_rates
 
-        rate = {kind: reference_rate(timeline, label)[0] for kind, label in block.graph.copy_kinds.items()}
+        rate = pinned_rates(timeline, block.graph)
     priced = pricing.price(timeline, declared, own, rate)
     steps = timeline.steps.count if timeline.steps is not None and timeline.steps.count else None
     per_step = (lambda ns: f"{ns / steps / 1e6:.2f} ms a step") if steps else (lambda ns: f"{ns / 1e6:.2f} ms")

@@ -935,10 +935,14 @@ def pageable_copies(graph: Graph) -> np.ndarray:
 COPY_WAIT_GAP_NS = 20_000
 
 
+# The copy kind whose calls pinning frees: a copy to the device from pinned memory returns once queued; a read-back
+# (device to host) must still wait for its data before the host reads it, pinned or not
+UPLOAD_KIND = "Host-to-Device"
+
+
 def uploads(graph: Graph) -> np.ndarray:
-    """Per operation, whether it is a copy to the device: from pinned memory with `non_blocking=True` the host needs
-    no wait for it (a read-back must still wait for its data before the host reads it)."""
-    kinds = [kind for kind, label in graph.copy_kinds.items() if label == "Host-to-Device"]
+    """Per operation, whether it is a copy to the device (UPLOAD_KIND)."""
+    kinds = [kind for kind, label in graph.copy_kinds.items() if label == UPLOAD_KIND]
     return np.isin(graph.o_copy_kind, kinds)
 
 

@@ -168,13 +168,13 @@ def pageable_parts(timeline, taken: dict[str, float]) -> dict[str, float]:
     before it leave): a dict batch's 40 small pageable columns, each `.to("cuda")` a copy and its wait, left the GPU
     idle under the copy calls 0.6 ms a step and between them, on the host's way from one to the next, 1.4 ms more
     (blind67_fields: the replay 2.08 ms a step, the fix 2.27)."""
-    from nsanalyze.checks.program._copies import pageable_saving, reference_rate
+    from nsanalyze.checks.program._copies import pageable_saving, pinned_rates
 
     parts = pageable_memcpy.blocked_idle_by_part(timeline)
     block = getattr(timeline, "step_block", None)
     if not parts or block is None or len(timeline.devices) > 1 or not timeline.budget:
         return parts   # (no upload held the host: the copies' own saving lies in gpu_copy, its part)
-    rate = {kind: reference_rate(timeline, label)[0] for kind, label in block.graph.copy_kinds.items()}
+    rate = pinned_rates(timeline, block.graph)
     own = sum(parts.values()) + pageable_saving(timeline)[0]
     priced = pricing.price(timeline, pageable_memcpy.CHECK.change, own, rate)
     extra = (priced.replayed_ns - own) if priced is not None else 0.0

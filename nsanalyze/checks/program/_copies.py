@@ -81,6 +81,12 @@ class PageableDirection:
     saving_ns: float
 
 
+def pinned_rates(timeline, graph) -> dict:
+    """Per memcpy kind id of a replayed block (critical_path.Graph.copy_kinds), the rate pinned copies reach
+    (reference_rate): what the pinned change moves pageable copies to."""
+    return {kind: reference_rate(timeline, label)[0] for kind, label in graph.copy_kinds.items()}
+
+
 def pageable_saving(timeline) -> tuple[float, list[PageableDirection]]:
     """What pinning the window's pageable copies saves: per direction, their time less the time the same
     bytes take at the reference rate (never below zero, never above their own time)."""

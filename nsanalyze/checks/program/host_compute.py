@@ -455,11 +455,9 @@ def run(timeline, limits) -> Finding | None:
             advice = BLOCKED_ADVICE[kind]
         else:
             title = f"The GPU waits while the host runs its own code {share:.0%} of the window{step_text}{where}"
-            blocked_words = (f"were all blocked in OS calls only {blocked_share:.0%} of the {counted}"
-                             if f"{blocked_share:.0%}" != "0%" else f"were all blocked in OS calls under 1% of the "
-                                                                   f"{counted}")
-            notes.append(f"the threads that launch the GPU's work {blocked_words}: they compute; OS calls of other "
-                         "threads (os_calls) are not the GPU's wait")
+            how_long = "under 1%" if blocked_share < 0.005 else f"only {blocked_share:.0%}"   # (never "only 0%")
+            notes.append(f"the threads that launch the GPU's work were all blocked in OS calls {how_long} of the "
+                         f"{counted}: they compute; OS calls of other threads (os_calls) are not the GPU's wait")
     else:
         title = f"The GPU waits while the host runs its own code {share:.0%} of the window{step_text}{where}"
     jit = _jit(stretches) if blocked is None or blocked[0] < limits.min_blocked_share else None

@@ -184,11 +184,10 @@ DEVICE_SYNCS = ("cudaDeviceSynchronize", "cuCtxSynchronize")
 def _blocking_uploads_per_step(timeline) -> float:
     """Uploads from pageable memory a steady step makes whose calls held the host (pageable-memcpy's idle under them):
     PyTorch's blocking `.to("cuda")`, a copy and then its stream sync, each one of the step's waits."""
-    pageable = timeline.copies.pageable if getattr(timeline, "copies", None) is not None else None
     steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
-    if pageable is None or not steps or not pageable_memcpy.blocked_idle_by_part(timeline):
+    if not steps or not pageable_memcpy.blocked_idle_by_part(timeline):
         return 0.0
-    return sum(d.copies or 0 for d in pageable.by_direction if d.copy_kind == pageable_memcpy.UPLOAD) / steps
+    return pageable_memcpy.upload_copies(timeline) / steps
 
 
 def _waits_first(per_step: float, name: str, timing=None, waits=None, uploads: float = 0.0) -> str:

@@ -23,10 +23,10 @@ x_gpu = x.cuda(non_blocking=True)     # a real asynchronous DMA
 
 ## Known problems
 Pinning memory is costly itself (pin once, reuse buffers). The saving is the GPU's idle time under
-the calls that staged the copies (the copy-async class's idle time, in the share of its calls that
-copied pageable memory: small copies cost that, not their bytes), plus the pageable copies' time less
-the time their bytes take at the rate pinned copies reach on the link: the export's own large pinned copies of that direction when it has some, else a practical
-per-link figure by GPU (the export does not name the link; see `checks/program/_copies.py`). On an
+the calls that staged the copies to the device (the copy-async class's idle time, in the share of its
+calls that uploaded pageable memory: small copies cost that, not their bytes), plus the pageable
+copies' time less the time their bytes take at the rate pinned copies reach on the link: the
+export's own large pinned copies of that direction when it has some, else a practical per-link figure by GPU (the export does not name the link; see `checks/program/_copies.py`). On an
 H200 (PCIe 5.0) pair of the same loop, pageable 8.9 GB/s against pinned 55.4 GB/s, it predicts
 24.6 ms of the 25.8 ms a step that pinning saved. Overlap with compute, which pinned asynchronous
 copies also allow, is transfer-bound's to count.
@@ -40,6 +40,7 @@ from dataclasses import asdict
 
 from humanize import naturalsize
 
+from nsanalyze.normalize.critical_path import UPLOAD_KIND
 from nsanalyze.normalize.model import plain
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, median_step_part, plural
@@ -84,9 +85,10 @@ CHECK = Check(
 # The host-activity class of asynchronous copy calls (host_activity.csv): from pageable memory the driver stages the
 # bytes before the call returns, and the GPU may idle all along
 COPY_CLASS = "copy-async"
-# the direction whose calls pinning frees: a copy to the device from pinned memory returns once queued; a read-back
-# (device to host) must still wait for its data before the host reads it, pinned or not (host-sync's)
-UPLOAD = "Host-to-Device"
+def upload_copies(timeline) -> int:
+    """The window's copies of pageable memory to the device (UPLOAD_KIND): those whose calls pinning frees."""
+    pageable = timeline.copies.pageable if getattr(timeline, "copies", None) is not None else None
+    return sum(d.copies or 0 for d in pageable.by_direction if d.copy_kind == UPLOAD_KIND) if pageable is not None else 0
 
 
 def blocked_idle_by_part(timeline) -> dict[str, float]:
@@ -94,10 +96,9 @@ def blocked_idle_by_part(timeline) -> dict[str, float]:
     copy-async class's idle time in the share of its calls that uploaded pageable memory. PyTorch's `.to("cuda")` of
     a dict batch's 40 small pageable columns left the GPU idle 0.6 ms a step under them (blind67_fields), which the
     copies' own time (0.2 ms) does not show; pinned and copied with `non_blocking=True`, they return at once."""
-    pageable = timeline.copies.pageable if timeline.copies is not None else None
     activity = timeline.host_activity
     entry = activity.by_class(COPY_CLASS) if activity is not None else None
-    uploads = sum(d.copies or 0 for d in pageable.by_direction if d.copy_kind == UPLOAD) if pageable is not None else 0
+    uploads = upload_copies(timeline)
     if not uploads or entry is None or not entry.calls or not entry.idle_ns:
         return {}
     share = min(1.0, uploads / entry.calls)
