@@ -117,6 +117,18 @@ class Steps:
         began = np.maximum(self.gpu_ends[index], self.host_starts[nxt])
         return np.where(has_next, np.clip(self.gpu_starts[nxt] - began, 0, None), 0).astype(np.int64)
 
+    def host_windows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per steady step (aligned with starts/ends), the host's part of it: from its range's start to the next
+        timed instance's (the last: to its own range's end). A host call's cost is named by the step whose
+        range it ran in: a wait at the top of step 30 lies in step 29's period on the GPU's clock."""
+        timed = self._timed()
+        index = self.steady
+        position = np.searchsorted(timed, index)
+        has_next = position + 1 < len(timed)
+        nxt = timed[np.minimum(position + 1, len(timed) - 1)]
+        starts = self.host_starts[index]
+        return starts, np.where(has_next, self.host_starts[nxt], self.host_ends[index]).astype(np.int64)
+
     def host_durations(self) -> np.ndarray:
         index = self.steady
         return self.host_ends[index] - self.host_starts[index]

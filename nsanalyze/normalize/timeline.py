@@ -66,6 +66,7 @@ class Timeline:
     step_starts: np.ndarray | None = None   # every steady step on its clock (ns), in order
     step_ends: np.ndarray | None = None
     step_indices: np.ndarray | None = None  # ... and its instance index (0 = the first instance of the range)
+    step_host_windows: tuple | None = None  # ... and the host's part of it: (starts, ends) (Steps.host_windows)
     step_next_lead_in: np.ndarray | None = None  # ... and the next step's stall before its first GPU work
     #                                              that falls in this step's period (Steps.next_lead_in)
     step_copy_bytes: dict = field(default_factory=dict)
@@ -218,6 +219,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     if steps is not None and timeline.steps is not None:
         timeline.step_starts, timeline.step_ends = steps.starts.copy(), steps.ends.copy()
         timeline.step_indices = steps.steady.copy()
+        timeline.step_host_windows = steps.host_windows()
         timeline.step_next_lead_in = steps.next_lead_in()
         timeline.step_copy_bytes = _step_copy_bytes(wa, timeline.step_starts, timeline.step_ends)
     host_later = _host_activity(export, budgets, activity, call_names, capture.launching_threads,

@@ -114,12 +114,18 @@ FEW_STEPS, HELD_SHARE = 0.25, 0.7
 
 
 def _few_steps(timeline, classes) -> str:
-    """`; 318 ms of it in 17 of 149 steps (63, 66, 73, ...)` where a few steps hold most of the waits."""
-    per_step = [c.step_idle_ns for c in classes if c.step_idle_ns is not None]
+    """`; 318 ms of it in 17 of 149 steps (63, 66, 73, ...)` where a few steps hold most of the waits. A wait is
+    named by the step whose host range it ran in (Steps.host_windows): shard_prefetched's `join()` at the top of
+    steps 30 and 50 idles the GPU in the periods of steps 29 and 49 on its clock, and a user looks for 30 and 50."""
+    windows = getattr(timeline, "step_host_windows", None)
     indices = getattr(timeline, "step_indices", None)
-    if not per_step or indices is None or len(per_step[0]) != len(indices):
+    if windows is None or indices is None or len(windows[0]) != len(indices):
         return ""
-    idle = np.sum(per_step, axis=0)
+    starts, ends = windows
+    idle = np.zeros(len(starts))
+    for c in classes:
+        for gpu in c.idle_islands:
+            idle += c.idle_in(gpu, starts, ends) / c.gpus
     total = float(idle.sum())
     if not total:
         return ""

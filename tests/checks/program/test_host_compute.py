@@ -17,7 +17,7 @@ from nsanalyze.checks.program import host_compute, host_wait
 from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profile
-from tests.conftest import PUBLIC, REAL, covered_ns, sql, sql_gpu_step_periods
+from tests.conftest import PUBLIC, REAL, covered_ns, sql
 
 CUDF = PUBLIC / "quasiben__nvtx-examples__cudf.sqlite.xz"
 POWER = PUBLIC / "brycelelbach__nsightful__tests__power_iteration__baseline.sqlite.xz"
@@ -169,13 +169,28 @@ def test_kineto_host_time_carries_the_profiler_caveat(analyzed):
     assert all("cpu_ops_per_launch" not in f["evidence"] for f in nsys)
 
 
-def test_waits_held_by_a_few_steps_name_those_steps(analyzed):
-    """loader_workers: the loader's workers fall behind now and then, and a few steps hold most of the queue
-    waits. host-wait names them: by SQL they are among the steps with the longest GPU periods (the GPU waits
-    through them), and they are a minority of the steps."""
+# The waits on the step ranges' thread inside each step's host part [its range's start, the next one's), by SQL
+HOST_STEP_WAITS_SQL = """
+WITH steps AS (SELECT n.start, n.globalTid, LEAD(n.start) OVER (ORDER BY n.start) AS next,
+                      COALESCE(n.text, s.value) AS name
+                      FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+               WHERE COALESCE(n.text, s.value) LIKE 'step %' AND n.end > n.start)
+SELECT steps.name, COALESCE(SUM(MIN(o.end, steps.next) - MAX(o.start, steps.start)), 0)
+FROM steps LEFT JOIN OSRT_API o ON o.globalTid = steps.globalTid AND o.start < steps.next AND o.end > steps.start
+     AND o.nameId IN (SELECT id FROM StringIds WHERE value IN ('pthread_cond_wait', 'pthread_cond_timedwait',
+                                                                'sem_wait', 'sem_clockwait', 'sem_timedwait'))
+WHERE steps.next IS NOT NULL GROUP BY steps.start ORDER BY steps.start"""
+
+
+@pytest.mark.parametrize("name", ["loader_workers_nsys.sqlite.xz", "shard_prefetched_nsys.sqlite.xz"])
+def test_waits_held_by_a_few_steps_name_the_steps_whose_code_waited(analyzed, name):
+    """loader_workers: the loader's workers fall behind now and then; shard_prefetched joins its decoding thread
+    at the top of every 10th step. A few steps hold most of the queue waits, and host-wait names them by the step
+    range the waiting code ran in: by SQL, the steps whose host part holds the longest waits of the steps' thread.
+    (On the GPU's clock a wait at the top of step 30 lies in step 29's period: it named 29 and 49 before.)"""
     import re
 
-    path = REAL / "loader_workers_nsys.sqlite.xz"
+    path = REAL / name
     model = analyzed(path)
     finding = next(f for f in model["findings"] if f["check"] == "host-wait")
     found = re.search(r"in (\d+) of (\d+) steps \(([\d, ]+)", finding["title"])
@@ -183,9 +198,13 @@ def test_waits_held_by_a_few_steps_name_those_steps(analyzed):
     count, steps = int(found.group(1)), int(found.group(2))
     named = [int(i) for i in found.group(3).split(", ") if i]
     assert count <= 0.25 * steps and len(named) == min(count, 8)
-    periods = sql_gpu_step_periods(path)   # period i: from step i's first GPU work to step i+1's
-    longest = set(sorted(range(len(periods)), key=lambda i: -periods[i])[:2 * count])
-    assert set(named) <= longest
+    window = model["timeline"]["steps"]
+    waits = {int(step.split()[-1]): ns for step, ns in sql(path, HOST_STEP_WAITS_SQL)}
+    waits = {i: ns for i, ns in waits.items() if window["first_step"] <= i <= window["last_step"]}
+    longest = sorted(waits, key=lambda i: -waits[i])
+    assert set(named) <= set(longest[:2 * count])
+    if name.startswith("shard"):   # its two joins (`if i % 10 == 0: worker.join()`, the steps 10 and 20 before)
+        assert named == sorted(longest[:2]) == [30, 50]
 
 
 NUMBA_JIT = PUBLIC / "quasiben__nvtx-examples__numba-jit.sqlite.xz"
