@@ -440,6 +440,7 @@ class HostStretch(Record):
     in_steps_ns: int | None = None   # its time inside the step ranges (host clock); None where steps are not ranges
     cuda_classes: tuple = ()   # (ClassInStretch, ...): CUDA calls of a host-activity class inside it, longest first
     own_ns: float | None = None   # where there are such calls, its time outside them: the host's own code
+    first_kernel: str | None = None   # the kernel whose run ended it, where that was its first run in the capture
 
     @property
     def own_time_ns(self) -> float:

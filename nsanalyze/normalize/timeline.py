@@ -250,7 +250,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.notes += _lost_kernels_note(timeline.launches)
     step_ranges = (steps.host_starts, steps.host_ends) if steps is not None else None
     timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads, capture.calls, call_names,
-                                              step_ranges=step_ranges)
+                                              step_ranges=step_ranges, kernels=capture.kernels)
     capture_budgets = lambda: build_budgets(capture, call_names, set(comm_ids.tolist()), peer_kinds)  # noqa: E731
     timeline.phases = find_phases(export, capture_budgets, (window.start, window.end),
                                   step_name)
@@ -669,12 +669,14 @@ def _own_code(stretches: list[dict], activity, keep: int = HOST_STRETCHES) -> li
 
 
 def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, calls=None, call_names=None,
-                    limit: int = 2 * HOST_STRETCHES, step_ranges=None) -> list[dict]:
+                    limit: int = 2 * HOST_STRETCHES, step_ranges=None, kernels=None) -> list[dict]:
     """The longest stretches in which the GPU waited on the host's own work, with what the host was in:
     the innermost NVTX range around it, the OS runtime calls during it (when traced), the JIT-compiled code
     it linked and loaded after it, before it next gave the GPU work (`jit_calls`: the host was compiling it),
     and, where the steps are host ranges (`step_ranges`: starts, ends), how much of it lies inside them
-    (`in_steps_ns`: a stretch between them is the loop's code before a step, such as fetching its batch)."""
+    (`in_steps_ns`: a stretch between them is the loop's code before a step, such as fetching its batch), and
+    the kernel whose run ended it where that was the kernel's first in the capture (`first_kernel`, of `kernels`:
+    the capture's)."""
     stretches = []
     for budget in budgets:
         stretches += [{"device_id": budget.device_id, "start_ns": s, "duration_ns": e - s}
@@ -689,6 +691,8 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
                 stretch["jit_calls"] = loads
                 if next_work is not None:
                     stretch["next_work_ns"] = next_work
+    if kernels is not None:
+        _first_kernels(export, stretches, kernels)
     osrt = export.has("OSRT_API", "start", "end", "nameId", "globalTid")
     pids = ",".join(str(p) for b in budgets for p in b.processes) or "NULL"
     for stretch in stretches:
@@ -739,6 +743,59 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
             stretch["os_calls"] = [{"name": name, "calls": calls, "overlap_ns": overlap} for name, calls, overlap in mine]
         _launching_thread_calls(stretches, {b.device_id: set(b.processes) for b in budgets}, launching_threads, rows)
     return stretches
+
+
+FIRST_RUN_CHUNK = 1 << 22   # kernels compared at a time for an earlier run of a name
+
+
+# A stretch before a kernel's first run is set-up for it where the GPU's wait before its next run is at most this share
+# of the stretch: dev_infer's 47 ms before its first M=300 GEMM, then µs before each of the next; a capture that began
+# mid-run (a Kineto trace) sees first runs of kernels that run every step after the same host code, which is not set-up
+FIRST_RUN_REPEATS_AT_MOST = 0.25
+FIRST_RUN_CHUNK = 1 << 22   # kernels compared at a time
+
+
+def _first_kernels(export: NsysExport, stretches: list[dict], kernels) -> None:
+    """Marks each stretch that the first run in the capture of a kernel ended, where the kernel's next run came
+    without such a wait (`first_kernel`: its name): the host's time before it was set-up for code it had not run
+    yet (a library choosing and loading a kernel for a new shape, a first dispatch), which a process pays once.
+    dev_infer: its five longest stretches, 14-47 ms each, end at the first run of an fp32 GEMM (the batched phase's
+    first M=300 forward) or of a bf16 one (autocast's first), each run 60 times after it."""
+    if not len(kernels) or not stretches:
+        return
+    chunks = [slice(lo, lo + FIRST_RUN_CHUNK) for lo in range(0, len(kernels), FIRST_RUN_CHUNK)]
+    never = np.iinfo(np.int64).max
+
+    def first_start(rows, device) -> tuple[int, int] | None:
+        """(start, row) of the earliest kernel on the device among the rows each chunk's mask selects."""
+        best = None
+        for part in chunks:
+            chosen = rows(part)
+            if device is not None:
+                chosen &= kernels.device_id[part] == device
+            if chosen.any():
+                at = int(np.argmin(np.where(chosen, kernels.start[part], never)))
+                if best is None or kernels.start[part][at] < best[0]:
+                    best = (int(kernels.start[part][at]), part.start + at)
+        return best
+
+    for stretch in stretches:   # (a chunk of the capture's kernels at a time: no mask as long as the capture)
+        end, device = stretch["start_ns"] + stretch["duration_ns"], stretch["device_id"]
+        found = first_start(lambda part: kernels.start[part] >= end, device)
+        if found is None:
+            continue
+        began, row = found
+        name = int(kernels.short_name_id[row])
+        if any(bool(np.any((kernels.short_name_id[part] == name) & (kernels.start[part] < began))) for part in chunks):
+            continue
+        again = first_start(lambda part: (kernels.short_name_id[part] == name) & (kernels.start[part] > began), device)
+        if again is None:   # run once: its host code before it may be the work itself, not set-up
+            continue
+        busy_until = max((int(kernels.end[part][(kernels.start[part] < again[0]) & (kernels.end[part] <= again[0])
+                                                 & ((kernels.device_id[part] == device) if device is not None else True)]
+                              .max(initial=0)) for part in chunks), default=0)
+        if again[0] - max(busy_until, began) <= FIRST_RUN_REPEATS_AT_MOST * stretch["duration_ns"]:
+            stretch["first_kernel"] = export.strings([name]).get(name)
 
 
 # Host-activity classes (host_activity.csv) of the calls that give the GPU work: where the host's next such call

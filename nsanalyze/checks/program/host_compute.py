@@ -411,6 +411,20 @@ def _module_loads(timeline, idle_ns: float, claimed: dict) -> tuple[float, tuple
     return (loads, entry.top_calls) if loads >= MODULE_LOADS_NOTED * idle_ns else (0.0, ())
 
 
+def _first_runs(timeline, idle_ns: float) -> tuple[float, list]:
+    """The host's own time in the longest stretches that a kernel's first run in the capture ended
+    (HostStretch.first_kernel), and those stretches, where they hold MODULE_LOADS_NOTED of the idle time: set-up for
+    code the process had not run yet (a library choosing a kernel for a new shape), paid once, like the module
+    loads beside it. A stretch followed by loading run-time compiled code is JIT's (_jit), not counted here. Only in a
+    steady window (start-up left out): where the window is the whole capture of a script that runs once (quasiben's
+    workflow), each kernel's first run is its only one, and the host's code before it is the program's work."""
+    if timeline.window is None or timeline.window.kind != "steady":
+        return 0.0, []
+    first = [s for s in timeline.host_stretches if s.first_kernel and not s.jit_calls]
+    ns = min(idle_ns, sum(s.own_time_ns for s in first))
+    return (ns, first) if first and ns >= MODULE_LOADS_NOTED * idle_ns else (0.0, [])
+
+
 def run(timeline, limits) -> Finding | None:
     idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
     claimed = claims_by_cause(timeline)   # (the wider causes' claims: whose finding prices a class of calls)
@@ -418,12 +432,19 @@ def run(timeline, limits) -> Finding | None:
     loads_share = share * loads_ns / idle_ns if loads_ns else 0.0
     share -= loads_share
     idle_ns -= loads_ns
+    first_ns, first_runs = _first_runs(timeline, idle_ns)
+    first_share = share * first_ns / idle_ns if first_ns else 0.0
+    share -= first_share
+    idle_ns -= first_ns
     if share < limits.min_idle_share:
         return None
     step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
-    if loads_ns:
-        step_text += f", and {loads_share:.0%} under CUDA module loads at kernels' first launch (start-up, not saved)"
-    stretches = timeline.host_stretches[:5]
+    once = [f"{loads_share:.0%} under CUDA module loads at kernels' first launch" if loads_ns else "",
+            f"{first_share:.0%} in set-up before kernels' first runs" if first_ns else ""]
+    if any(once):
+        step_text += f", and {' and '.join(filter(None, once))} (start-up, not saved)"
+    # the stretches a first run ended are start-up: the place to look is among the others
+    stretches = [s for s in timeline.host_stretches[:5] if not any(s is f for f in first_runs)]
     where = ""
     if stretches and stretches[0].nvtx_range:
         where = (f"; longest stretch {stretches[0].own_time_ns / 1e6:.1f} ms in range "
@@ -440,6 +461,13 @@ def run(timeline, limits) -> Finding | None:
                      "class module-load), kernels loaded at their first launch, once a process: a run of more steps "
                      "pays them once, and a warm-up pass over each code path before the timed work, or "
                      "CUDA_MODULE_LOADING=EAGER, moves them to start-up")
+    if first_ns:
+        names = ", ".join(code_span(name) for name in sorted({s.first_kernel for s in first_runs})[:3])
+        notes.append(f"leaves out {duration_text(first_ns)} of host time in {plural(len(first_runs), 'stretch')} that "
+                     f"ended at a kernel's first run in the capture ({names}): set-up for code the process had not run "
+                     "yet (a library choosing and loading a kernel for a new shape, a first dispatch), paid once; a "
+                     "warm-up pass over each shape before the timed work moves it to start-up")
+        first_run = {"first_run_ns": evidence(first_ns, unit="ns")}
     if blocked is not None:
         blocked_share, calls = blocked
         extra = {"blocked_share": evidence(blocked_share, limits.min_blocked_share, unit="ratio"),
@@ -482,8 +510,9 @@ def run(timeline, limits) -> Finding | None:
         evidence={"idle_host_share": evidence(share, limits.min_idle_share, unit="ratio"),
                   "idle_host_ns": evidence(idle_ns, unit="ns"),
                   **({"module_load_ns": evidence(loads_ns, unit="ns")} if loads_ns else {}),
+                  **(first_run if first_ns else {}),
                   **extra,
-                  "longest_stretches": plain(stretches)},
+                  "longest_stretches": plain(tuple(timeline.host_stretches[:5]))},
         advice=_named_range_lead(timeline, stretches) + advice,
         notes=notes,
     )
