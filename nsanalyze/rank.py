@@ -388,9 +388,30 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
     _combine_overlapping(findings, timeline, claims)
     for finding, at, replay_note in replay_notes:   # the figure it names is the finding's, after every cap and share
         finding.notes.insert(at, replay_note(finding.estimated_savings_ns))
+        _title_says_savings(finding, timeline)
     for finding in findings:
         finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
         finding.severity = program_severity(finding, span)
+
+
+# A title's own figure and the finding's savings this far apart (relative) read as two answers to one question
+# (own67_fixed1's pageable-memcpy: "1.12 ms less copy time in each 9.00 ms step" beside 3.06 ms a step saved, the
+# uploads' waits gone too): the title says the savings as well
+TITLE_SAYS_SAVINGS = 0.25
+
+
+def _title_says_savings(finding: Finding, timeline) -> None:
+    """Ends the title with the finding's savings where they stray from the check's own estimate, which its title
+    states, past TITLE_SAYS_SAVINGS: the savings note says where the difference lies."""
+    own = finding.evidence.get("check_savings_ns")
+    own = own.get("value") if isinstance(own, dict) else None
+    final = finding.estimated_savings_ns
+    if not own or not final or abs(final - own) <= TITLE_SAYS_SAVINGS * max(final, own):
+        return
+    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None and timeline.steps.count else None
+    figure = f"{duration_text(final / steps)} a step" if steps else duration_text(final)
+    finding.title += (f"; saves {figure} in all (its savings note says how)" if final > own else
+                      f"; saves only {figure} (its savings note says why)")
 
 
 def _wider_causes_note(whole: float, limit: float, part: str, claims: dict, findings: list[Finding]) -> str:
