@@ -20,6 +20,11 @@ cache the compiled kernels and warm up outside the timed loop.
 Where the steps are NVTX ranges and the longest stretches lie outside them (at most 5% of their time inside,
 `in_steps_ns`: each still ends at the next step's first launch), the finding says the time is the loop's code
 between steps (where a `DataLoader` without workers makes the next batch), not a step's own code.
+Where the longest stretch is under a quarter of a median step, the host's time is spread over the gaps between a
+step's launches (the cost of issuing each operation), and the advice is to issue fewer: CUDA graphs, one call over
+all parameters, per-operation modes off. In a steady window, a long stretch that a kernel's first run in the capture
+ends, where its next run comes without such a wait, is set-up for new code (a library choosing a kernel for a new
+shape): left out as start-up, like the module loads at kernels' first launch.
 
 ## Why it is slow
 The GPU only runs what the host has queued. When each step first decodes, augments or collates its
@@ -110,6 +115,32 @@ with ThreadPoolExecutor(max_workers=1) as pool:
         result = gpu_work(ready)
 ```"""
 ADVICE = ADVICE_HEAD + PYTORCH_EXAMPLE
+# Where the host's time is spread over many short gaps between a step's launches, it is the cost of issuing each
+# operation (Python, the framework's dispatch, per-operation hooks), not a piece of work to move elsewhere
+SPREAD_ADVICE = """Issue fewer operations: the host's time is spread over the short gaps between a step's launches, the
+cost of issuing each operation, not one piece of work that a worker could take.
+
+- Capture the step in a CUDA graph (PyTorch: `torch.compile(mode="reduce-overhead")`, `torch.cuda.graphs`): the
+  host then issues the whole step at once.
+- Fewer, larger operations: one call over all parameters instead of a Python loop over them (`torch._foreach_*`,
+  `torch.nn.utils.clip_grad_norm_(..., foreach=True)`, optimizers with `foreach=True` or `fused=True`), fused
+  elementwise chains (`torch.compile`), small tensors batched together.
+- Modes that do work for every operation cost it in every step: autograd anomaly detection, per-operation hooks,
+  profiler ranges around every op, argument validation. Turn them off in timed runs.
+- Python bookkeeping (metrics, logging, conversions of results to host objects): do it every N steps, or on
+  data that stays on the GPU.
+
+```python
+# before: one small launch per parameter, issued from Python
+for p, e in zip(model.parameters(), ema):
+    e.mul_(0.999).add_(p.detach(), alpha=0.001)
+# after: one call over all of them
+torch._foreach_mul_(ema, 0.999); torch._foreach_add_(ema, [p.detach() for p in model.parameters()], alpha=0.001)
+```"""
+# The longest stretch under this share of the median step: the host's time is spread (SPREAD_ADVICE). On the real
+# exports the longest stretch is 0.6-23% of a step where it is per-operation cost (an EMA or a clip over parameters in
+# Python, anomaly mode, host metrics) and 62-130% where it is one piece of work (a batch built on the host, a mask)
+SPREAD_SHARE = 0.25
 # PyTorch's own kernels among this share of the launches or more: a PyTorch program (its GEMMs are cuBLAS's)
 PYTORCH_LAUNCHES = 0.05
 
@@ -330,6 +361,14 @@ def _longest_alone(timeline, stretches, idle_ns: float) -> str:
     return f"; longest stretch {top.own_time_ns / 1e6:.1f} ms ({top.own_time_ns / whole:.0%} of {of}){outside}"
 
 
+def _spread(timeline, stretches) -> bool:
+    """Whether the host's time lies in short gaps across the steps: its longest stretch (first runs left out) under
+    SPREAD_SHARE of the median step. Only with steps: a window without them has no unit to measure a gap by."""
+    if not stretches or timeline.steps is None or not timeline.steps.median_ns:
+        return False
+    return max(s.own_time_ns for s in stretches) < SPREAD_SHARE * timeline.steps.median_ns
+
+
 def _step_or_window(timeline) -> float:
     """The median step, or the window where there are no steps."""
     return (timeline.steps.median_ns if timeline.steps is not None and timeline.steps.median_ns
@@ -452,7 +491,7 @@ def run(timeline, limits) -> Finding | None:
     else:
         where = _between_steps(timeline, stretches) or _longest_alone(timeline, stretches, idle_ns)
     blocked = _blocked(stretches)
-    advice = _framework_advice(timeline)
+    advice = SPREAD_ADVICE if _spread(timeline, stretches) else _framework_advice(timeline)
     notes = _calls_inside_note(stretches, claimed, left_out=(MODULE_LOAD_CLASS,) if loads_ns else ())
     extra = {}
     if loads_ns:

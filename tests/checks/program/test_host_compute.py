@@ -314,7 +314,8 @@ def test_a_stretch_in_a_range_of_its_own_leads_the_advice_to_that_range(timeline
     step ranges themselves, which name no place in the code, and the Kineto trace of the EMA loop's longest, 1.4 ms
     in the optimizer's range, is 2% of its 58 ms step of short stretches; time53_gpt's longest, 2.6 ms, lies in a
     step range (the 4.3 ms in CUB's UniqueByKey range that led it was a cudaLaunchKernel: not the host's own code, see
-    test_cuda_calls_inside_a_stretch_are_not_the_hosts_own_code): the general advice alone."""
+    test_cuda_calls_inside_a_stretch_are_not_the_hosts_own_code), 12% of its 22 ms step: the advice for time spread
+    over the gaps between launches (the next test), no range named."""
     power = run(with_thread_calls(POWER, timelines[POWER.name]))
     assert power.advice.startswith("Start with the code inside the NVTX range `Loop › Step 190 to 200 › IO 190`: 5 of "
                                    "the host's 5 longest stretches without GPU work ran in ranges named `IO N`, the "
@@ -330,7 +331,44 @@ def test_a_stretch_in_a_range_of_its_own_leads_the_advice_to_that_range(timeline
     alone = next(f for f in analyzed(REAL / "time53_gpt_base_nsys.sqlite.xz")["findings"] if f["check"] == host_compute.ID)
     ranges = [s["nvtx_range"] for s in alone["evidence"]["longest_stretches"]]
     assert all(r.startswith("step ") for r in ranges)
-    assert alone["advice"] == host_compute.ADVICE
+    assert alone["advice"] == host_compute.SPREAD_ADVICE
+
+
+def _longest_host_gap(path, window: dict) -> int:
+    """The longest time in the window with no GPU work (kernels, copies) and no CUDA call in flight, by SQL: the
+    longest stretch of the host's own code."""
+    rows = sql(path, " UNION ALL ".join(
+        f"SELECT start, end FROM {table} WHERE end > {window['start_ns']} AND start < {window['end_ns']}"
+        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_RUNTIME"))
+        + " ORDER BY start")
+    longest, reach = 0, None
+    for start, end in rows:
+        if reach is not None and start > reach:
+            longest = max(longest, start - reach)
+        reach = end if reach is None else max(reach, end)
+    return longest
+
+
+@pytest.mark.parametrize("name, spread", [("own67_prebuilt1_nsys.sqlite.xz", True),
+                                          ("blind61_anomaly_base1_nsys.sqlite.xz", True),
+                                          ("own67_cached1_nsys.sqlite.xz", False),
+                                          ("loader_inline_nsys.sqlite.xz", False)])
+def test_host_time_spread_over_the_gaps_between_launches_gets_the_advice_to_issue_fewer_operations(analyzed, name,
+                                                                                                   spread):
+    """own67_prebuilt1 (batches built before the loop; 108 launches a step from Python) and blind61_anomaly (anomaly
+    mode's work for every autograd node) were told to move data loading into DataLoader workers: by SQL, no gap
+    without GPU work or a CUDA call in their windows reaches a quarter of a median step, so the host's time is the cost of
+    issuing each operation, and the advice is CUDA graphs, fewer operations and per-operation modes off.
+    own67_cached1 and loader_inline build each batch on the host in the loop: a gap of most of a step, the loader
+    advice."""
+    path = REAL / name
+    model = analyzed(path)
+    finding = next(f for f in model["findings"] if f["check"] == host_compute.ID)
+    gap, step = _longest_host_gap(path, model["timeline"]["window"]), model["timeline"]["steps"]["median_ns"]
+    if spread:
+        assert gap < host_compute.SPREAD_SHARE * step and finding["advice"] == host_compute.SPREAD_ADVICE
+    else:
+        assert gap > 0.5 * step and finding["advice"].endswith(host_compute.ADVICE)
 
 
 def _class_calls_inside(path, stretch, names) -> int:
