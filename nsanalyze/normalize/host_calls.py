@@ -262,6 +262,9 @@ def copies(wa: WindowActivity) -> dict:
                      "duration_ns": int((copies.end[on_device] - copies.start[on_device]).sum())}
     host_kinds = [k for k, label in wa.copy_kinds.items() if label in HOST_COPY_KINDS]
     copies = copies.where((copies.memset == 0) & np.isin(copies.copy_kind, host_kinds))
+    to_host = [k for k, label in wa.copy_kinds.items() if label == "Device-to-Host"]
+    # one byte to the host: a boolean the host tests (`if mask.any():`, an assert, a library's argument check)
+    boolean_reads = int(((copies.bytes == 1) & np.isin(copies.copy_kind, to_host)).sum())
     call = lookup(first_by_key(wa.calls.correlation_id), copies.correlation_id)
     api = [wa.call_names.get(n) if i >= 0 else None
            for i, n in zip(call.tolist(), wa.calls.name_id[np.maximum(call, 0)].tolist() if len(wa.calls) else [])]
@@ -290,7 +293,7 @@ def copies(wa: WindowActivity) -> dict:
     # pinned copies large enough to run at the link's rate (per-copy latency is ~10 us): what this machine's
     # link reaches, per direction, as the pageable and transfer checks hold their copies against
     pinned_large = [r for r in rows if "Pinned" in (r["src_kind"], r["dst_kind"]) and r["bytes"] >= PINNED_RATE_MIN_BYTES]
-    return {"by_kind": by_kind_rows, "on_device": on_device_row,
+    return {"by_kind": by_kind_rows, "on_device": on_device_row, "boolean_reads": boolean_reads,
             "pageable": {"copies": len(pageable), "duration_ns": sum(r["duration_ns"] for r in pageable),
                          "bytes": sum(r["bytes"] for r in pageable), "async_top": longest(pageable_async),
                          "by_direction": _by_direction(pageable)},

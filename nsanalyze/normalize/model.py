@@ -246,6 +246,7 @@ class Copies(Record):
     pageable: PageableCopies | None = None
     pinned_large: tuple = ()
     sync: SyncCopies | None = None
+    boolean_reads: int = 0   # device-to-host copies of one byte: booleans the host tests
 
 
 @dataclass(frozen=True)

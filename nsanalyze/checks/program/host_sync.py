@@ -21,9 +21,14 @@ loss_value = loss.item()              # waits for the GPU, every step
 running_loss += loss.detach()         # stays on the GPU; read it every N steps
 ```
 
+Where most of the host's waits follow a read of one byte to the host (a boolean it tests), the waits are checks
+of values made every time: a library's argument validation (torch.distributions' `validate_args`), anomaly
+detection, asserts. The title says so, and the advice leads with turning them off.
+
 ## Known problems
 Some syncs are needed (timing, end of an epoch); the check counts all of them and ranks by the
-idle time they cause.
+idle time they cause. The saving is the replay without the waits: removing a check also removes its kernels and
+the host code that makes it, which the replay keeps (blind67_distval: 8.36 ms a step priced, 11.2 saved).
 
 ## Options
 - `min_idle_share`: idle_sync over the window before the check speaks.
@@ -142,8 +147,11 @@ def run(timeline, limits) -> Finding | None:
         title = (f"{plural(calls, 'host synchronization')} leave the GPU idle {share:.0%} of the window{step_text}: "
                  "the host waits, then works while nothing is queued")
     waits = getattr(timeline, "step_waits", None)
+    checks_title, checks_advice = _value_checks(timeline, calls)
     if in_backward(waits):
         title += BACKWARD_TITLE.format(n=waits.backward_per_step)
+    elif checks_title:
+        title += checks_title
     finding = Finding(
         check=ID,
         title=title,
@@ -156,7 +164,7 @@ def run(timeline, limits) -> Finding | None:
                   **({"drained_launch_ns": evidence(drained, unit="ns")} if drained > 0 else {}),
                   "sync_calls": evidence(calls),
                   "by_call": [dict(r.to_json(), kind=kind) for r, kind in sorted(rows, key=lambda r: -r[0].wait_ns)]},
-        advice=(backward_waits_text(waits)
+        advice=(backward_waits_text(waits) or checks_advice
                 or _source_first(rows, timeline.critical_path is not None and timeline.timed_trials is None)) + ADVICE,
     )
     if on_gpu:
@@ -165,6 +173,31 @@ def run(timeline, limits) -> Finding | None:
             "host does not wait in them")
     finding.estimated_savings_ns = idle_ns
     return finding
+
+
+# The host's waits that follow reads of one byte to the host (Copies.boolean_reads), at this share of them or more,
+# are checks of values: blind67_distval's 4 a step (256 in 64 steps, each after a reduction kernel) are
+# torch.distributions' argument checks; turned off, they saved 11.2 ms a step, their kernels and host code with them
+VALUE_CHECKS_SHARE = 0.5
+
+
+def _value_checks(timeline, calls: int) -> tuple[str, str]:
+    """(what the title adds, the advice's first paragraph) where most waits follow a one-byte read: booleans the host
+    tests every step, a check of values on the GPU (a library's argument validation, anomaly detection, asserts)."""
+    reads = timeline.copies.boolean_reads if getattr(timeline, "copies", None) is not None else 0
+    if not calls or reads < VALUE_CHECKS_SHARE * calls:
+        return "", ""
+    steps = timeline.steps.count if timeline.steps is not None and timeline.steps.count else None
+    count = f"{reads / steps:.0f} a step" if steps else f"{reads:,}"
+    return (f"; {count} wait on a read of one byte to the host (a boolean it tests: a check of values)",
+            f"{reads:,} of the waits follow a read of one byte to the host: a boolean the host tests, a check of values "
+            "on the GPU made every time (`if mask.any():`, `assert (x >= 0).all()`, `bool(t)`). Libraries make such "
+            "checks unasked: torch.distributions validates every argument (`validate_args`, on by default: "
+            "`torch.distributions.Distribution.set_default_validate_args(False)` in training), and anomaly detection "
+            "checks every gradient (`torch.autograd.set_detect_anomaly(False)`). Turn them off in the loop you time, "
+            "or keep your own checks on the GPU (`torch._assert_async(cond)`) or make them every N steps. Removing a "
+            "check also removes its kernels and the host code that makes it, which the replay of the waits alone "
+            "keeps: the saving can be larger.\n\n")
 
 
 def _source_first(rows, tuner_ruled_out: bool) -> str:

@@ -192,3 +192,26 @@ def test_waits_between_streams_are_not_counted_as_host_synchronizations(analyzed
     assert sync["evidence"]["sync_calls"]["value"] == host and sync["title"].startswith(f"{host} host synchronizations")
     assert any(n.startswith("not counted as host synchronizations: cudaStreamWaitEvent") and f"({gpu} calls)" in n
                for n in sync["notes"])
+
+
+@pytest.mark.parametrize("name, checks", [("blind67_distval_base1_nsys.sqlite.xz", True),
+                                          ("own67_fixed1_nsys.sqlite.xz", False)])
+def test_waits_on_one_byte_reads_are_named_as_checks_of_values(analyzed, name, checks):
+    """blind67_distval's waits follow one-byte reads to the host (SQL: 4 a step in the window, each a boolean
+    torch.distributions' argument checks test); its fix turned the checks off. host-sync's title says so and its
+    advice leads with the checks (validate_args, anomaly detection, asserts), not with `.item()` of a loss.
+    own67_fixed1's waits are a blocking upload's and a loss's 4-byte `.item()` every 10th step: no such words."""
+    path = REAL / name
+    model = analyzed(path)
+    window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
+    (reads,), = sql(path, f"""SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE bytes = 1 AND copyKind = 2
+                               AND start >= {window['start_ns']} AND start < {window['end_ns']}""")
+    assert model["timeline"]["copies"]["boolean_reads"] == reads
+    sync = next(f for f in model["findings"] if f["check"] == "host-sync")
+    said = f"; {reads / steps:.0f} a step wait on a read of one byte to the host (a boolean it tests: a check of values)"
+    if checks:
+        assert reads / steps == pytest.approx(4, abs=0.1) and sync["title"].endswith(said)
+        assert sync["advice"].startswith(f"{reads:,} of the waits follow a read of one byte to the host") and \
+            "set_default_validate_args(False)" in sync["advice"]
+    else:
+        assert reads == 0 and "one byte" not in sync["title"] and "one byte" not in sync["advice"]
