@@ -281,6 +281,17 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
                          one.steps.count if one is not None and one.steps is not None else 0)
 
 
+def _apportion(total: int, shares: list[float]) -> list[int]:
+    """Whole counts in proportion to the shares that add up to the total (the largest remainders round up): a name's
+    nsys launches over its ncu entries, each entry's part as its share of the time (every entry stated them all)."""
+    weight = sum(shares)
+    exact = [total * s / weight for s in shares] if weight else [total / len(shares)] * len(shares)
+    counts = [int(x) for x in exact]
+    for i in sorted(range(len(shares)), key=lambda i: -(exact[i] - counts[i]))[:total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
 def join_kernel_times(ncu_kernels: list[dict], nsys_summary: list[dict], kernel_time: dict) -> dict | None:
     """Weights ncu findings by each kernel's time in the nsys timeline, matched by name. A name's nsys
     total is counted once: split over the ncu kernels of that name by their share of its ncu time. Returns how
@@ -299,9 +310,10 @@ def join_kernel_times(ncu_kernels: list[dict], nsys_summary: list[dict], kernel_
     for kernels in matches.values():
         match = by_name.get(kernels[0]["demangled"]) or by_name.get(kernels[0]["name"])
         ncu_total = sum(k.get("total_ns") or k["duration_ns"] or 0.0 for k in kernels) or 1.0
-        for kernel in kernels:
-            share = (kernel.get("total_ns") or kernel["duration_ns"] or 0.0) / ncu_total
-            kernel["nsys"] = {"total_ns": finite(match["duration_ns"] * share), "launches": int(match["launches"]),
+        shares = [(k.get("total_ns") or k["duration_ns"] or 0.0) / ncu_total for k in kernels]
+        launches = _apportion(int(match["launches"]), shares)   # (the name's launches once, as its time)
+        for kernel, share, count in zip(kernels, shares, launches):
+            kernel["nsys"] = {"total_ns": finite(match["duration_ns"] * share), "launches": count,
                               "time_share": finite(match["duration_ns"] * share / total) if total else None}
             kernel_time[kernel["id"]] = float(match["duration_ns"]) * share
     if not total:

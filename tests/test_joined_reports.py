@@ -34,6 +34,24 @@ def test_the_report_says_how_much_of_the_window_ncu_measured(gpt):
            "names\\)" in render(gpt)
 
 
+def test_each_kernel_names_its_part_of_the_nsys_launches_once(gpt):
+    """The nsys launches of a kernel name are split over its ncu entries as its time is: every entry of a name
+    profiled several times stated all of the name's launches, so a sum over the kernels counted them again and again.
+    The entries' launches add up to SQL's count of the name's launches in the window."""
+    window = gpt["timeline"]["window"]
+    by_name: dict[str, list[dict]] = {}
+    for kernel in gpt["kernels"]:
+        if kernel.get("nsys"):
+            by_name.setdefault(kernel["demangled"], []).append(kernel)
+    repeated = {name: ks for name, ks in by_name.items() if len(ks) > 1}
+    assert repeated
+    for name, kernels in repeated.items():
+        [(launches,)] = sql(GPT_NSYS, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON "
+                                      f"s.id = k.demangledName WHERE s.value = ? AND k.start >= {int(window['start_ns'])} "
+                                      f"AND k.end <= {int(window['end_ns'])}".replace("?", "'" + name.replace("'", "''") + "'"))
+        assert sum(k["nsys"]["launches"] for k in kernels) == launches
+
+
 def test_a_report_whose_ncu_kernels_are_the_window_says_nothing_of_it():
     model = shared("analyze", analyze_apart, [DEV_SUITE_NCU, DEV_SUITE_NSYS])
     assert model["ncu_coverage"]["kernel_time_share"] >= 0.95
