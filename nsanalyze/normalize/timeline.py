@@ -170,7 +170,7 @@ def _timeline(export: NsysExport, skip_first_ns, nvtx_range, mode: str, side: "_
     budgets_later = side.submit(build_budgets, activity, call_names, set(comm_ids.tolist()), peer_kinds)
     kernels_later = side.submit_last(_kernels_and_work, export, window, activity.kernels,
                                      _kernel_names(export, activity) if side.beside else None,
-                                     work_split.annotated_roles(export, activity))
+                                     work_split.annotated_roles(export, activity), _reads_to_host(wa))
     host_side = {"streams": gpus.streams(wa), "ranges": host_calls.ranges(export, wa), "gaps": gpus.gaps(export, wa),
                  "syncs": syncs_later.result(), "launches": host_calls.launches(export, wa), "copies": host_calls.copies(wa)}
     timeline, host_later = _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names,
@@ -399,10 +399,19 @@ def _kernel_names(export: NsysExport, activity: Activity):
     return lambda ids: {i: names[i] for i in {int(i) for i in ids} if i in names}
 
 
-def _kernels_and_work(export: NsysExport, window: Window, kernels, strings, in_ranges=None) -> tuple:
+def _kernels_and_work(export: NsysExport, window: Window, kernels, strings, in_ranges=None, reads=None) -> tuple:
     """The window's kernel summary (one row per name) and its GPU time by role (normalize.work)."""
     table = normalize_nsys_kernels(export, (window.start, window.end), kernels, strings)
-    return table, analyze_work(export, (window.start, window.end), table.rows, kernels, strings, in_ranges)
+    return table, analyze_work(export, (window.start, window.end), table.rows, kernels, strings, in_ranges, reads)
+
+
+def _reads_to_host(wa) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, devices, streams) of the window's copies from a GPU to the host: reads that end a chain of kernels
+    (normalize.work)."""
+    copies = wa.copies
+    to_host = [k for k, label in wa.copy_kinds.items() if label == "Device-to-Host"]
+    mine = (copies.memset == 0) & np.isin(copies.copy_kind, to_host)
+    return copies.start[mine], copies.device_id[mine], copies.stream_id[mine]
 
 
 

@@ -270,6 +270,7 @@ def _sequence_launches(sequences: list[list[dict]]) -> dict | None:
     threads = np.array([float(entry.get("threads") or 1.0) for _, entry in flat])
     return {"role": codes[name_ids][order], "fused": fused[name_ids][order], "name_id": name_ids[order],
             "ns": ns[order], "threads": threads[order], "device": device[order], "stream": stream[order],
+            "after_read": np.zeros(len(order), dtype=bool),   # (a kernel list holds no copies)
             "names": {index: key for key, index in unique.items()}}
 
 
@@ -310,11 +311,12 @@ def _move_to_scores(moved: list[tuple[int, int, int]], names: dict, roles_by_nam
 
 
 def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kernels=None, strings=None,
-                 in_ranges: np.ndarray | None = None) -> WorkAnalysis:
+                 in_ranges: np.ndarray | None = None, reads=None) -> WorkAnalysis:
     """The window's GPU kernel time by role. `summary_rows`: the kernel summary (one row per name, the
     window's kernels); `kernels`: the window's launches as columns (normalize.activity), read when absent;
     `strings`: names by id in place of export.strings; `in_ranges`: per row of `kernels`, the role code of the
-    annotated range its launch call started in (context_roles), -1 where none."""
+    annotated range its launch call started in (context_roles), -1 where none; `reads`: (starts, devices,
+    streams) of the window's copies to the host, which end a chain (read_backs_between)."""
     start, end = window
     roles_by_name, role_ns, by_kernel = _by_name(summary_rows)
     if kernels is None:
@@ -326,7 +328,7 @@ def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kern
         kernels = kernels.where(inside)
         in_ranges = None if in_ranges is None else np.asarray(in_ranges)[np.asarray(inside, dtype=bool)]
     analysis = WorkAnalysis(work=[], kernel_ns=int(sum(role_ns.values())))
-    launches = _launch_roles(strings or export.strings, kernels, in_ranges)
+    launches = _launch_roles(strings or export.strings, kernels, in_ranges, reads)
     if launches is not None:
         for name_id, code, ns, count in launches.pop("moved"):   # launched inside an annotated range
             name = launches["names"].get(name_id)
@@ -350,9 +352,10 @@ def analyze_work(export, window: tuple[int, int], summary_rows: list[dict], kern
     return analysis
 
 
-def _launch_roles(strings, kernels, in_ranges: np.ndarray | None = None) -> dict | None:
-    """Per launch, sorted by stream then start: role code, duration, threads, name id; `moved`: (name id,
-    role code, ns, launches) of the launches an annotated range gives another role than their name's."""
+def _launch_roles(strings, kernels, in_ranges: np.ndarray | None = None, reads=None) -> dict | None:
+    """Per launch, sorted by stream then start: role code, duration, threads, name id, whether a copy to the host
+    on its stream came after the launch before it (`after_read`); `moved`: (name id, role code, ns, launches) of
+    the launches an annotated range gives another role than their name's."""
     if not len(kernels):
         return None
     # ids as read (int32 where they fit: read.nsys): an int64 copy of each was 48 MB at 6M launches, held
@@ -385,10 +388,33 @@ def _launch_roles(strings, kernels, in_ranges: np.ndarray | None = None) -> dict
             moved = [(int(k // len(ROLES)), int(k % len(ROLES)), float(t), int(c))
                      for k, t, c in zip(groups, spent, counts)]
             role = np.where(hit, in_ranges, role).astype(np.int16)
+    after_read = _after_reads(begin[order], device[order], stream[order], reads)
     return {"role": role[order], "fused": fused[inverse][order], "name_id": name_ids[order], "moved": moved,
+            "after_read": after_read,
             "ns": ns[order], "threads": threads[order],
             "device": device[order], "stream": stream[order],
             "names": {int(d): names.get(int(d)) or names.get(int(s)) for d, s in zip(unique_ids, first_short)}}
+
+
+def _after_reads(begin: np.ndarray, device: np.ndarray, stream: np.ndarray, reads) -> np.ndarray:
+    """Per launch in (device, stream, start) order, whether a copy to the host on its stream started after the
+    launch before it there: the host read a result (`.item()`, `bool(t)`, a check) and the launches after it were
+    issued once it had. A fused kernel cannot reach across that read (blind61_anomaly: each gradient's isnan().any()
+    read back, 13 of them inside one 'chain' of 26 kernels that torch.compile was told to fuse)."""
+    marks = np.zeros(len(begin), dtype=bool)
+    if reads is None or not len(reads[0]) or not len(begin):
+        return marks
+    starts, devices, streams = (np.asarray(a) for a in reads)
+    for dev, st in {(int(d), int(s)) for d, s in zip(devices.tolist(), streams.tolist())}:
+        lo = int(np.searchsorted(device, dev, side="left"))
+        hi = int(np.searchsorted(device, dev, side="right"))
+        on = stream[lo:hi]
+        lo, hi = lo + int(np.searchsorted(on, st, side="left")), lo + int(np.searchsorted(on, st, side="right"))
+        if hi <= lo:
+            continue
+        at = np.searchsorted(begin[lo:hi], starts[(devices == dev) & (streams == st)], side="right")
+        marks[lo + at[at < hi - lo]] = True
+    return marks
 
 
 def _segments(launches: dict, breaks: np.ndarray) -> np.ndarray:
@@ -450,16 +476,17 @@ def _chains(launches: dict) -> Chains:
     glue = np.isin(role, [ROLES.index(r) for r in GLUE]) & ~launches["fused"]
     if not glue.any():
         return Chains.none()
-    segments = _segments(launches, ~glue)
+    read = launches["after_read"]   # a read to the host ends a chain, as a matrix product does
+    segments = _segments(launches, ~glue | read)
     # between matrix products: the launch before a chain and the one after it, on its stream, are GEMMs
     # or attention (a chain that opens the stream or a loop without them has no bound a fusion keeps)
     bound = np.isin(role, [ROLES.index(r) for r in BOUNDS])
-    joined = glue[1:] & glue[:-1] & _same_stream(launches, slice(1, None), slice(None, -1))  # i+1 continues i's chain
+    joined = glue[1:] & glue[:-1] & _same_stream(launches, slice(1, None), slice(None, -1)) & ~read[1:]
     first = np.flatnonzero(glue & np.concatenate(([True], ~joined)))
     last = np.flatnonzero(glue & np.concatenate((~joined, [True])))
     before, after = np.maximum(first - 1, 0), np.minimum(last + 1, len(role) - 1)
-    opened = (first > 0) & bound[before] & _same_stream(launches, before, first)
-    closed = (last + 1 < len(role)) & bound[after] & _same_stream(launches, after, last)
+    opened = (first > 0) & (bound[before] | read[first]) & _same_stream(launches, before, first)
+    closed = (last + 1 < len(role)) & (bound[after] | read[after]) & _same_stream(launches, after, last)
     marks = np.zeros(len(role) + 1, dtype=np.int8)  # +1 where a kept chain starts, -1 after it ends
     np.add.at(marks, first[opened & closed], 1)
     np.add.at(marks, last[opened & closed] + 1, -1)

@@ -142,3 +142,19 @@ def test_library_kernels_get_a_role(path):
             assert role == "communication", text
         if "at::native" in text and "elementwise_kernel" in text:
             assert role != "other", text
+
+
+def test_a_read_to_the_host_ends_a_chain_of_elementwise_kernels(analyzed):
+    """blind61_anomaly: anomaly mode checks every gradient with isnan().any() and reads the answer back (SQL: one-byte
+    copies to the host, 336 a step, each between the reduction that makes it and the next gradient's check). Read
+    as chains, 2,914 of 26 kernels were sold to torch.compile (unfused-elementwise, 213 ms); a fused kernel cannot
+    reach across a read the host waits for, so no chain spans one, and the finding is gone. Its twin with anomaly
+    mode off launches none of those checks; mlp_eager's chains, which hold no read, still speak."""
+    path = REAL / "blind61_anomaly_base1_nsys.sqlite.xz"
+    model = analyzed(path)
+    window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
+    [(reads,)] = sql(path, f"""SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 2 AND bytes = 1
+                               AND start >= {window['start_ns']} AND start < {window['end_ns']}""")
+    assert reads / steps == pytest.approx(336, abs=1)
+    assert "unfused-elementwise" not in {f["check"] for f in model["findings"]}
+    assert "unfused-elementwise" in {f["check"] for f in analyzed(REAL / "mlp_eager_nsys.sqlite.xz")["findings"]}

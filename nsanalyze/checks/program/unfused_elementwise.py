@@ -4,7 +4,9 @@
 Runs of memory-bound kernels back to back on one stream between other work (matrix products,
 attention), from the work split: at least `min_ops` single operations each (PyTorch's elementwise,
 reduction and cast kernels; normalization kernels and copies may sit in the chain but do not count
-as written-out operations). Kernels a compiler generated (Triton) are already fused and left out.
+as written-out operations). Kernels a compiler generated (Triton) are already fused and left out. A copy to
+the host on the chain's stream ends it, as a matrix product does: the host read a result (a check's
+`bool(t)`, an `.item()`) before it issued the rest, and no fused kernel reaches across that read.
 
 ## Why it is slow
 Each kernel of the chain reads its inputs from memory and writes its result back, to be read again by
