@@ -209,13 +209,17 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
 @click.option("--unbuild", is_flag=True, help="no GPU code built in the steps (a kernel compiled and loaded for each "
                                               "new shape): the loads gone with the host's time building it before "
                                               "each")
+@click.option("--uncheck", is_flag=True, help="the checks of values gone (a boolean read back and tested each time: "
+                                              "argument validation, anomaly detection, asserts): each one-byte "
+                                              "read, the kernels that made it, its wait and the host's way to "
+                                              "their calls")
 @click.option("-o", "--output", "outputs", multiple=True, help="JSON file, or - for JSON on stdout")
 @click.option("--skip-first-ns", type=click.IntRange(min=0), help="nsys: ignore the first N ns (warm-up)")
 @click.option("--nvtx-range", help="nsys: analyze only the GPU work launched inside the NVTX ranges of this name")
 @click.option("--window", "window", type=click.Choice(["steady", "capture"]),
               help="nsys: the steady steps (the default) or the whole capture")
-def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, untune, untime, unbuild, outputs,
-                   skip_first_ns, nvtx_range, window):
+def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, untune, untime, unbuild, uncheck,
+                   outputs, skip_first_ns, nvtx_range, window):
     """What a change would buy: the steps replayed with it (their dependency graph re-timed), against
     the same replay without it, which must reproduce the measured steps within 2%."""
     from nsanalyze.analyze import Options
@@ -234,7 +238,7 @@ def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, un
     results = whatif(list(profiles), Options(dict(config.thresholds), skip_first_ns, nvtx_range,
                                              window or config.window or "steady"),
                      WhatIf(tuple(speedups), tuple(remove), graph, outliers, pinned, tuple(fuse), untune, untime,
-                            unbuild))
+                            unbuild, uncheck))
     write_reports(results, outputs, "whatif")
     for result in results:
         line = summary_line(result, label(result))

@@ -44,6 +44,7 @@ class WhatIf:
     untune: bool = False        # an autotuner's timed trials gone (normalize.tuning)
     untime: bool = False        # the program's own timing code gone (normalize.tuning.TimingCode)
     unbuild: bool = False       # no GPU code built in the steps (normalize.critical_path.code_builds)
+    uncheck: bool = False       # the checks of values gone (normalize.critical_path.value_checks)
 
 
 def check_roles(fuse) -> tuple:
@@ -78,9 +79,9 @@ def whatif(paths: list[str], options, asked: WhatIf) -> list[dict]:
     speedups, remove = parse_changes(asked.speedups, asked.remove)
     check_roles(asked.fuse)
     if not (speedups or remove or asked.graph or asked.outliers or asked.pinned or asked.fuse or asked.untune
-            or asked.untime or asked.unbuild):
+            or asked.untime or asked.unbuild or asked.uncheck):
         raise InputError("whatif", "no change given: --speedup, --remove, --graph, --outliers, --pinned, --fuse, "
-                                   "--untune, --untime or --unbuild")
+                                   "--untune, --untime, --unbuild or --uncheck")
     for path in paths:   # refused before an ncu report is read
         if os.path.isfile(path) and kind_of(path) is ProfileKind.NCU:
             raise InputError(path, WHATIF_READS)
@@ -117,7 +118,7 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
         raise InputError(export.path, "the steps' calls and GPU work could not be replayed (no launch calls found)")
     pinned_rate = _pinned_rate(export, timeline) if asked.pinned else None
     change = cp.Change(speedups, remove, asked.graph, pinned_rate, fuse=tuple(asked.fuse), untuned=asked.untune,
-                       untimed=asked.untime, unbuilt=asked.unbuild)
+                       untimed=asked.untime, unbuilt=asked.unbuild, unchecked=asked.uncheck)
     changed = cp.replay(block.graph, change)
     ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
     predicted = block.measured - (block.replayed - changed.periods(block.with_last))
@@ -280,6 +281,11 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
     if asked.unbuild:
         builds = cp.code_builds(graph)
         out.append({"change": "unbuild", "loads": int(builds.sum()), "host_ns_per_step": cp.build_ns_per_step(graph)})
+    if asked.uncheck:
+        ops, _ = cp.value_checks(graph)
+        reads = int((ops & (graph.o_copy_kind >= 0)).sum())
+        out.append({"change": "uncheck", "reads": reads, "kernels": int(ops.sum()) - reads,
+                    "ns_per_step": cp.checks_ns_per_step(graph)})
     if asked.pinned:
         pageable = cp.pageable_copies(graph)
         kinds = sorted({int(k) for k in graph.o_copy_kind[pageable]})
@@ -318,4 +324,6 @@ def label(result: dict) -> str:
             words.append(f"no timing code ({change['timings']} timed event pairs in the replayed steps)")
         elif change["change"] == "unbuild":
             words.append(f"no GPU code built in the steps ({change['loads']} loads in the replayed steps)")
+        elif change["change"] == "uncheck":
+            words.append(f"no checks of values ({change['reads']} one-byte reads in the replayed steps)")
     return ", ".join(words)

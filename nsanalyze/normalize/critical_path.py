@@ -262,11 +262,15 @@ class Change:
     # no GPU code built in the steps (code_builds): the loads gone with the host's time before each beyond a
     # typical launch path (beyond_path); the kernels they load stay, as if built once before the loop
     unbuilt: bool = False
+    # the checks of values gone (value_checks): each one-byte read to the host, the short kernels that made the
+    # value, their calls and the read's wait, with the host's time on the way to each call (call_way)
+    unchecked: bool = False
 
     @property
     def empty(self) -> bool:
         return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None \
-            and not self.roles and not self.fuse and not self.untuned and not self.untimed and not self.unbuilt
+            and not self.roles and not self.fuse and not self.untuned and not self.untimed and not self.unbuilt \
+            and not self.unchecked
 
 
 # ---------------------------------------------------------------- the graph
@@ -643,6 +647,46 @@ def call_way(graph: Graph, gap: np.ndarray) -> np.ndarray:
     return np.minimum(gap, graph.path_typical).clip(min=0.0)
 
 
+# The kernels that make a checked value: the run of these roles on the read's stream just before it
+CHECK_ROLES = ("elementwise", "reduction", "cast")
+BOOLEAN_BYTES = 1   # a read of one byte to the host: a boolean the host tests
+
+
+def value_checks(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(operations, calls) of the block's checks of values: each read of one byte to the host (a boolean the host
+    tests: `bool(t)`, an assert, torch.distributions' argument validation), the run of short elementwise, reduction
+    and cast kernels before it on its stream that made the value (back to another such read or other work), and the
+    calls of the read and its wait (copy_waits). blind67_distval: 4 a step, each a comparison and a reduction or two,
+    which its fix (validation off) removed with their host code."""
+    ops, calls = np.zeros(len(graph.o_start), bool), np.zeros(len(graph.c_start), bool)
+    kinds = [kind for kind, label in graph.copy_kinds.items() if label == "Device-to-Host"]
+    reads = np.isin(graph.o_copy_kind, kinds) & (graph.o_bytes == BOOLEAN_BYTES) & (graph.o_call >= 0)
+    if not reads.any():
+        return ops, calls
+    makers = {"gpu:" + role for role in CHECK_ROLES}
+    for read in np.flatnonzero(reads).tolist():
+        ops[read] = True
+        at = int(graph.o_prev[read])
+        while at >= 0 and graph.o_label[at] in makers and graph.o_names[at] is not None and not reads[at]:
+            ops[at] = True
+            at = int(graph.o_prev[at])
+    calls[graph.o_call[reads]] = True
+    calls |= copy_waits(graph, reads)
+    return ops, calls
+
+
+def checks_ns_per_step(graph: Graph) -> float:
+    """The host and GPU time a step spends in its checks of values (value_checks): their calls and the way to each,
+    the kernels' launch paths and their time; what removing them takes away at most, beside the idle time their
+    waits leave (the replay's)."""
+    ops, calls = value_checks(graph)
+    if not ops.any():
+        return 0.0
+    steps = max(len(graph.step_first_op), 1)
+    gpu = float((graph.o_end - graph.o_start)[ops & (graph.o_call >= 0)].sum()) / steps
+    return calls_host_ns_per_step(graph, calls, call_way) + calls_host_ns_per_step(graph, dropped_paths(graph, ops)) + gpu
+
+
 def code_builds(graph: Graph) -> np.ndarray:
     """The block's calls inside its steps that bring GPU code in (BUILD_CLASSES), an autotuner's aside (its trials
     and their builds are autotuning's change)."""
@@ -728,6 +772,10 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
             duration[hit] = 0.0
         else:
             duration[hit] /= factor
+    checks = value_checks(graph) if change.unchecked else None
+    if checks is not None:   # the checks' kernels and reads: their launch paths go below, as removed kernels' do
+        gone |= checks[0]
+        duration[checks[0]] = 0.0
     if change.pinned_rate:   # at the pinned rate, but no shorter than a pinned copy takes whatever its size
         pageable = pageable_copies(graph)
         rate = np.array([change.pinned_rate.get(int(k)) or np.inf for k in graph.o_copy_kind[pageable]])
@@ -756,6 +804,13 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         target = np.where(timing, -1, target)
         gap_host = np.where(timing, gap_host - call_way(graph, gap_host), gap_host)
         cross_gap = np.where(timing, cross_gap - call_way(graph, cross_gap), cross_gap)
+    if checks is not None:   # the reads' waits and the host's way to each of the checks' calls
+        calls = checks[1]
+        removed |= calls
+        own = np.where(calls, 0.0, own)
+        target = np.where(calls, -1, target)
+        gap_host = np.where(calls, gap_host - call_way(graph, gap_host), gap_host)
+        cross_gap = np.where(calls, cross_gap - call_way(graph, cross_gap), cross_gap)
     if change.unbuilt:   # the code's loads and its build before each
         builds = code_builds(graph)
         removed |= builds
@@ -1150,7 +1205,7 @@ def saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, flo
     plain values (no regex): a replay is a pass over every call and operation of the block."""
     pinned = tuple(sorted(change.pinned_rate.items())) if change.pinned_rate is not None else None
     key = (change.remove, change.graph, change.roles, change.fuse, change.untuned, change.untimed, change.unbuilt,
-           pinned) if not change.speedups else None
+           change.unchecked, pinned) if not change.speedups else None
     if key is not None and key in block.priced:
         return block.priced[key]
     result = _saving_and_busy(block, change)

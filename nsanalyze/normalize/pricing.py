@@ -156,8 +156,15 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         words.append("no GPU code built in the steps (its loads and the host's time building it before each)")
         cap_per_step += cp.build_ns_per_step(block.graph)   # never more than the loads and their builds
         capped = True
+    unchecked = bool(declared.get("uncheck")) and bool(cp.value_checks(block.graph)[0].any())
+    if unchecked:
+        words.append("no checks of values (each one-byte read to the host, the kernels that made it, their calls, "
+                     "its wait and the host's time on their way)")
+        cap_per_step += cp.checks_ns_per_step(block.graph)   # never more than the checks' own time
+        capped = True
     change = cp.Change(remove=frozenset(classes), graph=bool(declared.get("graph")), pinned_rate=pinned,
-                       roles=tuple(roles), fuse=fused, untuned=untuned, untimed=untimed, unbuilt=unbuilt)
+                       roles=tuple(roles), fuse=fused, untuned=untuned, untimed=untimed, unbuilt=unbuilt,
+                       unchecked=unchecked)
     if change.empty:
         return None
     per_step, busy_before, busy_after = cp.saving_and_busy(block, change)

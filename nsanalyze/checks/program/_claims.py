@@ -22,6 +22,7 @@ from nsanalyze.checks.program import (allocator_churn, autotuning, event_timing,
                                       pinned_alloc_churn, runtime_compilation, slow_steps)
 from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_MIN_SHARE, class_cost, wait_parts
 from nsanalyze.normalize import pricing
+from nsanalyze.normalize.host_activity import waits_for_gpu
 
 
 def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
@@ -82,6 +83,33 @@ def _summed(claimed: dict[str, dict[str, float]]) -> dict[str, float]:
 SYNC_ID, SYNC_PART, SYNC_CHANGE, SYNC_MIN_SHARE = "host-sync", "idle_sync", {"remove": ("sync",)}, 0.03
 
 
+# The host's waits that follow reads of one byte to the host (Copies.boolean_reads), at this share of them or more,
+# are checks of values: blind67_distval's 4 a step (256 in 64 steps, each after a reduction kernel) are
+# torch.distributions' argument checks; turned off, they saved 11.2 ms a step, their kernels and host code with them
+VALUE_CHECKS_SHARE = 0.5
+
+
+def host_sync_calls(timeline) -> int:
+    """The window's calls in which the host waits for the GPU: explicit syncs and copies to the host, less the
+    waits between streams on the GPU (cudaStreamWaitEvent: the host does not wait in them, host_activity.csv)."""
+    syncs = timeline.syncs
+    rows = [*syncs.explicit, *syncs.implicit]
+    return sum(r.calls for r in rows) - sum(r.calls for r in syncs.explicit if r.name and not waits_for_gpu(r.name))
+
+
+def checks_values(timeline) -> bool:
+    """Whether most of the host's waits follow a one-byte read (VALUE_CHECKS_SHARE): checks of values."""
+    reads = timeline.copies.boolean_reads if getattr(timeline, "copies", None) is not None else 0
+    calls = host_sync_calls(timeline) if getattr(timeline, "syncs", None) is not None else 0
+    return bool(calls) and reads >= VALUE_CHECKS_SHARE * calls
+
+
+def sync_change(timeline) -> dict:
+    """The change host-sync stands for: its waits gone, and where they are checks of values (checks_values), the
+    checks with them (the reads, the kernels that made each value, the host's way to their calls)."""
+    return {**SYNC_CHANGE, "uncheck": True} if checks_values(timeline) else SYNC_CHANGE
+
+
 # the wider causes whose changes take syncs away with them (the tuner's trials, the timing code, each waited for):
 # what they claimed is part of what the replay without any sync saves
 SYNCING_CAUSES = (autotuning.ID, event_timing.ID)
@@ -101,7 +129,8 @@ def sync_parts(timeline, taken: dict[str, float], owned_ns: float = 0.0) -> dict
     parts = {SYNC_PART: left(SYNC_PART)}
     syncs = timeline.syncs
     calls = sum(r.calls for r in (*syncs.explicit, *syncs.implicit))
-    priced = pricing.price(timeline, SYNC_CHANGE, float("inf")) if calls and len(timeline.devices) <= 1 else None
+    priced = pricing.price(timeline, sync_change(timeline), float("inf")) if calls and len(timeline.devices) <= 1 \
+        else None
     extra = priced.savings_ns - owned_ns - parts[SYNC_PART] if priced is not None else 0.0
     if priced is None or extra <= pricing.DISAGREE * max(parts[SYNC_PART], priced.savings_ns):
         extra = 0.0   # no replay, or it agrees with the part: the part alone

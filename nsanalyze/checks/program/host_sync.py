@@ -23,19 +23,23 @@ running_loss += loss.detach()         # stays on the GPU; read it every N steps
 
 Where most of the host's waits follow a read of one byte to the host (a boolean it tests), the waits are checks
 of values made every time: a library's argument validation (torch.distributions' `validate_args`), anomaly
-detection, asserts. The title says so, and the advice leads with turning them off.
+detection, asserts. The title says so, the advice leads with turning them off, and the change replayed takes the
+checks away with their waits: each read, the elementwise and reduction kernels before it that made the value, and
+the host's way to their calls (blind67_distval: 10.5 and 11.1 ms a step priced, 11.2 and 11.6 saved by its twins;
+the waits alone priced 8.4 and 6.2).
 
 ## Known problems
 Some syncs are needed (timing, end of an epoch); the check counts all of them and ranks by the
-idle time they cause. The saving is the replay without the waits: removing a check also removes its kernels and
-the host code that makes it, which the replay keeps (blind67_distval: 8.36 ms a step priced, 11.2 saved).
+idle time they cause. A check's host code beyond the way to its calls (the Python that prepares its arguments)
+stays in the replay.
 
 ## Options
 - `min_idle_share`: idle_sync over the window before the check speaks.
 """
 
 from nsanalyze.normalize.host_activity import waits_for_gpu
-from nsanalyze.checks.program._claims import SYNC_CHANGE, SYNC_ID, SYNC_MIN_SHARE, SYNC_PART, claims_by_cause
+from nsanalyze.checks.program._claims import SYNC_CHANGE, SYNC_ID, SYNC_MIN_SHARE, SYNC_PART, checks_values, \
+    claims_by_cause, host_sync_calls, sync_change
 from nsanalyze.checks.base import Check, Finding, plural, Threshold, budget_part, evidence, per_step_phrase
 from nsanalyze.numbers import duration_text
 
@@ -134,14 +138,19 @@ def run(timeline, limits) -> Finding | None:
     # the host's waits only: a stream waiting on another's event (cudaStreamWaitEvent) holds the GPU's stream, not the
     # host (blind67_distval: 504 of the 758 calls it counted), as host_activity.csv says
     on_gpu = [r for r, kind in rows if kind == "explicit" and r.name and not waits_for_gpu(r.name)]
-    calls = sum(r.calls for r, _ in rows) - sum(r.calls for r in on_gpu)
+    calls = host_sync_calls(timeline)
     drained = idle_ns - sync_ns
     if drained > sync_ns:   # most of the cost is the wait on the launches that refill the queue (the replay's)
         steps = timeline.steps.count if timeline.steps is not None and timeline.steps.count else None
         saved = f"{duration_text(idle_ns / steps)} a step ({share:.0%} of the window)" if steps else f"{share:.0%} of the window"
         wait = f"{duration_text(drained / steps)} a step" if steps else duration_text(drained)
-        title = (f"{plural(calls, 'host synchronization')} empty the GPU's queue: the replay without them saves {saved}, "
-                 f"{wait} of it the GPU's wait on the launches that refill the queue after each one")
+        if checks_values(timeline):   # the change takes the checks away with their waits (_claims.sync_change)
+            title = (f"{plural(calls, 'host synchronization')} empty the GPU's queue: the replay without them and the "
+                     f"checks they wait on saves {saved}, {wait} of it beside the waits (the launches that refill "
+                     "the queue after each one, the checks' calls and kernels)")
+        else:
+            title = (f"{plural(calls, 'host synchronization')} empty the GPU's queue: the replay without them saves "
+                     f"{saved}, {wait} of it the GPU's wait on the launches that refill the queue after each one")
     else:
         step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
         title = (f"{plural(calls, 'host synchronization')} leave the GPU idle {share:.0%} of the window{step_text}: "
@@ -172,21 +181,16 @@ def run(timeline, limits) -> Finding | None:
             f"{r.name} ({plural(r.calls, 'call')})" for r in on_gpu) + ", waits between streams on the GPU; the "
             "host does not wait in them")
     finding.estimated_savings_ns = idle_ns
+    finding.change = sync_change(timeline)   # (with the checks of values, where the waits are theirs)
     return finding
-
-
-# The host's waits that follow reads of one byte to the host (Copies.boolean_reads), at this share of them or more,
-# are checks of values: blind67_distval's 4 a step (256 in 64 steps, each after a reduction kernel) are
-# torch.distributions' argument checks; turned off, they saved 11.2 ms a step, their kernels and host code with them
-VALUE_CHECKS_SHARE = 0.5
 
 
 def _value_checks(timeline, calls: int) -> tuple[str, str]:
     """(what the title adds, the advice's first paragraph) where most waits follow a one-byte read: booleans the host
     tests every step, a check of values on the GPU (a library's argument validation, anomaly detection, asserts)."""
-    reads = timeline.copies.boolean_reads if getattr(timeline, "copies", None) is not None else 0
-    if not calls or reads < VALUE_CHECKS_SHARE * calls:
+    if not checks_values(timeline):
         return "", ""
+    reads = timeline.copies.boolean_reads
     steps = timeline.steps.count if timeline.steps is not None and timeline.steps.count else None
     count = f"{reads / steps:.0f} a step" if steps else f"{reads:,}"
     return (f"; {count} wait on a read of one byte to the host (a boolean it tests: a check of values)",
@@ -195,9 +199,10 @@ def _value_checks(timeline, calls: int) -> tuple[str, str]:
             "checks unasked: torch.distributions validates every argument (`validate_args`, on by default: "
             "`torch.distributions.Distribution.set_default_validate_args(False)` in training), and anomaly detection "
             "checks every gradient (`torch.autograd.set_detect_anomaly(False)`). Turn them off in the loop you time, "
-            "or keep your own checks on the GPU (`torch._assert_async(cond)`) or make them every N steps. Removing a "
-            "check also removes its kernels and the host code that makes it, which the replay of the waits alone "
-            "keeps: the saving can be larger.\n\n")
+            "or keep your own checks on the GPU (`torch._assert_async(cond)`) or make them every N steps. The saving "
+            "is the replay without the checks (their reads and waits, the kernels that made each value, the host's "
+            "way to their calls); the host code that prepares a check's arguments stays in it, so turning the "
+            "checks off can save more.\n\n")
 
 
 def _source_first(rows, tuner_ruled_out: bool) -> str:
