@@ -247,6 +247,16 @@ PAIRS = [
            "read-back each) in every minibatch",
            "host-sync"))
       for i in (1, 2)],
+    # round 68 (fixtures/real/record_blind68.sh, blind68_train.py): a DataLoader whose one worker cannot keep up with a
+    # CNN (a targeted pair: host-wait had none), and a mistake a helper chose blind: fp32 GEMMs at PyTorch's default
+    # matmul precision ("highest") in a GPT, the tensor cores idle
+    *[(f"blind68_{p}_base{i}", f"blind68_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+      for p, what, check in (
+          ("loader", "DataLoader(num_workers=8, persistent_workers=True, prefetch_factor=4), not num_workers=1 with "
+                     "NumPy decoding and augmentation in each sample", "host-wait"),
+          ("gpt", "torch.set_float32_matmul_precision('high') (TF32 tensor-core GEMMs), not the default 'highest'",
+           "low-tensor-activity"))
+      for i in (1, 2)],
 ]
 
 
