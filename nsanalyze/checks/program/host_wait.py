@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from nsanalyze.numbers import duration_text
+
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 from nsanalyze.checks.program._claims import LAUNCH_ID, SYNC_ID, claims_by_cause
 from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_CLASSES, WAIT_MIN_SHARE, wait_classes, wait_parts
@@ -88,8 +90,8 @@ def run(timeline, limits) -> Finding | None:
     where = _few_steps(timeline, classes)
     finding = Finding(
         check=ID,
-        title=(f"The GPU idles {savings / 1e6:.1f} ms ({share:.0%} of the window{per_step}) while the thread that "
-               f"launches its work waits, not computing: {kind} in {names} ({top.idle_ns / 1e6:.1f} ms of GPU idle "
+        title=(f"The GPU idles {duration_text(savings)} ({share:.0%} of the window{per_step}) while the thread that "
+               f"launches its work waits, not computing: {kind} in {names} ({duration_text(top.idle_ns)} of GPU idle "
                f"time, {plural(top.calls, 'call')}){where}"),
         estimated_speedup=share,
         evidence={"wait_share": evidence(share, limits.min_window_share, unit="ratio"),
@@ -102,7 +104,7 @@ def run(timeline, limits) -> Finding | None:
     )
     raw = sum(c.idle_ns for c in classes)
     if savings < 0.95 * raw:
-        finding.notes.append(f"{(raw - savings) / 1e6:.1f} ms of the waits lie in time a phase or steps that stand out "
+        finding.notes.append(f"{duration_text(raw - savings)} of the waits lie in time a phase or steps that stand out "
                              "claim (their findings count it)")
     finding.estimated_savings_ns = savings
     return finding
