@@ -242,10 +242,10 @@ def test_checks_of_values_are_priced_gone_with_their_waits(analyzed, run):
 @pytest.mark.parametrize("pair, check", [("loader", "host-wait"), ("gpt", "low-tensor-activity")])
 def test_round_68s_twins_are_priced_by_their_first_finding(analyzed, pair, check):
     """Round 68's twins (fixtures/real/record_blind68.sh), recorded after this round's checks were written: a CNN fed
-    by a DataLoader with one worker that decodes and augments each sample in NumPy, against eight workers; a GPT whose
+    by a DataLoader with one worker that decodes and augments each sample in NumPy, against eight; a GPT whose
     fp32 GEMMs run at PyTorch's default matmul precision ("highest", on the CUDA cores; a helper chose it blind)
     against TF32. The base's first finding names the cause and prices what the fix saved (SQL's mean GPU periods of
-    the twins: 269 and 68 ms a step) within 25%; the fixed GPT has no such finding."""
+    the twins: 117 and 68 ms a step) within 25%; the fixed GPT has no such finding."""
     base, fix = f"blind68_{pair}_base1_nsys.sqlite.xz", f"blind68_{pair}_fix1_nsys.sqlite.xz"
     model = analyzed(REAL / base)
     first = program_findings(model)[0]
