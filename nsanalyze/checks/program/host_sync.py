@@ -156,7 +156,7 @@ def run(timeline, limits) -> Finding | None:
         title = (f"{plural(calls, 'host synchronization')} leave the GPU idle {share:.0%} of the window{step_text}: "
                  "the host waits, then works while nothing is queued")
     waits = getattr(timeline, "step_waits", None)
-    checks_title, checks_advice = _value_checks(timeline, calls)
+    checks_title, checks_advice = _value_checks(timeline)
     if in_backward(waits):
         title += BACKWARD_TITLE.format(n=waits.backward_per_step)
     elif checks_title:
@@ -185,7 +185,7 @@ def run(timeline, limits) -> Finding | None:
     return finding
 
 
-def _value_checks(timeline, calls: int) -> tuple[str, str]:
+def _value_checks(timeline) -> tuple[str, str]:
     """(what the title adds, the advice's first paragraph) where most waits follow a one-byte read: booleans the host
     tests every step, a check of values on the GPU (a library's argument validation, anomaly detection, asserts)."""
     if not checks_values(timeline):
