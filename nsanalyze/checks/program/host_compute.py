@@ -419,7 +419,7 @@ def _calls_inside_note(stretches, claimed: dict, left_out: tuple = ()) -> list[s
         for entry in stretch.cuda_classes:
             total = inside.setdefault(entry.name, [0.0, entry.top_calls])
             total[0] += entry.overlap_ns
-    if sum(ns for ns, _ in inside.values()) < CALLS_NOTED_SHARE * sum(s.duration_ns for s in stretches):
+    if not inside or sum(ns for ns, _ in inside.values()) < CALLS_NOTED_SHARE * sum(s.duration_ns for s in stretches):
         return []
     named = []
     for name, (ns, calls) in sorted(inside.items(), key=lambda item: -item[1][0]):
@@ -501,7 +501,7 @@ def run(timeline, limits) -> Finding | None:
                      "pays them once, and a warm-up pass over each code path before the timed work, or "
                      "CUDA_MODULE_LOADING=EAGER, moves them to start-up")
     if first_ns:
-        names = ", ".join(code_span(name) for name in sorted({s.first_kernel for s in first_runs})[:3])
+        names = ", ".join(sorted({s.first_kernel for s in first_runs})[:3])
         notes.append(f"leaves out {duration_text(first_ns)} of host time in {plural(len(first_runs), 'stretch')} that "
                      f"ended at a kernel's first run in the capture ({names}): set-up for code the process had not run "
                      "yet (a library choosing and loading a kernel for a new shape, a first dispatch), paid once; a "
