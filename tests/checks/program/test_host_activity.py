@@ -290,3 +290,23 @@ def test_a_class_no_finding_prices_is_not_said_to_be_counted(analyzed):
     counted, _, unpriced = note.partition("that no finding prices")
     assert "pinned-alloc-churn" in unpriced and "pinned-alloc-churn" not in counted
     assert all(cause in checks for cause in ("pageable-memcpy", "host-sync") if cause in counted)
+
+
+def test_a_call_that_wakes_a_thread_is_no_wait(analyzed):
+    """blind68_loader_base1's training thread waits on its DataLoader's queue; the loader's threads wake it with
+    pthread_cond_signal (SQL: 535 calls in the capture), which returns at once. host-wait counted them among the
+    lock waits (594 calls in its title, 253 of them signals in the window); they are the class lock-release now,
+    and the lock-wait class holds waits only."""
+    from nsanalyze.normalize.host_activity import classify
+
+    path = REAL / "blind68_loader_base1_nsys.sqlite.xz"
+    [(signals,)] = sql(path, """SELECT COUNT(*) FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId
+                                WHERE s.value = 'pthread_cond_signal'""")
+    assert signals > 0
+    assert {classify(n, "os") for n in ("pthread_cond_signal", "pthread_cond_broadcast", "pthread_mutex_unlock")} \
+        == {"lock-release"}
+    wait = next(f for f in analyzed(path)["findings"] if f["check"] == "host-wait")
+    locks = next(c for c in wait["evidence"]["classes"] if c["class"] == "lock-wait")
+    assert not {"pthread_cond_signal", "pthread_cond_broadcast", "pthread_mutex_unlock"} & \
+        {c["name"] for c in locks["top_calls"]}
+    assert locks["calls"] < 594 and f"{locks['calls']} calls)" in wait["title"]
