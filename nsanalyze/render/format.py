@@ -193,14 +193,19 @@ def phase_text(phase: dict) -> str:
 VERDICT_CHECKS = ("gpu-not-traced", "one-long-kernel", "transfer-bound")
 
 
-def savings_text(finding: dict) -> str:
+def savings_text(finding: dict, model: dict | None = None) -> str:
     """A finding's savings as its row shows them, and where it speaks for several entries of one kernel (launch
     shapes, NVTX ranges: rank.merge_launch_shapes), the time of all of them that they come from: 1.21 ms beside a
-    1.05 ms row read as more than the kernel's time."""
+    1.05 ms row read as more than the kernel's time. A program finding's savings over a window of steps also a step
+    (`242 ms (3.06 ms a step)`): its title speaks of steps, and a window's total beside it read as another figure."""
     text = duration(finding.get("estimated_savings_ns"))
     ids = finding.get("kernel_ids") or []
     if len(ids) > 1 and finding.get("kernel_time_ns"):
         text += f" of {len(ids)} entries' {duration(finding['kernel_time_ns'])}"
+    steps = ((model or {}).get("timeline") or {}).get("steps") or {}
+    count = steps.get("count") if isinstance(steps, dict) else None
+    if count and finding.get("kernel_name") is None and finding.get("estimated_savings_ns"):
+        text += f" ({duration(finding['estimated_savings_ns'] / count)} a step)"
     return text
 
 

@@ -102,7 +102,7 @@ def _table(findings: list[dict], model: dict | None = None, made: dict | None = 
         if line is None:
             line = made[id(f), name] = (f"| {f['rank']} | {f['severity']} | `{f['check']}` | "
                                         f"{escape(name)} | "
-                                        f"{savings_text(f)} | {escape(f['title'])} |")
+                                        f"{savings_text(f, model)} | {escape(f['title'])} |")
         lines.append(line)
     return lines
 

@@ -71,7 +71,7 @@ def print_summary(model: dict, console: Console | None = None, limit: int = 15) 
         for finding, name, gpu in zip(shown, names, gpus):
             table.add_row(str(finding["rank"]), Text(finding["severity"], style=SEVERITY_STYLE[finding["severity"]]),
                           Text(finding["check"]), Text(name), *((Text(visible(gpu)),) if several else ()),
-                          Text(savings_text(finding)), Text(visible(finding["title"])))
+                          Text(savings_text(finding, model)), Text(visible(finding["title"])))
         console.print(table)
         if len(findings) > limit:
             console.print(f"... and {len(findings) - limit} more findings (write a report with -o for all)")

@@ -40,3 +40,22 @@ def test_the_findings_at_info_are_listed_as_in_the_json(joined_model):
     assert info and f"{len(info)} finding" in block.split("</summary>")[0]
     listed = re.findall(r"^- (\d+)\. `([a-z0-9-]+)` on ", block, flags=re.M)
     assert listed == [(str(f["rank"]), f["check"]) for f in info]
+
+
+def test_a_program_findings_saving_is_also_told_a_step(analyzed):
+    """own67_fixed1's titles speak of steps ("1.12 ms less copy time in each 9.00 ms step"), and its saves column held
+    the window's total (242 ms over 79 steps) beside them: a user read them as two answers. Each program finding's
+    cell now also gives its saving a step: its total over the window's steps."""
+    from nsanalyze.render.format import duration
+    from tests.conftest import REAL
+
+    model = analyzed(REAL / "own67_fixed1_nsys.sqlite.xz")
+    count = model["timeline"]["steps"]["count"]
+    rows = [line for line in render(model).splitlines() if line.startswith("| ") and "`" in line]
+    program = [f for f in model["findings"] if f["kernel_name"] is None and f["severity"] != "info"]
+    assert program and count == 79
+    for finding in program:
+        row = next(r for r in rows if r.startswith(f"| {finding['rank']} |"))
+        each = duration(finding["estimated_savings_ns"] / count)
+        assert f"| {duration(finding['estimated_savings_ns'])} ({each} a step) |" in row
+    assert "| 242 ms (3.06 ms a step) |" in rows[0]
