@@ -423,6 +423,14 @@ class ClassInStretch(Record):
 
 
 @dataclass(frozen=True)
+class ShapeChanges(Record):
+    """How often consecutive steps launch kernels of other launch shapes (normalize.steps.shape_changes)."""
+    compared: int = 0            # pairs of consecutive steps compared
+    changed: int = 0             # pairs whose kernels differ by name or launch shape
+    example: str | None = None   # the kernel that differed in most pairs
+
+
+@dataclass(frozen=True)
 class HostStretch(Record):
     NESTED: ClassVar[dict[str, type]] = {"os_calls": OsCalls, "thread_os_calls": OsCalls, "jit_calls": ApiCall,
                                          "cuda_classes": ClassInStretch}

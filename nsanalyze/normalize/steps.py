@@ -386,3 +386,38 @@ def count_warmup(durations: np.ndarray) -> int:
     while warmup < len(durations) // 2 and durations[warmup] > WARMUP_SLOWER * reference:
         warmup += 1
     return warmup
+
+
+# Consecutive steps compared for their kernels' launch shapes (the first steady ones: a bounded working set)
+SHAPE_STEPS = 64
+
+
+def shape_changes(kernels, starts: np.ndarray, ends: np.ndarray) -> tuple[int, int, int | None] | None:
+    """(pairs of consecutive steps compared, pairs whose kernels differ by name or launch shape, the short-name id of
+    the kernel that differed in most pairs) over the first SHAPE_STEPS steady steps on the GPU's clock: a CUDA graph
+    replays the shapes it captured, so steps whose shapes change (a KV cache grown by torch.cat each token, batches
+    of other lengths) cannot be captured as they are. None without launch shapes (`shape_code`) or 3 steps."""
+    try:
+        codes = kernels.shape_code
+    except AttributeError:
+        return None
+    count = min(len(starts), SHAPE_STEPS)
+    if count < 3 or not len(codes):
+        return None
+    begin = kernels.start
+    chosen = np.flatnonzero((begin >= starts[0]) & (begin < ends[count - 1]))
+    step = np.searchsorted(starts[:count], begin[chosen], side="right") - 1
+    key = np.asarray(kernels.short_name_id)[chosen].astype(np.int64) * (1 << 32) + codes[chosen].astype(np.int64)
+    order = np.lexsort((key, step))
+    step, key = step[order], key[order]
+    bounds = np.searchsorted(step, np.arange(count + 1))
+    signatures = [key[bounds[i]:bounds[i + 1]] for i in range(count)]
+    changed, names = 0, {}
+    for before, after in zip(signatures, signatures[1:]):
+        if len(before) == len(after) and np.array_equal(before, after):
+            continue
+        changed += 1
+        for name in np.unique(np.setxor1d(before, after) >> 32).tolist():
+            names[name] = names.get(name, 0) + 1
+    example = max(names, key=lambda n: (names[n], -n)) if names else None
+    return count - 1, changed, example

@@ -67,6 +67,7 @@ class Timeline:
     step_ends: np.ndarray | None = None
     step_indices: np.ndarray | None = None  # ... and its instance index (0 = the first instance of the range)
     step_host_windows: tuple | None = None  # ... and the host's part of it: (starts, ends) (Steps.host_windows)
+    shape_changes: model.ShapeChanges | None = None   # ... how often consecutive ones launch other shapes
     step_next_lead_in: np.ndarray | None = None  # ... and the next step's stall before its first GPU work
     #                                              that falls in this step's period (Steps.next_lead_in)
     step_copy_bytes: dict = field(default_factory=dict)
@@ -220,6 +221,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.step_starts, timeline.step_ends = steps.starts.copy(), steps.ends.copy()
         timeline.step_indices = steps.steady.copy()
         timeline.step_host_windows = steps.host_windows()
+        timeline.shape_changes = _shape_changes(export, activity, timeline.step_starts, timeline.step_ends)
         timeline.step_next_lead_in = steps.next_lead_in()
         timeline.step_copy_bytes = _step_copy_bytes(wa, timeline.step_starts, timeline.step_ends)
     host_later = _host_activity(export, budgets, activity, call_names, capture.launching_threads,
@@ -403,6 +405,18 @@ def _kernels_and_work(export: NsysExport, window: Window, kernels, strings, in_r
     """The window's kernel summary (one row per name) and its GPU time by role (normalize.work)."""
     table = normalize_nsys_kernels(export, (window.start, window.end), kernels, strings)
     return table, analyze_work(export, (window.start, window.end), table.rows, kernels, strings, in_ranges, reads)
+
+
+def _shape_changes(export: NsysExport, activity, starts, ends) -> model.ShapeChanges | None:
+    """normalize.steps.shape_changes over the window's kernels, the example kernel by name."""
+    from nsanalyze.normalize.steps import shape_changes
+
+    found = shape_changes(activity.kernels, starts, ends)
+    if found is None:
+        return None
+    compared, changed, example = found
+    return model.ShapeChanges(compared=compared, changed=changed,
+                              example=export.strings([example]).get(example) if example is not None else None)
 
 
 def _reads_to_host(wa) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

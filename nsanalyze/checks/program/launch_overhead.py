@@ -39,6 +39,10 @@ budget counts that wait as launch time. Where the replay of the steps without th
 idle time, host-sync claims that wait (checks/program/_claims) and this finding prices what is left of it: the
 syncs are the smaller change (a graph cannot capture a sync either).
 
+A graph replays the launch shapes it captured. Where at least half of the pairs of consecutive steps (of the
+first 64) launch kernels of other shapes (normalize.steps.shape_changes: a KV cache grown by `torch.cat` each
+token), the advice starts with making them static, and `evidence.shape_changes` gives that share.
+
 Where the host holds the step, a graph takes away the launch paths' host time, which is more than the GPU's
 wait on them: the GPU's work, which ran while the host launched, then runs under the host work that stays (a
 Python loop's per-parameter optimizer code, say). Where the replay of one graph launch a step saves more than
@@ -140,6 +144,12 @@ def run(timeline, limits) -> Finding | None:
     )
     finding.estimated_savings_ns = idle_ns - one_time   # module loading is once per process: no graph removes it
     _framework_ops(finding, launches, timeline)
+    shapes = _changing_shapes(timeline)
+    if shapes:
+        changes = timeline.shape_changes
+        finding.advice = shapes + finding.advice
+        finding.evidence["shape_changes"] = evidence(changes.changed / changes.compared, SHAPES_CHANGE_SHARE,
+                                                     unit="ratio", compare=">=")
     waits, placed = _waits_per_step(timeline), getattr(timeline, "step_waits", None)
     if waits:
         finding.advice = _waits_first(*waits, timing=getattr(timeline, "timing_code", None),
@@ -148,6 +158,25 @@ def run(timeline, limits) -> Finding | None:
         if in_backward(placed):
             finding.title += BACKWARD_TITLE.format(n=placed.backward_per_step)
     return finding
+
+
+# Consecutive steps whose kernels change launch shape, at this share of them or more: a graph captured once does not
+# fit the next step (token_gen: a KV cache grown by torch.cat, 63 of 63 pairs; the training loops of fixtures/real: 0)
+SHAPES_CHANGE_SHARE = 0.5
+
+
+def _changing_shapes(timeline) -> str:
+    """A paragraph for steps whose kernels change launch shape from one step to the next (normalize.steps.
+    shape_changes), which a CUDA graph's replay of captured shapes does not allow as they are; '' otherwise."""
+    changes = getattr(timeline, "shape_changes", None)
+    if changes is None or not changes.compared or changes.changed < SHAPES_CHANGE_SHARE * changes.compared:
+        return ""
+    example = f"; most often {code_span(changes.example)}" if changes.example else ""   # (a name from the profile)
+    return (f"The steps' kernels change launch shape from one step to the next ({changes.changed} of "
+            f"{changes.compared} pairs of consecutive steps differ{example}), and a CUDA graph replays the shapes it "
+            "captured. Make the shapes static first: a cache allocated once at its largest size and written in place "
+            "(not grown by `torch.cat` each step: a static KV cache), inputs padded to a few sizes (one graph per "
+            "size); then capture the step.\n\n")
 
 
 # The host-activity classes of calls that wait for the GPU (normalize.waits.WAITING_CLASSES): a CUDA graph cannot

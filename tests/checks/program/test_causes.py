@@ -3,7 +3,7 @@
 Each fixture is a real recording of a program written to show one cause (fixtures/real/README.md);
 the test asserts the first program finding and the budget figures that make it so."""
 
-from tests.conftest import REAL, program_findings
+from tests.conftest import REAL, program_findings, sql, sql_gpu_step_firsts
 
 HOST_CAUSES = {"launch-overhead", "host-compute", "host-sync", "gpu-idle"}
 
@@ -33,6 +33,37 @@ def test_graph_replay_fixes_it(analyzed):
 def test_batch_one_generation_is_launch_bound(analyzed):
     first = _first(analyzed, "token_gen_nsys.sqlite.xz")
     assert first["check"] == "launch-overhead" and first["severity"] == "high"
+
+
+# Every kernel's start, short name and launch shape, by SQL
+KERNEL_SHAPES_SQL = """SELECT start, shortName, gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread,
+                              staticSharedMemory + dynamicSharedMemory FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start"""
+
+
+def test_a_graph_waits_for_static_shapes_where_the_steps_change_them(analyzed):
+    """token_gen grows its KV cache by torch.cat each token: by SQL, consecutive tokens' kernels differ in launch
+    shape (the concatenation's, the attention's over a longer cache). A CUDA graph replays the shapes it captured,
+    so launch-overhead's advice starts with static shapes (a cache allocated once, inputs padded to a few sizes);
+    graphs_eager, whose steps repeat their shapes, gets no such words."""
+    import bisect
+
+    path = REAL / "token_gen_nsys.sqlite.xz"
+    model = analyzed(path)
+    window = model["timeline"]["window"]
+    firsts = [f for f in sql_gpu_step_firsts(path, "token %") if window["start_ns"] <= f < window["end_ns"]]
+    steps: list[list] = [[] for _ in firsts]
+    for start, *kernel in sql(path, KERNEL_SHAPES_SQL):
+        at = bisect.bisect_right(firsts, start) - 1
+        if 0 <= at < len(firsts) - 1:   # (the last step's period has no end here)
+            steps[at].append(tuple(kernel))
+    signatures = [sorted(k) for k in steps[:-1]]
+    pairs = list(zip(signatures, signatures[1:]))[:63]
+    assert sum(a != b for a, b in pairs) >= 0.5 * len(pairs) > 0
+    first = _first(analyzed, "token_gen_nsys.sqlite.xz")
+    assert first["check"] == "launch-overhead" and "change launch shape from one step to the next" in first["advice"]
+    assert first["evidence"]["shape_changes"]["value"] >= 0.5
+    eager = _first(analyzed, "graphs_eager_nsys.sqlite.xz")
+    assert "shape_changes" not in eager["evidence"] and "launch shape" not in eager["advice"]
 
 
 def test_data_preparation_in_the_loop_is_host_compute(analyzed):
