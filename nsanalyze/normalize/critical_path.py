@@ -684,7 +684,8 @@ def checks_ns_per_step(graph: Graph) -> float:
         return 0.0
     steps = max(len(graph.step_first_op), 1)
     gpu = float((graph.o_end - graph.o_start)[ops & (graph.o_call >= 0)].sum()) / steps
-    return calls_host_ns_per_step(graph, calls, call_way) + calls_host_ns_per_step(graph, dropped_paths(graph, ops)) + gpu
+    paths = dropped_paths(graph, ops)   # (the kernels' and reads' calls with their paths; the waits apart, once)
+    return calls_host_ns_per_step(graph, calls & ~paths, call_way) + calls_host_ns_per_step(graph, paths) + gpu
 
 
 def code_builds(graph: Graph) -> np.ndarray:
@@ -804,8 +805,8 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         target = np.where(timing, -1, target)
         gap_host = np.where(timing, gap_host - call_way(graph, gap_host), gap_host)
         cross_gap = np.where(timing, cross_gap - call_way(graph, cross_gap), cross_gap)
-    if checks is not None:   # the reads' waits and the host's way to each of the checks' calls
-        calls = checks[1]
+    if checks is not None:   # the reads' waits and the host's way to each (the read calls' paths went above)
+        calls = checks[1] & ~paths
         removed |= calls
         own = np.where(calls, 0.0, own)
         target = np.where(calls, -1, target)
