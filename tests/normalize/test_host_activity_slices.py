@@ -51,8 +51,10 @@ def _counted(path, chunk: int):
                                                  for c in activity.classes]
 
 
-CALLS_BY_NAME = """SELECT s.value, COUNT(*), SUM(c.end - c.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME c
+CALLS_BY_NAME = """SELECT s.value, COUNT(*), SUM(MIN(c.end, {end}) - MAX(c.start, {start}))
+    FROM CUPTI_ACTIVITY_KIND_RUNTIME c
     JOIN StringIds s ON s.id = c.nameId WHERE c.end > {start} AND c.start < {end} GROUP BY s.value"""
+OS_CALLS_BY_NAME = CALLS_BY_NAME.replace("CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API")
 
 
 def test_class_counts_a_chunk_at_a_time_equal_sql():
@@ -73,6 +75,25 @@ def test_class_counts_a_chunk_at_a_time_equal_sql():
     for entry in cuda:
         for top in entry["top_calls"]:
             assert (top["calls"], top["ns"]) == expected[top["name"]]
+
+
+def test_os_calls_count_their_time_inside_the_window():
+    """An OS call's time is what lies inside the window: blind61_anomaly's autograd thread waits in
+    pthread_cond_wait from before the steady window to its end, which counted 7.1 s of calls in a 6.4 s window;
+    each name's calls and time are SQL's, clipped to the window (one process)."""
+    path = REAL / "blind61_anomaly_base1_nsys.sqlite.xz"
+    timeline = build_timeline(read_profile(path))
+    window = timeline.window
+    expected = {}
+    for name, count, ns in sql(path, OS_CALLS_BY_NAME.format(start=window.start, end=window.end)):
+        calls, total = expected.get(host_activity.base_name(name), (0, 0))
+        expected[host_activity.base_name(name)] = (calls + count, total + ns)
+    waits = next(c for c in timeline.host_activity.classes if c.name == "lock-wait")
+    name, calls, ns = max(waits.top_calls, key=lambda call: call[2])
+    assert name == "pthread_cond_wait" and (calls, ns) == expected[name]
+    threads, = sql(path, "SELECT COUNT(DISTINCT globalTid) FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId "
+                         f"WHERE s.value = 'pthread_cond_wait' AND o.end > {window.start} AND o.start < {window.end}")
+    assert window.end - window.start < ns <= threads[0] * (window.end - window.start)
 
 
 def test_idle_measured_a_chunk_at_a_time_equals_the_intervals_clipped():
