@@ -754,6 +754,27 @@ def _kernel_roles(export: NsysExport, kernels, names: list, in_ranges: np.ndarra
 # ---------------------------------------------------------------- replay
 
 
+@dataclass
+class _HostSide:
+    """The replay's host side as a change leaves it: the calls removed, each call's own time and the operation it
+    waits for (-1: none), and the host compute before each call on its thread (gap_host) and after another
+    thread's call (cross_gap)."""
+    removed: np.ndarray
+    own: np.ndarray
+    target: np.ndarray
+    gap_host: np.ndarray
+    cross_gap: np.ndarray
+
+    def drop(self, graph: Graph, calls: np.ndarray, way) -> None:
+        """Takes the calls out with the host's way to each: `way(graph, gap)` is the part of the compute before a
+        call that goes with it (a launch path, the way to a call, a build beyond the typical path)."""
+        self.removed |= calls
+        self.own = np.where(calls, 0.0, self.own)
+        self.target = np.where(calls, -1, self.target)
+        self.gap_host = np.where(calls, self.gap_host - way(graph, self.gap_host), self.gap_host)
+        self.cross_gap = np.where(calls, self.cross_gap - way(graph, self.cross_gap), self.cross_gap)
+
+
 def replay(graph: Graph, change: Change | None = None) -> Replay:
     """Re-times the graph in the order its nodes happened, with the change applied."""
     change = change or Change()
@@ -793,32 +814,17 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
                                                           gap_host))
         cross_gap = np.where(tuned.removed, 0.0, np.where(tuned.kept, np.minimum(cross_gap, graph.path_typical),
                                                            cross_gap))
-    own = np.where(removed, 0.0, graph.c_own)
-    target = np.where(removed, -1, graph.c_target)
+    host = _HostSide(removed, np.where(removed, 0.0, graph.c_own), np.where(removed, -1, graph.c_target),
+                     gap_host, cross_gap)
     if paths.any():   # the launch paths of the calls that launched only kernels gone: the host work goes too
-        gap_host = np.where(paths, gap_host - path_gap(graph, gap_host), gap_host)
-        cross_gap = np.where(paths, cross_gap - path_gap(graph, cross_gap), cross_gap)
+        host.drop(graph, paths, path_gap)
     if change.untimed and graph.timing is not None and graph.timing.any:   # the timing's calls and their way
-        timing = graph.timing.removed
-        removed |= timing
-        own = np.where(timing, 0.0, own)
-        target = np.where(timing, -1, target)
-        gap_host = np.where(timing, gap_host - call_way(graph, gap_host), gap_host)
-        cross_gap = np.where(timing, cross_gap - call_way(graph, cross_gap), cross_gap)
+        host.drop(graph, graph.timing.removed, call_way)
     if checks is not None:   # the reads' waits and the host's way to each (the read calls' paths went above)
-        calls = checks[1] & ~paths
-        removed |= calls
-        own = np.where(calls, 0.0, own)
-        target = np.where(calls, -1, target)
-        gap_host = np.where(calls, gap_host - call_way(graph, gap_host), gap_host)
-        cross_gap = np.where(calls, cross_gap - call_way(graph, cross_gap), cross_gap)
+        host.drop(graph, checks[1] & ~paths, call_way)
     if change.unbuilt:   # the code's loads and its build before each
-        builds = code_builds(graph)
-        removed |= builds
-        own = np.where(builds, 0.0, own)
-        target = np.where(builds, -1, target)
-        gap_host = np.where(builds, gap_host - beyond_path(graph, gap_host), gap_host)
-        cross_gap = np.where(builds, cross_gap - beyond_path(graph, cross_gap), cross_gap)
+        host.drop(graph, code_builds(graph), beyond_path)
+    own, target, gap_host, cross_gap = host.own, host.target, host.gap_host, host.cross_gap
     latency = graph.o_latency.copy()
     gap_ops = graph.o_gap.copy()
     if change.graph:
