@@ -252,6 +252,11 @@ def _waits_first(per_step: float, name: str, timing=None, waits=None, uploads: f
                        "an upload per item, request or layer): first make the moves fewer (batch the inputs or "
                        "requests it handles one at a time, build constants on the GPU once, one read-back a step), "
                        "then capture what remains.\n\n")
+    if round(per_step) == 1:   # one value a step: often one the loop itself tests (token_gen: `token.item() == eos`)
+        return said + ("One wait a step is often a value the loop itself tests: a generated token against the end of "
+                       "sequence (`if token.item() == eos`), a loss for early stopping. Test it every N steps instead "
+                       "(run N steps, then check; the few steps past the end cost little), and read logged values "
+                       "back every N steps (accumulate them on the GPU); then capture the steps between the tests.\n\n")
     return said + ("Read the values back every N steps instead (accumulate them on the GPU), then capture the "
                    "step.\n\n")
 
