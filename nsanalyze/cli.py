@@ -193,7 +193,8 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
 @click.option("--speedup", "speedups", multiple=True, metavar="regex:PATTERN=FACTOR",
               help="kernels whose name matches PATTERN run FACTOR times faster (2: twice as fast; repeatable)")
 @click.option("--remove", "remove", multiple=True, metavar="CLASS",
-              help="drop the host calls of a host-activity class (allocator, sync, launch, ...; repeatable)")
+              help="drop the host calls of a host-activity class (allocator, sync, launch, ...; an OS class such as "
+                   "lock-wait: the host's waits in it between CUDA calls; repeatable)")
 @click.option("--graph", is_flag=True, help="each step's launches replaced by one CUDA graph launch")
 @click.option("--outliers", is_flag=True, help="steps that stand out set to the median step")
 @click.option("--pinned", is_flag=True, help="pageable copies at the capture's pinned-memory rate")

@@ -68,10 +68,10 @@ def parse_changes(speedups, remove) -> tuple[tuple, frozenset]:
             parsed.append(cp.parse_speedup(text))
         except ValueError as exc:
             raise InputError("--speedup", str(exc)) from None
-    known = [name for name in class_order() if any(r.name == name and r.source == "cuda" for r in rules())]
+    known = [name for name in class_order() if any(r.name == name for r in rules())]
     for name in remove:
         if name not in known:
-            raise InputError("--remove", f"{name!r} is no class of CUDA calls (one of: {', '.join(known)})")
+            raise InputError("--remove", f"{name!r} is no class of CUDA or OS calls (one of: {', '.join(known)})")
     return tuple(parsed), frozenset(remove)
 
 
@@ -261,8 +261,10 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
                     "kernels": int(hit.sum()), "kernel_ns_per_step": float(durations[hit].sum()) / steps})
     for name in sorted(remove):
         mine = graph.calls_of(name)
-        out.append({"change": "remove", "class": name, "calls": int(mine.sum()),
-                    "host_ns_per_step": float((graph.c_end - graph.c_start)[mine].sum()) / steps})
+        waited = cp.gap_os_ns(graph, name)   # an OS class: its time between the CUDA calls (Graph.c_gap_os)
+        out.append({"change": "remove", "class": name, "calls": int(mine.sum()) + int((waited > 0).sum()),
+                    "host_ns_per_step": (float((graph.c_end - graph.c_start)[mine].sum()) + float(waited.sum()))
+                    / steps})
     if asked.graph:
         out.append({"change": "graph", "what": "each step's launches as one CUDA graph launch"})
     if asked.outliers:

@@ -36,7 +36,9 @@ import numpy as np
 
 from nsanalyze.normalize import gemm_loads, launch_loops, recompute, tuning
 from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, pair_keys
-from nsanalyze.normalize.host_activity import base_name, classify, rules
+from nsanalyze.normalize.budget import union
+from nsanalyze.normalize.host_activity import (Measure, all_threads_inside, base_name, class_order, classify,
+                                              intersect, paint, rules)
 from nsanalyze.normalize.host_calls import DEVICE_COPY_KINDS
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
 from nsanalyze.patterns import UserPattern
@@ -195,6 +197,9 @@ class Graph:
     # per call, the position of its name in the block's distinct names; per distinct name, its class (calls_of)
     c_name_position: np.ndarray | None = None
     name_classes: np.ndarray | None = None
+    # per call, its thread's OS calls inside the host compute before it (gap_os_time): (the gap as measured,
+    # ((host-activity class, ns), ...)); only calls whose gap holds any
+    c_gap_os: dict = field(default_factory=dict)
 
     def calls_of(self, classes) -> np.ndarray:
         """Per call, whether its host-activity class is one of `classes`: one test a distinct call name, not one a
@@ -557,7 +562,69 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     graph.tuning, graph.timing = tuning.find(c_class, launched, graph.c_step, c_start, c_end, tid, o_call,
                                              [names[0] if names else None for names in o_names], len(host_starts))
     graph.o_recompute, graph.recomputes, graph.o_repeated, graph.repeated = recompute.find(graph)
+    graph.c_gap_os = gap_os_time(export, graph, tid, launching_threads)
     return graph
+
+
+def gap_os_time(export: NsysExport, graph: Graph, tids: np.ndarray, launching_threads: np.ndarray) -> dict:
+    """Per call, the time in the host compute before it (from the end of the call it resumed after to its start,
+    as measured) when every launching thread of the block's processes sat in an OS call, by the host-activity
+    class of those calls (host_activity.csv; where two classes overlap, the table's first, as host activity paints
+    them), with that gap's length: the critical path names what the host waited on there. blind68_loader's
+    training thread spends 212 ms of a 231 ms step in sem_clockwait (the loader's queue), the autograd thread in
+    pthread_cond_wait, which the path called host compute. A thread that never entered an OS call in the block
+    may have been computing all along: then no gap is labelled. Calls nested in another (nestingLevel > 0) are that
+    call's time. `tids`: the block's calls' threads (a process id shifted where the chains are processes')."""
+    if not len(graph.c_start) or not export.has("OSRT_API", "start", "end", "nameId", "globalTid"):
+        return {}
+    processes = set(distinct(tids >> PID_SHIFT).tolist())
+    threads = [int(t) for t in distinct(np.asarray(launching_threads, np.int64)).tolist() if t >> PID_SHIFT in processes]
+    if not threads:
+        return {}
+    lo, hi = int(graph.c_start.min()), int(graph.c_start.max())
+    outer = " AND (nestingLevel IS NULL OR nestingLevel = 0)" if export.has("OSRT_API", "nestingLevel") else ""
+    rows = export.query(f"""SELECT start, end, nameId, globalTid FROM OSRT_API
+                            WHERE globalTid IN ({','.join(map(str, threads))})
+                            AND end > ? AND start < ? AND end > start{outer}""", (lo, hi))
+    if not rows:
+        return {}
+    os_start, os_end, os_name, os_tid = (np.fromiter((r[i] for r in rows), np.int64, len(rows)) for i in range(4))
+    if len(distinct(os_tid)) < len(threads):
+        return {}
+    blocked = all_threads_inside(os_start, os_end, os_tid)
+    if not len(blocked[0]):
+        return {}
+    names = export.strings(distinct(os_name))
+    name_class = {int(i): classify(names.get(int(i)) or f"call {int(i)}", "os") for i in distinct(os_name).tolist()}
+    call_class = np.array([name_class[int(i)] for i in os_name.tolist()], dtype=object)
+    order = {name: k for k, name in enumerate(class_order())}
+    present = sorted(set(call_class.tolist()), key=lambda name: (order.get(name, len(order)), name))
+    layers = [intersect(union(os_start[call_class == name].copy(), os_end[call_class == name].copy(), owned=True),
+                        blocked) for name in present]
+    seg_start, seg_end, label = paint(layers, (lo, hi))
+    never = np.iinfo(np.int64).min // 4
+    prev_end = np.where(graph.c_prev >= 0, graph.c_end[np.maximum(graph.c_prev, 0)], never)
+    cross_end = np.where(graph.c_cross >= 0, graph.c_end[np.maximum(graph.c_cross, 0)], never)
+    gap_start = np.maximum(prev_end, cross_end)
+    gaps = np.flatnonzero((gap_start > never) & (gap_start < graph.c_start))
+    found: dict[int, list] = {}
+    for k, name in enumerate(present):
+        mine = label == k
+        if not mine.any():
+            continue
+        held = Measure(seg_start[mine], seg_end[mine])(np.maximum(gap_start[gaps], lo), graph.c_start[gaps])
+        for c, ns in zip(gaps[held > 0].tolist(), held[held > 0].tolist()):
+            found.setdefault(c, []).append((name, float(ns)))
+    return {c: (float(graph.c_start[c] - gap_start[c]), tuple(by_class)) for c, by_class in found.items()}
+
+
+def gap_os_ns(graph: Graph, name: str) -> np.ndarray:
+    """Per call, the time of the OS class `name` in the host compute before it (Graph.c_gap_os): what removing
+    that class (`whatif --remove lock-wait`: the loader's queue never empty) takes from the host's gap."""
+    waited = np.zeros(len(graph.c_start))
+    for call, (_, by_class) in graph.c_gap_os.items():
+        waited[call] = sum(ns for cls, ns in by_class if cls == name)
+    return waited
 
 
 def _name_pairs(short: np.ndarray, demangled: np.ndarray, names: dict) -> list:
@@ -805,6 +872,10 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
                                         np.maximum(graph.o_bytes[pageable] / rate, PINNED_COPY_FLOOR_NS))
     removed = graph.calls_of(change.remove) if change.remove else np.zeros(n_calls, bool)
     gap_host, cross_gap = host_gaps(graph)
+    for name in change.remove:   # an OS class (a wait on a queue, a lock, I/O): its time between the calls goes
+        waited = gap_os_ns(graph, name)
+        if waited.any():
+            gap_host, cross_gap = (gap_host - waited).clip(min=0.0), (cross_gap - waited).clip(min=0.0)
     paths = dropped_paths(graph, gone | role_mask(graph, change.fuse) if change.fuse else gone)
     removed |= paths
     if untuned:   # the tuner's calls and the host's time before them; the step's own launches keep their path
@@ -1066,6 +1137,21 @@ def critical_path(graph: Graph, result: Replay, step: int) -> list[dict] | None:
         if b > a:
             parts[label] = parts.get(label, 0.0) + (b - a)
 
+    def add_gap(call, a, b):
+        """The host compute before a call: its thread's OS calls there (Graph.c_gap_os) by their class, in the
+        share of the measured gap they held (a replay may have shortened the gap), the rest host compute."""
+        a = max(a, t0)
+        if b <= a:
+            return
+        measured, by_class = graph.c_gap_os.get(call, (0.0, ()))
+        left = b - a
+        for cls, ns in by_class if measured > 0 else ():
+            share = min(left, ns * (b - a) / measured)
+            parts["host:" + cls] = parts.get("host:" + cls, 0.0) + share
+            left -= share
+        if left > 0:
+            parts[HOST_COMPUTE] = parts.get(HOST_COMPUTE, 0.0) + left
+
     guard = 0
     while t > t0 and guard < 10 * graph.events + 10:
         guard += 1
@@ -1094,7 +1180,7 @@ def critical_path(graph: Graph, result: Replay, step: int) -> list[dict] | None:
             if p < 0:
                 add(HOST_COMPUTE, t0, t)
                 break
-            add(HOST_COMPUTE, result.ce[p], t)
+            add_gap(i, result.ce[p], t)
             node, i, t = 3, p, result.ce[p]
         else:   # a call's end
             label = "host:" + graph.c_class[i]
@@ -1280,10 +1366,12 @@ def timing_ns_per_step(graph: Graph) -> float:
 
 
 def class_ns_per_step(block: StepBlock, classes) -> float:
-    """The block's host time in calls of these host-activity classes, per step."""
+    """The block's host time in calls of these host-activity classes, per step: an OS class's, its time between the
+    CUDA calls (gap_os_ns)."""
     graph = block.graph
     mine = graph.calls_of(classes)
-    return float((graph.c_end - graph.c_start)[mine].sum()) / max(len(graph.step_first_op), 1)
+    waited = sum(float(gap_os_ns(graph, name).sum()) for name in classes)
+    return (float((graph.c_end - graph.c_start)[mine].sum()) + waited) / max(len(graph.step_first_op), 1)
 
 
 _SPEEDUP = re.compile(r"^regex:(?P<pattern>.+)=(?P<factor>[^=]+)$")

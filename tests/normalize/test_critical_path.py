@@ -96,6 +96,35 @@ def test_the_replay_without_change_reproduces_the_steps(timelines, name):
     assert block.replayed.sum() == pytest.approx(steady.sum(), rel=cp.SELF_CHECK_TOLERANCE)
 
 
+# The training thread's time a step in OS waits on a queue or lock (the loader's semaphore, a condition), by SQL
+LOCK_WAITS_SQL = """SELECT SUM(MIN(o.end, {end}) - MAX(o.start, {start})) FROM OSRT_API o JOIN StringIds n ON n.id = o.nameId
+    WHERE o.globalTid = {tid} AND o.end > {start} AND o.start < {end}
+    AND (n.value LIKE 'sem_%wait' OR n.value LIKE 'pthread_cond_%wait')"""
+
+
+def test_the_host_waiting_on_a_queue_is_a_wait_on_the_path(timelines):
+    """blind68_loader (one DataLoader worker): the training thread waits on the loader's queue in sem_clockwait
+    most of each step while the autograd thread sits in pthread_cond_wait. The path called that host compute; it
+    is now host-activity class lock-wait, as host-wait's finding says, and no more than the training thread's own
+    waits of a step by SQL (the path counts only where every launching thread waited). anomaly, whose host
+    computes (stack traces, checks), keeps its host compute."""
+    name = "blind68_loader_base1_nsys.sqlite.xz"
+    path = timelines(name)[1].critical_path
+    step = statistics.median(sql_gpu_step_periods(REAL / name))
+    assert sum(p["ns"] for p in path) == pytest.approx(step, rel=0.02)
+    ((tid,),) = sql(REAL / name, "SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY globalTid "
+                                 "ORDER BY COUNT(*) DESC LIMIT 1")
+    ranges = sql(REAL / name, "SELECT start, end FROM NVTX_EVENTS WHERE text LIKE 'step %' ORDER BY start")
+    waits = statistics.median(sql(REAL / name, LOCK_WAITS_SQL.format(start=s, end=e, tid=tid))[0][0] or 0
+                              for s, e in ranges[len(ranges) // 4:])
+    waited = parts(path, "host:lock-wait")
+    assert 0.75 * waits <= waited <= waits and waited > 0.7 * step   # measured: 113.4 of 128.7 ms, a 143.6 ms step
+    assert parts(path, "host:compute") < waited / 3
+    computing = timelines("blind61_anomaly_base1_nsys.sqlite.xz")[1].critical_path
+    assert parts(computing, "host:compute") > 0.6 * sum(p["ns"] for p in computing)
+    assert parts(computing, "host:lock-wait") < 0.02 * sum(p["ns"] for p in computing)
+
+
 def test_a_synchronous_step_is_its_gpu_work_then_its_host_work(timelines):
     """matmul_sync: the products, `.item()`, 2 ms of host work, in turn: all the GPU work and the host's
     time between are on the path."""
