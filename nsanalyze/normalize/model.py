@@ -428,6 +428,7 @@ class ShapeChanges(Record):
     compared: int = 0            # pairs of consecutive steps compared
     changed: int = 0             # pairs whose kernels differ by name or launch shape
     example: str | None = None   # the kernel that differed in most pairs
+    recounted: int = 0           # of the changed pairs, those whose steps launch other numbers of kernels
 
 
 @dataclass(frozen=True)

@@ -392,11 +392,13 @@ def count_warmup(durations: np.ndarray) -> int:
 SHAPE_STEPS = 64
 
 
-def shape_changes(kernels, starts: np.ndarray, ends: np.ndarray) -> tuple[int, int, int | None] | None:
+def shape_changes(kernels, starts: np.ndarray, ends: np.ndarray) -> tuple[int, int, int | None, int] | None:
     """(pairs of consecutive steps compared, pairs whose kernels differ by name or launch shape, the short-name id of
-    the kernel that differed in most pairs) over the first SHAPE_STEPS steady steps on the GPU's clock: a CUDA graph
-    replays the shapes it captured, so steps whose shapes change (a KV cache grown by torch.cat each token, batches
-    of other lengths) cannot be captured as they are. None without launch shapes (`shape_code`) or 3 steps."""
+    the kernel that differed in most pairs, of those pairs the ones whose steps launch other numbers of kernels) over
+    the first SHAPE_STEPS steady steps on the GPU's clock: a CUDA graph replays the shapes it captured, so steps whose
+    shapes change (a KV cache grown by torch.cat each token, batches of other lengths) cannot be captured as they
+    are, nor steps whose host launches another number of kernels each time (blind69_augment: a Python loop over a
+    batch's images that flips each one or not at random). None without launch shapes (`shape_code`) or 3 steps."""
     try:
         codes = kernels.shape_code
     except AttributeError:
@@ -412,12 +414,18 @@ def shape_changes(kernels, starts: np.ndarray, ends: np.ndarray) -> tuple[int, i
     step, key = step[order], key[order]
     bounds = np.searchsorted(step, np.arange(count + 1))
     signatures = [key[bounds[i]:bounds[i + 1]] for i in range(count)]
-    changed, names = 0, {}
+    changed, recounted, names = 0, 0, {}
     for before, after in zip(signatures, signatures[1:]):
         if len(before) == len(after) and np.array_equal(before, after):
             continue
         changed += 1
+        # other numbers of kernels whose shapes stay: the kernels both steps launch keep their launch shapes (a
+        # shape that changes makes the libraries pick other kernels too: padded lengths, multi-scale inputs)
+        if len(before) != len(after):
+            both = np.intersect1d(before >> 32, after >> 32)
+            kept_b, kept_a = before[np.isin(before >> 32, both)], after[np.isin(after >> 32, both)]
+            recounted += bool(np.array_equal(np.unique(kept_b), np.unique(kept_a)))
         for name in np.unique(np.setxor1d(before, after) >> 32).tolist():
             names[name] = names.get(name, 0) + 1
     example = max(names, key=lambda n: (names[n], -n)) if names else None
-    return count - 1, changed, example
+    return count - 1, changed, example, recounted

@@ -414,9 +414,10 @@ def _shape_changes(export: NsysExport, activity, starts, ends) -> model.ShapeCha
     found = shape_changes(activity.kernels, starts, ends)
     if found is None:
         return None
-    compared, changed, example = found
+    compared, changed, example, recounted = found
     return model.ShapeChanges(compared=compared, changed=changed,
-                              example=export.strings([example]).get(example) if example is not None else None)
+                              example=export.strings([example]).get(example) if example is not None else None,
+                              recounted=recounted)
 
 
 def _reads_to_host(wa) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

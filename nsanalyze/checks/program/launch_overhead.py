@@ -41,7 +41,10 @@ syncs are the smaller change (a graph cannot capture a sync either).
 
 A graph replays the launch shapes it captured. Where at least half of the pairs of consecutive steps (of the
 first 64) launch kernels of other shapes (normalize.steps.shape_changes: a KV cache grown by `torch.cat` each
-token), the advice starts with making them static, and `evidence.shape_changes` gives that share.
+token), the advice starts with making them static, and `evidence.shape_changes` gives that share. Where most of
+those pairs launch other numbers of kernels, the host chooses what to launch step by step (blind69_augment: a
+Python loop over a batch's 256 images, each flipped or not at random), and the advice starts with doing that work
+over the whole batch, its choices made on the GPU.
 
 Where the host holds the step, a graph takes away the launch paths' host time, which is more than the GPU's
 wait on them: the GPU's work, which ran while the host launched, then runs under the host work that stays (a
@@ -171,6 +174,14 @@ def _changing_shapes(timeline) -> str:
     changes = getattr(timeline, "shape_changes", None)
     if changes is None or not changes.compared or changes.changed < SHAPES_CHANGE_SHARE * changes.compared:
         return ""
+    if changes.recounted >= SHAPES_CHANGE_SHARE * changes.changed:   # other numbers of kernels, not other shapes
+        return (f"The steps launch other numbers of kernels from one step to the next ({changes.recounted} of "
+                f"{changes.compared} pairs of consecutive steps differ in their count): the host decides step by step, "
+                "or item by item, what to launch (a Python loop over a batch's items with random choices, as "
+                "per-sample augmentation written per image does; a branch or loop on the data). A CUDA graph captures "
+                "one such path. Make the work the same every step first: the per-item work as one operation over the "
+                "whole batch, its random choices made as tensors on the GPU (masks, `torch.where`, gathered indices); "
+                "then capture the step.\n\n")
     example = f"; most often {code_span(changes.example)}" if changes.example else ""   # (a name from the profile)
     return (f"The steps' kernels change launch shape from one step to the next ({changes.changed} of "
             f"{changes.compared} pairs of consecutive steps differ{example}), and a CUDA graph replays the shapes it "

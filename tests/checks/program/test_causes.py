@@ -66,6 +66,34 @@ def test_a_graph_waits_for_static_shapes_where_the_steps_change_them(analyzed):
     assert "shape_changes" not in eager["evidence"] and "launch shape" not in eager["advice"]
 
 
+def test_a_graph_waits_for_the_same_launches_where_the_steps_launch_other_counts(analyzed):
+    """blind69_augment augments each of a batch's 256 images in a Python loop, flipping each or not at random: by
+    SQL, consecutive steps launch other numbers of kernels. A CUDA graph captures one path, and shapes are not the
+    issue: launch-overhead's advice starts with the work done over the whole batch, its choices made on the GPU,
+    not with a static KV cache. token_gen, whose steps launch as many kernels of growing shapes, keeps the static
+    shapes."""
+    import bisect
+
+    path = REAL / "blind69_augment_base1_nsys.sqlite.xz"
+    model = analyzed(path)
+    window = model["timeline"]["window"]
+    firsts = [f for f in sql_gpu_step_firsts(path, "step %") if window["start_ns"] <= f < window["end_ns"]][:65]
+    counts = [0] * len(firsts)
+    for (start,) in sql(path, "SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start"):
+        at = bisect.bisect_right(firsts, start) - 1
+        if 0 <= at < len(firsts) - 1:
+            counts[at] += 1
+    pairs = list(zip(counts[:-1], counts[1:]))[:63]
+    assert sum(a != b for a, b in pairs) >= 0.5 * len(pairs)
+    first = _first(analyzed, "blind69_augment_base1_nsys.sqlite.xz")
+    assert first["check"] == "launch-overhead"
+    assert first["advice"].startswith("The steps launch other numbers of kernels from one step to the next")
+    assert "one operation over the whole batch" in first["advice"] and "KV cache" not in first["advice"]
+    tokens = _first(analyzed, "token_gen_nsys.sqlite.xz")
+    assert "change launch shape from one step to the next" in tokens["advice"]
+    assert "other numbers of kernels" not in tokens["advice"]
+
+
 def test_data_preparation_in_the_loop_is_host_compute(analyzed):
     model = analyzed(REAL / "loader_inline_nsys.sqlite.xz")
     first = program_findings(model)[0]
