@@ -377,3 +377,27 @@ def test_small_pageable_copies_are_not_given_a_pinned_time(analyzed):
     large = next(f for f in analyzed(REAL / "transfer_pageable_nsys.sqlite.xz")["findings"]
                  if f["check"] == "pageable-memcpy")
     assert "GB/s: pinned, they would take 102 ms" in large["title"]
+
+
+# Host-to-device bytes from pageable memory (srcKind 0) copied in each NVTX step range, by SQL
+STEP_UPLOADS_SQL = """SELECT n.start, COALESCE(SUM(m.bytes), 0) FROM NVTX_EVENTS n LEFT JOIN CUPTI_ACTIVITY_KIND_MEMCPY m
+    ON m.start >= n.start AND m.start < n.end AND m.copyKind = 1 AND m.srcKind = 0
+    WHERE n.text LIKE 'step %' GROUP BY n.start ORDER BY n.start"""
+
+
+def test_the_same_uploads_every_step_are_asked_to_move_once(analyzed):
+    """blind69_graph uploads its GCN's whole graph (649 MB, pageable) at the top of every step: by SQL the same
+    bytes in every step. Pinning, which pageable-memcpy prices, saved less than moving it once (the twin). The
+    advice now asks first whether these are the same tensors each step, to move once before the loop; the
+    saving stays pinning's (a profile cannot tell the same bytes from a new batch of the same size).
+    own67_fixed1, whose one pageable upload a step holds a small share of it, gets no such words."""
+    name = "blind69_graph_base1_nsys.sqlite.xz"
+    uploads = [b for _, b in sql(REAL / name, STEP_UPLOADS_SQL)]
+    steady = uploads[2:]
+    assert len(set(steady)) == 1 and steady[0] > 500e6
+    finding = _by_check(analyzed(REAL / name))["pageable-memcpy"]
+    assert finding["advice"].startswith("Every step uploads the same 648.6 MB from pageable memory")
+    assert finding["evidence"]["same_upload_bytes_per_step"]["value"] == pytest.approx(steady[0], rel=1e-4)
+    assert "pin_memory()" in finding["advice"]
+    small = _by_check(analyzed(REAL / "own67_fixed1_nsys.sqlite.xz"))["pageable-memcpy"]
+    assert "same_upload_bytes_per_step" not in small["evidence"] and not small["advice"].startswith("Every step")
