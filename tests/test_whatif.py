@@ -106,6 +106,7 @@ def test_removing_the_waits_on_the_loader_predicts_the_fed_twin(base, fix):
     assert result["predicted_mean_step_ns"] == pytest.approx(sql_mean_step(fix), rel=0.10)
     host = sum(p["ns"] for p in result["critical_path_before"] if p["part"] == "host:lock-wait")
     assert host > 0.5 * result["base_step_ns"]
+    assert "host:lock-wait" not in [p["part"] for p in result["critical_path"]]   # gone with the change
 
 
 def test_the_optimizer_launched_fused_predicts_the_fused_twin():

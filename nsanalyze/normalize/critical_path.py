@@ -230,6 +230,7 @@ class Replay:
     o_bind: np.ndarray
     step_starts: np.ndarray    # per block step: first operation's start (-1 where none)
     step_ends: np.ndarray      # ... and its operations' last end
+    removed_os: frozenset = frozenset()   # the OS classes the change took out of the gaps (gap_os_ns)
 
     def periods(self, with_last: bool = False) -> np.ndarray:
         """The GPU periods of the block's steps (first work of the next step - its own); the last step's
@@ -967,7 +968,10 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
     oe_a = np.array(oe)
     starts = np.array([os_a[ops].min() if len(ops) else -1.0 for ops in graph.step_first_op])
     ends = np.array([oe_a[ops].max() if len(ops) else -1.0 for ops in graph.step_first_op])
-    return Replay(np.array(cs), np.array(ce), os_a, oe_a, np.array(cb_s), np.array(cb_e), np.array(ob), starts, ends)
+    removed_os = frozenset(name for name in change.remove
+                           if any(cls == name for _, by_class in graph.c_gap_os.values() for cls, _ in by_class))
+    return Replay(np.array(cs), np.array(ce), os_a, oe_a, np.array(cb_s), np.array(cb_e), np.array(ob), starts, ends,
+                  removed_os)
 
 
 def matching_ops(graph: Graph, regex: UserPattern) -> np.ndarray:
@@ -1144,8 +1148,10 @@ def critical_path(graph: Graph, result: Replay, step: int) -> list[dict] | None:
         if b <= a:
             return
         measured, by_class = graph.c_gap_os.get(call, (0.0, ()))
+        kept = [(cls, ns) for cls, ns in by_class if cls not in result.removed_os]   # (a class the change took out
+        measured -= sum(ns for cls, ns in by_class if cls in result.removed_os)      # is gone from the gap)
         left = b - a
-        for cls, ns in by_class if measured > 0 else ():
+        for cls, ns in kept if measured > 0 else ():
             share = min(left, ns * (b - a) / measured)
             parts["host:" + cls] = parts.get("host:" + cls, 0.0) + share
             left -= share
