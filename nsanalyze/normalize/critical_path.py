@@ -83,6 +83,9 @@ DRAIN_TAIL_SHARE, MIN_DRAIN_CALLS, DRAIN_AGREE = 0.1, 5, 0.5
 # An operation that started this much later than its stream and launch allow waited for something else.
 IMPLIED_WAIT_NS = 5_000
 HOST_COMPUTE = "host:compute"
+# The host's code before a call, up to its launch path (path_gap: the framework's dispatch of each operation), on the
+# critical path: the budget counts that time as the GPU's wait on launches, and a graph removes it
+HOST_DISPATCH = "host:dispatch"
 # The launch path: the host's stretch from the end of the previous call on its chain that is no helper to
 # the end of a launching call (the framework's dispatch, the helper calls, the launch). A stretch this many
 # times the block's median stretch holds other host work (a sleep, data loading, logging): the launch's own
@@ -200,6 +203,10 @@ class Graph:
     # per call, its thread's OS calls inside the host compute before it (gap_os_time): (the gap as measured,
     # ((host-activity class, ns), ...)); only calls whose gap holds any
     c_gap_os: dict = field(default_factory=dict)
+    # per call, the host compute before it as measured (from the end of the call it resumed after), and of it the
+    # launch path's part (path_gap): the critical path's host:dispatch
+    c_gap_ns: np.ndarray | None = None
+    c_dispatch_ns: np.ndarray | None = None
 
     def calls_of(self, classes) -> np.ndarray:
         """Per call, whether its host-activity class is one of `classes`: one test a distinct call name, not one a
@@ -552,6 +559,11 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
                   o_pageable, step_ops, np.asarray(steady_positions), depth, notes, copy_kinds)
     graph.c_name_position, graph.name_classes = call_name, classes
     graph.c_owner, graph.c_stretch, graph.path_typical = launch_paths(graph)
+    never = np.iinfo(np.int64).min // 4
+    resumed = np.maximum(np.where(c_prev >= 0, c_end[np.maximum(c_prev, 0)], never),
+                         np.where(c_cross >= 0, c_end[np.maximum(c_cross, 0)], never))
+    graph.c_gap_ns = np.where(resumed > never, c_start - resumed, 0).clip(min=0).astype(np.float64)
+    graph.c_dispatch_ns = path_gap(graph, graph.c_gap_ns)
     graph.o_loop, graph.loops = launch_loops.find(graph)
     graph.c_step = np.where(inside, step_of_call, -1)
     graph.c_thread = tid if threads else None
@@ -1142,21 +1154,36 @@ def critical_path(graph: Graph, result: Replay, step: int) -> list[dict] | None:
             parts[label] = parts.get(label, 0.0) + (b - a)
 
     def add_gap(call, a, b):
-        """The host compute before a call: its thread's OS calls there (Graph.c_gap_os) by their class, in the
-        share of the measured gap they held (a replay may have shortened the gap), the rest host compute."""
-        a = max(a, t0)
+        """The host compute [a, b] before a call, by what the measured gap held: its thread's OS calls by their
+        class (Graph.c_gap_os), the launch path (host:dispatch, path_gap), the rest host compute. A gap the change
+        shortened lost its launch path first (a graph's, a fused loop's, a removed call's way), then compute; a
+        class it removed is gone from it. Clipped at the step's start, the parts keep their shares."""
+        whole, a = b - a, max(a, t0)
         if b <= a:
             return
-        measured, by_class = graph.c_gap_os.get(call, (0.0, ()))
-        kept = [(cls, ns) for cls, ns in by_class if cls not in result.removed_os]   # (a class the change took out
-        measured -= sum(ns for cls, ns in by_class if cls in result.removed_os)      # is gone from the gap)
-        left = b - a
-        for cls, ns in kept if measured > 0 else ():
-            share = min(left, ns * (b - a) / measured)
-            parts["host:" + cls] = parts.get("host:" + cls, 0.0) + share
-            left -= share
-        if left > 0:
-            parts[HOST_COMPUTE] = parts.get(HOST_COMPUTE, 0.0) + left
+        gap = float(graph.c_gap_ns[call]) if graph.c_gap_ns is not None else 0.0
+        _, by_class = graph.c_gap_os.get(call, (0.0, ()))
+        held = [(cls, ns) for cls, ns in by_class if cls not in result.removed_os]
+        gap -= sum(ns for cls, ns in by_class if cls in result.removed_os)
+        rest = max(0.0, gap - sum(ns for _, ns in held))
+        dispatch = min(float(graph.c_dispatch_ns[call]), rest) if graph.c_dispatch_ns is not None else 0.0
+        compute = rest - dispatch
+        if gap <= 0:
+            held, dispatch, compute = [], 0.0, whole
+        elif whole < gap:   # shortened by the change: the launch path goes first, then compute, then the waits
+            cut = gap - whole
+            taken = min(cut, dispatch)
+            dispatch, cut = dispatch - taken, cut - taken
+            taken = min(cut, compute)
+            compute, cut = compute - taken, cut - taken
+            if cut > 0:
+                kept = sum(ns for _, ns in held)
+                held = [(cls, ns * (kept - cut) / kept) for cls, ns in held] if kept > cut else []
+        total = sum(ns for _, ns in held) + dispatch + compute
+        scale = (b - a) / total if total > 0 else 0.0
+        for label, ns in [("host:" + cls, ns) for cls, ns in held] + [(HOST_DISPATCH, dispatch), (HOST_COMPUTE, compute)]:
+            if ns > 0:
+                parts[label] = parts.get(label, 0.0) + ns * scale
 
     guard = 0
     while t > t0 and guard < 10 * graph.events + 10:
