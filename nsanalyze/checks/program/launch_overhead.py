@@ -148,6 +148,8 @@ def run(timeline, limits) -> Finding | None:
     finding.estimated_savings_ns = idle_ns - one_time   # module loading is once per process: no graph removes it
     _framework_ops(finding, launches, timeline)
     shapes = _changing_shapes(timeline)
+    if shapes or _waits_per_step(timeline):   # a graph comes after what the lead paragraph asks: no graph example
+        finding.advice = ADVICE.split("\n```python")[0]
     if shapes:
         changes = timeline.shape_changes
         finding.advice = shapes + finding.advice
@@ -175,15 +177,15 @@ def _changing_shapes(timeline) -> str:
     if changes is None or not changes.compared or changes.changed < SHAPES_CHANGE_SHARE * changes.compared:
         return ""
     if changes.recounted >= SHAPES_CHANGE_SHARE * changes.changed:   # other numbers of kernels, not other shapes
-        return (f"The steps launch other numbers of kernels from one step to the next ({changes.recounted} of "
-                f"{changes.compared} pairs of consecutive steps differ in their count): the host decides step by step, "
+        return (f"The steps launch other numbers of kernels from one step to the next ({changes.recounted} of the "
+                f"first {changes.compared} pairs of consecutive steps differ in their count): the host decides step by step, "
                 "or item by item, what to launch (a Python loop over a batch's items with random choices, as "
                 "per-sample augmentation written per image does; a branch or loop on the data). A CUDA graph captures "
                 "one such path. Make the work the same every step first: the per-item work as one operation over the "
                 "whole batch, its random choices made as tensors on the GPU (masks, `torch.where`, gathered indices); "
                 "then capture the step.\n\n")
     example = f"; most often {code_span(changes.example)}" if changes.example else ""   # (a name from the profile)
-    return (f"The steps' kernels change launch shape from one step to the next ({changes.changed} of "
+    return (f"The steps' kernels change launch shape from one step to the next ({changes.changed} of the first "
             f"{changes.compared} pairs of consecutive steps differ{example}), and a CUDA graph replays the shapes it "
             "captured. Make the shapes static first: a cache allocated once at its largest size and written in place "
             "(not grown by `torch.cat` each step: a static KV cache), inputs padded to a few sizes (one graph per "
