@@ -109,6 +109,21 @@ def test_removing_the_waits_on_the_loader_predicts_the_fed_twin(base, fix):
     assert "host:lock-wait" not in [p["part"] for p in result["critical_path"]]   # gone with the change
 
 
+def test_a_graph_of_steps_that_launch_other_work_each_time_says_so():
+    """blind69_augment's steps launch other numbers of kernels each time (a Python loop over a batch's images with
+    random flips: by SQL, 1,797 on average a step, varying): `--graph` printed -82% without a word; its caveat now
+    says a graph replays the launches it captured. graphs_eager, whose steps repeat their launches, gets none."""
+    counts = sql(REAL / "blind69_augment_base1_nsys.sqlite.xz", """SELECT COUNT(DISTINCT c) FROM (
+        SELECT n.start, COUNT(k.start) AS c FROM NVTX_EVENTS n JOIN CUPTI_ACTIVITY_KIND_KERNEL k
+        ON k.start >= n.start AND k.start < n.end WHERE n.text LIKE 'step %' GROUP BY n.start)""")[0][0]
+    assert counts > 10
+    result = predict("blind69_augment_base1_nsys.sqlite.xz", graph=True)
+    assert any(c.startswith("a CUDA graph replays the launches it captured") and "other numbers of kernels" in c
+               for c in result["caveats"])
+    assert not any("replays the launches it captured" in c
+                   for c in predict("graphs_eager_nsys.sqlite.xz", graph=True)["caveats"])
+
+
 def test_the_optimizer_launched_fused_predicts_the_fused_twin():
     """opt_loop under PyTorch's annotations (opt_loop_annot, nsys --pytorch=autograd-nvtx): AdamW(foreach=False)
     launches 1,024 kernels a step inside its `Optimizer.step#AdamW.step` range, the optimizer's role

@@ -89,6 +89,7 @@ def test_a_graph_waits_for_the_same_launches_where_the_steps_launch_other_counts
     assert first["check"] == "launch-overhead"
     assert first["advice"].startswith("The steps launch other numbers of kernels from one step to the next")
     assert "one operation over the whole batch" in first["advice"] and "KV cache" not in first["advice"]
+    assert "```" not in first["advice"]   # no graph example under advice that says what must come before a graph
     tokens = _first(analyzed, "token_gen_nsys.sqlite.xz")
     assert "change launch shape from one step to the next" in tokens["advice"]
     assert "other numbers of kernels" not in tokens["advice"]

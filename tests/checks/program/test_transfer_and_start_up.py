@@ -399,5 +399,7 @@ def test_the_same_uploads_every_step_are_asked_to_move_once(analyzed):
     assert finding["advice"].startswith("Every step uploads the same 648.6 MB from pageable memory")
     assert finding["evidence"]["same_upload_bytes_per_step"]["value"] == pytest.approx(steady[0], rel=1e-4)
     assert "pin_memory()" in finding["advice"]
+    copies = next(p["ns"] for p in analyzed(REAL / name)["timeline"]["steps"]["budget"] if p["part"] == "gpu_copy")
+    assert f"({copies / 1e6:.1f} ms of a median step's" in finding["advice"]   # what moving them once takes away
     small = _by_check(analyzed(REAL / "own67_fixed1_nsys.sqlite.xz"))["pageable-memcpy"]
     assert "same_upload_bytes_per_step" not in small["evidence"] and not small["advice"].startswith("Every step")
