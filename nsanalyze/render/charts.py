@@ -137,7 +137,17 @@ def top_kernels_svg(kernels: list[dict], limit: int = 12) -> str | None:
     if not rows:
         return None
     figure, axes = plt.subplots(figsize=(7, 0.3 * len(rows) + 0.8))
-    axes.barh([literal(k["name"][:40]) for k in rows][::-1], [100 * k["time_share"] for k in rows][::-1], color="#4a7ab5")
+    # one bar a row, longest first: kernels of one name (PyTorch's `elementwise_kernel` instances) were one label on
+    # a categorical axis, drawn over each other out of order; the second and later of a name are numbered
+    seen: dict[str, int] = {}
+    labels = []
+    for k in rows:
+        name = k["name"][:40]
+        seen[name] = seen.get(name, 0) + 1
+        labels.append(literal(name if seen[name] == 1 else f"{name} ({seen[name]})"))
+    positions = list(range(len(rows)))[::-1]
+    axes.barh(positions, [100 * k["time_share"] for k in rows], color="#4a7ab5")
+    axes.set_yticks(positions, labels)
     axes.set_xlabel("share of GPU kernel time (%)")
     return _svg(figure)
 

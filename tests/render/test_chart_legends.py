@@ -90,3 +90,27 @@ def test_every_chart_draws_without_a_warning(path, analyzed):
         drawn = [name for name, chart in CHARTS.items() if chart(model)]
     assert drawn
     assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
+
+
+def test_kernels_of_one_name_each_get_a_bar_longest_first(analyzed, drawn):
+    """blind69_augment's top kernels hold several PyTorch `elementwise_kernel` instances of one short name. On a
+    categorical axis they were one label, their bars drawn over each other out of order (a user read). Each now has a
+    row, longest first, the second and later of a name numbered."""
+    import matplotlib.pyplot as plt
+
+    kernels = analyzed(REAL / "blind69_augment_base1_nsys.sqlite.xz")["kernels"]
+    rows = sorted([k for k in kernels if k.get("time_share")], key=lambda k: -k["time_share"])[:12]
+    names = [k["name"][:40] for k in rows]
+    assert len(set(names)) < len(names)   # the same name twice or more among the twelve
+    charts.top_kernels_svg(kernels)
+    figure = drawn[-1]
+    try:
+        bars = sorted(figure.axes[0].patches, key=lambda bar: -bar.get_y())   # top row first
+        assert len(bars) == len(rows) and len({bar.get_y() for bar in bars}) == len(rows)
+        widths = [bar.get_width() for bar in bars]
+        assert widths == sorted(widths, reverse=True)
+        ticks = zip(figure.axes[0].get_yticks(), figure.axes[0].get_yticklabels())
+        labels = [label.get_text() for _, label in sorted(ticks, key=lambda tick: -tick[0])]   # top row first
+        assert len(set(labels)) == len(labels) and labels[0] == names[0]
+    finally:
+        plt.close(figure)
