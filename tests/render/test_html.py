@@ -59,6 +59,22 @@ def test_nsys_only_report_has_the_utilization_picture(infer_model, tmp_path):
     assert "busy 2% of the time by GPU-Util" in html or "GPU busy" in html
 
 
+def test_the_kernel_table_shows_counter_columns_only_with_counters(infer_model, joined_model):
+    """An nsys export has no hardware counters: its kernel table left six columns empty (bound, SM SOL, memory SOL,
+    DRAM, tensor pipe, occupancy; a user read). They are shown where a kernel has counters (the dev suite's ncu
+    report joined with its export); else one line says where they come from."""
+    import re
+
+    from nsanalyze.render.html import render
+
+    bare, joined = render(infer_model), render(joined_model)
+    assert not any(k["metrics"].get("sm_throughput_pct") is not None for k in infer_model["kernels"])
+    assert "<th>SM SOL</th>" not in bare and "No hardware counters for these kernels" in bare
+    assert "<th>SM SOL</th>" in joined and "No hardware counters" not in joined
+    row = re.search(r'<table class="kernels">.*?<tbody>\s*<tr>(.*?)</tr>', bare, re.S).group(1)
+    assert row.count("<td") == 4   # kernel, time, launches, share
+
+
 def test_titles_show_their_code_as_code_and_several_gpus_as_several(analyzed):
     """An expert's read of the HTML: nvtx-examples' workflow printed "`torch.cuda.empty_cache()`" with its backticks
     in the allocator finding's title; nsys-ai's 2-GPU capture said "the GPU was busy ... copies 1.86 s" over a 957 ms
