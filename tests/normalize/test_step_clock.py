@@ -174,3 +174,28 @@ def test_a_host_within_a_step_is_not_said_to_sync(analyzed):
         assert steps["host_relation"] == "in step" and "take turns" not in steps["host_relation_text"]
         assert steps["host_relation_text"].startswith("Host and GPU keep pace: the GPU starts a step's work ")
         assert 0 <= steps["host_lead_ns"] <= steps["median_ns"]
+
+
+FIRST_LAUNCH_SQL = """WITH st AS (SELECT n.start, n.end FROM NVTX_EVENTS n WHERE n.text LIKE 'step %')
+    SELECT (SELECT MIN(r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+            WHERE s.value LIKE 'cudaLaunch%' AND r.start >= st.start AND r.start < st.end) - st.start,
+           st.end - st.start FROM st ORDER BY st.start"""
+
+
+def test_a_host_that_waits_before_its_first_launch_is_said_first(analyzed):
+    """blind68_loader's host waits on its loader's queue before each step's first launch (by SQL, over half of most
+    steps' ranges): "keep pace" alone read as all is well, and the report now says the host comes first. fuse56_gpt's
+    GPU also starts a step almost a step after its host began it, but its host launches at once (SQL) and the GPU is
+    busy with the step before: it keeps "keep pace"."""
+    from tests.conftest import sql
+
+    loader = sql(REAL / "blind68_loader_base1_nsys.sqlite.xz", FIRST_LAUNCH_SQL)
+    assert sum(lag > span / 2 for lag, span in loader) > len(loader) / 2
+    steps = analyzed(REAL / "blind68_loader_base1_nsys.sqlite.xz")["timeline"]["steps"]
+    assert steps["host_relation_text"].startswith("Host and GPU keep pace, the host first: the host's first launch "
+                                                  "of a step comes ")
+    gpt = sql(REAL / "fuse56_gpt_base1_nsys.sqlite.xz", FIRST_LAUNCH_SQL)
+    assert sum(lag < span / 10 for lag, span in gpt) > len(gpt) / 2
+    steps = analyzed(REAL / "fuse56_gpt_base1_nsys.sqlite.xz")["timeline"]["steps"]
+    assert steps["host_lead_ns"] > 0.9 * steps["median_ns"]
+    assert steps["host_relation_text"].startswith("Host and GPU keep pace: the GPU starts a step's work ")
