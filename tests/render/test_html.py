@@ -116,3 +116,23 @@ def test_two_kernels_never_read_alike_in_the_findings_table(analyzed):
     for full, visible in cells:
         shown.setdefault(visible, set()).add(full)
     assert [names for names in shown.values() if len(names) > 1] == []
+
+
+def test_the_longest_waits_name_the_launching_threads_calls_first(analyzed):
+    """blind68_loader's longest stretch (184 ms) listed `poll (367 ms)`: every thread's calls summed, longer than the
+    stretch and not the GPU's wait (a user read). The launching thread's own calls come first with their time
+    (thread_os_calls), no longer than the stretch; the other calls by name."""
+    import re
+
+    from nsanalyze.render.html import render
+    from tests.conftest import REAL
+
+    model = analyzed(REAL / "blind68_loader_base1_nsys.sqlite.xz")
+    stretch = model["timeline"]["host_stretches"][0]
+    assert sum(c["overlap_ns"] for c in stretch["os_calls"]) > stretch["duration_ns"]   # summed over threads
+    own = stretch["thread_os_calls"]
+    assert own and all(c["overlap_ns"] <= stretch["duration_ns"] for c in own)
+    table = re.search(r'<table class="waits">.*?</table>', render(model), re.S).group(0)
+    first = re.search(r"<tbody>\s*<tr>(.*?)</tr>", table, re.S).group(1)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", first, re.S)
+    assert cells[3].strip().startswith(own[0]["name"]) and "poll" in cells[4] and "poll" not in cells[3]
