@@ -146,16 +146,16 @@ def run(timeline, limits) -> Finding | None:
         notes=[_left_out_note(one_time, first, jit)] if one_time else [],
     )
     finding.estimated_savings_ns = idle_ns - one_time   # module loading is once per process: no graph removes it
-    _framework_ops(finding, launches, timeline)
     shapes = _changing_shapes(timeline)
-    if shapes or _waits_per_step(timeline):   # a graph comes after what the lead paragraph asks: no graph example
-        finding.advice = ADVICE.split("\n```python")[0]
+    waits, placed = _waits_per_step(timeline), getattr(timeline, "step_waits", None)
+    if shapes or waits:   # a graph comes after what the lead paragraph asks: no graph example (before the paragraphs
+        finding.advice = ADVICE.split("\n```python")[0]   # the framework's ops and the lead put above it)
+    _framework_ops(finding, launches, timeline)
     if shapes:
         changes = timeline.shape_changes
         finding.advice = shapes + finding.advice
         finding.evidence["shape_changes"] = evidence(changes.changed / changes.compared, SHAPES_CHANGE_SHARE,
                                                      unit="ratio", compare=">=")
-    waits, placed = _waits_per_step(timeline), getattr(timeline, "step_waits", None)
     if waits:
         finding.advice = _waits_first(*waits, timing=getattr(timeline, "timing_code", None),
                                       waits=placed, uploads=_blocking_uploads_per_step(timeline)) + finding.advice
