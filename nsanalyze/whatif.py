@@ -224,10 +224,10 @@ def _unrepeated(timeline, asked: WhatIf) -> list[str]:
     launch-overhead reads it): a graph replays the one path it captured (blind69_augment: a Python loop over a
     batch's images, each flipped or not at random, -82% printed without a word)."""
     changes = getattr(timeline, "shape_changes", None)
-    if not asked.graph or changes is None or not changes.compared or changes.changed < 0.5 * changes.compared:
+    if not asked.graph or changes is None or not changes.vary:
         return []
     what = ("other numbers of kernels (the host chooses what to launch step by step)"
-            if changes.recounted >= 0.5 * changes.changed else "kernels of other launch shapes")
+            if changes.recount else "kernels of other launch shapes")
     return [f"a CUDA graph replays the launches it captured: {changes.changed} of {changes.compared} pairs of consecutive "
             f"steps launch {what}, and the prediction holds once every step launches the same work"]
 

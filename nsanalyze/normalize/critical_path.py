@@ -615,11 +615,8 @@ def gap_os_time(export: NsysExport, graph: Graph, tids: np.ndarray, launching_th
     layers = [intersect(union(os_start[call_class == name].copy(), os_end[call_class == name].copy(), owned=True),
                         blocked) for name in present]
     seg_start, seg_end, label = paint(layers, (lo, hi))
-    never = np.iinfo(np.int64).min // 4
-    prev_end = np.where(graph.c_prev >= 0, graph.c_end[np.maximum(graph.c_prev, 0)], never)
-    cross_end = np.where(graph.c_cross >= 0, graph.c_end[np.maximum(graph.c_cross, 0)], never)
-    gap_start = np.maximum(prev_end, cross_end)
-    gaps = np.flatnonzero((gap_start > never) & (gap_start < graph.c_start))
+    gaps = np.flatnonzero(graph.c_gap_ns > 0)   # (the gap before each call as measured: build_graph)
+    gap_start = graph.c_start - graph.c_gap_ns.astype(np.int64)
     found: dict[int, list] = {}
     for k, name in enumerate(present):
         mine = label == k
@@ -628,7 +625,7 @@ def gap_os_time(export: NsysExport, graph: Graph, tids: np.ndarray, launching_th
         held = Measure(seg_start[mine], seg_end[mine])(np.maximum(gap_start[gaps], lo), graph.c_start[gaps])
         for c, ns in zip(gaps[held > 0].tolist(), held[held > 0].tolist()):
             found.setdefault(c, []).append((name, float(ns)))
-    return {c: (float(graph.c_start[c] - gap_start[c]), tuple(by_class)) for c, by_class in found.items()}
+    return {c: (float(graph.c_gap_ns[c]), tuple(by_class)) for c, by_class in found.items()}
 
 
 def gap_os_ns(graph: Graph, name: str) -> np.ndarray:

@@ -429,6 +429,18 @@ class ShapeChanges(Record):
     changed: int = 0             # pairs whose kernels differ by name or launch shape
     example: str | None = None   # the kernel that differed in most pairs
     recounted: int = 0           # of the changed pairs, those whose steps launch other numbers of kernels
+    # At this share of the pairs or more the steps change (a graph captured once does not fit the next step: token_gen's
+    # KV cache grown by torch.cat, 63 of 63 pairs; the training loops of fixtures/real: 0); at this share of the changed
+    # pairs or more they change by their number of kernels, not by shapes (blind69_augment's random flips: 62 of 62)
+    SHARE: ClassVar[float] = 0.5
+
+    @property
+    def vary(self) -> bool:
+        return bool(self.compared) and self.changed >= self.SHARE * self.compared
+
+    @property
+    def recount(self) -> bool:
+        return self.vary and self.recounted >= self.SHARE * self.changed
 
 
 @dataclass(frozen=True)

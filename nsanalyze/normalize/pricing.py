@@ -170,17 +170,14 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
     per_step, busy_before, busy_after = cp.saving_and_busy(block, change)
     if per_step is None:
         return None
-    if untuned and steps.mean_ns and len(block.measured) and block.measured.mean() > 0:
-        # a tuner's time follows its steps' shapes (the step is mostly tuning, each new shape its own): its share of
-        # the replayed steps, applied to the window's mean step, not the block's time a step (blind_cudnnbench_base2:
-        # a 38 ms step among the 6 replayed, their mean 430 ms against the window's 534)
-        per_step = per_step / float(block.measured.mean()) * float(steps.mean_ns)
-        cap_per_step *= float(steps.mean_ns) / float(block.measured.mean())
-    elif steps.mean_ns and len(block.measured) and block.measured.mean() > 0 and per_step > steps.mean_ns:
-        # replayed steps longer than the window's mean step, whose saving a step is more than that mean: their saved
-        # share, applied to the window's mean step (blind69_augment: 57.5 ms a step saved of replayed steps that ran
-        # longer than the window's 53.7 ms mean, 4.20 s of a 3.92 s window). Work a step the change removes whatever
-        # the step's length (a stack's forward run again) keeps its time a step below that.
+    # The replayed steps' saved share, applied to the window's mean step, not their time a step:
+    # - a tuner's time follows its steps' shapes (the step is mostly tuning, each new shape its own;
+    #   blind_cudnnbench_base2: a 38 ms step among the 6 replayed, their mean 430 ms against the window's 534);
+    # - a saving a step over the window's mean step: the replayed steps ran longer than the mean (blind69_augment:
+    #   57.5 ms a step saved of steps longer than the window's 53.7 ms mean, 4.20 s of a 3.92 s window). Work a step
+    #   the change removes whatever the step's length (a stack's forward run again) keeps its time a step below that.
+    if (untuned or per_step > (steps.mean_ns or 0)) and steps.mean_ns and len(block.measured) and \
+            block.measured.mean() > 0:
         per_step = per_step / float(block.measured.mean()) * float(steps.mean_ns)
         cap_per_step *= float(steps.mean_ns) / float(block.measured.mean())
     replayed = max(0.0, per_step) * count

@@ -65,7 +65,7 @@ two batched products, saved 43.8 ms: it also took away 7 ms of per-parameter Pyt
 import numpy as np
 
 from nsanalyze.normalize.host_activity import base_name
-from nsanalyze.normalize.model import Launches, ProfilerCost, plain
+from nsanalyze.normalize.model import Launches, ProfilerCost, ShapeChanges, plain
 from nsanalyze.normalize.waits import WAITING_CLASSES
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
@@ -165,18 +165,17 @@ def run(timeline, limits) -> Finding | None:
     return finding
 
 
-# Consecutive steps whose kernels change launch shape, at this share of them or more: a graph captured once does not
-# fit the next step (token_gen: a KV cache grown by torch.cat, 63 of 63 pairs; the training loops of fixtures/real: 0)
-SHAPES_CHANGE_SHARE = 0.5
+# Consecutive steps whose kernels change, at this share of them or more (model.ShapeChanges.vary)
+SHAPES_CHANGE_SHARE = ShapeChanges.SHARE
 
 
 def _changing_shapes(timeline) -> str:
     """A paragraph for steps whose kernels change launch shape from one step to the next (normalize.steps.
     shape_changes), which a CUDA graph's replay of captured shapes does not allow as they are; '' otherwise."""
     changes = getattr(timeline, "shape_changes", None)
-    if changes is None or not changes.compared or changes.changed < SHAPES_CHANGE_SHARE * changes.compared:
+    if changes is None or not changes.vary:
         return ""
-    if changes.recounted >= SHAPES_CHANGE_SHARE * changes.changed:   # other numbers of kernels, not other shapes
+    if changes.recount:   # other numbers of kernels, not other shapes
         return (f"The steps launch other numbers of kernels from one step to the next ({changes.recounted} of the "
                 f"first {changes.compared} pairs of consecutive steps differ in their count): the host decides step by step, "
                 "or item by item, what to launch (a Python loop over a batch's items with random choices, as "
