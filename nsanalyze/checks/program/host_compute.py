@@ -477,7 +477,7 @@ def run(timeline, limits) -> Finding | None:
     idle_ns -= first_ns
     if share < limits.min_idle_share:
         return None
-    step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
+    step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns, share)
     once = [f"{loads_share:.0%} under CUDA module loads at kernels' first launch" if loads_ns else "",
             f"{first_share:.0%} in set-up before kernels' first runs" if first_ns else ""]
     if any(once):

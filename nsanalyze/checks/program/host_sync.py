@@ -152,7 +152,7 @@ def run(timeline, limits) -> Finding | None:
             title = (f"{plural(calls, 'host synchronization')} empty the GPU's queue: the replay without them saves "
                      f"{saved}, {wait} of it the GPU's wait on the launches that refill the queue after each one")
     else:
-        step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
+        step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns, share)
         title = (f"{plural(calls, 'host synchronization')} leave the GPU idle {share:.0%} of the window{step_text}: "
                  "the host waits, then works while nothing is queued")
     waits = getattr(timeline, "step_waits", None)

@@ -127,7 +127,7 @@ def run(timeline, limits) -> Finding | None:
     # under run-time module loads (the jit class: cuModuleLoadData of CuPy's or Numba's kernels, nvrtc)
     first, jit = _one_time_ns(launches, limits), _jit_idle_ns(timeline)
     one_time = min(idle_ns, first + jit)
-    step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns)
+    step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns, share)
     what = ("first launches that load their module" if first else "") + \
         (" and " if first and jit else "") + ("run-time module loads" if jit else "")
     loading = (f" ({one_time / 1e6:.2g} ms of it {what}: start-up, not saved)" if one_time >= 0.1 * idle_ns else "")

@@ -213,7 +213,7 @@ def run(timeline, limits) -> Finding | None:
         check=ID,
         title=(f"Transfer-bound: copies take {copy_share:.0%} of the window" if copy_share > compute_share else
                f"Copies hold the GPU with no kernel beside them {copy_share:.0%} of the window")
-              + f"{per_step_phrase(timeline, BUDGET_PART)}, the GPU computes {compute_share:.0%}; {moved}{outlook}",
+              + f"{per_step_phrase(timeline, BUDGET_PART, window_share=copy_share)}, the GPU computes {compute_share:.0%}; {moved}{outlook}",
         estimated_speedup=0.0,
         evidence={"copy_share": evidence(copy_share, limits.min_copy_share, unit="ratio"),
                   "compute_share": evidence(compute_share, unit="ratio"),
