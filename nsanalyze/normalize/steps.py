@@ -48,6 +48,11 @@ class Steps:
     first_calls: np.ndarray | None = None  # per instance: start of the first call that launched its GPU work (-1)
     warmup: int = 0
     clock: str = "host"                    # "gpu" once projected with enough GPU work, else "host"
+    numbers: np.ndarray | None = None      # per instance: the number its range's name carries (step_numbers)
+
+    def number(self, instance: int) -> int:
+        """The step as the report names it: the number in its range's name, else its instance index from 0."""
+        return int(self.numbers[instance]) if self.numbers is not None else int(instance)
 
     @property
     def total(self) -> int:
@@ -100,7 +105,7 @@ class Steps:
             return None
         gpu = (self.gpu_starts[keep], self.gpu_ends[keep]) if self.gpu_starts is not None else (None, None)
         return Steps(self.name, self.global_tid, self.host_starts[keep], self.host_ends[keep], *gpu,
-                     warmup=0, clock=self.clock)
+                     warmup=0, clock=self.clock, numbers=self.numbers[keep] if self.numbers is not None else None)
 
     def next_lead_in(self) -> np.ndarray:
         """Per steady step on the GPU's clock (aligned with starts/ends), the part of its period in which the
@@ -139,7 +144,8 @@ class Steps:
         host = self.host_durations()
         typical = median(durations)
         out = {"name": self.name, "count": int(len(durations)), "warmup": self.warmup,
-               "first_step": self.first_index, "last_step": self.total - 1, "clock": self.clock,
+               "first_step": self.number(self.first_index), "last_step": self.number(self.total - 1),
+               "clock": self.clock,
                "median_ns": typical, "mean_ns": float(durations.mean()), "p95_ns": percentile(durations, 95),
                "stddev_ns": float(np.std(durations)),
                "mad_ns": median(np.abs(durations - typical)),
@@ -289,6 +295,15 @@ def find_launch_pattern(export: NsysExport) -> LaunchPattern | None:
 DIGIT_RUN = re.compile(r"\d+")
 
 
+def _instance_runs(name: str):
+    """The spans of the digit runs of `name` that are instance numbers (normalize_name's rule)."""
+    for run in DIGIT_RUN.finditer(name):
+        start, end = run.span()
+        before = name[start - 1] if start else ""
+        if end == len(name) or not (before.isascii() and before.isalnum()):
+            yield start, end
+
+
 @functools.lru_cache(maxsize=4096)   # asked again for each instance of a range (phases: one per range)
 def normalize_name(name: str) -> str:
     """`step 12` -> `step N`, `epoch3` -> `epochN`: instances of one loop share a name. Digits inside a
@@ -297,16 +312,34 @@ def normalize_name(name: str) -> str:
     by one scan, their neighbours read here: a regex with look-behinds at every position took 9 ms on an
     untrusted 70 KB name (its first form, trying `\\d+$` inside runs, was quadratic: 39 s), this 2.7 ms."""
     parts, last = [], 0
-    for run in DIGIT_RUN.finditer(name):
-        start, end = run.span()
-        before = name[start - 1] if start else ""
-        if end == len(name) or not (before.isascii() and before.isalnum()):
-            parts += (name[last:start], "N")
-            last = end
+    for start, end in _instance_runs(name):
+        parts += (name[last:start], "N")
+        last = end
     if not parts:
         return name
     parts.append(name[last:])
     return "".join(parts)
+
+
+def instance_number(name: str) -> int | None:
+    """The number a step's range carries (`step 12` -> 12, torch.profiler's `ProfilerStep#7` -> 7): its one
+    instance-number run; None where it has none or several."""
+    runs = list(_instance_runs(name))
+    if len(runs) != 1 or runs[0][1] - runs[0][0] > 12:   # 13 digits or more: a timestamp, not a step
+        return None
+    return int(name[runs[0][0]:runs[0][1]])
+
+
+def step_numbers(names: list) -> np.ndarray | None:
+    """Per instance, the number its range's name carries, where every instance carries one and they increase
+    from each to the next: the numbers the user finds in the profile. torch.profiler numbers its steps from the
+    schedule's start (mlp_eager's trace: ProfilerStep#5 to #10), a loop may count from 1. Else None: the
+    instances are numbered from 0."""
+    numbers = [instance_number(n) if isinstance(n, str) else None for n in names]
+    if not numbers or any(n is None for n in numbers):
+        return None
+    out = np.array(numbers, dtype=np.int64)
+    return out if bool(np.all(np.diff(out) > 0)) else None
 
 
 def is_step_like(normalized: str) -> bool:
@@ -336,10 +369,10 @@ def find_steps(export: NsysExport, nvtx_name: str | None = None) -> Steps | None
     if not candidates:
         return None
     (normalized, tid), (_, _, names) = max(candidates, key=lambda c: (c[1][0], c[1][1]))
-    starts, ends = _instances(export, tid, names)
+    starts, ends, instance_names = _instances(export, tid, names)
     if len(starts) < MIN_STEPS:
         return None
-    return Steps(normalized, tid, starts, ends, warmup=count_warmup(ends - starts))
+    return Steps(normalized, tid, starts, ends, warmup=count_warmup(ends - starts), numbers=step_numbers(instance_names))
 
 
 def name_clause(export: NsysExport, name: str) -> tuple[str, tuple]:
@@ -373,21 +406,21 @@ def named_range(export: NsysExport, name: str) -> Steps | None:
     return Steps(name, next(iter(tids)) if len(tids) == 1 else None, starts[outer], ends[outer])
 
 
-def _instances(export: NsysExport, tid, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _instances(export: NsysExport, tid, names: list[str]) -> tuple[np.ndarray, np.ndarray, list]:
     con = export.connection
     con.execute("DROP TABLE IF EXISTS temp.step_names")
     con.execute("CREATE TEMP TABLE step_names(name TEXT PRIMARY KEY)")
     con.executemany("INSERT OR IGNORE INTO step_names VALUES (?)", [(n,) for n in names])
     tid_clause = "global_tid IS NULL" if tid is None else "global_tid = ?"
-    rows = export.query(f"""SELECT start, end FROM nvtx WHERE {tid_clause} AND {VALID_NVTX}
+    rows = export.query(f"""SELECT start, end, name FROM nvtx WHERE {tid_clause} AND {VALID_NVTX}
                             AND name IN (SELECT name FROM step_names) ORDER BY start, end DESC""",
                         () if tid is None else (tid,))
     starts = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     ends = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
     if len(starts) == 0:
-        return starts, ends
+        return starts, ends, []
     outer = _outermost(starts, ends)
-    return starts[outer], ends[outer]
+    return starts[outer], ends[outer], [r[2] for r, kept in zip(rows, outer.tolist()) if kept]
 
 
 def _outermost(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -66,6 +66,7 @@ class Timeline:
     step_starts: np.ndarray | None = None   # every steady step on its clock (ns), in order
     step_ends: np.ndarray | None = None
     step_indices: np.ndarray | None = None  # ... and its instance index (0 = the first instance of the range)
+    step_numbers: np.ndarray | None = None  # every instance's number in its range's name (Steps.numbers); None: from 0
     step_host_windows: tuple | None = None  # ... and the host's part of it: (starts, ends) (Steps.host_windows)
     shape_changes: model.ShapeChanges | None = None   # ... how often consecutive ones launch other shapes
     step_next_lead_in: np.ndarray | None = None  # ... and the next step's stall before its first GPU work
@@ -95,6 +96,11 @@ class Timeline:
         """The GPUs the profile names: the timeline's devices, then an ncu kernel list's (device tables read them)."""
         listed = self.kernel_list.device_names if self.kernel_list is not None else ()
         return [d.name for d in self.devices or ()] + list(listed)
+
+    def step_number(self, instance: int) -> int:
+        """A step as the report names it: the number its range's name carries, else its instance index."""
+        numbers = self.step_numbers
+        return int(numbers[instance]) if numbers is not None and 0 <= instance < len(numbers) else int(instance)
 
     @property
     def step_periods(self) -> np.ndarray | None:
@@ -220,6 +226,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     if steps is not None and timeline.steps is not None:
         timeline.step_starts, timeline.step_ends = steps.starts.copy(), steps.ends.copy()
         timeline.step_indices = steps.steady.copy()
+        timeline.step_numbers = steps.numbers
         timeline.step_host_windows = steps.host_windows()
         timeline.shape_changes = _shape_changes(export, activity, timeline.step_starts, timeline.step_ends)
         timeline.step_next_lead_in = steps.next_lead_in()
@@ -571,7 +578,8 @@ def _host_outliers(steps: Steps, capture: Activity, call_names: dict, limit: int
     for i in long[np.argsort(-host[long])][:limit]:
         start, end = steps.host_starts[index[i]], steps.host_ends[index[i]]
         inside = (wait_start >= start) & (wait_end <= end)
-        row = {"step": int(index[i]), "host_ns": int(host[i]), "wait": None, "wait_ns": 0}
+        row = {"step": steps.number(index[i]), "host_ns": int(host[i]), "wait": None, "wait_ns": 0,
+               "instance": int(index[i])}
         if inside.any():
             longest = np.argmax(np.where(inside, wait_end - wait_start, -1))
             name = call_names.get(int(wait_name[longest]))
@@ -592,7 +600,7 @@ def _gpu_clock_phrase(steps: Steps, instance: int, median_ns: float) -> str:
         stall = float(steps.next_lead_in()[before[0]]) if len(before) else 0.0
         if stall > 0.5 * median_ns:   # its host stalled before launching: the GPU's clock counts that earlier
             return (f"on the GPU's clock its {ms_text(stall)} before its first GPU work count in step "
-                    f"{instance - 1}'s period (the GPU, done with that step, waited on this one's host).")
+                    f"{steps.number(instance - 1)}'s period (the GPU, done with that step, waited on this one's host).")
         return "on the GPU's clock it is an ordinary step."
     return f"on the GPU's clock it took {ms_text(period)} too ({period / median_ns:.0f}x the median step)."
 
@@ -602,6 +610,7 @@ def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -
     section = steps.summary()
     base_text = section.get("host_relation_text", "")
     section["host_outliers"] = _host_outliers(steps, capture, call_names)
+    instances = [row.pop("instance") for row in section["host_outliers"]]   # the rows name steps by number
     if section["host_outliers"] and steps.clock == "gpu":
         top = section["host_outliers"][0]
         # the wait is named as the reason only where it holds most of the range
@@ -610,7 +619,7 @@ def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -
         section["host_relation_text"] = (section.get("host_relation_text", "") + " " + (
                                          "1 host range stands out" if len(section["host_outliers"]) == 1 else
                                          f"{len(section['host_outliers'])} host ranges stand out") + f": step {top['step']} took {ms_text(top['host_ns'])}"
-                                         f"{wait}; " + _gpu_clock_phrase(steps, top["step"], section["median_ns"])).strip()
+                                         f"{wait}; " + _gpu_clock_phrase(steps, instances[0], section["median_ns"])).strip()
     if budgets:
         durations = np.maximum(steps.durations, 1)
         per_step = [b.labelled.totals_many(steps.starts, steps.ends) for b in budgets]

@@ -164,3 +164,35 @@ def test_instance_numbers_become_n_and_names_keep_their_digits():
              "step " + "1" * 70_000: "step N", "x" + "9" * 70_000: "xN",
              "é3": "éN", "ステップ٣": "ステップN", "a٣b": "a٣b", "12ab34": "NabN", "S" * 70_000 + "step 12": "S" * 70_000 + "step N"}
     assert {name[:20]: normalize_name(name) for name in cases} == {name[:20]: want for name, want in cases.items()}
+
+
+def test_steps_are_named_by_the_numbers_their_ranges_carry(analyzed):
+    """torch.profiler numbers its steps from the schedule's start: mlp_eager's trace holds ProfilerStep#5 to #10,
+    and the report said "steps 0-5" and "step 5 took 61.7 ms", which is the trace's ProfilerStep#10 (#5 is a
+    9.8 ms range). The steps are named by their ranges' numbers, read here from the trace's own events."""
+    import gzip
+    import json
+
+    from tests.conftest import REAL
+
+    path = REAL / "mlp_eager_kineto.json.gz"
+    with gzip.open(path, "rt") as trace:
+        ranges = {int(e["name"].split("#")[1]): float(e["dur"]) * 1e3 for e in json.load(trace)["traceEvents"]
+                  if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")}
+    steps = analyzed(path)["timeline"]["steps"]
+    longest = max(ranges, key=ranges.get)
+    assert (steps["first_step"], steps["last_step"]) == (min(ranges) + steps["warmup"], max(ranges)) == (5, 10)
+    [outlier] = steps["host_outliers"]
+    assert outlier["step"] == longest == 10 and abs(outlier["host_ns"] - ranges[longest]) < 1_000
+    assert f"step {longest} took" in steps["host_relation_text"]
+    assert "steps 5-10 of 'ProfilerStep#N'" in analyzed(path)["timeline"]["window"]["description"]
+
+
+def test_step_numbers_only_where_every_instance_carries_one_and_they_increase():
+    from nsanalyze.normalize.steps import step_numbers
+    assert step_numbers(["step 1", "step 2", "step 4"]).tolist() == [1, 2, 4]
+    assert step_numbers(["ProfilerStep#12", "ProfilerStep#13"]).tolist() == [12, 13]
+    assert step_numbers(["step 1", "step", "step 3"]) is None            # one without a number
+    assert step_numbers(["step 3", "step 2", "step 4"]) is None          # not in order: numbered from 0
+    assert step_numbers(["epoch 1 step 1", "epoch 1 step 2"]) is None    # two numbers in a name
+    assert step_numbers(["step 1700000000000", "step 1700000000001"]) is None   # a timestamp, not a step

@@ -140,5 +140,5 @@ def _few_steps(timeline, classes) -> str:
     if count > FEW_STEPS * len(idle):
         return ""
     named = np.sort(indices[order[:count]])
-    shown = ", ".join(str(int(i)) for i in named[:8]) + (", ..." if count > 8 else "")
+    shown = ", ".join(str(timeline.step_number(int(i))) for i in named[:8]) + (", ..." if count > 8 else "")
     return f"; {held[count - 1] / 1e6:.0f} ms of it in {count} of {plural(len(idle), 'step')} ({shown})"

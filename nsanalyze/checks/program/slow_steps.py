@@ -168,7 +168,7 @@ def run(timeline, limits) -> Finding | None:
     share = excess / window_ns
     steps = _named_steps(timeline, slow, typical)
     n = every_nth(steps, int(indices[0]), int(indices[-1]) + 1)
-    shown = ", ".join(str(int(i)) for i in steps[:6]) + (", ..." if len(steps) > 6 else "")
+    shown = ", ".join(str(timeline.step_number(int(i))) for i in steps[:6]) + (", ..." if len(steps) > 6 else "")
     which = (f"every {n}th step ({shown})" if n else
              f"{plural(slow.sum(), 'step')} ({shown})")
     doing = _what_they_do(timeline, slow)
@@ -185,7 +185,7 @@ def run(timeline, limits) -> Finding | None:
                f"{_time(excess / len(periods))} a step above the median)"
                + (f"; in their excess: {doing}" if doing else "")),
         estimated_speedup=share,
-        evidence={"slow_steps": [int(i) for i in steps], "every_nth": n,
+        evidence={"slow_steps": [timeline.step_number(int(i)) for i in steps], "every_nth": n,
                   "median_step_ns": evidence(typical, unit="ns"), "mean_step_ns": evidence(mean, unit="ns"),
                   "slow_step_median_ns": evidence(float(np.median(periods[slow])), typical * limits.outlier_factor,
                                                   unit="ns"),
