@@ -73,6 +73,7 @@ def test_kineto_program_findings_are_results(analyzed):
     results = json.loads(render(model))["runs"][0]["results"]
     # errors are high findings: 5% of the trace's window or more (one severity scale; attention-unfused saves 5.7%)
     assert {r["ruleId"] for r in results if r["level"] == "error"} == {"low-tensor-activity", "attention-unfused"}
-    assert results[0]["locations"][0]["logicalLocations"][0]["name"] == "ProfilerStep#N steps 0-5"
+    # steps named as the trace numbers them (its ProfilerStep#5 to #10)
+    assert results[0]["locations"][0]["logicalLocations"][0]["name"] == "ProfilerStep#N steps 5-10"
     assert all(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith("gpt_fp32_kineto.json.gz")
                for r in results)
