@@ -225,7 +225,10 @@ def _health_line(model: dict) -> str:
     # the link's rate filling the window say that the link is the limit (only fewer bytes help)
     verdict = next((f for check in VERDICT_CHECKS for f in model.get("findings") or [] if f["check"] == check), None)
     if verdict is not None:
-        return verdict["title"] + "."
+        # a verdict whose saving is not estimated says what is at stake (h100_2gpu_1s: copies 97% of the window, a
+        # finding at info, which read as "below what is worth a change")
+        stake = next((n for n in verdict.get("notes") or [] if "time at stake" in n), None)
+        return verdict["title"] + "." + (f" {stake[0].upper()}{stake[1:]}." if stake and verdict["severity"] == "info" else "")
     if timeline is not None and not timeline.get("budget") and not model["kernels"]:
         return ("No GPU activity recorded (no kernels or copies in the export): profile with CUDA tracing on, "
                 "e.g. nsys profile -t cuda,nvtx,osrt, and export with nsys export --type sqlite.")

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from nsanalyze.render import html, markdown
-from nsanalyze.render.format import collect_text, health_line, shorten
+from nsanalyze.render.format import collect_text, duration, health_line, shorten
 from tests.conftest import FIXTURES, PUBLIC, REAL
 
 UNROLL = PUBLIC / "Alaric617R__COALDA__examples__rgb__profile__report__uncoalesced_chart_unroll.ncu-rep.xz"
@@ -151,3 +151,25 @@ def test_a_metric_no_section_of_the_reports_ncu_holds_is_named_for_ncu_metrics(a
     unroll = analyzed(UNROLL)
     [bank] = [n for n in unroll["not_judged"] if n["check"] == "bank-conflicts"]
     assert "--metrics" not in bank["collect"]
+
+
+def test_a_verdict_at_info_says_the_time_at_stake(analyzed):
+    """nsys-ai's 2-GPU capture copies 97% of its window (by SQL, 25.5 GB host-to-device a GPU against 22 ms of
+    kernels): transfer-bound is its verdict, at info because only overlap with the compute is priced, and the
+    report's first line read as "below what is worth a change". It now says the copies' time is at stake."""
+    from tests.conftest import sql
+
+    path = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__h100_2gpu_1s.sqlite.xz"
+    model = analyzed(path)
+    verdict = next(f for f in model["findings"] if f["check"] == "transfer-bound")
+    window = model["timeline"]["window"]
+    (copies_ns,), = sql(path, "SELECT SUM(MIN(end, {e}) - MAX(start, {s})) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE end > {s} "
+                              "AND start < {e}".format(s=window["start_ns"], e=window["end_ns"]))
+    copy_ns = verdict["evidence"]["copy_ns"]["value"]
+    assert verdict["severity"] == "info" and verdict["estimated_savings_ns"] < 0.05 * copy_ns
+    # the budget's copy time is the copies' union per GPU, averaged over the 2 GPUs: half their summed time, or less
+    assert 0.9 * copies_ns / 2 <= copy_ns <= copies_ns / 2 * 1.001
+    line = health_line(model)
+    assert line.startswith(verdict["title"])
+    assert f"the copies' {duration(copy_ns)}, {verdict['evidence']['copy_share']['value']:.0%} of the window, are the time " \
+           "at stake." in line

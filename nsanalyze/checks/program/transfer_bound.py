@@ -226,7 +226,8 @@ def run(timeline, limits) -> Finding | None:
                   "directions": [asdict(d) for d in directions]},
         advice=ADVICE,
         notes=[f"achieved bandwidth is bytes over copy time; the reference is {top.reference}",
-               "what fewer bytes would save (data kept on the GPU, narrower types) is not estimated"]
+               "what fewer bytes would save (data kept on the GPU, narrower types) is not estimated: the copies' "
+               f"{duration_text(copy_ns)}, {copy_share:.0%} of the window, are the time at stake"]
               + ([f"counted after {' and '.join(earlier)}: of the {duration_text(left_ns)} of copy time they leave"]
                  if earlier else []),
     )

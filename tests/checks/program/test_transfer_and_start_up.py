@@ -8,6 +8,7 @@ import pytest
 from nsanalyze.analyze import Options, analyze
 from nsanalyze.checks import limits_for
 from nsanalyze.checks.program import launch_overhead, one_long_kernel
+from nsanalyze.render.format import duration as format_duration
 from tests.conftest import PUBLIC, REAL, sql, sql_saved_per_step
 
 H100_COPIES = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__h100_2gpu_1s.sqlite.xz"
@@ -40,7 +41,7 @@ def test_transfer_bound_program_gets_a_copy_finding_first():
     if above:
         assert above[0]["check"] == "transfer-bound"
     else:
-        assert health_line(model) == top["title"] + "."
+        assert health_line(model).startswith(top["title"] + ". ") and health_line(model).endswith(" are the time at stake.")
 
 
 # transfer_train.py: 256 MB host-to-device a step and one tiny kernel, pageable vs pinned, on an H200
@@ -131,7 +132,11 @@ def test_copies_at_the_link_rate_promise_only_the_overlap(transfer_pair):
     assert "the link is the limit" in finding["title"] and "fewer bytes" in finding["title"]
     assert any("fewer bytes" in n and "not estimated" in n for n in finding["notes"])
     assert not [f for f in pinned["findings"] if f["severity"] != "info"]
-    assert health_line(pinned) == finding["title"] + "."
+    # the headline says what fewer bytes put at stake: the copies' time, not a saving
+    copy_ns = finding["evidence"]["copy_ns"]["value"]
+    assert health_line(pinned) == finding["title"] + ". What fewer bytes would save (data kept on the GPU, narrower " \
+        f"types) is not estimated: the copies' {format_duration(copy_ns)}, {finding['evidence']['copy_share']['value']:.0%} of " \
+        "the window, are the time at stake."
 
 
 @pytest.mark.parametrize("i", [1, 2])
