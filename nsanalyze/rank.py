@@ -302,8 +302,14 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
         else:
             finding.severity = "info"
     severity_order = {"high": 0, "medium": 1, "low": 2, "info": 3}
-    # at equal savings, a finding counted within another (within_wider_changes) after it: it adds nothing beyond it
-    ordered = sorted(findings, key=lambda f: (f.severity == "info", -round(f.estimated_savings_ns, 1),
+    # at equal savings, a finding counted within another (within_wider_changes) after it: it adds nothing beyond it;
+    # but one that saves as much as the wider change (within 1%: `leads`) before it, the smaller change to make
+    def savings_key(finding: Finding) -> float:
+        outer = next((f for f in findings if getattr(finding, "leads", False) and f.check == finding.evidence.get("within")),
+                     None)
+        return -round(max(finding.estimated_savings_ns, outer.estimated_savings_ns if outer else 0.0), 1)
+
+    ordered = sorted(findings, key=lambda f: (f.severity == "info", savings_key(f), not getattr(f, "leads", False),
                                               severity_order[f.severity], getattr(f, "counted_after", False),
                                               -getattr(f, "potential", 0.0), "within" in f.evidence, f.check))
     floor_index = 0  # a kernel finding is never more severe than a finding ranked above it (mixed reports)
@@ -560,6 +566,10 @@ def within_wider_changes(findings: list[Finding], timeline) -> None:
                                     f"({per_step(outer.estimated_savings_ns)}), not the sum. Alone, this change saves "
                                     f"{per_step(inner.estimated_savings_ns)}")
         alike = inner.estimated_savings_ns >= 0.99 * outer.estimated_savings_ns   # blind58's LSTM loop: all of it
+        # the smaller change that saves as much ranks first where its finding names that change from the kernels (a
+        # user read of blind58_lstm: the graph capture led, the loop's own fix, nn.LSTM over the sequence, came second
+        # at the same saving); a loop over layers of one width (opt_fused's MLP) is told to graph them: no smaller
+        inner.leads = alike and getattr(inner, "names_its_change", False)
         outer.title += (f"; {inner.check}'s smaller change saves as much, {per_step(inner.estimated_savings_ns)}" if alike
                         else f"; {inner.check}'s smaller change saves {per_step(inner.estimated_savings_ns)} of it")
         outer.notes.append(f"{inner.check}'s change is part of this one: alone it saves "

@@ -206,6 +206,9 @@ def savings_text(finding: dict, model: dict | None = None) -> str:
     count = steps.get("count") if isinstance(steps, dict) else None
     if count and finding.get("kernel_name") is None and finding.get("estimated_savings_ns"):
         text += f" ({duration(finding['estimated_savings_ns'] / count)} a step)"
+    within = (finding.get("evidence") or {}).get("within")
+    if isinstance(within, str) and finding.get("kernel_name") is None:   # a row beside its wider change: not added
+        text += f", within {within}'s"
     return text
 
 

@@ -73,7 +73,7 @@ ADAM_WORDS = ("lerp", "addcmul", "sqrt", "addcdiv")
 CELL_WORDS = ("lstm_cell", "gru_cell")
 # What the title asks for where the motif says nothing more: each kind of loop's change (ADVICE's list)
 CHANGE_TEXT = "make {it} a few launches: foreach or batched ops over items, torch.compile or a CUDA graph over layers"
-ADVICE = """Launch the loop's work as a few operations over all its items.
+LOOP_ADVICE = """Launch the loop's work as a few operations over all its items.
 
 - A loop over tensors (an EMA of the weights, gradient clipping, weight decay or a hand-written update, per
   parameter): the `torch._foreach_*` ops (`_foreach_lerp_`, `_foreach_mul_`, `_foreach_add_`,
@@ -86,15 +86,42 @@ ADVICE = """Launch the loop's work as a few operations over all its items.
 - A recurrence stepped over a sequence in Python (`nn.LSTMCell`, `nn.GRUCell` per frame): the layer over the
   whole sequence (`nn.LSTM`, `nn.GRU`: cuDNN runs it in a few kernels a layer) with the same weights.
 - A loop over layers that depend on each other: `torch.compile` fuses each layer's element-wise kernels;
-  a CUDA graph of the loop (`torch.cuda.graph`, `torch.compile(mode="reduce-overhead")`) launches it once.
+  a CUDA graph of the loop (`torch.cuda.graph`, `torch.compile(mode="reduce-overhead")`) launches it once."""
 
-```python
+# The advice's example, by what the loop's kernels say it is (a user read: blind58's LSTMCell loop and 48 embedding
+# tables were shown an EMA over parameters); the loop over tensors where they say nothing more
+TENSOR_LOOP_EXAMPLE = """```python
 # before: two launches for each of the model's parameters, every step
 for p_ema, p in zip(ema.parameters(), model.parameters()):
     p_ema.mul_(decay).add_(p, alpha=1 - decay)
 # after: a few launches for all of them
 torch._foreach_lerp_(list(ema.parameters()), list(model.parameters()), 1 - decay)
 ```"""
+CELL_EXAMPLE = """```python
+# before: the cell stepped over the sequence in Python, a dozen launches a frame and as many in the backward
+cell = nn.LSTMCell(n_in, n_hidden).cuda()
+for t in range(x.size(0)):
+    h, c = cell(x[t], (h, c))
+# after: the layer runs the whole sequence (cuDNN: a few kernels a layer), the same weights
+lstm = nn.LSTM(n_in, n_hidden).cuda()     # load the cell's weight_ih/weight_hh/bias_ih/bias_hh into weight_*_l0
+out, (h, c) = lstm(x, (h[None], c[None]))
+```"""
+ADAM_EXAMPLE = """```python
+# before: the update launched per parameter
+opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False)
+# after: one fused kernel updates every parameter
+opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
+```"""
+TABLES_EXAMPLE = """```python
+# before: one lookup (and its backward) per table, every step
+out = torch.cat([table(ids[:, i]) for i, table in enumerate(tables)], dim=1)
+# after: the tables stacked in one embedding, each table's ids offset by its first row: one lookup for all
+offsets = torch.tensor([0] + sizes[:-1], device=ids.device).cumsum(0)
+out = stacked(ids + offsets).flatten(1)   # stacked = nn.Embedding(sum(sizes), dim), the tables' rows in order
+```"""
+# Words of an embedding lookup's kernels (PyTorch's embedding backward, index_select's indexSelect kernels)
+TABLE_WORDS = ("embedding", "indexselect")
+ADVICE = LOOP_ADVICE + "\n\n" + TENSOR_LOOP_EXAMPLE
 
 CHECK = Check(
     id=ID,
@@ -152,6 +179,9 @@ def run(timeline, limits) -> Finding | None:
               f"{'its' if len(mine) == 1 else 'their'} kernels hold a recurrent cell's ({cell}): a sequence stepped "
               "frame by frame in Python, use the layer over the whole sequence (nn.LSTM, nn.GRU: cuDNN)" if cell else
               CHANGE_TEXT.format(it="it" if len(mine) == 1 else "them"))
+    tables = any(word in name.lower() for loop in mine for name in loop["motif"] for word in TABLE_WORDS)
+    example = (ADAM_EXAMPLE if len(adam) >= 3 else CELL_EXAMPLE if cell else TABLES_EXAMPLE if tables
+               else TENSOR_LOOP_EXAMPLE)
     others = [g for g in groups if g is not group]
     beside = (f"; {len(others)} other loop{'s' if len(others) > 1 else ''} beside it "
               f"({duration_text(sum(g['path_ns'] for g in others))} of launch paths a step, not counted here)"
@@ -166,7 +196,7 @@ def run(timeline, limits) -> Finding | None:
                   "loop_kernel_ns_per_step": evidence(kernel_ns, unit="ns"),
                   "launches_per_step": evidence(launches),
                   "loops": loops},
-        advice=ADVICE,
+        advice=f"{LOOP_ADVICE}\n\n{example}",
         notes=[f"on the {replayed} replayed steps around the median, a motif repeated in a row is a loop over items "
                "in the program's source: " + "; ".join(_loop_text(loop) for loop in mine[:MAX_LISTED])
                + (f"; and {len(mine) - MAX_LISTED} more" if len(mine) > MAX_LISTED else "")],
@@ -182,6 +212,9 @@ def run(timeline, limits) -> Finding | None:
                              + "; ".join(_loop_text(loop) for g in others for loop in g["loops"][:MAX_LISTED]))
     finding.estimated_savings_ns = min(path_ns * steps.count, idle_ns)   # the replay prices it (rank)
     finding.change = {"fuse": (cp.loop_role(group["group"]),)}
+    # the loop's kernels name its change (fused=True, nn.LSTM, one embedding): a smaller change than a graph of
+    # the step, which ranks first where it saves as much (rank.within_wider_changes)
+    finding.names_its_change = example is not TENSOR_LOOP_EXAMPLE
     return finding
 
 

@@ -179,6 +179,32 @@ def test_a_recurrent_cell_stepped_in_python_is_a_loop_forward_and_backward(analy
     alike = found["estimated_savings_ns"] >= 0.99 * graph["estimated_savings_ns"]
     assert ("launch-loop's smaller change saves as much" in graph["title"]) == alike
     assert ("of it" not in graph["title"].split("launch-loop's smaller change")[1]) == alike
+    # saving as much, the smaller change the kernels name ranks first (a user read: the graph capture led at the
+    # same saving), its row says it is within the wider change's saving, and its example is the cell's, not an EMA's
+    from nsanalyze.render.format import savings_text
+    programs = [f for f in model["findings"] if f["kernel_id"] is None]
+    assert (programs.index(found) < programs.index(graph)) == alike
+    assert savings_text(found, model).endswith(", within launch-overhead's")
+    assert "nn.LSTM(n_in, n_hidden)" in found["advice"] and "_foreach_lerp_" not in found["advice"].split("```")[1]
+
+
+def test_a_loop_over_embedding_tables_is_shown_one_stacked_table(analyzed):
+    """blind_embtables looks up 48 tables one by one (by SQL, 48 embedding backward kernels a step): the loop's
+    example stacks the tables into one lookup, not the EMA over parameters it once showed. A loop whose kernels
+    say nothing more (the EMA itself) keeps the tensor-list example and ranks after the graph of the step."""
+    path = REAL / "blind_embtables_base_nsys.sqlite.xz"
+    found = _finding(analyzed(path), "launch-loop")
+    (backward,), = sql(path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName "
+                             "WHERE s.value LIKE 'embedding_backward%'")
+    (steps,), = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE text LIKE 'step %'")
+    assert backward / steps == pytest.approx(48, rel=0.05)
+    example = found["advice"].split("```python")[1]
+    assert "stacked(ids + offsets)" in example and "_foreach_lerp_" not in example
+    ema = analyzed(EMA_BASE)
+    ema_loop = _finding(ema, "launch-loop")
+    assert "_foreach_lerp_" in ema_loop["advice"].split("```python")[1]
+    programs = [f["check"] for f in ema["findings"] if f["kernel_id"] is None]
+    assert programs.index("launch-overhead") < programs.index("launch-loop")
 
 
 @pytest.mark.parametrize("name", ["kv57_base1", "copy56_catlog_base1"])
