@@ -124,7 +124,24 @@ def outliers(timeline, limits) -> tuple[np.ndarray, float, np.ndarray] | None:
     if every_nth(timeline.step_indices[slow], int(timeline.step_indices[0]), int(timeline.step_indices[-1])) is None \
             and _waiting_share(timeline, slow) >= WAITING_SHARE:
         return None   # irregular stalls on a queue: the data pipeline, host-wait names the wait
+    if _trials_in_every_step(timeline, slow):
+        return None   # an autotuner in every step, slower in some: autotuning's stretches, one cause
     return slow, excess, in_phases
+
+
+def _trials_in_every_step(timeline, slow: np.ndarray) -> bool:
+    """Whether the replayed steps time trials (normalize.tuning) and the steps that do not stand out time as many
+    as the slow ones, a quarter of them or more: a tuner of every step (tune52_ms: cuDNN's benchmark mode meets a
+    new shape each step, 640 event records a step in the others, 650 in the two slow ones). Its slow steps are its
+    slower tunings: `whatif --untune --outliers` saves what `--untune` does, and autotuning claims that time."""
+    if getattr(timeline, "timed_trials", None) is None:
+        return False
+    activity = timeline.host_activity
+    records = activity.by_class("event-record") if activity is not None else None
+    if records is None or records.step_calls is None or len(records.step_calls) != len(slow) or slow.all():
+        return False
+    others = float(np.median(records.step_calls[~slow]))
+    return others >= TRIALS_MIN_RECORDS and others >= 0.25 * float(np.median(records.step_calls[slow]))
 
 
 # OS-call classes in which the launching threads wait on another thread or process (a DataLoader's queue).

@@ -100,6 +100,31 @@ def test_a_tuner_in_a_few_steps_is_a_slow_steps_cause(analyzed):
     assert slow["advice"].startswith("Their extra calls are timed trials")
 
 
+@pytest.mark.parametrize("base, _", PAIRS[2:])   # tune52_ms: the two whose window holds steps that stand out
+def test_slower_tunings_of_a_tuner_in_every_step_are_the_tuners(analyzed, base, _):
+    """benchmark mode meeting a new shape every step: the steps that stand out (SQL: GPU periods over the check's
+    factor of the median) record as many events as the others, so their excess is slower tuning, not logging or a
+    checkpoint: slow-steps no longer speaks beside autotuning (a user read: 2 steps, 2.28 s, with advice on
+    histograms and checkpoints, the window then sold whole), and autotuning's saving stays within the window."""
+    from nsanalyze.checks import limits_for
+    from nsanalyze.checks.program import slow_steps
+    from tests.conftest import sql_gpu_step_periods
+
+    path = REAL / base
+    model = analyzed(path)
+    steps = model["timeline"]["steps"]
+    first = steps["first_step"]
+    periods = sql_gpu_step_periods(path)[first:first + steps["count"] - 1]
+    records = _event_records_per_step(path)[first:first + len(periods)]
+    factor = limits_for(slow_steps).outlier_factor
+    slow = [i for i, p in enumerate(periods) if p > factor * statistics.median(periods)]
+    others = [records[i] for i in range(len(periods)) if i not in slow]
+    assert slow and min(records[i] for i in slow) >= 0.9 * statistics.median(others) >= 300
+    checks = {f["check"]: f for f in program_findings(model)}
+    assert "slow-steps" not in checks
+    assert checks["autotuning"]["estimated_savings_ns"] <= model["timeline"]["span_ns"]
+
+
 def test_timing_code_is_no_tuner(analyzed):
     """Each of 8 layers timed every step by an event pair, synced at once (SQL: 8 cudaEventSynchronize a step):
     the trials' pattern, but nothing is warmed up first (the program's own work, timed once), so no tuning is
