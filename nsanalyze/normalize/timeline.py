@@ -718,8 +718,10 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
     if calls is not None and call_names is not None and len(calls):
         processes = {b.device_id: list(b.processes) for b in budgets}
         for stretch in stretches:
-            loads, next_work = _jit_calls_after(calls, call_names, processes.get(stretch["device_id"], []),
-                                                stretch["start_ns"] + stretch["duration_ns"])
+            loads, next_work, module_loads = _jit_calls_after(calls, call_names, processes.get(stretch["device_id"], []),
+                                                              stretch["start_ns"] + stretch["duration_ns"])
+            if module_loads:
+                stretch["module_loads_after"] = module_loads
             if loads:
                 stretch["jit_calls"] = loads
                 if next_work is not None:
@@ -834,18 +836,19 @@ def _first_kernels(export: NsysExport, stretches: list[dict], kernels) -> None:
 # Host-activity classes (host_activity.csv) of the calls that give the GPU work: where the host's next such call
 # comes, what it did since is no longer preparation
 ISSUING_CLASSES = ("launch", "graph-launch", "copy", "copy-async", "memset")
-JIT_CLASS = "jit"
+JIT_CLASS, MODULE_LOAD_CLASS = "jit", "module-load"
 RANGE_HOLDS = 0.9   # an NVTX range holding this share of a host stretch names it (the innermost of its path)
 CALLS_AFTER_STRETCH = 64   # the calls looked at after a stretch for the next one that gives the GPU work
 
 
-def _jit_calls_after(calls, call_names: dict, pids: list, at_ns: int) -> tuple[list[dict], int | None]:
+def _jit_calls_after(calls, call_names: dict, pids: list, at_ns: int) -> tuple[list[dict], int | None, int]:
     """The calls of the class `jit` (host_activity.csv: a run-time link, a module loaded from an image in memory,
     nvrtc) the processes made from `at_ns` until their next call that gives the GPU work: by name, calls, time;
-    and that call's start (None where it is not among the calls looked at)."""
+    that call's start (None where it is not among the calls looked at); and the calls of the class `module-load`
+    among them (a library loaded: at a kernel's first launch, or a build of every step's)."""
     index = _first_calls_after(calls, pids, at_ns, CALLS_AFTER_STRETCH)
     loads: dict[str, list] = {}
-    next_work = None
+    next_work, module_loads = None, 0
     for i in index:
         name = str(call_names.get(int(calls.name_id[i])) or "")
         kind = host_activity.classify(name)
@@ -856,7 +859,8 @@ def _jit_calls_after(calls, call_names: dict, pids: list, at_ns: int) -> tuple[l
             entry = loads.setdefault(host_activity.base_name(name), [0, 0])
             entry[0] += 1
             entry[1] += int(calls.end[i] - calls.start[i])
-    return [{"name": n, "calls": c, "total_ns": ns} for n, (c, ns) in loads.items()], next_work
+        module_loads += kind == MODULE_LOAD_CLASS
+    return [{"name": n, "calls": c, "total_ns": ns} for n, (c, ns) in loads.items()], next_work, module_loads
 
 
 AFTER_CHUNK = 1 << 20   # calls looked through at a time for the first ones after a stretch

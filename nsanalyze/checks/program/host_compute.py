@@ -482,8 +482,12 @@ def run(timeline, limits) -> Finding | None:
             f"{first_share:.0%} in set-up before kernels' first runs" if first_ns else ""]
     if any(once):
         step_text += f", and {' and '.join(filter(None, once))} (start-up, not saved)"
-    # the stretches a first run ended are start-up: the place to look is among the others
-    stretches = [s for s in timeline.host_stretches[:5] if not any(s is f for f in first_runs)]
+    # the stretches a first run ended are start-up, and those that end in a build of every step's code
+    # runtime-compilation's (kv57: each stretch ends in the step's cuLibraryLoadData): the place to look is the others
+    builds = runtime_compilation.ID in claimed
+    built = [s for s in timeline.host_stretches[:5] if builds and (s.jit_calls or s.module_loads_after)]
+    stretches = [s for s in timeline.host_stretches[:5] if not any(s is f for f in first_runs) and
+                 not any(s is b for b in built)]
     where = ""
     if stretches and stretches[0].nvtx_range:
         where = (f"; longest stretch {stretches[0].own_time_ns / 1e6:.1f} ms in range "
@@ -500,6 +504,10 @@ def run(timeline, limits) -> Finding | None:
                      "class module-load), kernels loaded at their first launch, once a process: a run of more steps "
                      "pays them once, and a warm-up pass over each code path before the timed work, or "
                      "CUDA_MODULE_LOADING=EAGER, moves them to start-up")
+    if built:
+        notes.append(f"{len(built)} of the {min(5, len(timeline.host_stretches))} longest stretches end in GPU code "
+                     "loaded before the host's next launch: the builds of every step that runtime-compilation prices, "
+                     "not this finding's")
     if first_ns:
         names = ", ".join(sorted({s.first_kernel for s in first_runs})[:3])
         notes.append(f"leaves out {duration_text(first_ns)} of host time in {plural(len(first_runs), 'stretch')} that "

@@ -78,3 +78,24 @@ def test_the_builds_price_what_precompiled_kernels_saved(analyzed, i):
     saved = sql_saved_per_step(analyzed, base, fix)
     assert first["estimated_savings_ns"] / model["timeline"]["steps"]["count"] == pytest.approx(saved, rel=0.15)
     assert ID not in {f["check"] for f in analyzed(REAL / fix)["findings"]}
+
+
+def test_host_compute_does_not_cite_the_builds_as_its_stretch(analyzed):
+    """kv57: host-compute named "longest stretch 72.0 ms in range 'step 1'" as its evidence, and each of its longest
+    stretches ends where the step's cuDNN build loads its code (SQL: cuLibraryLoadData and cuLibraryGetKernel after
+    the stretch, before the next launch): runtime-compilation's time, not the host code host-compute prices. Those
+    stretches are counted as SQL counts their loads and left to that finding."""
+    path = REAL / "kv57_base1_nsys.sqlite.xz"
+    model = analyzed(path)
+    compute = next(f for f in program_findings(model) if f["check"] == "host-compute")
+    stretches = model["timeline"]["host_stretches"][:5]
+    for stretch in stretches:
+        end = stretch["start_ns"] + stretch["duration_ns"]
+        (loads,), = sql(path, f"""SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+            WHERE (s.value LIKE 'cuLibrary%' OR s.value LIKE 'cuModule%') AND r.start >= {end} AND r.start < (
+              SELECT MIN(r2.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r2 JOIN StringIds s2 ON s2.id = r2.nameId
+              WHERE r2.start >= {end} AND (s2.value LIKE 'cudaLaunch%' OR s2.value LIKE 'cuLaunch%'))""")
+        assert stretch["module_loads_after"] == loads == 2
+    assert "longest stretch" not in compute["title"]
+    assert any(n.startswith(f"{len(stretches)} of the {len(stretches)} longest stretches end in GPU code loaded")
+               for n in compute["notes"])
