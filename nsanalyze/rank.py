@@ -205,8 +205,8 @@ def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = No
             combined = joint[0]
             overlapped = True
             for finding in group:
-                finding.notes.append(f"fixed together, bounded by the next limiter: the {UNIT_NAMES[joint[1]]} "
-                                     f"stays {joint[2]:.1f}% busy after all of them")
+                finding.notes.append(f"fixed together, bounded by the next limiter: all of them leave the "
+                                     f"{UNIT_NAMES[joint[1]]}'s work as it is ({joint[2]:.1f}% busy now)")
         floor_note = ""
         time_ns, launches = (kernel_time_ns or {}).get(kernel_id), (kernel_launches or {}).get(kernel_id)
         if time_ns and launches:
@@ -890,8 +890,11 @@ def bound_by_next_limiter(findings: list[Finding], records: dict) -> None:
         cap = clamp01(1.0 - pct / sustained)
         if finding.estimated_speedup > cap:
             reach = f", and code sustains about {sustained:.0f}% of its peak" if sustained < 100 else ""
-            finding.notes.append(f"bounded by the next limiter: the {UNIT_NAMES[unit]} stays {pct:.1f}% busy after the "
-                                 f"fix{reach}, so at most {cap:.0%} of the kernel's time can go (estimated "
+            # the unit's work stays: it is busy pct% of today's time, more of a shorter one (a user read took "stays
+            # 44.6% busy after the fix" for the share after it, where the cap is the time at which it reaches 85%)
+            finding.notes.append(f"bounded by the next limiter: the fix leaves the {UNIT_NAMES[unit]}'s work as it is "
+                                 f"({pct:.1f}% busy now){reach}, so at most {cap:.0%} of the kernel's time can go, "
+                                 f"where the {UNIT_NAMES[unit]} would be {min(sustained, 100):.0f}% busy (estimated "
                                  f"{finding.estimated_speedup:.0%})")
             finding.evidence = {**finding.evidence, "next_limiter_pct": {"value": round(pct, 2), "unit": "%",
                                                                           "limiter": unit,

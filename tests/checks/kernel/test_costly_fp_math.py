@@ -58,6 +58,11 @@ def test_baseline_divisions_are_counted_from_the_report(analyzed):
     assert 0 < finding["estimated_speedup"] <= 1 - ev["memory_share"]["value"]
     assert finding["estimated_savings_ns"] <= _kernel(model, KERNEL)["duration_ns"]
     assert "1.0 / r" in finding["advice"] and "```" in finding["advice"]
+    # the V100 runs FP64 at half its FP32 rate (the report's own peaks): the slow-FP64 item is no advice here (a user
+    # read), and the divisions' share is an upper bound (a reciprocal computed once keeps one division a group)
+    assert ev["fp64_rate_ratio"]["value"] == pytest.approx(0.5, abs=0.01) and ev["slow_fp64_share"]["value"] == 0
+    assert "slow FP64 pipe" not in finding["advice"] and "Unfused add and multiply" in finding["advice"]
+    assert finding["title"].startswith(f"FP64 pipe at 70% of peak, up to {ev['removable_share']['value']:.0%} of its")
 
 
 def test_predicted_division_saving_against_div_to_mult(analyzed):

@@ -28,7 +28,9 @@ def test_uncoalesced_saving_bounded_by_dram_that_stays_busy(analyzed):
     cap = 1 - row["dram_throughput_pct"] / attainable_pct("dram")
     assert finding["evidence"]["next_limiter_pct"]["value"] == pytest.approx(row["dram_throughput_pct"], abs=0.01)
     assert finding["estimated_savings_ns"] <= cap * row["duration_ns"] * 1.0001
-    assert any(n.startswith("bounded by the next limiter: the DRAM stays 70.1% busy") for n in finding["notes"])
+    assert any(n.startswith("bounded by the next limiter: the fix leaves the DRAM's work as it is (70.1% busy now)")
+               and "at most 18% of the kernel's time can go, where the DRAM would be 85% busy" in n
+               for n in finding["notes"])
 
 
 def test_bank_conflicts_bounded_by_the_issue_rate(analyzed):
@@ -146,4 +148,5 @@ def test_findings_fixed_together_stay_within_the_unit_none_of_them_relieves(anal
     assert sum(f["estimated_savings_ns"] for f in found) >= 0.99 * cap * row["duration_ns"]
     for finding in found:
         assert f"fixed together they save at most {cap:.0%} of the kernel's time" in " ".join(finding["notes"])
-        assert f"the DRAM stays {row['dram_throughput_pct']:.1f}% busy after all of them" in " ".join(finding["notes"])
+        assert f"all of them leave the DRAM's work as it is ({row['dram_throughput_pct']:.1f}% busy now)" in \
+            " ".join(finding["notes"])
