@@ -28,7 +28,7 @@ from nsanalyze.normalize.activity import PID_SHIFT, distinct, pair_keys
 from nsanalyze.normalize.checked_rows import VALID_NVTX
 
 ROLES = ("matmul_tensor", "matmul_simt", "attention_fused", "attention_unfused", "normalization", "elementwise",
-         "reduction", "layout", "cast", "copy", "communication", "optimizer", "graph", "other")
+         "reduction", "gather", "layout", "cast", "copy", "communication", "optimizer", "graph", "other")
 ROLE_TABLE = Path(__file__).with_name("kernel_roles.csv")
 RANGE_ROLE_TABLE = Path(__file__).with_name("range_roles.csv")
 MATMUL = ("matmul_tensor", "matmul_simt")

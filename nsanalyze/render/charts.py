@@ -267,7 +267,7 @@ def critical_path_svg(timeline: dict | None) -> str | None:
 
 WORK_COLORS = {"matmul_tensor": "#2e6da4", "matmul_simt": "#8fb3d9", "attention_fused": "#1f8a70",
                "attention_unfused": "#c0392b", "normalization": "#d98cb3", "elementwise": "#f0c27b",
-               "reduction": "#d68910", "layout": "#8e6fb5", "cast": "#b39ddb", "copy": "#9bc49b",
+               "reduction": "#d68910", "gather": "#c39bd3", "layout": "#8e6fb5", "cast": "#b39ddb", "copy": "#9bc49b",
                "communication": "#5d6d7e", "optimizer": "#a3c4a0", "graph": "#7f8c8d", "other": "#dddddd"}
 
 

@@ -158,3 +158,16 @@ def test_a_read_to_the_host_ends_a_chain_of_elementwise_kernels(analyzed):
     assert reads / steps == pytest.approx(336, abs=1)
     assert "unfused-elementwise" not in {f["check"] for f in model["findings"]}
     assert "unfused-elementwise" in {f["check"] for f in analyzed(REAL / "mlp_eager_nsys.sqlite.xz")["findings"]}
+
+
+def test_embedding_lookups_are_gathers_not_other(analyzed):
+    """blind_embtables' header read "GPU kernel time by role: other 51%": by SQL, embedding_backward_feature_kernel
+    (48 launches a step) is half the kernel time, the loop its findings are about. Embedding lookups and their
+    backward are the role `gather`, within two points of SQL's share, and nothing of that program is `other`."""
+    path = REAL / "blind_embtables_base_nsys.sqlite.xz"
+    model = analyzed(path)
+    lookups = _sql_share(path, model, "s.value LIKE 'embedding_%' OR s.value LIKE 'indexSelect%'")
+    assert lookups > 0.4
+    assert _share(model, "gather") == pytest.approx(lookups, abs=0.02)
+    assert _share(model, "other") < 0.02
+    assert role_of("rotary_embedding_kernel") != "gather"   # RoPE is elementwise work, whatever its name says
