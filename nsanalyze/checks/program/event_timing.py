@@ -122,7 +122,7 @@ def run(timeline, limits) -> Finding | None:
     finding = Finding(
         check=ID,
         title=(f"Timing code waits for the GPU in {in_steps}: {timing.timings_per_step:.0f} event pairs a step, each "
-               f"synchronized, cost {duration_text(per_step)} of a {duration_text(timing.step_ns)} mean step "
+               f"synchronized, cost {duration_text(per_step)} of those steps' {duration_text(timing.step_ns)} mean "
                f"({_how(timing, per_step)})"),
         estimated_speedup=min(1.0, saving / span),
         evidence={"timings_per_step": evidence(timing.timings_per_step, limits.min_timings),

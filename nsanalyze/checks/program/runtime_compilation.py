@@ -119,8 +119,8 @@ def run(timeline, limits) -> Finding | None:
         check=ID,
         title=(f"GPU code is compiled and loaded in {in_steps}: {plural(round(builds.builds_per_step), 'load')} a "
                f"step ({names}) after {duration_text(builds.host_ns_per_step - builds.load_ns_per_step)} of host "
-               f"time building it; without the builds a step saves {duration_text(per_step)} of a "
-               f"{duration_text(builds.step_ns)} mean step"),
+               f"time building it; without the builds a step saves {duration_text(per_step)} of those steps' "
+               f"{duration_text(builds.step_ns)} mean"),
         estimated_speedup=min(1.0, saving / span),
         evidence={"loads_per_step": evidence(builds.builds_per_step, limits.min_loads),
                   "step_share": evidence(builds.steps_with_builds / builds.steps, limits.min_step_share,
