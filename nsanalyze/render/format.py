@@ -140,8 +140,12 @@ def kernel_list_work_line(model: dict) -> str:
     """An ncu report's total, what its findings' savings are measured against, and its split by role."""
     total = sum(w["ns"] for w in model["work"])
     launches = sum(k.get("launches") or 0 for k in model.get("kernels") or [])
-    return (f"Profiled kernel time {duration(total)} over {launches} launch{'es' if launches != 1 else ''} (ncu, each "
-            f"replayed alone), by role: {work_text(model['work'])}")
+    line = f"Profiled kernel time {duration(total)} over {launches} launch{'es' if launches != 1 else ''} (ncu, each replayed alone)"
+    # a program's own kernels, none of a library's or a framework's role, are `other` whole: "by role: other 100%"
+    # said nothing (a user read of NCAR's V100 report)
+    if all(w["role"] == "other" for w in model["work"] if w.get("share")):
+        return line + ": the program's own kernels, none of a known library's or framework's role"
+    return f"{line}, by role: {work_text(model['work'])}"
 
 
 def window_lines(timeline: dict) -> list[str]:

@@ -173,3 +173,18 @@ def test_a_value_past_its_threshold_never_reads_as_the_threshold(analyzed):
                     assert shown != evidence_value({**entry, "value": entry["threshold"]}), (name, finding["check"])
                     seen += shown.count(".") > 0
     assert seen >= 2   # the two that read as their thresholds
+
+
+def test_an_ncu_report_of_the_programs_own_kernels_says_so_not_other_100(analyzed):
+    """NCAR's V100 workshop kernels are the program's own: the header read "by role: other 100%". It says they are
+    the program's own; a report of PyTorch's kernels keeps its split by role."""
+    from nsanalyze.render.format import kernel_list_work_line
+    from tests.conftest import PUBLIC
+
+    own = analyzed(PUBLIC / "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_Baseline.ncu-rep.xz")
+    assert {w["role"] for w in own["work"] if w["share"]} == {"other"}
+    line = kernel_list_work_line(own)
+    assert line.endswith(": the program's own kernels, none of a known library's or framework's role")
+    assert "by role" not in line
+    gpt = analyzed(REAL / "gpt_fp32_full.ncu-rep.xz")
+    assert ", by role: CUDA-core GEMM/GEMV" in kernel_list_work_line(gpt)
