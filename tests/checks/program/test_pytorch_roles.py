@@ -132,3 +132,20 @@ def test_one_role_time_serves_the_role_checks(analyzed):
     finding = _finding(analyzed(ALLOC_CACHED), "unfused-optimizer")
     assert finding["evidence"]["optimizer_ns"]["value"] == pytest.approx(ns, rel=1e-5)   # evidence keeps 6 digits
     assert finding["evidence"]["launches"]["value"] == launches
+
+
+def test_casts_summed_over_two_gpus_say_so(analyzed):
+    """nsys-ai's 2-GPU run: dtype-casts gave "45.1 ms in 1,657 launches" beside a finding of one GPU; by SQL the casts'
+    kernels of both GPUs sum to it, and the title says they are of 2 GPUs."""
+    from nsanalyze.render.format import duration
+    from tests.conftest import PUBLIC, sql
+
+    path = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__mfu_2gpu_before.sqlite.xz"
+    model = analyzed(path)
+    finding = _finding(model, "dtype-casts")
+    window = model["timeline"]["window"]
+    devices = sql(path, f"""SELECT deviceId, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName
+                           WHERE s.value LIKE '%direct_copy_kernel%' AND s.value LIKE '%Cast%'
+                           AND k.start >= {window['start_ns']} AND k.start < {window['end_ns']} GROUP BY deviceId""")
+    assert len(devices) == len(model["timeline"]["devices"]) == 2
+    assert f"({duration(finding['evidence']['cast_ns']['value'])} over 2 GPUs in " in finding["title"]
