@@ -398,6 +398,42 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
     for finding in findings:
         finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
         finding.severity = program_severity(finding, span)
+    _next_limit(findings, timeline)
+
+
+# Parts of the changed step's critical path named in the note, at least this share of it each
+NEXT_PART_SHARE = 0.1
+
+
+def _next_limit(findings: list[Finding], timeline) -> None:
+    """What limits a median step once the change of the finding that saves most is made: the critical path of that
+    step replayed with it (evidence `critical_path_after`, a note the reports show under their table). Fixing one
+    bottleneck shows the next: a launch-bound loop graphed is then its GPU's elementwise work, anomaly mode's
+    launches graphed its host's own code. Only where that finding's change was replayed (not a check's own
+    estimate): one replay more a report."""
+    shown = [f for f in findings if f.severity != "info"]
+    first = max(shown, key=lambda f: f.estimated_savings_ns) if shown else None
+    if first is None or getattr(first, "replayed_change", None) is None:
+        return
+    block = getattr(timeline, "step_block", None)
+    path = cp.block_path_after(block, first.replayed_change)
+    before = getattr(timeline, "critical_path", None)
+    if not path or not before:
+        return
+    step_ns, was_ns = sum(p["ns"] for p in path), sum(p["ns"] for p in before)
+    named = [p for p in path if p["share"] >= NEXT_PART_SHARE][:3] or path[:1]
+    first.evidence = {**first.evidence, "critical_path_after": path}
+    # a role the change sped up keeps its name on the path: said with its factor (low-tensor-activity's TF32 GEMMs
+    # are still `gpu:matmul_simt` there, by their measured kernels' names)
+    faster = {role: factor for roles, factor in first.replayed_change.roles for role in roles}
+
+    def label(part: str) -> str:
+        factor = faster.get(part.removeprefix("gpu:")) if part.startswith("gpu:") else None
+        return f"{part} ({factor:.2g}x faster)" if factor is not None and math.isfinite(factor) else part
+    first.notes.append(f"next: with this change the median step replays in {duration_text(step_ns)} "
+                       f"({duration_text(was_ns)} now); its critical path is then "
+                       + ", ".join(f"{p['share']:.0%} {label(p['part'])}" for p in named)
+                       + ": what limits it once this is fixed")
 
 
 # A title's own figure and the finding's savings this far apart (relative) read as two answers to one question
@@ -495,6 +531,7 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
                                  f"{SELF_CHECK_TOLERANCE:.0%} to price a change)")
         return None
     finding.estimated_savings_ns = priced.savings_ns
+    finding.replayed_change = priced.replayed_change
     finding.evidence = {**finding.evidence, "replayed_savings_ns": evidence(priced.replayed_ns, unit="ns"),
                         "check_savings_ns": evidence(own, unit="ns")}
     if priced.note:

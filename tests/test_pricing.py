@@ -399,3 +399,31 @@ def test_a_replay_of_longer_steps_than_the_mean_promises_their_share_of_the_wind
     assert replayed < window and replayed / steps["count"] < 0.9 * steps["mean_ns"]
     assert max(periods) > 2 * min(periods[2:])   # the spread that makes a block unlike the mean
     assert replayed / steps["count"] == pytest.approx(44.2e6, rel=0.1)
+
+
+def test_the_first_findings_change_shows_what_limits_the_step_next(analyzed):
+    """Fixing one bottleneck shows the next. blind69's per-image augmentation loop is launch-bound: its first finding's
+    change (each step one graph launch) replayed leaves a median step that is all GPU work, within 1.5x of the GPU's
+    own time a step by SQL (the kernels, copies and memsets each step launched; the replay keeps the gaps between
+    them), led by its elementwise kernels. The reports say so under their table, naming the finding."""
+    from nsanalyze.render import html, markdown
+    from nsanalyze.render.format import duration
+
+    path = REAL / "blind69_augment_base1_nsys.sqlite.xz"
+    model = analyzed(path)
+    first = model["findings"][0]
+    after = first["evidence"]["critical_path_after"]
+    step_ns = sum(p["ns"] for p in after)
+    assert first["check"] == "launch-overhead" and not [p for p in after if p["part"].startswith("host:")]
+    steps = model["timeline"]["steps"]
+    rows = sql(path, """SELECT n.text, SUM(l.end - l.start) FROM NVTX_EVENTS n JOIN launched l ON l.call_start >= n.start
+                        AND l.call_start < n.end WHERE n.text LIKE 'step %' GROUP BY n.text""",
+               launched=("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"))
+    gpu = statistics.median(ns for text, ns in rows if steps["first_step"] <= int(text.split()[1]) <= steps["last_step"])
+    assert gpu <= step_ns <= 1.5 * gpu
+    assert after[0]["part"] == "gpu:elementwise"
+    line = (f"After #1 (launch-overhead): with this change the median step replays in {duration(step_ns)} "
+            f"({duration(sum(p['ns'] for p in model['timeline']['critical_path']))} now); its critical path is then "
+            f"{after[0]['share']:.0%} gpu:elementwise")
+    assert line in html.render(model)
+    assert markdown.escape(line) in markdown.render(model)

@@ -1315,6 +1315,16 @@ def block_critical_path(block: StepBlock | None) -> list[dict] | None:
     return [{"part": p["part"], "ns": int(round(p["ns"])), "share": float(p["share"])} for p in path] if path else None
 
 
+def block_path_after(block: StepBlock | None, change: Change) -> list[dict] | None:
+    """The critical path of the block's median step replayed with the change, [{part, ns, share}] adding up to that
+    step: what limits it once the change is made (fixing one bottleneck shows the next). None where the block is
+    not trusted or the step does not compare."""
+    if block is None or not block.trusted:
+        return None
+    path = critical_path(block.graph, replay(block.graph, change), block.median_step)
+    return [{"part": p["part"], "ns": int(round(p["ns"])), "share": float(p["share"])} for p in path] if path else None
+
+
 def saving_per_step(block: StepBlock, change: Change) -> float | None:
     """What the change saves of a step: the mean over the block's steps of the unchanged replay's period
     less the changed replay's (what the model misses cancels); None where no period compares."""

@@ -46,6 +46,7 @@ class Priced:
     change: str                  # the change in words
     note: str | None = None      # what the replay cannot hold (the GPU's clock once it never rests)
     dropped_host_ns: float = 0.0  # of what it takes away, the host's launch paths of the kernels it removes or fuses
+    replayed_change: object = None   # the critical_path.Change replayed (block_path_after reads what limits next)
 
 
 def kernels_of(role: str) -> str:
@@ -188,7 +189,7 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         note = (f"the replay keeps the kernels' durations as measured with the GPU busy {busy_before:.0%} of a step; "
                 f"after the change it is busy {busy_after:.0%}: a GPU that never rests may lower its clock (power, "
                 "heat) and run them slower, which saves less (no clock is predicted)")
-    return Priced(savings, replayed, cap, ", ".join(words), note, dropped_per_step * count)
+    return Priced(savings, replayed, cap, ", ".join(words), note, dropped_per_step * count, change)
 
 
 def contains(outer: dict | None, inner: dict | None) -> bool:

@@ -216,6 +216,16 @@ def savings_text(finding: dict, model: dict | None = None) -> str:
     return text
 
 
+def next_limit_line(model: dict) -> str | None:
+    """`After #1 (launch-overhead): the median step replays in 9.51 ms (54.6 ms now); its critical path is then ...`:
+    what limits the steps once the finding that saves most is fixed (rank._next_limit's note), or None."""
+    for finding in model.get("findings") or []:
+        note = next((n for n in finding.get("notes") or [] if n.startswith("next: ")), None)
+        if note is not None:
+            return f"After #{finding['rank']} ({finding['check']}): {note.removeprefix('next: ')}."
+    return None
+
+
 def health_line(model: dict) -> str:
     """What to say when nothing is above info: claim health only for what could be judged, and name the info findings
     whose saving is not measured (time at stake: a cause found, not a healthy program)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from nsanalyze.render.format import (collect_text, distinct_names, duration, evidence_value, gpu_label, health_line,
+                                     next_limit_line,
                                      kernel_list_work_line, ncu_coverage_line, not_judged_groups, savings_text, scope_names, set_aside_note,
                                      several_gpus_line, shorten, show_invisible, visible, window_lines)
 
@@ -221,7 +222,9 @@ def render(model: dict) -> str:
     if model.get("gpu_metrics", {}).get("headline"):
         head.append(f"- {model['gpu_metrics']['headline']}")
     findings = [f for f in model["findings"] if f["severity"] != "info"]
-    body = [""] + (_table(findings, model) if findings else [escape(health_line(model))]) + [""]
+    after = next_limit_line(model) if findings else None
+    body = [""] + (_table(findings, model) if findings else [escape(health_line(model))]) + \
+        (["", escape(after)] if after else []) + [""]
     not_judged = _not_judged(model)
     info = _info([f for f in model["findings"] if f["severity"] == "info"], model)
     # the info and not-judged blocks (bounded, a line a finding or check) always end the comment
