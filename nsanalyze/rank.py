@@ -403,6 +403,8 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
 
 # Parts of the changed step's critical path named in the note, at least this share of it each
 NEXT_PART_SHARE = 0.1
+# A changed path this much the host's, after steps whose GPU was busy this share of their time: said to be a guess
+HOST_LED, PACED_BUSY = 0.5, 0.8
 
 
 def _next_limit(findings: list[Finding], timeline) -> None:
@@ -415,12 +417,13 @@ def _next_limit(findings: list[Finding], timeline) -> None:
     first = max(shown, key=lambda f: f.estimated_savings_ns) if shown else None
     if first is None or getattr(first, "replayed_change", None) is None:
         return
-    block = getattr(timeline, "step_block", None)
-    path = cp.block_path_after(block, first.replayed_change)
-    before = getattr(timeline, "critical_path", None)
-    if not path or not before:
+    after = cp.block_path_after(getattr(timeline, "step_block", None), first.replayed_change)
+    if after is None:
         return
-    step_ns, was_ns = sum(p["ns"] for p in path), sum(p["ns"] for p in before)
+    path, was_ns = after
+    step_ns = sum(p["ns"] for p in path)
+    if step_ns >= was_ns:
+        return   # no shorter step to describe (the change saves in the window's other steps, or nothing)
     named = [p for p in path if p["share"] >= NEXT_PART_SHARE][:3] or path[:1]
     first.evidence = {**first.evidence, "critical_path_after": path}
     # a role the change sped up keeps its name on the path: said with its factor (low-tensor-activity's TF32 GEMMs
@@ -428,12 +431,22 @@ def _next_limit(findings: list[Finding], timeline) -> None:
     faster = {role: factor for roles, factor in first.replayed_change.roles for role in roles}
 
     def label(part: str) -> str:
+        if part == cp.BETWEEN_OPS:
+            return f"{part} (the GPU's gaps between one operation and the next: fewer, larger kernels shorten them)"
         factor = faster.get(part.removeprefix("gpu:")) if part.startswith("gpu:") else None
         return f"{part} ({factor:.2g}x faster)" if factor is not None and math.isfinite(factor) else part
+    host = sum(p["share"] for p in path if p["part"].startswith("host:"))
+    busy = getattr(timeline.steps, "gpu_busy_time_share", None) if timeline.steps is not None else None
+    # a host measured beside a GPU it could not outrun ran at the GPU's pace: what its own pace is, the profile
+    # does not show (blind57_lm: the replay calls the step host-bound after the change; the fixed run's GPU is busy
+    # 97% of it)
+    paced = (f" (the measured steps kept the GPU busy {busy:.0%} of their time: the host ran at its pace, and how "
+             "fast it runs once the GPU is faster is not measured)" if host >= HOST_LED and busy is not None
+             and busy >= PACED_BUSY else "")
     first.notes.append(f"next: with this change the median step replays in {duration_text(step_ns)} "
                        f"({duration_text(was_ns)} now); its critical path is then "
                        + ", ".join(f"{p['share']:.0%} {label(p['part'])}" for p in named)
-                       + ": what limits it once this is fixed")
+                       + f": what limits it once this is fixed{paced}")
 
 
 # A title's own figure and the finding's savings this far apart (relative) read as two answers to one question
