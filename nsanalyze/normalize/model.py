@@ -423,6 +423,18 @@ class ClassInStretch(Record):
 
 
 @dataclass(frozen=True)
+class CopyGrowth(Record):
+    """Device-to-device copies that grow every step (normalize.timeline.copy_growth): a tensor grown by
+    concatenation (torch.cat onto a store kept across steps) copies all it holds each time, and needs a larger
+    block of memory each time."""
+    first_step: int = 0          # the steady steps compared, as the report names them
+    last_step: int = 0
+    first_bytes: float = 0       # bytes copied on the device in the first steps (median of GROWTH_EDGE) ...
+    last_bytes: float = 0        # ... and in the last
+    correlation: float = 0       # of the bytes a step with the step's place
+
+
+@dataclass(frozen=True)
 class ShapeChanges(Record):
     """How often consecutive steps launch kernels of other launch shapes (normalize.steps.shape_changes)."""
     compared: int = 0            # pairs of consecutive steps compared

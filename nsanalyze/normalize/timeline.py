@@ -72,6 +72,7 @@ class Timeline:
     step_next_lead_in: np.ndarray | None = None  # ... and the next step's stall before its first GPU work
     #                                              that falls in this step's period (Steps.next_lead_in)
     step_copy_bytes: dict = field(default_factory=dict)
+    copy_growth: model.CopyGrowth | None = None   # device-to-device copies growing every step (copy_growth)
     left_out: model.LeftOut | None = None  # start-up and warm-up before a steady window
     kernel_list: model.KernelList | None = None  # an ncu report's kernel list: what it tells beside the kernels  # "Device-to-Host from/to Pageable" -> bytes per steady step
     # The critical path of a median step, [{part, ns, share}] (normalize.critical_path); None where the
@@ -231,6 +232,8 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.shape_changes = _shape_changes(export, activity, timeline.step_starts, timeline.step_ends)
         timeline.step_next_lead_in = steps.next_lead_in()
         timeline.step_copy_bytes = _step_copy_bytes(wa, timeline.step_starts, timeline.step_ends)
+        timeline.copy_growth = copy_growth(_step_device_copy_bytes(wa, timeline.step_starts, timeline.step_ends),
+                                           [steps.number(int(i)) for i in timeline.step_indices])
     host_later = _host_activity(export, budgets, activity, call_names, capture.launching_threads,
                                 steps if timeline.steps is not None else None, side)
     # -- the critical path of a median step (normalize.critical_path) --
@@ -383,6 +386,44 @@ def _step_copy_bytes(wa: WindowActivity, starts: np.ndarray, ends: np.ndarray) -
         label = f"{wa.copy_kinds.get(kind)}, {host}"
         out[label] = out.get(label, 0) + np.bincount(index[group], weights=copies.bytes[group], minlength=len(starts))
     return out
+
+
+def _step_device_copy_bytes(wa: WindowActivity, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Bytes copied inside GPU memory (device-to-device memcpys) in each steady step, by copy start."""
+    copies = wa.copies
+    if not len(copies) or not len(starts):
+        return np.zeros(len(starts))
+    kinds = [k for k, label in wa.copy_kinds.items() if label in host_calls.DEVICE_COPY_KINDS]
+    mine = (copies.memset == 0) & np.isin(copies.copy_kind, kinds)
+    index = np.searchsorted(starts, copies.start, side="right") - 1
+    mine &= (index >= 0) & (copies.start < ends[np.maximum(index, 0)])
+    return np.bincount(index[mine], weights=copies.bytes[mine], minlength=len(starts)).astype(np.float64)
+
+
+# Copies that grow: over at least GROWTH_STEPS steady steps, the bytes a step correlate with the step's place by
+# GROWTH_CORRELATION or more, the last GROWTH_EDGE steps copy GROWTH_RATIO x what the first did, and most steps copy.
+# copy56_catlog's store of logits grown by torch.cat each batch: 4.3 GB in step 20, 19.6 GB in step 94 (r = 1.00); the
+# training loops of fixtures/real copy the same bytes each step (r near 0) or none.
+GROWTH_STEPS, GROWTH_CORRELATION, GROWTH_RATIO, GROWTH_EDGE = 8, 0.9, 2.0, 5
+
+
+def copy_growth(per_step: np.ndarray, numbers: list[int]) -> model.CopyGrowth | None:
+    """The steps' device-to-device copies where they grow steadily from step to step (GROWTH_*), else None: from the
+    first step that made such copies on (copy56_catlog's store is concatenated by copy kernels, no memcpy, for its
+    first 19 steps), where that is half the steps or more."""
+    made = np.flatnonzero(per_step)
+    if not len(made) or len(per_step) - made[0] < max(GROWTH_STEPS, len(per_step) / 2):
+        return None
+    per_step, numbers = per_step[made[0]:], numbers[made[0]:]
+    n = len(per_step)
+    if np.count_nonzero(per_step) < 0.8 * n or float(np.std(per_step)) == 0.0:
+        return None
+    correlation = float(np.corrcoef(np.arange(n), per_step)[0, 1])
+    first, last = float(np.median(per_step[:GROWTH_EDGE])), float(np.median(per_step[-GROWTH_EDGE:]))
+    if correlation < GROWTH_CORRELATION or not first or last < GROWTH_RATIO * first:
+        return None
+    return model.CopyGrowth(first_step=int(numbers[0]), last_step=int(numbers[-1]), first_bytes=first,
+                            last_bytes=last, correlation=correlation)
 
 
 def _os_calls(export: NsysExport, budget, launching_threads: np.ndarray):

@@ -36,8 +36,11 @@ once.
 - `min_window_share`: the savings as a share of the window before the check speaks.
 """
 
+from humanize import naturalsize
+
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.checks.program._host_class import calls_evidence, calls_phrase, priced_class
+from nsanalyze.checks.program.device_copies import GROWN, GROWN_ADVICE
 
 
 ID = "allocator-churn"
@@ -85,13 +88,17 @@ def run(timeline, limits) -> Finding | None:
     cost, share = priced
     per_step = (f"; {cost.per_step_savings_ns / 1e6:.2f} ms of GPU idle time a step"
                 if cost.steps else "")
+    growth = getattr(timeline, "copy_growth", None)   # a growing tensor, not a cache emptied (copy56_catlog)
     finding = Finding(
         check=ID,
         title=(f"Device memory is allocated and freed {'inside the loop' if cost.steps else 'while the program runs'}: "
                f"{calls_phrase(cost)}; the GPU idles "
-               f"{cost.savings_ns / 1e6:.1f} ms behind them ({share:.0%} of the window{per_step}): memory is handed "
-               "back to the driver and taken again (a caching allocator emptied, `torch.cuda.empty_cache()`, or no "
-               "pool), and cudaFree waits for the device"),
+               f"{cost.savings_ns / 1e6:.1f} ms behind them ({share:.0%} of the window{per_step}): "
+               + (f"the steps' device-to-device copies grow every step ({naturalsize(growth.first_bytes)} in step "
+                  f"{growth.first_step}, {naturalsize(growth.last_bytes)} in step {growth.last_step}): {GROWN}, in a "
+                  "larger block of memory each time" if growth is not None else
+                  "memory is handed back to the driver and taken again (a caching allocator emptied, "
+                  "`torch.cuda.empty_cache()`, or no pool)") + ", and cudaFree waits for the device"),
         estimated_speedup=share,
         evidence={"allocator_calls": evidence(cost.calls),
                   "allocator_host_ns": evidence(cost.host_ns, unit="ns"),
@@ -100,7 +107,7 @@ def run(timeline, limits) -> Finding | None:
                      if cost.steps else {}),
                   "savings_share": evidence(share, limits.min_window_share, unit="ratio"),
                   "calls": calls_evidence(cost)},
-        advice=ADVICE,
+        advice=f"{GROWN_ADVICE}\n\n{ADVICE}" if growth is not None else ADVICE,
     )
     finding.estimated_savings_ns = cost.savings_ns
     return finding

@@ -38,11 +38,21 @@ new (a token's keys and values), which the replay leaves out. Which copies a cha
 
 import re
 
+from humanize import naturalsize
+
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, step_count, time_per_step
 from nsanalyze.checks.program._roles import kernel_rows, role_time
 
 ID = "device-copies"
 BUDGET_PART = "gpu_compute"
+# Copies that grow every step (normalize.timeline.copy_growth): what the title and the advice say of them, and
+# allocator-churn's too (the store needs a larger block each step)
+GROWN = "a tensor grown by concatenation each step copies all it holds each time"
+GROWN_ADVICE = ("The copies grow from step to step: a tensor kept across steps and grown with `torch.cat` (outputs, "
+                "logits or a cache gathered a batch at a time) is copied whole into a new, larger block each step, so "
+                "the copies and the allocations grow with the run. Allocate it once at its final size (or append "
+                "the parts to a Python list and concatenate once at the end) and write each step's part into its "
+                "slice: `store[i * b:(i + 1) * b] = x`.")
 ADVICE = """Copy less on the device: build tensors in place, once.
 
 - A tensor grown with `torch.cat` or `torch.stack` in a loop (a KV cache, outputs gathered a step at a time):
@@ -108,18 +118,24 @@ def run(timeline, limits) -> Finding | None:
     cause = next((text for pattern, text in CAUSES      # a cause whose kernels hold most of the copies' time
                   if sum(k.ns for k in rows if pattern.search(k.demangled or k.name or "")) > copy_ns / 2), None)
     what = "Copy kernels" if memcpy_ns < copy_ns / 2 else "Copies inside GPU memory (device-to-device memcpys)"
+    growth = getattr(timeline, "copy_growth", None)
+    grown = (f"; they grow every step, from {naturalsize(growth.first_bytes)} in step {growth.first_step} to "
+             f"{naturalsize(growth.last_bytes)} in step {growth.last_step}: {GROWN}" if growth is not None else "")
     finding = Finding(
         check=ID,
         title=f"{what} take {share:.0%} of the GPU's work ({each(copy_ns)}, {launched}), "
-              + (f"most of it {cause}" if cause else ANY_COPY),
+              + (f"most of it {cause}" if cause else ANY_COPY) + grown,
         estimated_speedup=0.0,
         evidence={"copy_ns": evidence(copy_ns, unit="ns"),
                   "copy_kernel_share": evidence(share, limits.min_kernel_share, unit="ratio"),
                   "copy_share": evidence(copy_ns / window_ns, limits.min_share, unit="ratio"),
                   "launches": evidence(launches),
                   "device_memcpy_ns": evidence(memcpy_ns, unit="ns"),
-                  "kernels": kernel_rows(rows)},
-        advice=ADVICE,
+                  "kernels": kernel_rows(rows),
+                  **({"growth": {"first_step": growth.first_step, "last_step": growth.last_step,
+                                 "first_bytes": growth.first_bytes, "last_bytes": growth.last_bytes,
+                                 "correlation": round(growth.correlation, 3)}} if growth is not None else {})},
+        advice=f"{GROWN_ADVICE}\n\n{ADVICE}" if growth is not None else ADVICE,
     )
     finding.estimated_savings_ns = copy_ns
     return finding

@@ -87,3 +87,36 @@ def test_a_store_grown_by_cat_past_its_kernel_is_named_by_its_memcpys(analyzed, 
     assert finding["estimated_savings_ns"] <= finding["evidence"]["copy_ns"]["value"]
     assert program_findings(model)[0]["check"] == "allocator-churn"
     assert ID not in {f["check"] for f in analyzed(REAL / f"copy56_catlog_fix{i}_nsys.sqlite.xz")["findings"]}
+
+
+@pytest.mark.parametrize("i", [1, 2])
+def test_copies_that_grow_every_step_are_said_to_grow_and_the_allocator_is_told_why(analyzed, i):
+    """copy56 catlog's store grows by a batch of logits each step, so its device-to-device memcpys grow too (SQL:
+    the bytes a step rise with the step, from its first memcpy on). allocator-churn, first, said "a caching allocator
+    emptied, `torch.cuda.empty_cache()`" of a program that never calls it (a user read): both findings now say the
+    copies grow, with the bytes of the first and last steps as SQL counts them, and lead their advice with the
+    store allocated once. The training loops, whose copies do not grow, keep their words."""
+    import statistics
+
+    from humanize import naturalsize
+
+    name = REAL / f"copy56_catlog_base{i}_nsys.sqlite.xz"
+    model = analyzed(name)
+    rows = sql(name, """SELECT n.text, SUM(c.bytes) FROM NVTX_EVENTS n JOIN CUPTI_ACTIVITY_KIND_MEMCPY c
+        ON c.start >= n.start AND c.start < n.end JOIN ENUM_CUDA_MEMCPY_OPER e ON e.id = c.copyKind
+        WHERE e.label = 'Device-to-Device' AND n.text LIKE 'step %' GROUP BY n.text""")
+    by_step = sorted((int(text.split()[1]), b) for text, b in rows)
+    steps, grown = [s for s, _ in by_step], [b for _, b in by_step]
+    assert statistics.correlation(steps, grown) > 0.95 and grown[-1] > 3 * grown[0]
+    for check in ("allocator-churn", "device-copies"):
+        finding = next(f for f in model["findings"] if f["check"] == check)
+        growth = next(f for f in model["findings"] if f["check"] == "device-copies")["evidence"]["growth"]
+        assert growth["last_step"] == model["timeline"]["steps"]["last_step"]
+        # (the report places a copy in the step whose GPU period holds it, SQL in the host range it began in)
+        assert growth["first_bytes"] == pytest.approx(statistics.median(grown[:5]), rel=0.1)
+        assert growth["last_bytes"] == pytest.approx(statistics.median(grown[-5:]), rel=0.1)
+        assert f"{naturalsize(growth['last_bytes'])} in step {growth['last_step']}" in finding["title"]
+        assert finding["advice"].startswith("The copies grow from step to step")
+        assert "empty_cache" not in finding["title"]
+    churn = next(f for f in analyzed(REAL / "alloc_churn_nsys.sqlite.xz")["findings"] if f["check"] == "allocator-churn")
+    assert "`torch.cuda.empty_cache()`" in churn["title"] and "grow" not in churn["title"]
