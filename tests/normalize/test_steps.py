@@ -196,3 +196,16 @@ def test_step_numbers_only_where_every_instance_carries_one_and_they_increase():
     assert step_numbers(["step 3", "step 2", "step 4"]) is None          # not in order: numbered from 0
     assert step_numbers(["epoch 1 step 1", "epoch 1 step 2"]) is None    # two numbers in a name
     assert step_numbers(["step 1700000000000", "step 1700000000001"]) is None   # a timestamp, not a step
+
+
+def test_the_shortest_step_is_a_step_not_the_last_ones_own_work(analyzed):
+    """own67_churn1's header read "min 11.8 ms" where every GPU period by SQL is 50 ms or more: the window's last
+    step, timed to the end of its own work (no next step starts it), was taken for the shortest. The shortest is
+    the shortest period of a step that has a next one, SQL's."""
+    from tests.conftest import sql_gpu_step_periods
+
+    path = REAL / "own67_churn1_nsys.sqlite.xz"
+    steps = analyzed(path)["timeline"]["steps"]
+    periods = sql_gpu_step_periods(path)[steps["first_step"]:steps["last_step"]]
+    assert len(periods) == steps["count"] - 1
+    assert steps["min_ns"] == pytest.approx(min(periods), rel=0.01) and steps["min_ns"] > 45e6
