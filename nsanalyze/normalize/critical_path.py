@@ -1256,6 +1256,7 @@ class StepBlock:
     with_last: bool = False       # the block ends the window: its last step is timed to its own work's end
     # saving_and_busy's results by change (the changes a check's claim and its finding both price: one replay)
     priced: dict = field(default_factory=dict, repr=False, compare=False)
+    best_replay: tuple | None = field(default=None, repr=False, compare=False)   # (key, Replay, saving): _replayed
 
     @property
     def trusted(self) -> bool:
@@ -1330,7 +1331,7 @@ def block_path_after(block: StepBlock | None, change: Change) -> tuple[list[dict
     step compares (the last step, whose period needs the next)."""
     if block is None or not block.trusted:
         return None
-    changed = replay(block.graph, change)
+    changed = _replayed(block, change)
     periods, before = changed.periods(), block.base.periods()
     ok = np.flatnonzero(block.base.valid() & changed.valid())
     if not len(ok):
@@ -1356,9 +1357,7 @@ def saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, flo
     operations the steps launched over their periods): the replay keeps the kernels' measured durations,
     which a GPU kept busy may not hold (its clock under sustained load). Kept per change where the change is
     plain values (no regex): a replay is a pass over every call and operation of the block."""
-    pinned = tuple(sorted(change.pinned_rate.items())) if change.pinned_rate is not None else None
-    key = (change.remove, change.graph, change.roles, change.fuse, change.untuned, change.untimed, change.unbuilt,
-           change.unchecked, pinned) if not change.speedups else None
+    key = _change_key(change)
     if key is not None and key in block.priced:
         return block.priced[key]
     result = _saving_and_busy(block, change)
@@ -1367,13 +1366,33 @@ def saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, flo
     return result
 
 
+def _change_key(change: Change) -> tuple | None:
+    """A change as a key of plain values (None with a regex: those are not kept)."""
+    pinned = tuple(sorted(change.pinned_rate.items())) if change.pinned_rate is not None else None
+    return (change.remove, change.graph, change.roles, change.fuse, change.untuned, change.untimed, change.unbuilt,
+            change.unchecked, pinned) if not change.speedups else None
+
+
+def _replayed(block: StepBlock, change: Change) -> Replay:
+    """The block replayed with the change; the one that saved most so far is kept (one: a replay holds arrays of
+    every call and operation), which the finding that saves most asks again for what limits the steps after it
+    (block_path_after) without a second pass."""
+    key = _change_key(change)
+    if key is not None and block.best_replay is not None and block.best_replay[0] == key:
+        return block.best_replay[1]
+    return replay(block.graph, change)
+
+
 def _saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, float | None, float | None]:
-    changed = replay(block.graph, change)
+    changed = _replayed(block, change)
     ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
     if not ok.any():
         return None, None, None
     after = changed.periods(block.with_last)[ok]
     saving = float((block.replayed[ok] - after).mean())
+    key = _change_key(change)
+    if key is not None and (block.best_replay is None or saving > block.best_replay[2]):
+        block.best_replay = (key, changed, saving)
 
     def busy(result: Replay, periods) -> float | None:
         steps = [s for s, good in enumerate(ok) if good]
