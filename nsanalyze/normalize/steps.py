@@ -49,10 +49,18 @@ class Steps:
     warmup: int = 0
     clock: str = "host"                    # "gpu" once projected with enough GPU work, else "host"
     numbers: np.ndarray | None = None      # per instance: the number its range's name carries (step_numbers)
+    names: list | None = None              # per instance: its range's own name, where it carries that number
 
     def number(self, instance: int) -> int:
         """The step as the report names it: the number in its range's name, else its instance index from 0."""
         return int(self.numbers[instance]) if self.numbers is not None else int(instance)
+
+    def label(self, instance: int) -> str:
+        """A step in a sentence: its range's own name where it carries its number (`token 103`, `ProfilerStep#7`;
+        token_gen's text read "step 103" of a range named "token 103"), else `step N`."""
+        if self.names is not None and self.numbers is not None and 0 <= instance < len(self.names):
+            return str(self.names[instance])
+        return f"step {self.number(instance)}"
 
     @property
     def total(self) -> int:
@@ -105,7 +113,8 @@ class Steps:
             return None
         gpu = (self.gpu_starts[keep], self.gpu_ends[keep]) if self.gpu_starts is not None else (None, None)
         return Steps(self.name, self.global_tid, self.host_starts[keep], self.host_ends[keep], *gpu,
-                     warmup=0, clock=self.clock, numbers=self.numbers[keep] if self.numbers is not None else None)
+                     warmup=0, clock=self.clock, numbers=self.numbers[keep] if self.numbers is not None else None,
+                     names=[n for n, kept in zip(self.names, keep.tolist()) if kept] if self.names is not None else None)
 
     def next_lead_in(self) -> np.ndarray:
         """Per steady step on the GPU's clock (aligned with starts/ends), the part of its period in which the
@@ -375,7 +384,9 @@ def find_steps(export: NsysExport, nvtx_name: str | None = None) -> Steps | None
     starts, ends, instance_names = _instances(export, tid, names)
     if len(starts) < MIN_STEPS:
         return None
-    return Steps(normalized, tid, starts, ends, warmup=count_warmup(ends - starts), numbers=step_numbers(instance_names))
+    numbers = step_numbers(instance_names)
+    return Steps(normalized, tid, starts, ends, warmup=count_warmup(ends - starts), numbers=numbers,
+                 names=list(instance_names) if numbers is not None else None)
 
 
 def name_clause(export: NsysExport, name: str) -> tuple[str, tuple]:

@@ -640,8 +640,8 @@ def _gpu_clock_phrase(steps: Steps, instance: int, median_ns: float) -> str:
         before = np.flatnonzero(steps.steady == instance - 1)
         stall = float(steps.next_lead_in()[before[0]]) if len(before) else 0.0
         if stall > 0.5 * median_ns:   # its host stalled before launching: the GPU's clock counts that earlier
-            return (f"on the GPU's clock its {ms_text(stall)} before its first GPU work count in step "
-                    f"{steps.number(instance - 1)}'s period (the GPU, done with that step, waited on this one's host).")
+            return (f"on the GPU's clock its {ms_text(stall)} before its first GPU work count in "
+                    f"{steps.label(instance - 1)}'s period (the GPU, done with that step, waited on this one's host).")
         return "on the GPU's clock it is an ordinary step."
     return f"on the GPU's clock it took {ms_text(period)} too ({period / median_ns:.0f}x the median step)."
 
@@ -659,7 +659,7 @@ def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -
             if top["wait"] and top["wait_ns"] >= 0.5 * top["host_ns"] else ""
         section["host_relation_text"] = (section.get("host_relation_text", "") + " " + (
                                          "1 host range stands out" if len(section["host_outliers"]) == 1 else
-                                         f"{len(section['host_outliers'])} host ranges stand out") + f": step {top['step']} took {ms_text(top['host_ns'])}"
+                                         f"{len(section['host_outliers'])} host ranges stand out") + f": {steps.label(instances[0])} took {ms_text(top['host_ns'])}"
                                          f"{wait}; " + _gpu_clock_phrase(steps, instances[0], section["median_ns"])).strip()
     if budgets:
         durations = np.maximum(steps.durations, 1)

@@ -184,7 +184,12 @@ def test_steps_are_named_by_the_numbers_their_ranges_carry(analyzed):
     assert (steps["first_step"], steps["last_step"]) == (min(ranges) + steps["warmup"], max(ranges)) == (5, 10)
     [outlier] = steps["host_outliers"]
     assert outlier["step"] == longest == 10 and abs(outlier["host_ns"] - ranges[longest]) < 1_000
-    assert f"step {longest} took" in steps["host_relation_text"]
+    assert f"ProfilerStep#{longest} took" in steps["host_relation_text"]   # the range as the trace names it
+    # token_gen's ranges are `token N`: its longest host range is named so, not "step 103" (a user read)
+    tokens = analyzed(REAL / "token_gen_nsys.sqlite.xz")["timeline"]["steps"]
+    (name, _), = sql(REAL / "token_gen_nsys.sqlite.xz", "SELECT text, end - start FROM NVTX_EVENTS WHERE text LIKE "
+                                                        "'token %' ORDER BY end - start DESC LIMIT 1")
+    assert f"{name} took" in tokens["host_relation_text"] and tokens["host_outliers"][0]["step"] == int(name.split()[1])
     assert "steps 5-10 of 'ProfilerStep#N'" in analyzed(path)["timeline"]["window"]["description"]
 
 
