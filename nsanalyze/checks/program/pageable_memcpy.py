@@ -124,8 +124,11 @@ def run(timeline, limits) -> Finding | None:
             direction.saving_ns = 0.0
     top = directions[0] if directions else None
     # a rate under 1 GB/s with two figures (0.05 GB/s: tiny copies), not "0.0 GB/s"
-    rate = (f"; {top.copy_kind.lower()} at {top.gb_per_s:.{'1f' if top.gb_per_s >= 1 else '2g'}} GB/s where pinned copies reach "
-            f"{top.reference_gb_per_s:.0f} GB/s" if top and top.gb_per_s else "")
+    # where copies go both ways, the rate's direction with its own copies and bytes (dev_infer: "598 copies (1.2 MB)"
+    # then "device-to-host at 0.01 GB/s", whose copies hold 4.8 kB of it, read as one set, a user read)
+    own = (f" ({plural(top.copies, 'copy')}, {naturalsize(top.bytes)})" if top and len(directions) > 1 else "")
+    rate = (f"; {top.copy_kind.lower()}{own} at {top.gb_per_s:.{'1f' if top.gb_per_s >= 1 else '2g'}} GB/s where pinned "
+            f"copies reach {top.reference_gb_per_s:.0f} GB/s" if top and top.gb_per_s else "")
     steps = timeline.steps.count if timeline.steps else 0
     step_copy_ns = median_step_part(timeline, BUDGET_PART)
     # per step only when the copies are the steps' own (not a checkpoint's between them)

@@ -410,3 +410,21 @@ def test_the_same_uploads_every_step_are_asked_to_move_once(analyzed):
     assert f"({copies / 1e6:.1f} ms of a median step's" in finding["advice"]   # what moving them once takes away
     small = _by_check(analyzed(REAL / "own67_fixed1_nsys.sqlite.xz"))["pageable-memcpy"]
     assert "same_upload_bytes_per_step" not in small["evidence"] and not small["advice"].startswith("Every step")
+
+
+def test_a_rate_of_one_direction_says_its_own_copies(analyzed):
+    """dev_infer's pageable copies go both ways: "598 copies used pageable host memory (1.2 MB, 768 µs); device-to-host
+    at 0.01 GB/s" read as one set, where the device-to-host copies hold 4.8 kB of it (SQL; a user read). The rate's
+    direction now says its own copies and bytes, as SQL counts them."""
+    from humanize import naturalsize
+
+    from tests.conftest import DEV_INFER_NSYS
+
+    finding = next(f for f in analyzed(DEV_INFER_NSYS)["findings"] if f["check"] == "pageable-memcpy")
+    window = analyzed(DEV_INFER_NSYS)["timeline"]["window"]
+    (copies, nbytes), = sql(DEV_INFER_NSYS, f"""SELECT COUNT(*), SUM(c.bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY c
+        JOIN ENUM_CUDA_MEMCPY_OPER e ON e.id = c.copyKind JOIN ENUM_CUDA_MEM_KIND m ON m.id = c.dstKind
+        WHERE e.label = 'Device-to-Host' AND m.label = 'Pageable'
+        AND c.start >= {window['start_ns']} AND c.start < {window['end_ns']}""")
+    assert f"; device-to-host ({copies} copies, {naturalsize(nbytes)}) at " in finding["title"]
+    assert len(finding["evidence"]["directions"]) == 2
