@@ -412,7 +412,7 @@ def _next_limit(findings: list[Finding], timeline) -> None:
     step replayed with it (evidence `critical_path_after`, a note the reports show under their table). Fixing one
     bottleneck shows the next: a launch-bound loop graphed is then its GPU's elementwise work, anomaly mode's
     launches graphed its host's own code. Only where that finding's change was replayed (not a check's own
-    estimate): one replay more a report."""
+    estimate); that replay is kept from its pricing (critical_path._replayed), not made again."""
     shown = [f for f in findings if f.severity != "info"]
     first = max(shown, key=lambda f: f.estimated_savings_ns) if shown else None
     if first is None or getattr(first, "replayed_change", None) is None:
