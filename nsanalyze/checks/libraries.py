@@ -81,6 +81,23 @@ def library_of(name: str | None, source_files=()) -> str | None:
     return None
 
 
+# PyTorch's own kernels among this share of the launches or more: a PyTorch program (its GEMMs are cuBLAS's); under
+# it another library's (CuPy, RAPIDS), whose advice leads (host-compute's, allocator-churn's)
+PYTORCH_LAUNCHES = 0.05
+
+
+def launch_share(timeline, library: str) -> float | None:
+    """The share of the window's kernel launches whose kernels are the library's (library_of, by demangled or short
+    name); None where the kernels are not known."""
+    analysis = getattr(timeline, "work_analysis", None)
+    kernels = analysis.by_kernel if analysis is not None else []
+    launches = sum(k.launches or 0 for k in kernels)
+    if not launches:
+        return None
+    return sum(k.launches or 0 for k in kernels if library in (library_of(k.demangled or k.name), library_of(k.name))) \
+        / launches
+
+
 def hot_source_files(source_spots, limit: int = 3) -> list[str]:
     """The files of a launch's most executed instructions (each file lookup costs ~0.5 ms: a few only)."""
     try:

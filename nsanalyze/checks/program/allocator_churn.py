@@ -39,6 +39,7 @@ once.
 from humanize import naturalsize
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence
+from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
 from nsanalyze.checks.program._host_class import calls_evidence, calls_phrase, priced_class
 from nsanalyze.checks.program.device_copies import GROWN, GROWN_ADVICE
 
@@ -81,6 +82,33 @@ CHECK = Check(
 )
 
 
+# Under PYTORCH_LAUNCHES the program is another library's (CuPy, RAPIDS): its pool leads the advice, not PyTorch's
+# empty_cache (quasiben's CuPy workflow, a user read)
+OTHER_LIBRARIES_ADVICE = """Keep device memory across iterations instead of handing it back to the driver.
+
+- Allocate from a pool instead of `cudaMalloc`/`cudaFree` per operation: CuPy's memory pool (the default
+  allocator: do not replace it with `cupy.cuda.set_allocator(None)`, and do not call `free_all_blocks()` in the
+  loop), RAPIDS RMM (`rmm.reinitialize(pool_allocator=True)`), `cudaMallocAsync` with a memory pool in CUDA C++.
+- Allocate buffers once outside the loop and reuse them (`out=` arguments, static buffers).
+- PyTorch: remove `torch.cuda.empty_cache()` from the loop.
+
+```python
+# before: a pool emptied each iteration
+for chunk in chunks:
+    process(chunk)
+    cupy.get_default_memory_pool().free_all_blocks()
+# after: freed blocks stay in the pool for the next iteration
+for chunk in chunks:
+    process(chunk)
+```"""
+
+
+def _library_advice(timeline) -> str:
+    """ADVICE, or OTHER_LIBRARIES_ADVICE where the kernels are known and few are PyTorch's."""
+    torch = launch_share(timeline, "PyTorch")
+    return ADVICE if torch is None or torch >= PYTORCH_LAUNCHES else OTHER_LIBRARIES_ADVICE
+
+
 def run(timeline, limits) -> Finding | None:
     priced = priced_class(timeline, CLASS, limits.min_window_share)
     if priced is None:
@@ -107,7 +135,7 @@ def run(timeline, limits) -> Finding | None:
                      if cost.steps else {}),
                   "savings_share": evidence(share, limits.min_window_share, unit="ratio"),
                   "calls": calls_evidence(cost)},
-        advice=f"{GROWN_ADVICE}\n\n{ADVICE}" if growth is not None else ADVICE,
+        advice=f"{GROWN_ADVICE}\n\n{ADVICE}" if growth is not None else _library_advice(timeline),
     )
     finding.estimated_savings_ns = cost.savings_ns
     return finding

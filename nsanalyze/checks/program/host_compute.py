@@ -74,7 +74,7 @@ from nsanalyze.normalize.steps import normalize_name
 from nsanalyze.numbers import duration_text
 from nsanalyze.text import code_span
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
-from nsanalyze.checks.libraries import library_of
+from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
 from nsanalyze.checks.program import allocator_churn, pinned_alloc_churn, runtime_compilation
 from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 from nsanalyze.checks.program.launch_overhead import profiler_caveat
@@ -141,21 +141,13 @@ torch._foreach_mul_(ema, 0.999); torch._foreach_add_(ema, [p.detach() for p in m
 # exports the longest stretch is 0.6-23% of a step where it is per-operation cost (an EMA or a clip over parameters in
 # Python, anomaly mode, host metrics) and 62-130% where it is one piece of work (a batch built on the host, a mask)
 SPREAD_SHARE = 0.25
-# PyTorch's own kernels among this share of the launches or more: a PyTorch program (its GEMMs are cuBLAS's)
-PYTORCH_LAUNCHES = 0.05
 
 
 def _framework_advice(timeline) -> str:
     """ADVICE (PyTorch's example) where PyTorch's kernels (checks/libraries.py) are PYTORCH_LAUNCHES of the launches or
     more, or the kernels are not known; else the same with THREAD_EXAMPLE."""
-    analysis = getattr(timeline, "work_analysis", None)
-    kernels = analysis.by_kernel if analysis is not None else []
-    launches = sum(k.launches or 0 for k in kernels)
-    if not launches:
-        return ADVICE
-    torch = sum(k.launches or 0 for k in kernels
-                if "PyTorch" in (library_of(k.demangled or k.name), library_of(k.name)))
-    return ADVICE if torch >= PYTORCH_LAUNCHES * launches else ADVICE_HEAD + THREAD_EXAMPLE
+    torch = launch_share(timeline, "PyTorch")
+    return ADVICE if torch is None or torch >= PYTORCH_LAUNCHES else ADVICE_HEAD + THREAD_EXAMPLE
 
 CHECK = Check(
     id=ID,

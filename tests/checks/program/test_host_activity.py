@@ -310,3 +310,21 @@ def test_a_call_that_wakes_a_thread_is_no_wait(analyzed):
     assert not {"pthread_cond_signal", "pthread_cond_broadcast", "pthread_mutex_unlock"} & \
         {c["name"] for c in locks["top_calls"]}
     assert locks["calls"] < 594 and f"{locks['calls']} calls)" in wait["title"]
+
+
+def test_allocator_advice_leads_with_the_programs_own_library(analyzed):
+    """quasiben's workflow is a CuPy program (SQL: 800 of its 1,002 kernels are CuPy's): allocator-churn's advice
+    led with PyTorch's `torch.cuda.empty_cache()` (a user read); it now leads with the pool of the program's library.
+    A PyTorch loop (alloc_churn) keeps PyTorch's advice first."""
+    from tests.conftest import PUBLIC
+
+    path = PUBLIC / "quasiben__nvtx-examples__workflow.sqlite.xz"
+    (cupy, total), = sql(path, "SELECT SUM(s.value LIKE 'cupy%'), COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                               "JOIN StringIds s ON s.id = k.shortName")
+    assert cupy > 0.5 * total
+    advice = next(f for f in analyzed(path)["findings"] if f["check"] == "allocator-churn")["advice"]
+    first_item = advice.split("\n- ")[1]
+    assert first_item.startswith("Allocate from a pool") and "CuPy's memory pool" in first_item
+    assert "empty_cache" not in advice.split("```")[1]
+    torch = next(f for f in analyzed(REAL / "alloc_churn_nsys.sqlite.xz")["findings"] if f["check"] == "allocator-churn")
+    assert torch["advice"].split("\n- ")[1].startswith("PyTorch: remove `torch.cuda.empty_cache()`")
