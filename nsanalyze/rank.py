@@ -435,7 +435,7 @@ def _next_limit(findings: list[Finding], timeline) -> None:
             return f"{part} (the GPU's gaps between one operation and the next: fewer, larger kernels shorten them)"
         factor = faster.get(part.removeprefix("gpu:")) if part.startswith("gpu:") else None
         return f"{part} ({factor:.2g}x faster)" if factor is not None and math.isfinite(factor) else part
-    host = sum(p["share"] for p in path if p["part"].startswith("host:"))
+    host = cp.host_share(path) or 0.0
     busy = getattr(timeline.steps, "gpu_busy_time_share", None) if timeline.steps is not None else None
     # a host measured beside a GPU it could not outrun ran at the GPU's pace: what its own pace is, the profile
     # does not show (blind57_lm: the replay calls the step host-bound after the change; the fixed run's GPU is busy

@@ -368,16 +368,22 @@ def _context_creation(starts, ends, names, pids, call_names: dict) -> tuple[floa
     return float((ends[long] - starts[long]).sum()), f"{name}, the first CUDA call"
 
 
+def _copies_in_steps(wa: WindowActivity, kinds: tuple, starts: np.ndarray, ends: np.ndarray):
+    """(mask, step index) of the copies (not memsets) of these copy-kind labels that start inside a steady step."""
+    copies = wa.copies
+    ids = [k for k, label in wa.copy_kinds.items() if label in kinds]
+    mine = (copies.memset == 0) & np.isin(copies.copy_kind, ids)
+    index = np.searchsorted(starts, copies.start, side="right") - 1
+    return mine & (index >= 0) & (copies.start < ends[np.maximum(index, 0)]), index
+
+
 def _step_copy_bytes(wa: WindowActivity, starts: np.ndarray, ends: np.ndarray) -> dict:
     """Bytes copied between host and device in each steady step (by copy start), by direction and host
     memory kind (`Device-to-Host, Pageable`): what a step that stands out moved."""
     copies = wa.copies
     if not len(copies) or not len(starts):
         return {}
-    host_kinds = [k for k, label in wa.copy_kinds.items() if label in host_calls.HOST_COPY_KINDS]
-    mine = (copies.memset == 0) & np.isin(copies.copy_kind, host_kinds)
-    index = np.searchsorted(starts, copies.start, side="right") - 1
-    mine &= (index >= 0) & (copies.start < ends[np.maximum(index, 0)])
+    mine, index = _copies_in_steps(wa, host_calls.HOST_COPY_KINDS, starts, ends)
     out = {}
     for kind, src, dst in {(int(k), int(s), int(d)) for k, s, d in
                            zip(copies.copy_kind[mine], copies.src_kind[mine], copies.dst_kind[mine])}:
@@ -390,14 +396,10 @@ def _step_copy_bytes(wa: WindowActivity, starts: np.ndarray, ends: np.ndarray) -
 
 def _step_device_copy_bytes(wa: WindowActivity, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Bytes copied inside GPU memory (device-to-device memcpys) in each steady step, by copy start."""
-    copies = wa.copies
-    if not len(copies) or not len(starts):
+    if not len(wa.copies) or not len(starts):
         return np.zeros(len(starts))
-    kinds = [k for k, label in wa.copy_kinds.items() if label in host_calls.DEVICE_COPY_KINDS]
-    mine = (copies.memset == 0) & np.isin(copies.copy_kind, kinds)
-    index = np.searchsorted(starts, copies.start, side="right") - 1
-    mine &= (index >= 0) & (copies.start < ends[np.maximum(index, 0)])
-    return np.bincount(index[mine], weights=copies.bytes[mine], minlength=len(starts)).astype(np.float64)
+    mine, index = _copies_in_steps(wa, host_calls.DEVICE_COPY_KINDS, starts, ends)
+    return np.bincount(index[mine], weights=wa.copies.bytes[mine], minlength=len(starts)).astype(np.float64)
 
 
 # Copies that grow: over at least GROWTH_STEPS steady steps, the bytes a step correlate with the step's place by
