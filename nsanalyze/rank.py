@@ -305,13 +305,13 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
     # at equal savings, a finding counted within another (within_wider_changes) after it: it adds nothing beyond it;
     # but one that saves as much as the wider change (within 1%: `leads`) before it, the smaller change to make
     def savings_key(finding: Finding) -> float:
-        outer = next((f for f in findings if getattr(finding, "leads", False) and f.check == finding.evidence.get("within")),
+        outer = next((f for f in findings if finding.leads and f.check == finding.evidence.get("within")),
                      None)
         return -round(max(finding.estimated_savings_ns, outer.estimated_savings_ns if outer else 0.0), 1)
 
-    ordered = sorted(findings, key=lambda f: (f.severity == "info", savings_key(f), not getattr(f, "leads", False),
-                                              severity_order[f.severity], getattr(f, "counted_after", False),
-                                              -getattr(f, "potential", 0.0), "within" in f.evidence, f.check))
+    ordered = sorted(findings, key=lambda f: (f.severity == "info", savings_key(f), not f.leads,
+                                              severity_order[f.severity], f.counted_after,
+                                              -f.potential, "within" in f.evidence, f.check))
     floor_index = 0  # a kernel finding is never more severe than a finding ranked above it (mixed reports)
     for position, finding in enumerate(ordered, start=1):
         finding.rank = position
@@ -415,7 +415,7 @@ def _next_limit(findings: list[Finding], timeline) -> None:
     estimate); that replay is kept from its pricing (critical_path._replayed), not made again."""
     shown = [f for f in findings if f.severity != "info"]
     first = max(shown, key=lambda f: f.estimated_savings_ns) if shown else None
-    if first is None or getattr(first, "replayed_change", None) is None:
+    if first is None or first.replayed_change is None:
         return
     after = cp.block_path_after(getattr(timeline, "step_block", None), first.replayed_change)
     if after is None:
@@ -619,7 +619,7 @@ def within_wider_changes(findings: list[Finding], timeline) -> None:
         # the smaller change that saves as much ranks first where its finding names that change from the kernels (a
         # user read of blind58_lstm: the graph capture led, the loop's own fix, nn.LSTM over the sequence, came second
         # at the same saving); a loop over layers of one width (opt_fused's MLP) is told to graph them: no smaller
-        inner.leads = alike and getattr(inner, "names_its_change", False)
+        inner.leads = alike and inner.names_its_change
         outer.title += (f"; {inner.check}'s smaller change saves as much, {per_step(inner.estimated_savings_ns)}" if alike
                         else f"; {inner.check}'s smaller change saves {per_step(inner.estimated_savings_ns)} of it")
         outer.notes.append(f"{inner.check}'s change is part of this one: alone it saves "

@@ -108,6 +108,16 @@ class Finding:
     # otherwise; unfused-optimizer: a loop's launches fused, or passes faster), and, with budget_part set by the
     # check, the part its savings come from (the check's budget_part otherwise). Not in the JSON: the notes say it.
     change: Any = None
+    # set by the ranking, not in the JSON: a kernel finding's share before overlaps and the floor (breaks ties), and
+    # whether its savings count after the kernel's other findings (rank.apply_overlaps)
+    potential: float = 0.0
+    counted_after: bool = False
+    # program findings: the critical_path.Change whose replay priced the savings (rank._next_limit replays what
+    # limits next from it), whether the loop's kernels name its change (launch-loop: fused=True, nn.LSTM), and
+    # whether, counted within a wider finding, it saves as much and so ranks first (rank.within_wider_changes)
+    replayed_change: Any = None
+    names_its_change: bool = False
+    leads: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
