@@ -429,7 +429,7 @@ class CopyGrowth(Record):
     block of memory each time."""
     first_step: int = 0          # the steady steps compared, as the report names them
     last_step: int = 0
-    first_bytes: float = 0       # bytes copied on the device in the first steps (median of GROWTH_EDGE) ...
+    first_bytes: float = 0       # bytes copied on the device in the first step compared ...
     last_bytes: float = 0        # ... and in the last
     correlation: float = 0       # of the bytes a step with the step's place
 

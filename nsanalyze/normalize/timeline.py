@@ -424,8 +424,10 @@ def copy_growth(per_step: np.ndarray, numbers: list[int]) -> model.CopyGrowth | 
     first, last = float(np.median(per_step[:GROWTH_EDGE])), float(np.median(per_step[-GROWTH_EDGE:]))
     if correlation < GROWTH_CORRELATION or not first or last < GROWTH_RATIO * first:
         return None
-    return model.CopyGrowth(first_step=int(numbers[0]), last_step=int(numbers[-1]), first_bytes=first,
-                            last_bytes=last, correlation=correlation)
+    # the report names two steps and their bytes: those steps' own (the medians above judge the growth; a user read
+    # of copy56_catlog found the medians, steps 22's and 92's bytes, given as steps 20's and 94's)
+    return model.CopyGrowth(first_step=int(numbers[0]), last_step=int(numbers[-1]), first_bytes=float(per_step[0]),
+                            last_bytes=float(per_step[-1]), correlation=correlation)
 
 
 def _os_calls(export: NsysExport, budget, launching_threads: np.ndarray):

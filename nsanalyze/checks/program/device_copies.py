@@ -117,7 +117,10 @@ def run(timeline, limits) -> Finding | None:
     rows = kernels.kernels if kernels is not None else []
     cause = next((text for pattern, text in CAUSES      # a cause whose kernels hold most of the copies' time
                   if sum(k.ns for k in rows if pattern.search(k.demangled or k.name or "")) > copy_ns / 2), None)
-    what = "Copy kernels" if memcpy_ns < copy_ns / 2 else "Copies inside GPU memory (device-to-device memcpys)"
+    # (the operations counted are both kinds where both ran: copy56_catlog's 2 memcpys and a cat kernel a step read
+    # "(device-to-device memcpys) ... 3 copy operations a step")
+    what = ("Copy kernels" if memcpy_ns < copy_ns / 2 else "Copies inside GPU memory (device-to-device memcpys"
+            + (" and copy kernels)" if kernels is not None and kernels.launches else ")"))
     growth = getattr(timeline, "copy_growth", None)
     grown = (f"; they grow every step, from {naturalsize(growth.first_bytes)} in step {growth.first_step} to "
              f"{naturalsize(growth.last_bytes)} in step {growth.last_step}: {GROWN}" if growth is not None else "")
