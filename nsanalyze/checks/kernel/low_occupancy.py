@@ -43,20 +43,40 @@ LIMITERS = {"blocks_per_sm_limit_registers": "registers per thread",
             "blocks_per_sm_limit_shared_mem": "shared memory per block",
             "blocks_per_sm_limit_warps": "threads per block",
             "blocks_per_sm_limit": "the hardware block limit (blocks too small)"}
-ADVICE = """Put more warps on each SM.
+ADVICE_TEXT = """Put more warps on each SM.
 
 - Grid too small (under one wave): launch more blocks, e.g. split the work finer or use a
   grid-stride loop sized to `numSMs * blocksPerSM`.
 - Blocks of one warp waste block slots: use 128-256 threads per block.
 - Limited by registers: `__launch_bounds__(threads, minBlocks)` or fewer live values;
   limited by shared memory: smaller tiles or more work per block.
-
+"""
+GRID_EXAMPLE = """
 ```cuda
 // before: 264 blocks of 32 threads
 chase<<<264, 32>>>(next, out, steps);
 // after: the same threads in full blocks, and more independent work per SM
 chase<<<(n + 255) / 256, 256>>>(next, out, steps);
 ```"""
+# the example shows the change for the limit that holds (a user read of FaSTED's MmaPtxShared, 16,384 blocks of 128
+# threads held to 2 blocks an SM by 192 registers a thread, was shown a grid of 264 one-warp blocks made larger)
+REGISTERS_EXAMPLE = """
+```cuda
+// before: each thread keeps ~192 registers live: 2 blocks of 128 threads fit an SM
+__global__ void tile_mma(const half* a, const half* b, float* c);
+// after: the compiler keeps a thread within the registers that 4 blocks of 128 threads an SM allow
+// (check the spills it may add: ncu's local-memory traffic, or -Xptxas -v)
+__global__ void __launch_bounds__(128, 4) tile_mma(const half* a, const half* b, float* c);
+```"""
+SHARED_MEMORY_EXAMPLE = """
+```cuda
+// before: a 64 x 128 float tile a block (32 KB of shared memory) caps the blocks an SM
+__shared__ float tile[64][128];
+// after: a 32 x 128 tile (16 KB) fits twice the blocks an SM; each block takes half the rows
+__shared__ float tile[32][128];
+```"""
+EXAMPLES = {"registers per thread": REGISTERS_EXAMPLE, "shared memory per block": SHARED_MEMORY_EXAMPLE}
+ADVICE = ADVICE_TEXT + GRID_EXAMPLE
 
 CHECK = Check(
     id=ID,
@@ -151,6 +171,6 @@ def run(kernel: KernelView, limits) -> Finding | None:
             "issue_active_pct": evidence(issue, limits["max_issue_active_pct"], unit="%", compare="<"),
             **({"dominant_stall": stall.to_evidence()} if stall else {}),
         },
-        advice=(stall_advice(stall) if stall else "") + ADVICE,
+        advice=(stall_advice(stall) if stall else "") + ADVICE_TEXT + EXAMPLES.get(cause, GRID_EXAMPLE),
         notes=notes,
     )

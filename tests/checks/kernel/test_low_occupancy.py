@@ -66,3 +66,18 @@ def test_the_saving_stops_at_the_occupancy_the_next_limit_allows(analyzed):
     assert finding["estimated_speedup"] == pytest.approx(expected, rel=0.02)
     assert finding["estimated_speedup"] < 0.3
     assert any("up to 18.8% occupancy" in n and "shared memory per block" in n for n in finding["notes"])
+
+
+def test_the_example_is_the_change_for_the_limit_that_holds(analyzed, dev_suite_model):
+    """FaSTED's MmaPtxShared runs 16,384 blocks of 128 threads (75.9 waves) held to 2 blocks an SM by its registers: a
+    user read found it shown a grid of 264 one-warp blocks made larger. Its example is now `__launch_bounds__`; the
+    dev suite's pointer_chase, whose grid fills less than one wave, keeps the grid's."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__Shared_Mem_Conflicts_Sync_Vs_Async__Synchronous.ncu-rep.xz")
+    [finding] = [f for f in findings_for(model, "MmaPtxShared") if f["check"] == CHECK]
+    kernel = next(k for k in model["kernels"] if k["name"] == "MmaPtxShared")
+    assert kernel["metrics"]["waves_per_sm"] > 50 and "(registers per thread)" in finding["title"]
+    assert "__launch_bounds__(128, 4) tile_mma" in finding["advice"] and "<<<264, 32>>>" not in finding["advice"]
+    chase = next(f for f in findings_for(dev_suite_model, "pointer_chase") if f["check"] == CHECK)
+    assert "<<<264, 32>>>" in chase["advice"] and "tile_mma" not in chase["advice"]
