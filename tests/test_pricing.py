@@ -425,7 +425,7 @@ def test_the_first_findings_change_shows_what_limits_the_step_next(analyzed):
     between = sum(p["ns"] for p in after if p["part"] == "gpu:between-ops")
     assert step_ns - between == pytest.approx(gpu, rel=0.05) and 0 < between < 0.5 * step_ns
     line = (f"After #1 (launch-overhead): with this change the median step replays in {duration(step_ns)} "
-            f"({duration(sum(p['ns'] for p in model['timeline']['critical_path']))} now); its critical path is then "
+            f"({duration(sum(p['ns'] for p in model['timeline']['critical_path']))} replayed unchanged); its critical path is then "
             f"{after[0]['share']:.0%} {after[0]['part']}")
     assert line in html.render(model)
     assert markdown.escape(line) in markdown.render(model)
@@ -450,7 +450,7 @@ def test_what_limits_next_names_the_gaps_between_kernels_and_a_paced_host(analyz
     assert own == pytest.approx(gpu, rel=0.25) and after[0]["ns"] > 0.3 * sum(p["ns"] for p in after)
     mobilenet = analyzed(REAL / "fuse55_mobilenet_base2_nsys.sqlite.xz")
     note = next(n for f in mobilenet["findings"] for n in f["notes"] if n.startswith("next: "))
-    replayed, now = (float(x) for x in re.findall(r"replays in ([\d.]+) ms \(([\d.]+) ms now\)", note)[0])
+    replayed, now = (float(x) for x in re.findall(r"replays in ([\d.]+) ms \(([\d.]+) ms replayed unchanged\)", note)[0])
     assert replayed < now
     assert note.endswith("the host ran at its pace, and how fast it runs once the GPU is faster is not measured)")
     assert mobilenet["timeline"]["steps"]["gpu_busy_time_share"] >= 0.8

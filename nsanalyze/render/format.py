@@ -217,8 +217,9 @@ def savings_text(finding: dict, model: dict | None = None) -> str:
 
 
 def next_limit_line(model: dict) -> str | None:
-    """`After #1 (launch-overhead): the median step replays in 9.51 ms (54.6 ms now); its critical path is then ...`:
-    what limits the steps once the finding that saves most is fixed (rank._next_limit's note), or None."""
+    """`After #1 (launch-overhead): the median step replays in 9.51 ms (54.6 ms replayed unchanged); its critical
+    path is then ...`: what limits the steps once the finding that saves most is fixed (rank._next_limit's note), or
+    None."""
     for finding in model.get("findings") or []:
         note = next((n for n in finding.get("notes") or [] if n.startswith("next: ")), None)
         if note is not None:
@@ -366,11 +367,12 @@ def set_aside_note(counts: dict | None) -> str | None:
 
 
 def gpu_label(profile: dict) -> str:
-    """The profile's GPU as its header names it: `NVIDIA H100 80GB HBM3, CC 9.0`. An export that records no GPU
-    (nsys exports stripped of their TARGET_INFO tables) says so, not `unknown GPU, CC ?`."""
+    """The profile's GPU as its header names it: `NVIDIA H100 80GB HBM3, CC 9.0`. An export that does not name its
+    GPU (nsys exports stripped of their TARGET_INFO tables) says so, not `unknown GPU, CC ?`; its GPUs' work is there
+    (nsys-ai's 2-GPU captures: a user read took "no GPU recorded" beside findings of GPU 0 and GPU 1 as a contradiction)."""
     gpu, cc = profile.get("gpu"), profile.get("compute_capability")
     if not gpu and not cc:
-        return "no GPU recorded in the profile"
+        return "GPU model not recorded in the profile"
     return f"{gpu or 'unknown GPU'}, CC {cc or 'unknown'}"
 
 

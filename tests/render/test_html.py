@@ -94,8 +94,9 @@ def test_titles_show_their_code_as_code_and_several_gpus_as_several(analyzed):
     two = render(model)
     assert "the 2 GPUs were busy" in two and "summed over the GPUs and their streams" in two
     assert "the GPU was busy" not in two
-    # the export has no TARGET_INFO_GPU table: it is said so, not "unknown GPU, CC ?"
-    assert "no GPU recorded in the profile" in two and "CC ?" not in two
+    # the export has no TARGET_INFO_GPU table: it is said so, not "unknown GPU, CC ?", nor "no GPU recorded" beside
+    # its two GPUs' findings
+    assert "GPU model not recorded in the profile" in two and "CC ?" not in two
 
 
 def test_two_kernels_never_read_alike_in_the_findings_table(analyzed):

@@ -197,7 +197,7 @@ def run(timeline, limits) -> Finding | None:
                   "launches_per_step": evidence(launches),
                   "loops": loops},
         advice=f"{LOOP_ADVICE}\n\n{example}",
-        notes=[f"on the {replayed} replayed steps around the median, a motif repeated in a row is a loop over items "
+        notes=[f"on the {replayed} consecutive steps replayed around the median one, a motif repeated in a row is a loop over items "
                "in the program's source: " + "; ".join(_loop_text(loop) for loop in mine[:MAX_LISTED])
                + (f"; and {len(mine) - MAX_LISTED} more" if len(mine) > MAX_LISTED else "")],
     )

@@ -62,6 +62,8 @@ once did.
 
 from dataclasses import asdict, dataclass
 
+from humanize import naturalsize
+
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks import runs
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
@@ -172,7 +174,7 @@ def run(timeline, limits) -> Finding | None:
     # over one rate read as a time longer than the window
     copying = sum(1 for device in timeline.devices or () if device.memcpy_ns)
     on_gpus = f" over {copying} GPUs" if copying > 1 else ""
-    moved = " and ".join(f"{plural(d.copies, 'copy')} {d.copy_kind.lower()} moved {d.bytes / 1e9:.2f} GB{on_gpus}"
+    moved = " and ".join(f"{plural(d.copies, 'copy')} {d.copy_kind.lower()} moved {naturalsize(d.bytes)}{on_gpus}"
                          + (f" at {d.gb_per_s:.1f} GB/s{' a GPU' if on_gpus else ''}" if d.gb_per_s else "")
                          for d in shown)
     pageable = sum(d.pageable_bytes for d in directions)

@@ -318,7 +318,7 @@ def test_copies_both_ways_are_named_both_ways(analyzed):
     finding = next(f for f in analyzed(path)["findings"] if f["check"] == "transfer-bound")
     by_kind = dict(sql(path, "SELECT copyKind, SUM(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY copyKind"))
     assert by_kind[1] == by_kind[2] == 2684354560   # 1: host-to-device, 2: device-to-host
-    assert "host-to-device moved 2.68 GB" in finding["title"] and "device-to-host moved 2.68 GB" in finding["title"]
+    assert "host-to-device moved 2.7 GB" in finding["title"] and "device-to-host moved 2.7 GB" in finding["title"]
 
 
 def test_run_time_module_loads_are_not_launch_wait(analyzed):
