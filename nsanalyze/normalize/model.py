@@ -395,6 +395,7 @@ class Phase(Record):
     path: str | None = None
     idle_ns: float | None = None
     children: tuple = ()
+    processes: int | None = None   # only where its instances come from several processes (ranks): how many
 
 
 Phase.NESTED = {**Phase.NESTED, "children": Phase}

@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 
+from nsanalyze.normalize.activity import process_of
 from nsanalyze.normalize.budget import IDLE_PARTS, PARTS, as_parts
 from nsanalyze.normalize.steps import normalize_name
 from nsanalyze.normalize.checked_rows import VALID_NVTX
@@ -120,6 +121,11 @@ def _group(starts, ends, threads, raw, members: np.ndarray, window, step_name, c
                  "instances": [[int(a), int(b)] for a, b in sorted(zip(s[keep].tolist(), e[keep].tolist()))],
                  "duration_ns": int(durations[mine].sum()), "in_window_ns": int(inside.sum()),
                  "is_steps": name == step_name, "budget": None, "first_finding": None}
+        # a phase whose instances come from several processes (one per rank: ddp_host_all's 2 x 150 steps read as
+        # "step N ×300" beside a window of 149 steps): how many, so its count and time read as summed over them
+        processes = np.unique(process_of(threads[members[mine]]))
+        if int((processes >= 0).sum()) > 1:
+            phase["processes"] = int((processes >= 0).sum())
         if depth:
             phase["path"] = " › ".join((*path, name))
         budgets = capture_budgets()

@@ -187,11 +187,14 @@ def window_lines(timeline: dict) -> list[str]:
 
 
 def phase_text(phase: dict) -> str:
-    """`epoch N ×3 (8.88 s: checkpoint ×3 7.99 s, train_step N ×60 768 ms)`: a phase and what it holds."""
+    """`epoch N ×3 (8.88 s: checkpoint ×3 7.99 s, train_step N ×60 768 ms)`: a phase and what it holds; one made by
+    several processes (ranks) says so, its count and time summed over them (`step N ×300 over 2 processes`)."""
     inside = ", ".join(f"{visible(c['name'])} ×{c['count']} {duration(c['duration_ns'])}"
                        for c in phase.get("children") or [])
-    return (f"{visible(phase['name'])} ×{phase['count']} ({duration(phase['duration_ns'])}"
-            + (f": {inside}" if inside else "") + (", outside the window" if not phase["in_window_ns"] else "") + ")")
+    over = f" over {phase['processes']} processes" if phase.get("processes", 0) > 1 else ""
+    return (f"{visible(phase['name'])} ×{phase['count']}{over} ({duration(phase['duration_ns'])}"
+            + (" in all" if over else "") + (f": {inside}" if inside else "")
+            + (", outside the window" if not phase["in_window_ns"] else "") + ")")
 
 
 VERDICT_CHECKS = ("gpu-not-traced", "one-long-kernel", "transfer-bound")

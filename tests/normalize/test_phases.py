@@ -56,6 +56,21 @@ def test_checkpoints_that_hold_the_run_come_first(analyzed):
     assert first["estimated_savings_ns"] <= checkpoint["in_window_ns"]
 
 
+def test_a_phase_of_several_ranks_says_over_how_many_processes(analyzed):
+    """ddp_host_all holds both ranks' step ranges (SQL: 150 in each of 2 processes). Its phases read "step N ×300"
+    beside a window of 149 steps (a user read); a phase whose instances come from several processes now says how
+    many, its count and time summed over them. The one-process export of phases_nsys says nothing of the kind."""
+    from nsanalyze.render.format import window_lines
+
+    path = REAL / "ddp_host_all_nsys.sqlite.xz"
+    model = analyzed(path)
+    per_process = sql(path, "SELECT globalTid >> 24, COUNT(*) FROM NVTX_EVENTS WHERE text LIKE 'step %' GROUP BY 1")
+    steps = next(p for p in model["timeline"]["phases"] if p["is_steps"])
+    assert steps["processes"] == len(per_process) == 2 and steps["count"] == sum(n for _, n in per_process) == 300
+    assert any("step N ×300 over 2 processes (" in line for line in window_lines(model["timeline"]))
+    assert not [p for p in analyzed(REAL / "phases_nsys.sqlite.xz")["timeline"]["phases"] if "processes" in p]
+
+
 def test_steps_alone_are_no_phases(analyzed):
     assert analyzed(REAL / "matmul_sync_nsys.sqlite.xz")["timeline"]["phases"] == []
 
