@@ -130,8 +130,8 @@ def _group(starts, ends, threads, raw, members: np.ndarray, window, step_name, c
             phase["path"] = " › ".join((*path, name))
         budgets = capture_budgets()
         if budgets:
-            per_device = [b.labelled.totals_many(s, e).sum(axis=0) for b in budgets]
-            totals = np.mean(per_device, axis=0)
+            instance_processes = process_of(threads[members[mine]])
+            totals = _totals(budgets, s, e, instance_processes)
             phase["budget"] = as_parts(dict(zip(PARTS, totals)), float(durations[mine].sum()))
             phase["idle_ns"] = int(sum(totals[PARTS.index(p)] for p in IDLE_PARTS))
             # the same over the instances' parts inside the window: what a finding about the phase can
@@ -140,8 +140,7 @@ def _group(starts, ends, threads, raw, members: np.ndarray, window, step_name, c
             s_in, e_in = np.maximum(s, window_start), np.minimum(e, window_end)
             cut = e_in > s_in
             if cut.any():   # none where the phase lies outside the window
-                in_window = np.mean([b.labelled.totals_many(s_in[cut], e_in[cut]).sum(axis=0) for b in budgets],
-                                    axis=0)
+                in_window = _totals(budgets, s_in[cut], e_in[cut], instance_processes[cut])
                 phase["in_window_budget"] = as_parts(dict(zip(PARTS, in_window)), float(inside.sum()))
         if depth < MAX_DEPTH and int(mine.sum()) <= MAX_PARENT_INSTANCES and name != step_name:
             children = _children(starts, ends, threads, members[mine])
@@ -154,6 +153,18 @@ def _group(starts, ends, threads, raw, members: np.ndarray, window, step_name, c
         if len(phases) == MAX_PHASES:
             break
     return phases
+
+
+def _totals(budgets, starts: np.ndarray, ends: np.ndarray, processes: np.ndarray) -> np.ndarray:
+    """The budget parts' time over these instances, summed: each instance on the GPUs its own process used (a rank's
+    steps on its rank's GPU: ddp_host_all's two ranks' steps were each measured on both GPUs, averaged), on all the
+    GPUs averaged where its process used none or is not known."""
+    out = np.zeros(len(PARTS))
+    for process in np.unique(processes):
+        mine = processes == process
+        own = [b for b in budgets if int(process) in b.processes] or budgets
+        out += np.mean([b.labelled.totals_many(starts[mine], ends[mine]).sum(axis=0) for b in own], axis=0)
+    return out
 
 
 def _children(starts, ends, threads, parents: np.ndarray) -> np.ndarray:

@@ -71,6 +71,31 @@ def test_a_phase_of_several_ranks_says_over_how_many_processes(analyzed):
     assert not [p for p in analyzed(REAL / "phases_nsys.sqlite.xz")["timeline"]["phases"] if "processes" in p]
 
 
+def test_a_ranks_phase_is_measured_on_its_own_gpu(analyzed):
+    """ddp_host_all: each rank's process launches on its own GPU (SQL: kernels of process p on device p's). A phase's
+    budget measured each instance on both GPUs, averaged; now each on the GPU of the process that made it. Its busy
+    parts then equal the union of that GPU's kernels, copies and memsets inside the process's step ranges, summed
+    (SQL, merged by a plain loop)."""
+    from tests.normalize.test_budget import merged_length
+
+    path = REAL / "ddp_host_all_nsys.sqlite.xz"
+    steps = next(p for p in analyzed(path)["timeline"]["phases"] if p["is_steps"])
+    device_of = dict(sql(path, "SELECT DISTINCT globalPid >> 24, deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+    assert len(set(device_of.values())) == 2
+    busy = 0
+    for process, device in device_of.items():
+        ranges = sql(path, "SELECT start, end FROM NVTX_EVENTS WHERE text LIKE 'step %' "
+                           f"AND globalTid >> 24 = {process}")
+        work = sql(path, f"""SELECT start, end FROM (SELECT start, end, deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL
+                   UNION ALL SELECT start, end, deviceId FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL
+                   SELECT start, end, deviceId FROM CUPTI_ACTIVITY_KIND_MEMSET)
+                   WHERE deviceId = {device} ORDER BY start""")
+        for start, end in ranges:
+            busy += merged_length([(0, max(a, start), min(b, end)) for a, b in work if b > start and a < end])
+    parts = {p["part"]: p["ns"] for p in steps["budget"]}
+    assert parts["gpu_compute"] + parts["gpu_communication"] + parts["gpu_copy"] == pytest.approx(busy, rel=1e-4)
+
+
 def test_steps_alone_are_no_phases(analyzed):
     assert analyzed(REAL / "matmul_sync_nsys.sqlite.xz")["timeline"]["phases"] == []
 
