@@ -61,11 +61,13 @@ ADVICE = """Tune once per shape, not once per step: give the tuner few shapes, o
   bucket those dimensions.
 
 ```python
-# before: a new length every step, timed again
+# before: a new input shape every step, timed again
 torch.backends.cudnn.benchmark = True
 y = model(x)
-# after: four lengths, each tuned once
-x = torch.nn.functional.pad(x, (0, -(-x.shape[-1] // 16000) * 16000 - x.shape[-1]))
+# after: the sizes that vary padded up to a few buckets (multiples of 64), each shape tuned once
+# (an image's height and width here; a clip's length alone: pad only the last dimension)
+h, w = x.shape[-2:]
+x = torch.nn.functional.pad(x, (0, -(-w // 64) * 64 - w, 0, -(-h // 64) * 64 - h))
 y = model(x)
 ```"""
 

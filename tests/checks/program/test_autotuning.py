@@ -152,3 +152,12 @@ def test_the_header_says_the_roles_count_the_tuners_candidates(analyzed):
     assert base["timed_trials"]["kernel_share"] > 0.8
     fixed = analyzed(REAL / "blind_cudnnbench_fix_nsys.sqlite.xz")["timeline"]
     assert not any("autotuner" in text for text in window_lines(fixed))
+
+
+def test_the_example_pads_the_sizes_that_vary_not_an_audio_length(analyzed):
+    """tune52_ms is a ResNet-18 whose images change height and width every step (fixtures/real/README.md, Tune52:
+    multiples of 8 in [128, 320]); its example padded the last dimension to whole seconds of 16 kHz audio (a user
+    read: "absurd" for images of 128-320 pixels). The example now pads height and width up to multiples of 64."""
+    finding = next(f for f in analyzed(REAL / "tune52_ms_base1_nsys.sqlite.xz")["findings"] if f["check"] == "autotuning")
+    assert "16000" not in finding["advice"] and "h, w = x.shape[-2:]" in finding["advice"]
+    assert "(0, -(-w // 64) * 64 - w, 0, -(-h // 64) * 64 - h)" in finding["advice"]
