@@ -2,6 +2,7 @@
 against the same program with it off. The prediction is checked against SQL's mean GPU step periods."""
 
 import bisect
+import re
 import statistics
 
 import pytest
@@ -160,4 +161,6 @@ def test_the_example_pads_the_sizes_that_vary_not_an_audio_length(analyzed):
     read: "absurd" for images of 128-320 pixels). The example now pads height and width up to multiples of 64."""
     finding = next(f for f in analyzed(REAL / "tune52_ms_base1_nsys.sqlite.xz")["findings"] if f["check"] == "autotuning")
     assert "16000" not in finding["advice"] and "h, w = x.shape[-2:]" in finding["advice"]
+    # the block replayed is consecutive steps with the median one among them (read as the steps nearest its length)
+    assert re.search(r"every step \(the \d+ consecutive steps around the median one\)", finding["title"])
     assert "(0, -(-w // 64) * 64 - w, 0, -(-h // 64) * 64 - h)" in finding["advice"]
