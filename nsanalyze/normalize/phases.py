@@ -123,14 +123,14 @@ def _group(starts, ends, threads, raw, members: np.ndarray, window, step_name, c
                  "is_steps": name == step_name, "budget": None, "first_finding": None}
         # a phase whose instances come from several processes (one per rank: ddp_host_all's 2 x 150 steps read as
         # "step N ×300" beside a window of 149 steps): how many, so its count and time read as summed over them
-        processes = np.unique(process_of(threads[members[mine]]))
-        if int((processes >= 0).sum()) > 1:
-            phase["processes"] = int((processes >= 0).sum())
+        instance_processes = process_of(threads[members[mine]])
+        known = int((np.unique(instance_processes) >= 0).sum())
+        if known > 1:
+            phase["processes"] = known
         if depth:
             phase["path"] = " › ".join((*path, name))
         budgets = capture_budgets()
         if budgets:
-            instance_processes = process_of(threads[members[mine]])
             totals = _totals(budgets, s, e, instance_processes)
             phase["budget"] = as_parts(dict(zip(PARTS, totals)), float(durations[mine].sum()))
             phase["idle_ns"] = int(sum(totals[PARTS.index(p)] for p in IDLE_PARTS))
