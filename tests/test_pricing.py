@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from nsanalyze.checks import program_checks
+from nsanalyze.render.format import duration
 from tests.conftest import REAL, sql, sql_gpu_step_periods, trace_gpu_step_periods
 from tests.isolated import apart
 
@@ -454,3 +455,44 @@ def test_what_limits_next_names_the_gaps_between_kernels_and_a_paced_host(analyz
     assert replayed < now
     assert note.endswith("the host ran at its pace, and how fast it runs once the GPU is faster is not measured)")
     assert mobilenet["timeline"]["steps"]["gpu_busy_time_share"] >= 0.8
+
+
+def test_a_graph_cannot_span_a_wait_so_a_step_that_waits_is_a_graph_a_stretch(analyzed):
+    """blind61_anomaly_base1 (anomaly detection left on): each step reads every gradient back, and a CUDA graph
+    cannot capture a wait. launch-overhead's change was replayed as one graph launch a step, waits kept in place:
+    36.3 ms a step saved, more than the 30.0 ms of launch wait it comes from, and an "After #1" step of 30.5 ms.
+    The replay now launches one graph a stretch between waits: as many a step as SQL's median of stream syncs a
+    step, plus one; it then saves less than the launch wait, since each stretch's launch stays."""
+    path = REAL / "blind61_anomaly_base1_nsys.sqlite.xz"
+    model = analyzed(path)
+    found = finding(model, "launch-overhead")
+    steps = model["timeline"]["steps"]
+    rows = sql(path, """SELECT n.text, COUNT(r.start) FROM NVTX_EVENTS n JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+                        ON r.start >= n.start AND r.start < n.end JOIN StringIds s ON s.id = r.nameId
+                        WHERE n.text LIKE 'step %' AND s.value LIKE 'cudaStreamSynchronize%' GROUP BY n.text""")
+    waits = statistics.median(count for text, count in rows
+                              if steps["first_step"] <= int(text.split()[1]) <= steps["last_step"])
+    assert waits > 300
+    (note,) = [n for n in found["notes"] if n.startswith("savings: ")]
+    assert f"each step's launches as {waits + 1:.0f} graph launches, one a stretch between its waits" in note
+    replayed = found["evidence"]["replayed_savings_ns"]["value"]
+    assert 0 < replayed < found["evidence"]["check_savings_ns"]["value"]
+    assert found["estimated_savings_ns"] == pytest.approx(replayed, rel=0.01)
+
+
+def test_the_savings_note_names_the_overlap_where_its_share_set_the_figure(analyzed):
+    """blind58_multitask_base1: repeated-backward's replay saves 67.95 ms a step; it shares the GPU's compute time
+    with unfused-normalization, and the overlap's scaling sets its figure (5.10 s to 4.57 s). The savings note called
+    that figure "what its budget part leaves it", though compute is 97% of the step: it now names the overlap. A
+    figure the budget part's cap set (attn_sdpa's launch-overhead) keeps its words."""
+    model = analyzed(REAL / "blind58_multitask_base1_nsys.sqlite.xz")
+    found = finding(model, "repeated-backward")
+    (note,) = [n for n in found["notes"] if n.startswith("savings: ")]
+    (overlap,) = [n for n in found["notes"] if n.startswith("overlaps with ")]
+    scaled_to = overlap.rsplit(" to ", 1)[1]
+    assert "so each is scaled to fit" in overlap and scaled_to == duration(found["estimated_savings_ns"])
+    assert "its share of the gpu_compute time that other findings draw on too" in note
+    assert "what its budget part leaves it" not in note
+    kept = [n for f in analyzed(REAL / "attn_sdpa_nsys.sqlite.xz")["findings"] for n in f["notes"]
+            if "what its budget part leaves it" in n]
+    assert kept

@@ -140,8 +140,10 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         words.append("pageable copies at the pinned rate")
         cap_per_step += cp.pageable_ns_per_step(block)   # never more than the copies' time and their calls'
         capped = True
-    if declared.get("graph"):
-        words.append("each step one graph launch")
+    if declared.get("graph"):   # a graph cannot capture a wait: a step that waits is a graph a stretch between
+        graphs = cp.graphs_per_step(block.graph, classes)
+        words.append("each step one graph launch" if graphs < 1.5 else
+                     f"each step's launches as {graphs:.0f} graph launches, one a stretch between its waits")
     untuned = bool(declared.get("untune")) and block.graph.tuning is not None and block.graph.tuning.any
     if untuned:
         words.append("no timed trials (the tuner's calls, kernels and host time between them)")

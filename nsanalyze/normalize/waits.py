@@ -29,10 +29,8 @@ import numpy as np
 
 from nsanalyze.normalize import model
 from nsanalyze.normalize.activity import PID_SHIFT
-from nsanalyze.normalize.critical_path import read_calls
+from nsanalyze.normalize.critical_path import WAITING_CLASSES, read_calls
 
-# The host-activity classes of calls that wait for the GPU (host_activity.csv): syncs, and copies the host waits on
-WAITING_CLASSES = ("sync", "copy")
 BACKWARD = re.compile(r"backward", re.I)
 # The backward's thread launches at least this share of the block's backward kernels (one thread runs a device's
 # backward; a share under it is several threads sharing the work, or names that say backward by chance)
