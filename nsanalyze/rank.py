@@ -388,12 +388,12 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
                                      "and the GPU's work, which ran while the host did that, then runs while the "
                                      "host does the rest (counted here, not in that part's finding)")
         finding.estimated_savings_ns = min(finding.estimated_savings_ns, limit, span) if span else 0.0
-        if replay_note is not None:
-            replay_notes.append((finding, len(finding.notes), replay_note))
+        if replay_note is not None:   # with the figure the budget's caps leave, before the overlaps share a part
+            replay_notes.append((finding, len(finding.notes), replay_note, finding.estimated_savings_ns))
     within_wider_changes(findings, timeline)
     _combine_overlapping(findings, timeline, claims)
-    for finding, at, replay_note in replay_notes:   # the figure it names is the finding's, after every cap and share
-        finding.notes.insert(at, replay_note(finding.estimated_savings_ns))
+    for finding, at, replay_note, capped_ns in replay_notes:   # the figure it names is the finding's, after every cap and share
+        finding.notes.insert(at, replay_note(finding.estimated_savings_ns, capped_ns))
         _title_says_savings(finding, timeline)
     for finding in findings:
         finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
@@ -572,8 +572,9 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
     host_part = (f": the change also takes the host's launch paths of those kernels away ({per_step(dropped)}), which "
                  "the check's own estimate, their GPU time, leaves out" if dropped else "")
 
-    def note(final_ns: float) -> str:
-        """Names the figure the savings are: the caps after the replay can only lower it."""
+    def note(final_ns: float, capped_ns: float) -> str:
+        """Names the figure the savings are: the caps after the replay can only lower it. `capped_ns`: the figure
+        the budget's caps left, before findings drawing on the same part shared it (_combine_overlapping)."""
         def near(a: float, b: float) -> bool:
             return abs(a - b) <= 0.01 * max(a, b)
         if near(final_ns, priced.savings_ns):
@@ -581,13 +582,18 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
                 return (f"savings: {per_step(final_ns)}, what the findings it overlaps leave of {replay}, not the "
                         f"check's own estimate ({per_step(own)}){why_less}")
             return f"savings: {replay}, not the check's own estimate ({per_step(own)}){why_less}"
+        # what lowered it last: the part's time left after wider causes, or its share of a part that findings it
+        # overlaps draw on too (blind58_multitask said "what its budget part leaves it" of a figure the overlap's
+        # scaling set, with compute 97% of the step)
+        leaves = ("what its budget part leaves it" if near(final_ns, capped_ns) else
+                  f"its share of the {finding.budget_part} time that other findings draw on too (the overlap's note)")
         if near(final_ns, own):
-            return (f"savings: the check's own estimate ({per_step(own)}), what its budget part leaves it; {replay} "
+            return (f"savings: the check's own estimate ({per_step(own)}), {leaves}; {replay} "
                     "is more: it also takes away time beside this cause, which other findings count")
         if own > final_ns:
-            return (f"savings: {per_step(final_ns)}, what its budget part leaves it; {replay} and the check's own "
+            return (f"savings: {per_step(final_ns)}, {leaves}; {replay} and the check's own "
                     f"estimate ({per_step(own)}) are both more")
-        return (f"savings: {per_step(final_ns)}, what its budget part leaves it; {replay} is more, the check's own "
+        return (f"savings: {per_step(final_ns)}, {leaves}; {replay} is more, the check's own "
                 f"estimate ({per_step(own)}) less{host_part}")
     return note
 
