@@ -7,6 +7,7 @@ from collections import Counter
 
 import humanize
 
+from nsanalyze.checks.program._host_class import WAIT_CLASSES
 from nsanalyze.numbers import duration_text
 
 
@@ -99,20 +100,24 @@ def budget_labels(timeline: dict | None) -> dict[str, str]:
     launches sends the reader to CUDA graphs for an allocator problem. The window's host-activity classes say
     which calls the idle time lay under."""
     labels = dict(BUDGET_LABELS)
-    cuda = [c for c in ((timeline or {}).get("host_activity") or {}).get("classes") or [] if c.get("source") == "cuda"]
+    classes = ((timeline or {}).get("host_activity") or {}).get("classes") or []
 
-    def top_under(part: str) -> dict | None:   # the CUDA class of calls under most of a budget part's idle time
-        under = [c for c in cuda if (c.get("idle_by_part") or {}).get(part)]
+    def top_under(part: str, sources: tuple = ("cuda",)) -> dict | None:   # the class of calls under most of a part
+        under = [c for c in classes if c.get("source") in sources and (c.get("idle_by_part") or {}).get(part)]
         return max(under, key=lambda c: c["idle_by_part"][part]) if under else None
     top = top_under("idle_launch")
     if top is not None and top["class"] != "launch":
         labels["idle_launch"] = f"idle on CUDA calls (mostly {visible(top['class'])})"
     # one long runtime call (a cudaFree of 30 ms) counts as host code in the budget (normalize.budget): where such
-    # calls of one class hold most of that part, the label says so, as allocator-churn's finding does
+    # calls of one class hold most of that part, the label says so, as allocator-churn's finding does; and where
+    # the thread sat in OS calls that wait on something else (a DataLoader's queue, a lock, a sleep), it was
+    # not running host code at all (blind68_loader: "idle on host code 76%" beside host-wait's sem_clockwait)
     host_ns = sum(p.get("ns") or 0 for p in (timeline or {}).get("budget") or [] if p.get("part") == "idle_host")
-    top = top_under("idle_host")
+    top = top_under("idle_host", ("cuda", "os"))
     if top is not None and host_ns and top["idle_by_part"]["idle_host"] >= 0.5 * host_ns:
-        labels["idle_host"] = f"idle on host code (mostly long {visible(top['class'])} calls)"
+        waiting = WAIT_CLASSES.get(top["class"]) if top.get("source") == "os" else None
+        labels["idle_host"] = (f"idle while the host waits ({waiting.removeprefix('waiting ')})" if waiting else
+                               f"idle on host code (mostly long {visible(top['class'])} calls)")
     return labels
 
 

@@ -328,3 +328,28 @@ def test_allocator_advice_leads_with_the_programs_own_library(analyzed):
     assert "empty_cache" not in advice.split("```")[1]
     torch = next(f for f in analyzed(REAL / "alloc_churn_nsys.sqlite.xz")["findings"] if f["check"] == "allocator-churn")
     assert torch["advice"].split("\n- ")[1].startswith("PyTorch: remove `torch.cuda.empty_cache()`")
+
+
+def test_the_budget_says_the_host_waits_where_its_thread_was_blocked(analyzed):
+    """blind68_loader_base1's header read "idle on host code 76%" beside host-wait's first finding, whose thread sat in
+    sem_clockwait on its one DataLoader worker. The part is named after the OS wait that held most of it, here from
+    SQL: the launching thread's lock waits (sem_*wait, pthread_cond_*wait) inside the window hold over half of the
+    budget's idle_host time. A loop that builds its batches in NumPy (own67_churn1) runs host code, and says so."""
+    from nsanalyze.render.format import budget_labels
+
+    path = REAL / "blind68_loader_base1_nsys.sqlite.xz"
+    model = analyzed(path)
+    timeline = model["timeline"]
+    window = timeline["window"]
+    (launcher,), = sql(path, "SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY globalTid "
+                             "ORDER BY COUNT(*) DESC LIMIT 1")
+    (waited,), = sql(path, f"""SELECT SUM(MIN(o.end, {window['end_ns']}) - MAX(o.start, {window['start_ns']}))
+                              FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId
+                              WHERE o.globalTid = {launcher} AND o.end > {window['start_ns']}
+                              AND o.start < {window['end_ns']}
+                              AND (s.value LIKE 'sem%wait' OR s.value LIKE 'pthread_cond%wait')""")
+    idle_host = next(p["ns"] for p in timeline["budget"] if p["part"] == "idle_host")
+    assert waited > 0.5 * idle_host
+    assert budget_labels(timeline)["idle_host"] == "idle while the host waits (on a lock, a queue or another thread)"
+    assert program_findings(model)[0]["check"] == "host-wait"
+    assert budget_labels(analyzed(REAL / "own67_churn1_nsys.sqlite.xz")["timeline"])["idle_host"] == "idle on host code"
