@@ -195,7 +195,8 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
 @click.option("--remove", "remove", multiple=True, metavar="CLASS",
               help="drop the host calls of a host-activity class (allocator, sync, launch, ...; an OS class such as "
                    "lock-wait: the host's waits in it between CUDA calls; repeatable)")
-@click.option("--graph", is_flag=True, help="each step's launches replaced by one CUDA graph launch")
+@click.option("--graph", is_flag=True, help="each step's launches replaced by CUDA graph launches: one a step, or one a stretch "
+              "between the step's waits (a graph cannot capture a wait)")
 @click.option("--outliers", is_flag=True, help="steps that stand out set to the median step")
 @click.option("--pinned", is_flag=True, help="pageable copies at the capture's pinned-memory rate")
 @click.option("--fuse", "fuse", multiple=True, metavar="ROLE",

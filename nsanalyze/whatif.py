@@ -204,9 +204,10 @@ def _matched_nothing(changes: list[dict]) -> list[str]:
 
 
 def _uncapturable(export: NsysExport, block, asked: WhatIf) -> list[str]:
-    """With --graph, where the steps wait for the GPU: a CUDA graph cannot capture a step that waits, so the
-    prediction holds only once the waits are out of the step (blind_persample_base: 64 read-backs a step, -84%
-    printed beside the report's "a CUDA graph cannot capture a step that waits")."""
+    """With --graph, where the steps wait for the GPU: a CUDA graph cannot capture a step that waits, so the replay
+    launches one graph a stretch between the waits (critical_path._as_graph_launch), and the line says so: one
+    graph a step needs the waits out of the step first (blind_persample_base: 64 read-backs a step, -84% printed
+    beside the report's "a CUDA graph cannot capture a step that waits" while the replay was one graph a step)."""
     if not asked.graph:
         return []
     from nsanalyze.normalize.waits import step_waits
@@ -216,7 +217,8 @@ def _uncapturable(export: NsysExport, block, asked: WhatIf) -> list[str]:
         return []
     times = "once" if round(waits.per_step) == 1 else f"{waits.per_step:.0f} times"
     return [f"a CUDA graph cannot capture a step that waits: each step waits for the GPU {times} (syncs, read-backs), "
-            "and the prediction holds once those waits are out of the step"]
+            f"so the replay launches one graph a stretch between the waits ({waits.per_step + 1:.0f} a step); with "
+            "the waits out of the step, one graph a step saves more"]
 
 
 def _unrepeated(timeline, asked: WhatIf) -> list[str]:
@@ -280,7 +282,8 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
                     "host_ns_per_step": (float((graph.c_end - graph.c_start)[mine].sum()) + float(waited.sum()))
                     / steps})
     if asked.graph:
-        out.append({"change": "graph", "what": "each step's launches as one CUDA graph launch"})
+        out.append({"change": "graph", "what": "each step's launches as CUDA graph launches, one a stretch between "
+                                                  "the step's waits (one a step where it does not wait)"})
     if asked.outliers:
         out.append({"change": "outliers", "what": f"steps over {OUTLIER_FACTOR:g}x the median set to the median"})
     if asked.untune:

@@ -207,6 +207,7 @@ def test_one_graph_launch_a_step_says_a_graph_cannot_capture_the_waits():
     assert statistics.median(n for n, in per_step) == 64
     [caveat] = result["caveats"]
     assert caveat.startswith("a CUDA graph cannot capture a step that waits") and "64 times" in caveat
+    assert "one graph a stretch between the waits (65 a step)" in caveat   # what the replay does since round 72
     from nsanalyze.render.whatif_report import summary_line
     from nsanalyze.whatif import label
 
