@@ -91,6 +91,9 @@ ADVICE_HEAD = """Take the host work off the critical path.
   ahead on a side stream.
 - Python bookkeeping (metrics, logging, conversions of results to host objects): do it every N steps, or on
   data that stays on the GPU.
+- Housekeeping calls in the loop: a `gc.collect()` walks every Python object the process holds (an in-memory data
+  set of lists and dicts: hundreds of ms), each step; leave collection to Python (`gc.freeze()` once the data set is
+  built keeps it out of every collection), or collect every N steps.
 
 """
 # The example after the advice, by the program's framework (_framework_advice): PyTorch's loader, else a producer
