@@ -403,6 +403,9 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
 
 # Parts of the changed step's critical path named in the note, at least this share of it each
 NEXT_PART_SHARE = 0.1
+# Block steps with a tuner's trials at this share or more: the shapes change in most steps (the next-limit line says
+# what a new shape costs without the tuner is not measured)
+EVERY_STEP_TUNED = 0.5
 # A changed path this much the host's, after steps whose GPU was busy this share of their time: said to be a guess
 HOST_LED, PACED_BUSY = 0.5, 0.8
 
@@ -443,6 +446,15 @@ def _next_limit(findings: list[Finding], timeline) -> None:
     paced = (f" (the measured steps kept the GPU busy {busy:.0%} of their time: the host ran at its pace, and how "
              "fast it runs once the GPU is faster is not measured)" if host >= HOST_LED and busy is not None
              and busy >= PACED_BUSY else "")
+    # a tuner that runs in most steps meets a new shape in each: without it the shape still costs the host its
+    # library's heuristic choice and the new kernels' loads, which the tuning stretches the change takes away also
+    # held (tune52_ms_base1: 15.0 ms replayed, 62.2 ms a step measured with cudnn.benchmark off, 13.9 ms with one shape)
+    tuning = getattr(getattr(timeline, "step_block", None), "graph", None)
+    tuning = tuning.tuning if tuning is not None else None
+    if first.replayed_change.untuned and tuning is not None and \
+            tuning.steps_with_trials >= EVERY_STEP_TUNED * len(tuning.trials):
+        paced += ("; each step still meets a new shape, whose cost without the tuner (the library's heuristic choice "
+                  "of kernels and their loads, on the host) the profile does not show: the step is longer than this")
     # (the step's period as replayed unchanged: a user read took "now" for the header's median step, which the
     # window's steps give, not the replayed block's: 19.3 against 19.5 ms on copy56_catlog)
     first.notes.append(f"next: with this change the median step replays in {duration_text(step_ns)} "

@@ -496,3 +496,20 @@ def test_the_savings_note_names_the_overlap_where_its_share_set_the_figure(analy
     kept = [n for f in analyzed(REAL / "attn_sdpa_nsys.sqlite.xz")["findings"] for n in f["notes"]
             if "what its budget part leaves it" in n]
     assert kept
+
+
+def test_a_tuner_in_every_step_says_a_new_shapes_cost_without_it_is_not_measured(analyzed):
+    """tune52_ms_base1: cuDNN's benchmark mode on images whose height and width change every step. The autotuning
+    finding's next-limit line said the step replays in 15.0 ms with the trials gone; with cudnn.benchmark off the
+    twin runs 62 ms a step by SQL (its mean GPU period), since each new shape still costs the host cuDNN's heuristic
+    choice and loads, which the tuning stretches also held. The line says that cost is not measured. A change
+    without a tuner (blind69_augment's graph) says nothing of it."""
+    model = analyzed(REAL / "tune52_ms_base1_nsys.sqlite.xz")
+    first = model["findings"][0]
+    (line,) = [n for n in first["notes"] if n.startswith("next: ")]
+    replayed = sum(p["ns"] for p in first["evidence"]["critical_path_after"])
+    fixed = statistics.mean(sql_gpu_step_periods(REAL / "tune52_ms_fix1_nsys.sqlite.xz")[1:])
+    assert first["check"] == "autotuning" and fixed > 2 * replayed
+    assert "each step still meets a new shape" in line and line.endswith("the step is longer than this")
+    other = analyzed(REAL / "blind69_augment_base1_nsys.sqlite.xz")["findings"][0]
+    assert not [n for n in other["notes"] if "new shape" in n]
