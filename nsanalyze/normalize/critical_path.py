@@ -59,9 +59,9 @@ REPEATED_BACKWARD = "repeated-backward"
 DEVICE_COPY = "device-copy"
 # Tensor-core GEMMs whose names state operand loads under 16 bytes (normalize.gemm_loads), as a role
 NARROW_GEMM = "narrow-gemm"
-# The fills that zero an embedding table's dense gradient before its backward writes into it (normalize.
-# embedding_grads), as a role
-EMBEDDING_FILL = "embedding-fill"
+# The passes over an embedding table's dense gradient: the fills that zero it before its backward writes into it,
+# the adds that sum two of them (normalize.embedding_grads), as a role
+EMBEDDING_GRAD = "embedding-grad"
 # The host-activity classes of calls that wait for the GPU (host_activity.csv's waits_for_gpu: syncs, blocking
 # copies): a CUDA graph cannot capture them, and normalize.waits counts a step's waits by them
 WAITING_CLASSES = ("sync", "copy")
@@ -1011,7 +1011,7 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
     LOOP the operations of its loops of launches (normalize.launch_loops: kernels, memsets among them), with
     "loop:N" those of its group N; with RECOMPUTE the kernels run again in the backward, with DEVICE_COPY the copy
     kernels and the memcpys inside a GPU's memory, with NARROW_GEMM the tensor-core GEMMs on narrow loads, with
-    EMBEDDING_FILL the fills that zero an embedding's dense gradient."""
+    EMBEDDING_GRAD the fills and sums of an embedding's dense gradient."""
     labels = np.array(graph.o_label, dtype=object)
     kernels = np.array([names is not None for names in graph.o_names], dtype=bool)
     if "*" in roles:
@@ -1024,8 +1024,8 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
     if NARROW_GEMM in roles:
         mask |= kernels & (labels == "gpu:matmul_tensor") & np.array(
             [names is not None and gemm_loads.narrow(names[1] or names[0]) for names in graph.o_names], dtype=bool)
-    if EMBEDDING_FILL in roles:
-        mask |= embedding_grads.gradient_fills(graph)
+    if EMBEDDING_GRAD in roles:
+        mask |= embedding_grads.gradient_passes(graph)
     if DEVICE_COPY in roles:
         on_device = [kind for kind, label in graph.copy_kinds.items() if label in DEVICE_COPY_KINDS]
         mask |= (kernels & (labels == "gpu:copy")) | ((graph.o_copy_kind >= 0) & np.isin(graph.o_copy_kind, on_device))
