@@ -118,6 +118,9 @@ class Finding:
     replayed_change: Any = None
     names_its_change: bool = False
     leads: bool = False
+    # program findings: of its replayed saving, the host's launch paths of the kernels its change removes or fuses
+    # (pricing.Priced.dropped_host_ns), which a graph of the whole step removes too (rank.settle_program_findings)
+    dropped_host_ns: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
