@@ -280,6 +280,7 @@ class StepsSummary(Record):
     host_min_ns: int = 0
     host_max_ns: int = 0
     host_lead_ns: float | None = None
+    host_tail_ns: float | None = None     # median time from a step's last launch and GPU work to its host range's end
     host_relation: str | None = None
     host_relation_text: str | None = None
     # One export of a multi-rank run whose collectives mostly wait: for a rank the export does not hold.

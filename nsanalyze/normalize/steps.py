@@ -46,6 +46,7 @@ class Steps:
     gpu_starts: np.ndarray | None = None   # per instance: first GPU work it launched (-1: none)
     gpu_ends: np.ndarray | None = None     # per instance: end of the last GPU work it launched
     first_calls: np.ndarray | None = None  # per instance: start of the first call that launched its GPU work (-1)
+    last_calls: np.ndarray | None = None   # per instance: start of the last call that launched its GPU work (-1)
     warmup: int = 0
     clock: str = "host"                    # "gpu" once projected with enough GPU work, else "host"
     numbers: np.ndarray | None = None      # per instance: the number its range's name carries (step_numbers)
@@ -171,7 +172,14 @@ class Steps:
             out["host_relation"] = host_relation(typical, out["host_median_ns"], out["host_lead_ns"])
             first = self.first_calls[self.steady] if self.first_calls is not None else None
             late = median(first - self.host_starts[self.steady]) if first is not None and (first >= 0).all() else None
-            out["host_relation_text"] = host_relation_text(out, late)
+            last = self.last_calls[self.steady] if self.last_calls is not None else None
+            if last is not None and len(last) and (last >= 0).all():
+                # after the later of the step's last launch and the end of its GPU work: a host that waits for the
+                # GPU at the step's end (`.item()`, a synchronize) waits, it does not work (matmul_sync: 4.77 ms after
+                # its last launch, 2 ms of it the host's own work once the products were done)
+                done = np.maximum(last, self.gpu_ends[self.steady])
+                out["host_tail_ns"] = median(np.maximum(self.host_ends[self.steady] - done, 0))
+            out["host_relation_text"] = host_relation_text(out, late, out.get("host_tail_ns"))
         return out
 
 
@@ -187,10 +195,14 @@ def host_relation(gpu_median: float, host_median: float, lead: float) -> str:
     return "in step"
 
 
-def host_relation_text(summary: dict, first_launch_ns: float | None = None) -> str:
+def host_relation_text(summary: dict, first_launch_ns: float | None = None, tail_ns: float | None = None) -> str:
     """`first_launch_ns`: the median time from a step's range start to its first launching call: over LATE_START_SHARE
     of a step, the host's own time before it holds the step (a wait on a loader's queue), which "keep pace" alone
-    does not say; a GPU busy with the step before delays a step's work without it (a host that runs ahead)."""
+    does not say; a GPU busy with the step before delays a step's work without it (a host that runs ahead).
+    `tail_ns`: the median time from a step's last launching call, or the end of its GPU work where that is later,
+    to its range's end: over LATE_START_SHARE of a step, the host's own work after the step's GPU work holds it
+    (logging, checkpoints, housekeeping: blind70_reviews' gc.collect() at the end of every step, 244 ms of a 294 ms
+    step)."""
     ms = ms_text
     figures = (f"host ranges: median {ms(summary['host_median_ns'])}, {ms(summary['host_min_ns'])} to "
                f"{ms(summary['host_max_ns'])}; the GPU's period: median {ms(summary['median_ns'])}")
@@ -204,6 +216,11 @@ def host_relation_text(summary: dict, first_launch_ns: float | None = None) -> s
         return (f"Host and GPU keep pace, the host first: the host's first launch of a step comes "
                 f"{ms(first_launch_ns)} after it began the step ({first_launch_ns / step:.0%} of a median step: "
                 f"waiting for its data, or preparing it), and the GPU starts the step's work "
+                f"{ms(summary['host_lead_ns'])} after the host began it ({figures}).")
+    if tail_ns is not None and step and tail_ns >= LATE_START_SHARE * step:
+        return (f"Host and GPU keep pace, the host last: the host ends a step {ms(tail_ns)} after its last launch "
+                f"and the step's GPU work ({tail_ns / step:.0%} of a median step: its own work at the step's end: "
+                f"logging, checkpoints, housekeeping), and the GPU starts the step's work "
                 f"{ms(summary['host_lead_ns'])} after the host began it ({figures}).")
     return (f"Host and GPU keep pace: the GPU starts a step's work {ms(summary['host_lead_ns'])} after the host began "
             f"it, within one step ({figures}).")
@@ -233,9 +250,12 @@ def project_on_gpu(steps: Steps, work_starts: np.ndarray, work_ends: np.ndarray,
     np.maximum.at(last, index[inside], work_ends[inside])
     first_calls = np.full(steps.total, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first_calls, index[inside], call_starts[inside])
+    last_calls = np.full(steps.total, -1, dtype=np.int64)
+    np.maximum.at(last_calls, index[inside], call_starts[inside])
     first[last < 0] = -1
     steps.gpu_starts, steps.gpu_ends = first, last
     steps.first_calls = np.where(last >= 0, first_calls, -1)
+    steps.last_calls = np.where(last >= 0, last_calls, -1)
     with_work = int(np.count_nonzero(first >= 0))
     steps.clock = "gpu" if with_work >= max(MIN_STEPS, steps.total // 2) else "host"
     steps.warmup = 0

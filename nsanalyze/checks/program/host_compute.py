@@ -70,7 +70,7 @@ say how much (`module_load_ns`).
 from dataclasses import asdict, dataclass, replace
 
 from nsanalyze.normalize.model import ApiCall, plain
-from nsanalyze.normalize.steps import normalize_name
+from nsanalyze.normalize.steps import LATE_START_SHARE, normalize_name
 from nsanalyze.numbers import duration_text
 from nsanalyze.text import code_span
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
@@ -397,6 +397,21 @@ def _named_range_lead(timeline, stretches) -> str:
             f"longest ({duration_text(top.own_time_ns)}) in this one.\n\n")
 
 
+def _step_end_lead(timeline) -> str:
+    """Where the host ends a step LATE_START_SHARE of a median step or more after its last launch and the step's GPU
+    work (normalize.steps: Steps.host_tail_ns), the host's time is the step's own end, not its input: the advice
+    starts there (blind70_reviews: gc.collect() at the end of every step, 246 ms of a 291 ms
+    step after the optimizer's launches; the DataLoader it led with was not the cause)."""
+    steps = getattr(timeline, "steps", None)
+    tail = getattr(steps, "host_tail_ns", None) if steps is not None else None
+    if tail is None or not steps.median_ns or tail < LATE_START_SHARE * steps.median_ns:
+        return ""
+    return (f"The host's time lies at the end of each step: it ends a step {duration_text(tail)} after its last "
+            f"launch and the step's GPU work ({tail / steps.median_ns:.0%} of a median step). "
+            "Look first at the loop's own code after the optimizer step (logging, metrics, checkpoints, evaluation, "
+            "housekeeping such as `gc.collect()` or `torch.cuda.empty_cache()`), not at its input.\n\n")
+
+
 # Host-activity classes whose idle time a wider cause claims (checks/program/_claims.py) where its finding speaks
 CLASS_CAUSES = {allocator_churn.CLASS: allocator_churn.ID, pinned_alloc_churn.CLASS: pinned_alloc_churn.ID}
 
@@ -555,7 +570,8 @@ def run(timeline, limits) -> Finding | None:
                   **(first_run if first_ns else {}),
                   **extra,
                   "longest_stretches": plain(tuple(timeline.host_stretches[:5]))},
-        advice=_named_range_lead(timeline, stretches) + advice,
+        advice=(_named_range_lead(timeline, stretches) or
+                (_step_end_lead(timeline) if advice in (ADVICE, ADVICE_HEAD + THREAD_EXAMPLE) else "")) + advice,
         notes=notes,
     )
     finding.estimated_savings_ns = idle_ns
