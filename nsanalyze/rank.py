@@ -612,7 +612,7 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
         # overlaps draw on too (blind58_multitask said "what its budget part leaves it" of a figure the overlap's
         # scaling set, with compute 97% of the step)
         leaves = ("what its budget part leaves it" if near(final_ns, capped_ns) else
-                  f"its share of the {finding.budget_part} time that other findings draw on too (the overlap's note)")
+                  f"what the findings counted before it leave of the {finding.budget_part} time (the overlap's note)")
         if in_graph and near(final_ns, own):
             return (f"savings: the check's own estimate ({per_step(own)}), the kernels' GPU time; {replay} is more: "
                     f"it also takes their launch paths away ({per_step(dropped)} of host time), which the graph of the "

@@ -492,6 +492,11 @@ def test_the_savings_note_names_the_overlap_where_its_share_set_the_figure(analy
     assert overlap.rsplit(" to ", 1)[1] == duration(later["estimated_savings_ns"])
     notes = [n for n in later["notes"] if n.startswith("savings: ")]
     assert all("what its budget part leaves it" not in n for n in notes)
+    # a later finding whose replay priced it names what set its figure (cnn_nchw: unfused-normalization after
+    # layout-conversion, whose change also speeds up the NCHW normalization kernels that it counts)
+    cnn = finding(analyzed(REAL / "cnn_nchw_nsys.sqlite.xz"), "unfused-normalization")
+    (note,) = [n for n in cnn["notes"] if n.startswith("savings: ")]
+    assert "what the findings counted before it leave of the gpu_compute time (the overlap's note)" in note
     kept = [n for f in analyzed(REAL / "attn_sdpa_nsys.sqlite.xz")["findings"] for n in f["notes"]
             if "what its budget part leaves it" in n]
     assert kept
