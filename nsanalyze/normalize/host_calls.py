@@ -298,7 +298,9 @@ def copies(wa: WindowActivity) -> dict:
                          "bytes": sum(r["bytes"] for r in pageable), "async_top": longest(pageable_async),
                          "by_direction": _by_direction(pageable)},
             "pinned_large": _by_direction(pinned_large),
-            "sync": {"copies": len(sync), "duration_ns": sum(r["duration_ns"] for r in sync), "top": longest(sync)}}
+            "sync": {"copies": len(sync), "duration_ns": sum(r["duration_ns"] for r in sync), "top": longest(sync),
+                     # each copy's device, end and length: the GPU's idle time after it (timeline.sync_idle_after)
+                     "spans": [(r["device_id"], r["start"] + r["duration_ns"], r["duration_ns"]) for r in sync]}}
 
 
 PINNED_RATE_MIN_BYTES = 1 << 20

@@ -235,6 +235,8 @@ class SyncCopies(Record):
     copies: int = 0
     duration_ns: float = 0
     top: tuple = ()
+    idle_after_ns: float | None = None   # the GPU's idle time after each, up to its own length (timeline.sync_idle_after)
+    idle_after_by_part: dict | None = None   # ... by the budget's idle part
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,32 @@ def test_copy_findings_together_stay_within_the_copy_time(analyzed):
     assert any(n.startswith("counted after pageable-memcpy and sync-memcpy") for n in found["transfer-bound"]["notes"])
 
 
+def test_a_synchronous_copy_made_asynchronous_saves_the_idle_after_it(analyzed):
+    """The dev suite's 67 MB upload is a cudaMemcpy: made asynchronous it still moves its bytes (9.52 ms); what it
+    saves is the GPU's idle time after it, up to its length, in which the host then works meanwhile (SQL: the copy's
+    length less the GPU's work between its end and that length later). The finding said 9.52 ms, the whole copy.
+    Its savings lie in idle_host, the time host-compute counts first (the host freeing its buffer), so it is info."""
+    from tests.conftest import DEV_SUITE_NSYS
+
+    model = analyzed(DEV_SUITE_NSYS)
+    found = _by_check(model)["sync-memcpy"]
+    (end, length), = sql(DEV_SUITE_NSYS, "SELECT end, end - start FROM CUPTI_ACTIVITY_KIND_MEMCPY")
+    busy = sql(DEV_SUITE_NSYS, " UNION ALL ".join(
+        f"SELECT MAX(start, {end}), MIN(end, {end + length}) FROM {t} WHERE end > {end} AND start < {end + length}"
+        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMSET")))
+    merged = []
+    for a, b in sorted(busy):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    idle = length - sum(b - a for a, b in merged)
+    assert 0 < idle < 0.6 * length
+    assert found["evidence"]["idle_after_ns"]["value"] == pytest.approx(idle, rel=0.02)
+    assert found["estimated_savings_ns"] <= idle and found["severity"] == "info"
+    assert _by_check(model)["host-compute"]["severity"] == "high"
+
+
 def test_copies_at_the_link_rate_promise_only_the_overlap(transfer_pair):
     """The pinned twin: copies at 55.4 GB/s, the link's rate, and 0.3% compute. Only fewer bytes or
     overlap with compute save time; the finding promises no more than the compute time (46 ms before,
