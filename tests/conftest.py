@@ -260,6 +260,19 @@ def sql_kernels_per_step(model: dict, path) -> tuple[float, float]:
     return count / len(ranges), ns / len(ranges)
 
 
+def merged_length(rows) -> int:
+    """Length of the union of (key, start, end) rows sorted by start: a plain loop, independent of numpy (the
+    oracle for busy time: the budget's, a phase's, the GPU's work after a copy)."""
+    total, island_start, island_end = 0, None, None
+    for _, start, end in rows:
+        if island_start is None or start > island_end:
+            total += (island_end - island_start) if island_start is not None else 0
+            island_start, island_end = start, end
+        else:
+            island_end = max(island_end, end)
+    return total + ((island_end - island_start) if island_start is not None else 0)
+
+
 def sql_saved_per_step(analyzed, base, fix) -> float:
     """What a fix saved a step: the mean of SQL's GPU periods over each run's steady steps (fixtures/real names)."""
     periods = [sql_gpu_step_periods(REAL / name)[analyzed(REAL / name)["timeline"]["steps"]["first_step"]:]

@@ -3,21 +3,9 @@
 import pytest
 
 from nsanalyze.normalize.budget import PARTS
-from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NSYS, PUBLIC_NSYS, REAL, REAL_NSYS, sql
+from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NSYS, PUBLIC_NSYS, REAL, REAL_NSYS, merged_length, sql
 
 ALL_NSYS = [DEV_SUITE_NSYS, DEV_INFER_NSYS, *PUBLIC_NSYS, *REAL_NSYS]
-
-
-def merged_length(rows) -> int:
-    """Length of the union of (key, start, end) rows sorted by start: a plain loop, independent of numpy."""
-    total, island_start, island_end = 0, None, None
-    for _, start, end in rows:
-        if island_start is None or start > island_end:
-            total += (island_end - island_start) if island_start is not None else 0
-            island_start, island_end = start, end
-        else:
-            island_end = max(island_end, end)
-    return total + ((island_end - island_start) if island_start is not None else 0)
 
 
 @pytest.mark.parametrize("path", ALL_NSYS, ids=lambda p: p.name[:48])

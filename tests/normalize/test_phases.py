@@ -76,7 +76,7 @@ def test_a_ranks_phase_is_measured_on_its_own_gpu(analyzed):
     budget measured each instance on both GPUs, averaged; now each on the GPU of the process that made it. Its busy
     parts then equal the union of that GPU's kernels, copies and memsets inside the process's step ranges, summed
     (SQL, merged by a plain loop)."""
-    from tests.normalize.test_budget import merged_length
+    from tests.conftest import merged_length
 
     path = REAL / "ddp_host_all_nsys.sqlite.xz"
     steps = next(p for p in analyzed(path)["timeline"]["phases"] if p["is_steps"])
