@@ -461,8 +461,8 @@ def _next_limit(findings: list[Finding], timeline) -> None:
     # a tuner that runs in most steps meets a new shape in each: without it the shape still costs the host its
     # library's heuristic choice and the new kernels' loads, which the tuning stretches the change takes away also
     # held (tune52_ms_base1: 15.0 ms replayed, 62.2 ms a step measured with cudnn.benchmark off, 13.9 ms with one shape)
-    tuning = getattr(getattr(timeline, "step_block", None), "graph", None)
-    tuning = tuning.tuning if tuning is not None else None
+    graph = getattr(getattr(timeline, "step_block", None), "graph", None)
+    tuning = graph.tuning if graph is not None else None
     if first.replayed_change.untuned and tuning is not None and \
             tuning.steps_with_trials >= EVERY_STEP_TUNED * len(tuning.trials):
         paced += ("; each step still meets a new shape, whose cost without the tuner (the library's heuristic choice "

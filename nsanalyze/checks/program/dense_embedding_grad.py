@@ -92,18 +92,18 @@ def run(timeline, limits) -> Finding | None:
     steps = getattr(timeline, "steps", None)
     if analysis is None or block is None or steps is None or not steps.count:
         return None
-    tables = [k for k in analysis.by_kernel if says_backward((k.name, k.demangled))]
-    if not tables:
+    backward = [k for k in analysis.by_kernel if says_backward((k.name, k.demangled))]
+    if not backward:
         return None
+    graph = block.graph
+    gradient = cp.role_mask(graph, (cp.EMBEDDING_GRAD,))   # found once: the passes' time and count read it
     optimizer_ns = cp.kernel_ns_per_step(block, ("optimizer",))
-    gradient_ns = cp.kernel_ns_per_step(block, (cp.EMBEDDING_GRAD,))
+    gradient_ns = cp.ops_ns_per_step(block, gradient)
     kernel_ns = cp.kernel_ns_per_step(block, ("*",))
     share = (optimizer_ns + gradient_ns) / kernel_ns if kernel_ns else 0.0
     if not optimizer_ns or share < limits.min_share:
         return None
-    graph = block.graph
-    passes = float((cp.role_mask(graph, (cp.EMBEDDING_GRAD,)) & (graph.o_call >= 0)).sum()) / \
-        max(len(graph.step_first_op), 1)
+    passes = float((gradient & (graph.o_call >= 0)).sum()) / max(len(graph.step_first_op), 1)
     finding = Finding(
         check=ID,
         title=f"Embedding tables are updated whole every step: the optimizer's passes ({duration_text(optimizer_ns)} a "
@@ -117,7 +117,7 @@ def run(timeline, limits) -> Finding | None:
                   "gradient_pass_ns_per_step": evidence(gradient_ns, unit="ns"),
                   "gradient_passes_per_step": evidence(passes),
                   "kernel_ns_per_step": evidence(kernel_ns, unit="ns"),
-                  "kernels": [{"name": k.name, "duration_ns": k.ns, "launches": k.launches} for k in tables[:5]]},
+                  "kernels": [{"name": k.name, "duration_ns": k.ns, "launches": k.launches} for k in backward[:5]]},
         advice=ADVICE,
         notes=["not counted: a sparse update's own kernels (an index_add of the looked-up rows); the optimizer is "
                "counted whole, the dense layers' update with it"],

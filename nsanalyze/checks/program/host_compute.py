@@ -571,7 +571,7 @@ def run(timeline, limits) -> Finding | None:
                   **extra,
                   "longest_stretches": plain(tuple(timeline.host_stretches[:5]))},
         advice=(_named_range_lead(timeline, stretches) or
-                (_step_end_lead(timeline) if advice in (ADVICE, ADVICE_HEAD + THREAD_EXAMPLE) else "")) + advice,
+                (_step_end_lead(timeline) if advice == _framework_advice(timeline) else "")) + advice,
         notes=notes,
     )
     finding.estimated_savings_ns = idle_ns
