@@ -78,6 +78,9 @@ def _collect_hint(missing: list[str], timeline: Timeline) -> str:
     if timeline.recorder == "kineto":
         return ("torch.profiler with prof.step() each iteration (ProfilerStep#N)" if "steps" in missing else
                 "torch.profiler with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
+    if "steps" in missing and timeline.ranges and timeline.budget:   # CUDA and NVTX traced, no range a step
+        return ("an NVTX range around each step (torch.cuda.nvtx.range_push/range_pop: the capture has NVTX ranges, "
+                "none of them repeating as steps)")
     return ("nsys profile -t cuda,nvtx with an NVTX range a step (torch.cuda.nvtx.range_push)" if "steps" in missing
             else "nsys profile -t cuda,nvtx")
 

@@ -157,6 +157,18 @@ def test_an_option_another_extends_is_named_once(analyzed):
 
 
 
+def test_a_capture_with_nvtx_ranges_is_not_asked_to_trace_nvtx(analyzed):
+    """dev_suite was captured with -t cuda,nvtx and has NVTX ranges (phases), none of them a step: launch-loop asks for
+    a range around each step, not for the tracing the capture already had."""
+    from tests.conftest import DEV_SUITE_NSYS
+
+    model = analyzed(DEV_SUITE_NSYS)
+    assert model["timeline"]["ranges"] and model["timeline"]["budget"]
+    loop = next(n for n in model["not_judged"] if n["check"] == "launch-loop")
+    assert "steps" in loop["missing"]
+    assert loop["collect"].startswith("an NVTX range around each step") and "-t cuda,nvtx" not in loop["collect"]
+
+
 def test_a_value_past_its_threshold_never_reads_as_the_threshold(analyzed):
     """own67_fixed1 and shard_prefetched: host-sync's claimed share and host-wait's wait share crossed their 3% and 5%
     thresholds by less than the rounding, and read '3% (threshold > 3%)', as if not crossed. A value that reads as its

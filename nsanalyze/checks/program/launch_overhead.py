@@ -69,8 +69,8 @@ from nsanalyze.normalize.model import Launches, ProfilerCost, ShapeChanges, plai
 from nsanalyze.normalize.waits import WAITING_CLASSES
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
-from nsanalyze.checks.program import pageable_memcpy
-from nsanalyze.checks.program._claims import launch_speaks, unclaimed_part
+from nsanalyze.checks.program import event_timing, pageable_memcpy
+from nsanalyze.checks.program._claims import claims_by_cause, claims_note, launch_speaks, unclaimed_part
 from nsanalyze.checks.program.host_sync import BACKWARD_TITLE, backward_waits_text, in_backward
 from nsanalyze.text import code_span
 
@@ -143,7 +143,8 @@ def run(timeline, limits) -> Finding | None:
                   "launch_api_ns": evidence(launches.short_launch_api_ns, unit="ns"),
                   "kernels": plain(launches.top)},
         advice=ADVICE,
-        notes=[_left_out_note(one_time, first, jit)] if one_time else [],
+        notes=([_left_out_note(one_time, first, jit)] if one_time else [])
+        + [note for note in (claims_note(timeline, BUDGET_PART),) if note],
     )
     finding.estimated_savings_ns = idle_ns - one_time   # module loading is once per process: no graph removes it
     shapes = _changing_shapes(timeline)
@@ -157,7 +158,9 @@ def run(timeline, limits) -> Finding | None:
         finding.evidence["shape_changes"] = evidence(changes.changed / changes.compared, SHAPES_CHANGE_SHARE,
                                                      unit="ratio", compare=">=")
     if waits:
-        finding.advice = _waits_first(*waits, timing=getattr(timeline, "timing_code", None),
+        timing = getattr(timeline, "timing_code", None)
+        finding.advice = _waits_first(*waits, timing=timing, timing_found=timing is not None
+                                      and event_timing.ID in claims_by_cause(timeline),
                                       waits=placed, uploads=_blocking_uploads_per_step(timeline)) + finding.advice
         finding.evidence["waits_per_step"] = evidence(waits[0])
         if in_backward(placed):
@@ -231,10 +234,12 @@ def _blocking_uploads_per_step(timeline) -> float:
     return pageable_memcpy.upload_copies(timeline) / steps
 
 
-def _waits_first(per_step: float, name: str, timing=None, waits=None, uploads: float = 0.0) -> str:
+def _waits_first(per_step: float, name: str, timing=None, waits=None, uploads: float = 0.0,
+                 timing_found: bool = False) -> str:
     """The advice's first lines where the steps wait for the GPU: what the waits are, and that they go first.
     `timing`: the steps' timing code (model.TimingCode), whose syncs, where they are most of the host's sync time,
-    are the waits; `waits`: where the replayed steps wait (model.StepWaits), the backward pass named where it makes
+    are the waits, named as event-timing's where that finding is there (`timing_found`: time53_resnet's stayed
+    silent, its replay under its threshold); `waits`: where the replayed steps wait (model.StepWaits), the backward pass named where it makes
     most of them; `uploads`: blocking uploads a step, whose own waits they are where there are as many (own67_fixed:
     one `xb.cuda()` of a pageable batch a step, its wait read as a `.item()`)."""
     times = "once" if round(per_step) == 1 else f"{per_step:.0f} times"
@@ -244,7 +249,8 @@ def _waits_first(per_step: float, name: str, timing=None, waits=None, uploads: f
                 "capture a step that waits. " + backward)
     if timing is not None and timing.sync_share >= 0.5:
         return (f"Each step waits for the GPU {times}, mostly in its own timing code ({timing.timings_per_step:.0f} "
-                "CUDA event pairs a step, each synchronized: event-timing), and a CUDA graph cannot capture a step "
+                f"CUDA event pairs a step, each synchronized{': event-timing' if timing_found else ''}), and a CUDA "
+                "graph cannot capture a step "
                 "that waits: take the timing out of the loop first, then capture the step.\n\n")
     said = (f"Each step waits for the GPU {times} ({code_span(name)} and "
             "the like: `.item()`, `.cpu()`, `print(tensor)`, a synchronize), and a CUDA graph cannot capture a step "

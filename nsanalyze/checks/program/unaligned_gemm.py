@@ -56,11 +56,12 @@ better 64.
 - Sequence lengths and batch sizes that enter a GEMM's leading dimension: pad them too (`pad_to_multiple_of=8`
   in a tokenizer's collator).
 - `torch.compile` pads a matrix product's dimensions where its own benchmark says padding pays (Inductor's
-  pad_mm pass): the fuse56 BERT's compiled step ran two of its three vocabulary GEMMs on full-width kernels.
+  pad_mm pass), though not every GEMM: check the compiled run's kernels.
 - Measure the change with `nsanalyze diff` of the runs before and after.
 
 ```python
-# before: the LM head's GEMMs load 2 elements at a time (an sm80 CUTLASS kernel on Hopper)
+# before: 30,522 is a multiple of 2, not of 8: the LM head's bf16 GEMMs load 2 elements (4 bytes) at a time
+# (an odd size, 1 element: 2 bytes), on an sm80 CUTLASS kernel on Hopper
 head = nn.Linear(768, 30522)
 # after
 head = nn.Linear(768, 30528)

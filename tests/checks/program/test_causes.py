@@ -251,3 +251,22 @@ def test_sync_advice_leaves_the_tuner_out_where_the_replay_found_none(analyzed):
     first = sync["advice"].split("\n\n")[0]
     assert first.startswith("Most of the wait") and "`cudaDeviceSynchronize`" in first
     assert "torch.cuda.synchronize()" in first and "cudnn" not in first
+
+
+def test_a_part_shared_with_a_wider_cause_says_who_counts_the_rest(analyzed):
+    """blind61_anomaly: the header's budget gives 62% of the window idle on launches, launch-overhead's title 44%;
+    host-sync's finding counts the rest (the refills after its 31,585 syncs). launch-overhead's note squares the
+    two with the model's own figures: the part's share, host-sync's claim, what is left."""
+    import re
+
+    model = analyzed(REAL / "blind61_anomaly_base1_nsys.sqlite.xz")
+    by_check = {f["check"]: f for f in program_findings(model)}
+    launch, sync = by_check["launch-overhead"], by_check["host-sync"]
+    span = model["timeline"]["span_ns"]
+    claimed = next(c["ns"] for c in sync["evidence"]["claimed_parts"] if c["part"] == "idle_launch")
+    note = next(n for n in launch["notes"] if n.startswith("the budget's idle_launch"))
+    part, counted, left = map(int, re.search(r"is (\d+)% of the window .*host-sync's finding counts (\d+)%, this "
+                                             r"finding the (\d+)% left", note).groups())
+    assert part == round(100 * _share(model, "idle_launch")) == 62
+    assert counted == round(100 * claimed / span) == 18
+    assert left == round(100 * launch["evidence"]["idle_launch_share"]["value"]) == 44

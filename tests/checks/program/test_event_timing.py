@@ -77,6 +77,18 @@ def test_a_graph_is_advised_after_the_timing(analyzed, base, _, __):
     assert "piece by piece" not in launch["advice"]
 
 
+def test_a_silent_timing_check_is_not_named_in_the_graph_advice(analyzed):
+    """time53_resnet (ResNet-50 at batch 64, host-bound): 5 event pairs a step, each synchronized (SQL: 5
+    cudaEventSynchronize a step), hold the steps' waits, but event-timing's replay stays under its threshold and it
+    is silent: launch-overhead's advice tells of the timing code without pointing at a finding that is not there."""
+    model = analyzed(REAL / "time53_resnet_base_nsys.sqlite.xz")
+    assert "event-timing" not in {f["check"] for f in model["findings"]}
+    launch = next(f for f in program_findings(model) if f["check"] == "launch-overhead")
+    first_line = launch["advice"].split("\n\n")[0]
+    assert "its own timing code (5 CUDA event pairs a step, each synchronized)" in first_line
+    assert "event-timing" not in launch["advice"]
+
+
 def test_timing_that_costs_nothing_measurable_is_not_named(analyzed):
     """A host-bound GPT with its 3 phases timed and synchronized every step (time53, blind): the untimed twin saved
     nothing measurable (SQL: -0.5 ms a step of 22 ms; the call's two bases lie 4 ms apart). The timing is found (3
