@@ -60,8 +60,8 @@ def test_no_metrics_graphed_mlp_gets_the_finding(analyzed, name):
     # advice for any program that calls cuBLAS, PyTorch's switches as one example (it said "fuse (`torch.compile`)")
     assert "cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)" in finding["advice"]
     assert "(in PyTorch, `torch.compile` does this)" in finding["advice"] and "fuse (`torch.compile`)" not in finding["advice"]
-    # no GEMM of 50 us or more (the MLP's run 3-13 us each, by the evidence): the speed-up shown is the 2x the saving applies to them all,
-    # the H200's 7.4x peak ratio beside it as the large GEMMs' (it was shown as the speed-up, unused)
+    # no GEMM of 50 us or more (the MLP's run 3-13 us each, by the evidence): the speed-up shown is the 2x the saving
+    # applies to them all, the H200's 7.4x peak ratio beside it as the large GEMMs' (shown as the speed-up, unused)
     assert finding["evidence"]["large_gemm_share"]["value"] == 0
     assert finding["evidence"]["tensor_speedup"]["value"] == pytest.approx(2.0)
     assert finding["evidence"]["large_gemm_speedup"]["value"] == pytest.approx(7.4)
