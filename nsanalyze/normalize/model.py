@@ -399,6 +399,9 @@ class Phase(Record):
     idle_ns: float | None = None
     children: tuple = ()
     processes: int | None = None   # only where its instances come from several processes (ranks): how many
+    gpu_ns: float | None = None    # the GPU's side, where it launched work: each instance's first start to last end
+    gpu_end_after_ns: float | None = None   # of the work it launched, summed; and the median instance's last end
+    #                                         less the range's end (the work a range queued runs after it)
 
 
 Phase.NESTED = {**Phase.NESTED, "children": Phase}

@@ -63,12 +63,14 @@ def top_level_ranges(export: NsysExport) -> tuple[np.ndarray, np.ndarray, list[s
     return starts[top], ends[top], [normalize_name(str(names[i])) for i in top]
 
 
-def find_phases(export: NsysExport, capture_budgets_of, window: tuple[int, int], step_name: str | None) -> list[dict]:
+def find_phases(export: NsysExport, capture_budgets_of, window: tuple[int, int], step_name: str | None,
+                work=None) -> list[dict]:
     """The phases of the capture, longest first (at most MAX_PHASES), each with its budget over its own
     instances (GPUs averaged), the share of it that lies inside the analysis window, and its `children`:
     the phases nested directly inside its instances (`epoch N` > `train_step N`, `eval_step N`,
     `checkpoint`), found the same way one level down. `capture_budgets_of()` gives the per-GPU budgets
-    over the whole capture."""
+    over the whole capture; `work` (or a function that makes it), (start, end, launch call start, launch call pid)
+    of every kernel and copy (Activity.launch_call_starts): the GPU work each phase launched (gpu_spans)."""
     starts, ends, threads, raw = _ranges(export)
     top = _outermost(starts, ends, threads)
     if not len(top):
@@ -83,7 +85,9 @@ def find_phases(export: NsysExport, capture_budgets_of, window: tuple[int, int],
             budgets.append(capture_budgets_of())  # built only when the run has phases
         return budgets[0]
     capture_span = int(ends[top].max() - starts[top].min()) or 1
-    phases = _group(starts, ends, threads, raw, top, window, step_name, capture_span, capture_budgets, depth=0, path=())
+    work = work() if callable(work) else work   # (made only for a run with phases)
+    phases = _group(starts, ends, threads, raw, top, window, step_name, capture_span, capture_budgets, depth=0, path=(),
+                    work=work)
     if all(p["is_steps"] and not p.get("children") for p in phases):
         return []  # nothing beside the steps: the window already says it all
     return phases
@@ -100,7 +104,7 @@ def _has_children(starts, ends, threads, top) -> bool:
 
 
 def _group(starts, ends, threads, raw, members: np.ndarray, window, step_name, capture_span, capture_budgets,
-           depth: int, path: tuple) -> list[dict]:
+           depth: int, path: tuple, work=None) -> list[dict]:
     """Phases of these ranges (indices), grouped by normalized name, longest first."""
     window_start, window_end = window
     names = [normalize_name(str(raw[i])) for i in members]
@@ -129,6 +133,12 @@ def _group(starts, ends, threads, raw, members: np.ndarray, window, step_name, c
             phase["processes"] = known
         if depth:
             phase["path"] = " › ".join((*path, name))
+        if work is not None:   # the GPU's side: a host range only queues its work, which can run long after it
+            first, last = gpu_spans(s, e, instance_processes, work)
+            ran = first >= 0
+            if ran.any():
+                phase["gpu_ns"] = int((last[ran] - first[ran]).sum())
+                phase["gpu_end_after_ns"] = int(np.median(last[ran] - e[ran]))
         budgets = capture_budgets()
         if budgets:
             totals = _totals(budgets, s, e, instance_processes)
@@ -146,13 +156,43 @@ def _group(starts, ends, threads, raw, members: np.ndarray, window, step_name, c
             children = _children(starts, ends, threads, members[mine])
             if len(children):
                 nested = _group(starts, ends, threads, raw, children, window, step_name, capture_span,
-                                capture_budgets, depth + 1, (*path, name))
+                                capture_budgets, depth + 1, (*path, name), work)
                 if nested:
                     phase["children"] = nested
         phases.append(phase)
         if len(phases) == MAX_PHASES:
             break
     return phases
+
+
+def gpu_spans(starts: np.ndarray, ends: np.ndarray, processes: np.ndarray, work) -> tuple[np.ndarray, np.ndarray]:
+    """Per host range [start, end) of a process: the first start and the last end of the GPU work (kernels, copies)
+    whose launch call began inside it, by a thread of that process (or of none known), as the steps are put on the
+    GPU's clock (steps.project_on_gpu); -1 for both where it launched none. `work`: (start, end, launch call start,
+    launch call pid) of every kernel and copy."""
+    work_starts, work_ends, call_starts, call_pids = work
+    first = np.full(len(starts), -1, np.int64)
+    last = np.full(len(starts), -1, np.int64)
+    known = call_starts >= 0
+    for process in np.unique(processes):
+        rows = known & ((call_pids == process) | (call_pids < 0) | (process < 0))
+        if not rows.any():
+            continue
+        order = np.argsort(call_starts[rows], kind="stable")
+        launched = call_starts[rows][order]
+        # each range's work is a run of the launch-ordered rows, [lo, hi); a sentinel row lets hi reach the end
+        begun = np.append(work_starts[rows][order], 0)
+        done = np.append(work_ends[rows][order], 0)
+        mine = np.flatnonzero(processes == process)
+        lo = np.searchsorted(launched, starts[mine], side="left")
+        hi = np.searchsorted(launched, ends[mine], side="left")
+        some = hi > lo
+        if not some.any():
+            continue
+        bounds = np.ravel(np.column_stack((lo[some], hi[some])))
+        first[mine[some]] = np.minimum.reduceat(begun, bounds)[::2]
+        last[mine[some]] = np.maximum.reduceat(done, bounds)[::2]
+    return first, last
 
 
 def _totals(budgets, starts: np.ndarray, ends: np.ndarray, processes: np.ndarray) -> np.ndarray:

@@ -266,7 +266,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
                                               step_ranges=step_ranges, kernels=capture.kernels)
     capture_budgets = lambda: build_budgets(capture, call_names, set(comm_ids.tolist()), peer_kinds)  # noqa: E731
     timeline.phases = find_phases(export, capture_budgets, (window.start, window.end),
-                                  step_name)
+                                  step_name, work=capture.launch_call_starts)
     # GPU metrics are sampled from the capture's start; outside the span of GPU work they only dilute.
     active = Window(max(window.start, min((d["first_ns"] for d in devices), default=window.start)),
                     min(window.end, max((d["last_ns"] for d in devices), default=window.end)), window.description)

@@ -109,3 +109,31 @@ def test_ranges_named_after_code_are_no_phases(analyzed):
     names = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE text LIKE '%::%'")
     assert names[0][0] > 0
     assert analyzed(path)["timeline"]["phases"] == []
+
+
+def test_a_phase_tells_the_gpu_side_of_the_work_it_queued(analyzed):
+    """dev_suite's phases are C++ ranges that only queue their work: `launches` takes 1.52 ms on the host and its 200
+    kernels run 370 µs on the GPU, done 7.72 ms after the range. Each phase's GPU side against SQL: the first start to
+    the last end of the GPU work whose launch call began inside its range, and that end less the range's."""
+    from nsanalyze.render.format import phase_text
+    from tests.conftest import DEV_SUITE_NSYS, WORK_TABLES
+
+    phases = {p["name"]: p for p in analyzed(DEV_SUITE_NSYS)["timeline"]["phases"]}
+    rows = sql(DEV_SUITE_NSYS, """SELECT n.text, MAX(l.end) - MIN(l.start), MAX(l.end) - n.end FROM NVTX_EVENTS n
+                                  JOIN launched l ON l.call_start >= n.start AND l.call_start < n.end
+                                  WHERE n.text IS NOT NULL GROUP BY n.rowid""", launched=WORK_TABLES)
+    assert len(rows) == len(phases) == 5
+    for name, gpu_ns, after_ns in rows:
+        assert (phases[name]["gpu_ns"], phases[name]["gpu_end_after_ns"]) == (gpu_ns, after_ns)
+    assert phase_text(phases["launches"]) == ("launches ×1 (1.52 ms on the host; its GPU work 370 µs, done 7.72 ms "
+                                              "after the range)")
+
+
+def test_a_phase_whose_gpu_keeps_its_pace_is_told_by_its_host_time(analyzed):
+    """nested_phases (a PyTorch loop, synchronous): its epochs' GPU work ends with them, so the line keeps the host
+    times alone."""
+    from nsanalyze.render.format import phase_text
+
+    epoch = analyzed(REAL / "nested_phases_nsys.sqlite.xz")["timeline"]["phases"][0]
+    assert epoch["name"] == "epoch N" and epoch["gpu_ns"] > 0
+    assert "GPU" not in phase_text(epoch)
