@@ -183,14 +183,21 @@ WORK_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPT
                "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
 
 
+def union_intervals(intervals) -> list[list[int]]:
+    """The union of (start, end) intervals as disjoint [start, end] pieces in order (empty ones dropped): a plain
+    loop, independent of numpy, the suite's one oracle for busy time and overlaps."""
+    merged: list[list[int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        elif end > start:
+            merged.append([start, end])
+    return merged
+
+
 def covered_ns(intervals) -> int:
     """The length of the union of (start, end) intervals: what SQL rows of overlapping calls or GPU work cover."""
-    covered, reach = 0, None
-    for start, end in sorted(intervals):
-        if reach is None or end > reach:
-            covered += end - (start if reach is None else max(start, reach))
-            reach = end
-    return covered
+    return sum(end - start for start, end in union_intervals(intervals))
 
 
 def sql(path, query: str, launched: tuple[str, ...] = ()):
@@ -258,19 +265,6 @@ def sql_kernels_per_step(model: dict, path) -> tuple[float, float]:
         JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
         WHERE r.start >= {ranges[0][0]} AND r.start < {ranges[-1][1]}""")
     return count / len(ranges), ns / len(ranges)
-
-
-def merged_length(rows) -> int:
-    """Length of the union of (key, start, end) rows sorted by start: a plain loop, independent of numpy (the
-    oracle for busy time: the budget's, a phase's, the GPU's work after a copy)."""
-    total, island_start, island_end = 0, None, None
-    for _, start, end in rows:
-        if island_start is None or start > island_end:
-            total += (island_end - island_start) if island_start is not None else 0
-            island_start, island_end = start, end
-        else:
-            island_end = max(island_end, end)
-    return total + ((island_end - island_start) if island_start is not None else 0)
 
 
 def sql_saved_per_step(analyzed, base, fix) -> float:

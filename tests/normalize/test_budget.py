@@ -3,7 +3,7 @@
 import pytest
 
 from nsanalyze.normalize.budget import PARTS
-from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NSYS, PUBLIC_NSYS, REAL, REAL_NSYS, merged_length, sql
+from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NSYS, PUBLIC_NSYS, REAL, REAL_NSYS, covered_ns, sql
 
 ALL_NSYS = [DEV_SUITE_NSYS, DEV_INFER_NSYS, *PUBLIC_NSYS, *REAL_NSYS]
 
@@ -54,7 +54,7 @@ def test_busy_parts_are_the_union_of_gpu_work(analyzed):
                            SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL
                            SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET)
                          WHERE end > {start} AND start < {end} ORDER BY 2, 3""")
-    busy = merged_length(rows)
+    busy = covered_ns((start, end) for _, start, end in rows)
     parts = {p["part"]: p["ns"] for p in timeline["budget"]}
     assert parts["gpu_compute"] + parts["gpu_communication"] + parts["gpu_copy"] == pytest.approx(busy, abs=2)
 

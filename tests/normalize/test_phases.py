@@ -76,7 +76,7 @@ def test_a_ranks_phase_is_measured_on_its_own_gpu(analyzed):
     budget measured each instance on both GPUs, averaged; now each on the GPU of the process that made it. Its busy
     parts then equal the union of that GPU's kernels, copies and memsets inside the process's step ranges, summed
     (SQL, merged by a plain loop)."""
-    from tests.conftest import merged_length
+    from tests.conftest import covered_ns
 
     path = REAL / "ddp_host_all_nsys.sqlite.xz"
     steps = next(p for p in analyzed(path)["timeline"]["phases"] if p["is_steps"])
@@ -91,7 +91,7 @@ def test_a_ranks_phase_is_measured_on_its_own_gpu(analyzed):
                    SELECT start, end, deviceId FROM CUPTI_ACTIVITY_KIND_MEMSET)
                    WHERE deviceId = {device} ORDER BY start""")
         for start, end in ranges:
-            busy += merged_length([(0, max(a, start), min(b, end)) for a, b in work if b > start and a < end])
+            busy += covered_ns((max(a, start), min(b, end)) for a, b in work if b > start and a < end)
     parts = {p["part"]: p["ns"] for p in steps["budget"]}
     assert parts["gpu_compute"] + parts["gpu_communication"] + parts["gpu_copy"] == pytest.approx(busy, rel=1e-4)
 

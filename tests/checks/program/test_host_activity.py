@@ -9,7 +9,7 @@ import pytest
 
 from nsanalyze.normalize.host_activity import classify
 from tests.conftest import (REAL, STEPS_SQL, WORK_TABLES, program_findings, sql, sql_gpu_step_periods,
-                            sql_saved_per_step)
+                            sql_saved_per_step, union_intervals)
 
 CHURN, CACHED = REAL / "alloc_churn_nsys.sqlite.xz", REAL / "alloc_cached_nsys.sqlite.xz"
 HISTLOG, HISTLOG_OFF = REAL / "histlog_every10_nsys.sqlite.xz", REAL / "histlog_off_nsys.sqlite.xz"
@@ -256,14 +256,8 @@ def test_without_steps_a_class_claims_the_idle_time_under_its_own_calls(analyzed
                                                   "CUPTI_ACTIVITY_KIND_MEMSET")
                                         if sql(path, f"SELECT 1 FROM sqlite_master WHERE name = '{t}'")))
 
-    def union(intervals):
-        merged = []
-        for a, b in sorted((max(a, start), min(b, end)) for a, b in intervals):
-            if merged and a <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], b)
-            elif b > a:
-                merged.append([a, b])
-        return merged
+    def union(intervals):   # clipped to the window
+        return union_intervals((max(a, start), min(b, end)) for a, b in intervals)
 
     in_calls, busy = union(calls), union(work)
     overlap = sum(max(0, min(b, d) - max(a, c)) for a, b in in_calls for c, d in busy)

@@ -12,7 +12,7 @@ from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profile
 from nsanalyze.read.files import open_local
 from nsanalyze.render.format import window_lines
-from tests.conftest import PUBLIC
+from tests.conftest import PUBLIC, union_intervals
 
 BEFORE = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__mfu_2gpu_before.sqlite.xz"
 AFTER = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__mfu_2gpu_after.sqlite.xz"
@@ -92,20 +92,12 @@ def _exposed_by_sql(path, window):
     rows = direct(path, """SELECT k.deviceId, k.start, k.end, s.value LIKE 'nccl%' FROM CUPTI_ACTIVITY_KIND_KERNEL k
                            JOIN StringIds s ON s.id = k.shortName""")
 
-    def union(intervals):
-        out = []
-        for start, end in sorted(intervals):
-            if out and start <= out[-1][1]:
-                out[-1][1] = max(out[-1][1], end)
-            else:
-                out.append([start, end])
-        return out
-
     exposed = {}
     for device in {r[0] for r in rows}:
         clip = [(max(s, window[0]), min(e, window[1]), c) for d, s, e, c in rows
                 if d == device and e > window[0] and s < window[1]]
-        comm, compute = union([(s, e) for s, e, c in clip if c]), union([(s, e) for s, e, c in clip if not c])
+        comm = union_intervals([(s, e) for s, e, c in clip if c])
+        compute = union_intervals([(s, e) for s, e, c in clip if not c])
         total = 0
         for start, end in comm:
             cursor = start

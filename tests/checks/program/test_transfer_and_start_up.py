@@ -9,7 +9,7 @@ from nsanalyze.analyze import Options, analyze
 from nsanalyze.checks import limits_for
 from nsanalyze.checks.program import launch_overhead, one_long_kernel
 from nsanalyze.render.format import duration as format_duration
-from tests.conftest import PUBLIC, REAL, merged_length, sql, sql_saved_per_step
+from tests.conftest import PUBLIC, REAL, covered_ns, sql, sql_saved_per_step
 
 H100_COPIES = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__h100_2gpu_1s.sqlite.xz"
 
@@ -130,7 +130,7 @@ def test_a_synchronous_copy_made_asynchronous_saves_the_idle_after_it(analyzed):
     busy = sql(DEV_SUITE_NSYS, " UNION ALL ".join(
         f"SELECT MAX(start, {end}), MIN(end, {end + length}) FROM {t} WHERE end > {end} AND start < {end + length}"
         for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMSET")))
-    idle = length - merged_length(sorted((0, a, b) for a, b in busy))
+    idle = length - covered_ns(busy)
     assert 0 < idle < 0.6 * length
     assert found["evidence"]["idle_after_ns"]["value"] == pytest.approx(idle, rel=0.02)
     assert found["estimated_savings_ns"] <= idle and found["severity"] == "info"
