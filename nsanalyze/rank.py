@@ -373,6 +373,8 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
                                      "estimated, which is more than the time it comes from")
         else:
             limit = unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
+            shared = _shared_part_note(whole, limit, part, span, claims, findings) \
+                if part and finding.budget_device is None else None
             if finding.dropped_host_ns and part and part.startswith("gpu_") and finding.estimated_savings_ns > limit \
                     and _graphed_beside(finding, findings):
                 # its replay's saving, more than its GPU part holds, is mostly the launch paths of its kernels, which
@@ -384,7 +386,9 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
                 own = finding.evidence.get("check_savings_ns", {}).get("value", 0.0)
                 limit = min(limit, max(own, finding.estimated_savings_ns - finding.dropped_host_ns))
                 in_graph.add(id(finding))
-            if limit < whole and finding.estimated_savings_ns > limit:
+            if shared:
+                finding.notes.append(shared)
+            elif limit < whole and finding.estimated_savings_ns > limit:
                 finding.notes.append(_wider_causes_note(whole, limit, part, claims, findings))
             beside = _beside_part(finding, claims) if finding.budget_device is None else {}
             if beside:   # its change's time in other parts (checks/program/_claims: the replay's); the evidence
@@ -493,6 +497,31 @@ def _title_says_savings(finding: Finding, timeline) -> None:
     figure = f"{duration_text(final / steps)} a step" if steps else duration_text(final)
     finding.title += (f"; saves {figure} in all (its savings note says how)" if final > own else
                       f"; saves only {figure} (its savings note says why)")
+
+
+# A part's time that wider causes hold, from which its own finding says who counts what: 1% of the window (less moves
+# no figure a reader compares)
+SHARED_PART_SHARE = 0.01
+
+
+def _shared_part_note(whole: float, limit: float, part: str, span: float, claims: dict,
+                      findings: list[Finding]) -> str | None:
+    """Where wider causes hold SHARED_PART_SHARE of the window or more of a part: the part's share as the budget has
+    it, what each cause's finding counts of it, what no finding prices (a cause under its check's threshold), and
+    what this finding counts, so that its title squares with the header's budget line (blind61_anomaly: 62% idle on
+    launches in the header, 44% in launch-overhead's title, host-sync counting the rest). None otherwise."""
+    if not span or whole - limit < SHARED_PART_SHARE * span:
+        return None
+    speaking = {f.check for f in findings}
+    held = sorted(((cause, min(parts[part], whole)) for cause, parts in claims.items() if parts.get(part, 0) > 0),
+                  key=lambda held: -held[1])
+    counted = [f"{cause}'s finding counts {ns / span:.0%}" for cause, ns in held if cause in speaking]
+    unpriced = [f"{cause} ({duration_text(ns)})" for cause, ns in held if cause not in speaking]
+    thresholds = "its check's threshold" if len(unpriced) == 1 else "their checks' thresholds"
+    return (f"the budget's {part} is {whole / span:.0%} of the window (the header's line is a median step's budget): "
+            + "".join(f"{text}, " for text in counted)
+            + (f"{', '.join(unpriced)} under {thresholds}, which no finding prices, " if unpriced else "")
+            + f"and this finding the {limit / span:.0%} left, so no time is counted twice")
 
 
 def _wider_causes_note(whole: float, limit: float, part: str, claims: dict, findings: list[Finding]) -> str:

@@ -249,30 +249,6 @@ def claims(timeline) -> dict[str, float]:
     return _summed(claims_by_cause(timeline))
 
 
-# A cause's claim on a part worth naming beside the part's finding: 1% of the window (less moves no figure a reader
-# compares)
-NAMED_CLAIM_SHARE = 0.01
-
-
-def claims_note(timeline, part: str) -> str | None:
-    """Where wider causes claimed some of a part: who counts how much of it, so that the part's finding (what they
-    leave) squares with the budget's line in the report's header (blind61: 62% idle on launches in the header, 44%
-    in launch-overhead's title, host-sync counting the rest). None where no claim reaches NAMED_CLAIM_SHARE."""
-    ns, share = budget_part(timeline, part)
-    span = timeline.summary.span_ns if getattr(timeline, "summary", None) is not None else 0
-    if not ns or not span:
-        return None
-    named = [(cause, parts[part]) for cause, parts in claims_by_cause(timeline).items()
-             if parts.get(part, 0.0) >= NAMED_CLAIM_SHARE * span]
-    if not named:
-        return None
-    counted = ", ".join(f"{cause}'s finding counts {min(claimed, ns) / span:.0%}" for cause, claimed in
-                        sorted(named, key=lambda c: -c[1]))
-    left, _ = unclaimed_part(timeline, part)
-    return (f"the budget's {part} is {ns / span:.0%} of the window (the header's line is a median step's budget): "
-            f"{counted}, this finding the {left / span:.0%} left, so no time is counted twice")
-
-
 def unclaimed_part(timeline, part: str, device_id=None) -> tuple[float, float]:
     """(ns, share) of a budget part less what wider causes claim of it (see claims)."""
     ns, share = budget_part(timeline, part, device_id)

@@ -32,7 +32,7 @@ narrow the window with `--skip-first-ns` or `--nvtx-range`.
 - `min_idle_share`: idle_other over the window before the check speaks.
 """
 
-from nsanalyze.checks.program._claims import claims_note, unclaimed_part
+from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.normalize.model import plain
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence
 
@@ -83,7 +83,6 @@ def run(timeline, limits) -> Finding | None:
                   "largest_gaps": [{"start_ns": g.start, "duration_ns": g.duration_ns, "device_id": g.device_id,
                                     "host_calls": plain(g.host_calls), "nvtx_range": g.nvtx_range} for g in gaps]},
         advice=ADVICE,
-        notes=[note for note in (claims_note(timeline, BUDGET_PART),) if note],
     )
     finding.estimated_savings_ns = idle_ns
     return finding

@@ -76,7 +76,7 @@ from nsanalyze.text import code_span
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
 from nsanalyze.checks.program import allocator_churn, pinned_alloc_churn, runtime_compilation
-from nsanalyze.checks.program._claims import claims_by_cause, claims_note, unclaimed_part
+from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 from nsanalyze.checks.program.launch_overhead import profiler_caveat
 
 ID = "host-compute"
@@ -507,7 +507,6 @@ def run(timeline, limits) -> Finding | None:
     blocked = _blocked(stretches)
     advice = SPREAD_ADVICE if _spread(timeline, stretches) else _framework_advice(timeline)
     notes = _calls_inside_note(stretches, claimed, left_out=(MODULE_LOAD_CLASS,) if loads_ns else ())
-    notes += [note for note in (claims_note(timeline, BUDGET_PART),) if note]
     extra = {}
     if loads_ns:
         names = ", ".join(name for name, _, _ in load_calls[:2])

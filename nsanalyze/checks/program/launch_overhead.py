@@ -70,7 +70,7 @@ from nsanalyze.normalize.waits import WAITING_CLASSES
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program import event_timing, pageable_memcpy
-from nsanalyze.checks.program._claims import claims_by_cause, claims_note, launch_speaks, unclaimed_part
+from nsanalyze.checks.program._claims import claims_by_cause, launch_speaks, unclaimed_part
 from nsanalyze.checks.program.host_sync import BACKWARD_TITLE, backward_waits_text, in_backward
 from nsanalyze.text import code_span
 
@@ -143,8 +143,7 @@ def run(timeline, limits) -> Finding | None:
                   "launch_api_ns": evidence(launches.short_launch_api_ns, unit="ns"),
                   "kernels": plain(launches.top)},
         advice=ADVICE,
-        notes=([_left_out_note(one_time, first, jit)] if one_time else [])
-        + [note for note in (claims_note(timeline, BUDGET_PART),) if note],
+        notes=[_left_out_note(one_time, first, jit)] if one_time else [],
     )
     finding.estimated_savings_ns = idle_ns - one_time   # module loading is once per process: no graph removes it
     shapes = _changing_shapes(timeline)

@@ -265,8 +265,8 @@ def test_a_part_shared_with_a_wider_cause_says_who_counts_the_rest(analyzed):
     span = model["timeline"]["span_ns"]
     claimed = next(c["ns"] for c in sync["evidence"]["claimed_parts"] if c["part"] == "idle_launch")
     note = next(n for n in launch["notes"] if n.startswith("the budget's idle_launch"))
-    part, counted, left = map(int, re.search(r"is (\d+)% of the window .*host-sync's finding counts (\d+)%, this "
-                                             r"finding the (\d+)% left", note).groups())
+    part, counted, left = map(int, re.search(r"is (\d+)% of the window .*host-sync's finding counts (\d+)%, .*"
+                                             r"this finding the (\d+)% left", note).groups())
     assert part == round(100 * _share(model, "idle_launch")) == 62
     assert counted == round(100 * claimed / span) == 18
     assert left == round(100 * launch["evidence"]["idle_launch_share"]["value"]) == 44
