@@ -336,3 +336,19 @@ def test_one_rank_alone_says_how_long_it_waited_and_how_to_find_the_late_rank():
     assert "not in this export" in line and "profile all ranks" in line.lower() and "--as-ranks" in line
     assert "time at stake" in health_line(model) and "nothing here holds" not in health_line(model)
     assert finding["title"].startswith(f"GPU 0 waits {waited / 1e6:.1f} ms ({waited / window:.0%} of its time)")
+
+
+def test_a_roles_share_is_of_every_gpus_time(analyzed):
+    """mfu_2gpu_before: two GPUs' cast kernels (45.1 ms summed) over one GPU's 299 ms window read as 15% of the window,
+    twice their share of the GPUs' time (a user read). The share a role check compares with its threshold is of both
+    GPUs' time in the window, which SQL gives two of."""
+    from tests.conftest import sql
+
+    (gpus,), = sql(BEFORE, "SELECT COUNT(DISTINCT deviceId) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    model = analyzed(BEFORE)
+    casts = next(f for f in model["findings"] if f["check"] == "dtype-casts")
+    span = model["timeline"]["span_ns"]
+    assert gpus == 2
+    share = casts["evidence"]["cast_share"]["value"]
+    assert share == pytest.approx(casts["evidence"]["cast_ns"]["value"] / (gpus * span), rel=1e-6)
+    assert 0.07 < share < 0.08
