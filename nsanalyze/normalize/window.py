@@ -82,7 +82,7 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         startup = max(0, start - begin)
         warm = f" and {steps.warmup} warm-up step{'s' if steps.warmup != 1 else ''}" if steps.warmup else ""
         clock = " on the GPU's clock" if steps.clock == "gpu" else " (host ranges: the steps launched no GPU work)"
-        return Window(start, end, f"steady state: steps {steps.number(steps.first_index)}-{steps.number(steps.total - 1)} of '{steps.name}'{clock}; "
+        return Window(start, end, f"steady state: steps {steps.number(steps.first_index)}-{steps.number(steps.last_index)} of '{steps.name}'{clock}; "
                                   + _left_out(startup, f"start-up{warm}", "them"), "steady")
     if kind == "capture":
         asides = []   # said once, in one pair of parentheses

@@ -229,3 +229,25 @@ def test_a_host_that_works_after_its_last_launch_is_said_last(analyzed):
     assert loader["host_tail_ns"] < 0.5 * loader["median_ns"] and "the host last" not in loader["host_relation_text"]
     synced = analyzed(REAL / "matmul_sync_nsys.sqlite.xz")["timeline"]["steps"]
     assert synced["host_tail_ns"] < 0.5 * synced["median_ns"] and "the host last" not in synced["host_relation_text"]
+
+
+def test_a_last_step_cut_by_the_capture_is_no_step(analyzed):
+    """power_iteration: the GPU's records stop 2.76 ms into the last of 44 `Step N to N` ranges (SQL: its work a
+    fraction of a typical step's). Counted as a step, its period pulled the mean (40.3 ms) below the least period
+    (40.2 ms), a user read. It is left out: 43 steps, whose mean is the SQL mean of the periods between the first GPU
+    work of consecutive kept steps, within 1%."""
+    from tests.conftest import PUBLIC, WORK_TABLES, sql_gpu_step_firsts
+
+    path = PUBLIC / "brycelelbach__nsightful__tests__power_iteration__baseline.sqlite.xz"
+    firsts = sql_gpu_step_firsts(path, like="Step %")
+    work = [n for _, n in sql(path, """SELECT n.start, COUNT(l.start) FROM NVTX_EVENTS n
+                                        LEFT JOIN StringIds s ON s.id = n.textId JOIN launched l
+                                        ON l.call_start >= n.start AND l.call_start < n.end
+                                        WHERE COALESCE(n.text, s.value) LIKE 'Step %' AND n.eventType = 59
+                                        GROUP BY n.start ORDER BY n.start""", launched=WORK_TABLES)]
+    assert len(firsts) == len(work) == 44 and work[-1] < 0.5 * statistics.median(work)
+    steps = analyzed(path)["timeline"]["steps"]
+    assert steps["count"] == 43 and steps["warmup"] == 0 and steps["last_step"] != steps["first_step"]
+    periods = [b - a for a, b in zip(firsts[:43], firsts[1:43])]
+    assert steps["mean_ns"] == pytest.approx(statistics.mean(periods), rel=0.01)
+    assert steps["min_ns"] <= steps["mean_ns"]
