@@ -189,9 +189,10 @@ def run(timeline, limits) -> Finding | None:
                f"{duration_text(trials.step_ns)}): a tuner runs again "
                "for each input shape it has not seen"),
         estimated_speedup=min(1.0, own / span),
-        evidence={"trials_per_step": evidence(trials.trials_per_step, limits.min_trials),
-                  "step_share": evidence(trials.steps_with_trials / trials.steps, limits.min_step_share, unit="ratio"),
-                  "window_share": evidence(min(1.0, own / span), limits.min_window_share, unit="ratio"),
+        evidence={"trials_per_step": evidence(trials.trials_per_step, limits.min_trials, compare=">="),
+                  "step_share": evidence(trials.steps_with_trials / trials.steps, limits.min_step_share, unit="ratio",
+                                        compare=">="),
+                  "window_share": evidence(min(1.0, own / span), limits.min_window_share, unit="ratio", compare=">="),
                   "stretch_share": evidence(share, unit="ratio"),
                   "stretch_ns_per_step": evidence(trials.stretch_ns_per_step, unit="ns"),
                   "trial_kernel_ns_per_step": evidence(trials.kernel_ns_per_step, unit="ns"),

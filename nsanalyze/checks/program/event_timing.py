@@ -125,10 +125,10 @@ def run(timeline, limits) -> Finding | None:
                f"synchronized, cost {duration_text(per_step)} of those steps' {duration_text(timing.step_ns)} mean "
                f"({_how(timing, per_step)})"),
         estimated_speedup=min(1.0, saving / span),
-        evidence={"timings_per_step": evidence(timing.timings_per_step, limits.min_timings),
+        evidence={"timings_per_step": evidence(timing.timings_per_step, limits.min_timings, compare=">="),
                   "step_share": evidence(timing.steps_with_timings / timing.steps, limits.min_step_share,
-                                         unit="ratio"),
-                  "window_share": evidence(min(1.0, saving / span), limits.min_window_share, unit="ratio"),
+                                         unit="ratio", compare=">="),
+                  "window_share": evidence(min(1.0, saving / span), limits.min_window_share, unit="ratio", compare=">="),
                   "timing_calls_per_step": evidence(timing.calls_per_step),
                   "timing_host_ns_per_step": evidence(timing.host_ns_per_step, unit="ns"),
                   "timing_sync_ns_per_step": evidence(timing.sync_ns_per_step, unit="ns")},
