@@ -265,8 +265,11 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads, capture.calls, call_names,
                                               step_ranges=step_ranges, kernels=capture.kernels)
     capture_budgets = lambda: build_budgets(capture, call_names, set(comm_ids.tolist()), peer_kinds)  # noqa: E731
-    timeline.phases = find_phases(export, capture_budgets, (window.start, window.end),
-                                  step_name, work=capture.launch_call_starts)
+    # the window as the report states it: a capture-wide window's bounds are open, its extent the GPU work's (a phase
+    # before numba-jit's first GPU work read as 265 ms inside a window of 147 ms)
+    extent = (max(window.start, min((d["first_ns"] for d in devices), default=window.start)),
+              min(window.end, max((d["last_ns"] for d in devices), default=window.end)))
+    timeline.phases = find_phases(export, capture_budgets, extent, step_name, work=capture.launch_call_starts)
     # GPU metrics are sampled from the capture's start; outside the span of GPU work they only dilute.
     active = Window(max(window.start, min((d["first_ns"] for d in devices), default=window.start)),
                     min(window.end, max((d["last_ns"] for d in devices), default=window.end)), window.description)

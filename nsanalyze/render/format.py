@@ -203,14 +203,15 @@ def phase_text(phase: dict) -> str:
 
 
 # The GPU's side of a phase is told where it differs from the host range's by this share of the range or more: a
-# range only queues its work (dev_suite's `launches`: 1.52 ms on the host, its 200 kernels 370 µs on the GPU,
+# range only queues its work (dev_suite's `launches`: 1.52 ms on the host, its 200 kernels spanning 370 µs on the GPU,
 # done 7.72 ms after the range)
 GPU_SIDE_SHARE = 0.25
 
 
 def _gpu_side(phase: dict) -> str:
-    """`; its GPU work 370 µs, done 7.72 ms after the range`, where the work a phase launched ran for another time
-    than its host range, or ended well after it; '' otherwise."""
+    """`; its GPU work spans 370 µs, done 7.72 ms after the range`, where the work a phase launched ran for another
+    time than its host range, or ended well after it; '' otherwise. A span, first start to last end: not busy time
+    (numba-jit's copy phase: 479 µs, of which its kernels and copies take a few)."""
     gpu_ns, after_ns = phase.get("gpu_ns"), phase.get("gpu_end_after_ns")
     host_ns = phase.get("duration_ns") or 0
     if gpu_ns is None or not host_ns:
@@ -221,7 +222,7 @@ def _gpu_side(phase: dict) -> str:
         return ""
     where = ("" if not late else f", done {duration(after_ns)} after the range" if phase.get("count") == 1
              else f", done a median {duration(after_ns)} after each range")
-    return f" on the host; its GPU work {duration(gpu_ns)}{where}"
+    return f" on the host; its GPU work spans {duration(gpu_ns)}{where}"
 
 
 VERDICT_CHECKS = ("gpu-not-traced", "one-long-kernel", "transfer-bound")

@@ -113,7 +113,7 @@ def test_ranges_named_after_code_are_no_phases(analyzed):
 
 def test_a_phase_tells_the_gpu_side_of_the_work_it_queued(analyzed):
     """dev_suite's phases are C++ ranges that only queue their work: `launches` takes 1.52 ms on the host and its 200
-    kernels run 370 µs on the GPU, done 7.72 ms after the range. Each phase's GPU side against SQL: the first start to
+    kernels span 370 µs on the GPU, done 7.72 ms after the range. Each phase's GPU side against SQL: the first start to
     the last end of the GPU work whose launch call began inside its range, and that end less the range's."""
     from nsanalyze.render.format import phase_text
     from tests.conftest import DEV_SUITE_NSYS, WORK_TABLES
@@ -125,8 +125,8 @@ def test_a_phase_tells_the_gpu_side_of_the_work_it_queued(analyzed):
     assert len(rows) == len(phases) == 5
     for name, gpu_ns, after_ns in rows:
         assert (phases[name]["gpu_ns"], phases[name]["gpu_end_after_ns"]) == (gpu_ns, after_ns)
-    assert phase_text(phases["launches"]) == ("launches ×1 (1.52 ms on the host; its GPU work 370 µs, done 7.72 ms "
-                                              "after the range)")
+    assert phase_text(phases["launches"]) == ("launches ×1 (1.52 ms on the host; its GPU work spans 370 µs, done "
+                                              "7.72 ms after the range)")
 
 
 def test_a_phase_whose_gpu_keeps_its_pace_is_told_by_its_host_time(analyzed):
@@ -137,3 +137,19 @@ def test_a_phase_whose_gpu_keeps_its_pace_is_told_by_its_host_time(analyzed):
     epoch = analyzed(REAL / "nested_phases_nsys.sqlite.xz")["timeline"]["phases"][0]
     assert epoch["name"] == "epoch N" and epoch["gpu_ns"] > 0
     assert "GPU" not in phase_text(epoch)
+
+
+def test_a_phase_before_a_capture_windows_gpu_work_lies_outside_it(analyzed):
+    """numba-jit's window is the whole capture, from its first to its last GPU work (147 ms); its copy-to-device
+    phase's 265 ms range ends 0.49 ms into it. The phase read as 265 ms inside the window: a capture window's open
+    bounds were taken for its extent."""
+    from tests.conftest import PUBLIC
+
+    timeline = analyzed(PUBLIC / "quasiben__nvtx-examples__numba-jit.sqlite.xz")["timeline"]
+    window = timeline["window"]
+    assert window["kind"] == "capture"
+    phases = {p["name"]: p for p in timeline["phases"]}
+    start, end = phases["copy-to-device"]["instances"][0]
+    assert start < window["start_ns"] < end
+    assert phases["copy-to-device"]["in_window_ns"] == min(end, window["end_ns"]) - window["start_ns"]
+    assert all(p["in_window_ns"] <= window["end_ns"] - window["start_ns"] for p in phases.values())
