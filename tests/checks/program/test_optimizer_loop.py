@@ -194,3 +194,17 @@ def test_the_loop_is_told_by_its_thresholds(case):
     assert (found is not None) == speaks
     if speaks:
         assert found[0] == "Finding" and found[1]["value"] == 1024
+
+
+def test_parts_of_one_change_that_add_up_past_it_say_they_share_it(analyzed):
+    """opt_loop_annot: launch-overhead (each step one graph launch) holds two smaller changes of disjoint kernels, the
+    layers' loop launched fused (launch-loop) and the optimizer's (unfused-optimizer), each priced alone. Their figures
+    add up past launch-overhead's, and its title read "saves X of it" for both (a user read): the second is said to
+    save that alone, the two sharing the wait, together no more than the finding's own."""
+    model = analyzed(REAL / "opt_loop_annot_nsys.sqlite.xz")
+    by_check = {f["check"]: f for f in program_findings(model)}
+    outer = by_check["launch-overhead"]
+    inner = [by_check[c] for c in ("launch-loop", "unfused-optimizer")]
+    assert all(f["evidence"]["within"] == "launch-overhead" for f in inner)
+    assert sum(f["estimated_savings_ns"] for f in inner) > outer["estimated_savings_ns"]
+    assert outer["title"].count(" of it") == 1 and outer["title"].count("alone (the changes share this wait") == 1
