@@ -69,6 +69,7 @@ say how much (`module_load_ns`).
 
 from dataclasses import asdict, dataclass, replace
 
+from nsanalyze.normalize.host_activity import base_name
 from nsanalyze.normalize.model import ApiCall, plain
 from nsanalyze.normalize.steps import LATE_START_SHARE, normalize_name
 from nsanalyze.numbers import duration_text
@@ -412,6 +413,39 @@ def _step_end_lead(timeline) -> str:
             "housekeeping such as `gc.collect()` or `torch.cuda.empty_cache()`), not at its input.\n\n")
 
 
+# The host's time after the steps' copies to the host, up to its next launch, from this share of the finding's time
+# leads the advice: the host works on what it read back (blind_hostmetrics: 95 of its 120 ms after the 2 waits a step
+# of a `.tolist()` and its copy, a Python loop over the tokens, while the advice said the time was spread over launches)
+AFTER_READS_SHARE = 0.5
+# ... where the host works this long after each wait on average: longer than any launch path (PyTorch's: 10-40 us), so
+# code of the program's own (blind_hostmetrics: 238 us a wait); blind61's anomaly mode waits 336 times a step and goes
+# on 43 us after each, its per-operation cost (SPREAD_ADVICE's)
+AFTER_READ_NS = 100_000
+
+
+def _after_reads_lead(timeline, idle_ns: float) -> str:
+    """Where the host, after the steps' copies to the host (a wait for the GPU each), works AFTER_READS_SHARE or more
+    of this finding's time before it launches again (model.Syncs: each wait's relaunch gap), AFTER_READ_NS or more
+    after each on average, the advice starts there."""
+    syncs, steps = getattr(timeline, "syncs", None), getattr(timeline, "steps", None)
+    if syncs is None or not idle_ns or steps is None or not steps.count:
+        return ""
+    # the waits of copies to the host (Syncs.implicit), values read back: not an event's or a whole-device sync,
+    # after which the host goes on with the loop's own code (time53_gpt: 1.5 ms a step after its timing's event
+    # syncs, which its fix did not save, the loop being host-bound); the GPU's idle after each, up to its next work
+    reads = syncs.implicit
+    gap = sum(row.relaunch_gap_ns for row in reads)
+    if not gap or gap < AFTER_READS_SHARE * idle_ns or gap < AFTER_READ_NS * sum(row.calls for row in reads):
+        return ""
+    names = ", ".join(dict.fromkeys(code_span(base_name(row.name)) for row in reads[:2] if row.name)) or "copies"
+    return (f"The host's time follows the steps' reads from the GPU ({names} to the host, which waits for it): after "
+            f"them it works "
+            f"{duration_text(gap / steps.count)} a step before its next launch, while nothing is queued. That is code "
+            "on values read back to the host (`.item()`, `.tolist()`, `.cpu()`, then Python over them: metrics, "
+            "logging, decisions). Keep such values on the GPU and read them every N steps (metrics accumulated in GPU "
+            "tensors), or do that work after the next step's launches.\n\n")
+
+
 # Host-activity classes whose idle time a wider cause claims (checks/program/_claims.py) where its finding speaks
 CLASS_CAUSES = {allocator_churn.CLASS: allocator_churn.ID, pinned_alloc_churn.CLASS: pinned_alloc_churn.ID}
 
@@ -505,7 +539,9 @@ def run(timeline, limits) -> Finding | None:
     else:
         where = _between_steps(timeline, stretches) or _longest_alone(timeline, stretches, idle_ns)
     blocked = _blocked(stretches)
-    advice = SPREAD_ADVICE if _spread(timeline, stretches) else _framework_advice(timeline)
+    after_reads = _after_reads_lead(timeline, idle_ns)
+    # (time after the reads is work on them, however short each stretch: not the cost of issuing operations)
+    advice = SPREAD_ADVICE if _spread(timeline, stretches) and not after_reads else _framework_advice(timeline)
     notes = _calls_inside_note(stretches, claimed, left_out=(MODULE_LOAD_CLASS,) if loads_ns else ())
     extra = {}
     if loads_ns:
@@ -571,7 +607,8 @@ def run(timeline, limits) -> Finding | None:
                   **extra,
                   "longest_stretches": plain(tuple(timeline.host_stretches[:5]))},
         advice=(_named_range_lead(timeline, stretches) or
-                (_step_end_lead(timeline) if advice == _framework_advice(timeline) else "")) + advice,
+                (_step_end_lead(timeline) if advice == _framework_advice(timeline) else "") or
+                (after_reads if advice == _framework_advice(timeline) else "")) + advice,
         notes=notes,
     )
     finding.estimated_savings_ns = idle_ns

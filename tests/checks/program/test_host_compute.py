@@ -519,3 +519,32 @@ def test_the_advices_example_follows_the_programs_framework(analyzed):
     assert "DataLoader(ds" not in cudf["advice"] and "ThreadPoolExecutor" in cudf["advice"]
     torch = next(f for f in analyzed(REAL / "loader_inline_nsys.sqlite.xz")["findings"] if f["check"] == host_compute.ID)
     assert "DataLoader(ds" in torch["advice"] and "ThreadPoolExecutor" not in torch["advice"]
+
+
+def test_host_work_after_the_steps_reads_leads_the_advice(analyzed):
+    """blind_hostmetrics: every step reads its token metrics back (`.tolist()`: a copy to the host and its sync) and
+    loops over them in Python. The advice said the host's time was spread over the launches, not one piece of work (a
+    user read): most of it follows the reads. By SQL, the time from each cudaStreamSynchronize's end (the copy's wait)
+    to the next kernel launch holds over half of the finding's idle time, and the advice now starts there; blind61's
+    anomaly mode, whose 336 reads a step are each followed by its per-operation cost (tens of us), keeps the spread
+    advice, and so does time53_gpt, whose waits are its timing's event syncs, no values read back."""
+    path = REAL / "blind_hostmetrics_base_nsys.sqlite.xz"
+    model = analyzed(path)
+    finding = next(f for f in program_findings(model) if f["check"] == "host-compute")
+    start, end = model["timeline"]["window"]["start_ns"], model["timeline"]["window"]["end_ns"]
+    (gap,), = sql(path, f"""WITH calls AS (SELECT r.start, r.end, s.value AS name FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+                               JOIN StringIds s ON s.id = r.nameId WHERE r.start >= {start} AND r.start < {end}),
+                           launches AS (SELECT start FROM calls WHERE name LIKE 'cudaLaunchKernel%'
+                                        OR name LIKE 'cuLaunchKernel%')
+                           SELECT SUM((SELECT MIN(l.start) FROM launches l WHERE l.start >= c.end) - c.end)
+                           FROM calls c WHERE c.name LIKE 'cudaStreamSynchronize%'""")
+    assert gap > 0.5 * finding["evidence"]["idle_host_ns"]["value"]
+    assert finding["advice"].startswith("The host's time follows the steps' reads from the GPU (`cudaMemcpyAsync` to "
+                                        "the host, which waits for it)")
+    assert "spread over the short gaps" not in finding["advice"]
+    anomaly = next(f for f in program_findings(analyzed(REAL / "blind61_anomaly_base1_nsys.sqlite.xz"))
+                   if f["check"] == "host-compute")
+    assert anomaly["advice"].startswith("Issue fewer operations")
+    timed = next(f for f in program_findings(analyzed(REAL / "time53_gpt_base_nsys.sqlite.xz"))
+                 if f["check"] == "host-compute")
+    assert timed["advice"].startswith("Issue fewer operations")
