@@ -78,7 +78,8 @@ def run(timeline, limits) -> Finding | None:
         return None
     cast_ns = casts.ns
     facts = {"cast_ns": evidence(cast_ns, unit="ns"),
-             "cast_share": evidence(casts.window_share, limits.min_share, unit="ratio"),
+             "cast_share": evidence(casts.window_share, limits.min_share, unit="ratio"),   # of the GPUs' window
+             "cast_kernel_share": evidence(casts.kernel_share, unit="ratio"),   # of GPU kernel time: the title's
              "launches": evidence(casts.launches)}
     if casts.dram_bytes is not None:
         facts["dram_bytes"] = evidence(casts.dram_bytes, unit="byte")

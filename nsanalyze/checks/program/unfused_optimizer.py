@@ -199,7 +199,8 @@ def _passes(optimizer, passes: int, limits) -> Finding:
     """The optimizer as passes over the state: its GPU time, its saving measured from the kernels' DRAM bytes."""
     kernels, optimizer_ns = optimizer.kernels, optimizer.ns
     facts = {"optimizer_ns": evidence(optimizer_ns, unit="ns"),
-             "optimizer_share": evidence(optimizer.window_share, limits.min_share, unit="ratio"),
+             "optimizer_share": evidence(optimizer.window_share, limits.min_share, unit="ratio"),   # of the window
+             "optimizer_kernel_share": evidence(optimizer.kernel_share, unit="ratio"),   # of GPU kernel time: the title's
              "distinct_kernels": evidence(passes, limits.min_passes, compare=">="),
              "launches": evidence(optimizer.launches)}
     notes, savings = [], 0.0

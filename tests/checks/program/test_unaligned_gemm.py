@@ -7,7 +7,7 @@ test_gemm_loads.py)."""
 import pytest
 
 from nsanalyze.normalize.gemm_loads import load_bytes, slowdown
-from tests.conftest import REAL, sql
+from tests.conftest import REAL, program_findings, sql
 
 ID = "unaligned-gemm"
 NARROW_SQL = """SELECT s.value, SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
@@ -109,3 +109,18 @@ def test_a_vocabulary_of_50257_is_named_and_its_time_bounds_what_padding_saved(a
     assert model["findings"][0]["check"] == ID
     assert finding["estimated_savings_ns"] / model["timeline"]["steps"]["count"] == pytest.approx(saved, rel=0.25)
     assert _finding(analyzed(REAL / fix)) is None
+
+
+def test_the_titles_share_is_in_the_evidence_beside_the_windows(analyzed):
+    """fuse56_bert: the title gives the narrow GEMMs' share of GPU kernel time (18%), the evidence only their share of
+    the window (17%), the one the threshold reads: one share with two values (a user read). Both are in the evidence,
+    each named, and each is the model's own ratio."""
+    import re
+
+    model = analyzed(REAL / "fuse56_bert_base1_nsys.sqlite.xz")
+    finding = next(f for f in program_findings(model) if f["check"] == "unaligned-gemm")
+    ns = sum(k["duration_ns"] for k in finding["evidence"]["kernels"])
+    kernel_share = finding["evidence"]["narrow_gemm_kernel_share"]["value"]
+    assert kernel_share == pytest.approx(ns / model["timeline"]["kernel_ns"], rel=1e-3)
+    assert finding["evidence"]["narrow_gemm_share"]["value"] == pytest.approx(ns / model["timeline"]["span_ns"], rel=1e-3)
+    assert re.search(r"\((\d+)% of GPU kernel time\)", finding["title"]).group(1) == f"{100 * kernel_share:.0f}"
