@@ -42,6 +42,26 @@ def test_the_findings_at_info_are_listed_as_in_the_json(joined_model):
     assert listed == [(str(f["rank"]), f["check"]) for f in info]
 
 
+def test_an_info_line_says_what_the_finding_saves_before_its_title(analyzed):
+    """blind57_lm: unfused-normalization's line told of 7.32 ms a step of extra passes, and its saving (none: its
+    replayed steps are host-paced, and activation-recompute counts the part first) was past the line's cut (a user
+    read). Each info line says what it saves before its title: the JSON's figure, or why there is none."""
+    from nsanalyze.render.format import savings_text
+    from tests.conftest import REAL
+
+    model = analyzed(REAL / "blind57_lm_base1_nsys.sqlite.xz")
+    block = render(model).split("<details><summary>Also found, at info")[1].split("</details>")[0]
+    said = dict(re.findall(r"^- \d+\. `([a-z0-9-]+)` on [^,]+, ([^:]+):", block, flags=re.M))
+    info = {f["check"]: f for f in model["findings"] if f["severity"] == "info"}
+    assert set(said) == set(info)
+    assert info["unfused-normalization"]["estimated_savings_ns"] == 0
+    assert said["unfused-normalization"] == "saves nothing on the replayed steps"
+    assert said["dtype-casts"] == "saving not measured" and said["start-up"] == "outside the window"
+    for check, finding in info.items():
+        if finding["estimated_savings_ns"]:
+            assert said[check] == f"saves {savings_text(finding, model)}"
+
+
 def test_a_program_findings_saving_is_also_told_a_step(analyzed):
     """own67_fixed1's titles speak of steps ("1.12 ms less copy time in each 9.00 ms step"), and its saves column held
     the window's total (242 ms over 79 steps) beside them: a user read them as two answers. Each program finding's
