@@ -3,7 +3,6 @@ runs without error, and says what it could not judge and how to collect it."""
 
 import pytest
 
-from nsanalyze.analyze import analyze
 from nsanalyze.render import render_bytes
 from tests.conftest import DEV_SUITE_NCU, PUBLIC, PUBLIC_NCU, REAL
 from tests.isolated import analyze_apart
@@ -41,10 +40,10 @@ def test_unmeasured_flops_are_absent_not_zero(analyzed):
         assert "achieved_flops_per_s" not in kernel["roofline"] and "arithmetic_intensity" not in kernel["roofline"]
 
 
-def test_export_without_gpu_activity_says_how_to_capture_it():
+def test_export_without_gpu_activity_says_how_to_capture_it(analyzed):
     from nsanalyze.render.format import health_line
 
-    model = analyze([str(PUBLIC / "quasiben__nvtx-examples__quickstart.sqlite.xz")])
+    model = analyzed(PUBLIC / "quasiben__nvtx-examples__quickstart.sqlite.xz")
     assert model["timeline"]["kernels"] == 0
     assert health_line(model).startswith("No GPU activity recorded") and "nsys profile -t cuda" in health_line(model)
 

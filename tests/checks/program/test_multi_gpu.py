@@ -46,8 +46,8 @@ def test_exposed_communication_on_one_stream(before_timeline):
         assert device.exposed_communication_ns == device.communication_ns
 
 
-def test_report_names_the_exposed_device():
-    model = analyze([str(BEFORE)])
+def test_report_names_the_exposed_device(analyzed):
+    model = analyzed(BEFORE)
     finding = next(f for f in model["findings"] if f["check"] == "exposed-communication")
     # all 17.17 ms of device 0's NCCL time is exposed (one stream), but device 1 spends only 8.23 ms in its
     # collectives: the other 8.94 ms is device 0 waiting for it, which overlap cannot hide. The finding saves the
@@ -111,14 +111,14 @@ def _exposed_by_sql(path, window):
     return exposed
 
 
-def test_host_straggler_one_cause_in_one_export():
+def test_host_straggler_one_cause_in_one_export(analyzed):
     """torchrun, 2 ranks in one export: rank 1 sleeps 4 ms a step in host code, rank 0 waits in NCCL. The wait is
     rank-imbalance's saving, first; exposed-communication keeps the transfers only; host-wait (the sleep, the
     straggler's own host time) is the same cause, counted after it."""
     from tests.conftest import REAL
 
     path = REAL / "ddp_host_all_nsys.sqlite.xz"
-    model = analyze([str(path)])
+    model = analyzed(path)
     window = (model["timeline"]["window"]["start_ns"], model["timeline"]["window"]["end_ns"])
     exposed = _exposed_by_sql(path, window)
     # the straggler by SQL: the GPU of the process with kernels whose threads sleep (clock_nanosleep) the most
@@ -148,8 +148,8 @@ def test_host_straggler_one_cause_in_one_export():
     assert not [f["title"] for f in (imbalance, comm, host) if "(s)" in f["title"]]   # plurals written out
 
 
-def test_after_run_moves_the_waiting_to_the_other_gpu():
-    model = analyze([str(AFTER)])
+def test_after_run_moves_the_waiting_to_the_other_gpu(analyzed):
+    model = analyzed(AFTER)
     finding = next(f for f in model["findings"] if f["check"] == "exposed-communication")
     assert finding["device_id"] == 1
 
@@ -275,7 +275,7 @@ def test_own_work_is_priced_by_removal_the_same_kernels_by_balancing():
     assert balanced.estimated_savings_ns == pytest.approx(wait / 2, rel=1e-5)
 
 
-def test_one_rank_alone_is_told_it_waits_for_another():
+def test_one_rank_alone_is_told_it_waits_for_another(analyzed):
     """The per-rank exports of ddp_gpu, each alone: rank 0's all-reduces take 0.29 ms at their 10th percentile
     and 4.6 ms on average (by SQL), waiting for rank 1, which runs extra products; rank 1's take 0.08 / 0.12 ms.
     Rank 0's report says its collectives wait for another rank and asks for all ranks, and prices no overlap for
@@ -289,14 +289,14 @@ def test_one_rank_alone_is_told_it_waits_for_another():
 
     waiting, straggler = REAL / "ddp_gpu_rank0_nsys.sqlite.xz", REAL / "ddp_gpu_rank1_nsys.sqlite.xz"
     assert spread(waiting, 0) > 10 and spread(straggler, 1) < 2
-    model = analyze([str(waiting)])
+    model = analyzed(waiting)
     device = model["timeline"]["devices"][0]
     assert device["communication_wait_ns"] > 0.9 * device["communication_ns"]
     finding = next(f for f in model["findings"] if f["check"] == "exposed-communication")
     assert "for another rank, which this export does not hold" in finding["title"]
     assert finding["estimated_savings_ns"] < 0.01 * device["communication_ns"]
     assert "profile all ranks" in " ".join(window_lines(model["timeline"]))
-    other = analyze([str(straggler)])
+    other = analyzed(straggler)
     assert other["timeline"]["devices"][0]["communication_wait_ns"] < 0.5 * other["timeline"]["devices"][0]["communication_ns"]
     assert "profile all ranks" not in " ".join(window_lines(other["timeline"]))
 
@@ -308,7 +308,7 @@ def test_one_rank_alone_is_told_it_waits_for_another():
     assert any(line.startswith("Time budget of a median step of rank 0 (the first export): ") for line in header)
 
 
-def test_one_rank_alone_says_how_long_it_waited_and_how_to_find_the_late_rank():
+def test_one_rank_alone_says_how_long_it_waited_and_how_to_find_the_late_rank(analyzed):
     """Review of round four: ddp_gpu's rank 0 alone spends most of its window waiting in all-reduces for rank 1,
     and its report said only "No findings above info" with a vague clause in the steps' paragraph. The wait is not a
     saving this export measures (the late rank's cause is in the other export), so the finding stays info; the
@@ -320,7 +320,7 @@ def test_one_rank_alone_says_how_long_it_waited_and_how_to_find_the_late_rank():
     from tests.conftest import REAL
 
     path = REAL / "ddp_gpu_rank0_nsys.sqlite.xz"
-    model = analyze([str(path)])
+    model = analyzed(path)
     finding = next(f for f in model["findings"] if f["check"] == "exposed-communication")
     assert finding["severity"] == "info" and finding["estimated_savings_ns"] < 0.01 * finding["evidence"]["waiting_for_straggler_ns"]["value"]
     waited = finding["evidence"]["waiting_for_straggler_ns"]["value"]

@@ -77,8 +77,8 @@ def test_nvtx_projection(dev_suite_timeline):
 
 
 @pytest.mark.parametrize("path", PUBLIC_NSYS, ids=lambda p: p.name[:50])
-def test_public_exports_analyze(path):
-    model = analyze([str(path)])
+def test_public_exports_analyze(path, analyzed):
+    model = analyzed(path)
     assert model["timeline"]["kernels"] == sum(k["launches"] for k in model["kernels"])
 
 

@@ -14,14 +14,14 @@ from tests.conftest import PUBLIC, REAL, covered_ns, sql, sql_saved_per_step
 H100_COPIES = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__h100_2gpu_1s.sqlite.xz"
 
 
-def test_transfer_bound_program_gets_a_copy_finding_first():
+def test_transfer_bound_program_gets_a_copy_finding_first(analyzed):
     """Two GPUs spend 97% of the window copying 50 GB host-to-device, pinned, at ~28 GB/s: the export names
     no GPU, so the reference is its own large pinned copies. The copy finding is first and is the headline
     (the report once said nothing above info); with copies at the rate the machine reaches and 2% compute,
     it promises only what compute could hide, and says that fewer bytes are what helps."""
     from nsanalyze.render.format import health_line
 
-    model = analyze([str(H100_COPIES)])
+    model = analyzed(H100_COPIES)
     top = model["findings"][0]
     assert top["check"] == "transfer-bound"
     assert top["evidence"]["copy_share"]["value"] > 0.9
