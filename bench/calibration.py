@@ -280,6 +280,15 @@ PAIRS = [
           ("word2vec", None, "nn.Embedding(V, D, sparse=True), not dense gradients over both 2,000,000-row tables",
            "dense-embedding-grad"))
       for i in (1, 2)],
+    # round 73's blind choice (a helper's), recorded on an H100: a tabular MLP in float64 by accident (NumPy's float64
+    # and `.double()`), and a recommender whose embedding tables live on the CPU (fp64-compute was written after the
+    # first pair showed it missing: no blind test of it)
+    *[(f"blind71_{p}_base{i}", f"blind71_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+      for p, what, check in (
+          ("fp64", "float32 data and model, not float64 from NumPy and `.double()`", "fp64-compute"),
+          ("cpuemb", "the embedding tables on the GPU, not on the CPU with their rows copied up and their gradients "
+                     "down each step", "host-compute"))
+      for i in (1, 2)],
 ]
 
 

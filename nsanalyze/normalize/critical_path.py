@@ -34,7 +34,7 @@ from fnmatch import fnmatchcase
 
 import numpy as np
 
-from nsanalyze.normalize import embedding_grads, gemm_loads, launch_loops, recompute, tuning
+from nsanalyze.normalize import embedding_grads, gemm_loads, launch_loops, precision, recompute, tuning
 from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, pair_keys
 from nsanalyze.normalize.budget import union
 from nsanalyze.normalize.host_activity import (Measure, all_threads_inside, base_name, class_order, classify,
@@ -59,6 +59,7 @@ REPEATED_BACKWARD = "repeated-backward"
 DEVICE_COPY = "device-copy"
 # Tensor-core GEMMs whose names state operand loads under 16 bytes (normalize.gemm_loads), as a role
 NARROW_GEMM = "narrow-gemm"
+FP64 = "fp64"   # the kernels that compute in float64 (normalize.precision), whatever their role
 # The passes over an embedding table's dense gradient: the fills that zero it before its backward writes into it,
 # the adds that sum two of them (normalize.embedding_grads), as a role
 EMBEDDING_GRAD = "embedding-grad"
@@ -1011,7 +1012,7 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
     LOOP the operations of its loops of launches (normalize.launch_loops: kernels, memsets among them), with
     "loop:N" those of its group N; with RECOMPUTE the kernels run again in the backward, with DEVICE_COPY the copy
     kernels and the memcpys inside a GPU's memory, with NARROW_GEMM the tensor-core GEMMs on narrow loads, with
-    EMBEDDING_GRAD the fills and sums of an embedding's dense gradient."""
+    EMBEDDING_GRAD the fills and sums of an embedding's dense gradient, with FP64 the kernels that compute in float64."""
     labels = np.array(graph.o_label, dtype=object)
     kernels = np.array([names is not None for names in graph.o_names], dtype=bool)
     if "*" in roles:
@@ -1024,6 +1025,9 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
     if NARROW_GEMM in roles:
         mask |= kernels & (labels == "gpu:matmul_tensor") & np.array(
             [names is not None and gemm_loads.narrow(names[1] or names[0]) for names in graph.o_names], dtype=bool)
+    if FP64 in roles:
+        mask |= np.array([names is not None and precision.fp64(names[1] or names[0]) for names in graph.o_names],
+                         dtype=bool)
     if EMBEDDING_GRAD in roles:
         mask |= embedding_grads.gradient_passes(graph)
     if DEVICE_COPY in roles:

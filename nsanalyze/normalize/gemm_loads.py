@@ -15,6 +15,8 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from nsanalyze.normalize import precision
+
 RATES_PATH = Path(__file__).with_name("narrow_gemm_rates.csv")
 FULL_LOAD_BYTES = 16   # a tensor-core kernel's full-width operand load (128 bits)
 ALIGNMENT = re.compile(r"_align[ac]?(\d+)(?![0-9x])")
@@ -34,7 +36,11 @@ def load_bytes(name: str) -> int | None:
 
 
 def narrow(name: str | None) -> bool:
-    """Whether a kernel's name states operand loads narrower than FULL_LOAD_BYTES."""
+    """Whether a kernel's name states operand loads narrower than FULL_LOAD_BYTES. A float64 GEMM is none: its
+    8-byte elements are outside what the rates measure, and the element size read above (4 bytes where the name
+    gives no 1- or 2-byte type) took blind71's float64 `d884gemm_..._align1` for a narrow-load tf32 kernel."""
+    if precision.fp64(name):
+        return False
     width = load_bytes(name or "")
     return width is not None and width < FULL_LOAD_BYTES
 

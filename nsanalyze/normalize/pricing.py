@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nsanalyze.normalize import critical_path as cp
-from nsanalyze.normalize import gemm_loads
+from nsanalyze.normalize import gemm_loads, precision
 from nsanalyze.normalize.activity import median
 
 OUTLIER_FACTOR = 1.5   # a step this many times the median step is an outlier (`--outliers`)
@@ -60,13 +60,15 @@ def kernels_of(role: str) -> str:
 
 def role_ns(timeline, roles) -> float:
     """The window's kernel time in these roles (timeline.work; "*": every kernel; NARROW_GEMM: the tensor-core GEMMs
-    on narrow loads, from the work split's kernels)."""
+    on narrow loads, FP64: the kernels that compute in float64, from the work split's kernels)."""
     work = timeline.work or ()
     ns = float(sum(r.ns for r in work if "*" in roles or r.role in roles))
     analysis = timeline.work_analysis
     if cp.NARROW_GEMM in roles and "*" not in roles and analysis is not None:
         ns += float(sum(k.ns for k in analysis.by_kernel
                         if k.role == "matmul_tensor" and gemm_loads.narrow(k.demangled or k.name)))
+    if cp.FP64 in roles and "*" not in roles and analysis is not None:
+        ns += float(sum(k.ns for k in analysis.by_kernel if precision.fp64(k.demangled or k.name)))
     return ns
 
 

@@ -1,0 +1,150 @@
+"""The steps compute in float64.
+
+## What it detects
+Kernels that compute in float64 (normalize/precision.py: `f64` and `d884gemm` in library GEMMs' names, `double` in
+PyTorch kernels' template arguments) holding `min_share` or more of the GPUs' time in the window. The most common
+way there in PyTorch is by accident: `torch.from_numpy` of a NumPy array keeps its float64, and the model is then
+made `.double()` to match (or a tensor built from Python floats with `dtype=torch.float64`).
+
+## Why it is slow
+Every float64 value moves twice the bytes of a float32 one, so the memory-bound kernels (elementwise, reductions,
+normalization, the optimizer) take about twice the time. Matrix products run at the GPU's FP64 rate: on A100 and
+H100 the tensor cores take FP64 (DMMA) at about the FP32 rate, elsewhere FP64 runs at a fraction of it (1/64 on
+GeForce and most workstation parts). And float64 never reaches the TF32, BF16 or FP16 tensor-core paths.
+
+## Example
+```python
+x = torch.from_numpy(features)           # a float64 NumPy array: float64 on the GPU too
+model = MLP().double().cuda()            # made float64 to match
+```
+
+## Instead
+```python
+x = torch.from_numpy(features.astype(np.float32))   # or torch.from_numpy(features).float()
+model = MLP().cuda()                                 # float32, as built
+```
+
+## Known problems
+The saving is estimated, not measured on the chip: each memory-bound float64 kernel at half its time, each float64
+GEMM at the GPU's FP32 rate over its FP64 rate (the device tables: 1 where the tensor cores take FP64, 2 on an
+H100 without them, 64 on GeForce parts). On blind71's float64 MLP (H100) this gave 2.3 ms a step against 4.2 ms
+measured: cuBLAS ran the float32 GEMMs 1.2x faster than the FP64 tensor-core ones at equal peaks, which the rates
+do not hold. A program whose results need float64 (some scientific codes, an ill-conditioned solve) should keep it;
+the finding says what it costs.
+
+## Options
+- `min_share`: the float64 kernels' share of the GPUs' time in the window before the check speaks.
+"""
+
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, step_count, time_per_step
+from nsanalyze.checks.program._roles import kernel_rows
+from nsanalyze.normalize.critical_path import FP64
+from nsanalyze.normalize.device_caps import device_caps
+from nsanalyze.normalize.kernels import tensor_peaks
+from nsanalyze.normalize.precision import fp64
+from nsanalyze.numbers import duration_text
+
+ID = "fp64-compute"
+BUDGET_PART = "gpu_compute"
+# A float64 kernel that moves data (not a matrix product) takes this many times its float32 twin's time: twice the
+# bytes through memory
+BYTES_RATIO = 2.0
+# The work split's roles of matrix products, whose float64 time follows the FP64 rate, not the bytes
+GEMM_ROLES = ("matmul_tensor", "matmul_simt")
+ADVICE = """Compute in float32 (or lower) unless the results need float64.
+
+- NumPy arrays are float64 by default: convert them as they become tensors (`torch.from_numpy(a).float()`,
+  `a.astype(np.float32)`), and do not make the model `.double()` to match.
+- Tensors from Python floats or lists: give `dtype=torch.float32`; check `torch.get_default_dtype()` was not set to
+  float64.
+- CuPy, Numba, JAX: create arrays with `dtype=float32` (JAX: leave `jax_enable_x64` off).
+- Then the tensor cores: `torch.set_float32_matmul_precision("high")` (TF32) or `torch.autocast` to bfloat16.
+- If a part needs float64 (an accumulation, an ill-conditioned solve), keep that part alone in float64.
+
+```python
+# before: float64 from NumPy, the model made to match
+x = torch.from_numpy(features).cuda()
+model = MLP().double().cuda()
+# after
+x = torch.from_numpy(features).float().cuda()
+model = MLP().cuda()
+```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.work.fp64_compute",
+    title="The steps compute in float64",
+    section="tensor",
+    requires=("work",),
+    thresholds={"min_share": Threshold(0.1, "a tenth of the GPUs' time in float64 is a program computing in double, "
+                                           "not a loss or a metric accumulated in it")},
+    speedup_model=("the float64 kernels' time less what float32 takes: memory-bound kernels at half their time (half "
+                   "the bytes), matrix products at the GPU's FP32 rate over its FP64 rate (device_caps.csv, "
+                   "tensor_peaks.csv); priced by the replay of the steps with the float64 kernels that much faster"),
+    budget_part=BUDGET_PART,
+    change={"speedup": (FP64,)},   # the replay change priced (normalize.pricing)
+    advice=ADVICE,
+)
+
+
+def gemm_rate(timeline) -> tuple[float | None, str | None]:
+    """(how many times faster a float64 GEMM runs in float32 on the first GPU the tables know, which GPU), or
+    (None, None): 1 where the tensor cores take FP64 at the FP32 rate (tensor_peaks.csv), else the FP32 rate over
+    the FP64 rate (device_caps.csv)."""
+    for name in timeline.gpu_names():
+        caps = device_caps(name)
+        if not caps:
+            continue
+        major, minor = (int(part) for part in caps["compute_capability"].split("."))
+        dmma = tensor_peaks((major, minor), 1.0)["fp64_tensor_peak_flops_per_s"]
+        if dmma:
+            return 1.0 / dmma, caps["model"]
+        if caps["fp64_ratio"]:
+            return 1.0 / caps["fp64_ratio"], caps["model"]
+    return None, None
+
+
+def run(timeline, limits) -> Finding | None:
+    analysis = timeline.work_analysis
+    span = timeline.summary.span_ns or 0
+    if analysis is None or not span:
+        return None
+    gpus = max(1, sum(1 for d in timeline.devices or () if d.kernel_ns))
+    kernels = [k for k in analysis.by_kernel if fp64(k.demangled or k.name)]
+    fp64_ns = float(sum(k.ns for k in kernels))
+    share = fp64_ns / (span * gpus)
+    if not kernels or share < limits.min_share:
+        return None
+    gemm_ns = float(sum(k.ns for k in kernels if k.role in GEMM_ROLES))
+    rate, model = gemm_rate(timeline)
+    saved = (fp64_ns - gemm_ns) * (1 - 1 / BYTES_RATIO) + (gemm_ns * (1 - 1 / rate) if rate else 0.0)
+    steps = step_count(timeline)
+    each = time_per_step(steps)
+    kernel_share = fp64_ns / (analysis.kernel_ns or 1)
+    gemms = (f"; its matrix products {each(gemm_ns)}, at the {model}'s FP64 rate "
+             + ("(its tensor cores take FP64 at the FP32 rate)" if rate == 1.0 else f"(1/{rate:g} of FP32)")
+             if gemm_ns and rate else "")
+    notes = [f"saving: the float64 kernels' time less what float32 takes, memory-bound kernels at half their time "
+             f"(half the bytes), matrix products at the FP32 rate over the FP64 rate ({rate:g}x on the {model})"
+             if rate else
+             "saving: the memory-bound float64 kernels at half their time (half the bytes); the matrix products' "
+             f"{duration_text(gemm_ns)} is not estimated (a GPU the device tables do not know)"]
+    if rate == 1.0 and gemm_ns:
+        notes.append("float32 GEMMs can go further on the tensor cores (TF32, bf16), which this saving does not "
+                     "count: low-tensor-activity prices that once they are float32")
+    return Finding(
+        check=ID,
+        title=(f"The steps compute in float64: {plural(len(kernels), 'kernel')} of double-precision math take "
+               f"{kernel_share:.0%} of GPU kernel time ({each(fp64_ns)}){gemms}; float32 moves half the bytes"),
+        estimated_speedup=min(1.0, saved / span),
+        evidence={"fp64_ns": evidence(fp64_ns, unit="ns"),
+                  "fp64_share": evidence(share, limits.min_share, unit="ratio"),   # of the GPUs' time in the window
+                  "fp64_kernel_share": evidence(kernel_share, unit="ratio"),   # of GPU kernel time: the title's
+                  "fp64_gemm_ns": evidence(gemm_ns, unit="ns"),
+                  **({"gemm_fp32_over_fp64": evidence(rate, unit="x")} if rate else {}),
+                  "check_savings_ns": evidence(saved, unit="ns"),
+                  "kernels": kernel_rows(sorted(kernels, key=lambda k: -k.ns))},
+        advice=ADVICE,
+        notes=notes,
+        estimated_savings_ns=saved,
+    )

@@ -1,0 +1,36 @@
+"""Kernels that compute in float64, by their names.
+
+A library GEMM states its types in its name (cuBLAS's `sm90_xmma_gemm_f64f64_...`, CUTLASS's `tensorop_d884gemm`,
+`dgemm`, complex `zgemm`); a PyTorch kernel in its template arguments (`<(int)4, double, double, double>`,
+`ReduceOp<double, ...>`) or its lambda's (`[lambda(double, double) ...]`). A `double` in a function's parameter list
+is no element type: PyTorch's float batch norm takes `double` momentum and epsilon
+(`batch_norm_update_stats_and_invert(const at::Tensor &, ..., double, double, long)`), so the parameter lists are
+set aside before the template arguments are read.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+LIBRARY_FP64 = re.compile(r"f64|(?<![a-z0-9])[dz]\d{3}gemm|[dz]gemm|dmma", re.IGNORECASE)
+LAMBDA_FP64 = re.compile(r"lambda\((?:c10::complex<)?double\b")
+TEMPLATE_FP64 = re.compile(r"[<,]\s*(?:c10::complex<)?double\s*[,>]")
+PARAMETERS = re.compile(r"\([^()]*\)")
+
+
+def _without_parameters(name: str) -> str:
+    """The name with every parenthesized group taken out, innermost first."""
+    previous = None
+    while previous != name:
+        previous, name = name, PARAMETERS.sub("", name)
+    return name
+
+
+@lru_cache(maxsize=4096)
+def fp64(name: str | None) -> bool:
+    """Whether a kernel's (demangled) name says it computes in float64."""
+    if not name:
+        return False
+    return bool(LIBRARY_FP64.search(name) or LAMBDA_FP64.search(name)
+                or TEMPLATE_FP64.search(_without_parameters(name)))
