@@ -442,8 +442,9 @@ def _after_reads_lead(timeline, idle_ns: float) -> str:
             f"them it works "
             f"{duration_text(gap / steps.count)} a step before its next launch, while nothing is queued. That is code "
             "on values read back to the host (`.item()`, `.tolist()`, `.cpu()`, then Python over them: metrics, "
-            "logging, decisions). Keep such values on the GPU and read them every N steps (metrics accumulated in GPU "
-            "tensors), or do that work after the next step's launches.\n\n")
+            "logging, decisions), or state the host keeps and updates (embedding tables or an optimizer on the CPU, "
+            "their gradients read back each step). Keep such values and state on the GPU, read metrics every N steps "
+            "(accumulated in GPU tensors), or do that work after the next step's launches.\n\n")
 
 
 # Host-activity classes whose idle time a wider cause claims (checks/program/_claims.py) where its finding speaks

@@ -548,3 +548,21 @@ def test_host_work_after_the_steps_reads_leads_the_advice(analyzed):
     timed = next(f for f in program_findings(analyzed(REAL / "time53_gpt_base_nsys.sqlite.xz"))
                  if f["check"] == "host-compute")
     assert timed["advice"].startswith("Issue fewer operations")
+
+
+def test_a_table_kept_on_the_cpu_is_the_work_after_the_reads(analyzed):
+    """blind71_cpuemb (chosen blind): a recommender's embedding tables on the CPU, their rows copied up and their
+    gradients read back each step (SQL: 2 copies to the host a step) for the CPU's SparseAdam. host-compute is the
+    first finding, and its advice starts with the host's work after those reads, naming state kept on the CPU."""
+    path = REAL / "blind71_cpuemb_base1_nsys.sqlite.xz"
+    model = analyzed(path)
+    steps = model["timeline"]["steps"]
+    window = model["timeline"]["window"]
+    (reads,), = sql(path, f"""SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN ENUM_CUDA_MEMCPY_OPER e
+                               ON e.id = m.copyKind WHERE e.label = 'Device-to-Host'
+                               AND m.start >= {window['start_ns']} AND m.start < {window['end_ns']}""")
+    assert reads == pytest.approx(2 * steps["count"], abs=2)
+    first = program_findings(model)[0]
+    assert first["check"] == "host-compute"
+    assert first["advice"].startswith("The host's time follows the steps' reads from the GPU")
+    assert "embedding tables or an optimizer on the CPU" in first["advice"].split("\n\n")[0]
