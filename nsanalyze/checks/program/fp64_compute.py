@@ -25,8 +25,8 @@ model = MLP().cuda()                                 # float32, as built
 ```
 
 ## Known problems
-The saving is estimated, not measured on the chip: each memory-bound float64 kernel at half its time, each float64
-GEMM at the GPU's FP32 rate over its FP64 rate (the device tables: 1 where the tensor cores take FP64, 2 on an
+The saving is estimated, not measured on the chip: each memory-bound float64 kernel (a matrix-vector product too) at
+half its time, each float64 GEMM at the GPU's FP32 rate over its FP64 rate (the device tables: 1 where the tensor cores take FP64, 2 on an
 H100 without them, 64 on GeForce parts). On blind71's float64 MLP (H100) this gave 2.3 ms a step against 4.2 ms
 measured: cuBLAS ran the float32 GEMMs 1.2x faster than the FP64 tensor-core ones at equal peaks, which the rates
 do not hold. A program whose results need float64 (some scientific codes, an ill-conditioned solve) should keep it;
@@ -38,6 +38,7 @@ the finding says what it costs.
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, step_count, time_per_step
 from nsanalyze.checks.program._roles import kernel_rows
+from nsanalyze.checks.program.low_tensor_activity import MATRIX_VECTOR
 from nsanalyze.normalize.critical_path import FP64
 from nsanalyze.normalize.device_caps import device_caps
 from nsanalyze.normalize.kernels import tensor_peaks
@@ -49,7 +50,8 @@ BUDGET_PART = "gpu_compute"
 # A float64 kernel that moves data (not a matrix product) takes this many times its float32 twin's time: twice the
 # bytes through memory
 BYTES_RATIO = 2.0
-# The work split's roles of matrix products, whose float64 time follows the FP64 rate, not the bytes
+# The work split's roles of matrix products, whose float64 time follows the FP64 rate, not the bytes (matrix-vector
+# products left out: bound by memory)
 GEMM_ROLES = ("matmul_tensor", "matmul_simt")
 ADVICE = """Compute in float32 (or lower) unless the results need float64.
 
@@ -78,8 +80,9 @@ CHECK = Check(
     requires=("work",),
     thresholds={"min_share": Threshold(0.1, "a tenth of the GPUs' time in float64 is a program computing in double, "
                                            "not a loss or a metric accumulated in it")},
-    speedup_model=("the float64 kernels' time less what float32 takes: memory-bound kernels at half their time (half "
-                   "the bytes), matrix products at the GPU's FP32 rate over its FP64 rate (device_caps.csv, "
+    speedup_model=("the float64 kernels' time less what float32 takes: memory-bound kernels (matrix-vector products "
+                   "among them) at half their time (half the bytes), matrix products at the GPU's FP32 rate over its "
+                   "FP64 rate (device_caps.csv, "
                    "tensor_peaks.csv); priced by the replay of the steps with the float64 kernels that much faster"),
     budget_part=BUDGET_PART,
     change={"speedup": (FP64,)},   # the replay change priced (normalize.pricing)
@@ -115,7 +118,10 @@ def run(timeline, limits) -> Finding | None:
     share = fp64_ns / (span * gpus)
     if not kernels or share < limits.min_share:
         return None
-    gemm_ns = float(sum(k.ns for k in kernels if k.role in GEMM_ROLES))
+    # a matrix-vector product reads each element once: bound by memory, half the bytes in float32 (power_iteration's
+    # float64 gemv on a T4 was priced at the T4's 32x FP64 rate, as a GEMM)
+    gemm_ns = float(sum(k.ns for k in kernels if k.role in GEMM_ROLES
+                        and not MATRIX_VECTOR.search(f"{k.demangled or ''} {k.name or ''}")))
     rate, model = gemm_rate(timeline)
     saved = (fp64_ns - gemm_ns) * (1 - 1 / BYTES_RATIO) + (gemm_ns * (1 - 1 / rate) if rate else 0.0)
     steps = step_count(timeline)

@@ -46,3 +46,17 @@ def test_float32_programs_are_not_told(analyzed, name):
     """The float32 twin, an fp32 transformer and a TF32 one whose fused Adam keeps its step count in double (a
     sliver): no finding. PyTorch's float batch norm takes `double` arguments, which are no element type."""
     assert "fp64-compute" not in {f["check"] for f in analyzed(REAL / name)["findings"]}
+
+
+def test_a_float64_matrix_vector_product_is_priced_by_its_bytes(analyzed):
+    """power_iteration (a T4, whose FP64 rate is 1/32 of FP32) spends its kernel time in cuBLAS's float64 gemv,
+    which reads each matrix element once: bound by memory, it is priced at half its time, as the other memory-bound
+    kernels, not at the 32x of a GEMM (the finding promised 24 ms of a 26 ms step)."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / "brycelelbach__nsightful__tests__power_iteration__baseline.sqlite.xz")
+    finding = next(f for f in program_findings(model) if f["check"] == "fp64-compute")
+    assert "gemv" in finding["evidence"]["kernels"][0]["name"] and finding["evidence"]["fp64_gemm_ns"]["value"] == 0
+    fp64_ns = finding["evidence"]["fp64_ns"]["value"]
+    assert finding["evidence"]["check_savings_ns"]["value"] == pytest.approx(fp64_ns / 2, rel=1e-6)
+    assert finding["estimated_savings_ns"] <= fp64_ns / 2 + 1
