@@ -31,14 +31,19 @@ class RoleKernels:
         return sum(k.launches for k in self.kernels)
 
 
+def gpus_window_ns(timeline) -> float:
+    """The GPUs' time in the window, what their summed kernel time is a share of: the window times the GPUs with
+    kernels (mfu_2gpu_before: two GPUs' 45.1 ms of casts over one GPU's 299 ms window read as 15%, twice their
+    share)."""
+    return float(timeline.summary.span_ns or 0) * max(1, sum(1 for d in timeline.devices or () if d.kernel_ns))
+
+
 def role_time(timeline, role: str, min_window_share: float = 0.0,
               keep: Callable[[object], bool] | None = None) -> RoleKernels | None:
     """The role's kernels (those `keep` accepts, when given), when the profile has a work split and a window,
     the role has kernels, and their time reaches `min_window_share` of the window; else None."""
     analysis = timeline.work_analysis
-    # the GPUs' time in the window: the kernels of every GPU are summed (mfu_2gpu_before: two GPUs' 45.1 ms of casts
-    # over one GPU's 299 ms window read as 15%, twice their share)
-    window_ns = (timeline.summary.span_ns or 0) * max(1, sum(1 for d in timeline.devices or () if d.kernel_ns))
+    window_ns = gpus_window_ns(timeline)
     if analysis is None or not window_ns:
         return None
     kernels = [k for k in analysis.by_kernel if k.role == role and (keep is None or keep(k))]

@@ -37,7 +37,7 @@ the finding says what it costs.
 """
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, step_count, time_per_step
-from nsanalyze.checks.program._roles import kernel_rows
+from nsanalyze.checks.program._roles import gpus_window_ns, kernel_rows
 from nsanalyze.checks.program.low_tensor_activity import MATRIX_VECTOR
 from nsanalyze.normalize.critical_path import FP64
 from nsanalyze.normalize.device_caps import device_caps
@@ -112,10 +112,9 @@ def run(timeline, limits) -> Finding | None:
     span = timeline.summary.span_ns or 0
     if analysis is None or not span:
         return None
-    gpus = max(1, sum(1 for d in timeline.devices or () if d.kernel_ns))
     kernels = [k for k in analysis.by_kernel if fp64(k.demangled or k.name)]
     fp64_ns = float(sum(k.ns for k in kernels))
-    share = fp64_ns / (span * gpus)
+    share = fp64_ns / gpus_window_ns(timeline)
     if not kernels or share < limits.min_share:
         return None
     # a matrix-vector product reads each element once: bound by memory, half the bytes in float32 (power_iteration's
