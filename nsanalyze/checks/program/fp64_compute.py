@@ -36,7 +36,7 @@ the finding says what it costs.
 - `min_share`: the float64 kernels' share of the GPUs' time in the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, step_count, time_per_step
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, step_count, time_per_step
 from nsanalyze.checks.program._roles import gpus_window_ns, kernel_rows
 from nsanalyze.checks.program.low_tensor_activity import MATRIX_VECTOR
 from nsanalyze.normalize.critical_path import FP64
@@ -139,7 +139,7 @@ def run(timeline, limits) -> Finding | None:
                      "count: low-tensor-activity prices that once they are float32")
     return Finding(
         check=ID,
-        title=(f"The steps compute in float64: {plural(len(kernels), 'kernel')} of double-precision math take "
+        title=(f"The steps compute in float64: kernels of double-precision math ({len(kernels)} by name) take "
                f"{kernel_share:.0%} of GPU kernel time ({each(fp64_ns)}){gemms}; float32 moves half the bytes"),
         estimated_speedup=min(1.0, saved / span),
         evidence={"fp64_ns": evidence(fp64_ns, unit="ns"),
