@@ -5,7 +5,8 @@ A library GEMM states its types in its name (cuBLAS's `sm90_xmma_gemm_f64f64_...
 `ReduceOp<double, ...>`) or its lambda's (`[lambda(double, double) ...]`). A `double` in a function's parameter list
 is no element type: PyTorch's float batch norm takes `double` momentum and epsilon
 (`batch_norm_update_stats_and_invert(const at::Tensor &, ..., double, double, long)`), so the parameter lists are
-set aside before the template arguments are read.
+set aside before the template arguments are read; and a kernel that names a narrower element type beside its doubles
+(float, Half, BFloat16) computes in that type, its doubles being scalar arguments (fused Adam's learning rate).
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from functools import lru_cache
 LIBRARY_FP64 = re.compile(r"f64|(?<![a-z0-9])[dz]\d{3}gemm|[dz]gemm|dmma", re.IGNORECASE)
 LAMBDA_FP64 = re.compile(r"lambda\((?:c10::complex<)?double\b")
 TEMPLATE_FP64 = re.compile(r"[<,]\s*(?:c10::complex<)?double\s*[,>]")
+# an element type of less than 8 bytes beside the doubles: the doubles are the kernel's scalar arguments (PyTorch's
+# fused Adam: `FusedAdamMathFunctor<float, ...>, const float *, double, double, double, double, double, ...`, its
+# learning rate and betas), not the values it computes on
+NARROWER = re.compile(r"\bfloat\b|\bHalf\b|\bBFloat16\b|\bFloat8|\bhalf\b|__nv_bfloat16")
 PARAMETERS = re.compile(r"\([^()]*\)")
 
 
@@ -32,5 +37,8 @@ def fp64(name: str | None) -> bool:
     """Whether a kernel's (demangled) name says it computes in float64."""
     if not name:
         return False
-    return bool(LIBRARY_FP64.search(name) or LAMBDA_FP64.search(name)
-                or TEMPLATE_FP64.search(_without_parameters(name)))
+    if LIBRARY_FP64.search(name):
+        return True
+    if NARROWER.search(name):
+        return False
+    return bool(LAMBDA_FP64.search(name) or TEMPLATE_FP64.search(_without_parameters(name)))

@@ -62,3 +62,15 @@ def test_a_float64_matrix_vector_product_is_priced_by_its_bytes(analyzed):
     # the replay of the steps with those kernels 2x faster, within 2% of the estimate; never past their time
     assert finding["estimated_savings_ns"] == pytest.approx(fp64_ns / 2, rel=0.02)
     assert finding["estimated_savings_ns"] < fp64_ns
+
+
+def test_fused_adams_scalar_doubles_are_no_float64_math(analyzed):
+    """PyTorch's fused Adam kernel names its learning rate and betas as `double` template arguments beside its float
+    math (`FusedAdamMathFunctor<float, ...>, const float *, double, double, ...`, by SQL on blind_embtables, a quarter of
+    whose kernel time it holds): float32 math, no float64 finding."""
+    from nsanalyze.normalize.precision import fp64
+
+    path = REAL / "blind_embtables_base_nsys.sqlite.xz"
+    names = [n for (n,) in sql(path, "SELECT value FROM StringIds WHERE value LIKE '%FusedAdamMathFunctor<float%'")]
+    assert names and all(", double, double" in n and not fp64(n) for n in names)
+    assert "fp64-compute" not in {f["check"] for f in analyzed(path)["findings"]}
