@@ -17,7 +17,7 @@ from nsanalyze.checks.program import host_compute, host_wait
 from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profile
-from tests.conftest import PUBLIC, REAL, covered_ns, program_findings, sql
+from tests.conftest import PUBLIC, REAL, covered_ns, program_findings, sql, sql_saved_per_step
 
 CUDF = PUBLIC / "quasiben__nvtx-examples__cudf.sqlite.xz"
 POWER = PUBLIC / "brycelelbach__nsightful__tests__power_iteration__baseline.sqlite.xz"
@@ -566,3 +566,18 @@ def test_a_table_kept_on_the_cpu_is_the_work_after_the_reads(analyzed):
     assert first["check"] == "host-compute"
     assert first["advice"].startswith("The host's time follows the steps' reads from the GPU")
     assert "embedding tables or an optimizer on the CPU" in first["advice"].split("\n\n")[0]
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_irregular_slow_steps_of_the_same_host_work_are_host_computes(analyzed, run):
+    """blind71_cpuemb: 18 of 89 steps take about 89 ms against a 32 ms median, at no period, their excess the GPU
+    idle on host code, in steps that are idle on host code most of their time: the CPU's embedding work, longer now
+    and then. slow-steps counted that excess apart (10.1 ms a step beside host-compute's 21.6 ms), and the fix, the
+    tables on the GPU, took both away. host-compute counts it now, and prices what the fix saved (the twins' mean GPU
+    periods by SQL) within 10%."""
+    base, fix = f"blind71_cpuemb_base{run}_nsys.sqlite.xz", f"blind71_cpuemb_fix{run}_nsys.sqlite.xz"
+    model = analyzed(REAL / base)
+    checks = [f["check"] for f in program_findings(model)]
+    assert checks[0] == "host-compute" and "slow-steps" not in checks
+    saved = program_findings(model)[0]["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+    assert saved == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.1)
