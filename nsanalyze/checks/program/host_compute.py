@@ -70,6 +70,7 @@ say how much (`module_load_ns`).
 from dataclasses import asdict, dataclass, replace
 
 from nsanalyze.normalize.host_activity import base_name
+from nsanalyze.normalize.waits import BACKWARD
 from nsanalyze.normalize.model import ApiCall, plain
 from nsanalyze.normalize.steps import LATE_START_SHARE, normalize_name
 from nsanalyze.numbers import duration_text
@@ -119,6 +120,29 @@ with ThreadPoolExecutor(max_workers=1) as pool:
         result = gpu_work(ready)
 ```"""
 ADVICE = ADVICE_HEAD + PYTORCH_EXAMPLE
+# A PyTorch loop without a backward pass (inference, generation): its host time is the loop's own code between the
+# steps' operations, not a training input pipeline (kv57's decode loop was told to use DataLoader workers)
+INFERENCE_ADVICE = """Take the host work off the critical path: these steps run no backward pass (inference or
+generation), so the host's time between their launches is the loop's own code, not a training input pipeline.
+
+- Per-token or per-request Python (sampling, stopping tests, detokenizing, building the next input): keep it on the
+  GPU (`argmax` or `torch.multinomial` on the device, the end of sequence tested every N tokens) and read results
+  back every N steps.
+- Issue fewer operations: capture the step in a CUDA graph (`torch.compile(mode="reduce-overhead")`, with a static
+  KV cache for generation), and batch requests together.
+- Pre- and post-processing (tokenization, image decoding, writing results): in a worker thread or process with a
+  bounded queue, ahead of the GPU.
+
+```python
+# before: the next token tested on the host every step
+for _ in range(max_new):
+    token = model(token).argmax(-1)
+    if token.item() == eos: break
+# after: the end tested every 16 tokens
+for i in range(max_new):
+    token = model(token).argmax(-1); out.append(token)
+    if i % 16 == 15 and (torch.stack(out[-16:]) == eos).any().item(): break
+```"""
 # Where the host's time is spread over many short gaps between a step's launches, it is the cost of issuing each
 # operation (Python, the framework's dispatch, per-operation hooks), not a piece of work to move elsewhere
 SPREAD_ADVICE = """Issue fewer operations: the host's time is spread over the short gaps between a step's launches, the
@@ -149,9 +173,19 @@ SPREAD_SHARE = 0.25
 
 def _framework_advice(timeline) -> str:
     """ADVICE (PyTorch's example) where PyTorch's kernels (checks/libraries.py) are PYTORCH_LAUNCHES of the launches or
-    more, or the kernels are not known; else the same with THREAD_EXAMPLE."""
+    more, or the kernels are not known; INFERENCE_ADVICE for PyTorch's steps with neither optimizer nor backward
+    kernels; else the head with THREAD_EXAMPLE."""
     torch = launch_share(timeline, "PyTorch")
-    return ADVICE if torch is None or torch >= PYTORCH_LAUNCHES else ADVICE_HEAD + THREAD_EXAMPLE
+    if torch is not None and torch < PYTORCH_LAUNCHES:
+        return ADVICE_HEAD + THREAD_EXAMPLE
+    analysis = getattr(timeline, "work_analysis", None)
+    if torch is not None and getattr(timeline, "steps", None) is not None and analysis is not None \
+            and analysis.by_kernel and not any(k.role == "optimizer" or BACKWARD.search(k.demangled or k.name or "")
+                                               for k in analysis.by_kernel):
+        # PyTorch's steps with no optimizer kernel and none of autograd's backward kernels by name (a training step
+        # may have no such name: blind71_cpuemb's backward is GEMMs and elementwise kernels, its Adam foreach ones)
+        return INFERENCE_ADVICE
+    return ADVICE
 
 CHECK = Check(
     id=ID,

@@ -581,3 +581,22 @@ def test_irregular_slow_steps_of_the_same_host_work_are_host_computes(analyzed, 
     assert checks[0] == "host-compute" and "slow-steps" not in checks
     saved = program_findings(model)[0]["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
     assert saved == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.1)
+
+
+def test_a_loop_without_a_backward_pass_is_not_told_of_data_loaders(analyzed):
+    """kv57: a decode loop (no kernel of autograd's backward by name: SQL) was told to build its batches in DataLoader
+    workers (a user read). A PyTorch loop with neither an optimizer's nor autograd's backward kernels gets the
+    advice for inference and generation; training loops keep the training advice: blind70_reviews (its backward
+    kernels) and blind71_cpuemb's fix, whose backward kernels carry no such name but whose Adam's foreach do."""
+    path = REAL / "kv57_base1_nsys.sqlite.xz"
+    (backward,), = sql(path, "SELECT COUNT(*) FROM StringIds WHERE value LIKE '%backward%' COLLATE NOCASE")
+    assert backward == 0
+    finding = next(f for f in program_findings(analyzed(path)) if f["check"] == "host-compute")
+    assert finding["advice"].startswith("Take the host work off the critical path: these steps run no backward pass")
+    assert "DataLoader" not in finding["advice"]
+    training = next(f for f in program_findings(analyzed(REAL / "blind70_reviews_base1_nsys.sqlite.xz"))
+                    if f["check"] == "host-compute")
+    assert "DataLoader" in training["advice"]
+    unnamed = next(f for f in program_findings(analyzed(REAL / "blind71_cpuemb_fix1_nsys.sqlite.xz"))
+                   if f["check"] == "host-compute")
+    assert "DataLoader" in unnamed["advice"] and "no backward pass" not in unnamed["advice"]
