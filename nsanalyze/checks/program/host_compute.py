@@ -180,10 +180,12 @@ def _framework_advice(timeline) -> str:
         return ADVICE_HEAD + THREAD_EXAMPLE
     analysis = getattr(timeline, "work_analysis", None)
     if torch is not None and getattr(timeline, "steps", None) is not None and analysis is not None \
-            and analysis.by_kernel and not any(k.role == "optimizer" or BACKWARD.search(k.demangled or k.name or "")
+            and analysis.by_kernel and not any(k.role in ("optimizer", "graph") or BACKWARD.search(k.demangled or k.name
+                                                                                                 or "")
                                                for k in analysis.by_kernel):
         # PyTorch's steps with no optimizer kernel and none of autograd's backward kernels by name (a training step
-        # may have no such name: blind71_cpuemb's backward is GEMMs and elementwise kernels, its Adam foreach ones)
+        # may have no such name: blind71_cpuemb's backward is GEMMs and elementwise kernels, its Adam foreach ones),
+        # and no graph whose kernels a graph-level trace hides (graph51_hostmetrics' graphed training step)
         return INFERENCE_ADVICE
     return ADVICE
 

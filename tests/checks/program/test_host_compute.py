@@ -600,3 +600,6 @@ def test_a_loop_without_a_backward_pass_is_not_told_of_data_loaders(analyzed):
     unnamed = next(f for f in program_findings(analyzed(REAL / "blind71_cpuemb_fix1_nsys.sqlite.xz"))
                    if f["check"] == "host-compute")
     assert "DataLoader" in unnamed["advice"] and "no backward pass" not in unnamed["advice"]
+    graphed = next(f for f in analyzed(REAL / "graph51_hostmetrics_graph1_nsys.sqlite.xz")["findings"]
+                   if f["check"] == "host-compute")   # a training step as one graph, its kernels hidden by the trace
+    assert "no backward pass" not in graphed["advice"]
