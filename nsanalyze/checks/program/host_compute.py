@@ -178,16 +178,20 @@ def _framework_advice(timeline) -> str:
     torch = launch_share(timeline, "PyTorch")
     if torch is not None and torch < PYTORCH_LAUNCHES:
         return ADVICE_HEAD + THREAD_EXAMPLE
-    analysis = getattr(timeline, "work_analysis", None)
-    if torch is not None and getattr(timeline, "steps", None) is not None and analysis is not None \
-            and analysis.by_kernel and not any(k.role in ("optimizer", "graph") or BACKWARD.search(k.demangled or k.name
-                                                                                                 or "")
-                                               for k in analysis.by_kernel):
-        # PyTorch's steps with no optimizer kernel and none of autograd's backward kernels by name (a training step
-        # may have no such name: blind71_cpuemb's backward is GEMMs and elementwise kernels, its Adam foreach ones),
-        # and no graph whose kernels a graph-level trace hides (graph51_hostmetrics' graphed training step)
+    if torch is not None and getattr(timeline, "steps", None) is not None and _inference(timeline.work_analysis):
         return INFERENCE_ADVICE
     return ADVICE
+
+
+def _inference(analysis) -> bool:
+    """Whether the work split's kernels show no training: no optimizer kernel and none of autograd's backward
+    kernels by name (a training step may have no such name: blind71_cpuemb's backward is GEMMs and elementwise
+    kernels, its Adam foreach ones), and no graph whose kernels a graph-level trace hides (graph51_hostmetrics'
+    graphed training step)."""
+    if analysis is None or not analysis.by_kernel:
+        return False
+    return not any(k.role in ("optimizer", "graph") or BACKWARD.search(k.demangled or k.name or "")
+                   for k in analysis.by_kernel)
 
 CHECK = Check(
     id=ID,
@@ -578,7 +582,8 @@ def run(timeline, limits) -> Finding | None:
     blocked = _blocked(stretches)
     after_reads = _after_reads_lead(timeline, idle_ns)
     # (time after the reads is work on them, however short each stretch: not the cost of issuing operations)
-    advice = SPREAD_ADVICE if _spread(timeline, stretches) and not after_reads else _framework_advice(timeline)
+    framework = _framework_advice(timeline)
+    advice = SPREAD_ADVICE if _spread(timeline, stretches) and not after_reads else framework
     notes = _calls_inside_note(stretches, claimed, left_out=(MODULE_LOAD_CLASS,) if loads_ns else ())
     extra = {}
     if loads_ns:
@@ -644,8 +649,8 @@ def run(timeline, limits) -> Finding | None:
                   **extra,
                   "longest_stretches": plain(tuple(timeline.host_stretches[:5]))},
         advice=(_named_range_lead(timeline, stretches) or
-                (_step_end_lead(timeline) if advice == _framework_advice(timeline) else "") or
-                (after_reads if advice == _framework_advice(timeline) else "")) + advice,
+                (_step_end_lead(timeline) if advice == framework else "") or
+                (after_reads if advice == framework else "")) + advice,
         notes=notes,
     )
     finding.estimated_savings_ns = idle_ns

@@ -123,13 +123,13 @@ def outliers(timeline, limits) -> tuple[np.ndarray, float, np.ndarray] | None:
     excess = float(np.clip(periods[slow] - typical - in_phases, 0, None).sum())
     if excess / window_ns < limits.min_window_share:
         return None
-    if every_nth(timeline.step_indices[slow], int(timeline.step_indices[0]), int(timeline.step_indices[-1])) is None \
-            and _waiting_share(timeline, slow) >= WAITING_SHARE:
+    irregular = every_nth(timeline.step_indices[slow], int(timeline.step_indices[0]),
+                          int(timeline.step_indices[-1])) is None
+    if irregular and _waiting_share(timeline, slow) >= WAITING_SHARE:
         return None   # irregular stalls on a queue: the data pipeline, host-wait names the wait
     if _trials_in_every_step(timeline, slow):
         return None   # an autotuner in every step, slower in some: autotuning's stretches, one cause
-    if every_nth(timeline.step_indices[slow], int(timeline.step_indices[0]), int(timeline.step_indices[-1])) is None \
-            and _more_of_the_same_host_work(timeline, slow):
+    if irregular and _more_of_the_same_host_work(timeline, slow):
         return None   # the host's own work of every step, longer in some: host-compute's cause, one change
     return slow, excess, in_phases
 
