@@ -28,7 +28,7 @@ class ProgramResult:
     kernels: list[dict]
     kernel_summary: list[dict]
     not_judged: list[NotJudged] = field(default_factory=list)
-    step_block: object | None = None   # the replayed steps around the median (one export): prices kernel findings
+    step_block: object | None = None   # the replayed steps that price findings (one export): prices kernel findings
     step_count: int = 0                # the steps in its window
 
 
@@ -280,7 +280,7 @@ def analyze_nsys(exports: list[NsysExport], options) -> ProgramResult:
     fit_the_window(findings, sections.get("timeline", {}).get("span_ns") or 0)
     one = timelines[0] if len(timelines) == 1 else None
     return ProgramResult(sections, findings, kernels, summary, not_judged,
-                         one.step_block if one is not None else None,
+                         one.pricing_block if one is not None else None,
                          one.steps.count if one is not None and one.steps is not None else 0)
 
 

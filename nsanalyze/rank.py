@@ -583,7 +583,7 @@ def _price_by_replay(timeline: Timeline, check, finding: Finding):
     if not declared or len(timeline.devices) > 1:   # the replay is one process's steps: one GPU's
         return None
     own = finding.estimated_savings_ns
-    block = getattr(timeline, "step_block", None)
+    block = getattr(timeline, "pricing_block", None)
     rate = None
     if declared.get("pinned") and block is not None:
         from nsanalyze.checks.program._copies import pinned_rates

@@ -10,7 +10,8 @@ import pytest
 
 from nsanalyze.checks import program_checks
 from nsanalyze.render.format import duration
-from tests.conftest import REAL, sql, sql_gpu_step_periods, sql_saved_per_step, trace_gpu_step_periods
+from tests.conftest import REAL, program_findings, sql, sql_gpu_step_periods, sql_saved_per_step, \
+    trace_gpu_step_periods
 from tests.isolated import apart
 
 
@@ -534,3 +535,19 @@ def test_a_kernel_change_leaves_its_launch_paths_to_the_graph_of_the_step(analyz
     (note,) = [n for n in layout["notes"] if n.startswith("savings: ")]
     assert "launch paths away" in note and "counted there, not twice" in note
     assert layout["evidence"]["replayed_savings_ns"]["value"] / steps > 5 * gpu_ns / steps
+
+
+@pytest.mark.parametrize("i", [1, 2])
+def test_a_cost_in_spikes_that_grow_with_the_run_is_priced_on_the_window(analyzed, i):
+    """copy56 catlog grows a store of logits by torch.cat each batch: its allocator calls come as spikes that grow
+    with the run (fixtures/real/README.md, Copy56). The 7 steps around the median step priced their removal at
+    8.54 ms a step (base1) where the fix saved 19.28: they are now priced on the window's steps
+    (normalize.critical_path.pricing_block), within 25% of what the fix saved (SQL: the twins' mean GPU periods over
+    each report's steady steps; the first third of the steps, which other twins leave out as warm-up, is here the
+    cheap part of a cost that grows)."""
+    base, fixed = f"copy56_catlog_base{i}_nsys.sqlite.xz", f"copy56_catlog_fix{i}_nsys.sqlite.xz"
+    report = analyzed(str(REAL / base))
+    found = finding(report, "allocator-churn")
+    assert program_findings(report)[0]["check"] == "allocator-churn"
+    assert found["estimated_savings_ns"] <= found["evidence"]["replayed_savings_ns"]["value"] * 1.001
+    assert per_step(report, found) == pytest.approx(sql_saved_per_step(analyzed, base, fixed), rel=0.25)

@@ -1,5 +1,6 @@
 """A program finding priced by the change it stands for: the steps around the median step replayed with the
-change (normalize.critical_path), against the same replay without it.
+change (normalize.critical_path), against the same replay without it; the window's steps where those around the
+median are not a sample of them (critical_path.pricing_block: the timeline's `pricing_block`).
 
 Each program check declares its change (`change=` of its `Check`, in `nsanalyze whatif`'s vocabulary):
 `{"remove": (CLASS, ...)}` host-activity classes gone; `{"graph": True}` each step one graph launch;
@@ -96,7 +97,7 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         excess = outlier_excess(np.asarray(periods, dtype=np.float64))
         # slow for this cause alone: capped by the time the check measured for it (the phase's, the excess)
         return Priced(min(excess, own_ns), excess, own_ns, f"steps over {OUTLIER_FACTOR:g}x the median at the median")
-    block = getattr(timeline, "step_block", None)
+    block = getattr(timeline, "pricing_block", None)
     if block is None or not block.trusted or not count:
         return None
     words, cap_per_step, dropped_per_step = [], 0.0, 0.0

@@ -21,7 +21,7 @@ from nsanalyze.normalize import work as work_split
 from nsanalyze.normalize.activity import Activity, ascending, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
 from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, code_build_summary, median_step_block, \
-    timing_ns_per_step
+    pricing_block, timing_ns_per_step
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.kernels import KernelTable, normalize_nsys_kernels
 from nsanalyze.normalize.phases import find_phases
@@ -78,7 +78,10 @@ class Timeline:
     # The critical path of a median step, [{part, ns, share}] (normalize.critical_path); None where the
     # replay of its steps does not reproduce them (self-check) or there are no steps on the GPU's clock.
     critical_path: list[dict] | None = None
-    step_block: StepBlock | None = None     # ... the steps it replayed: what prices the findings (program.py)
+    step_block: StepBlock | None = None     # ... the steps it replayed
+    # the steps that price the findings (program.py): step_block, or the window's steps where its mean step is not
+    # the window's (critical_path.pricing_block)
+    pricing_block: StepBlock | None = None
     timed_trials: model.TimedTrials | None = None   # ... their timed trials (normalize.tuning); None: none
     timing_code: model.TimingCode | None = None     # ... the program's own timing code (normalize.tuning); None: none
     code_builds: model.CodeBuilds | None = None     # ... GPU code they load (normalize.critical_path); None: none
@@ -240,6 +243,8 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     # -- the critical path of a median step (normalize.critical_path) --
     if export.kind in ("nsys", "kineto") and timeline.steps is not None:
         timeline.step_block = median_step_block(export, steps, activity, capture.launching_threads)
+        timeline.pricing_block = pricing_block(export, steps, activity, capture.launching_threads,
+                                               timeline.step_block, timeline.steps.get("mean_ns"))
         timeline.critical_path = block_critical_path(timeline.step_block)
         timeline.timed_trials = tuning.summary(timeline.step_block)
         timeline.timing_code = tuning.timing_summary(timeline.step_block, timing_ns_per_step(timeline.step_block.graph)

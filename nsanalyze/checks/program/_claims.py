@@ -200,7 +200,7 @@ def pageable_parts(timeline, taken: dict[str, float]) -> dict[str, float]:
     from nsanalyze.checks.program._copies import pageable_saving, pinned_rates
 
     parts = pageable_memcpy.blocked_idle_by_part(timeline)
-    block = getattr(timeline, "step_block", None)
+    block = getattr(timeline, "pricing_block", None)
     if not parts or block is None or len(timeline.devices) > 1 or not timeline.budget:
         return parts   # (no upload held the host: the copies' own saving lies in gpu_copy, its part)
     rate = pinned_rates(timeline, block.graph)
