@@ -471,8 +471,11 @@ def test_a_graph_cannot_span_a_wait_so_a_step_that_waits_is_a_graph_a_stretch(an
     (note,) = [n for n in found["notes"] if n.startswith("savings: ")]
     assert f"each step's launches as {waits + 1:.0f} graph launches, one a stretch between its waits" in note
     replayed = found["evidence"]["replayed_savings_ns"]["value"]
-    assert 0 < replayed < found["evidence"]["check_savings_ns"]["value"]
-    assert found["estimated_savings_ns"] == pytest.approx(replayed, rel=0.01)
+    idle_launch = next(p["ns"] for p in model["timeline"]["budget"] if p["part"] == "idle_launch")
+    assert 0 < replayed < idle_launch
+    # (host-sync, first, counts the waits' and the checks' share of that time: this finding the rest, so no time is
+    # counted twice)
+    assert found["estimated_savings_ns"] <= replayed
 
 
 def test_the_savings_note_names_the_overlap_where_its_share_set_the_figure(analyzed):

@@ -737,7 +737,10 @@ def call_way(graph: Graph, gap: np.ndarray) -> np.ndarray:
     return np.minimum(gap, graph.path_typical).clip(min=0.0)
 
 
-# The kernels that make a checked value: the run of these roles on the read's stream just before it
+# The kernels that make a checked value: the run of these roles on the read's stream just before it, with the
+# memsets among them (a reduction's output zeroed before it: anomaly mode's `isnan(grad).any().item()` per gradient
+# is an elementwise kernel, a memset, a reduction and the read; blind61_anomaly's base launches 336 of each a step
+# more than its fix)
 CHECK_ROLES = ("elementwise", "reduction", "cast")
 BOOLEAN_BYTES = 1   # a read of one byte to the host: a boolean the host tests
 
@@ -745,7 +748,7 @@ BOOLEAN_BYTES = 1   # a read of one byte to the host: a boolean the host tests
 def value_checks(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """(operations, calls) of the block's checks of values: each read of one byte to the host (a boolean the host
     tests: `bool(t)`, an assert, torch.distributions' argument validation), the run of short elementwise, reduction
-    and cast kernels before it on its stream that made the value (back to another such read or other work), and the
+    and cast kernels (and memsets) before it on its stream that made the value (back to another such read or other work), and the
     calls of the read and its wait (copy_waits). blind67_distval: 4 a step, each a comparison and a reduction or two,
     which its fix (validation off) removed with their host code."""
     ops, calls = np.zeros(len(graph.o_start), bool), np.zeros(len(graph.c_start), bool)
@@ -757,7 +760,8 @@ def value_checks(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     for read in np.flatnonzero(reads).tolist():
         ops[read] = True
         at = int(graph.o_prev[read])
-        while at >= 0 and graph.o_label[at] in makers and graph.o_names[at] is not None and not reads[at]:
+        while at >= 0 and not reads[at] and (graph.o_label[at] == "gpu:memset" or
+                                              graph.o_label[at] in makers and graph.o_names[at] is not None):
             ops[at] = True
             at = int(graph.o_prev[at])
     calls[graph.o_call[reads]] = True

@@ -339,3 +339,32 @@ def test_findings_are_priced_on_the_window_where_the_median_steps_are_not_its(ti
     assert cp.saving_per_step(median_block, cp.Change(remove=frozenset({"allocator"}))) < 0.6 * per_step
     _, regular = timelines("alloc_churn_nsys.sqlite.xz")
     assert regular.pricing_block is regular.step_block
+
+
+def test_a_checked_value_is_made_by_its_kernels_and_the_memset_between_them(timelines, analyzed):
+    """blind61_anomaly_base1: anomaly mode checks every gradient with `isnan(grad).any().item()`, an elementwise
+    kernel, a memset (the reduction's output zeroed, in most), a reduction and a one-byte read, 336 a step, which its fix
+    (anomaly mode off) does not launch. The checks the replay takes away (value_checks) are those operations: as many
+    a step as the base launches more kernels, memsets and one-byte reads than its fix (SQL, each run's window), and
+    at most 15% more: the walk back from a read also takes the gradient's own last kernel where that is elementwise
+    or a reduction (a bias gradient's sum: 76 a step here), which the fix keeps. The walk stopped at the memset,
+    leaving the isnan kernels and their launches in place (host-sync's replay saved 15.7 ms a step of the 49 the fix
+    saved; now 33.5)."""
+    def per_step(name):
+        model = analyzed(REAL / name)
+        window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
+        inside = f"start >= {window['start_ns']} AND start < {window['end_ns']}"
+        [(kernels,)] = sql(REAL / name, f"SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE {inside}")
+        [(memsets,)] = sql(REAL / name, f"SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMSET WHERE {inside}")
+        [(reads,)] = sql(REAL / name, f"""SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 2
+                                          AND bytes = 1 AND {inside}""")
+        return (kernels + memsets + reads) / steps, memsets / steps
+    (base, base_memsets), (fixed, fixed_memsets) = (per_step(f"blind61_anomaly_{run}1_nsys.sqlite.xz")
+                                                    for run in ("base", "fix"))
+    extra = base - fixed
+    graph = timelines("blind61_anomaly_base1_nsys.sqlite.xz")[1].pricing_block.graph
+    ops, _ = cp.value_checks(graph)
+    assert extra > 3 * 336
+    assert extra <= (ops & (graph.o_call >= 0)).sum() / len(graph.step_first_op) <= 1.15 * extra
+    assert sum(graph.o_label[i] == "gpu:memset" for i in np.flatnonzero(ops)) / len(graph.step_first_op) == \
+        pytest.approx(base_memsets - fixed_memsets, rel=0.1)
