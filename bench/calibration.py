@@ -292,6 +292,17 @@ PAIRS = [
           ("cpuemb", "the embedding tables on the GPU, not on the CPU with their rows copied up and their gradients "
                      "down each step", "host-compute"))
       for i in (1, 2)],
+    # round 74 (fixtures/real/record_blind72.sh, blind72_train.py): two mistakes a helper chose blind, recorded before
+    # any check looked at them: a VQ-VAE whose nearest-code distances broadcast an 8 GiB intermediate (no finding
+    # above info as recorded: the chain of its kernels ran into a gather no role named), and a segmentation
+    # evaluation whose logits are copied whole to the host for NumPy's argmax
+    *[(f"blind72_{p}_base{i}", f"blind72_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+      for p, what, check in (
+          ("vqvae", "the nearest-code distances expanded into a matrix product, not broadcast over [N, K, D]",
+           "unfused-elementwise"),
+          ("segeval", "the argmax on the GPU and the labels copied, not the logits copied for NumPy's argmax",
+           "host-compute"))
+      for i in (1, 2)],
 ]
 
 

@@ -40,7 +40,10 @@ SINGLE_OPS = ("elementwise", "reduction")
 # ... and whose intermediate results a fused kernel keeps on chip; a cast or a copy of another tensor
 # (a weight, an input) is no intermediate of the chain and moves its bytes fused or not.
 FUSABLE = ("elementwise", "reduction", "normalization")
-BOUNDS = ("matmul_tensor", "matmul_simt", "attention_fused", "attention_unfused")  # what a chain runs between
+# What a chain runs between: matrix products, attention, and rows gathered by index (an embedding or codebook lookup:
+# blind72_vqvae's nearest-code distances, a broadcast subtraction, square and sum over 8 GiB in 12 kernels a step,
+# run from a GEMM to the gather of the chosen codes)
+BOUNDS = ("matmul_tensor", "matmul_simt", "attention_fused", "attention_unfused", "gather")
 # The scores path: the softmax's neighbours that read or write the scores (the mask, the scale, casts, copies).
 SCORES_GLUE = ("elementwise", "cast", "copy")
 # A launch over the scores runs about as many threads as the softmax over them: PyTorch's kernels give each

@@ -6,7 +6,7 @@ The SQL oracles are written independently of kernel_roles.csv: plain LIKE patter
 import pytest
 
 from nsanalyze.normalize.work import ROLES, role_of
-from tests.conftest import PUBLIC, REAL, sql
+from tests.conftest import PUBLIC, REAL, sql, sql_saved_per_step
 
 RUNS = ["attn_naive", "attn_sdpa", "cnn_nchw", "cnn_cl", "mlp_eager", "mlp_compile", "spin_gpumetrics",
         "gpt_fp32", "matmul_async", "matmul_sync", "graphs_graphtrace", "opt_loop_annot"]
@@ -171,3 +171,25 @@ def test_embedding_lookups_are_gathers_not_other(analyzed):
     assert _share(model, "gather") == pytest.approx(lookups, abs=0.02)
     assert _share(model, "other") < 0.02
     assert role_of("rotary_embedding_kernel") != "gather"   # RoPE is elementwise work, whatever its name says
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_a_chain_that_runs_into_a_gather_is_bounded(analyzed, run):
+    """blind72_vqvae (chosen blind): a VQ-VAE finds each latent's nearest code by a broadcast, `((z[:, None] -
+    E[None]) ** 2).sum(-1)`, whose subtraction, square and sum each pass over an 8 GiB intermediate (SQL: 12 kernels
+    of over 1 ms a step), from a GEMM to the gather of the chosen codes (PyTorch's `vectorized_gather_kernel`, which
+    no role named: no bound, so no chain, and the report had no finding above info). A gather bounds a chain as a
+    matrix product does: unfused-elementwise is first, its chains hold the broadcast's kernels, and it prices what
+    the fix (the distances as one GEMM) saved within 25% (the twins' mean GPU periods by SQL)."""
+    assert role_of("void at::native::vectorized_gather_kernel<(int)16, long>(char *, char *, T2 *, int, long, long, "
+                   "long, long, bool)") == "gather"
+    base, fix = f"blind72_vqvae_base{run}_nsys.sqlite.xz", f"blind72_vqvae_fix{run}_nsys.sqlite.xz"
+    model = analyzed(REAL / base)
+    window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
+    (long_ns,), = sql(REAL / base, f"""SELECT SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL
+        WHERE end - start > 1000000 AND start >= {window['start_ns']} AND start < {window['end_ns']}""")
+    first = next(f for f in model["findings"] if f["severity"] != "info")
+    assert first["check"] == "unfused-elementwise"
+    assert long_ns <= first["evidence"]["chain_ns"]["value"] <= 1.1 * long_ns
+    assert first["estimated_savings_ns"] / steps == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.25)
+    assert "unfused-elementwise" not in {f["check"] for f in analyzed(REAL / fix)["findings"]}

@@ -69,6 +69,8 @@ say how much (`module_load_ns`).
 
 from dataclasses import asdict, dataclass, replace
 
+from humanize import naturalsize
+
 from nsanalyze.normalize.host_activity import base_name
 from nsanalyze.normalize.waits import BACKWARD
 from nsanalyze.normalize.model import ApiCall, plain
@@ -447,9 +449,10 @@ def _step_end_lead(timeline) -> str:
     tail = getattr(steps, "host_tail_ns", None) if steps is not None else None
     if tail is None or not steps.median_ns or tail < LATE_START_SHARE * steps.median_ns:
         return ""
+    after = "its last launch" if _inference(timeline.work_analysis) else "the optimizer step"
     return (f"The host's time lies at the end of each step: it ends a step {duration_text(tail)} after its last "
             f"launch and the step's GPU work ({tail / steps.median_ns:.0%} of a median step). "
-            "Look first at the loop's own code after the optimizer step (logging, metrics, checkpoints, evaluation, "
+            f"Look first at the loop's own code after {after} (logging, metrics, checkpoints, evaluation, "
             "housekeeping such as `gc.collect()` or `torch.cuda.empty_cache()`), not at its input.\n\n")
 
 
@@ -463,10 +466,30 @@ AFTER_READS_SHARE = 0.5
 AFTER_READ_NS = 100_000
 
 
+# Copies to the host of this many bytes or more each, on average, bring outputs back, not values to test (a loss, a
+# flag): the host's work after them is on those outputs (blind72_segeval: 84 MiB of logits a step, then NumPy's argmax
+# over them, 85 ms a step, at the end of the step, where a scalar `.item()` then `gc.collect()` is the step's own end)
+BULK_READ_BYTES = 1 << 20
+
+
+def _reads_to_host(timeline) -> tuple[int, float, float]:
+    """(copies, bytes, ns) of the window's copies to the host."""
+    copies = getattr(timeline, "copies", None)
+    rows = [r for r in (copies.by_kind if copies is not None else ()) if r.copy_kind == "Device-to-Host"]
+    return sum(r.copies for r in rows), float(sum(r.bytes for r in rows)), float(sum(r.duration_ns for r in rows))
+
+
+def _bulk_read_bytes(timeline) -> float:
+    """The mean bytes of the window's copies to the host (0 where none)."""
+    count, size, _ = _reads_to_host(timeline)
+    return size / count if count else 0.0
+
+
 def _after_reads_lead(timeline, idle_ns: float) -> str:
     """Where the host, after the steps' copies to the host (a wait for the GPU each), works AFTER_READS_SHARE or more
     of this finding's time before it launches again (model.Syncs: each wait's relaunch gap), AFTER_READ_NS or more
-    after each on average, the advice starts there."""
+    after each on average, the advice starts there; where the copies bring outputs back (BULK_READ_BYTES), it says
+    to reduce them on the GPU first."""
     syncs, steps = getattr(timeline, "syncs", None), getattr(timeline, "steps", None)
     if syncs is None or not idle_ns or steps is None or not steps.count:
         return ""
@@ -478,13 +501,21 @@ def _after_reads_lead(timeline, idle_ns: float) -> str:
     if not gap or gap < AFTER_READS_SHARE * idle_ns or gap < AFTER_READ_NS * sum(row.calls for row in reads):
         return ""
     names = ", ".join(dict.fromkeys(code_span(base_name(row.name)) for row in reads[:2] if row.name)) or "copies"
-    return (f"The host's time follows the steps' reads from the GPU ({names} to the host, which waits for it): after "
-            f"them it works "
+    bulk = _bulk_read_bytes(timeline)
+    size = f", {naturalsize(bulk, binary=True)} a copy on average" if bulk >= BULK_READ_BYTES else ""
+    whole = ("" if not size else
+             " Copies this large bring data back whole: outputs reduced on the GPU first leave a small result to copy "
+             "(`out.argmax(1).cpu()` before NumPy, `torch.bincount` for a confusion matrix, `topk`), and the copies, "
+             f"{duration_text(_reads_to_host(timeline)[2] / steps.count)} a step themselves, shrink with it (this "
+             "finding counts the host's time only).")
+    return (f"The host's time follows the steps' reads from the GPU ({names} to the host, which waits for it{size}): "
+            f"after them it works "
             f"{duration_text(gap / steps.count)} a step before its next launch, while nothing is queued. That is code "
-            "on values read back to the host (`.item()`, `.tolist()`, `.cpu()`, then Python over them: metrics, "
-            "logging, decisions), or state the host keeps and updates (embedding tables or an optimizer on the CPU, "
-            "their gradients read back each step). Keep such values and state on the GPU, read metrics every N steps "
-            "(accumulated in GPU tensors), or do that work after the next step's launches.\n\n")
+            "on values read back to the host (`.item()`, `.tolist()`, `.cpu()`, then Python or NumPy over them: "
+            "metrics, logging, post-processing, decisions), or state the host keeps and updates (embedding tables or "
+            "an optimizer on the CPU, their gradients read back each step). Keep such values and state on the GPU, "
+            f"read metrics every N steps (accumulated in GPU tensors), or do that work after the next step's launches."
+            f"{whole}\n\n")
 
 
 # Host-activity classes whose idle time a wider cause claims (checks/program/_claims.py) where its finding speaks
@@ -648,7 +679,9 @@ def run(timeline, limits) -> Finding | None:
                   **(first_run if first_ns else {}),
                   **extra,
                   "longest_stretches": plain(tuple(timeline.host_stretches[:5]))},
+        # (outputs read back lead before the step's end they lie at: the work is on them)
         advice=(_named_range_lead(timeline, stretches) or
+                (after_reads if advice == framework and _bulk_read_bytes(timeline) >= BULK_READ_BYTES else "") or
                 (_step_end_lead(timeline) if advice == framework else "") or
                 (after_reads if advice == framework else "")) + advice,
         notes=notes,

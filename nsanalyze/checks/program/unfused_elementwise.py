@@ -44,6 +44,9 @@ ADVICE = """Fuse the chain into one kernel.
   normalization code into Triton kernels, forward and backward.
 - Or call the library's fused op: `F.gelu(x, approximate="tanh")`, `F.layer_norm`, `F.rms_norm`,
   `F.silu`; or write one fused kernel (Triton, CUDA).
+- A chain over a broadcast of two tensors (pairwise distances: `((a[:, None] - b[None]) ** 2).sum(-1)`)
+  writes the whole broadcast to memory, each kernel again: expand it into a matrix product
+  (`(a * a).sum(1, keepdim=True) - 2 * a @ b.T + (b * b).sum(1)`, or `torch.cdist`).
 
 ```python
 # before: LayerNorm and GELU written out, ~20 kernels per block
@@ -66,7 +69,8 @@ CHECK = Check(
     speedup_model=("per chain, the bytes it moves beyond one pass: its kernels' time (each at the bandwidth it "
                    "measured) less its largest kernel's, the one pass a fused kernel still makes"),
     budget_part=BUDGET_PART,
-    change={"speedup": ("elementwise",)},  # the replay change priced (program.py)
+    # the replay change priced (program.py): the roles a chain fuses (work.FUSABLE), as unfused-normalization's
+    change={"speedup": ("elementwise", "reduction", "normalization")},
     advice=ADVICE,
 )
 

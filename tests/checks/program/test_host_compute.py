@@ -603,3 +603,30 @@ def test_a_loop_without_a_backward_pass_is_not_told_of_data_loaders(analyzed):
     graphed = next(f for f in analyzed(REAL / "graph51_hostmetrics_graph1_nsys.sqlite.xz")["findings"]
                    if f["check"] == "host-compute")   # a training step as one graph, its kernels hidden by the trace
     assert "no backward pass" not in graphed["advice"]
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_outputs_read_back_whole_lead_before_the_steps_end(analyzed, run):
+    """blind72_segeval (chosen blind): an evaluation loop copies each batch's logits to the host for NumPy's argmax
+    (SQL: one copy to the host a step, 84 MiB each, its time below). The host's work after it lies at the step's
+    end, and the advice led with the step's end "after the optimizer step" of a loop without one; it now starts
+    with the reads, their size, to reduce the outputs on the GPU first, and the copies' own time a step, which this
+    finding leaves to pageable-memcpy. blind70_reviews (gc.collect() after a scalar read at each step's end) keeps
+    the step's end."""
+    from nsanalyze.render.format import duration
+
+    path = REAL / f"blind72_segeval_base{run}_nsys.sqlite.xz"
+    model = analyzed(path)
+    steps, window = model["timeline"]["steps"], model["timeline"]["window"]
+    (copies, size, ns), = sql(path, f"""SELECT COUNT(*), SUM(m.bytes), SUM(m.end - m.start)
+        FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN ENUM_CUDA_MEMCPY_OPER e ON e.id = m.copyKind
+        WHERE e.label = 'Device-to-Host' AND m.start >= {window['start_ns']} AND m.start < {window['end_ns']}""")
+    assert copies == pytest.approx(steps["count"], abs=1) and size / copies == 84 * 2 ** 20
+    first = program_findings(model)[0]
+    assert first["check"] == "host-compute"
+    lead = first["advice"].split("\n\n")[0]
+    assert lead.startswith("The host's time follows the steps' reads from the GPU") and "84.0 MiB a copy" in lead
+    assert "`out.argmax(1).cpu()`" in lead and f"the copies, {duration(ns / steps['count'])} a step" in lead
+    assert "optimizer step" not in first["advice"]
+    reviews = program_findings(analyzed(REAL / "blind70_reviews_base1_nsys.sqlite.xz"))[0]
+    assert reviews["check"] == "host-compute" and reviews["advice"].startswith("The host's time lies at the end")
