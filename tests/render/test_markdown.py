@@ -79,3 +79,21 @@ def test_a_program_findings_saving_is_also_told_a_step(analyzed):
         each = duration(finding["estimated_savings_ns"] / count)
         assert f"| {duration(finding['estimated_savings_ns'])} ({each} a step) |" in row
     assert "| 242 ms (3.06 ms a step) |" in rows[0]
+
+
+def test_a_saving_the_check_could_not_estimate_is_not_nothing(analyzed):
+    """FaSTED's final comparison: block-size on a kernel of 1-thread blocks (2 launches, 7.08 ms by ncu) and
+    clock-throttling could not estimate their savings (the report lacks the issue-slot and compute shares); their
+    info lines read "saves nothing", which a user read took for a measured zero. They now read "saving not
+    estimated", and the JSON keeps 0 with the note that says why."""
+    from tests.conftest import PUBLIC
+
+    model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__Final_128_128_Comparison__48x48_Warp_MaxReg_128_Pipeline_"
+                              "of_1_Pmsampling.ncu-rep.xz")
+    block = render(model).split("<details><summary>Also found, at info")[1].split("</details>")[0]
+    said = dict(re.findall(r"^- \d+\. `([a-z0-9-]+)` on [^,]+, ([^:]+):", block, flags=re.M))
+    for check in ("block-size", "clock-throttling"):
+        finding = next(f for f in model["findings"] if f["check"] == check)
+        assert finding["estimated_savings_ns"] == 0
+        assert any(n.startswith("no savings estimated") for n in finding["notes"])
+        assert said[check] == "saving not estimated"

@@ -43,14 +43,19 @@ LIMITERS = {"blocks_per_sm_limit_registers": "registers per thread",
             "blocks_per_sm_limit_shared_mem": "shared memory per block",
             "blocks_per_sm_limit_warps": "threads per block",
             "blocks_per_sm_limit": "the hardware block limit (blocks too small)"}
-ADVICE_TEXT = """Put more warps on each SM.
-
-- Grid too small (under one wave): launch more blocks, e.g. split the work finer or use a
-  grid-stride loop sized to `numSMs * blocksPerSM`.
-- Blocks of one warp waste block slots: use 128-256 threads per block.
-- Limited by registers: `__launch_bounds__(threads, minBlocks)` or fewer live values;
-  limited by shared memory: smaller tiles or more work per block.
-"""
+ADVICE_LEAD = "Put more warps on each SM.\n\n"
+# one bullet a limit: a finding shows its own cause's (a user read of FaSTED's MmaPtxShared, a 76-wave grid of 4-warp
+# blocks held by its registers, was told of grids under one wave and blocks of one warp too)
+BULLETS = {
+    "the grid fills less than one wave": ("- Grid too small (under one wave): launch more blocks, e.g. split the work "
+                                          "finer or use a\n  grid-stride loop sized to `numSMs * blocksPerSM`.\n"),
+    "the hardware block limit (blocks too small)": "- Blocks of one warp waste block slots: use 128-256 threads per "
+                                                   "block.\n",
+    "registers per thread": ("- Limited by registers: `__launch_bounds__(threads, minBlocks)` or fewer live values;\n"
+                             "  limited by shared memory: smaller tiles or more work per block.\n"),
+}
+BULLETS["shared memory per block"] = BULLETS["registers per thread"]
+ADVICE_TEXT = ADVICE_LEAD + "".join(dict.fromkeys(BULLETS.values()))
 GRID_EXAMPLE = """
 ```cuda
 // before: 264 blocks of 32 threads
@@ -59,7 +64,9 @@ chase<<<264, 32>>>(next, out, steps);
 chase<<<(n + 255) / 256, 256>>>(next, out, steps);
 ```"""
 # the example shows the change for the limit that holds (a user read of FaSTED's MmaPtxShared, 16,384 blocks of 128
-# threads held to 2 blocks an SM by 192 registers a thread, was shown a grid of 264 one-warp blocks made larger)
+# threads held to 2 blocks an SM by 192 registers a thread, was shown a grid of 264 one-warp blocks made larger);
+# with the kernel's own block size and the blocks the next limit allows where the report reads them
+# (registers_example: its shared memory holds 3 blocks an SM, so (128, 3), not the (128, 4) shared memory forbids)
 REGISTERS_EXAMPLE = """
 ```cuda
 // before: each thread keeps ~192 registers live: 2 blocks of 128 threads fit an SM
@@ -76,6 +83,25 @@ __shared__ float tile[64][128];
 __shared__ float tile[32][128];
 ```"""
 EXAMPLES = {"registers per thread": REGISTERS_EXAMPLE, "shared memory per block": SHARED_MEMORY_EXAMPLE}
+
+
+def registers_example(kernel: KernelView) -> str:
+    """REGISTERS_EXAMPLE in the kernel's own numbers: its block size, the blocks its registers allow an SM today and
+    those the next limit allows once they are lifted; REGISTERS_EXAMPLE where the report lacks them."""
+    limits = [limit for limit in _block_limits(kernel) if limit[0]]
+    threads, registers = kernel.get("block_size"), kernel.get("registers_per_thread")
+    if len(limits) < 2 or limits[0][1] != "blocks_per_sm_limit_registers" or not threads or not registers:
+        return REGISTERS_EXAMPLE
+    (now, _), (then, name) = limits[0], limits[1]
+    threads, now, then = int(threads), int(now), int(then)
+    return f"""
+```cuda
+// before: each thread keeps ~{registers:.0f} registers live: {now} block{'s' if now != 1 else ''} of {threads} threads fit an SM
+__global__ void kernel(...);
+// after: the compiler keeps a thread within the registers that {then} blocks of {threads} threads an SM allow, as many
+// as {LIMITERS[name]} allows (check the spills it may add: ncu's local-memory traffic, or -Xptxas -v)
+__global__ void __launch_bounds__({threads}, {then}) kernel(...);
+```"""
 ADVICE = ADVICE_TEXT + GRID_EXAMPLE
 
 CHECK = Check(
@@ -86,7 +112,7 @@ CHECK = Check(
     requires=("achieved_occupancy_pct",),
     optional=("issue_active_pct", "theoretical_occupancy_pct", "waves_per_sm", "blocks_per_sm_limit_registers",
               "blocks_per_sm_limit_shared_mem", "blocks_per_sm_limit_warps", "blocks_per_sm_limit", "block_size",
-              "eligible_warps_per_scheduler", "grid_size", "sm_count") + stall_concepts(),
+              "registers_per_thread", "eligible_warps_per_scheduler", "grid_size", "sm_count") + stall_concepts(),
     collect="--set full (Occupancy and LaunchStats sections)",
     relieves=None,
     thresholds={
@@ -154,8 +180,8 @@ def run(kernel: KernelView, limits) -> Finding | None:
     reachable = reachable_occupancy(kernel) if cause != "the grid fills less than one wave" else None
     if reachable is not None and reachable[0] < target:   # past its limit, the next one caps the warps an SM
         target = reachable[0]
-        notes.append(f"saving: up to {target:.1f}% occupancy, not {limits['target_occupancy_pct']:.0f}%: past "
-                     f"{cause}, {reachable[1]} caps the blocks an SM")
+        notes.append(f"saving: up to {target:.1f}% occupancy, not the {limits['target_occupancy_pct']:.0f}% a "
+                     f"latency-bound kernel is given: past {cause}, {reachable[1]} caps the blocks an SM")
     speedup = clamp01(1 - share / limits["target_roof_share"]) * clamp01(1 - achieved / target)
     stall = dominant_stall(kernel, min_share=0.0)   # what the few warps wait on most: the fix that needs no more warps
     return Finding(
@@ -171,6 +197,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
             "issue_active_pct": evidence(issue, limits["max_issue_active_pct"], unit="%", compare="<"),
             **({"dominant_stall": stall.to_evidence()} if stall else {}),
         },
-        advice=(stall_advice(stall) if stall else "") + ADVICE_TEXT + EXAMPLES.get(cause, GRID_EXAMPLE),
+        advice=(stall_advice(stall) if stall else "") + ADVICE_LEAD + BULLETS.get(cause, ADVICE_TEXT[len(ADVICE_LEAD):])
+               + (registers_example(kernel) if cause == "registers per thread" else EXAMPLES.get(cause, GRID_EXAMPLE)),
         notes=notes,
     )

@@ -26,6 +26,12 @@ def test_reduction_at_44_percent_of_a_roof_waits_on_barriers(analyzed):
     assert 0.4 <= finding["evidence"]["roof_share"]["value"] < 0.6
     assert finding["evidence"]["cause"]["value"] == "barriers"
     assert "__shfl_down_sync" in finding["advice"] and finding["estimated_speedup"] > 0
+    # the title gives the barriers' own share (the report's stall over its warp latency, 73%), then all dependencies'
+    # (94%): "at barriers 94%" was every dependency's share under the barriers' name (a user read)
+    barrier = finding["evidence"]["barrier_stall_share"]["value"]
+    assert f"at barriers {barrier:.0%} of the time" in finding["title"] and round(100 * barrier) == 73
+    assert f"({finding['evidence']['dependency_stall_share']['value']:.0%} with the other dependencies)" in \
+        finding["title"]
 
 
 def test_small_blocks_that_cap_the_warps_are_named():

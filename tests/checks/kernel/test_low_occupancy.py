@@ -70,14 +70,24 @@ def test_the_saving_stops_at_the_occupancy_the_next_limit_allows(analyzed):
 
 def test_the_example_is_the_change_for_the_limit_that_holds(analyzed, dev_suite_model):
     """FaSTED's MmaPtxShared runs 16,384 blocks of 128 threads (75.9 waves) held to 2 blocks an SM by its registers: a
-    user read found it shown a grid of 264 one-warp blocks made larger. Its example is now `__launch_bounds__`; the
-    dev suite's pointer_chase, whose grid fills less than one wave, keeps the grid's."""
+    user read found it shown a grid of 264 one-warp blocks made larger. Its example is now `__launch_bounds__` in the
+    kernel's own numbers: its block size and the 3 blocks an SM its shared memory allows (a later read found
+    `(128, 4)` asking for a block shared memory forbids, beside bullets on grids under one wave and one-warp blocks:
+    only its limit's bullet is left); the dev suite's pointer_chase, whose grid fills less than one wave, keeps the
+    grid's example and bullet."""
     from tests.conftest import PUBLIC
 
     model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__Shared_Mem_Conflicts_Sync_Vs_Async__Synchronous.ncu-rep.xz")
     [finding] = [f for f in findings_for(model, "MmaPtxShared") if f["check"] == CHECK]
     kernel = next(k for k in model["kernels"] if k["name"] == "MmaPtxShared")
     assert kernel["metrics"]["waves_per_sm"] > 50 and "(registers per thread)" in finding["title"]
-    assert "__launch_bounds__(128, 4) tile_mma" in finding["advice"] and "<<<264, 32>>>" not in finding["advice"]
+    metrics = kernel["metrics"]
+    threads, blocks = int(metrics["block_size"]), int(metrics["blocks_per_sm_limit_shared_mem"])
+    assert (threads, blocks, metrics["registers_per_thread"]) == (128, 3, 192)
+    assert f"__launch_bounds__({threads}, {blocks}) kernel" in finding["advice"]
+    assert "~192 registers live: 2 blocks of 128 threads" in finding["advice"]
+    assert "<<<264, 32>>>" not in finding["advice"] and "Grid too small" not in finding["advice"]
+    assert "Blocks of one warp" not in finding["advice"]
     chase = next(f for f in findings_for(dev_suite_model, "pointer_chase") if f["check"] == CHECK)
-    assert "<<<264, 32>>>" in chase["advice"] and "tile_mma" not in chase["advice"]
+    assert "<<<264, 32>>>" in chase["advice"] and "launch_bounds" not in chase["advice"].split("```")[1]
+    assert "Grid too small" in chase["advice"]

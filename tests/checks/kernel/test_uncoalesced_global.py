@@ -109,7 +109,7 @@ def test_a_tma_gemms_few_ldgs_are_no_disagreement_worth_telling(analyzed):
 
 ACCESS_CONCEPTS = ("global_sectors", "global_sectors_ideal", "global_sectors_excess_share", "global_load_bytes_per_sector",
                    "global_store_bytes_per_sector", "global_load_sectors", "global_store_sectors",
-                   "sectors_per_request_global_load", "l1_hit_rate_pct")
+                   "sectors_per_request_global_load", "sectors_per_request_global_store", "l1_hit_rate_pct")
 
 
 def test_basic_set_signature_speaks_with_the_sections_to_collect(ncu_rows):
@@ -157,3 +157,26 @@ def test_excess_that_stops_in_l2_of_a_latency_bound_kernel_costs_no_time(analyze
     # an excess that reaches DRAM keeps its time: the dev suite's aos_update (DRAM 8x the need)
     aos = next(f for f in analyzed(DEV_SUITE_NCU)["findings"] if f["check"] == CHECK and f["kernel_name"] == "aos_update")
     assert aos["estimated_savings_ns"] > 0
+
+
+def test_a_memory_chart_alone_judges_coalescing_by_l2_sectors_a_request(analyzed):
+    """COALDA's chart reports (RTX 4050, the memory chart alone): L1's own sector counters are not in them, so the
+    check was not judged, on a kernel whose stores touch 32 sectors a request (ncu: 196,544 L2 sectors written from
+    L1 over 6,144 store requests; loads 159,382 over 6,144) and whose coalesced twin runs 47.7 -> 14.4 us. L2's
+    sectors from L1 over L1's requests measure it (a lower bound for loads, which L1 hits keep from L2): the worse
+    direction, stores, against the 16 sectors a request of an unknown width; at info, since the chart has no
+    speed-of-light share to price it. The coalesced twin (4 sectors a request) gets no finding."""
+    from tests.conftest import PUBLIC
+
+    name = "Alaric617R__COALDA__examples__rgb__profile__report__{}_chart_unroll.ncu-rep.xz"
+    model = analyzed(PUBLIC / name.format("uncoalesced"))
+    finding = next(f for f in model["findings"] if f["check"] == "uncoalesced-global")
+    assert finding["evidence"]["sectors_per_request_global_store"]["value"] == pytest.approx(196544 / 6144, rel=1e-3)
+    assert finding["evidence"]["sectors_per_request_global_load"]["value"] == pytest.approx(159382 / 6144, rel=1e-3)
+    assert finding["evidence"]["global_sectors_excess_share"]["value"] == pytest.approx(1 - 16 / (196544 / 6144),
+                                                                                        rel=1e-3)
+    assert finding["severity"] == "info" and any("store sectors per request" in n and "L2 sectors over L1 requests"
+                                                 in n for n in finding["notes"])
+    assert "uncoalesced-global" not in {g["check"] for g in model.get("not_judged", [])}
+    twin = analyzed(PUBLIC / name.format("coalesced"))
+    assert "uncoalesced-global" not in {f["check"] for f in twin["findings"]}
