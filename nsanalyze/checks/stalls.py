@@ -77,6 +77,30 @@ def stall_advice(stall: Stall) -> str:
     return f"**Dominant stall: {stall.label}** ({stall.share:.0%} of the warp latency: {stall.means}). Fix: {stall.fix}.\n\n"
 
 
+# A kernel whose schedulers issue on this share of cycles or more has no latency left to hide: a stall's fix (more
+# loads in flight, more ILP) does not apply (the dev suite's one_block_too_many, 99.2% issue, was told to unroll)
+ISSUE_BUSY_PCT = 90.0
+# Findings whose own cause is what the warps wait on: the stall's generic fix is not theirs (the dev suite's
+# histogram, waiting on its contended atomics, was told to double-buffer global-to-shared copies)
+OWN_CAUSE_CHECKS = {"atomic-contention": "its contended atomics, the finding's cause"}
+
+
+def _fix_does_not_apply(finding: Finding, view: KernelView) -> str | None:
+    """Why the stall's fix is not the change to make, or None: a busy scheduler, a cause that explains the wait,
+    or a library's kernel (whose code the user does not write: a user read found PyTorch's kernels given CUDA edits)."""
+    from nsanalyze.checks.libraries import library_of
+
+    issue = view.get("issue_active_pct")
+    if issue is not None and issue >= ISSUE_BUSY_PCT:
+        return f"its schedulers issue on {issue:.0f}% of cycles, so no latency is left to hide"
+    if finding.check in OWN_CAUSE_CHECKS:
+        return f"what they wait on is {OWN_CAUSE_CHECKS[finding.check]}"
+    library = library_of(finding.kernel_name)
+    if library is not None:
+        return f"a {library} kernel, whose code you do not write: the finding's advice is the change"
+    return None
+
+
 def name_first_findings_stall(findings: list[Finding], views: dict) -> None:
     """Each kernel's first finding (in rank order) names the kernel's dominant warp stall and the fix it
     implies, where the finding does not already (latency findings do, in their title). `views`: kernel id ->
@@ -93,4 +117,6 @@ def name_first_findings_stall(findings: list[Finding], views: dict) -> None:
         if stall is None:
             continue
         finding.evidence = {**finding.evidence, "dominant_stall": stall.to_evidence()}
-        finding.notes.append(f"the kernel's {stall.phrase()}; that implies: {stall.fix}.")
+        why_not = _fix_does_not_apply(finding, view)
+        finding.notes.append(f"the kernel's {stall.phrase()}; "
+                             + (f"{why_not}." if why_not else f"that implies: {stall.fix}."))

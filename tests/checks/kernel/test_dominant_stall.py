@@ -82,3 +82,26 @@ def test_every_kernels_first_finding_names_its_dominant_stall(analyzed):
     named = {f["kernel_id"] for f in analyzed(DEPTH_2)["findings"] if "dominant_stall" in f["evidence"]}
     latency, stalls = _raw_stalls(DEPTH_2)
     assert bool(named) == (max(v or 0.0 for v in stalls.values()) / latency >= 0.3)
+
+
+def test_the_stalls_fix_is_left_out_where_it_is_no_change_to_make(dev_suite_model):
+    """A user read of the dev suite (H200) found the stall's generic fix contradicting the finding it was noted on:
+    histogram_global, first found atomic-contention, waits on its contended atomics and was told to double-buffer
+    global-to-shared copies; one_block_too_many, whose schedulers issue on 99% of cycles, was told to put independent
+    instructions between dependent ones. The note names the stall and why its fix is not the change; a kernel of
+    the user's whose schedulers have room keeps the fix."""
+    from tests.conftest import findings_for
+
+    def first_note(kernel):
+        finding = findings_for(dev_suite_model, kernel)[0]
+        return finding, next(n for n in finding["notes"] if n.startswith("the kernel's warps stall most on"))
+
+    histogram, note = first_note("histogram_global")
+    assert histogram["check"] == "atomic-contention"
+    assert "that implies" not in note and "contended atomics" in note
+    tail, note = first_note("one_block_too_many")
+    issue = next(k for k in dev_suite_model["kernels"] if k["name"] == "one_block_too_many")["metrics"][
+        "issue_active_pct"]
+    assert issue >= 90 and "that implies" not in note and f"issue on {issue:.0f}% of cycles" in note
+    aos, note = first_note("aos_update")   # strided loads, the schedulers with room: pipelining and coalescing apply
+    assert aos["check"] == "uncoalesced-global" and "that implies: issue the loads earlier" in note
