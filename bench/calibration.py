@@ -303,6 +303,15 @@ PAIRS = [
           ("segeval", "the argmax on the GPU and the labels copied, not the logits copied for NumPy's argmax",
            "host-compute"))
       for i in (1, 2)],
+    # round 74 (fixtures/real/record_blind73.sh, blind73_train.py): two more, chosen blind and recorded before any
+    # check looked at them: a GCN over a dense adjacency matrix (the fix: an edge list, gather-scatter), and GPT-2
+    # generation with autograd left on (the fix: torch.no_grad()). No check prices either fix's change: the first
+    # findings are TF32 for the dense GEMMs and a graph for the launches, other changes
+    *[(f"blind73_{p}_base{i}", f"blind73_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", None)
+      for p, what in (
+          ("gcn", "the adjacency as an edge list propagated by gather-scatter, not a dense N x N matrix"),
+          ("lmgen", "generation under torch.no_grad(), not with autograd recording every operation"))
+      for i in (1, 2)],
 ]
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from nsanalyze.normalize.waits import BACKWARD
+
 
 @dataclass(frozen=True)
 class RoleKernels:
@@ -58,3 +60,14 @@ def role_time(timeline, role: str, min_window_share: float = 0.0,
 def kernel_rows(kernels, limit: int = 5) -> list[dict]:
     """The evidence's list of the first kernels: name, time and launches."""
     return [{"name": k.name, "duration_ns": k.ns, "launches": k.launches} for k in kernels[:limit]]
+
+
+def inference_steps(analysis) -> bool:
+    """Whether the work split's kernels show no training: no optimizer kernel and none of autograd's backward
+    kernels by name (a training step may have no such name: blind71_cpuemb's backward is GEMMs and elementwise
+    kernels, its Adam foreach ones), and no graph whose kernels a graph-level trace hides (graph51_hostmetrics'
+    graphed training step)."""
+    if analysis is None or not analysis.by_kernel:
+        return False
+    return not any(k.role in ("optimizer", "graph") or BACKWARD.search(k.demangled or k.name or "")
+                   for k in analysis.by_kernel)

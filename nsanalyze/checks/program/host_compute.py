@@ -72,7 +72,6 @@ from dataclasses import asdict, dataclass, replace
 from humanize import naturalsize
 
 from nsanalyze.normalize.host_activity import base_name
-from nsanalyze.normalize.waits import BACKWARD
 from nsanalyze.normalize.model import ApiCall, plain
 from nsanalyze.normalize.steps import LATE_START_SHARE, normalize_name
 from nsanalyze.numbers import duration_text
@@ -81,6 +80,7 @@ from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, eviden
 from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
 from nsanalyze.checks.program import allocator_churn, pinned_alloc_churn, runtime_compilation
 from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
+from nsanalyze.checks.program._roles import inference_steps
 from nsanalyze.checks.program.launch_overhead import profiler_caveat
 
 ID = "host-compute"
@@ -132,6 +132,8 @@ generation), so the host's time between their launches is the loop's own code, n
   back every N steps.
 - Issue fewer operations: capture the step in a CUDA graph (`torch.compile(mode="reduce-overhead")`, with a static
   KV cache for generation), and batch requests together.
+- Autograd off: `torch.inference_mode()` (or `torch.no_grad()`) around the loop; `model.eval()` alone still records
+  every operation, and keeps its inputs, for a backward that never runs.
 - Pre- and post-processing (tokenization, image decoding, writing results): in a worker thread or process with a
   bounded queue, ahead of the GPU.
 
@@ -180,20 +182,10 @@ def _framework_advice(timeline) -> str:
     torch = launch_share(timeline, "PyTorch")
     if torch is not None and torch < PYTORCH_LAUNCHES:
         return ADVICE_HEAD + THREAD_EXAMPLE
-    if torch is not None and getattr(timeline, "steps", None) is not None and _inference(timeline.work_analysis):
+    if torch is not None and getattr(timeline, "steps", None) is not None and inference_steps(timeline.work_analysis):
         return INFERENCE_ADVICE
     return ADVICE
 
-
-def _inference(analysis) -> bool:
-    """Whether the work split's kernels show no training: no optimizer kernel and none of autograd's backward
-    kernels by name (a training step may have no such name: blind71_cpuemb's backward is GEMMs and elementwise
-    kernels, its Adam foreach ones), and no graph whose kernels a graph-level trace hides (graph51_hostmetrics'
-    graphed training step)."""
-    if analysis is None or not analysis.by_kernel:
-        return False
-    return not any(k.role in ("optimizer", "graph") or BACKWARD.search(k.demangled or k.name or "")
-                   for k in analysis.by_kernel)
 
 CHECK = Check(
     id=ID,
@@ -449,7 +441,7 @@ def _step_end_lead(timeline) -> str:
     tail = getattr(steps, "host_tail_ns", None) if steps is not None else None
     if tail is None or not steps.median_ns or tail < LATE_START_SHARE * steps.median_ns:
         return ""
-    after = "its last launch" if _inference(timeline.work_analysis) else "the optimizer step"
+    after = "its last launch" if inference_steps(timeline.work_analysis) else "the optimizer step"
     return (f"The host's time lies at the end of each step: it ends a step {duration_text(tail)} after its last "
             f"launch and the step's GPU work ({tail / steps.median_ns:.0%} of a median step). "
             f"Look first at the loop's own code after {after} (logging, metrics, checkpoints, evaluation, "

@@ -70,7 +70,9 @@ from nsanalyze.normalize.waits import WAITING_CLASSES
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program import event_timing, pageable_memcpy
+from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
 from nsanalyze.checks.program._claims import claims_by_cause, launch_speaks, unclaimed_part
+from nsanalyze.checks.program._roles import inference_steps
 from nsanalyze.checks.program.host_sync import BACKWARD_TITLE, backward_waits_text, in_backward
 from nsanalyze.text import code_span
 
@@ -164,7 +166,27 @@ def run(timeline, limits) -> Finding | None:
         finding.evidence["waits_per_step"] = evidence(waits[0])
         if in_backward(placed):
             finding.title += BACKWARD_TITLE.format(n=placed.backward_per_step)
+    if not shapes and not waits and _pytorch_inference(timeline):
+        finding.advice = INFERENCE_LEAD + finding.advice
     return finding
+
+
+# A PyTorch loop that trains nothing (no backward, no optimizer kernels: inference or generation): the first thing to
+# rule out is autograd left on. blind73_lmgen (chosen blind): GPT-2 generation under `model.eval()` without
+# `torch.no_grad()` spent 59 us of host time a launch against 43 us with it (SQL: the twins' GPU periods over their
+# 2,624 launches a step), the same kernels, 36.5 and 73.0 ms a step saved; nothing in an export says autograd was on,
+# so the paragraph asks, and the savings stay the graph's.
+INFERENCE_LEAD = ("These steps run no backward pass (inference or generation): first make sure autograd is off "
+                  "(`torch.inference_mode()` or `torch.no_grad()` around the loop; `model.eval()` does not turn it off). "
+                  "With autograd on, every operation records a graph node and keeps its inputs for a backward that "
+                  "never runs: host time on every launch, and memory until the outputs are freed.\n\n")
+
+
+def _pytorch_inference(timeline) -> bool:
+    """Steps of a PyTorch program that train nothing (_roles.inference_steps)."""
+    torch = launch_share(timeline, "PyTorch")
+    return torch is not None and torch >= PYTORCH_LAUNCHES and getattr(timeline, "steps", None) is not None and \
+        inference_steps(timeline.work_analysis)
 
 
 # Consecutive steps whose kernels change, at this share of them or more (model.ShapeChanges.vary)

@@ -630,3 +630,28 @@ def test_outputs_read_back_whole_lead_before_the_steps_end(analyzed, run):
     assert "optimizer step" not in first["advice"]
     reviews = program_findings(analyzed(REAL / "blind70_reviews_base1_nsys.sqlite.xz"))[0]
     assert reviews["check"] == "host-compute" and reviews["advice"].startswith("The host's time lies at the end")
+
+
+def test_a_launch_bound_loop_that_trains_nothing_is_asked_about_autograd_first(analyzed):
+    """blind73_lmgen (chosen blind): GPT-2 generation under `model.eval()` without `torch.no_grad()`: the same 2,624
+    launches a step as its fix (SQL), 59 us of host time a launch against 43 (the GPU periods over the launches),
+    36.5 and 73.0 ms a step saved by turning autograd off. Nothing in an export says autograd was on: launch-overhead,
+    first, asks for it before its graph advice in a PyTorch loop with no backward or optimizer kernels; a training
+    loop's launch-overhead (graphs_eager) does not."""
+    base, fix = (REAL / f"blind73_lmgen_{run}1_nsys.sqlite.xz" for run in ("base", "fix"))
+    launches = []
+    for path in (base, fix):
+        model = analyzed(path)
+        window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
+        (count,), = sql(path, f"""SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL
+                                   WHERE start >= {window['start_ns']} AND start < {window['end_ns']}""")
+        launches.append(count / steps)
+    assert launches[0] == pytest.approx(launches[1], rel=0.01)
+    assert sql_saved_per_step(analyzed, base.name, fix.name) > 30e6
+    first = program_findings(analyzed(base))[0]
+    assert first["check"] == "launch-overhead"
+    assert first["advice"].startswith("These steps run no backward pass") and "`torch.inference_mode()`" in \
+        first["advice"].split("\n\n")[0]
+    training = next(f for f in analyzed(REAL / "graphs_eager_nsys.sqlite.xz")["findings"]
+                    if f["check"] == "launch-overhead")
+    assert "no backward pass" not in training["advice"]
