@@ -373,7 +373,8 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
                                      "estimated, which is more than the time it comes from")
         else:
             limit = unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
-            shared = _shared_part_note(whole, limit, part, span, claims, findings) \
+            shared = _shared_part_note(whole, limit, part, span, claims, findings,
+                                       stepped=getattr(timeline, "steps", None) is not None) \
                 if part and finding.budget_device is None else None
             if finding.dropped_host_ns and part and part.startswith("gpu_") and finding.estimated_savings_ns > limit \
                     and _graphed_beside(finding, findings):
@@ -505,20 +506,25 @@ SHARED_PART_SHARE = 0.01
 
 
 def _shared_part_note(whole: float, limit: float, part: str, span: float, claims: dict,
-                      findings: list[Finding]) -> str | None:
-    """Where wider causes hold SHARED_PART_SHARE of the window or more of a part: the part's share as the budget has
-    it, what each cause's finding counts of it, what no finding prices (a cause under its check's threshold), and
-    what this finding counts, so that its title squares with the header's budget line (blind61_anomaly: 62% idle on
-    launches in the header, 44% in launch-overhead's title, host-sync counting the rest). None otherwise."""
-    if not span or whole - limit < SHARED_PART_SHARE * span:
+                      findings: list[Finding], stepped: bool = True) -> str | None:
+    """Where wider causes hold SHARED_PART_SHARE of the window or more of a part, or a part and what is left of it
+    print as different shares: the part's share as the budget has it, what each cause's finding counts of it, what
+    no finding prices (a cause under its check's threshold), and what this finding counts, so that its title squares
+    with the header's budget line (blind61_anomaly: 62% idle on launches in the header, 44% in launch-overhead's
+    title, host-sync counting the rest; mfu_2gpu_before: 5% and 4%, 30 us apart across the rounding edge). None
+    otherwise. `stepped`: the header's budget is a median step's (else the window's)."""
+    if not span or limit >= whole or (whole - limit < SHARED_PART_SHARE * span
+                                      and f"{whole / span:.0%}" == f"{limit / span:.0%}"):
         return None
     speaking = {f.check for f in findings}
     held = sorted(((cause, min(parts[part], whole)) for cause, parts in claims.items() if parts.get(part, 0) > 0),
                   key=lambda held: -held[1])
-    counted = [f"{cause}'s finding counts {ns / span:.0%}" for cause, ns in held if cause in speaking]
+    counted = [f"{cause}'s finding counts {ns / span:.0%}" if ns >= 0.005 * span else   # ("counts 0%": its time)
+               f"{cause}'s finding counts {duration_text(ns)}" for cause, ns in held if cause in speaking]
     unpriced = [f"{cause} ({duration_text(ns)})" for cause, ns in held if cause not in speaking]
     thresholds = "its check's threshold" if len(unpriced) == 1 else "their checks' thresholds"
-    return (f"the budget's {part} is {whole / span:.0%} of the window (the header's line is a median step's budget): "
+    header = " (the header's line is a median step's budget)" if stepped else ""
+    return (f"the budget's {part} is {whole / span:.0%} of the window{header}: "
             + "".join(f"{text}, " for text in counted)
             + (f"{', '.join(unpriced)} under {thresholds}, which no finding prices, " if unpriced else "")
             + f"and this finding the {limit / span:.0%} left, so no time is counted twice")

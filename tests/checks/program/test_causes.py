@@ -3,7 +3,7 @@
 Each fixture is a real recording of a program written to show one cause (fixtures/real/README.md);
 the test asserts the first program finding and the budget figures that make it so."""
 
-from tests.conftest import REAL, program_findings, sql, sql_gpu_step_firsts
+from tests.conftest import PUBLIC, REAL, program_findings, sql, sql_gpu_step_firsts
 
 HOST_CAUSES = {"launch-overhead", "host-compute", "host-sync", "gpu-idle"}
 
@@ -271,3 +271,21 @@ def test_a_part_shared_with_a_wider_cause_says_who_counts_the_rest(analyzed):
     assert part == round(100 * _share(model, "idle_launch")) == 62
     assert counted == round(100 * claimed / span) == 45
     assert left == round(100 * launch["evidence"]["idle_launch_share"]["value"]) == 18
+
+
+def test_a_part_and_its_rest_that_print_apart_are_squared(analyzed):
+    """mfu_2gpu_before (two GPUs, no steps): the header's budget gave 5% of the window idle on launches, the
+    launch-overhead title 4%: 13.49 ms against 13.45, a wider cause's 30 us apart across the rounding edge (a user
+    read). Where the two print apart, the note squares them however little lies between, in the cause's own time
+    where its share would print 0%, and without calling a window's budget a median step's."""
+    import re
+
+    model = analyzed(PUBLIC / "GindaChen__nsys-ai__tests__fixtures__mfu_2gpu_before.sqlite.xz")
+    launch = next(f for f in model["findings"] if f["check"] == "launch-overhead")
+    span = model["timeline"]["span_ns"]
+    whole = _share(model, "idle_launch")
+    left = launch["evidence"]["idle_launch_share"]["value"]
+    assert f"{whole:.0%}" != f"{left:.0%}" and (whole - left) * span < 0.001 * span
+    note = next(n for n in launch["notes"] if n.startswith("the budget's idle_launch"))
+    assert re.search(rf"is {whole:.0%} of the window: .*counts [\d.]+ µs, and this finding the {left:.0%} left", note)
+    assert "median step" not in note
