@@ -748,8 +748,8 @@ BOOLEAN_BYTES = 1   # a read of one byte to the host: a boolean the host tests
 def value_checks(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """(operations, calls) of the block's checks of values: each read of one byte to the host (a boolean the host
     tests: `bool(t)`, an assert, torch.distributions' argument validation), the run of short elementwise, reduction
-    and cast kernels (and memsets) before it on its stream that made the value (back to another such read or other work), and the
-    calls of the read and its wait (copy_waits). blind67_distval: 4 a step, each a comparison and a reduction or two,
+    and cast kernels (and memsets) before it on its stream that made the value (back to another such read or other
+    work), and the calls of the read and its wait (copy_waits). blind67_distval: 4 a step, each a comparison and a reduction or two,
     which its fix (validation off) removed with their host code."""
     ops, calls = np.zeros(len(graph.o_start), bool), np.zeros(len(graph.c_start), bool)
     kinds = [kind for kind, label in graph.copy_kinds.items() if label == "Device-to-Host"]
@@ -1336,12 +1336,17 @@ def step_block(export: NsysExport, activity: Activity, launching_threads: np.nda
     return StepBlock(graph, base, measured, replayed, error, mid - lo, with_last)
 
 
+def _step_pid(steps) -> int | None:
+    """The process whose thread holds the step ranges (its calls are one chain), None where not known."""
+    return steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
+
+
 def median_step_block(export: NsysExport, steps, activity: Activity, launching_threads: np.ndarray) -> StepBlock | None:
     """The steps around a median step replayed (the report's critical path and the pricing of its findings);
     None without steps on the GPU's clock or where they could not be replayed."""
     if steps is None or steps.clock != "gpu" or len(steps.steady) < 3:
         return None
-    pid = steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
+    pid = _step_pid(steps)
     # each process's calls as one chain (no read of the call table's threads: a report's time matters;
     # on the real loops the paths are those of the threads' chains)
     return step_block(export, activity, launching_threads, steps.host_starts, steps.host_ends, steps.steady,
@@ -1360,13 +1365,13 @@ REPRESENTATIVE = 0.10
 def pricing_block(export: NsysExport, steps, activity: Activity, launching_threads: np.ndarray,
                   median_block: StepBlock | None, mean_ns: float | None) -> StepBlock | None:
     """The steps that price findings: the median block where its mean period is within REPRESENTATIVE of the
-    window's mean step (`mean_ns`), else the window's steps replayed (the block around the median that REPLAY_EVENTS_AT_MOST
-    allows), where that block reproduces them; the median block otherwise."""
+    window's mean step (`mean_ns`), else the window's steps replayed (the block around the median that
+    REPLAY_EVENTS_AT_MOST allows), where that block reproduces them; the median block otherwise."""
     if median_block is None or not mean_ns or len(median_block.measured) >= len(steps.steady) - 1:
         return median_block
     if abs(float(median_block.measured.mean()) / float(mean_ns) - 1.0) <= REPRESENTATIVE:
         return median_block
-    pid = steps.global_tid >> PID_SHIFT if steps.global_tid is not None and steps.global_tid >= 0 else None
+    pid = _step_pid(steps)
     wide = step_block(export, activity, launching_threads, steps.host_starts, steps.host_ends, steps.steady,
                       steps.starts, pid, step_gpu_ends=steps.ends, threads=False)
     return wide if wide is not None and wide.trusted and len(wide.measured) > len(median_block.measured) \

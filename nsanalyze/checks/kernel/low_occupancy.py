@@ -55,7 +55,8 @@ BULLETS = {
                              "  limited by shared memory: smaller tiles or more work per block.\n"),
 }
 BULLETS["shared memory per block"] = BULLETS["registers per thread"]
-ADVICE_TEXT = ADVICE_LEAD + "".join(dict.fromkeys(BULLETS.values()))
+ALL_BULLETS = "".join(dict.fromkeys(BULLETS.values()))   # where the cause has none of its own
+ADVICE_TEXT = ADVICE_LEAD + ALL_BULLETS
 GRID_EXAMPLE = """
 ```cuda
 // before: 264 blocks of 32 threads
@@ -197,7 +198,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
             "issue_active_pct": evidence(issue, limits["max_issue_active_pct"], unit="%", compare="<"),
             **({"dominant_stall": stall.to_evidence()} if stall else {}),
         },
-        advice=(stall_advice(stall) if stall else "") + ADVICE_LEAD + BULLETS.get(cause, ADVICE_TEXT[len(ADVICE_LEAD):])
+        advice=(stall_advice(stall) if stall else "") + ADVICE_LEAD + BULLETS.get(cause, ALL_BULLETS)
                + (registers_example(kernel) if cause == "registers per thread" else EXAMPLES.get(cause, GRID_EXAMPLE)),
         notes=notes,
     )

@@ -131,14 +131,14 @@ def run(kernel: KernelView, limits) -> Finding | None:
                  + f": up to {idle_sms:.0%} of the SMs' time idles")
     else:
         return None
-    # the SMs' mean active cycles, where measured, say how much of their time idled: the placement's bound is an upper
-    # one (FaSTED's memCpyAsync kernel: 128 blocks on 108 SMs read "up to 41%" where the SMs ran 90% of the cycles)
-    # (an SM's sub-partitions count the SM's clock: their elapsed cycles stand in where ncu 2022 has no SM's own)
     if idle_sms < limits["min_idle_sm_share"]:
         return None
+    # the placement says the grid is uneven; what it costs is the SMs' measured idle share, where lower: the
+    # placement's bound is an upper one (FaSTED's memCpyAsync kernel: 128 blocks on 108 SMs read "up to 41%" where
+    # the SMs ran 90% of the cycles). An SM's sub-partitions count the SM's clock: their elapsed cycles stand in where
+    # ncu 2022 has no SM's own
     mean_active = kernel.get("sm_active_cycles_avg")
     elapsed_cycles = kernel.get("sm_cycles_elapsed") or kernel.get("smsp_cycles_elapsed")
-    # (the placement says the grid is uneven; what it costs is the measured share, where lower)
     measured = clamp01(1 - mean_active / elapsed_cycles) if mean_active is not None and elapsed_cycles else None
     cost = idle_sms
     if measured is not None and measured < MEASURED_BELOW * idle_sms:

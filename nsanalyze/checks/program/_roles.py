@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
 from nsanalyze.normalize.waits import BACKWARD
 
 
@@ -71,3 +72,10 @@ def inference_steps(analysis) -> bool:
         return False
     return not any(k.role in ("optimizer", "graph") or BACKWARD.search(k.demangled or k.name or "")
                    for k in analysis.by_kernel)
+
+
+def pytorch_inference(timeline) -> bool:
+    """Steps of a PyTorch program (PYTORCH_LAUNCHES of its launches or more) that train nothing (inference_steps)."""
+    torch = launch_share(timeline, "PyTorch")
+    return torch is not None and torch >= PYTORCH_LAUNCHES and getattr(timeline, "steps", None) is not None and \
+        inference_steps(timeline.work_analysis)

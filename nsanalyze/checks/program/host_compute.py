@@ -80,7 +80,7 @@ from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, eviden
 from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
 from nsanalyze.checks.program import allocator_churn, pinned_alloc_churn, runtime_compilation
 from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
-from nsanalyze.checks.program._roles import inference_steps
+from nsanalyze.checks.program._roles import inference_steps, pytorch_inference
 from nsanalyze.checks.program.launch_overhead import profiler_caveat
 
 ID = "host-compute"
@@ -182,7 +182,7 @@ def _framework_advice(timeline) -> str:
     torch = launch_share(timeline, "PyTorch")
     if torch is not None and torch < PYTORCH_LAUNCHES:
         return ADVICE_HEAD + THREAD_EXAMPLE
-    if torch is not None and getattr(timeline, "steps", None) is not None and inference_steps(timeline.work_analysis):
+    if pytorch_inference(timeline):
         return INFERENCE_ADVICE
     return ADVICE
 
@@ -464,17 +464,14 @@ AFTER_READ_NS = 100_000
 BULK_READ_BYTES = 1 << 20
 
 
-def _reads_to_host(timeline) -> tuple[int, float, float]:
-    """(copies, bytes, ns) of the window's copies to the host."""
+def _bulk_reads(timeline) -> tuple[float, float] | None:
+    """(mean bytes a copy, their ns in all) of the window's copies to the host where they average BULK_READ_BYTES or
+    more, else None."""
     copies = getattr(timeline, "copies", None)
     rows = [r for r in (copies.by_kind if copies is not None else ()) if r.copy_kind == "Device-to-Host"]
-    return sum(r.copies for r in rows), float(sum(r.bytes for r in rows)), float(sum(r.duration_ns for r in rows))
-
-
-def _bulk_read_bytes(timeline) -> float:
-    """The mean bytes of the window's copies to the host (0 where none)."""
-    count, size, _ = _reads_to_host(timeline)
-    return size / count if count else 0.0
+    count = sum(r.copies for r in rows)
+    mean = sum(r.bytes for r in rows) / count if count else 0.0
+    return (float(mean), float(sum(r.duration_ns for r in rows))) if mean >= BULK_READ_BYTES else None
 
 
 def _after_reads_lead(timeline, idle_ns: float) -> str:
@@ -493,12 +490,12 @@ def _after_reads_lead(timeline, idle_ns: float) -> str:
     if not gap or gap < AFTER_READS_SHARE * idle_ns or gap < AFTER_READ_NS * sum(row.calls for row in reads):
         return ""
     names = ", ".join(dict.fromkeys(code_span(base_name(row.name)) for row in reads[:2] if row.name)) or "copies"
-    bulk = _bulk_read_bytes(timeline)
-    size = f", {naturalsize(bulk, binary=True)} a copy on average" if bulk >= BULK_READ_BYTES else ""
-    whole = ("" if not size else
+    bulk = _bulk_reads(timeline)
+    size = f", {naturalsize(bulk[0], binary=True)} a copy on average" if bulk else ""
+    whole = ("" if not bulk else
              " Copies this large bring data back whole: outputs reduced on the GPU first leave a small result to copy "
              "(`out.argmax(1).cpu()` before NumPy, `torch.bincount` for a confusion matrix, `topk`), and the copies, "
-             f"{duration_text(_reads_to_host(timeline)[2] / steps.count)} a step themselves, shrink with it (this "
+             f"{duration_text(bulk[1] / steps.count)} a step themselves, shrink with it (this "
              "finding counts the host's time only).")
     return (f"The host's time follows the steps' reads from the GPU ({names} to the host, which waits for it{size}): "
             f"after them it works "
@@ -673,7 +670,7 @@ def run(timeline, limits) -> Finding | None:
                   "longest_stretches": plain(tuple(timeline.host_stretches[:5]))},
         # (outputs read back lead before the step's end they lie at: the work is on them)
         advice=(_named_range_lead(timeline, stretches) or
-                (after_reads if advice == framework and _bulk_read_bytes(timeline) >= BULK_READ_BYTES else "") or
+                (after_reads if advice == framework and _bulk_reads(timeline) else "") or
                 (_step_end_lead(timeline) if advice == framework else "") or
                 (after_reads if advice == framework else "")) + advice,
         notes=notes,

@@ -70,9 +70,8 @@ from nsanalyze.normalize.waits import WAITING_CLASSES
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.program import event_timing, pageable_memcpy
-from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
 from nsanalyze.checks.program._claims import claims_by_cause, launch_speaks, unclaimed_part
-from nsanalyze.checks.program._roles import inference_steps
+from nsanalyze.checks.program._roles import pytorch_inference
 from nsanalyze.checks.program.host_sync import BACKWARD_TITLE, backward_waits_text, in_backward
 from nsanalyze.text import code_span
 
@@ -166,7 +165,7 @@ def run(timeline, limits) -> Finding | None:
         finding.evidence["waits_per_step"] = evidence(waits[0])
         if in_backward(placed):
             finding.title += BACKWARD_TITLE.format(n=placed.backward_per_step)
-    if not shapes and not waits and _pytorch_inference(timeline):
+    if not shapes and not waits and pytorch_inference(timeline):
         finding.advice = INFERENCE_LEAD + finding.advice
     return finding
 
@@ -181,12 +180,6 @@ INFERENCE_LEAD = ("These steps run no backward pass (inference or generation): f
                   "With autograd on, every operation records a graph node and keeps its inputs for a backward that "
                   "never runs: host time on every launch, and memory until the outputs are freed.\n\n")
 
-
-def _pytorch_inference(timeline) -> bool:
-    """Steps of a PyTorch program that train nothing (_roles.inference_steps)."""
-    torch = launch_share(timeline, "PyTorch")
-    return torch is not None and torch >= PYTORCH_LAUNCHES and getattr(timeline, "steps", None) is not None and \
-        inference_steps(timeline.work_analysis)
 
 
 # Consecutive steps whose kernels change, at this share of them or more (model.ShapeChanges.vary)
