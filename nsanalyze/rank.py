@@ -225,8 +225,9 @@ def combine_per_kernel(findings: list[Finding], kernel_time_ns: dict | None = No
                               f"{'es' if launches != 1 else ''} of {time_ns / launches / 1e3:.1f} us each keep a "
                               f"launch floor of about {floor / 1e3:.1f} us")
         for finding in group:
-            if len(group) >= 2 and (overlapped or later_overlapped or primary and later):
-                finding.notes.append(f"overlaps with {', '.join(f.check for f in group if f is not finding)}: "
+            others = [f.check for f in group if f is not finding and f.estimated_speedup > 0]  # one saving nothing
+            if others and (overlapped or later_overlapped or primary and later):               # overlaps nothing
+                finding.notes.append(f"overlaps with {', '.join(others)}: "
                                      f"fixed together they save at most {combined:.0%} of the kernel's time"
                                      + (f" ({floor_note})" if floor_note else ""))
             elif floor_note:

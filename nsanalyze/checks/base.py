@@ -211,6 +211,20 @@ class KernelView:
     def missing(self, concepts) -> list[str]:
         return [c for c in concepts if self.get(c) is None]
 
+    def excess_share_on(self, opcode: str, metric: str, ideal_metric: str, limit: int = 8) -> float | None:
+        """The share of the kernel's excess `metric` (over `ideal_metric` at the same PC) that SASS instructions
+        whose opcode starts with `opcode` carry, from the `limit` instructions with the most excess (each one's
+        SASS text is a look-up); None without source counters. Tells what kind of access the excess comes from
+        (cp.async's LDGSTS, a vector LDS.128), which changes the fix."""
+        spots = self.source_spots.get(metric) or []
+        ideal = {s.pc: s.value for s in self.source_spots.get(ideal_metric) or []}
+        excess = [(spot.value - ideal.get(spot.pc, 0.0), spot) for spot in spots]
+        total = sum(e for e, _ in excess if e > 0)
+        if not total:
+            return None
+        top = sorted((item for item in excess if item[0] > 0), key=lambda item: -item[0])[:limit]
+        return sum(e for e, spot in top if (spot.sass or "").startswith(opcode)) / total
+
     def top_spots(self, metric: str, ideal_metric: str | None = None, limit: int = 3) -> "SourceLines":
         """The source lines with the most of `metric` (minus `ideal_metric` at the same PC, when given),
         found when first read: a report's per-PC data is large, and most findings are merged away."""

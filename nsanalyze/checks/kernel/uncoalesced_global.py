@@ -109,6 +109,8 @@ CHECK = Check(
                                             "(a tiled GEMM), not re-reading it"),
         "signature_waste_share": Threshold(0.5, "without access counters half of L1's busy time is taken as waste: "
                                                 "strided or redundant loads typically cost 2-8x the needed L1 work"),
+        "async_copy_share": Threshold(0.5, "the share of the excess on cp.async (LDGSTS) from which the advice is "
+                                           "cp.async's alignment, not the data's layout"),
         "ideal_sectors_per_request": Threshold(16.0, "without source counters or bytes per sector the access width is "
                                                      "unknown: 32 threads x 16-byte vectors = 16 sectors is still coalesced, "
                                                      "so only more than that is surely waste"),
@@ -118,6 +120,21 @@ CHECK = Check(
                    "loads' excess (nothing wasted past L1), the excess share of the L1's busy share instead"),
     advice=ADVICE,
 )
+ASYNC_COPY_ADVICE = """Most excess sectors come from `cp.async` (LDGSTS) copies from global to shared memory: each warp's
+copy should read whole, aligned sectors and lines.
+
+- Start every row a warp copies on a 128-byte boundary: allocations from `cudaMalloc` are 256-byte
+  aligned, so keep row pitches and tile offsets multiples of 128 bytes (pad the leading dimension), and
+  align the shared destination to 128 bytes as well.
+- Let consecutive threads copy consecutive 16-byte chunks of a row, not a column.
+
+```cuda
+// before: a 16-byte offset makes each warp's 512-byte copy touch 17 sectors and 5 lines
+cuda::memcpy_async(&tile[row][0], &A[row * lda + 4 + k], bytes, pipe);
+// after: the leading dimension padded so that every row starts on a 128-byte boundary
+cuda::memcpy_async(&tile[row][0], &A[row * lda_padded + k], bytes, pipe);
+```"""
+
 ACCESS_SECTIONS = "--section MemoryWorkloadAnalysis_Tables --section SourceCounters"
 L1_SIGNATURE_ADVICE = f"""Find which accesses keep L1 busy, then make each warp's loads touch fewer sectors.
 
@@ -280,6 +297,21 @@ def _waits_on_latency_with_dram_at_need(kernel: KernelView) -> str | None:
             "findings (occupancy, ILP) speak for its time")
 
 
+def _waits_on_latency_far_from_roofs(kernel: KernelView) -> str | None:
+    """Why the excess sectors cost no time, or None: the kernel runs below the latency share of every roof with fewer
+    ready warps a scheduler than the roofline's latency line, so no memory unit is what holds it; each warp waits on its
+    own loads' latency, which a sector more or less per request barely moves. The dev suite's pointer chase (16% of its
+    nearest roof, no ready warp, one dependent random load after another) wastes 87% of its sectors and would gain
+    nothing from a layout that wastes none: its loads' addresses come from the loads before them."""
+    eligible, share = kernel.get("eligible_warps_per_scheduler"), roof_share(kernel)
+    bands = global_settings()["roofline"]
+    if eligible is None or share is None or share >= bands["latency_share"] or eligible >= bands["ready_warps"]:
+        return None
+    return (f"no time estimated: the kernel waits on latency ({share:.0%} of its nearest roof, {eligible:.2f} ready "
+            "warps a scheduler), not on the memory units the excess sectors load; the latency findings (occupancy, "
+            "ILP) speak for its time")
+
+
 def _worst_per_request(kernel: KernelView) -> tuple[float | None, str]:
     """(sectors per request, "load" or "store") of the direction that touches more sectors a request, of those the
     report measures (a memory chart alone holds L1's requests and L2's sectors: metrics.csv's second rows); the
@@ -338,7 +370,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
             if l1_share < limits["min_l1_share"]:
                 return None  # L1 hits serve the excess and L1 has room: nothing wasted that costs time
             speedup = clamp01((excess_share - past_l1) * l1_share + past_l1 * (memory_share or 0.0))
-    waiting = _waits_on_latency_with_dram_at_need(kernel)
+    waiting = _waits_on_latency_with_dram_at_need(kernel) or _waits_on_latency_far_from_roofs(kernel)
     if waiting and speedup:
         speedup = 0.0
         notes.append(waiting)
@@ -365,6 +397,11 @@ def run(kernel: KernelView, limits) -> Finding | None:
     else:
         directions_quoted = directions
     which = _which(directions_quoted)
+    on_async = kernel.excess_share_on("LDGSTS", "memory_l2_theoretical_sectors_global",
+                                      "memory_l2_theoretical_sectors_global_ideal")
+    async_copies = on_async is not None and on_async >= limits["async_copy_share"]
+    if async_copies:
+        which += f"; {on_async:.0%} of the excess on cp.async (LDGSTS) copies to shared memory"
     title = f"{excess_share:.0%} of global-memory sectors are wasted by uncoalesced access{which}"
     if served_by_l1:
         title = (f"Global loads split sectors between requests ({1 / max(1e-9, 1 - excess_share):.1f}x the sector accesses "
@@ -377,7 +414,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
         title=title,
         estimated_speedup=speedup,
         evidence=evidence_table,
-        advice=L1_ADVICE if served_by_l1 else ADVICE,
+        advice=L1_ADVICE if served_by_l1 else ASYNC_COPY_ADVICE if async_copies else ADVICE,
         source=kernel.top_spots("memory_l2_theoretical_sectors_global", "memory_l2_theoretical_sectors_global_ideal"),
         notes=notes,
     )

@@ -101,7 +101,9 @@ def test_shared_memory_bottleneck_comes_first(dev_suite_table):
     from nsanalyze.checks.kernel import bank_conflicts, missing_tensor_cores as check
     from nsanalyze.rank import rank
 
-    view = KernelView(_sgemm_row(dev_suite_table, l1_throughput_pct=99.0, bank_conflict_share=0.49))
+    wavefronts = dev_suite_table.frame.set_index("name").loc["sgemm_tiled", "shared_wavefronts"]
+    view = KernelView(_sgemm_row(dev_suite_table, l1_throughput_pct=99.0, bank_conflict_share=0.49,
+                                 shared_wavefronts_ideal=wavefronts * 0.51))  # the replays' wavefronts as well
     tensor = check.run(view, limits_for(check))
     bank = bank_conflicts.run(view, limits_for(bank_conflicts))
     assert tensor.after_others and any("bottleneck" in n for n in tensor.notes)
