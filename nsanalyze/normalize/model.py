@@ -483,6 +483,7 @@ class HostStretch(Record):
     own_ns: float | None = None   # where there are such calls, its time outside them: the host's own code
     first_kernel: str | None = None   # the kernel whose run ended it, where that was its first run in the capture
     module_loads_after: int = 0   # module-load calls after it, before the host next gave the GPU work (a code build's)
+    upload_after_bytes: int = 0   # where that next call was a copy to the GPU, its bytes: the host built those inputs
 
     @property
     def own_time_ns(self) -> float:

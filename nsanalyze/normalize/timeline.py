@@ -268,7 +268,8 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     timeline.notes += _lost_kernels_note(timeline.launches)
     step_ranges = (steps.host_starts, steps.host_ends) if steps is not None else None
     timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads, capture.calls, call_names,
-                                              step_ranges=step_ranges, kernels=capture.kernels)
+                                              step_ranges=step_ranges, kernels=capture.kernels,
+                                              copies=capture.copies)
     capture_budgets = lambda: build_budgets(capture, call_names, set(comm_ids.tolist()), peer_kinds)  # noqa: E731
     # the window as the report states it: a capture-wide window's bounds are open, its extent the GPU work's (a phase
     # before numba-jit's first GPU work read as 265 ms inside a window of 147 ms)
@@ -777,14 +778,15 @@ def _own_code(stretches: list[dict], activity, keep: int = HOST_STRETCHES) -> li
 
 
 def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, calls=None, call_names=None,
-                    limit: int = 2 * HOST_STRETCHES, step_ranges=None, kernels=None) -> list[dict]:
+                    limit: int = 2 * HOST_STRETCHES, step_ranges=None, kernels=None, copies=None) -> list[dict]:
     """The longest stretches in which the GPU waited on the host's own work, with what the host was in:
     the innermost NVTX range around it, the OS runtime calls during it (when traced), the JIT-compiled code
     it linked and loaded after it, before it next gave the GPU work (`jit_calls`: the host was compiling it),
     and, where the steps are host ranges (`step_ranges`: starts, ends), how much of it lies inside them
     (`in_steps_ns`: a stretch between them is the loop's code before a step, such as fetching its batch), and
     the kernel whose run ended it where that was the kernel's first in the capture (`first_kernel`, of `kernels`:
-    the capture's)."""
+    the capture's), and the bytes of the copy to the GPU that ended it, where the host's next call that gave the GPU
+    work was one (`upload_after_bytes`, of `copies`: the host built those inputs)."""
     stretches = []
     for budget in budgets:
         stretches += [{"device_id": budget.device_id, "start_ns": s, "duration_ns": e - s}
@@ -792,9 +794,15 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
     stretches = sorted(stretches, key=lambda r: -r["duration_ns"])[:limit]
     if calls is not None and call_names is not None and len(calls):
         processes = {b.device_id: list(b.processes) for b in budgets}
+        upload_kinds = [int(i) for i, label in export.query("SELECT id, label FROM memcpy_kinds")
+                        if label in UPLOAD_KINDS]
         for stretch in stretches:
-            loads, next_work, module_loads = _jit_calls_after(calls, call_names, processes.get(stretch["device_id"], []),
-                                                              stretch["start_ns"] + stretch["duration_ns"])
+            loads, next_work, module_loads, next_row = _jit_calls_after(
+                calls, call_names, processes.get(stretch["device_id"], []), stretch["start_ns"] + stretch["duration_ns"])
+            if copies is not None and next_row is not None:
+                upload = _upload_at(calls, copies, next_row, upload_kinds)
+                if upload:
+                    stretch["upload_after_bytes"] = upload
             if module_loads:
                 stretch["module_loads_after"] = module_loads
             if loads:
@@ -911,31 +919,46 @@ def _first_kernels(export: NsysExport, stretches: list[dict], kernels) -> None:
 # Host-activity classes (host_activity.csv) of the calls that give the GPU work: where the host's next such call
 # comes, what it did since is no longer preparation
 ISSUING_CLASSES = ("launch", "graph-launch", "copy", "copy-async", "memset")
+COPY_CLASSES = ("copy", "copy-async")
+UPLOAD_KINDS = ("Host-to-Device", "Unified Host-to-Device")   # a copy to the GPU: what a stretch before it built
 JIT_CLASS, MODULE_LOAD_CLASS = "jit", "module-load"
 RANGE_HOLDS = 0.9   # an NVTX range holding this share of a host stretch names it (the innermost of its path)
 CALLS_AFTER_STRETCH = 64   # the calls looked at after a stretch for the next one that gives the GPU work
 
 
-def _jit_calls_after(calls, call_names: dict, pids: list, at_ns: int) -> tuple[list[dict], int | None, int]:
+def _jit_calls_after(calls, call_names: dict, pids: list,
+                     at_ns: int) -> tuple[list[dict], int | None, int, int | None]:
     """The calls of the class `jit` (host_activity.csv: a run-time link, a module loaded from an image in memory,
     nvrtc) the processes made from `at_ns` until their next call that gives the GPU work: by name, calls, time;
-    that call's start (None where it is not among the calls looked at); and the calls of the class `module-load`
-    among them (a library loaded: at a kernel's first launch, or a build of every step's)."""
+    that call's start (None where it is not among the calls looked at); the calls of the class `module-load`
+    among them (a library loaded: at a kernel's first launch, or a build of every step's); and that call's row
+    where it is a copy (None otherwise)."""
     index = _first_calls_after(calls, pids, at_ns, CALLS_AFTER_STRETCH)
     loads: dict[str, list] = {}
-    next_work, module_loads = None, 0
+    next_work, module_loads, copy_row = None, 0, None
     for i in index:
         name = str(call_names.get(int(calls.name_id[i])) or "")
         kind = host_activity.classify(name)
         if kind in ISSUING_CLASSES:
             next_work = int(calls.start[i])
+            copy_row = int(i) if kind in COPY_CLASSES else None
             break
         if kind == JIT_CLASS:
             entry = loads.setdefault(host_activity.base_name(name), [0, 0])
             entry[0] += 1
             entry[1] += int(calls.end[i] - calls.start[i])
         module_loads += kind == MODULE_LOAD_CLASS
-    return [{"name": n, "calls": c, "total_ns": ns} for n, (c, ns) in loads.items()], next_work, module_loads
+    return [{"name": n, "calls": c, "total_ns": ns} for n, (c, ns) in loads.items()], next_work, module_loads, copy_row
+
+
+def _upload_at(calls, copies, row: int, upload_kinds: list[int]) -> int:
+    """The bytes the copy call at `row` moved to the GPU (its copies matched by process and correlation id), 0
+    where it moved none there (a copy to the host, on the device, or not traced)."""
+    corr, pid = int(calls.correlation_id[row]), int(calls.pid[row])
+    if corr < 0 or not len(copies):
+        return 0
+    match = np.flatnonzero((copies.correlation_id == corr) & ((copies.pid == pid) | (copies.pid < 0)) & (copies.memset == 0))
+    return int(copies.bytes[match][np.isin(copies.copy_kind[match], upload_kinds)].sum()) if len(match) else 0
 
 
 AFTER_CHUNK = 1 << 20   # calls looked through at a time for the first ones after a stretch

@@ -448,6 +448,28 @@ def _step_end_lead(timeline) -> str:
             "housekeeping such as `gc.collect()` or `torch.cuda.empty_cache()`), not at its input.\n\n")
 
 
+# The longest stretches that end in a copy to the GPU, from this share of their time, lead the advice with the inputs
+# the host builds (blind74_replaybuf: each of the 5 longest, 2.5-2.6 ms of a 11.9 ms step, ends in a 13.8 MiB pageable
+# upload of a batch NumPy gathered from a replay buffer on the host, while the advice said the time was spread)
+BEFORE_UPLOADS_SHARE = 0.5
+
+
+def _before_uploads_lead(stretches) -> str:
+    """Where the longest stretches end, BEFORE_UPLOADS_SHARE of their time or more, in the host's copy of data to the
+    GPU (HostStretch.upload_after_bytes), the host builds the steps' inputs: the advice starts there."""
+    uploading = [s for s in stretches if s.upload_after_bytes]
+    total = sum(s.own_time_ns for s in stretches)
+    if not uploading or sum(s.own_time_ns for s in uploading) < BEFORE_UPLOADS_SHARE * total:
+        return ""
+    size = naturalsize(sum(s.upload_after_bytes for s in uploading) / len(uploading), binary=True)
+    return (f"The host's longest stretches end in copies to the GPU ({len(uploading)} of the {len(stretches)} "
+            f"longest, {size} a copy on average): the host builds the steps' inputs on the CPU, then uploads them. "
+            "Data that fits in GPU memory can stay there: move the dataset (or replay buffer) to the GPU once and "
+            "select each batch there (indices from `torch.randint(..., device='cuda')`, indexing on the GPU). Else "
+            "build the batches ahead of the step in DataLoader workers (`num_workers`, `pin_memory=True`) so that the "
+            "next one is ready, pinned, when a step starts.\n\n")
+
+
 # The host's time after the steps' copies to the host, up to its next launch, from this share of the finding's time
 # leads the advice: the host works on what it read back (blind_hostmetrics: 95 of its 120 ms after the 2 waits a step
 # of a `.tolist()` and its copy, a Python loop over the tokens, while the advice said the time was spread over launches)
@@ -603,7 +625,8 @@ def run(timeline, limits) -> Finding | None:
     after_reads = _after_reads_lead(timeline, idle_ns)
     # (time after the reads is work on them, however short each stretch: not the cost of issuing operations)
     framework = _framework_advice(timeline)
-    advice = SPREAD_ADVICE if _spread(timeline, stretches) and not after_reads else framework
+    before_uploads = _before_uploads_lead(stretches)
+    advice = SPREAD_ADVICE if _spread(timeline, stretches) and not after_reads and not before_uploads else framework
     notes = _calls_inside_note(stretches, claimed, left_out=(MODULE_LOAD_CLASS,) if loads_ns else ())
     extra = {}
     if loads_ns:
@@ -669,9 +692,11 @@ def run(timeline, limits) -> Finding | None:
                   **extra,
                   "longest_stretches": plain(tuple(timeline.host_stretches[:5]))},
         # (outputs read back lead before the step's end they lie at: the work is on them)
+        # (a step's late end first: the stretch at its end runs up to the next step's upload, blind70_reviews's)
         advice=(_named_range_lead(timeline, stretches) or
                 (after_reads if advice == framework and _bulk_reads(timeline) else "") or
                 (_step_end_lead(timeline) if advice == framework else "") or
+                (before_uploads if advice == framework else "") or
                 (after_reads if advice == framework else "")) + advice,
         notes=notes,
     )
