@@ -312,6 +312,17 @@ PAIRS = [
           ("gcn", "the adjacency as an edge list propagated by gather-scatter, not a dense N x N matrix"),
           ("lmgen", "generation under torch.no_grad(), not with autograd recording every operation"))
       for i in (1, 2)],
+    # round 75 (fixtures/real/record_blind74.sh, blind74_train.py): two more, chosen blind and recorded before any
+    # check looked at them: a token tagger whose loss and metrics select tokens by boolean masks (a sync each: a
+    # host-bound loop where they cost little; the two pairs disagree), and a DQN whose replay buffer lives in NumPy
+    # (each batch gathered on the host, uploaded from pageable memory)
+    *[(f"blind74_{p}_base{i}", f"blind74_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+      for p, what, check in (
+          ("masksync", "ignore_index and masked sums, not boolean-mask selections that read their size back",
+           "host-sync"),
+          ("replaybuf", "the replay buffer on the GPU, sampled there, not gathered in NumPy and uploaded pageable",
+           "host-compute"))
+      for i in (1, 2)],
 ]
 
 

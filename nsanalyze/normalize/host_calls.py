@@ -251,7 +251,44 @@ def launches(export: NsysExport, wa: WindowActivity) -> dict:
     return totals
 
 
-def copies(wa: WindowActivity) -> dict:
+# CUB's device-wide kernels that count or select (kernel short names, SQL LIKE patterns): PyTorch's boolean-mask
+# indexing, `nonzero`, `masked_select` and `unique` run them, then read the count back to size their output
+# (blind74_masksync: a 4-byte read after each `DeviceReduceSingleTileKernel` of `x[mask]`, an 8-byte one after
+# `DeviceReduceByKeyKernel` of `unique`)
+SIZE_KERNELS = ("DeviceReduceSingleTileKernel%", "DeviceReduceByKeyKernel%", "DeviceSelectSweepKernel%",
+                "DeviceCompactInitKernel%", "DeviceRunLengthEncode%", "DeviceReduceKernel%")
+SIZE_READ_BYTES = 8   # a count: an int32 or int64
+
+
+def size_kernel_ids(export: NsysExport) -> np.ndarray:
+    """Name ids of the SIZE_KERNELS in the export's strings."""
+    where = " OR ".join("value LIKE ?" for _ in SIZE_KERNELS)
+    return np.array([r[0] for r in export.query(f"SELECT id FROM StringIds WHERE {where}", SIZE_KERNELS)],
+                    dtype=np.int64)
+
+
+def _size_reads(wa: WindowActivity, copies, to_host: list, size_ids: np.ndarray) -> int:
+    """Reads to the host of at most SIZE_READ_BYTES whose stream's last kernel before them is one of CUB's counting
+    kernels (SIZE_KERNELS): the host reading a data-dependent result's size."""
+    reads = np.flatnonzero((copies.bytes <= SIZE_READ_BYTES) & np.isin(copies.copy_kind, to_host))
+    kernels = wa.kernels
+    if not len(reads) or not len(size_ids) or not len(kernels):
+        return 0
+    kernel_keys = pair_keys(kernels.device_id, kernels.stream_id)
+    read_keys = pair_keys(copies.device_id[reads], copies.stream_id[reads])
+    found = 0
+    for key in np.unique(read_keys).tolist():   # a few streams
+        on = np.flatnonzero(kernel_keys == key)
+        if not len(on):
+            continue
+        on = on[np.argsort(kernels.end[on], kind="stable")]
+        starts = copies.start[reads[read_keys == key]]
+        last = np.searchsorted(kernels.end[on], starts, side="right") - 1
+        found += int(np.isin(kernels.short_name_id[on[last[last >= 0]]], size_ids).sum())
+    return found
+
+
+def copies(wa: WindowActivity, size_ids: np.ndarray | None = None) -> dict:
     """Host<->device copies by memory kind and issuing API, with the pageable and synchronous ones listed; and the
     copies inside a GPU's memory, summed."""
     copies = wa.copies
@@ -265,6 +302,7 @@ def copies(wa: WindowActivity) -> dict:
     to_host = [k for k, label in wa.copy_kinds.items() if label == "Device-to-Host"]
     # one byte to the host: a boolean the host tests (`if mask.any():`, an assert, a library's argument check)
     boolean_reads = int(((copies.bytes == 1) & np.isin(copies.copy_kind, to_host)).sum())
+    size_reads = _size_reads(wa, copies, to_host, size_ids) if size_ids is not None else 0
     call = lookup(first_by_key(wa.calls.correlation_id), copies.correlation_id)
     api = [wa.call_names.get(n) if i >= 0 else None
            for i, n in zip(call.tolist(), wa.calls.name_id[np.maximum(call, 0)].tolist() if len(wa.calls) else [])]
@@ -293,7 +331,7 @@ def copies(wa: WindowActivity) -> dict:
     # pinned copies large enough to run at the link's rate (per-copy latency is ~10 us): what this machine's
     # link reaches, per direction, as the pageable and transfer checks hold their copies against
     pinned_large = [r for r in rows if "Pinned" in (r["src_kind"], r["dst_kind"]) and r["bytes"] >= PINNED_RATE_MIN_BYTES]
-    return {"by_kind": by_kind_rows, "on_device": on_device_row, "boolean_reads": boolean_reads,
+    return {"by_kind": by_kind_rows, "on_device": on_device_row, "boolean_reads": boolean_reads, "size_reads": size_reads,
             "pageable": {"copies": len(pageable), "duration_ns": sum(r["duration_ns"] for r in pageable),
                          "bytes": sum(r["bytes"] for r in pageable), "async_top": longest(pageable_async),
                          "by_direction": _by_direction(pageable)},

@@ -249,6 +249,7 @@ class Copies(Record):
     pinned_large: tuple = ()
     sync: SyncCopies | None = None
     boolean_reads: int = 0   # device-to-host copies of one byte: booleans the host tests
+    size_reads: int = 0      # reads of a count right after CUB's counting kernels: a data-dependent result's size
 
 
 @dataclass(frozen=True)

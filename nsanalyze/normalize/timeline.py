@@ -183,7 +183,8 @@ def _timeline(export: NsysExport, skip_first_ns, nvtx_range, mode: str, side: "_
                                      _kernel_names(export, activity) if side.beside else None,
                                      work_split.annotated_roles(export, activity), _reads_to_host(wa))
     host_side = {"streams": gpus.streams(wa), "ranges": host_calls.ranges(export, wa), "gaps": gpus.gaps(export, wa),
-                 "syncs": syncs_later.result(), "launches": host_calls.launches(export, wa), "copies": host_calls.copies(wa)}
+                 "syncs": syncs_later.result(), "launches": host_calls.launches(export, wa),
+                 "copies": host_calls.copies(wa, host_calls.size_kernel_ids(export))}
     timeline, host_later = _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names,
                                        comm_ids, peer_kinds, budgets_later.result(), host_side, side)
     return timeline, kernels_later, host_later

@@ -161,7 +161,8 @@ def run(timeline, limits) -> Finding | None:
         timing = getattr(timeline, "timing_code", None)
         finding.advice = _waits_first(*waits, timing=timing, timing_found=timing is not None
                                       and event_timing.ID in claims_by_cause(timeline),
-                                      waits=placed, uploads=_blocking_uploads_per_step(timeline)) + finding.advice
+                                      waits=placed, uploads=_blocking_uploads_per_step(timeline),
+                                      size_reads=_size_reads_per_step(timeline)) + finding.advice
         finding.evidence["waits_per_step"] = evidence(waits[0])
         if in_backward(placed):
             finding.title += BACKWARD_TITLE.format(n=placed.backward_per_step)
@@ -248,14 +249,23 @@ def _blocking_uploads_per_step(timeline) -> float:
     return pageable_memcpy.upload_copies(timeline) / steps
 
 
+def _size_reads_per_step(timeline) -> float:
+    """Reads a steady step makes of a data-dependent result's size (model.Copies.size_reads)."""
+    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    copies = getattr(timeline, "copies", None)
+    return copies.size_reads / steps if steps and copies is not None else 0.0
+
+
 def _waits_first(per_step: float, name: str, timing=None, waits=None, uploads: float = 0.0,
-                 timing_found: bool = False) -> str:
+                 timing_found: bool = False, size_reads: float = 0.0) -> str:
     """The advice's first lines where the steps wait for the GPU: what the waits are, and that they go first.
     `timing`: the steps' timing code (model.TimingCode), whose syncs, where they are most of the host's sync time,
     are the waits, named as event-timing's where that finding is there (`timing_found`: time53_resnet's stayed
     silent, its replay under its threshold); `waits`: where the replayed steps wait (model.StepWaits), the backward pass named where it makes
     most of them; `uploads`: blocking uploads a step, whose own waits they are where there are as many (own67_fixed:
-    one `xb.cuda()` of a pageable batch a step, its wait read as a `.item()`)."""
+    one `xb.cuda()` of a pageable batch a step, its wait read as a `.item()`); `size_reads`: reads a step of a
+    data-dependent result's size, whose waits they are where they are half of them or more (blind74_masksync: 6 a
+    step from boolean-mask indexing and `unique`, no `.item()` in the loop)."""
     times = "once" if round(per_step) == 1 else f"{per_step:.0f} times"
     backward = backward_waits_text(waits)
     if backward:
@@ -279,6 +289,14 @@ def _waits_first(per_step: float, name: str, timing=None, waits=None, uploads: f
                 "step from pageable memory (a blocking `.to('cuda')` or `.cuda()` copies, then waits), and a CUDA graph "
                 "cannot capture a step that waits: upload from pinned memory with `non_blocking=True` "
                 "(pageable-memcpy), then capture the step.\n\n")
+    if round(size_reads) and size_reads >= 0.5 * per_step:   # the sizes of data-dependent results, read back
+        return (f"Each step waits for the GPU {times} ({code_span(name)}), {size_reads:.0f} of them to read back "
+                "how many elements a data-dependent operation produced (a count read right after CUB's counting or "
+                "selecting kernels): boolean-mask indexing (`x[mask]`), `nonzero`, `masked_select`, `unique`. The "
+                "host cannot go on before it knows the size, and a CUDA graph cannot capture a step that waits. Keep "
+                "the shapes fixed: apply the mask as a factor or an ignored label (`F.cross_entropy(logits, labels, "
+                "ignore_index=-100)`, `(loss * mask).sum() / mask.sum()`, `torch.where(mask, x, 0)`), count with "
+                "`bincount(minlength=...)` or `scatter_add_`, then capture the step.\n\n")
     if per_step >= PER_ITEM_WAITS:
         return said + ("The loop moves data between host and GPU piece by piece and waits each time (a read-back or "
                        "an upload per item, request or layer): first make the moves fewer (batch the inputs or "

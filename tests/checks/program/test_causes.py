@@ -3,6 +3,8 @@
 Each fixture is a real recording of a program written to show one cause (fixtures/real/README.md);
 the test asserts the first program finding and the budget figures that make it so."""
 
+import pytest
+
 from tests.conftest import PUBLIC, REAL, program_findings, sql, sql_gpu_step_firsts
 
 HOST_CAUSES = {"launch-overhead", "host-compute", "host-sync", "gpu-idle"}
@@ -289,3 +291,29 @@ def test_a_part_and_its_rest_that_print_apart_are_squared(analyzed):
     note = next(n for n in launch["notes"] if n.startswith("the budget's idle_launch"))
     assert re.search(rf"is {whole:.0%} of the window: .*counts [\d.]+ µs, and this finding the {left:.0%} left", note)
     assert "median step" not in note
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_waits_that_read_a_data_dependent_size_are_named(analyzed, run):
+    """blind74_masksync (chosen blind): a token tagger's loss and metrics select the labelled tokens by boolean masks
+    (`logits[active]`, `labels[active]`) and count the tags with `torch.unique`: no `.item()` in the loop, yet each
+    step waits 6 times, each on a count read back right after CUB's counting kernel (SQL: reads to the host of at
+    most 8 bytes whose stream's last kernel before them is DeviceReduceSingleTileKernel or DeviceReduceByKeyKernel).
+    launch-overhead, first on this host-bound loop, named `.item()` and `.cpu()` as the waits; it now names the
+    data-dependent sizes and their fixed-shape forms. Its fix (ignore_index, masked sums) has none."""
+    model = analyzed(REAL / f"blind74_masksync_base{run}_nsys.sqlite.xz")
+    window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
+    (reads,), = sql(REAL / f"blind74_masksync_base{run}_nsys.sqlite.xz", f"""
+        SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN ENUM_CUDA_MEMCPY_OPER e ON e.id = m.copyKind
+        WHERE e.label = 'Device-to-Host' AND m.bytes <= 8 AND m.start >= {window['start_ns']}
+        AND m.start < {window['end_ns']} AND (SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k
+            JOIN StringIds s ON s.id = k.shortName WHERE k.streamId = m.streamId AND k.deviceId = m.deviceId
+            AND k.end <= m.start ORDER BY k.end DESC LIMIT 1) IN ('DeviceReduceSingleTileKernel',
+                                                                 'DeviceReduceByKeyKernel')""")
+    assert reads == model["timeline"]["copies"]["size_reads"] == 6 * steps
+    first = program_findings(model)[0]
+    assert first["check"] == "launch-overhead"
+    assert first["advice"].startswith("Each step waits for the GPU 6 times (`cudaStreamSynchronize`), 6 of them to "
+                                      "read back how many elements a data-dependent operation produced")
+    assert "ignore_index=-100" in first["advice"].split("\n\n")[0]
+    assert analyzed(REAL / f"blind74_masksync_fix{run}_nsys.sqlite.xz")["timeline"]["copies"]["size_reads"] == 0
