@@ -141,7 +141,7 @@ def run(timeline, limits) -> Finding | None:
                   "idle_launch_ns": evidence(idle_ns, unit="ns"),
                   "short_kernels": evidence(launches.short_kernels),
                   "short_kernel_ns": evidence(launches.short_kernel_ns, unit="ns"),
-                  "launch_api_ns": evidence(launches.short_launch_api_ns, unit="ns"),
+                  "short_launch_api_ns": evidence(launches.short_launch_api_ns, unit="ns"),
                   "kernels": plain(launches.top)},
         advice=ADVICE,
         notes=[_left_out_note(one_time, first, jit)] if one_time else [],
@@ -189,7 +189,9 @@ SHAPES_CHANGE_SHARE = ShapeChanges.SHARE
 
 def _changing_shapes(timeline) -> str:
     """A paragraph for steps whose kernels change launch shape from one step to the next (normalize.steps.
-    shape_changes), which a CUDA graph's replay of captured shapes does not allow as they are; '' otherwise."""
+    shape_changes), which a CUDA graph's replay of captured shapes does not allow as they are; '' otherwise. Where
+    the steps read back data-dependent sizes (model.Copies.size_reads), those sizes are what changes the shapes
+    (blind74_masksync: its inputs padded to 128, its masked selections' kernels of another grid every step)."""
     changes = getattr(timeline, "shape_changes", None)
     if changes is None or not changes.vary:
         return ""
@@ -202,6 +204,11 @@ def _changing_shapes(timeline) -> str:
                 "whole batch, its random choices made as tensors on the GPU (masks, `torch.where`, gathered indices); "
                 "then capture the step.\n\n")
     example = f"; most often {code_span(changes.example)}" if changes.example else ""   # (a name from the profile)
+    if round(_size_reads_per_step(timeline)):
+        return (f"The steps' kernels change launch shape from one step to the next ({changes.changed} of the first "
+                f"{changes.compared} pairs of consecutive steps differ{example}): those after the data-dependent "
+                "results above, whose sizes change with the data, and a CUDA graph replays the shapes it captured. "
+                "The fixed-shape forms above make them static too.\n\n")
     return (f"The steps' kernels change launch shape from one step to the next ({changes.changed} of the first "
             f"{changes.compared} pairs of consecutive steps differ{example}), and a CUDA graph replays the shapes it "
             "captured. Make the shapes static first: a cache allocated once at its largest size and written in place "

@@ -212,7 +212,7 @@ def test_excess_sectors_on_cp_async_get_the_alignment_advice(analyzed):
     model = analyzed(PUBLIC / name.format("16B"))
     finding = next(f for f in model["findings"] if f["check"] == CHECK)
     assert "98% of the excess on cp.async (LDGSTS)" in finding["title"]
-    assert finding["source"][0]["sass"].startswith("LDGSTS") and "128-byte boundary" in finding["advice"]
+    assert finding["source"][0]["sass"].startswith("LDGSTS") and "__align__(128)" in finding["advice"]
     assert not any(f["check"] == CHECK for f in analyzed(PUBLIC / name.format("128B"))["findings"])
     # an LDG gather keeps the layout advice
     aos = next(f for f in analyzed(DEV_SUITE_NCU)["findings"] if f["check"] == CHECK and f["kernel_name"] == "aos_update")
