@@ -57,12 +57,21 @@ BULLETS = {
 BULLETS["shared memory per block"] = BULLETS["registers per thread"]
 ALL_BULLETS = "".join(dict.fromkeys(BULLETS.values()))   # where the cause has none of its own
 ADVICE_TEXT = ADVICE_LEAD + ALL_BULLETS
+# Under one wave, fewer, larger blocks would leave more SMs idle (the dev suite's pointer chase, 264 blocks of 32
+# threads on 132 SMs, was shown the same threads as 33 blocks of 256): more blocks come from splitting the work
 GRID_EXAMPLE = """
 ```cuda
-// before: 264 blocks of 32 threads
-chase<<<264, 32>>>(next, out, steps);
-// after: the same threads in full blocks, and more independent work per SM
-chase<<<(n + 255) / 256, 256>>>(next, out, steps);
+// before: one block a row: 100 blocks for 132 SMs, each SM at most one block
+row_sum<<<rows, 256>>>(x, out, cols);
+// after: each row split over 8 blocks, their partial sums added (atomicAdd, or a second pass): 800 blocks
+row_sum_split<<<dim3(8, rows), 256>>>(x, out, cols);
+```"""
+BLOCKS_EXAMPLE = """
+```cuda
+// before: blocks of one warp: the SM's block limit (32 on Hopper) holds it to 32 of its 64 warps
+scale<<<(n + 31) / 32, 32>>>(x, n);
+// after: the same threads in blocks of 256
+scale<<<(n + 255) / 256, 256>>>(x, n);
 ```"""
 # the example shows the change for the limit that holds (a user read of FaSTED's MmaPtxShared, 16,384 blocks of 128
 # threads held to 2 blocks an SM by 192 registers a thread, was shown a grid of 264 one-warp blocks made larger);
@@ -83,7 +92,8 @@ __shared__ float tile[64][128];
 // after: a 32 x 128 tile (16 KB) fits twice the blocks an SM; each block takes half the rows
 __shared__ float tile[32][128];
 ```"""
-EXAMPLES = {"registers per thread": REGISTERS_EXAMPLE, "shared memory per block": SHARED_MEMORY_EXAMPLE}
+EXAMPLES = {"registers per thread": REGISTERS_EXAMPLE, "shared memory per block": SHARED_MEMORY_EXAMPLE,
+            "the hardware block limit (blocks too small)": BLOCKS_EXAMPLE}
 
 
 def registers_example(kernel: KernelView) -> str:

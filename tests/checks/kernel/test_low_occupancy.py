@@ -74,7 +74,7 @@ def test_the_example_is_the_change_for_the_limit_that_holds(analyzed, dev_suite_
     kernel's own numbers: its block size and the 3 blocks an SM its shared memory allows (a later read found
     `(128, 4)` asking for a block shared memory forbids, beside bullets on grids under one wave and one-warp blocks:
     only its limit's bullet is left); the dev suite's pointer_chase, whose grid fills less than one wave, keeps the
-    grid's example and bullet."""
+    grid's example and bullet, an example that splits the work over more blocks."""
     from tests.conftest import PUBLIC
 
     model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__Shared_Mem_Conflicts_Sync_Vs_Async__Synchronous.ncu-rep.xz")
@@ -86,8 +86,11 @@ def test_the_example_is_the_change_for_the_limit_that_holds(analyzed, dev_suite_
     assert (threads, blocks, metrics["registers_per_thread"]) == (128, 3, 192)
     assert f"__launch_bounds__({threads}, {blocks}) kernel" in finding["advice"]
     assert "~192 registers live: 2 blocks of 128 threads" in finding["advice"]
-    assert "<<<264, 32>>>" not in finding["advice"] and "Grid too small" not in finding["advice"]
+    assert "row_sum_split" not in finding["advice"] and "Grid too small" not in finding["advice"]
     assert "Blocks of one warp" not in finding["advice"]
     chase = next(f for f in findings_for(dev_suite_model, "pointer_chase") if f["check"] == CHECK)
-    assert "<<<264, 32>>>" in chase["advice"] and "launch_bounds" not in chase["advice"].split("```")[1]
+    assert "row_sum_split" in chase["advice"] and "launch_bounds" not in chase["advice"].split("```")[1]
     assert "Grid too small" in chase["advice"]
+    # its example splits the work over more blocks: under one wave, the same threads in fewer, larger blocks (its 264
+    # blocks of 32 threads as 33 of 256, the example before) would leave more of the 132 SMs idle
+    assert "(n + 255) / 256, 256" not in chase["advice"]

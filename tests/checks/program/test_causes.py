@@ -301,15 +301,22 @@ def test_waits_that_read_a_data_dependent_size_are_named(analyzed, run):
     most 8 bytes whose stream's last kernel before them is DeviceReduceSingleTileKernel or DeviceReduceByKeyKernel).
     launch-overhead, first on this host-bound loop, named `.item()` and `.cpu()` as the waits; it now names the
     data-dependent sizes and their fixed-shape forms. Its fix (ignore_index, masked sums) has none."""
-    model = analyzed(REAL / f"blind74_masksync_base{run}_nsys.sqlite.xz")
+    from bisect import bisect_right
+
+    path = REAL / f"blind74_masksync_base{run}_nsys.sqlite.xz"
+    model = analyzed(path)
     window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
-    (reads,), = sql(REAL / f"blind74_masksync_base{run}_nsys.sqlite.xz", f"""
-        SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN ENUM_CUDA_MEMCPY_OPER e ON e.id = m.copyKind
-        WHERE e.label = 'Device-to-Host' AND m.bytes <= 8 AND m.start >= {window['start_ns']}
-        AND m.start < {window['end_ns']} AND (SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k
-            JOIN StringIds s ON s.id = k.shortName WHERE k.streamId = m.streamId AND k.deviceId = m.deviceId
-            AND k.end <= m.start ORDER BY k.end DESC LIMIT 1) IN ('DeviceReduceSingleTileKernel',
-                                                                 'DeviceReduceByKeyKernel')""")
+    small = sql(path, f"""SELECT m.start, m.deviceId, m.streamId FROM CUPTI_ACTIVITY_KIND_MEMCPY m
+        JOIN ENUM_CUDA_MEMCPY_OPER e ON e.id = m.copyKind WHERE e.label = 'Device-to-Host' AND m.bytes <= 8
+        AND m.start >= {window['start_ns']} AND m.start < {window['end_ns']}""")
+    kernels: dict = {}   # (device, stream) -> (ends ascending, names)
+    for end, device, stream, name in sql(path, """SELECT k.end, k.deviceId, k.streamId, s.value
+            FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName ORDER BY k.end"""):
+        ends, names = kernels.setdefault((device, stream), ([], []))
+        ends.append(end)
+        names.append(name)
+    last = [kernels[d, s][1][bisect_right(kernels[d, s][0], start) - 1] for start, d, s in small]
+    reads = sum(name in ("DeviceReduceSingleTileKernel", "DeviceReduceByKeyKernel") for name in last)
     assert reads == model["timeline"]["copies"]["size_reads"] == 6 * steps
     first = program_findings(model)[0]
     assert first["check"] == "launch-overhead"
