@@ -129,11 +129,15 @@ def run(timeline, limits) -> Finding | None:
     gemms = (f"; its matrix products {each(gemm_ns)}, at the {model}'s FP64 rate "
              + ("(its tensor cores take FP64 at the FP32 rate)" if rate == 1.0 else f"(1/{rate:g} of FP32)")
              if gemm_ns and rate else "")
+    # (matrix products named only where there are some: power_iteration's float64 work is one gemv, memory-bound)
     notes = [f"saving: the float64 kernels' time less what float32 takes, memory-bound kernels at half their time "
              f"(half the bytes), matrix products at the FP32 rate over the FP64 rate ({rate:g}x on the {model})"
-             if rate else
+             if rate and gemm_ns else
              "saving: the memory-bound float64 kernels at half their time (half the bytes); the matrix products' "
-             f"{duration_text(gemm_ns)} is not estimated (a GPU the device tables do not know)"]
+             f"{duration_text(gemm_ns)} is not estimated (a GPU the device tables do not know)"
+             if gemm_ns else
+             "saving: the float64 kernels at half their time: float32 moves half the bytes, and none is a matrix "
+             "product that the FP64 rate bounds (matrix-vector products read each element once: memory-bound)"]
     if rate == 1.0 and gemm_ns:
         notes.append("float32 GEMMs can go further on the tensor cores (TF32, bf16), which this saving does not "
                      "count: low-tensor-activity prices that once they are float32")
@@ -146,7 +150,7 @@ def run(timeline, limits) -> Finding | None:
                   "fp64_share": evidence(share, limits.min_share, unit="ratio"),   # of the GPUs' time in the window
                   "fp64_kernel_share": evidence(kernel_share, unit="ratio"),   # of GPU kernel time: the title's
                   "fp64_gemm_ns": evidence(gemm_ns, unit="ns"),
-                  **({"gemm_fp32_over_fp64": evidence(rate, unit="x")} if rate else {}),
+                  **({"gemm_fp32_over_fp64": evidence(rate, unit="x")} if rate and gemm_ns else {}),
                   "check_savings_ns": evidence(saved, unit="ns"),
                   "kernels": kernel_rows(sorted(kernels, key=lambda k: -k.ns))},
         advice=ADVICE,

@@ -62,6 +62,10 @@ def test_a_float64_matrix_vector_product_is_priced_by_its_bytes(analyzed):
     # the replay of the steps with those kernels 2x faster, within 2% of the estimate; never past their time
     assert finding["estimated_savings_ns"] == pytest.approx(fp64_ns / 2, rel=0.02)
     assert finding["estimated_savings_ns"] < fp64_ns
+    # no matrix product is priced at the FP64 rate: the note and evidence quote none (a user read found "matrix
+    # products at the FP32 rate over the FP64 rate (32x on the T4)" beside `fp64_gemm_ns` 0)
+    assert "gemm_fp32_over_fp64" not in finding["evidence"]
+    assert any(n.startswith("saving: the float64 kernels at half their time") for n in finding["notes"])
 
 
 def test_fused_adams_scalar_doubles_are_no_float64_math(analyzed):
