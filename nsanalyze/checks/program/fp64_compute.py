@@ -137,7 +137,8 @@ def run(timeline, limits) -> Finding | None:
              f"{duration_text(gemm_ns)} is not estimated (a GPU the device tables do not know)"
              if gemm_ns else
              "saving: the float64 kernels at half their time: float32 moves half the bytes, and none is a matrix "
-             "product that the FP64 rate bounds (matrix-vector products read each element once: memory-bound)"]
+             "product that the FP64 rate bounds" + (" (matrix-vector products read each element once: memory-bound)"
+                                                   if any(k.role in GEMM_ROLES for k in kernels) else "")]
     if rate == 1.0 and gemm_ns:
         notes.append("float32 GEMMs can go further on the tensor cores (TF32, bf16), which this saving does not "
                      "count: low-tensor-activity prices that once they are float32")
