@@ -258,6 +258,7 @@ def launches(export: NsysExport, wa: WindowActivity) -> dict:
 SIZE_KERNELS = ("DeviceReduceSingleTileKernel%", "DeviceReduceByKeyKernel%", "DeviceSelectSweepKernel%",
                 "DeviceCompactInitKernel%", "DeviceRunLengthEncode%", "DeviceReduceKernel%")
 SIZE_READ_BYTES = 8   # a count: an int32 or int64
+SIZE_WALK = 64        # kernels looked back from a read for its stream's last (other streams' kernels between)
 
 
 def size_kernel_ids(export: NsysExport) -> np.ndarray:
@@ -269,23 +270,32 @@ def size_kernel_ids(export: NsysExport) -> np.ndarray:
 
 def _size_reads(wa: WindowActivity, copies, to_host: list, size_ids: np.ndarray) -> int:
     """Reads to the host of at most SIZE_READ_BYTES whose stream's last kernel before them is one of CUB's counting
-    kernels (SIZE_KERNELS): the host reading a data-dependent result's size."""
-    reads = np.flatnonzero((copies.bytes <= SIZE_READ_BYTES) & np.isin(copies.copy_kind, to_host))
+    kernels (SIZE_KERNELS): the host reading a data-dependent result's size. Each read's kernel is found by walking
+    back from the last kernel that started before it (the window's kernels in start order) to one of its stream,
+    SIZE_WALK kernels at most: a few reads, never a table's worth of temporaries (a capture of 30M kernels)."""
     kernels = wa.kernels
-    if not len(reads) or not len(size_ids) or not len(kernels):
+    reads = np.flatnonzero((copies.bytes <= SIZE_READ_BYTES) & np.isin(copies.copy_kind, to_host))
+    if not len(reads) or not len(size_ids) or not len(kernels) or not np.isin(kernels.short_name_id, size_ids).any():
         return 0
-    kernel_keys = pair_keys(kernels.device_id, kernels.stream_id)
+    starts = kernels.start
+    order = None if ascending(starts) else np.argsort(starts, kind="stable")
+    at_start = copies.start[reads]
+    pos = np.searchsorted(starts if order is None else starts[order], at_start, side="right") - 1
     read_keys = pair_keys(copies.device_id[reads], copies.stream_id[reads])
-    found = 0
-    for key in np.unique(read_keys).tolist():   # a few streams
-        on = np.flatnonzero(kernel_keys == key)
-        if not len(on):
-            continue
-        on = on[np.argsort(kernels.end[on], kind="stable")]
-        starts = copies.start[reads[read_keys == key]]
-        last = np.searchsorted(kernels.end[on], starts, side="right") - 1
-        found += int(np.isin(kernels.short_name_id[on[last[last >= 0]]], size_ids).sum())
-    return found
+    found = np.full(len(reads), -1, dtype=np.int64)
+    pending = np.ones(len(reads), dtype=bool)
+    for back in range(SIZE_WALK):
+        at = pos - back
+        look = np.flatnonzero(pending & (at >= 0))
+        if not len(look):
+            break
+        rows = at[look] if order is None else order[at[look]]
+        hit = (pair_keys(kernels.device_id[rows], kernels.stream_id[rows]) == read_keys[look]) & \
+            (kernels.end[rows] <= at_start[look])
+        found[look[hit]] = rows[hit]
+        pending[look[hit]] = False
+    last = found[found >= 0]
+    return int(np.isin(kernels.short_name_id[last], size_ids).sum())
 
 
 def copies(wa: WindowActivity, size_ids: np.ndarray | None = None) -> dict:
