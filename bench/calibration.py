@@ -323,6 +323,16 @@ PAIRS = [
           ("replaybuf", "the replay buffer on the GPU, sampled there, not gathered in NumPy and uploaded pageable",
            "host-compute"))
       for i in (1, 2)],
+    # round 75 (fixtures/real/record_blind75.sh, blind75_train.py): two more, chosen blind and recorded at the end of
+    # the round, read before any change: a text classifier whose batches are tokenized in Python on the main thread
+    # and uploaded with blocking copies, and GPT-2 generation whose top-p sampling runs in NumPy on each token's logits
+    *[(f"blind75_{p}_base{i}", f"blind75_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+      for p, what, check in (
+          ("tokenize", "the corpus tokenized once into GPU tensors, not each batch in Python and uploaded blocking",
+           "host-compute"),
+          ("cpusample", "top-p sampling on the GPU (torch.multinomial), not each token's logits copied to NumPy",
+           "host-compute"))
+      for i in (1, 2)],
 ]
 
 
