@@ -38,6 +38,7 @@ stays in the replay.
 """
 
 from nsanalyze.normalize.host_activity import waits_for_gpu
+from nsanalyze.checks.program import pageable_memcpy
 from nsanalyze.checks.program._claims import SYNC_CHANGE, SYNC_ID, SYNC_MIN_SHARE, SYNC_PART, checks_values, \
     claims_by_cause, host_sync_calls, sync_change
 from nsanalyze.checks.base import Check, Finding, plural, Threshold, budget_part, evidence, per_step_phrase
@@ -173,7 +174,7 @@ def run(timeline, limits) -> Finding | None:
                   **({"drained_launch_ns": evidence(drained, unit="ns")} if drained > 0 else {}),
                   "sync_calls": evidence(calls),
                   "by_call": [dict(r.to_json(), kind=kind) for r, kind in sorted(rows, key=lambda r: -r[0].wait_ns)]},
-        advice=(backward_waits_text(waits) or checks_advice
+        advice=(backward_waits_text(waits) or checks_advice or _uploads_first(timeline, calls)
                 or _source_first(rows, timeline.critical_path is not None and timeline.timed_trials is None)) + ADVICE,
     )
     if on_gpu:
@@ -203,6 +204,22 @@ def _value_checks(timeline) -> tuple[str, str]:
             "is the replay without the checks (their reads and waits, the kernels that made each value, the host's "
             "way to their calls); the host code that prepares a check's arguments stays in it, so turning the "
             "checks off can save more.\n\n")
+
+
+def _uploads_first(timeline, calls: int) -> str:
+    """Where the waits are blocking uploads' own (as many uploads from pageable memory a step, each holding the host,
+    as waits: PyTorch's `.to("cuda")`, a copy then its stream sync), the advice's first paragraph says so: the loop
+    reads nothing back, and the host cannot build its next input while the GPU computes (blind75_tokenize: 3 uploads
+    and 3 waits a step, a batch tokenized in Python after each step's waits; the advice was `.item()` and `.cpu()`)."""
+    uploads = pageable_memcpy.blocking_uploads_per_step(timeline)
+    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    if not steps or not round(uploads) or round(uploads) < round(calls / steps):
+        return ""
+    return (f"The waits are the uploads' own: {plural(round(uploads), 'copy')} a step to the GPU from pageable "
+            "memory, each a blocking `.to('cuda')` (a copy, then a wait for it). Nothing is read back: at each upload "
+            "the host waits for the work queued before it, so what it does next (building the next input) runs while "
+            "the GPU has nothing queued. Pin the inputs and copy with `non_blocking=True` (pageable-memcpy), or keep them on "
+            "the GPU; the host then prepares the next step while the GPU computes this one.\n\n")
 
 
 def _source_first(rows, tuner_ruled_out: bool) -> str:

@@ -161,7 +161,7 @@ def run(timeline, limits) -> Finding | None:
         timing = getattr(timeline, "timing_code", None)
         finding.advice = _waits_first(*waits, timing=timing, timing_found=timing is not None
                                       and event_timing.ID in claims_by_cause(timeline),
-                                      waits=placed, uploads=_blocking_uploads_per_step(timeline),
+                                      waits=placed, uploads=pageable_memcpy.blocking_uploads_per_step(timeline),
                                       size_reads=_size_reads_per_step(timeline)) + finding.advice
         finding.evidence["waits_per_step"] = evidence(waits[0])
         if in_backward(placed):
@@ -245,15 +245,6 @@ PER_ITEM_WAITS = 4
 # a wait for the whole device (PyTorch's `torch.cuda.synchronize()`): no copy or read-back behind it, unlike the
 # stream syncs of `.item()` and `.cpu()`
 DEVICE_SYNCS = ("cudaDeviceSynchronize", "cuCtxSynchronize")
-
-
-def _blocking_uploads_per_step(timeline) -> float:
-    """Uploads from pageable memory a steady step makes whose calls held the host (pageable-memcpy's idle under them):
-    PyTorch's blocking `.to("cuda")`, a copy and then its stream sync, each one of the step's waits."""
-    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
-    if not steps or not pageable_memcpy.blocked_idle_by_part(timeline):
-        return 0.0
-    return pageable_memcpy.upload_copies(timeline) / steps
 
 
 def _size_reads_per_step(timeline) -> float:

@@ -98,6 +98,15 @@ def upload_copies(timeline) -> int:
     return sum(d.copies or 0 for d in pageable.by_direction if d.copy_kind == UPLOAD_KIND) if pageable is not None else 0
 
 
+def blocking_uploads_per_step(timeline) -> float:
+    """Uploads from pageable memory a steady step makes whose calls held the host (the idle under them): PyTorch's
+    blocking `.to("cuda")`, a copy and then its stream sync, each one of the step's waits."""
+    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    if not steps or not blocked_idle_by_part(timeline):
+        return 0.0
+    return upload_copies(timeline) / steps
+
+
 def blocked_idle_by_part(timeline) -> dict[str, float]:
     """The GPU's idle time, by budget part, under the copy calls that staged pageable memory to the device: the
     copy-async class's idle time in the share of its calls that uploaded pageable memory. PyTorch's `.to("cuda")` of
