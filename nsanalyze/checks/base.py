@@ -216,19 +216,24 @@ class KernelView:
         whose opcode starts with `opcode` carry, from the `limit` instructions with the most excess (each one's
         SASS text is a look-up); None without source counters. Tells what kind of access the excess comes from
         (cp.async's LDGSTS, a vector LDS.128), which changes the fix."""
-        spots = self.source_spots.get(metric) or []
-        ideal = {s.pc: s.value for s in self.source_spots.get(ideal_metric) or []}
-        excess = [(spot.value - ideal.get(spot.pc, 0.0), spot) for spot in spots]
-        total = sum(e for e, _ in excess if e > 0)
+        excess = [item for item in excess_by_spot(self.source_spots, metric, ideal_metric) if item[0] > 0]
+        total = sum(e for e, _ in excess)
         if not total:
             return None
-        top = sorted((item for item in excess if item[0] > 0), key=lambda item: -item[0])[:limit]
+        top = sorted(excess, key=lambda item: -item[0])[:limit]
         return sum(e for e, spot in top if (spot.sass or "").startswith(opcode)) / total
 
     def top_spots(self, metric: str, ideal_metric: str | None = None, limit: int = 3) -> "SourceLines":
         """The source lines with the most of `metric` (minus `ideal_metric` at the same PC, when given),
         found when first read: a report's per-PC data is large, and most findings are merged away."""
         return SourceLines(self.source_spots, metric, ideal_metric, limit)
+
+
+def excess_by_spot(source_spots: dict, metric: str, ideal_metric: str | None) -> list[tuple[float, Any]]:
+    """(each SASS instruction's `metric` less its `ideal_metric` at the same PC, the instruction), of every
+    instruction the metric measures; the value itself where no ideal is given."""
+    ideal = {s.pc: s.value for s in source_spots.get(ideal_metric) or []} if ideal_metric else {}
+    return [(spot.value - ideal.get(spot.pc, 0.0), spot) for spot in source_spots.get(metric) or []]
 
 
 class SourceLines(Sequence):
@@ -241,11 +246,8 @@ class SourceLines(Sequence):
     def _resolve(self) -> list[dict[str, Any]]:
         if self._lines is None:
             source_spots, metric, ideal_metric, limit = self._arguments
-            spots = source_spots.get(metric) or []
-            ideal = {s.pc: s.value for s in source_spots.get(ideal_metric) or []} if ideal_metric else {}
             by_line: dict[tuple, dict[str, Any]] = {}
-            for spot in spots:
-                excess = spot.value - ideal.get(spot.pc, 0.0)
+            for excess, spot in excess_by_spot(source_spots, metric, ideal_metric):
                 if excess <= 0 or not spot.file:  # the value first: file and line cost a lookup each
                     continue
                 key = (spot.file, spot.line)

@@ -41,7 +41,8 @@ from nsanalyze.normalize.host_activity import waits_for_gpu
 from nsanalyze.checks.program import pageable_memcpy
 from nsanalyze.checks.program._claims import SYNC_CHANGE, SYNC_ID, SYNC_MIN_SHARE, SYNC_PART, checks_values, \
     claims_by_cause, host_sync_calls, sync_change
-from nsanalyze.checks.base import Check, Finding, plural, Threshold, budget_part, evidence, per_step_phrase
+from nsanalyze.checks.base import Check, Finding, plural, Threshold, budget_part, evidence, per_step_phrase, \
+    step_count
 from nsanalyze.numbers import duration_text
 
 ID = "host-sync"   # (checks/program/_claims.SYNC_ID names it for the claims)
@@ -212,7 +213,7 @@ def _uploads_first(timeline, calls: int) -> str:
     reads nothing back, and the host cannot build its next input while the GPU computes (blind75_tokenize: 3 uploads
     and 3 waits a step, a batch tokenized in Python after each step's waits; the advice was `.item()` and `.cpu()`)."""
     uploads = pageable_memcpy.blocking_uploads_per_step(timeline)
-    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    steps = step_count(timeline)
     if not steps or not round(uploads) or round(uploads) < round(calls / steps):
         return ""
     return (f"The waits are the uploads' own: {plural(round(uploads), 'copy')} a step to the GPU from pageable "

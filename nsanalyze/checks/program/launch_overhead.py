@@ -68,7 +68,8 @@ from nsanalyze.normalize.host_activity import base_name
 from nsanalyze.normalize.model import Launches, ProfilerCost, ShapeChanges, plain
 from nsanalyze.normalize.waits import WAITING_CLASSES
 from nsanalyze.numbers import duration_text
-from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
+from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural, \
+    step_count
 from nsanalyze.checks.program import event_timing, pageable_memcpy
 from nsanalyze.checks.program._claims import claims_by_cause, launch_speaks, unclaimed_part
 from nsanalyze.checks.program._roles import pytorch_inference
@@ -249,7 +250,7 @@ DEVICE_SYNCS = ("cudaDeviceSynchronize", "cuCtxSynchronize")
 
 def _size_reads_per_step(timeline) -> float:
     """Reads a steady step makes of a data-dependent result's size (model.Copies.size_reads)."""
-    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    steps = step_count(timeline)
     copies = getattr(timeline, "copies", None)
     return copies.size_reads / steps if steps and copies is not None else 0.0
 

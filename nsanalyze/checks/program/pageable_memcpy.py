@@ -49,7 +49,7 @@ from humanize import naturalsize
 from nsanalyze.normalize.critical_path import UPLOAD_KIND
 from nsanalyze.normalize.model import plain
 from nsanalyze.numbers import duration_text
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence, median_step_part, plural
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, median_step_part, plural, step_count
 from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving
 
 
@@ -101,7 +101,7 @@ def upload_copies(timeline) -> int:
 def blocking_uploads_per_step(timeline) -> float:
     """Uploads from pageable memory a steady step makes whose calls held the host (the idle under them): PyTorch's
     blocking `.to("cuda")`, a copy and then its stream sync, each one of the step's waits."""
-    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    steps = step_count(timeline)
     if not steps or not blocked_idle_by_part(timeline):
         return 0.0
     return upload_copies(timeline) / steps
