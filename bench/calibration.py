@@ -18,10 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 REAL = ROOT / "fixtures" / "real"
 
+# the whatif change of a fix that keeps the steps' data on the GPU (host-data's)
+DATA_CHANGE = {"data_on_gpu": True}
+
 # (base, fixed, whatif change, what the fix was, the check whose finding the fix answers)
 PAIRS = [
     ("graphs_eager", "graphs_after", {"graph": True}, "the step captured as one CUDA graph", "launch-overhead"),
-    ("loader_inline", "loader_workers", None, "DataLoader workers, pinned memory", "host-compute"),
+    ("loader_inline", "loader_workers", None, "DataLoader workers, pinned memory", "host-data"),
     ("attn_naive", "attn_sdpa", None, "scaled_dot_product_attention", "attention-unfused"),
     ("cnn_nchw", "cnn_cl", None, "channels_last", "layout-conversion"),
     ("mlp_eager", "mlp_compile", None, "torch.compile", "unfused-elementwise"),
@@ -56,7 +59,7 @@ PAIRS = [
     ("itemlog_every50", "itemlog_cl", None, "model and images in channels_last (the base's first finding's change)",
      "layout-conversion"),
     ("augment_w0", "augment_w4", None, "DataLoader num_workers=4 and pin_memory, not augmentation in the "
-     "training process", "host-compute"),
+     "training process", "host-data"),
     ("xfmr_fp32", "xfmr_bf16", None, "torch.autocast(bfloat16) on the forward and loss", "low-tensor-activity"),
     # round 48 (fixtures/real/blind48_train.py, record_blind48.sh): written as users write them and recorded after
     # the checks, compared blind (no check changed for them)
@@ -71,8 +74,9 @@ PAIRS = [
     # Python loop after it (host-compute: the GPU waits on that code). emaloop: launch-overhead's figure stands for
     # one graph launch a step, a bigger change than the fix; launch-loop (written after this round, from it) prices
     # the EMA loop's launches alone
-    ("blind_hostmetrics_base", "blind_hostmetrics_fix", None, "token metrics as a confusion matrix accumulated on the "
-     "GPU and read every 50 steps, not `.tolist()` and a Python loop over the tokens every step", "host-compute"),
+    ("blind_hostmetrics_base", "blind_hostmetrics_fix", DATA_CHANGE, "token metrics as a confusion matrix "
+     "accumulated on the GPU and read every 50 steps, not `.tolist()` and a Python loop over the tokens every step",
+     "host-data"),
     ("blind_cpumask_base", "blind_cpumask_fix", None, "the causal mask built once as a buffer on the GPU, not on the "
      "CPU and copied in every attention layer each step", "host-compute"),
     ("blind_emaloop_base", "blind_emaloop_fix", {"fuse": ("loop",)}, "the EMA of ViT-B/16's weights as one "
@@ -226,10 +230,10 @@ PAIRS = [
     # allocator's few ms under that noise, prebuilt -> fixed without it
     *[(f"own67_{b}{i}", f"own67_{f}{i}", change, f"{what}; run {i}", check)
       for b, f, change, what, check in (
-          ("churn", "prebuilt", None, "batches built before the loop, not in NumPy each step (empty_cache kept)",
-           "host-compute"),
-          ("cached", "fixed", None, "batches built before the loop, not in NumPy each step (no empty_cache)",
-           "host-compute"),
+          ("churn", "prebuilt", DATA_CHANGE, "batches built before the loop, not in NumPy each step "
+           "(empty_cache kept)", "host-data"),
+          ("cached", "fixed", DATA_CHANGE, "batches built before the loop, not in NumPy each step (no "
+           "empty_cache)", "host-data"),
           ("prebuilt", "fixed", {"remove": ("allocator",)}, "no empty_cache() each step (batches prebuilt)",
            "allocator-churn"),
           ("churn", "cached", {"remove": ("allocator",)}, "no empty_cache() each step (the batch built in NumPy "
@@ -286,22 +290,24 @@ PAIRS = [
     # round 73's blind choice (a helper's), recorded on an H100: a tabular MLP in float64 by accident (NumPy's float64
     # and `.double()`), and a recommender whose embedding tables live on the CPU (fp64-compute was written after the
     # first pair showed it missing: no blind test of it)
-    *[(f"blind71_{p}_base{i}", f"blind71_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+    *[(f"blind71_{p}_base{i}", f"blind71_{p}_fix{i}", DATA_CHANGE if check == "host-data" else None,
+       f"{what}; {'first' if i == 1 else 'second'} pair", check)
       for p, what, check in (
           ("fp64", "float32 data and model, not float64 from NumPy and `.double()`", "fp64-compute"),
           ("cpuemb", "the embedding tables on the GPU, not on the CPU with their rows copied up and their gradients "
-                     "down each step", "host-compute"))
+                     "down each step", "host-data"))
       for i in (1, 2)],
     # round 74 (fixtures/real/record_blind72.sh, blind72_train.py): two mistakes a helper chose blind, recorded before
     # any check looked at them: a VQ-VAE whose nearest-code distances broadcast an 8 GiB intermediate (no finding
     # above info as recorded: the chain of its kernels ran into a gather no role named), and a segmentation
     # evaluation whose logits are copied whole to the host for NumPy's argmax
-    *[(f"blind72_{p}_base{i}", f"blind72_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+    *[(f"blind72_{p}_base{i}", f"blind72_{p}_fix{i}", DATA_CHANGE if check == "host-data" else None,
+       f"{what}; {'first' if i == 1 else 'second'} pair", check)
       for p, what, check in (
           ("vqvae", "the nearest-code distances expanded into a matrix product, not broadcast over [N, K, D]",
            "unfused-elementwise"),
           ("segeval", "the argmax on the GPU and the labels copied, not the logits copied for NumPy's argmax",
-           "host-compute"))
+           "host-data"))
       for i in (1, 2)],
     # round 74 (fixtures/real/record_blind73.sh, blind73_train.py): two more, chosen blind and recorded before any
     # check looked at them: a GCN over a dense adjacency matrix (the fix: an edge list, gather-scatter), and GPT-2
@@ -316,22 +322,24 @@ PAIRS = [
     # check looked at them: a token tagger whose loss and metrics select tokens by boolean masks (a sync each: a
     # host-bound loop where they cost little; the two pairs disagree), and a DQN whose replay buffer lives in NumPy
     # (each batch gathered on the host, uploaded from pageable memory)
-    *[(f"blind74_{p}_base{i}", f"blind74_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+    *[(f"blind74_{p}_base{i}", f"blind74_{p}_fix{i}", DATA_CHANGE if check == "host-data" else None,
+       f"{what}; {'first' if i == 1 else 'second'} pair", check)
       for p, what, check in (
           ("masksync", "ignore_index and masked sums, not boolean-mask selections that read their size back",
            "host-sync"),
           ("replaybuf", "the replay buffer on the GPU, sampled there, not gathered in NumPy and uploaded pageable",
-           "host-compute"))
+           "host-data"))
       for i in (1, 2)],
     # round 75 (fixtures/real/record_blind75.sh, blind75_train.py): two more, chosen blind and recorded at the end of
     # the round, read before any change: a text classifier whose batches are tokenized in Python on the main thread
     # and uploaded with blocking copies, and GPT-2 generation whose top-p sampling runs in NumPy on each token's logits
-    *[(f"blind75_{p}_base{i}", f"blind75_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+    *[(f"blind75_{p}_base{i}", f"blind75_{p}_fix{i}", DATA_CHANGE if check == "host-data" else None,
+       f"{what}; {'first' if i == 1 else 'second'} pair", check)
       for p, what, check in (
           ("tokenize", "the corpus tokenized once into GPU tensors, not each batch in Python and uploaded blocking",
-           "host-compute"),
+           "host-data"),
           ("cpusample", "top-p sampling on the GPU (torch.multinomial), not each token's logits copied to NumPy",
-           "host-compute"))
+           "host-data"))
       for i in (1, 2)],
 ]
 
@@ -358,6 +366,8 @@ def change_text(change: dict | None) -> str:
         return "`--untime`"
     if change.get("unbuild"):
         return "`--unbuild`"
+    if change.get("data_on_gpu"):
+        return "`--data-on-gpu`"
     removed = " ".join(f"`--remove {c}`" for c in change.get("remove", ()))
     return f"{removed} `--uncheck`" if change.get("uncheck") else removed
 
@@ -411,7 +421,8 @@ def calibration_rows() -> list[dict]:
                                                                untune=bool(change.get("untune")),
                                                                untime=bool(change.get("untime")),
                                                                unbuild=bool(change.get("unbuild")),
-                                                               uncheck=bool(change.get("uncheck"))))[0]
+                                                               uncheck=bool(change.get("uncheck")),
+                                                               data_on_gpu=bool(change.get("data_on_gpu"))))[0]
             row["whatif_ns"] = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
             row["self_check"] = result["self_check"]["error"]
         rows.append(row)

@@ -215,13 +215,18 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
                                               "argument validation, anomaly detection, asserts): each one-byte "
                                               "read, the kernels that made it, its wait and the host's way to "
                                               "their calls")
+@click.option("--data-on-gpu", is_flag=True, help="the data the host handles for the steps kept on the GPU: "
+                                                  "each copy to the device gone with its call, its wait and the "
+                                                  "host's work before it, each read to the host of 64 KiB or more "
+                                                  "with the host's work after it (the GPU work that replaces the "
+                                                  "host's is not counted)")
 @click.option("-o", "--output", "outputs", multiple=True, help="JSON file, or - for JSON on stdout")
 @click.option("--skip-first-ns", type=click.IntRange(min=0), help="nsys: ignore the first N ns (warm-up)")
 @click.option("--nvtx-range", help="nsys: analyze only the GPU work launched inside the NVTX ranges of this name")
 @click.option("--window", "window", type=click.Choice(["steady", "capture"]),
               help="nsys: the steady steps (the default) or the whole capture")
 def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, untune, untime, unbuild, uncheck,
-                   outputs, skip_first_ns, nvtx_range, window):
+                   data_on_gpu, outputs, skip_first_ns, nvtx_range, window):
     """What a change would buy: the steps replayed with it (their dependency graph re-timed), against
     the same replay without it, which must reproduce the measured steps within 2%."""
     from nsanalyze.analyze import Options
@@ -240,7 +245,7 @@ def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, un
     results = whatif(list(profiles), Options(dict(config.thresholds), skip_first_ns, nvtx_range,
                                              window or config.window or "steady"),
                      WhatIf(tuple(speedups), tuple(remove), graph, outliers, pinned, tuple(fuse), untune, untime,
-                            unbuild, uncheck))
+                            unbuild, uncheck, data_on_gpu))
     write_reports(results, outputs, "whatif")
     for result in results:
         line = summary_line(result, label(result))

@@ -340,7 +340,7 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
 # Checks whose findings claim budget time of a wider cause (checks/program/_host_class.claims): their own
 # savings are not capped by what they claim.
 WIDER_CAUSES = {"allocator-churn", "pinned-alloc-churn", "slow-steps", "non-step-phase", "host-sync", "host-wait",
-                "autotuning", "event-timing", "runtime-compilation"}
+                "autotuning", "event-timing", "runtime-compilation", "host-data"}
 
 
 def settle_program_findings(findings: list[Finding], timeline) -> None:
@@ -373,7 +373,8 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
                                      f"time it explains lies), not the {duration_text(finding.estimated_savings_ns)} "
                                      "estimated, which is more than the time it comes from")
         else:
-            limit = unclaimed_part(timeline, part, finding.budget_device)[0] if part and timeline.budget else whole
+            limit = unclaimed_part(timeline, part, finding.budget_device, finding.check)[0] if part and timeline.budget \
+                else whole
             shared = _shared_part_note(whole, limit, part, span, claims, findings,
                                        stepped=getattr(timeline, "steps", None) is not None) \
                 if part and finding.budget_device is None else None
@@ -691,8 +692,11 @@ def within_wider_changes(findings: list[Finding], timeline) -> None:
                      None)
         if outer is None:
             continue
-        _count_within(inner, outer, f"counted within {outer.check}: its change (each step one graph launch) removes "
-                                    f"these launches too; fixed together the two save what {outer.check} says "
+        wider = (_change_of(outer) or {}).get("data_on_gpu")
+        _count_within(inner, outer, f"counted within {outer.check}: its change ("
+                                    + ("the data kept on the GPU) removes these copies" if wider else
+                                       "each step one graph launch) removes these launches")
+                                    + f" too; fixed together the two save what {outer.check} says "
                                     f"({per_step(outer.estimated_savings_ns)}), not the sum. Alone, this change saves "
                                     f"{per_step(inner.estimated_savings_ns)}")
         alike = inner.estimated_savings_ns >= 0.99 * outer.estimated_savings_ns   # blind58's LSTM loop: all of it

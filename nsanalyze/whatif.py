@@ -45,6 +45,7 @@ class WhatIf:
     untime: bool = False        # the program's own timing code gone (normalize.tuning.TimingCode)
     unbuild: bool = False       # no GPU code built in the steps (normalize.critical_path.code_builds)
     uncheck: bool = False       # the checks of values gone (normalize.critical_path.value_checks)
+    data_on_gpu: bool = False   # the data the host handles kept on the GPU (normalize.critical_path.data_handled)
 
 
 def check_roles(fuse) -> tuple:
@@ -79,9 +80,9 @@ def whatif(paths: list[str], options, asked: WhatIf) -> list[dict]:
     speedups, remove = parse_changes(asked.speedups, asked.remove)
     check_roles(asked.fuse)
     if not (speedups or remove or asked.graph or asked.outliers or asked.pinned or asked.fuse or asked.untune
-            or asked.untime or asked.unbuild or asked.uncheck):
+            or asked.untime or asked.unbuild or asked.uncheck or asked.data_on_gpu):
         raise InputError("whatif", "no change given: --speedup, --remove, --graph, --outliers, --pinned, --fuse, "
-                                   "--untune, --untime, --unbuild or --uncheck")
+                                   "--untune, --untime, --unbuild, --uncheck or --data-on-gpu")
     for path in paths:   # refused before an ncu report is read
         if os.path.isfile(path) and kind_of(path) is ProfileKind.NCU:
             raise InputError(path, WHATIF_READS)
@@ -118,7 +119,8 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
         raise InputError(export.path, "the steps' calls and GPU work could not be replayed (no launch calls found)")
     pinned_rate = _pinned_rate(export, timeline) if asked.pinned else None
     change = cp.Change(speedups, remove, asked.graph, pinned_rate, fuse=tuple(asked.fuse), untuned=asked.untune,
-                       untimed=asked.untime, unbuilt=asked.unbuild, unchecked=asked.uncheck)
+                       untimed=asked.untime, unbuilt=asked.unbuild, unchecked=asked.uncheck,
+                       data_on_gpu=asked.data_on_gpu)
     changed = cp.replay(block.graph, change)
     ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
     predicted = block.measured - (block.replayed - changed.periods(block.with_last))
@@ -305,6 +307,11 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
         reads = int((ops & (graph.o_copy_kind >= 0)).sum())
         out.append({"change": "uncheck", "reads": reads, "kernels": int(ops.sum()) - reads,
                     "ns_per_step": cp.checks_ns_per_step(graph)})
+    if asked.data_on_gpu:
+        copies, _, _, _ = cp.data_handled(graph)
+        up = copies & cp.uploads(graph)
+        out.append({"change": "data-on-gpu", "uploads": int(up.sum()), "reads": int((copies & ~up).sum()),
+                    "ns_per_step": cp.data_ns_per_step(graph)})
     if asked.pinned:
         pageable = cp.pageable_copies(graph)
         kinds = sorted({int(k) for k in graph.o_copy_kind[pageable]})
@@ -345,4 +352,7 @@ def label(result: dict) -> str:
             words.append(f"no GPU code built in the steps ({change['loads']} loads in the replayed steps)")
         elif change["change"] == "uncheck":
             words.append(f"no checks of values ({change['reads']} one-byte reads in the replayed steps)")
+        elif change["change"] == "data-on-gpu":
+            words.append(f"the data kept on the GPU ({change['uploads']} uploads and {change['reads']} reads back in "
+                         "the replayed steps gone with the host's work on them)")
     return ", ".join(words)

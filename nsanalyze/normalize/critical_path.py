@@ -291,12 +291,16 @@ class Change:
     # the checks of values gone (value_checks): each one-byte read to the host, the short kernels that made the
     # value, their calls and the read's wait, with the host's time on the way to each call (call_way)
     unchecked: bool = False
+    # the data the host handles kept on the GPU (data_handled): each copy to the device gone with its calls, its own
+    # wait and the host's work before it, each large read to the host with the host's work after it; the GPU work
+    # that then does that work is not counted
+    data_on_gpu: bool = False
 
     @property
     def empty(self) -> bool:
         return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None \
             and not self.roles and not self.fuse and not self.untuned and not self.untimed and not self.unbuilt \
-            and not self.unchecked
+            and not self.unchecked and not self.data_on_gpu
 
 
 # ---------------------------------------------------------------- the graph
@@ -829,6 +833,40 @@ def code_build_summary(block: "StepBlock | None") -> dict | None:
             "calls": tuple(sorted(counted.items(), key=lambda item: -item[1]))}
 
 
+def data_summary(block: "StepBlock | None") -> dict | None:
+    """The data the host handles in the replayed steps (data_handled) as the model's section (model.HostData); None
+    where the block is not trusted or its steps neither upload nor read back data."""
+    if block is None or not block.trusted:
+        return None
+    graph = block.graph
+    copies, calls, waits, after = data_handled(graph)
+    if not copies.any():
+        return None
+    steps = len(graph.step_first_op)
+    up = copies & uploads(graph)
+    reads = copies & ~up
+    # the host's own work on the data, beyond a typical launch path and its OS waits (a loader's queue): before each
+    # upload's calls, after each read
+    work = (beyond_path(graph, _gap_before(graph)) - gap_os_total(graph)).clip(min=0.0)
+    upload_calls = calls_making(graph, up)
+    step_of = np.full(len(graph.o_start), -1)
+    for step, ops in enumerate(graph.step_first_op):
+        step_of[ops] = step
+    with_data = np.unique(step_of[copies & (step_of >= 0)])
+    return {"steps": steps, "steps_with_data": int(len(with_data)),
+            "uploads_per_step": float(up.sum()) / steps,
+            "upload_bytes_per_step": float(graph.o_bytes[up].sum()) / steps,
+            "reads_per_step": float(reads.sum()) / steps,
+            "read_bytes_per_step": float(graph.o_bytes[reads].sum()) / steps,
+            "work_before_uploads_ns_per_step": float(work[upload_calls & ~after].sum()) / steps,
+            "work_after_reads_ns_per_step": float(work[after].sum()) / steps,
+            "copy_ns_per_step": float((graph.o_end - graph.o_start)[copies].sum()) / steps,
+            "ns_per_step": data_ns_per_step(graph),
+            "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0,
+            "pageable_within": bool(not (pageable_copies(graph) & ~copies).any()),
+            "syncs_within": bool(not (graph.calls_of("sync") & ~calls & ~waits).any())}
+
+
 def _kernel_roles(export: NsysExport, kernels, names: list, in_ranges: np.ndarray | None = None) -> list[str]:
     """Each kernel's role as the window's work split gives it (normalize.work): by name, by the annotated
     range its launch started in (`in_ranges`: PyTorch's optimizer step), and attention's scores kernels (the
@@ -922,6 +960,14 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         host.drop(graph, checks[1] & ~paths, call_way)
     if change.unbuilt:   # the code's loads and its build before each
         host.drop(graph, code_builds(graph), beyond_path)
+    if change.data_on_gpu:   # the uploads, the host's work before each and their own waits
+        copies, calls, waits, after = data_handled(graph)
+        duration[copies] = 0.0
+        host.drop(graph, calls, host_work)
+        host.drop(graph, waits, call_way)
+        # (the work on what was read, its OS waits kept: the call itself stays)
+        host.gap_host = np.where(after, host.gap_host - host_work(graph, host.gap_host), host.gap_host)
+        host.cross_gap = np.where(after, host.cross_gap - host_work(graph, host.cross_gap), host.cross_gap)
     own, target, gap_host, cross_gap = host.own, host.target, host.gap_host, host.cross_gap
     latency = graph.o_latency.copy()
     gap_ops = graph.o_gap.copy()
@@ -1082,15 +1128,85 @@ def ops_host_ns_per_step(block: "StepBlock", ops: np.ndarray) -> float:
     return calls_host_ns_per_step(block.graph, dropped_paths(block.graph, ops))
 
 
+def _gap_before(graph: Graph) -> np.ndarray:
+    """Each call's host compute before it (host_gaps: the shorter where it resumed after another thread's call); 0
+    for a call that follows none in the block (its gap would run from the clock's zero)."""
+    gap_host, cross_gap = host_gaps(graph)
+    gap = np.where(graph.c_cross >= 0, np.minimum(gap_host, cross_gap), gap_host)
+    return np.where((graph.c_prev >= 0) | (graph.c_cross >= 0), gap, 0.0).clip(min=0.0)
+
+
 def calls_host_ns_per_step(graph: Graph, calls: np.ndarray, way=None) -> float:
     """The host time a step spends in these calls and on the way to each (their time and `way`'s part of the host
     compute before each: path_gap, a launch path's, unless given): what a change that removes them with their way
     takes off the host."""
-    gap_host, cross_gap = host_gaps(graph)
-    gap = np.where(graph.c_cross >= 0, np.minimum(gap_host, cross_gap), gap_host)
+    gap = _gap_before(graph)
     own = (graph.c_end - graph.c_start).astype(float)
     total = float((own[calls] + (way or path_gap)(graph, gap)[calls]).sum())
     return total / max(len(graph.step_first_op), 1)
+
+
+# A read to the host this large carries data the host works on (a batch's outputs, gradients, logits), not a value
+# it branches on (a size, a flag: 1-8 bytes, host-sync's and the checks of values')
+READ_BACK_MIN_BYTES = 64 << 10
+
+
+def data_handled(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(operations, calls, waits, after) of the data the host handles for the steps: each copy to the device, and
+    each read to the host of READ_BACK_MIN_BYTES or more, that a call in the block made; those calls and the helper
+    calls on their way; the syncs that wait for them at once (copy_waits); and the calls after each read (or its
+    wait), before which the host works on what it read (an upload's call among them: the host's work between a read
+    and an upload, a token sampled from logits, is on what it read)."""
+    kinds = [kind for kind, label in graph.copy_kinds.items() if label == "Device-to-Host"]
+    reads = np.isin(graph.o_copy_kind, kinds) & (graph.o_bytes >= READ_BACK_MIN_BYTES) & (graph.o_call >= 0)
+    copies = (uploads(graph) & (graph.o_call >= 0)) | reads
+    calls = calls_making(graph, copies)
+    waits = copy_waits(graph, copies) & ~calls
+    read_calls = np.zeros(len(graph.c_start), bool)
+    read_calls[graph.o_call[reads]] = True
+    read_calls |= copy_waits(graph, reads)
+    prev = graph.c_prev
+    after = (prev >= 0) & read_calls[np.maximum(prev, 0)] & ~read_calls
+    return copies, calls, waits, after
+
+
+def calls_making(graph: Graph, ops: np.ndarray) -> np.ndarray:
+    """Per call, whether it made one of these operations, or is a helper call on such a call's way (PyTorch asks
+    cudaStreamIsCapturing before a copy from pageable memory)."""
+    calls = np.zeros(len(graph.c_start), bool)
+    calls[graph.o_call[ops & (graph.o_call >= 0)]] = True
+    owner = graph.c_owner
+    if owner is not None:
+        calls |= (owner >= 0) & calls[np.maximum(owner, 0)]
+    return calls
+
+
+def gap_os_total(graph: Graph) -> np.ndarray:
+    """Per call, the time of every OS class in the host compute before it (Graph.c_gap_os): waits on a queue, a lock,
+    I/O or a sleep, not work."""
+    waited = np.zeros(len(graph.c_start))
+    for call, (_, by_class) in graph.c_gap_os.items():
+        waited[call] = sum(ns for _, ns in by_class)
+    return waited
+
+
+def host_work(graph: Graph, gap: np.ndarray) -> np.ndarray:
+    """The host's compute before a call, less its OS waits in it (gap_os_total: a loader's queue, a lock, I/O, which
+    host-wait's change removes): before an upload, the work that built its input (the host's loop before it, its
+    gathers, a tokenizer), which goes where the input is made on the GPU."""
+    return (gap - gap_os_total(graph)).clip(min=0.0)
+
+
+def data_ns_per_step(graph: Graph) -> float:
+    """The time a step spends on the inputs the host uploads (data_handled): the copies, their calls with the host's
+    work before each, and their waits' calls; what making the inputs on the GPU takes away at most."""
+    copies, calls, waits, after = data_handled(graph)
+    if not copies.any():
+        return 0.0
+    steps = max(len(graph.step_first_op), 1)
+    gpu = float((graph.o_end - graph.o_start)[copies].sum()) / steps
+    return calls_host_ns_per_step(graph, calls, host_work) + calls_host_ns_per_step(graph, waits, call_way) + gpu \
+        + float(host_work(graph, _gap_before(graph))[after & ~calls].sum()) / steps
 
 
 def pageable_copies(graph: Graph) -> np.ndarray:

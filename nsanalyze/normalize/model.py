@@ -346,6 +346,26 @@ class CodeBuilds(Record):
 
 
 @dataclass(frozen=True)
+class HostData(Record):
+    """The data the host handles in the replayed steps around the median step (normalize.critical_path.data_handled):
+    what it uploads each step, with its work before each upload, and what it reads back (READ_BACK_MIN_BYTES or
+    more a copy), with its work after each read."""
+    steps: int = 0                     # the block's steps
+    steps_with_data: int = 0           # ... that upload or read back data
+    uploads_per_step: float = 0        # copies to the device, mean a step
+    upload_bytes_per_step: float = 0
+    reads_per_step: float = 0          # copies to the host of READ_BACK_MIN_BYTES or more, mean a step
+    read_bytes_per_step: float = 0
+    work_before_uploads_ns_per_step: float = 0   # the host's compute before the uploads' calls beyond a launch path
+    work_after_reads_ns_per_step: float = 0      # ... after each read (or its wait), before its next call
+    copy_ns_per_step: float = 0        # the copies' own GPU time, mean a step
+    ns_per_step: float = 0             # all that keeping the data on the GPU takes away at most, mean a step
+    step_ns: float = 0                 # the block's steps' mean measured period
+    pageable_within: bool = False      # every pageable copy of the block is one of these
+    syncs_within: bool = False         # every sync call of the block is one of these copies' own waits
+
+
+@dataclass(frozen=True)
 class Recomputation(Record):
     """Forward work run again in the backward in the replayed steps around the median step (normalize.recompute):
     each backward block of a layer stack opens with the forward block's kernels."""

@@ -168,9 +168,14 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
                      "its wait and the host's time on their way)")
         cap_per_step += cp.checks_ns_per_step(block.graph)   # never more than the checks' own time
         capped = True
+    on_gpu = bool(declared.get("data_on_gpu")) and bool(cp.data_handled(block.graph)[0].any())
+    if on_gpu:
+        words.append("the data kept on the GPU (each upload and read back gone with the host's work on it)")
+        cap_per_step += cp.data_ns_per_step(block.graph)   # never more than the copies, their calls and that work
+        capped = True
     change = cp.Change(remove=frozenset(classes), graph=bool(declared.get("graph")), pinned_rate=pinned,
                        roles=tuple(roles), fuse=fused, untuned=untuned, untimed=untimed, unbuilt=unbuilt,
-                       unchecked=unchecked)
+                       unchecked=unchecked, data_on_gpu=on_gpu)
     if change.empty:
         return None
     per_step, busy_before, busy_after = cp.saving_and_busy(block, change)
@@ -200,9 +205,15 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
 def contains(outer: dict | None, inner: dict | None) -> bool:
     """Whether the change `outer` makes every change `inner` makes, so that what inner saves is part of what outer
     saves (never added to it): each step as one graph launch drops every launch path and keeps every kernel's
-    time, and so holds a role's kernels launched as one fused pass (their launch paths gone, their time kept)."""
+    time, and so holds a role's kernels launched as one fused pass (their launch paths gone, their time kept); the
+    data kept on the GPU, where every pageable copy is among its copies (`pageable_within`), holds those copies
+    pinned, and where every sync is their wait (`syncs_within`), the syncs gone."""
     if not outer or not inner or outer == inner:
         return False
+    if outer.get("pageable_within") and set(inner) == {"pinned"}:   # the copies pinning would speed up are gone
+        return True
+    if outer.get("syncs_within") and inner == {"remove": ("sync",)}:   # ... and the syncs, their waits
+        return True
     return bool(outer.get("graph")) and set(inner) == {"fuse"}
 
 

@@ -20,8 +20,8 @@ from nsanalyze.normalize import host_activity, host_calls, model, recompute, tun
 from nsanalyze.normalize import work as work_split
 from nsanalyze.normalize.activity import Activity, ascending, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
-from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, code_build_summary, median_step_block, \
-    pricing_block, timing_ns_per_step
+from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, code_build_summary, data_summary, \
+    median_step_block, pricing_block, timing_ns_per_step
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.kernels import KernelTable, normalize_nsys_kernels
 from nsanalyze.normalize.phases import find_phases
@@ -85,6 +85,7 @@ class Timeline:
     timed_trials: model.TimedTrials | None = None   # ... their timed trials (normalize.tuning); None: none
     timing_code: model.TimingCode | None = None     # ... the program's own timing code (normalize.tuning); None: none
     code_builds: model.CodeBuilds | None = None     # ... GPU code they load (normalize.critical_path); None: none
+    host_data: model.HostData | None = None         # ... data the host uploads or reads back (critical_path); None: none
     recomputation: model.Recomputation | None = None  # ... forward work run again (normalize.recompute); None: none
     repeated_backward: model.RepeatedBackward | None = None  # ... backward passes run again (normalize.recompute)
     step_waits: model.StepWaits | None = None   # ... their waits for the GPU, the backward's (normalize.waits)
@@ -137,6 +138,7 @@ class Timeline:
         self.timed_trials = model.TimedTrials.of(self.timed_trials)
         self.timing_code = model.TimingCode.of(self.timing_code)
         self.code_builds = model.CodeBuilds.of(self.code_builds)
+        self.host_data = model.HostData.of(self.host_data)
         self.recomputation = model.Recomputation.of(self.recomputation)
         self.repeated_backward = model.RepeatedBackward.of(self.repeated_backward)
         return self
@@ -251,6 +253,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.timing_code = tuning.timing_summary(timeline.step_block, timing_ns_per_step(timeline.step_block.graph)
                                                      if timeline.step_block is not None else 0.0)
         timeline.code_builds = code_build_summary(timeline.step_block)
+        timeline.host_data = data_summary(timeline.step_block)
         timeline.recomputation = recompute.summary(timeline.step_block)
         timeline.repeated_backward = recompute.repeated_summary(timeline.step_block)
         timeline.step_waits = waits.step_waits(export, timeline.step_block.graph if timeline.step_block else None)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from nsanalyze.checks import check_by_id, limits_for, runs
 from nsanalyze.checks.base import budget_part
-from nsanalyze.checks.program import (allocator_churn, autotuning, event_timing, non_step_phase, pageable_memcpy,
-                                      pinned_alloc_churn, runtime_compilation, slow_steps)
+from nsanalyze.checks.program import (allocator_churn, autotuning, event_timing, host_data, non_step_phase,
+                                      pageable_memcpy, pinned_alloc_churn, runtime_compilation, slow_steps)
 from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_MIN_SHARE, class_cost, wait_parts
 from nsanalyze.normalize import pricing
 from nsanalyze.normalize.host_activity import waits_for_gpu
@@ -57,22 +57,35 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
         waits = wait_parts(timeline, _summed(out))
         if sum(waits.values()) >= WAIT_MIN_SHARE * (timeline.summary.span_ns or float("inf")):
             out[HOST_WAIT_ID] = waits
+    inside: tuple = ()   # causes whose change is part of a wider one's: the wider counts their time
+    if getattr(timeline, "host_data", None) is not None and runs(host_data.ID):   # the data's handling, its copies
+        # with it: where every pageable copy is the data's, pinning them is part of this change (rank: `within`)
+        pinned = (pageable_memcpy.ID,) if timeline.host_data.pageable_within else ()
+        data = host_data.claimed_parts(timeline, limits_for(host_data), _summed(out, leaving=pinned))
+        if data:
+            out[host_data.ID] = data
+            inside = within_others(timeline, out)
     if getattr(timeline, "syncs", None) is not None and runs(SYNC_ID):   # last: idle_sync is the waits' first
         owned = sum(sum(out.get(cause, {}).values()) for cause in SYNCING_CAUSES)
-        synced = sync_parts(timeline, _summed(out), owned)   # (a checkpoint's file writes after a sync are host-wait's)
+        # (syncs that are all the data's waits: what removing them saves alone, counted within host-data's)
+        alone = inside + ((host_data.ID,) if SYNC_ID in inside else ())
+        # (a checkpoint's file writes after a sync are host-wait's)
+        synced = sync_parts(timeline, _summed(out, leaving=alone), owned)
         if sum(synced.values()) >= SYNC_MIN_SHARE * (timeline.summary.span_ns or float("inf")):
             out[SYNC_ID] = synced
     if runs(LAUNCH_ID):   # after every wider cause: of the other parts, what they leave
-        beside = launch_parts(timeline, _summed(out))
+        beside = launch_parts(timeline, _summed(out, leaving=inside))
         if beside:
             out[LAUNCH_ID] = beside
     return {cause: parts for cause, parts in out.items() if any(parts.values())}
 
 
-def _summed(claimed: dict[str, dict[str, float]]) -> dict[str, float]:
-    """ns of each part these causes claim together."""
+def _summed(claimed: dict[str, dict[str, float]], leaving: tuple = ()) -> dict[str, float]:
+    """ns of each part these causes claim together, `leaving` out those whose time a wider cause counts."""
     out: dict[str, float] = {}
-    for parts in claimed.values():
+    for cause, parts in claimed.items():
+        if cause in leaving:
+            continue
         for part, ns in parts.items():
             out[part] = out.get(part, 0.0) + ns
     return out
@@ -244,17 +257,31 @@ def _class_claim(timeline, entry, cost) -> dict[str, float]:
     return parts
 
 
-def claims(timeline) -> dict[str, float]:
-    """ns of each budget part that wider causes claim (claims_by_cause, summed)."""
-    return _summed(claims_by_cause(timeline))
+def within_others(timeline, claimed: dict) -> tuple:
+    """The causes of these claims whose change is part of another's (pricing.contains), whose time that one counts:
+    pageable-memcpy's pinned copies where host-data's change, the data kept on the GPU, takes every pageable copy,
+    and host-sync's syncs gone where every sync is one of those copies' waits."""
+    data = getattr(timeline, "host_data", None)
+    if host_data.ID not in claimed or data is None:
+        return ()
+    return ((pageable_memcpy.ID,) if data.pageable_within else ()) + ((SYNC_ID,) if data.syncs_within else ())
 
 
-def unclaimed_part(timeline, part: str, device_id=None) -> tuple[float, float]:
-    """(ns, share) of a budget part less what wider causes claim of it (see claims)."""
+def claims(timeline, of: str | None = None) -> dict[str, float]:
+    """ns of each budget part that wider causes claim (claims_by_cause, summed; a cause within another's change
+    left out: that one counts its time). For the finding of a cause within another's (`of`), the wider one's claim
+    is left out too: that finding says what its own change saves alone, counted within the wider one's."""
+    claimed = claims_by_cause(timeline)
+    inside = within_others(timeline, claimed)
+    return _summed(claimed, leaving=inside + ((host_data.ID,) if of in inside else ()))
+
+
+def unclaimed_part(timeline, part: str, device_id=None, of: str | None = None) -> tuple[float, float]:
+    """(ns, share) of a budget part less what wider causes claim of it (see claims; `of`: the finding's check)."""
     ns, share = budget_part(timeline, part, device_id)
     if device_id is not None:
         return ns, share   # one GPU's part: the claims are over the GPUs' mean
-    claimed = min(ns, claims(timeline).get(part, 0.0))
+    claimed = min(ns, claims(timeline, of).get(part, 0.0))
     if claimed and ns:
         share *= (ns - claimed) / ns
         ns -= claimed

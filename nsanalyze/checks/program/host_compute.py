@@ -78,7 +78,7 @@ from nsanalyze.numbers import duration_text
 from nsanalyze.text import code_span
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
 from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
-from nsanalyze.checks.program import allocator_churn, pinned_alloc_churn, runtime_compilation
+from nsanalyze.checks.program import allocator_churn, host_data, pinned_alloc_churn, runtime_compilation
 from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 from nsanalyze.checks.program._roles import inference_steps, pytorch_inference
 from nsanalyze.checks.program.launch_overhead import profiler_caveat
@@ -374,12 +374,12 @@ def _between_steps(timeline, stretches) -> str:
 
 def _longest_alone(timeline, stretches, idle_ns: float) -> str:
     """The longest stretch, where no NVTX range or step places it and it is a large part of the time
-    (NAMED_RANGE_SHARE of the median step, or of the window without steps): one stretch of cudf's 212 ms of host
-    code in a 425 ms window is the place to look, said nowhere before. Where the export has NVTX ranges, that
+    (host_data.NAMED_RANGE_SHARE of the median step, or of the window without steps): one stretch of cudf's 212 ms of
+    host code in a 425 ms window is the place to look, said nowhere before. Where the export has NVTX ranges, that
     none lies around it says where the user's ranges are missing."""
     top = stretches[0] if stretches else None
     whole = _step_or_window(timeline)
-    if top is None or not whole or top.own_time_ns < NAMED_RANGE_SHARE * whole:
+    if top is None or not whole or top.own_time_ns < host_data.NAMED_RANGE_SHARE * whole:
         return ""
     of = "a median step" if timeline.steps is not None and timeline.steps.median_ns else "the window"
     outside = ", with no NVTX range around it" if timeline.ranges else ""
@@ -403,33 +403,6 @@ def _step_or_window(timeline) -> float:
     """The median step, or the window where there are no steps."""
     return (timeline.steps.median_ns if timeline.steps is not None and timeline.steps.median_ns
             else timeline.summary.span_ns) or 0
-
-
-# The longest stretch leads the advice to its range where it is this share of the median step (of the window without
-# steps) or more, and another of the longest ran in a range of that name: 15-65% on the exports whose host waits lie
-# in ranges of their own (power_iteration's IO N, numba-jit's matmul); a 1.4 ms stretch of a 58 ms step of small ones
-# (a Kineto trace's optimizer range) names no place where the time goes.
-NAMED_RANGE_SHARE = 0.1
-
-
-def _named_range_lead(timeline, stretches) -> str:
-    """Where the longest stretch ran inside an NVTX range of the program's own that is not a step (`IO 190` inside
-    `Step 190 to 200`), the advice starts there: the range names the code to move, more than a generic list does."""
-    top = stretches[0] if stretches else None
-    if top is None or not top.nvtx_range:
-        return ""
-    if timeline.steps is not None and normalize_name(top.nvtx_range) == timeline.steps.name:
-        return ""
-    whole = _step_or_window(timeline)
-    if top.own_time_ns < NAMED_RANGE_SHARE * whole:
-        return ""
-    name = normalize_name(top.nvtx_range)
-    alike = sum(1 for s in stretches if s.nvtx_range and normalize_name(s.nvtx_range) == name)
-    if alike < 2:   # one stretch in a range (time53_gpt's CUB UniqueByKey in one step of 442) is no place to start
-        return ""
-    return (f"Start with the code inside the NVTX range {code_span(top.nvtx_path or top.nvtx_range)}: {alike} of the "
-            f"host's {len(stretches)} longest stretches without GPU work ran in ranges named {code_span(name)}, the "
-            f"longest ({duration_text(top.own_time_ns)}) in this one.\n\n")
 
 
 def _step_end_lead(timeline) -> str:
@@ -622,10 +595,12 @@ def run(timeline, limits) -> Finding | None:
     else:
         where = _between_steps(timeline, stretches) or _longest_alone(timeline, stretches, idle_ns)
     blocked = _blocked(stretches)
-    after_reads = _after_reads_lead(timeline, idle_ns)
+    # (the data's handling, where host-data speaks of it, is its finding's: the leads on the reads and uploads go)
+    data = host_data.ID in claimed
+    after_reads = _after_reads_lead(timeline, idle_ns) if not data else ""
     # (time after the reads is work on them, however short each stretch: not the cost of issuing operations)
     framework = _framework_advice(timeline)
-    before_uploads = _before_uploads_lead(stretches)
+    before_uploads = _before_uploads_lead(stretches) if not data else ""
     advice = SPREAD_ADVICE if _spread(timeline, stretches) and not after_reads and not before_uploads else framework
     notes = _calls_inside_note(stretches, claimed, left_out=(MODULE_LOAD_CLASS,) if loads_ns else ())
     extra = {}
@@ -693,7 +668,7 @@ def run(timeline, limits) -> Finding | None:
                   "longest_stretches": plain(tuple(timeline.host_stretches[:5]))},
         # (outputs read back lead before the step's end they lie at: the work is on them)
         # (a step's late end first: the stretch at its end runs up to the next step's upload, blind70_reviews's)
-        advice=(_named_range_lead(timeline, stretches) or
+        advice=((host_data.range_lead(timeline, stretches) if not data else "") or
                 (after_reads if advice == framework and _bulk_reads(timeline) else "") or
                 (_step_end_lead(timeline) if advice == framework else "") or
                 (before_uploads if advice == framework else "") or

@@ -202,7 +202,8 @@ def test_pinning_a_buffer_every_step_is_priced_as_the_twin_that_pins_once_saved(
 def test_a_stretch_is_named_by_the_range_that_holds_nearly_all_of_it(analyzed):
     """power_iteration (public, CuPy on a T4): the longest idle stretch, 26.7 ms, starts 10 us before its step's `IO N`
     range (file output) and ends 0.1 ms after it: only the step range encloses it, but `IO N` holds 99.6% of it
-    (SQL) and is its cause, so it ends the stretch's path and the host-compute title."""
+    (SQL) and is its cause, so it ends the stretch's path and the first finding's title (host-data's: the host reads
+    the vector back, then writes it out in that range)."""
     from tests.conftest import PUBLIC
 
     path = PUBLIC / "brycelelbach__nsightful__tests__power_iteration__baseline.sqlite.xz"
@@ -221,7 +222,8 @@ def test_a_stretch_is_named_by_the_innermost_range_that_holds_nearly_all_of_it(a
     """own67_churn1 (round 67's twin: a batch built in NumPy inside `make_batch` each step, empty_cache() at the step's
     end): the longest stretch starts 19 us before 'step 28', so no range encloses it; 'step 28' holds nearly all of it
     and so does 'make_batch' inside it (SQL), which says what ran. The path names both, the innermost last (it named
-    'step 28' alone), and the fix (batches built before the loop) saved 40.3 ms a step of the 42.8 ms priced."""
+    'step 28' alone), and the fix (batches built before the loop) saved 40.3 ms a step of the 38.3 ms host-data
+    prices (the batch's upload, its wait and the host's work before it gone)."""
     path = REAL / "own67_churn1_nsys.sqlite.xz"
     model = analyzed(path)
     longest = model["timeline"]["host_stretches"][0]
@@ -233,7 +235,7 @@ def test_a_stretch_is_named_by_the_innermost_range_that_holds_nearly_all_of_it(a
     assert all(first > start for _, first in holding)   # neither encloses it
     assert longest["nvtx_path"] == " › ".join(name for name, _ in holding) and longest["nvtx_range"] == "make_batch"
     first = program_findings(model)[0]
-    assert first["check"] == "host-compute" and f"'{longest['nvtx_path']}'" in first["title"]
+    assert first["check"] == "host-data" and f"'{longest['nvtx_path']}'" in first["title"]
     saved = sql_saved_per_step(analyzed, "own67_churn1_nsys.sqlite.xz", "own67_prebuilt1_nsys.sqlite.xz")
     assert first["estimated_savings_ns"] / model["timeline"]["steps"]["count"] == pytest.approx(saved, rel=0.10)
 

@@ -1,0 +1,251 @@
+"""The host handles each step's data: it builds what it uploads, or works on what it reads back, while the GPU waits.
+
+## What it detects
+The data the replayed steps around the median step move between host and GPU (normalize.critical_path.data_handled):
+each copy to the device, with the host's work before its call (a batch gathered in NumPy, text tokenized, a mask
+built), and each copy to the host of 64 KiB or more, with the host's work after it (logits sampled in NumPy, outputs
+reduced, gradients applied to tables on the CPU). The check speaks where the host's own work on that data (beyond a
+typical launch path, and beside its OS waits: a loader's queue is host-wait's) is 30% or more of what the change
+takes away, and the replay of the steps with the data kept on the GPU saves 5% of the window or more. Less work
+than that, the copies and their waits hold the time: pageable-memcpy and transfer-bound speak of them.
+
+## Why it is slow
+Work the host does on a step's data lies on the step's critical path twice over: the GPU waits while the host
+builds the input (its queue is empty after the upload's wait), and a read back waits for the GPU to finish before
+the host can start on it. The copies themselves, from pageable memory, block the host too.
+
+## Example
+```python
+idx = rng.integers(0, N, B)                       # a replay buffer in NumPy
+obs = torch.from_numpy(buffer_obs[idx]).to("cuda")   # gathered on the host, uploaded each step
+```
+
+## Instead
+```python
+buffer_obs = torch.from_numpy(buffer_obs).to("cuda")          # once, before the loop
+idx = torch.randint(0, N, (B,), device="cuda")
+obs = buffer_obs[idx]                                         # gathered on the GPU
+```
+
+## Known problems
+The replay takes the host's whole work before each upload (and after each read) away, and counts nothing for the
+GPU work that replaces it (a gather, a sampling kernel): a few kernels, short beside the host's work, but where the
+host's work cannot move to the GPU (a tokenizer, a simulator), the change that applies is building the data ahead
+(DataLoader workers, pinned memory with `non_blocking=True`), which saves up to this much while the host keeps up.
+Uploads of the same data each step (a constant moved inside the loop) are pageable-memcpy's first.
+
+## Options
+- `min_work_share`: the host's work on the data, of what keeping it on the GPU takes away.
+- `min_window_share`: the saving's share of the window.
+"""
+
+from humanize import naturalsize
+
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
+from nsanalyze.checks.program.autotuning import host_cause_saving
+from nsanalyze.normalize.steps import normalize_name
+from nsanalyze.numbers import duration_text
+from nsanalyze.text import code_span
+
+ID = "host-data"
+ADVICE = """Keep the steps' data on the GPU, or have it ready before the step needs it.
+
+- Data that fits in GPU memory (a dataset, a replay buffer, an embedding table, the corpus's token ids): move it to
+  the GPU once, before the loop, and select each batch there (indices from `torch.randint(..., device="cuda")`,
+  indexing on the GPU).
+- Work on a step's outputs (sampling, argmax, metrics, a confusion matrix): do it on the GPU
+  (`torch.multinomial`, `out.argmax(1)`, `torch.bincount`, `topk`) and copy back the small result, or nothing.
+- State updated each step (embedding tables, an optimizer): keep it on the GPU, not on the CPU with its gradients
+  read back.
+- Outputs the host must have (predictions to return, values to log): copy them with `non_blocking=True` into pinned
+  buffers and work on the previous step's outputs while the GPU computes this step, so that no step waits for its
+  own.
+- Input that must be made on the host (decoding, tokenizing, a simulator): make it ahead, in DataLoader workers
+  (`num_workers`, `pin_memory=True`, `persistent_workers=True`), and copy it with `non_blocking=True`, so that the
+  next batch is ready while the GPU computes this one.
+
+```python
+# before: the batch gathered on the host, uploaded from pageable memory each step
+obs = torch.from_numpy(buffer_obs[rng.integers(0, N, B)]).to("cuda")
+# after: the buffer on the GPU once, the batch gathered there
+buffer_obs = torch.from_numpy(buffer_obs).to("cuda")
+obs = buffer_obs[torch.randint(0, N, (B,), device="cuda")]
+```"""
+
+CHECK = Check(
+    id=ID,
+    name="program.host_data",
+    title="The host builds the steps' inputs or works on their outputs while the GPU waits",
+    section="busy",
+    requires=(),
+    optional=("host_data", "budget"),
+    thresholds={
+        "min_work_share": Threshold(0.3, "less host work on the data than this, of what keeping it on the GPU takes "
+                                         "away, and the copies and their waits hold the time (pageable-memcpy's, "
+                                         "transfer-bound's)"),
+        "min_window_share": Threshold(0.05, "under 5% of the window the data's handling is noise beside the step"),
+    },
+    speedup_model=("the replay of the steps with the data kept on the GPU: each copy to the device gone with its "
+                   "call, its wait and the host's work before it, each read of 64 KiB or more to the host gone with "
+                   "the host's work after it (critical_path.data_handled); capped by the time those take"),
+    change={"data_on_gpu": True},   # the replay change priced (normalize.pricing)
+    advice=ADVICE,
+)
+
+
+# The longest stretch names its range where it is this share of the median step (of the window without steps) or
+# more, and another of the longest ran in a range of that name: 15-65% on the exports whose host waits lie in ranges
+# of their own (power_iteration's IO N, numba-jit's matmul); a 1.4 ms stretch of a 58 ms step of small ones (a Kineto
+# trace's optimizer range) names no place where the time goes.
+NAMED_RANGE_SHARE = 0.1
+
+
+def own_range(timeline, stretches):
+    """(the longest stretch, its range's name, how many of the stretches ran in a range of that name) where the
+    longest ran inside an NVTX range of the program's own that is not a step (`IO 190` inside `Step 190 to 200`),
+    long enough (NAMED_RANGE_SHARE) and with another of the longest in a range of that name; else None."""
+    top = stretches[0] if stretches else None
+    if top is None or not top.nvtx_range:
+        return None
+    if timeline.steps is not None and normalize_name(top.nvtx_range) == timeline.steps.name:
+        return None
+    whole = (timeline.steps.median_ns if timeline.steps is not None and timeline.steps.median_ns
+             else timeline.summary.span_ns) or 0
+    if top.own_time_ns < NAMED_RANGE_SHARE * whole:
+        return None
+    name = normalize_name(top.nvtx_range)
+    alike = sum(1 for s in stretches if s.nvtx_range and normalize_name(s.nvtx_range) == name)
+    # (one stretch in a range, time53_gpt's CUB UniqueByKey in one step of 442, is no place to start)
+    return (top, name, alike) if alike >= 2 else None
+
+
+def range_lead(timeline, stretches) -> str:
+    """Where the host's longest stretch ran in a range of the program's own (own_range), the advice starts there: the
+    range names the code to move, more than a generic list does (power_iteration's `IO N` writes the vector it read
+    back to a file, which no GPU does for it)."""
+    named = own_range(timeline, stretches)
+    if named is None:
+        return ""
+    top, name, alike = named
+    return (f"Start with the code inside the NVTX range {code_span(top.nvtx_path or top.nvtx_range)}: {alike} of the "
+            f"host's {len(stretches)} longest stretches without GPU work ran in ranges named {code_span(name)}, the "
+            f"longest ({duration_text(top.own_time_ns)}) in this one.\n\n")
+
+
+def handled(timeline, limits):
+    """(the steps' data, what keeping it on the GPU saves over the window) where this check speaks, else None."""
+    data = getattr(timeline, "host_data", None)
+    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    if data is None or not steps or not timeline.summary.span_ns or not data.ns_per_step:
+        return None
+    work = data.work_before_uploads_ns_per_step + data.work_after_reads_ns_per_step
+    if work < limits.min_work_share * data.ns_per_step:
+        return None
+    saving = host_cause_saving(timeline, CHECK.change, data.ns_per_step, data.step_ns, limits.min_window_share)
+    return (data, saving) if saving is not None else None
+
+
+# Budget parts in the order the change's saving is claimed from, after the copies' own GPU time: the host's work
+# first (the GPU idle while it builds or reads), then the waits and the launch queue they drain
+IDLE_ORDER = ("idle_host", "idle_sync", "idle_launch", "idle_other")
+
+
+def claimed_parts(timeline, limits, taken: dict[str, float]) -> dict[str, float]:
+    """What this check's finding claims of the budget's parts, within what the causes before it leave (`taken`): the
+    copies' GPU time from gpu_copy, the rest of its saving from the idle parts, the host's first."""
+    found = handled(timeline, limits)
+    if found is None or not timeline.budget:
+        return {}
+    data, saving = found
+    parts = {p.part: p.ns for p in timeline.budget}
+
+    def left(part: str) -> float:
+        return max(0.0, parts.get(part, 0.0) - taken.get(part, 0.0))
+    claims = {"gpu_copy": min(left("gpu_copy"), data.copy_ns_per_step * timeline.steps.count, saving)}
+    rest = saving - claims["gpu_copy"]
+    for part in IDLE_ORDER:
+        take = min(rest, left(part))
+        claims[part] = take
+        rest -= take
+    return {part: ns for part, ns in claims.items() if ns > 0}
+
+
+def change_of(data) -> dict:
+    """The change this finding stands for; where every pageable copy is one of the data's, pinning them
+    (pageable-memcpy's change) is part of it, and where every sync is one of their waits, removing the syncs
+    (host-sync's) is (normalize.pricing.contains)."""
+    return {**CHECK.change, **({"pageable_within": True} if data.pageable_within else {}),
+            **({"syncs_within": True} if data.syncs_within else {})}
+
+
+# The host's work on one side (before the uploads, after the reads) under this share of what the change takes away is
+# not said beside it: "after 0 ns of its work"
+SAID_WORK_SHARE = 0.05
+
+
+def _what(data) -> str:
+    """The data a step moves and the host's work on it, as the title says it: the side where the work lies first."""
+    uploads, reads = "", ""
+    if data.uploads_per_step:
+        work = data.work_before_uploads_ns_per_step
+        uploads = (f"{_count(data.uploads_per_step, 'upload')}{{a_step}} "
+                   f"({naturalsize(data.upload_bytes_per_step, binary=True)})"
+                   + (f" after {duration_text(work)} of its work on them" if work >= SAID_WORK_SHARE * data.ns_per_step
+                      else ""))
+    if data.reads_per_step:
+        work = data.work_after_reads_ns_per_step
+        reads = (f"{_count(data.reads_per_step, 'read')} back{{a_step}} "
+                 f"({naturalsize(data.read_bytes_per_step, binary=True)})"
+                 + (f" followed by {duration_text(work)} of its work on them"
+                    if work >= SAID_WORK_SHARE * data.ns_per_step else ""))
+    said = [reads, uploads] if data.work_after_reads_ns_per_step > data.work_before_uploads_ns_per_step else \
+        [uploads, reads]
+    said = [text for text in said if text]
+    return ", and ".join([said[0].format(a_step=" a step"), *(text.format(a_step="") for text in said[1:])])
+
+
+def _count(per_step: float, noun: str) -> str:
+    """`5 uploads`, `0.5 reads`: a count a step, whole where it is."""
+    return plural(round(per_step), noun) if abs(per_step - round(per_step)) < 0.05 else f"{per_step:.1f} {noun}s"
+
+
+def _lead(data) -> str:
+    """The advice's first line: the side where the host's work lies."""
+    if data.work_after_reads_ns_per_step > data.work_before_uploads_ns_per_step:
+        return ("Most of the host's work follows the reads back: it waits for the GPU's outputs, then works on them "
+                "while nothing is queued. Do that work on the GPU and read back the small result.\n\n")
+    return ("Most of the host's work comes before the uploads: it builds each step's input on the CPU while the GPU "
+            "waits for it. Keep the data on the GPU, or build it ahead of the step.\n\n")
+
+
+def run(timeline, limits) -> Finding | None:
+    found = handled(timeline, limits)
+    if found is None:
+        return None
+    data, saving = found
+    steps, span = timeline.steps.count, timeline.summary.span_ns
+    work = data.work_before_uploads_ns_per_step + data.work_after_reads_ns_per_step
+    named = own_range(timeline, timeline.host_stretches[:5])   # (the program's own name for the code, said first)
+    where = (f"; longest stretch {named[0].own_time_ns / 1e6:.1f} ms in range "
+             f"'{named[0].nvtx_path or named[0].nvtx_range}'" if named else "")
+    finding = Finding(
+        check=ID,
+        title=(f"The GPU waits while the host handles each step's data: {_what(data)}; with the data kept on the GPU "
+               f"a step saves {duration_text(saving / steps)} of its {duration_text(timeline.steps.mean_ns)} mean"
+               f"{where}"),
+        estimated_speedup=min(1.0, saving / span),
+        evidence={"work_share": evidence(work / data.ns_per_step, limits.min_work_share, unit="ratio", compare=">="),
+                  "window_share": evidence(min(1.0, saving / span), limits.min_window_share, unit="ratio",
+                                           compare=">="),
+                  "uploads_per_step": evidence(data.uploads_per_step),
+                  "upload_bytes_per_step": evidence(data.upload_bytes_per_step, unit="byte"),
+                  "reads_per_step": evidence(data.reads_per_step),
+                  "read_bytes_per_step": evidence(data.read_bytes_per_step, unit="byte"),
+                  "work_before_uploads_ns_per_step": evidence(data.work_before_uploads_ns_per_step, unit="ns"),
+                  "work_after_reads_ns_per_step": evidence(data.work_after_reads_ns_per_step, unit="ns"),
+                  "copy_ns_per_step": evidence(data.copy_ns_per_step, unit="ns")},
+        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data) + ADVICE,
+    )
+    finding.change = change_of(data)
+    finding.estimated_savings_ns = saving
+    return finding
