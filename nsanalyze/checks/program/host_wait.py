@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from nsanalyze.numbers import duration_text
+from nsanalyze.text import code_span
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 from nsanalyze.checks.program._claims import LAUNCH_ID, SYNC_ID, claims_by_cause
@@ -90,7 +91,8 @@ def run(timeline, limits) -> Finding | None:
     per_step = ""
     if top.step_idle_ns is not None and timeline.steps and timeline.steps.count:
         per_step = f", {savings / timeline.steps.count / 1e6:.2f} ms a step"
-    where = _few_steps(timeline, classes)
+    where, held = _few_steps(timeline, classes)
+    forks = _forks_lead(timeline, top, held)
     finding = Finding(
         check=ID,
         title=(f"The GPU idles {duration_text(savings)} ({share:.0%} of the window{per_step}) while the thread that "
@@ -103,7 +105,7 @@ def run(timeline, limits) -> Finding | None:
                                "idle_ns": int(round(c.idle_ns)), "host_ns": int(round(c.host_ns)),
                                "top_calls": [{"name": n, "calls": k, "ns": int(ns)} for n, k, ns in c.top_calls[:3]]}
                               for c in classes]},
-        advice=BLOCKED_ADVICE[kind],
+        advice=forks + FORK_ADVICE if forks else BLOCKED_ADVICE[kind],
     )
     raw = sum(c.idle_ns for c in classes)
     if savings < 0.95 * raw:
@@ -118,14 +120,15 @@ def run(timeline, limits) -> Finding | None:
 FEW_STEPS, HELD_SHARE = 0.25, 0.7
 
 
-def _few_steps(timeline, classes) -> str:
-    """`; 318 ms of it in 17 of 149 steps (63, 66, 73, ...)` where a few steps hold most of the waits. A wait is
-    named by the step whose host range it ran in (Steps.host_windows): shard_prefetched's `join()` at the top of
-    steps 30 and 50 idles the GPU in the periods of steps 29 and 49 on its clock, and a user looks for 30 and 50."""
+def _few_steps(timeline, classes) -> tuple[str, list]:
+    """(`; 318 ms of it in 17 of 149 steps (63, 66, 73, ...)`, those steps' numbers) where a few steps hold most of
+    the waits, else ("", []). A wait is named by the step whose host range it ran in (Steps.host_windows):
+    shard_prefetched's `join()` at the top of steps 30 and 50 idles the GPU in the periods of steps 29 and 49 on its
+    clock, and a user looks for 30 and 50."""
     windows = getattr(timeline, "step_host_windows", None)
     indices = getattr(timeline, "step_indices", None)
     if windows is None or indices is None or len(windows[0]) != len(indices):
-        return ""
+        return "", []
     starts, ends = windows
     idle = np.zeros(len(starts))
     for c in classes:
@@ -133,12 +136,71 @@ def _few_steps(timeline, classes) -> str:
             idle += c.idle_in(gpu, starts, ends) / c.gpus
     total = float(idle.sum())
     if not total:
-        return ""
+        return "", []
     order = np.argsort(-idle, kind="stable")
     held = np.cumsum(idle[order])
     count = int(np.searchsorted(held, HELD_SHARE * total) + 1)
     if count > FEW_STEPS * len(idle):
+        return "", []
+    named = [timeline.step_number(int(i)) for i in np.sort(indices[order[:count]])]
+    shown = ", ".join(str(n) for n in named[:8]) + (", ..." if count > 8 else "")
+    return f"; {held[count - 1] / 1e6:.0f} ms of it in {count} of {plural(len(idle), 'step')} ({shown})", named
+
+
+# Of a child-process class's time, this share or more in `fork`: the launching process copied to start workers
+# (Python's multiprocessing, a DataLoader starting its workers), not a program run to its end (subprocess.run's time
+# lies in waitpid). blind76_epochs: 42 forks of 15.7 ms each, 659 of the class's 662 ms
+FORK_SHARE = 0.5
+FORK_CALLS = ("fork", "vfork")
+
+FORK_ADVICE = """Start worker processes once, not in the loop.
+
+- A DataLoader iterated once an epoch: `persistent_workers=True` keeps its workers between epochs; without it, each
+  new iteration shuts them down, forks new ones (each a copy of the training process) and waits for their first
+  batches.
+- A `multiprocessing.Pool` or `ProcessPoolExecutor` made inside the loop: make it once, before the loop, and reuse it.
+
+```python
+loader = DataLoader(ds, batch_size=128, num_workers=6, pin_memory=True, persistent_workers=True)
+for epoch in range(epochs):
+    for x, y in loader:
+        ...
+```"""
+
+
+def _forks_lead(timeline, top, held: list) -> str:
+    """Where the launching thread's child-process waits are mostly forks (FORK_SHARE), what they are: workers
+    started by forking, once an instance of the phase that holds the steps (an epoch) where the steps that hold the
+    waits recur at its number of steps."""
+    if top.name != "child-process" or not top.host_ns:
         return ""
-    named = np.sort(indices[order[:count]])
-    shown = ", ".join(str(timeline.step_number(int(i))) for i in named[:8]) + (", ..." if count > 8 else "")
-    return f"; {held[count - 1] / 1e6:.0f} ms of it in {count} of {plural(len(idle), 'step')} ({shown})"
+    forks = [(calls, ns) for name, calls, ns in top.top_calls if name in FORK_CALLS]
+    count, ns = sum(c for c, _ in forks), sum(t for _, t in forks)
+    if not count or ns < FORK_SHARE * top.host_ns:
+        return ""
+    text = (f"The launching thread forks processes: {plural(count, '`fork` call')} of {duration_text(ns / count)} "
+            "each (a copy of the training process), the way Python's multiprocessing starts workers, a DataLoader's "
+            "among them.")
+    epoch = _phase_of_each(timeline, held)
+    if epoch:
+        text += (f" They come at the first step of each {code_span(epoch)} (steps {', '.join(map(str, held[:5]))}"
+                 f"{', ...' if len(held) > 5 else ''}): a DataLoader with `persistent_workers=False`, the default, "
+                 "starts its workers again for each pass over its data.")
+    return text + "\n\n"
+
+
+def _phase_of_each(timeline, held: list) -> str | None:
+    """The name of the phase that holds the steps (an `epoch N` range around each epoch's steps) where the steps
+    holding the waits lie that phase's steps apart, or a multiple of them; else None."""
+    numbers = [n for n in held if isinstance(n, int)]
+    if len(numbers) < 2:
+        return None
+    for phase in timeline.phases or ():
+        steps = [child for child in phase.children if child.is_steps]
+        if not steps or not phase.count:
+            continue
+        each = round(steps[0].count / phase.count)
+        gaps = [b - a for a, b in zip(numbers, numbers[1:])]
+        if each >= 2 and all(gap > 0 and gap % each == 0 for gap in gaps):
+            return phase.name
+    return None

@@ -83,7 +83,8 @@ ADVICE = """Launch fewer, bigger kernels.
 - Capture the loop in a CUDA graph (`cudaStreamBeginCapture`/`cudaGraphLaunch`;
   PyTorch: `torch.cuda.graphs` / `torch.compile(mode="reduce-overhead")`).
 - Fuse element-wise kernels (`torch.compile`, a hand-written fused kernel).
-- Do more work per launch (batch the steps, batch requests in generation).
+- Do more work per launch: batch the steps, batch requests in generation, and call a model once on a batch, not
+  in a Python loop over its items (`model(x[i:i + 1])` for each `i` launches every kernel once an item).
 
 ```python
 # before: hundreds of tiny launches per step

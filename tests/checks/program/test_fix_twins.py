@@ -254,3 +254,25 @@ def test_round_68s_twins_are_priced_by_their_first_finding(analyzed, pair, check
     assert first["estimated_savings_ns"] / model["timeline"]["steps"]["count"] == pytest.approx(saved, rel=0.25)
     if pair == "gpt":
         assert check not in {f["check"] for f in program_findings(analyzed(REAL / fix))}
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_a_model_called_once_an_item_is_launch_bound_and_priced_near_its_batched_twin(analyzed, run):
+    """blind76_perimage (chosen for round 76, read before any change): a ViT scores 64 images a step, one batch-1
+    forward each (SQL: 8,135 kernels a step against its batched twin's 134). The step is the launches' (85% of it
+    idle on them): launch-overhead is first, its graph of the step priced within 25% of what one batched forward
+    saved (-18% on both pairs: batching also runs fewer, larger kernels, which a graph does not)."""
+    base, fix = f"blind76_perimage_base{run}_nsys.sqlite.xz", f"blind76_perimage_fix{run}_nsys.sqlite.xz"
+    counts = []
+    for name in (base, fix):
+        model = analyzed(REAL / name)
+        window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
+        (kernels,), = sql(REAL / name, f"""SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL
+                                          WHERE start >= {window['start_ns']} AND start < {window['end_ns']}""")
+        counts.append(kernels / steps)
+    assert counts[0] == pytest.approx(8135, rel=0.01) and counts[1] == pytest.approx(134, rel=0.02)
+    model = analyzed(REAL / base)
+    first = program_findings(model)[0]
+    assert first["check"] == "launch-overhead"
+    saved = first["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+    assert saved == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.25)

@@ -1,5 +1,7 @@
 """non-step-phase on real runs: it speaks where a non-step phase holds the window, and nowhere else."""
 
+import pytest
+
 from tests.conftest import DEV_INFER_NSYS, REAL, program_findings, sql
 
 
@@ -49,3 +51,30 @@ def test_the_title_tells_the_instances_it_prices_and_every_large_part(analyzed):
     finding = next(f for f in model["findings"] if f["check"] == "non-step-phase")
     assert f"{each / 1e6:.1f} ms each" in finding["title"]
     assert "copies between host and GPU 37%" in finding["title"] and "file-io" in finding["title"]
+
+
+def test_an_epoch_range_around_the_steps_is_not_a_phase_beside_them(analyzed):
+    """blind76_epochs (chosen for round 76, read before any change): each of 8 epochs is an `epoch N` range around its
+    20 `step N` ranges (SQL: every step range inside an epoch range), and each epoch's first step waits for its
+    DataLoader's 6 workers to start again. The epochs, which hold the steps, were told as "a phase that is not the
+    steps holds 100% of the window" with checkpoint advice first; an epoch range around the steps is their
+    container, and the waits are host-wait's, priced within 10% of what `persistent_workers=True` saved (the mean
+    GPU periods by SQL) and told as workers forked at the first step of each epoch."""
+    from tests.conftest import sql_saved_per_step
+
+    for run in (1, 2):
+        base, fix = f"blind76_epochs_base{run}_nsys.sqlite.xz", f"blind76_epochs_fix{run}_nsys.sqlite.xz"
+        path = REAL / base
+        (steps, inside), = sql(path, """WITH r AS (SELECT n.start, n.end, COALESCE(n.text, s.value) name FROM NVTX_EVENTS n
+            LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59)
+            SELECT COUNT(*), SUM(EXISTS (SELECT 1 FROM r e WHERE e.name LIKE 'epoch %' AND e.start <= r.start
+                                         AND e.end >= r.end)) FROM r WHERE r.name LIKE 'step %'""")
+        assert steps == inside == 160
+        model = analyzed(path)
+        checks = [f["check"] for f in program_findings(model)]
+        assert "non-step-phase" not in checks and checks[0] == "host-wait"
+        first = program_findings(model)[0]
+        saved = first["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+        assert saved == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.1)
+        assert "They come at the first step of each `epoch N`" in first["advice"]
+        assert "persistent_workers=True" in first["advice"] and "subprocess" not in first["advice"]
