@@ -341,6 +341,15 @@ PAIRS = [
           ("cpusample", "top-p sampling on the GPU (torch.multinomial), not each token's logits copied to NumPy",
            "host-data"))
       for i in (1, 2)],
+    # round 76 (fixtures/real/record_blind76.sh, blind76_train.py): two more, chosen for the round and recorded before
+    # any check looked at them: a CNN whose DataLoader (6 workers) starts its workers again for each 20-step epoch,
+    # and a ViT scoring 64 images a step one at a time (64 batch-1 forwards) where one batched forward does it
+    *[(f"blind76_{p}_base{i}", f"blind76_{p}_fix{i}", None, f"{what}; {'first' if i == 1 else 'second'} pair", check)
+      for p, what, check in (
+          ("epochs", "DataLoader(persistent_workers=True), not its 6 workers started again for each epoch",
+           "host-wait"),
+          ("perimage", "one batched forward of the 64 images, not 64 forwards of one image each", "launch-overhead"))
+      for i in (1, 2)],
 ]
 
 
