@@ -225,13 +225,6 @@ def run(timeline, limits) -> Finding | None:
     data, saving = found
     steps, span = timeline.steps.count, timeline.summary.span_ns
     work = data.work_before_uploads_ns_per_step + data.work_after_reads_ns_per_step
-    from nsanalyze.checks.program._claims import claims_by_cause   # (it reads this check's claim: imported here)
-
-    # the wider causes claimed before it (a phase, slow steps, the loader's waits) count part of that time: the title
-    # says what is left, the finding's figure (shard_shards: 12.2 ms a step replayed, 5.5 beside slow-steps' excess)
-    claimed = sum(claims_by_cause(timeline).get(ID, {}).values())
-    beside = (f", {duration_text(claimed / steps)} of it beside what other findings count"
-              if claimed < 0.99 * saving and duration_text(claimed / steps) != duration_text(saving / steps) else "")
     named = own_range(timeline, timeline.host_stretches[:5])   # (the program's own name for the code, said first)
     where = (f"; longest stretch {named[0].own_time_ns / 1e6:.1f} ms in range "
              f"'{named[0].nvtx_path or named[0].nvtx_range}'" if named else "")
@@ -239,7 +232,7 @@ def run(timeline, limits) -> Finding | None:
         check=ID,
         title=(f"The GPU waits while the host handles each step's data: {_what(data)}; with the data kept on the GPU "
                f"a step saves {duration_text(saving / steps)} of its {duration_text(timeline.steps.mean_ns)} mean"
-               f"{beside}{where}"),
+               f"{where}"),
         estimated_speedup=min(1.0, saving / span),
         evidence={"work_share": evidence(work / data.ns_per_step, limits.min_work_share, unit="ratio", compare=">="),
                   "window_share": evidence(min(1.0, saving / span), limits.min_window_share, unit="ratio",
