@@ -316,6 +316,7 @@ class StepWaits(Record):
     #                                     autotuner's and timing code's left out: normalize.tuning names those)
     backward_per_step: float = 0        # of them, made on the backward's thread (median)
     backward_thread_known: bool = False   # the backward's thread was told apart from the step loop's
+    at_end_per_step: float = 0          # of them, made after the step's last kernel launch (median): a result read
 
 
 @dataclass(frozen=True)

@@ -51,15 +51,29 @@ def step_waits(export, graph) -> model.StepWaits | None:
         if found is not None:
             waiting &= ~found.removed
     per_step = float(np.median(np.bincount(graph.c_step[waiting], minlength=steps)[:steps]))
+    at_end = _after_last_launch(graph, waiting, steps)
     backward = _backward_ops(graph)
     if per_step < MIN_WAITS or not backward.any():
-        return model.StepWaits(per_step=per_step)
+        return model.StepWaits(per_step=per_step, at_end_per_step=at_end)
     threads = graph.c_thread if graph.c_thread is not None else _threads(export, graph)
     thread = backward_thread(graph, threads, backward)
     mine = waiting & (threads == thread) if thread is not None else np.zeros_like(waiting)
     in_backward = np.bincount(graph.c_step[mine], minlength=steps)[:steps]
     return model.StepWaits(per_step=per_step, backward_per_step=float(np.median(in_backward)),
-                           backward_thread_known=thread is not None)
+                           backward_thread_known=thread is not None, at_end_per_step=at_end)
+
+
+def _after_last_launch(graph, waiting: np.ndarray, steps: int) -> float:
+    """Of the block's waits a step, those made after the step's last kernel launch (median over its steps): a
+    step that ends by reading its result back (blind76_perimage's scores, `.cpu()`) can have all its work before
+    that read captured in one graph."""
+    launches = graph.calls_of("launch") & (graph.c_step >= 0)
+    last = np.full(steps, -np.inf)
+    np.maximum.at(last, graph.c_step[launches], graph.c_start[launches].astype(float))
+    mine = waiting & (graph.c_step >= 0)
+    after = mine.copy()
+    after[mine] = graph.c_start[mine] > last[graph.c_step[mine]]
+    return float(np.median(np.bincount(graph.c_step[after], minlength=steps)[:steps]))
 
 
 def _backward_ops(graph) -> np.ndarray:

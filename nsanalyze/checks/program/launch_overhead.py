@@ -302,6 +302,11 @@ def _waits_first(per_step: float, name: str, timing=None, waits=None, uploads: f
                        "an upload per item, request or layer): first make the moves fewer (batch the inputs or "
                        "requests it handles one at a time, build constants on the GPU once, one read-back a step), "
                        "then capture what remains.\n\n")
+    if round(per_step) == 1 and waits is not None and round(waits.at_end_per_step) == 1:   # at the step's end
+        return said + ("The one wait comes after the step's last launch: the step reads its result back (scores, a "
+                       "token, a loss), and all the work before that read can be one graph, launched once a step "
+                       "before it. Where the loop tests the value (`if token.item() == eos`), test it every N steps "
+                       "instead and capture the N steps between the tests.\n\n")
     if round(per_step) == 1:   # one value a step: often one the loop itself tests (token_gen: `token.item() == eos`)
         return said + ("One wait a step is often a value the loop itself tests: a generated token against the end of "
                        "sequence (`if token.item() == eos`), a loss for early stopping. Test it every N steps instead "

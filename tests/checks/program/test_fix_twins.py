@@ -276,3 +276,15 @@ def test_a_model_called_once_an_item_is_launch_bound_and_priced_near_its_batched
     assert first["check"] == "launch-overhead"
     saved = first["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
     assert saved == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.25)
+    # its one wait a step, the scores' `.cpu()`, comes after the step's last launch (SQL, each step range): the lead
+    # says the work before it can be one graph, not that the loop tests a value
+    (steps, after), = sql(REAL / base, """WITH r AS (SELECT r.start, s.value name FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+            JOIN StringIds s ON s.id = r.nameId),
+        st AS (SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+               WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE 'step %')
+        SELECT COUNT(*), SUM((SELECT MIN(start) FROM r WHERE r.start >= st.start AND r.start < st.end
+                              AND r.name LIKE 'cudaStreamSynchronize%')
+                             > (SELECT MAX(start) FROM r WHERE r.start >= st.start AND r.start < st.end
+                                AND r.name LIKE 'cudaLaunchKernel%')) FROM st""")
+    assert after == steps == 40
+    assert "The one wait comes after the step's last launch" in first["advice"].split("\n\n")[0]
