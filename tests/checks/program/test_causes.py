@@ -213,12 +213,13 @@ def test_launch_advice_puts_batching_first_where_each_step_waits_item_by_item(an
     once = next(f for f in program_findings(analyzed(REAL / "opt_loop_nsys.sqlite.xz")) if f["check"] == "launch-overhead")
     assert once["advice"].startswith("Each step waits for the GPU once") and "every N steps" in once["advice"].split("\n")[0]
     # token_gen's one wait a token (SQL) is its loop's own stop test: the advice says to test every N tokens, where
-    # it said to read values back every N steps, which a generation loop cannot do with the token it needs
+    # it said to read values back every N steps, which a generation loop cannot do with the token it needs (the wait
+    # comes after the token's last launch: the lead names the tested value beside the result read back)
     ((token_waits,),) = sql(REAL / "token_gen_nsys.sqlite.xz", STEP_WAITS_SQL.replace("'step %'", "'token %'"))
     assert round(token_waits) == 1
     stop = _first(analyzed, "token_gen_nsys.sqlite.xz")
     assert stop["evidence"]["waits_per_step"]["value"] == 1
-    assert "end of sequence" in stop["advice"].split("\n")[0] and "Test it every N steps" in stop["advice"]
+    assert "`if token.item() == eos`" in stop["advice"].split("\n")[0] and "test it every N steps" in stop["advice"]
     never = _first(analyzed, "graphs_eager_nsys.sqlite.xz")
     assert never["check"] == "launch-overhead" and never["advice"].startswith("Launch fewer, bigger kernels.")
     assert "waits_per_step" not in never["evidence"]
