@@ -38,7 +38,7 @@ kernel is one kernel, not found) is not counted; a model whose layers differ in 
 - `min_window_share`: the replay's saving as a share of the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, step_count
 from nsanalyze.checks.program.autotuning import in_replayed_steps
 from nsanalyze.numbers import duration_text
 
@@ -82,7 +82,7 @@ CHECK = Check(
 
 def run(timeline, limits) -> Finding | None:
     rerun = getattr(timeline, "recomputation", None)
-    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    steps = step_count(timeline) or 0
     span = timeline.summary.span_ns or 0
     if rerun is None or not steps or not span or rerun.kernel_ns_per_step * steps < limits.min_window_share * span:
         return None

@@ -43,7 +43,7 @@ meets a new shape in most of them is told, one that tunes now and then may not s
 - `min_window_share`: the tuning stretches' share of the window.
 """
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, step_count
 from nsanalyze.normalize import pricing
 from nsanalyze.numbers import duration_text
 
@@ -95,7 +95,7 @@ CHECK = Check(
 def in_most_steps(timeline, record, steps_with: int, per_step: float, least: float, limits) -> bool:
     """Whether the window has steps and a span, and a replayed block's record (timed trials, timing code) holds its
     pattern in at least min_step_share of the block's steps, `least` times a step or more."""
-    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    steps = step_count(timeline) or 0
     if record is None or not steps or not timeline.summary.span_ns or not record.steps:
         return False
     return steps_with >= limits.min_step_share * record.steps and per_step >= least

@@ -41,7 +41,7 @@ Uploads of the same data each step (a constant moved inside the loop) are pageab
 
 from humanize import naturalsize
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural, step_count
 from nsanalyze.checks.program.autotuning import host_cause_saving
 from nsanalyze.normalize.steps import normalize_name
 from nsanalyze.numbers import duration_text
@@ -135,7 +135,7 @@ def range_lead(timeline, stretches) -> str:
 def handled(timeline, limits):
     """(the steps' data, what keeping it on the GPU saves over the window) where this check speaks, else None."""
     data = getattr(timeline, "host_data", None)
-    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    steps = step_count(timeline) or 0
     if data is None or not steps or not timeline.summary.span_ns or not data.ns_per_step:
         return None
     work = data.work_before_uploads_ns_per_step + data.work_after_reads_ns_per_step

@@ -143,7 +143,7 @@ def run(timeline, limits) -> Finding | None:
     calls = host_sync_calls(timeline)
     drained = idle_ns - sync_ns
     if drained > sync_ns:   # most of the cost is the wait on the launches that refill the queue (the replay's)
-        steps = timeline.steps.count if timeline.steps is not None and timeline.steps.count else None
+        steps = step_count(timeline)
         saved = f"{duration_text(idle_ns / steps)} a step ({share:.0%} of the window)" if steps else f"{share:.0%} of the window"
         wait = f"{duration_text(drained / steps)} a step" if steps else duration_text(drained)
         if checks_values(timeline):   # the change takes the checks away with their waits (_claims.sync_change)
@@ -193,7 +193,7 @@ def _value_checks(timeline) -> tuple[str, str]:
     if not checks_values(timeline):
         return "", ""
     reads = timeline.copies.boolean_reads
-    steps = timeline.steps.count if timeline.steps is not None and timeline.steps.count else None
+    steps = step_count(timeline)
     count = f"{reads / steps:.0f} a step" if steps else f"{reads:,}"
     return (f"; {count} wait on a read of one byte to the host (a boolean it tests: a check of values)",
             f"{reads:,} of the waits follow a read of one byte to the host: a boolean the host tests, a check of values "

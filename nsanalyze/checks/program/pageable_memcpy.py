@@ -138,7 +138,7 @@ def run(timeline, limits) -> Finding | None:
     own = (f" ({plural(top.copies, 'copy')}, {naturalsize(top.bytes)})" if top and len(directions) > 1 else "")
     rate = (f"; {top.copy_kind.lower()}{own} at {top.gb_per_s:.{'1f' if top.gb_per_s >= 1 else '2g'}} GB/s where pinned "
             f"copies reach {top.reference_gb_per_s:.0f} GB/s" if top and top.gb_per_s else "")
-    steps = timeline.steps.count if timeline.steps else 0
+    steps = step_count(timeline) or 0
     step_copy_ns = median_step_part(timeline, BUDGET_PART)
     # per step only when the copies are the steps' own (not a checkpoint's between them)
     per_step = (f", {duration_text(saving_ns / steps)} less copy time in each {duration_text(timeline.steps.median_ns)} step"

@@ -31,7 +31,7 @@ per-task gradient norms), which runs the passes on purpose: the finding cannot t
 - `min_window_share`: the extra passes' share of the window before the check speaks.
 """
 
-from nsanalyze.checks.base import Check, Finding, Threshold, evidence
+from nsanalyze.checks.base import Check, Finding, Threshold, evidence, step_count
 from nsanalyze.checks.program.autotuning import in_replayed_steps
 from nsanalyze.numbers import duration_text
 
@@ -74,7 +74,7 @@ CHECK = Check(
 
 def run(timeline, limits) -> Finding | None:
     repeated = getattr(timeline, "repeated_backward", None)
-    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    steps = step_count(timeline) or 0
     span = timeline.summary.span_ns or 0
     if repeated is None or not steps or not span or \
             repeated.kernel_ns_per_step * steps < limits.min_window_share * span:

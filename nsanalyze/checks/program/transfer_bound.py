@@ -66,7 +66,8 @@ from humanize import naturalsize
 
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks import runs
-from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural
+from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural, \
+    step_count
 from nsanalyze.checks.program._copies import (PINNED_SHARE_NEAR_LINK, link_of, pageable_saving, pinned_time_ns,
                                               reference_rate)
 
@@ -200,7 +201,7 @@ def run(timeline, limits) -> Finding | None:
                    f"it allows more is not measured; fewer bytes, or overlap with the {duration_text(compute_ns)} of "
                    "compute, save time")
     elif at_link and overlap_ns >= 0.5 * left_ns:
-        steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+        steps = step_count(timeline) or 0
         compute = f"{duration_text(compute_ns / steps)} of compute a step" if steps else \
             f"{duration_text(compute_ns)} of compute"
         outlook = (f", near the {top.reference_gb_per_s:.0f} GB/s pinned copies reach: issued on a side stream "
