@@ -645,12 +645,13 @@ def gap_os_time(export: NsysExport, graph: Graph, tids: np.ndarray, launching_th
     return {c: (float(graph.c_gap_ns[c]), tuple(by_class)) for c, by_class in found.items()}
 
 
-def gap_os_ns(graph: Graph, name: str) -> np.ndarray:
-    """Per call, the time of the OS class `name` in the host compute before it (Graph.c_gap_os): what removing
-    that class (`whatif --remove lock-wait`: the loader's queue never empty) takes from the host's gap."""
+def gap_os_ns(graph: Graph, name: str | None = None) -> np.ndarray:
+    """Per call, the time of the OS class `name` (None: of every OS class, waits on a queue, a lock, I/O or a sleep,
+    not work) in the host compute before it (Graph.c_gap_os): what removing that class (`whatif --remove
+    lock-wait`: the loader's queue never empty) takes from the host's gap."""
     waited = np.zeros(len(graph.c_start))
     for call, (_, by_class) in graph.c_gap_os.items():
-        waited[call] = sum(ns for cls, ns in by_class if cls == name)
+        waited[call] = sum(ns for cls, ns in by_class if name is None or cls == name)
     return waited
 
 
@@ -847,7 +848,7 @@ def data_summary(block: "StepBlock | None") -> dict | None:
     reads = copies & ~up
     # the host's own work on the data, beyond a typical launch path and its OS waits (a loader's queue): before each
     # upload's calls, after each read
-    work = (beyond_path(graph, _gap_before(graph)) - gap_os_total(graph)).clip(min=0.0)
+    work = (beyond_path(graph, _gap_before(graph)) - gap_os_ns(graph)).clip(min=0.0)
     upload_calls = calls_making(graph, up)
     step_of = np.full(len(graph.o_start), -1)
     for step, ops in enumerate(graph.step_first_op):
@@ -1112,8 +1113,7 @@ def dropped_paths(graph: Graph, gone: np.ndarray) -> np.ndarray:
     dropped = np.zeros(n_calls, bool)
     dropped[graph.o_call[launched & gone]] = True
     dropped &= ~kept
-    owner = graph.c_owner
-    return dropped | ((owner >= 0) & dropped[np.maximum(owner, 0)])
+    return with_helpers(graph, dropped)
 
 
 def dropped_host_ns_per_step(block: "StepBlock", roles) -> float:
@@ -1175,26 +1175,20 @@ def calls_making(graph: Graph, ops: np.ndarray) -> np.ndarray:
     cudaStreamIsCapturing before a copy from pageable memory)."""
     calls = np.zeros(len(graph.c_start), bool)
     calls[graph.o_call[ops & (graph.o_call >= 0)]] = True
+    return with_helpers(graph, calls)
+
+
+def with_helpers(graph: Graph, calls: np.ndarray) -> np.ndarray:
+    """These calls and the helper calls on each one's way (launch_paths: Graph.c_owner)."""
     owner = graph.c_owner
-    if owner is not None:
-        calls |= (owner >= 0) & calls[np.maximum(owner, 0)]
-    return calls
-
-
-def gap_os_total(graph: Graph) -> np.ndarray:
-    """Per call, the time of every OS class in the host compute before it (Graph.c_gap_os): waits on a queue, a lock,
-    I/O or a sleep, not work."""
-    waited = np.zeros(len(graph.c_start))
-    for call, (_, by_class) in graph.c_gap_os.items():
-        waited[call] = sum(ns for _, ns in by_class)
-    return waited
+    return calls if owner is None else calls | ((owner >= 0) & calls[np.maximum(owner, 0)])
 
 
 def host_work(graph: Graph, gap: np.ndarray) -> np.ndarray:
-    """The host's compute before a call, less its OS waits in it (gap_os_total: a loader's queue, a lock, I/O, which
+    """The host's compute before a call, less its OS waits in it (gap_os_ns: a loader's queue, a lock, I/O, which
     host-wait's change removes): before an upload, the work that built its input (the host's loop before it, its
     gathers, a tokenizer), which goes where the input is made on the GPU."""
-    return (gap - gap_os_total(graph)).clip(min=0.0)
+    return (gap - gap_os_ns(graph)).clip(min=0.0)
 
 
 def data_ns_per_step(graph: Graph) -> float:
