@@ -25,6 +25,8 @@ well at low occupancy, which is why the check only speaks when the kernel is lat
 cuBLAS, cuDNN and CUTLASS kernels whose registers or shared memory cap their occupancy (a Hopper GEMM: one
 block of 384 threads an SM, 19%) are tiled that way on purpose and pipeline their loads instead: no finding.
 A grid that gives most SMs no block is small-grid's to say; low occupancy is judged where the SMs have work.
+Where the whole grid is resident at once and each warp's instructions span the kernel, more warps save time only by
+taking part of each warp's work: the finding notes that its saving assumes that split.
 
 ## Options
 - `max_achieved_occupancy_pct`: achieved occupancy below which the check speaks.
@@ -32,7 +34,7 @@ A grid that gives most SMs no block is small-grid's to say; low occupancy is jud
 """
 
 from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
-from nsanalyze.checks.kernel.low_ilp import grid_leaves_most_sms_idle
+from nsanalyze.checks.kernel.low_ilp import chain_note, grid_leaves_most_sms_idle, warp_chain
 from nsanalyze.checks.libraries import library_of
 from nsanalyze.checks.stalls import dominant_stall, stall_advice, stall_concepts
 
@@ -123,7 +125,8 @@ CHECK = Check(
     requires=("achieved_occupancy_pct",),
     optional=("issue_active_pct", "theoretical_occupancy_pct", "waves_per_sm", "blocks_per_sm_limit_registers",
               "blocks_per_sm_limit_shared_mem", "blocks_per_sm_limit_warps", "blocks_per_sm_limit", "block_size",
-              "registers_per_thread", "eligible_warps_per_scheduler", "grid_size", "sm_count") + stall_concepts(),
+              "registers_per_thread", "eligible_warps_per_scheduler", "grid_size", "sm_count", "instructions_executed",
+              "sm_active_cycles_avg") + stall_concepts(),
     collect="--set full (Occupancy and LaunchStats sections)",
     relieves=None,
     thresholds={
@@ -193,6 +196,10 @@ def run(kernel: KernelView, limits) -> Finding | None:
         target = reachable[0]
         notes.append(f"saving: up to {target:.1f}% occupancy, not the {limits['target_occupancy_pct']:.0f}% a "
                      f"latency-bound kernel is given: past {cause}, {reachable[1]} caps the blocks an SM")
+    chain = warp_chain(kernel)
+    if chain:
+        notes.insert(0, chain_note(chain, "More warps shorten it only by taking part of each warp's work (the same "
+                                           "work split finer); the saving assumes that split."))
     speedup = clamp01(1 - share / limits["target_roof_share"]) * clamp01(1 - achieved / target)
     stall = dominant_stall(kernel, min_share=0.0)   # what the few warps wait on most: the fix that needs no more warps
     return Finding(
@@ -206,6 +213,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
             "waves_per_sm": evidence(waves),
             "roof_share": evidence(share, limits["max_roof_share"], unit="ratio", compare="<"),
             "issue_active_pct": evidence(issue, limits["max_issue_active_pct"], unit="%", compare="<"),
+            **({"warp_chain_share": evidence(chain[2], unit="ratio")} if chain else {}),
             **({"dominant_stall": stall.to_evidence()} if stall else {}),
         },
         advice=(stall_advice(stall) if stall else "") + ADVICE_LEAD + BULLETS.get(cause, ALL_BULLETS)

@@ -46,3 +46,26 @@ def test_small_blocks_that_cap_the_warps_are_named():
                        "blocks_per_sm_limit_registers": 64.0})
     finding = low_ilp.run(view, limits_for(low_ilp))
     assert finding.evidence["cause"]["value"] == "small blocks" and "128-256 threads" in finding.advice
+
+
+def test_a_grid_that_lasts_as_long_as_one_warp_says_what_its_saving_assumes(dev_suite_model, analyzed):
+    """pointer_chase (H200): 264 blocks of one warp, all resident at once (0.06 waves), each warp following one chain
+    of 2,000 dependent loads. Each warp's instructions, one warp latency apart, span the SMs' active cycles: the kernel
+    lasts as long as one warp does, and the latency findings' savings hold only where the warps' work overlaps or
+    splits. A grid of many waves (FaSTED's SquaredSumsKernel, 116) says nothing of it."""
+    from tests.conftest import PUBLIC
+
+    metrics = next(k for k in dev_suite_model["kernels"] if k["name"] == "pointer_chase")["metrics"]
+    per_warp = metrics["instructions_executed"] / metrics["grid_size"]   # one warp a block
+    assert round(per_warp) == 10409 and metrics["waves_per_sm"] < 1
+    for check, assumes in ((CHECK, "chain is split"), ("low-occupancy", "the same work split finer")):
+        finding = next(f for f in findings_for(dev_suite_model, "pointer_chase") if f["check"] == check)
+        share = finding["evidence"]["warp_chain_share"]["value"]
+        assert share == pytest.approx(per_warp * metrics["warp_latency_cycles"] / metrics["sm_active_cycles_avg"])
+        assert 0.95 < share < 1.05
+        note = next(n for n in finding["notes"] if "lasts as long as one warp does" in n)
+        assert f"{per_warp:,.0f} instructions" in note and assumes in note
+    model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__Padded_Bounds_Checking__Without_Bounds_Checking.ncu-rep.xz")
+    finding = next(f for f in model["findings"] if f["check"] == CHECK and f["kernel_name"] == "SquaredSumsKernel")
+    assert "warp_chain_share" not in finding["evidence"]
+    assert not any("one warp does" in n for n in finding["notes"])
