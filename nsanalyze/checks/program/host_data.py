@@ -213,7 +213,9 @@ def _lead(data) -> str:
     """The advice's first line: the side where the host's work lies."""
     if data.work_after_reads_ns_per_step > data.work_before_uploads_ns_per_step:
         return ("Most of the host's work follows the reads back: it waits for the GPU's outputs, then works on them "
-                "while nothing is queued. Do that work on the GPU and read back the small result.\n\n")
+                "while nothing is queued. Do that work on the GPU and read back the small result; what only the host "
+                "can do (a file written, a record logged) goes to a thread of its own, after a non-blocking copy "
+                "into pinned memory.\n\n")
     return ("Most of the host's work comes before the uploads: it builds each step's input on the CPU while the GPU "
             "waits for it. Keep the data on the GPU, or build it ahead of the step.\n\n")
 
