@@ -1013,6 +1013,7 @@ RELIEVED_UNITS = {
     "costly-fp-math": ("xu", "fp64", "fma", "issue", "alu"),
     "warp-divergence": ("issue", "fma", "alu", "xu", "fp64", "adu"),
     "block-size": ("issue", "fma", "alu", "xu", "fp64", "adu", "l1"),  # full warps: a 32nd of the instructions
+    "l2-reuse": ("dram",),                                      # the same L2 requests, fewer of them missing
 }
 UNBOUNDED = frozenset({"clock-throttling"})  # a faster clock speeds every SM unit alike
 # Measured over the cycles the SMs were active (ncu's pct_of_peak_sustained_active): over the kernel's elapsed
