@@ -81,6 +81,43 @@ p[i].x += dt * p[i].vx;
 x[i] += dt * vx[i];
 ```"""
 
+# The example where one side alone wastes the sectors: the loads (a gather, as of embedding rows or a permutation),
+# or the stores (a scatter, a transposed write); ADVICE's structure example where both do
+GATHER_EXAMPLE = """```cuda
+// before: a thread per element, rows picked by index: each warp's 32 loads fall in up to 32 sectors
+out[i] = table[idx[i / cols] * cols + i % cols];
+// after: a warp per picked row, its lanes along the row: each load instruction reads 128 consecutive bytes
+for (int c = lane; c < cols; c += 32) out[r * cols + c] = table[idx[r] * cols + c];
+```"""
+SCATTER_EXAMPLE = """```cuda
+// before: a transpose that reads along rows and writes down columns: each warp's 32 stores in 32 sectors
+out[x * rows + y] = in[y * cols + x];
+// after: through a shared-memory tile, so that the stores run along the output's rows too
+tile[ty][tx] = in[y * cols + x]; __syncthreads(); out[y2 * rows + x2] = tile[tx][ty];   // tile[32][33]
+```"""
+SIDE_LEADS = {
+    "load": ("The loads waste the sectors and the stores do not: a gather (rows or elements picked by index) or a "
+             "strided read (a transpose read down columns). Make a warp's loads run along contiguous memory: a warp "
+             "per picked row, the indices sorted so that neighbouring threads read neighbouring addresses, or a "
+             "transpose staged through a shared-memory tile.\n\n", GATHER_EXAMPLE),
+    "store": ("The stores waste the sectors and the loads do not: a scatter or a transposed write. Stage the "
+              "output through shared memory so that a warp's stores run along contiguous memory.\n\n",
+              SCATTER_EXAMPLE),
+}
+
+
+def side_advice(directions: dict[str, float] | None, limits) -> str:
+    """ADVICE, led by the side that wastes the sectors where only one does (measured by the LDG/STG bytes per
+    sector), with that side's example in place of the structure-of-arrays one."""
+    if not directions:
+        return ADVICE
+    wasteful = [d for d, share in directions.items() if share >= limits["min_excess_share"]]
+    if len(wasteful) != 1:
+        return ADVICE
+    lead, example = SIDE_LEADS[wasteful[0]]
+    return lead + ADVICE[:ADVICE.index("```cuda")] + example
+
+
 CHECK = Check(
     id=ID,
     name="memory.global.uncoalesced",
@@ -416,7 +453,8 @@ def run(kernel: KernelView, limits) -> Finding | None:
         title=title,
         estimated_speedup=speedup,
         evidence=evidence_table,
-        advice=L1_ADVICE if served_by_l1 else ASYNC_COPY_ADVICE if async_copies else ADVICE,
+        advice=L1_ADVICE if served_by_l1 else ASYNC_COPY_ADVICE if async_copies else side_advice(directions_quoted,
+                                                                                                  limits),
         source=kernel.top_spots("memory_l2_theoretical_sectors_global", "memory_l2_theoretical_sectors_global_ideal"),
         notes=notes,
     )

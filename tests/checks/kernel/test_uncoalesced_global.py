@@ -217,3 +217,18 @@ def test_excess_sectors_on_cp_async_get_the_alignment_advice(analyzed):
     # an LDG gather keeps the layout advice
     aos = next(f for f in analyzed(DEV_SUITE_NCU)["findings"] if f["check"] == CHECK and f["kernel_name"] == "aos_update")
     assert "structures of arrays" in aos["advice"] and "LDGSTS" not in aos["title"]
+
+
+def test_the_advice_leads_with_the_side_that_wastes_the_sectors(dev_suite_model):
+    """random_gather's loads use 7 of 32 bytes a sector and its stores all 32: a gather, whose advice leads with the
+    loads and shows a row gathered by a warp; aos_update wastes both sides (4 of 32 each): a structure read whole,
+    the structure-of-arrays example."""
+    def finding(kernel):
+        return next(f for f in findings_for(dev_suite_model, kernel) if f["check"] == "uncoalesced-global")
+
+    gather, aos = finding("random_gather"), finding("aos_update")
+    assert "loads use 7 of 32" in gather["title"] and "stores use 32 of 32" in gather["title"]
+    assert gather["advice"].startswith("The loads waste the sectors and the stores do not")
+    assert "a warp per picked row" in gather["advice"] and "structure of arrays" not in gather["advice"]
+    assert "loads use 4 of 32" in aos["title"] and "stores use 4 of 32" in aos["title"]
+    assert aos["advice"].startswith("Lay data out") and "// after: structure of arrays" in aos["advice"]
