@@ -11,7 +11,8 @@ whole-graph executions or the node-level kernels of graph launches). Edges:
 - the calls that wait for the GPU (the host-activity table's `waits_for_gpu` classes: syncs, blocking
   copies, cudaFree, ...) -> the operation queued before them that ended last; a pageable async copy ->
   its own copy; an enqueue call made with the launch queue full -> the operation whose end freed a slot
-  (the queue's depth is read from the calls that blocked).
+  (the queue's depth is read from the calls that blocked); a poll loop (a query answered "not ready" again and
+  again on one chain, then "ready") -> the operation queued before it that ended last, as one wait (poll_runs).
 
 Replay re-times the nodes in the order they happened: a call starts when its predecessor on the thread
 ended plus the host compute between them; an operation starts at max(stream ready + the queue gap, its
@@ -95,6 +96,14 @@ MIN_QUEUE_DEPTH = 64
 DRAIN_TAIL_SHARE, MIN_DRAIN_CALLS, DRAIN_AGREE = 0.1, 5, 0.5
 # An operation that started this much later than its stream and launch allow waited for something else.
 IMPLIED_WAIT_NS = 5_000
+# A poll loop: calls of these names that return "not ready" (cudaErrorNotReady, CUDA_ERROR_NOT_READY: 600) one after
+# another on a chain, at least MIN_POLLS of them, then one that returns ready. `while not event.query(): sleep(0)` in
+# the blind77 search loop: 309 not-ready queries a step, then one ready 0.05 ms after its last kernel ended. PyTorch's
+# caching allocator queries the events of blocks freed on other streams before each allocation: its not-ready runs
+# end in a launch, not a ready answer (blind57_landcover_fix: 44,691 not-ready queries, no poll loop).
+POLL_NAMES = frozenset({"cudaEventQuery", "cudaStreamQuery", "cuEventQuery", "cuStreamQuery"})
+NOT_READY = 600
+MIN_POLLS = 3
 HOST_COMPUTE = "host:compute"
 # The host's code before a call, up to its launch path (path_gap: the framework's dispatch of each operation), on the
 # critical path: the budget counts that time as the GPU's wait on launches, and a graph removes it
@@ -220,14 +229,22 @@ class Graph:
     # launch path's part (path_gap): the critical path's host:dispatch
     c_gap_ns: np.ndarray | None = None
     c_dispatch_ns: np.ndarray | None = None
+    # poll loops (poll_runs): per call, whether it ends one (a wait, of the class sync), and whether it is inside one
+    # after its first call (its host time between the queries is the wait's: none of its own)
+    c_poll_end: np.ndarray | None = None
+    c_in_poll: np.ndarray | None = None
 
     def calls_of(self, classes) -> np.ndarray:
         """Per call, whether its host-activity class is one of `classes`: one test a distinct call name, not one a
-        call (trit52_triton_base1's block holds 544k calls of 60 names)."""
+        call (trit52_triton_base1's block holds 544k calls of 60 names). A poll loop's last query is a sync."""
         wanted = [classes] if isinstance(classes, str) else list(classes)
         if self.name_classes is None:
-            return np.fromiter((c in wanted for c in self.c_class), bool, len(self.c_class))
-        return np.isin(self.name_classes, wanted)[self.c_name_position]
+            mask = np.fromiter((c in wanted for c in self.c_class), bool, len(self.c_class))
+        else:
+            mask = np.isin(self.name_classes, wanted)[self.c_name_position]
+        if self.c_poll_end is not None and "sync" in wanted:
+            mask = mask | self.c_poll_end
+        return mask
 
     @property
     def path_cap(self) -> float:
@@ -331,6 +348,47 @@ def process_calls(activity: Activity, start: int, end: int) -> dict[str, np.ndar
             "corr": calls.correlation_id[mask], "name_id": calls.name_id[mask].astype(np.int64)}
     order = np.lexsort((cols["end"], cols["start"]))
     return {n: v[order] for n, v in cols.items()}
+
+
+def not_ready_calls(export: NsysExport, calls: dict[str, np.ndarray], start: int, end: int) -> np.ndarray:
+    """Per call of the block (`calls`, ordered by start and end), whether it returned "not ready" (NOT_READY): one
+    query of the call tables' rows that did, in the block, by their return value."""
+    found = np.zeros(len(calls["start"]), bool)
+    parts = [f"SELECT start, end FROM \"{t}\" WHERE start >= {int(start)} AND start < {int(end)} "
+             f"AND returnValue = {NOT_READY}" for t in CALL_TABLES if export.has(t, "start", "end", "returnValue")]
+    rows = export.query(" UNION ALL ".join(parts)) if parts else []
+    if not rows or not len(found):
+        return found
+    starts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+    ends = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+    at = np.searchsorted(calls["start"], starts, side="left")
+    for row, i in enumerate(at.tolist()):   # calls of one start on two threads: the one that ends alike
+        while i < len(found) and calls["start"][i] == starts[row]:
+            if calls["end"][i] == ends[row] and not found[i]:
+                found[i] = True
+                break
+            i += 1
+    return found
+
+
+def poll_runs(polled: np.ndarray, not_ready: np.ndarray, name_position: np.ndarray,
+              c_prev: np.ndarray) -> list[tuple[int, list[int]]]:
+    """The poll loops' candidates: (the query that answered ready, the not-ready queries of the same name before it
+    on its chain, latest first), where there are MIN_POLLS of those or more. Whether it waited for the GPU is
+    build_graph's test (it returned after the work queued before it ended, which was running when the polling
+    began)."""
+    ready = np.flatnonzero(polled & ~not_ready & (c_prev >= 0))
+    before = c_prev[ready]
+    ready = ready[not_ready[before] & (name_position[before] == name_position[ready])]
+    runs = []
+    for end in ready.tolist():
+        run, i = [], int(c_prev[end])
+        while i >= 0 and not_ready[i] and name_position[i] == name_position[end]:
+            run.append(i)
+            i = int(c_prev[i])
+        if len(run) >= MIN_POLLS:
+            runs.append((end, run))
+    return runs
 
 
 def build_graph(export: NsysExport, activity: Activity, launching_threads: np.ndarray, host_starts: np.ndarray,
@@ -473,6 +531,12 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
         cand = np.where(pos >= 0, by_end[np.maximum(pos, 0)], -1)
         o_implied[np.flatnonzero(late)] = cand
 
+    # poll loops: the ready query of each is a wait (tested below: it returned after the work it waited for)
+    polled = np.array([base_name(names.get(int(i)) or "") in POLL_NAMES for i in name_ids.tolist()], bool)[call_name]
+    runs = poll_runs(polled, not_ready_calls(export, calls, block_start, block_end), call_name, c_prev) \
+        if polled.any() else []
+    waiting[np.array([end for end, _ in runs], np.int64)] = True
+
     # waits: the operation queued before the call that ended last (device-wide, the call's process)
     c_target = np.full(n_calls, -1, np.int64)
     c_start, c_end = calls["start"], calls["end"]
@@ -546,9 +610,22 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
             notes.append(drained[2])
     else:
         drained = None
+    # a poll loop waited where its ready answer came after the work it waited for ended, and that work was still
+    # running when the polling began; else its queries were the host's own (the target is let go)
+    c_poll_end, c_in_poll = np.zeros(n_calls, bool), np.zeros(n_calls, bool)
+    for end, run in runs:
+        target = c_target[end]
+        if target >= 0 and c_start[run[-1]] < o_end[target] <= c_end[end]:
+            c_poll_end[end] = True
+            c_in_poll[run[:-1]] = True   # (the first query keeps the host's time before it)
+            c_in_poll[end] = True
+        else:
+            c_target[end] = -1
     target_end = np.where(c_target >= 0, o_end[np.maximum(c_target, 0)], np.iinfo(np.int64).min // 4)
     waited = target_end > c_start
     c_tail = (c_end - np.maximum(c_start, target_end)).astype(np.float64)
+    # a poll loop returns when a query after the work's end finds it done: the time from that end is its tail
+    c_tail = np.where(c_poll_end, c_end - target_end, c_tail)
     c_tail = np.maximum(c_tail, 0.0)
     # own duration of a call that waited: its name's typical duration when it did not wait
     c_own = durations.astype(np.float64)
@@ -562,6 +639,10 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
             c_own[mask] = np.minimum(durations[mask], own) if own is not None else c_tail[mask]
     if drained is not None:   # their work came after the wait (a module's load): as long with the GPU idle at once
         c_own[drained[0]] = c_tail[drained[0]]
+    c_own[c_in_poll & ~c_poll_end] = 0.0   # the not-ready queries: part of the wait, not the host's own time
+    if c_poll_end.any():
+        notes.append(f"{int(c_poll_end.sum())} poll loops ({int((c_in_poll & ~c_poll_end).sum())} queries answered "
+                     "not ready, then one ready after the work queued before them ended): counted as waits for it")
 
     # steps: the operations launched by each step's calls
     step_of_call = np.searchsorted(host_starts, c_start, side="right") - 1
@@ -575,6 +656,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
                   o_start, o_end, o_call, o_prev, o_implied, o_gap, o_latency, o_label, o_names, o_copy_kind, o_bytes,
                   o_pageable, step_ops, np.asarray(steady_positions), depth, notes, copy_kinds)
     graph.c_name_position, graph.name_classes = call_name, classes
+    graph.c_poll_end, graph.c_in_poll = c_poll_end, c_in_poll
     graph.c_owner, graph.c_stretch, graph.path_typical = launch_paths(graph)
     never = np.iinfo(np.int64).min // 4
     resumed = np.maximum(np.where(c_prev >= 0, c_end[np.maximum(c_prev, 0)], never),
@@ -1098,7 +1180,10 @@ def host_gaps(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     thread's call it resumed after ended."""
     gap_host = (graph.c_start - np.where(graph.c_prev >= 0, graph.c_end[np.maximum(graph.c_prev, 0)], 0)).astype(float)
     cross_end = np.where(graph.c_cross >= 0, graph.c_end[np.maximum(graph.c_cross, 0)], 0)
-    return gap_host, (graph.c_start - cross_end).astype(float)
+    cross_gap = (graph.c_start - cross_end).astype(float)
+    if graph.c_in_poll is not None and graph.c_in_poll.any():   # a poll loop's time between its queries is the wait's
+        gap_host, cross_gap = np.where(graph.c_in_poll, 0.0, gap_host), np.where(graph.c_in_poll, 0.0, cross_gap)
+    return gap_host, cross_gap
 
 
 def dropped_paths(graph: Graph, gone: np.ndarray) -> np.ndarray:

@@ -317,6 +317,9 @@ class StepWaits(Record):
     backward_per_step: float = 0        # of them, made on the backward's thread (median)
     backward_thread_known: bool = False   # the backward's thread was told apart from the step loop's
     at_end_per_step: float = 0          # of them, made after the step's last kernel launch (median): a result read
+    polls_per_step: float = 0           # of them, poll loops (median): a query answered "not ready" until it was done
+    poll_call: str = ""                 # the query the poll loops call most (cudaEventQuery)
+    not_ready_per_step: float = 0       # the poll loops' not-ready answers a step (median)
 
 
 @dataclass(frozen=True)

@@ -52,15 +52,29 @@ def step_waits(export, graph) -> model.StepWaits | None:
             waiting &= ~found.removed
     per_step = float(np.median(np.bincount(graph.c_step[waiting], minlength=steps)[:steps]))
     at_end = _after_last_launch(graph, waiting, steps)
+    polls = _polls(graph, waiting, steps)
     backward = _backward_ops(graph)
     if per_step < MIN_WAITS or not backward.any():
-        return model.StepWaits(per_step=per_step, at_end_per_step=at_end)
+        return model.StepWaits(per_step=per_step, at_end_per_step=at_end, **polls)
     threads = graph.c_thread if graph.c_thread is not None else _threads(export, graph)
     thread = backward_thread(graph, threads, backward)
     mine = waiting & (threads == thread) if thread is not None else np.zeros_like(waiting)
     in_backward = np.bincount(graph.c_step[mine], minlength=steps)[:steps]
     return model.StepWaits(per_step=per_step, backward_per_step=float(np.median(in_backward)),
-                           backward_thread_known=thread is not None, at_end_per_step=at_end)
+                           backward_thread_known=thread is not None, at_end_per_step=at_end, **polls)
+
+
+def _polls(graph, waiting: np.ndarray, steps: int) -> dict:
+    """The poll loops among the block's waits (critical_path.poll_runs): how many a step, the query they call
+    most, and their not-ready answers a step (medians over the block's steps)."""
+    if graph.c_poll_end is None or not (graph.c_poll_end & waiting).any():
+        return {}
+    ends = graph.c_poll_end & waiting
+    inside = graph.c_in_poll & ~graph.c_poll_end & (graph.c_step >= 0)
+    names = Counter(graph.c_names[i] for i in np.flatnonzero(ends).tolist())
+    return {"polls_per_step": float(np.median(np.bincount(graph.c_step[ends], minlength=steps)[:steps])),
+            "poll_call": names.most_common(1)[0][0],
+            "not_ready_per_step": float(np.median(np.bincount(graph.c_step[inside], minlength=steps)[:steps]))}
 
 
 def _after_last_launch(graph, waiting: np.ndarray, steps: int) -> float:

@@ -275,6 +275,43 @@ def test_a_call_that_waited_for_the_gpu_to_drain_is_found_by_its_data(timelines)
     assert not [i for i in np.flatnonzero(fixed.c_target >= 0) if fixed.c_class[i] == "query"]
 
 
+def test_a_poll_loop_is_one_wait_for_the_work_it_polls(timelines):
+    """blind77_pollwait (round 77, read before any change): after each step's launches the host spins on
+    `while not done.query(): time.sleep(0)`. SQL: cudaEventQuery answers "not ready" (600) about 309 times a step,
+    then "ready" once, just after the step's last operation ended. The graph counts each run as one wait for that
+    operation, its queries and the host's time between them the wait's: the replay without the syncs saves within 15%
+    of what the twin without the poll saved (SQL's mean GPU periods), where holding the polls as host time saved
+    nothing. PyTorch's caching allocator's not-ready queries (blind57_landcover_fix1: each run ends in a launch, not
+    a ready answer) make no poll loop."""
+    base, fix = "blind77_pollwait_base1_nsys.sqlite.xz", "blind77_pollwait_fix1_nsys.sqlite.xz"
+    timeline = timelines(base)[1]
+    graph = timeline.step_block.graph
+    ends = np.flatnonzero(graph.c_poll_end)
+    assert len(ends) == len(graph.step_first_op)   # one a step
+    for i in ends:
+        (last_end,), = sql(REAL / base, f"""SELECT MAX(end) FROM (SELECT end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL
+            SELECT end FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT end FROM CUPTI_ACTIVITY_KIND_MEMSET)
+            WHERE end <= {graph.c_end[i]}""")
+        assert graph.o_end[graph.c_target[i]] == last_end and graph.c_end[i] - last_end < 200_000
+    (not_ready, ready), = sql(REAL / base, f"""SELECT SUM(r.returnValue = 600), SUM(r.returnValue = 0)
+        FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE 'cudaEventQuery%'
+        AND r.start >= {graph.c_start[0]} AND r.start <= {graph.c_end[-1]}""")
+    # each run's first query keeps the host's time before it; the others' is the wait's
+    assert ready == len(ends) and not_ready == int((graph.c_in_poll & ~graph.c_poll_end).sum()) + len(ends)
+    assert 300 < not_ready / len(ends) < 320
+    assert timeline.step_waits.polls_per_step == 1 and timeline.step_waits.poll_call == "cudaEventQuery"
+    saved = cp.saving_per_step(timeline.pricing_block, cp.Change(remove=("sync",)))
+    first = timelines(base)[1].steps.first_step, timelines(fix)[1].steps.first_step
+    actual = statistics.mean(sql_gpu_step_periods(REAL / base)[first[0]:]) \
+        - statistics.mean(sql_gpu_step_periods(REAL / fix)[first[1]:])
+    assert actual > 5e6 and abs(saved - actual) <= 0.15 * actual
+    allocator = timelines("blind57_landcover_fix1_nsys.sqlite.xz")[1].step_block.graph
+    (queried,), = sql(REAL / "blind57_landcover_fix1_nsys.sqlite.xz", f"""SELECT COUNT(*) FROM
+        CUPTI_ACTIVITY_KIND_RUNTIME WHERE returnValue = 600 AND start >= {allocator.c_start[0]}
+        AND start <= {allocator.c_end[-1]}""")
+    assert queried > 1000 and not allocator.c_poll_end.any() and not allocator.c_in_poll.any()
+
+
 def test_pinned_copies_take_at_least_a_pinned_copys_time(timelines):
     """ResNet-18 inference one image at a time reads each image's result back (blind_persample_base: 64 copies of
     4 KB a step from pageable memory, 1.6 us each on the GPU, counted by SQL). Pinned, such a copy takes no less:

@@ -151,6 +151,8 @@ def run(timeline, limits) -> Finding | None:
     finding.estimated_savings_ns = idle_ns - one_time   # module loading is once per process: no graph removes it
     shapes = _changing_shapes(timeline)
     waits, placed = _waits_per_step(timeline), getattr(timeline, "step_waits", None)
+    if waits is None and placed is not None and round(placed.polls_per_step) >= 1:   # waits no call's name says
+        waits = (placed.per_step, placed.poll_call)
     if shapes or waits:   # a graph comes after what the lead paragraph asks: no graph example (before the paragraphs
         finding.advice = ADVICE.split("\n```python")[0]   # the framework's ops and the lead put above it)
     _framework_ops(finding, launches, timeline)
@@ -256,6 +258,18 @@ def _size_reads_per_step(timeline) -> float:
     return copies.size_reads / steps if steps and copies is not None else 0.0
 
 
+def poll_lead(waits) -> str:
+    """The advice's first lines where the steps' waits are poll loops (normalize.critical_path.poll_runs)."""
+    polls = "once" if round(waits.polls_per_step) == 1 else f"{waits.polls_per_step:.0f} times"
+    where = " after its last launch" if round(waits.at_end_per_step) >= round(waits.polls_per_step) else ""
+    return (f"Each step waits for the GPU {polls}{where} in a poll loop: {code_span(waits.poll_call)} answered "
+            f"\"not ready\" {waits.not_ready_per_step:,.0f} times a step, then \"ready\" once the work queued before "
+            "it had ended (`while not event.query(): time.sleep(0)`, a progress or heartbeat loop, a wait written by "
+            "hand). The host launches nothing meanwhile, so the next step's launches start with the GPU idle: drop "
+            "the wait and let the host run ahead, or read the event only where a value is needed (every N steps); "
+            "then capture the step.\n\n")
+
+
 def _waits_first(per_step: float, name: str, timing=None, waits=None, uploads: float = 0.0,
                  timing_found: bool = False, size_reads: float = 0.0) -> str:
     """The advice's first lines where the steps wait for the GPU: what the waits are, and that they go first.
@@ -267,6 +281,8 @@ def _waits_first(per_step: float, name: str, timing=None, waits=None, uploads: f
     data-dependent result's size, whose waits they are where they are half of them or more (blind74_masksync: 6 a
     step from boolean-mask indexing and `unique`, no `.item()` in the loop)."""
     times = "once" if round(per_step) == 1 else f"{per_step:.0f} times"
+    if waits is not None and waits.polls_per_step >= 0.5 * per_step:   # the waits are poll loops
+        return poll_lead(waits)
     backward = backward_waits_text(waits)
     if backward:
         return (f"Each step waits for the GPU {times} ({code_span(name)} and the like), and a CUDA graph cannot "
