@@ -7,7 +7,9 @@ built), and each copy to the host of 64 KiB or more, with the host's work after 
 reduced, gradients applied to tables on the CPU). The check speaks where the host's own work on that data (beyond a
 typical launch path, and beside its OS waits: a loader's queue is host-wait's) is 30% or more of what the change
 takes away, and the replay of the steps with the data kept on the GPU saves 5% of the window or more. Less work
-than that, the copies and their waits hold the time: pageable-memcpy and transfer-bound speak of them.
+than that, the copies and their waits hold the time: pageable-memcpy and transfer-bound speak of them, unless the
+steps read back ten times the bytes they upload or more and the host works on them for less time than their copies
+take: state copied out each step (a snapshot of the weights), whose reads the change takes away.
 
 ## Why it is slow
 Work the host does on a step's data lies on the step's critical path twice over: the GPU waits while the host
@@ -84,6 +86,11 @@ CHECK = Check(
                                          "away, and the copies and their waits hold the time (pageable-memcpy's, "
                                          "transfer-bound's)"),
         "min_window_share": Threshold(0.05, "under 5% of the window the data's handling is noise beside the step"),
+        "min_reads_over_uploads": Threshold(10.0, "a step that reads back this many times the bytes it uploads, with "
+                                                  "less host work on them than min_work_share and than their copies "
+                                                  "take, copies out state (a snapshot of the weights: "
+                                                  "blind77_hostsnap's 265.5 MiB a step, nothing uploaded), not the "
+                                                  "outputs of what it took in"),
     },
     speedup_model=("the replay of the steps with the data kept on the GPU: each copy to the device gone with its "
                    "call, its wait and the host's work before it, each read of 64 KiB or more to the host gone with "
@@ -139,10 +146,20 @@ def handled(timeline, limits):
     if data is None or not steps or not timeline.summary.span_ns or not data.ns_per_step:
         return None
     work = data.work_before_uploads_ns_per_step + data.work_after_reads_ns_per_step
-    if work < limits.min_work_share * data.ns_per_step:
+    if work < limits.min_work_share * data.ns_per_step and not state_read_back(data, limits):
         return None
     saving = host_cause_saving(timeline, CHECK.change, data.ns_per_step, data.step_ns, limits.min_window_share)
     return (data, saving) if saving is not None else None
+
+
+def state_read_back(data, limits) -> bool:
+    """The steps read back min_reads_over_uploads times the bytes they upload or more, and the host works on them for
+    less time than the copies take: state copied out each step, whose copies and waits the change takes away. Outputs
+    the host works on take it longer than their copies (graph51_hostmetrics: 128 KiB of logits a step, 0.6-0.9 ms of
+    metrics computed on them in NumPy)."""
+    return bool(data.reads_per_step) and \
+        data.read_bytes_per_step >= limits.min_reads_over_uploads * data.upload_bytes_per_step and \
+        data.work_after_reads_ns_per_step < data.copy_ns_per_step
 
 
 # Budget parts in the order the change's saving is claimed from, after the copies' own GPU time: the host's work
@@ -209,8 +226,16 @@ def _count(per_step: float, noun: str) -> str:
     return plural(round(per_step), noun) if abs(per_step - round(per_step)) < 0.05 else f"{per_step:.1f} {noun}s"
 
 
-def _lead(data) -> str:
-    """The advice's first line: the side where the host's work lies."""
+def _lead(data, copied_out: bool = False) -> str:
+    """The advice's first line: the side where the host's work lies, or, for state copied out (state_read_back),
+    that."""
+    if copied_out:
+        return (f"Each step copies {naturalsize(data.read_bytes_per_step, binary=True)} to the host and the host does "
+                "little with it within the step: state copied out (a snapshot of the weights, a checkpoint, "
+                "activations or outputs kept for later), not values it works on. Keep it on the GPU (a copy into "
+                "buffers allocated once: `torch._foreach_copy_(buffers, tensors)`), copy it every N steps, or, where "
+                "the host must have it, with `non_blocking=True` into pinned buffers on a side stream, read a step "
+                "later.\n\n")
     if data.work_after_reads_ns_per_step > data.work_before_uploads_ns_per_step:
         return ("Most of the host's work follows the reads back: it waits for the GPU's outputs, then works on them "
                 "while nothing is queued. Do that work on the GPU and read back the small result; what only the host "
@@ -230,11 +255,15 @@ def run(timeline, limits) -> Finding | None:
     named = own_range(timeline, timeline.host_stretches[:5])   # (the program's own name for the code, said first)
     where = (f"; longest stretch {named[0].own_time_ns / 1e6:.1f} ms in range "
              f"'{named[0].nvtx_path or named[0].nvtx_range}'" if named else "")
+    copied_out = work < limits.min_work_share * data.ns_per_step   # (handled: then state_read_back)
+    said = (f"The steps copy state to the host that the host does little with: {_what(data)}"
+            + (f", {data.read_bytes_per_step / data.upload_bytes_per_step:,.0f}x the bytes they upload"
+               if data.upload_bytes_per_step else ", nothing uploaded") if copied_out else
+            f"The GPU waits while the host handles each step's data: {_what(data)}")
     finding = Finding(
         check=ID,
-        title=(f"The GPU waits while the host handles each step's data: {_what(data)}; with the data kept on the GPU "
-               f"a step saves {duration_text(saving / steps)} of its {duration_text(timeline.steps.mean_ns)} mean"
-               f"{where}"),
+        title=(f"{said}; with the data kept on the GPU a step saves {duration_text(saving / steps)} of its "
+               f"{duration_text(timeline.steps.mean_ns)} mean{where}"),
         estimated_speedup=min(1.0, saving / span),
         evidence={"work_share": evidence(work / data.ns_per_step, limits.min_work_share, unit="ratio", compare=">="),
                   "window_share": evidence(min(1.0, saving / span), limits.min_window_share, unit="ratio",
@@ -246,7 +275,7 @@ def run(timeline, limits) -> Finding | None:
                   "work_before_uploads_ns_per_step": evidence(data.work_before_uploads_ns_per_step, unit="ns"),
                   "work_after_reads_ns_per_step": evidence(data.work_after_reads_ns_per_step, unit="ns"),
                   "copy_ns_per_step": evidence(data.copy_ns_per_step, unit="ns")},
-        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data) + ADVICE,
+        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data, copied_out) + ADVICE,
     )
     finding.change = change_of(data)
     finding.estimated_savings_ns = saving

@@ -73,6 +73,43 @@ def test_copies_without_the_hosts_work_on_them_are_left_to_the_copy_checks(analy
     assert "host-data" not in checks and {"pageable-memcpy", "transfer-bound"} & set(checks)
 
 
+@pytest.mark.parametrize("run", [1, 2])
+def test_state_copied_out_each_step_is_first_and_prices_what_keeping_it_on_the_gpu_saved(analyzed, run):
+    """blind77_hostsnap (round 77, read before any change): a GPT keeps a CPU copy of its weights after every step
+    (`{k: v.detach().cpu() ...}`): SQL, 101 copies to the host a step, 35 of them of 64 KiB or more, 278.7 MB, nothing
+    uploaded, and little host work after them. The fix keeps the copy on the GPU. Read blind, pageable-memcpy came
+    first, pricing pinned copies (-30% and -49% of what the fix saved); host-data now speaks for state copied out (ten
+    times the bytes uploaded or more), and its replay without the reads is within 25% of what the fix saved."""
+    base, fix = f"blind77_hostsnap_base{run}", f"blind77_hostsnap_fix{run}"
+    model = analyzed(_path(base))
+    window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
+    rows = dict((kind, (n, size, big)) for kind, n, size, big in sql(_path(base), f"""SELECT e.label, COUNT(*),
+        SUM(m.bytes), SUM(m.bytes >= 65536) FROM CUPTI_ACTIVITY_KIND_MEMCPY m JOIN ENUM_CUDA_MEMCPY_OPER e
+        ON e.id = m.copyKind WHERE m.start >= {window['start_ns']} AND m.start < {window['end_ns']} GROUP BY 1"""))
+    count, size, big = rows["Device-to-Host"]
+    assert count / steps == pytest.approx(101, abs=0.05) and big / steps == pytest.approx(35, abs=0.05)
+    assert size / steps == pytest.approx(278.7e6, rel=0.001) and "Host-to-Device" not in rows
+    data = model["timeline"]["host_data"]
+    assert data["read_bytes_per_step"] == pytest.approx(278.4e6, rel=0.001) and data["upload_bytes_per_step"] == 0
+    first = program_findings(model)[0]
+    assert first["check"] == "host-data" and first["title"].startswith("The steps copy state to the host")
+    assert "`torch._foreach_copy_(buffers, tensors)`" in first["advice"].split("\n\n")[0]
+    saved = first["estimated_savings_ns"] / steps
+    assert saved == pytest.approx(sql_saved_per_step(analyzed, _path(base).name, _path(fix).name), rel=0.25)
+
+
+def test_outputs_the_host_works_on_are_not_state_copied_out(analyzed):
+    """graph51_hostmetrics: two reads of 64 KiB a step and nothing uploaded, but the host then computes metrics on
+    them in NumPy for longer than the copies take: outputs it works on, not state; its first finding stays
+    host-compute's."""
+    model = analyzed(_path("graph51_hostmetrics_graph1"))
+    data = model["timeline"]["host_data"]
+    assert data["reads_per_step"] == 2 and data["upload_bytes_per_step"] == 0
+    assert data["work_after_reads_ns_per_step"] > data["copy_ns_per_step"]
+    assert program_findings(model)[0]["check"] == "host-compute"
+    assert "host-data" not in [f["check"] for f in program_findings(model)]
+
+
 def test_the_smaller_changes_are_counted_within_it(analyzed):
     """tokenize: every pageable copy is one of the step's uploads and every sync one of their waits (SQL: each
     cudaStreamSynchronize right after a cudaMemcpyAsync), so pinning the copies (pageable-memcpy) and removing the
