@@ -350,6 +350,17 @@ PAIRS = [
            "host-wait"),
           ("perimage", "one batched forward of the 64 images, not 64 forwards of one image each", "launch-overhead"))
       for i in (1, 2)],
+    # round 77 (fixtures/real/record_blind77.sh, blind77_train.py): two more, chosen for the round and recorded before
+    # any check looked at them: a GPT that copies its weights to the host after every step (a rollback snapshot), and
+    # a search loop whose host spins on `event.query()` after each step's launches
+    *[(f"blind77_{p}_base{i}", f"blind77_{p}_fix{i}", change, f"{what}; {'first' if i == 1 else 'second'} pair",
+       check)
+      for p, change, what, check in (
+          ("hostsnap", DATA_CHANGE, "the weights' snapshot copied into buffers on the GPU, not to the host each step",
+           "host-data"),
+          ("pollwait", {"remove": ("sync",)}, "no `while not event.query(): time.sleep(0)` after each step",
+           "launch-overhead"))
+      for i in (1, 2)],
 ]
 
 

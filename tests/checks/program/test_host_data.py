@@ -78,8 +78,9 @@ def test_state_copied_out_each_step_is_first_and_prices_what_keeping_it_on_the_g
     """blind77_hostsnap (round 77, read before any change): a GPT keeps a CPU copy of its weights after every step
     (`{k: v.detach().cpu() ...}`): SQL, 101 copies to the host a step, 35 of them of 64 KiB or more, 278.7 MB, nothing
     uploaded, and little host work after them. The fix keeps the copy on the GPU. Read blind, pageable-memcpy came
-    first, pricing pinned copies (-30% and -49% of what the fix saved); host-data now speaks for state copied out (ten
-    times the bytes uploaded or more), and its replay without the reads is within 25% of what the fix saved."""
+    first, pricing pinned copies (-28% and -49% against what the fix saved); host-data now speaks for state copied
+    out (ten times the bytes uploaded or more), and its replay without the reads is within 25% of what the fix
+    saved."""
     base, fix = f"blind77_hostsnap_base{run}", f"blind77_hostsnap_fix{run}"
     model = analyzed(_path(base))
     window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
