@@ -98,20 +98,22 @@ def test_idle_time_under_allocator_calls_is_not_called_launches(analyzed):
 
 def test_no_finding_says_what_is_known_and_what_to_collect(analyzed):
     """An expert read of the public reports: 'nothing here holds the program back' was said of a kernel at 80% of
-    DRAM with 12.5% occupancy (FaSTED's Conventional_Layout: one kernel holds the time), and 'the profile lacks their metrics' never
-    said what to collect. The line now says that no threshold is crossed, how near its roof the longest kernel
-    runs (the report's own roofline), and the collection the not-judged checks name."""
+    DRAM with 12.5% occupancy (FaSTED's Conventional_Layout: one kernel holds the time; l2-reuse now speaks there),
+    and 'the profile lacks their metrics' never said what to collect. The line now says that no threshold is crossed,
+    how near its roof the longest kernel runs (the report's own roofline), and the collection the not-judged checks
+    name. The rasterized twin: its kernel at 61% of the tensor pipe, compute-bound, and no finding above info."""
     from nsanalyze.render.format import health_line
     from tests.conftest import PUBLIC
 
-    model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__CTA_Layouts__Conventional_Layout.ncu-rep.xz")
+    model = analyzed(PUBLIC / "bwcurless__FaSTED__profiles__CTA_Layouts__Rasterized_Layout_10x10.ncu-rep.xz")
     assert not [f for f in model["findings"] if f["severity"] != "info"] and not model["not_judged"]
     kernel = max(model["kernels"], key=lambda k: k["total_ns"])
     assert kernel["total_ns"] / sum(k["total_ns"] for k in model["kernels"]) > 0.995
     share = max(kernel["roofline"]["memory_share"], kernel["roofline"]["compute_share"])
     line = health_line(model)
     assert "nothing here holds" not in line and "no check's threshold is crossed" in line
-    assert f"the longest kernel, 100% of the time, runs at {share:.0%} of its memory roof, memory-bound" in line
+    assert f"the longest kernel, 100% of the time, runs at {share:.0%} of its compute (tensor pipe) roof, " \
+        "compute-bound" in line
     divided = analyzed(PUBLIC / "NCAR__GPU_workshop__10_HandsOnNsight__ncu__MW_DivToMult.ncu-rep.xz")
     from nsanalyze.render.format import collect_text
 

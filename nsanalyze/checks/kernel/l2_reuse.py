@@ -71,7 +71,7 @@ CHECK = Check(
     section="memory",
     requires=("dram_throughput_pct", "l2_hit_rate_pct", "tensor_pipe_pct"),
     optional=("dram_read_bytes", "dram_write_bytes", "sm_throughput_pct", "l2_throughput_pct", "grid_size"),
-    collect="--section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis",
+    collect="--set full (SpeedOfLight, MemoryWorkloadAnalysis and ComputeWorkloadAnalysis sections)",
     relieves="memory",
     thresholds={
         "min_dram_pct": Threshold(60.0, "at 60% of its peak, as the roofline's near-roof band, the DRAM binds"),
