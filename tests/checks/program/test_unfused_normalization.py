@@ -10,8 +10,8 @@ import pytest
 from tests.conftest import REAL, program_findings, sql, sql_saved_per_step
 
 ID = "unfused-normalization"
-PAIRS = [("fuse55_resnet_base1", "fuse55_resnet_fix1"), ("fuse55_resnet_base2", "fuse55_resnet_fix2"),
-         ("fuse56_gpt_base1", "fuse56_gpt_fix1"), ("fuse56_gpt_base2", "fuse56_gpt_fix2")]
+PAIRS = [("fuse55_resnet_base1", "fuse55_resnet_fix1"), ("fuse56_gpt_base1", "fuse56_gpt_fix1")]   # the second pairs:
+# bench/calibration.py's table (the suite's time)
 
 
 def _finding(model):
