@@ -134,4 +134,7 @@ CODE_LEVEL_CHECKS = frozenset({"uncoalesced-global", "bank-conflicts", "warp-div
 DEVICE_LEVEL_CHECKS = frozenset({"clock-throttling"})
 # Libraries whose kernels the user cannot edit (CUTLASS and Triton kernels are configured or written by them).
 CLOSED_LIBRARIES = frozenset({"cuBLAS", "cuBLASLt", "cuDNN", "PyTorch", "NCCL"})
+# Libraries whose GEMM and convolution kernels choose their own tiling, occupancy and block order (low-occupancy and
+# l2-reuse leave them be)
+TUNED_LIBRARIES = frozenset({"cuBLAS", "cuBLASLt", "cuDNN", "CUTLASS"})
 

@@ -43,8 +43,7 @@ is left out, since its misses are its results.
 """
 
 from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence
-from nsanalyze.checks.libraries import library_of
-from nsanalyze.checks.kernel.low_occupancy import TUNED_LIBRARIES
+from nsanalyze.checks.libraries import TUNED_LIBRARIES, library_of
 
 ID = "l2-reuse"
 ADVICE = """Order the blocks so that those running at once share their operand tiles in L2.

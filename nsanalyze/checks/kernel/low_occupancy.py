@@ -35,11 +35,10 @@ taking part of each warp's work: the finding notes that its saving assumes that 
 
 from nsanalyze.checks.base import Check, Finding, KernelView, Threshold, clamp01, evidence, roof_share, unjudged
 from nsanalyze.checks.kernel.low_ilp import chain_note, grid_leaves_most_sms_idle, warp_chain
-from nsanalyze.checks.libraries import library_of
+from nsanalyze.checks.libraries import TUNED_LIBRARIES, library_of
 from nsanalyze.checks.stalls import dominant_stall, stall_advice, stall_concepts
 
 ID = "low-occupancy"
-TUNED_LIBRARIES = frozenset({"cuBLAS", "cuBLASLt", "cuDNN", "CUTLASS"})  # GEMM/conv kernels tiled for their occupancy
 LATENCY_BAND = 0.40  # from here up to max_roof_share the kernel must also lack ready warps
 LIMITERS = {"blocks_per_sm_limit_registers": "registers per thread",
             "blocks_per_sm_limit_shared_mem": "shared memory per block",

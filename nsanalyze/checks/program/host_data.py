@@ -139,14 +139,24 @@ def range_lead(timeline, stretches) -> str:
             f"longest ({duration_text(top.own_time_ns)}) in this one.\n\n")
 
 
+def host_work_ns(data) -> float:
+    """The host's work a step on the data: before the uploads and after the reads."""
+    return data.work_before_uploads_ns_per_step + data.work_after_reads_ns_per_step
+
+
+def copied_out(data, limits) -> bool:
+    """The host works little on the data (under min_work_share of what the change takes away): where the check
+    speaks then, it speaks for state copied out (state_read_back)."""
+    return host_work_ns(data) < limits.min_work_share * data.ns_per_step
+
+
 def handled(timeline, limits):
     """(the steps' data, what keeping it on the GPU saves over the window) where this check speaks, else None."""
     data = getattr(timeline, "host_data", None)
     steps = step_count(timeline) or 0
     if data is None or not steps or not timeline.summary.span_ns or not data.ns_per_step:
         return None
-    work = data.work_before_uploads_ns_per_step + data.work_after_reads_ns_per_step
-    if work < limits.min_work_share * data.ns_per_step and not state_read_back(data, limits):
+    if copied_out(data, limits) and not state_read_back(data, limits):
         return None
     saving = host_cause_saving(timeline, CHECK.change, data.ns_per_step, data.step_ns, limits.min_window_share)
     return (data, saving) if saving is not None else None
@@ -226,10 +236,10 @@ def _count(per_step: float, noun: str) -> str:
     return plural(round(per_step), noun) if abs(per_step - round(per_step)) < 0.05 else f"{per_step:.1f} {noun}s"
 
 
-def _lead(data, copied_out: bool = False) -> str:
+def _lead(data, state: bool = False) -> str:
     """The advice's first line: the side where the host's work lies, or, for state copied out (state_read_back),
     that."""
-    if copied_out:
+    if state:
         return (f"Each step copies {naturalsize(data.read_bytes_per_step, binary=True)} to the host and the host does "
                 "little with it within the step: state copied out (a snapshot of the weights, a checkpoint, "
                 "activations or outputs kept for later), not values it works on. Keep it on the GPU (a copy into "
@@ -251,14 +261,14 @@ def run(timeline, limits) -> Finding | None:
         return None
     data, saving = found
     steps, span = timeline.steps.count, timeline.summary.span_ns
-    work = data.work_before_uploads_ns_per_step + data.work_after_reads_ns_per_step
+    work = host_work_ns(data)
     named = own_range(timeline, timeline.host_stretches[:5])   # (the program's own name for the code, said first)
     where = (f"; longest stretch {named[0].own_time_ns / 1e6:.1f} ms in range "
              f"'{named[0].nvtx_path or named[0].nvtx_range}'" if named else "")
-    copied_out = work < limits.min_work_share * data.ns_per_step   # (handled: then state_read_back)
+    state = copied_out(data, limits)   # (handled: then state_read_back)
     said = (f"The steps copy state to the host that the host does little with: {_what(data)}"
             + (f", {data.read_bytes_per_step / data.upload_bytes_per_step:,.0f}x the bytes they upload"
-               if data.upload_bytes_per_step else ", nothing uploaded") if copied_out else
+               if data.upload_bytes_per_step else ", nothing uploaded") if state else
             f"The GPU waits while the host handles each step's data: {_what(data)}")
     finding = Finding(
         check=ID,
@@ -275,7 +285,7 @@ def run(timeline, limits) -> Finding | None:
                   "work_before_uploads_ns_per_step": evidence(data.work_before_uploads_ns_per_step, unit="ns"),
                   "work_after_reads_ns_per_step": evidence(data.work_after_reads_ns_per_step, unit="ns"),
                   "copy_ns_per_step": evidence(data.copy_ns_per_step, unit="ns")},
-        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data, copied_out) + ADVICE,
+        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data, state) + ADVICE,
     )
     finding.change = change_of(data)
     finding.estimated_savings_ns = saving
