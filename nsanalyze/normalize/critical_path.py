@@ -43,7 +43,7 @@ from nsanalyze.normalize.host_activity import (Measure, all_threads_inside, base
 from nsanalyze.normalize.host_calls import DEVICE_COPY_KINDS
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
 from nsanalyze.patterns import UserPattern
-from nsanalyze.read.nsys import CALL_TABLES, NsysExport
+from nsanalyze.read.nsys import CALL_TABLES, IntQuery, NsysExport
 
 SELF_CHECK_TOLERANCE = 0.02   # the replay without change within 2% of the measured steps, else untrusted
 # Replayed at most this many calls and operations (a Python loop): a longer window is replayed as the
@@ -325,18 +325,16 @@ class Change:
 
 def read_calls(export: NsysExport, start: int, end: int) -> dict[str, np.ndarray]:
     """The CUDA calls begun in [start, end) with their thread (one columnar query: the window's Activity
-    holds process ids only)."""
-    parts = [f"SELECT start, end, globalTid, correlationId, nameId FROM \"{t}\" WHERE start >= {int(start)} "
-             f"AND start < {int(end)} AND end >= start"
-             for t in CALL_TABLES if export.has(t, "start", "end", "nameId", "globalTid", "correlationId")]
+    holds process ids only); a value that is no integer reads as -1."""
     names = ("start", "end", "tid", "corr", "name_id")
+    parts = [f"SELECT start, end, globalTid AS tid, correlationId AS corr, nameId AS name_id FROM \"{t}\" "
+             f"WHERE start >= {int(start)} AND start < {int(end)} AND end >= start"
+             for t in CALL_TABLES if export.has(t, "start", "end", "nameId", "globalTid", "correlationId")]
     if not parts:
         return {n: np.zeros(0, np.int64) for n in names}
-    rows = export.query(" UNION ALL ".join(parts))
-    cols = {n: np.fromiter((r[i] if isinstance(r[i], int) else -1 for r in rows), np.int64, len(rows))
-            for i, n in enumerate(names)}
+    cols = export.read_columns([IntQuery({n: (n, -1) for n in names}, "FROM (" + " UNION ALL ".join(parts) + ")")])[0]
     order = np.lexsort((cols["end"], cols["start"]))
-    return {n: v[order] for n, v in cols.items()}
+    return {n: cols[n][order] for n in names}
 
 
 def process_calls(activity: Activity, start: int, end: int) -> dict[str, np.ndarray]:
@@ -352,22 +350,34 @@ def process_calls(activity: Activity, start: int, end: int) -> dict[str, np.ndar
 
 def not_ready_calls(export: NsysExport, calls: dict[str, np.ndarray], start: int, end: int) -> np.ndarray:
     """Per call of the block (`calls`, ordered by start and end), whether it returned "not ready" (NOT_READY): one
-    query of the call tables' rows that did, in the block, by their return value."""
+    columnar query of the call tables' rows that did, in the block, by their return value, matched to the calls by
+    start and end (where two threads' calls share both, as many of them as rows)."""
     found = np.zeros(len(calls["start"]), bool)
     parts = [f"SELECT start, end FROM \"{t}\" WHERE start >= {int(start)} AND start < {int(end)} "
              f"AND returnValue = {NOT_READY}" for t in CALL_TABLES if export.has(t, "start", "end", "returnValue")]
-    rows = export.query(" UNION ALL ".join(parts)) if parts else []
-    if not rows or not len(found):
+    if not parts or not len(found):
         return found
-    starts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
-    ends = np.fromiter((r[1] for r in rows), np.int64, len(rows))
-    at = np.searchsorted(calls["start"], starts, side="left")
-    for row, i in enumerate(at.tolist()):   # calls of one start on two threads: the one that ends alike
-        while i < len(found) and calls["start"][i] == starts[row]:
-            if calls["end"][i] == ends[row] and not found[i]:
-                found[i] = True
-                break
-            i += 1
+    rows = export.read_columns([IntQuery({"start": ("start", -1), "end": ("end", -1)},
+                                         "FROM (" + " UNION ALL ".join(parts) + ")")])[0]
+    if not len(rows["start"]):
+        return found
+    # Calls and rows sorted together by (start, end), a group's calls before its rows: the group's k-th row is its
+    # k-th call's, where the group has that many calls.
+    n_calls = len(found)
+    starts = np.concatenate([calls["start"], rows["start"]])
+    ends = np.concatenate([calls["end"], rows["end"]])
+    is_row = np.arange(len(starts)) >= n_calls
+    order = np.lexsort((is_row, ends, starts))
+    s, e = starts[order], ends[order]
+    new_group = np.ones(len(order), bool)
+    new_group[1:] = (s[1:] != s[:-1]) | (e[1:] != e[:-1])
+    group = np.cumsum(new_group) - 1
+    group_first = np.flatnonzero(new_group)
+    calls_in_group = np.bincount(group, weights=~is_row[order], minlength=len(group_first)).astype(np.int64)
+    at = np.flatnonzero(is_row[order])
+    k = at - group_first[group[at]] - calls_in_group[group[at]]
+    matched = k < calls_in_group[group[at]]
+    found[order[group_first[group[at[matched]]] + k[matched]]] = True
     return found
 
 
