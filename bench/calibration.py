@@ -359,7 +359,7 @@ PAIRS = [
           ("hostsnap", DATA_CHANGE, "the weights' snapshot copied into buffers on the GPU, not to the host each step",
            "host-data"),
           ("pollwait", {"remove": ("sync",)}, "no `while not event.query(): time.sleep(0)` after each step",
-           "launch-overhead"))
+           "host-sync"))
       for i in (1, 2)],
 ]
 

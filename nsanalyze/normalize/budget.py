@@ -230,10 +230,11 @@ def wait_name_ids(names: dict[int, str | None]) -> set[int]:
 
 
 def build_budgets(activity: Activity, call_names: dict[int, str | None], communication_ids: set[int],
-                  peer_copy_kinds: set[int] = frozenset({PEER_COPY_KIND})) -> list[DeviceBudget]:
+                  peer_copy_kinds: set[int] = frozenset({PEER_COPY_KIND}), polls=None) -> list[DeviceBudget]:
     """One budget per GPU with activity in the window. `call_names` names the calls' name ids;
     `communication_ids` are the kernel name ids of communication (NCCL) kernels, `peer_copy_kinds`
-    the memcpy kinds of peer-to-peer copies.
+    the memcpy kinds of peer-to-peer copies; `polls` the window's poll loops (normalize/polls.py), each a wait as a
+    sync call is.
 
     Memory: done in three passes so that no two of the big working sets are held at once (at 6M
     kernels and 11.5M calls each is hundreds of MB): each GPU's idle gaps and the work that ends each;
@@ -273,6 +274,10 @@ def build_budgets(activity: Activity, call_names: dict[int, str | None], communi
         gaps = gpu[5]
         gaps[2] = _launched(launches, gaps[2])  # the next work's key replaced by its launch's end
     del launches
+    if polls is not None and len(polls):   # each poll loop a wait, from its first query to its ready answer
+        api_start, api_end = np.concatenate((api_start, polls.start)), np.concatenate((api_end, polls.end))
+        api_pid = np.concatenate((api_pid, polls.pid.astype(api_pid.dtype)))
+        api_wait = np.concatenate((api_wait, np.ones(len(polls), bool)))
 
     budgets = []
     for device_id, on, pids, first, last, gaps in gpus:

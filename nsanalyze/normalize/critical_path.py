@@ -41,6 +41,7 @@ from nsanalyze.normalize.budget import union
 from nsanalyze.normalize.host_activity import (Measure, all_threads_inside, base_name, class_order, classify,
                                               intersect, paint, rules)
 from nsanalyze.normalize.host_calls import DEVICE_COPY_KINDS
+from nsanalyze.normalize.polls import MIN_POLLS, NOT_READY, POLL_NAMES
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
 from nsanalyze.patterns import UserPattern
 from nsanalyze.read.nsys import CALL_TABLES, IntQuery, NsysExport
@@ -96,14 +97,8 @@ MIN_QUEUE_DEPTH = 64
 DRAIN_TAIL_SHARE, MIN_DRAIN_CALLS, DRAIN_AGREE = 0.1, 5, 0.5
 # An operation that started this much later than its stream and launch allow waited for something else.
 IMPLIED_WAIT_NS = 5_000
-# A poll loop: calls of these names that return "not ready" (cudaErrorNotReady, CUDA_ERROR_NOT_READY: 600) one after
-# another on a chain, at least MIN_POLLS of them, then one that returns ready. `while not event.query(): sleep(0)` in
-# the blind77 search loop: 309 not-ready queries a step, then one ready 0.05 ms after its last kernel ended. PyTorch's
-# caching allocator queries the events of blocks freed on other streams before each allocation: its not-ready runs
-# end in a launch, not a ready answer (blind57_landcover_fix: 44,691 not-ready queries, no poll loop).
-POLL_NAMES = frozenset({"cudaEventQuery", "cudaStreamQuery", "cuEventQuery", "cuStreamQuery"})
-NOT_READY = 600
-MIN_POLLS = 3
+# A poll loop (normalize/polls.py): calls of POLL_NAMES that return "not ready" one after another on a chain, at
+# least MIN_POLLS of them, then one that returns ready; the graph tests each run found on the block's chains.
 HOST_COMPUTE = "host:compute"
 # The host's code before a call, up to its launch path (path_gap: the framework's dispatch of each operation), on the
 # critical path: the budget counts that time as the GPU's wait on launches, and a graph removes it
@@ -1717,10 +1712,16 @@ def timing_ns_per_step(graph: Graph) -> float:
 
 def class_ns_per_step(block: StepBlock, classes) -> float:
     """The block's host time in calls of these host-activity classes, per step: an OS class's, its time between the
-    CUDA calls (gap_os_ns)."""
+    CUDA calls (gap_os_ns); the class sync's, its poll loops' too."""
     graph = block.graph
     mine = graph.calls_of(classes)
     waited = sum(float(gap_os_ns(graph, name).sum()) for name in classes)
+    if "sync" in classes and graph.c_in_poll is not None and graph.c_in_poll.any():
+        # a poll loop's wait: its queries after the first and the host's time between them (the ready answer,
+        # a sync, is counted with the class's calls)
+        inside = graph.c_in_poll
+        waited += float((graph.c_end - graph.c_start)[inside & ~graph.c_poll_end].sum())
+        waited += float(graph.c_gap_ns[inside].sum()) if graph.c_gap_ns is not None else 0.0
     return (float((graph.c_end - graph.c_start)[mine].sum()) + waited) / max(len(graph.step_first_op), 1)
 
 

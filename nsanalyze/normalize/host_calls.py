@@ -14,6 +14,7 @@ from nsanalyze.normalize.activity import (ascending, distinct, finder, first_by_
                                           process_of)
 from nsanalyze.normalize.window import SYNC_APIS, WindowActivity, ids_where, name_like
 from nsanalyze.normalize.checked_rows import VALID_NVTX
+from nsanalyze.normalize.polls import NONE as NO_POLLS, PollLoops
 from nsanalyze.read.nsys import NsysExport
 
 CHUNK = 1 << 20  # calls per look-up step (its temporaries are as long as a chunk, not as the calls)
@@ -135,8 +136,9 @@ def ranges(export: NsysExport, wa: WindowActivity) -> list[dict]:
     return out
 
 
-def syncs(wa: WindowActivity) -> dict:
-    """Host waits: explicit synchronization calls, and what each cost the GPU afterwards."""
+def syncs(wa: WindowActivity, polls: PollLoops = NO_POLLS) -> dict:
+    """Host waits: explicit synchronization calls, and what each cost the GPU afterwards; and the poll loops, each
+    one wait from its first query to its ready answer (normalize/polls.py)."""
     calls, names = wa.calls, wa.call_names
     explicit_mask = np.isin(calls.name_id, ids_where(names, lambda n: name_like(n, SYNC_APIS)))
     # Implicit syncs: a synchronous device-to-host copy (what `.item()`/`.cpu()` do) blocks the host too.
@@ -161,16 +163,29 @@ def syncs(wa: WindowActivity) -> dict:
 
     explicit = sorted(grouped(explicit_mask, lambda n: n.replace("_v3020", "").replace("_v2", "")),
                       key=lambda r: -r["wait_ns"])
+    poll_idle = wa.idle_after(polls.end) if len(polls) else np.zeros(0, np.int64)
+    loops: dict = {}
+    for name_id, wait, gap in zip(polls.name_id.tolist(), (polls.end - polls.start).tolist(), poll_idle.tolist()):
+        name = names.get(name_id)
+        row = loops.setdefault(name.replace("_v3020", "").replace("_v2", "") if isinstance(name, str) else name,
+                               {"calls": 0, "wait_ns": 0, "relaunch_gap_ns": 0})
+        row["calls"] += 1
+        row["wait_ns"] += wait
+        row["relaunch_gap_ns"] += max(0, gap)
+    polled = sorted(({"name": name, **row} for name, row in loops.items()), key=lambda r: -r["wait_ns"])
     implicit = sorted(grouped(implicit_mask, lambda n: n), key=lambda r: (r["name"] is not None, str(r["name"])))
     # Several syncs in a row share one idle stretch: count each stretch once, from the first sync's return.
-    wait_ends = np.concatenate((calls.end[explicit_mask], calls.end[implicit_mask]))
-    next_start = wait_ends + np.concatenate((idle_after[explicit_mask], idle_after[implicit_mask]))
+    wait_ends = np.concatenate((calls.end[explicit_mask], calls.end[implicit_mask], polls.end))
+    next_start = wait_ends + np.concatenate((idle_after[explicit_mask], idle_after[implicit_mask], poll_idle))
     idle = next_start > wait_ends
     order = np.lexsort((wait_ends[idle], next_start[idle]))
     stretch, first_end = next_start[idle][order], wait_ends[idle][order]
     first = np.concatenate(([True], stretch[1:] != stretch[:-1])) if len(stretch) else np.zeros(0, bool)
     total = int((stretch[first] - first_end[first]).sum())
-    return {"explicit": explicit, "implicit": implicit, "relaunch_gap_ns": total}
+    result = {"explicit": explicit, "implicit": implicit, "relaunch_gap_ns": total}
+    if polled:   # (the key only where there are loops: reports of programs without them read as before)
+        result["polls"] = polled
+    return result
 
 
 def _copy_call_kinds(wa: WindowActivity) -> tuple[np.ndarray, np.ndarray]:

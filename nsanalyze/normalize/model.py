@@ -197,10 +197,11 @@ class SyncCalls(Record):
 
 @dataclass(frozen=True)
 class Syncs(Record):
-    NESTED: ClassVar[dict[str, type]] = {"explicit": SyncCalls, "implicit": SyncCalls}
+    NESTED: ClassVar[dict[str, type]] = {"explicit": SyncCalls, "implicit": SyncCalls, "polls": SyncCalls}
     explicit: tuple = ()
     implicit: tuple = ()
     relaunch_gap_ns: float = 0
+    polls: tuple = ()   # poll loops (normalize/polls.py) by query name: `calls` counts loops, each one wait
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, co
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.kernels import KernelTable, normalize_nsys_kernels
 from nsanalyze.normalize.phases import find_phases
+from nsanalyze.normalize.polls import poll_loops, unread_note
 from nsanalyze.normalize.steps import (Steps, find_steps, is_step_like, named_range, normalize_name,
                                       project_on_gpu)
 from nsanalyze.normalize.work import analyze_work
@@ -179,8 +180,9 @@ def _timeline(export: NsysExport, skip_first_ns, nvtx_range, mode: str, side: "_
                                                     (COMMUNICATION_PATTERN,))], dtype=np.int64)
     wa = window_activity(export, activity, call_names)
     peer_kinds = {k for k, label in wa.copy_kinds.items() if label in gpus.PEER_COPY_KINDS}
-    syncs_later = side.submit_last(host_calls.syncs, wa)
-    budgets_later = side.submit(build_budgets, activity, call_names, set(comm_ids.tolist()), peer_kinds)
+    polls = poll_loops(export, activity, call_names)
+    syncs_later = side.submit_last(host_calls.syncs, wa, polls)
+    budgets_later = side.submit(build_budgets, activity, call_names, set(comm_ids.tolist()), peer_kinds, polls)
     kernels_later = side.submit_last(_kernels_and_work, export, window, activity.kernels,
                                      _kernel_names(export, activity) if side.beside else None,
                                      work_split.annotated_roles(export, activity), _reads_to_host(wa))
@@ -265,7 +267,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.launches.update(launch_attribution(export, window.start, window.end, count,
                                                     lambda name: is_step_like(normalize_name(name))) or {})
     timeline.left_out = _left_out(export, window, capture, call_names, steps) if window.kind == "steady" else None
-    timeline.notes = _graph_notes(export, wa)
+    timeline.notes = _graph_notes(export, wa) + unread_note(export, activity, call_names)
     api_calls = host_calls.api_calls(wa)
     timeline.api_calls = api_calls[:API_CALLS_SHOWN]
     timeline.launches["launch_calls"] = sum(r["calls"] for r in api_calls if host_calls.is_kernel_launch(r["name"]))

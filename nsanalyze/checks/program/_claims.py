@@ -103,10 +103,11 @@ VALUE_CHECKS_SHARE = 0.5
 
 
 def host_sync_calls(timeline) -> int:
-    """The window's calls in which the host waits for the GPU: explicit syncs and copies to the host, less the
-    waits between streams on the GPU (cudaStreamWaitEvent: the host does not wait in them, host_activity.csv)."""
+    """The window's calls in which the host waits for the GPU: explicit syncs, copies to the host and poll loops (one
+    each), less the waits between streams on the GPU (cudaStreamWaitEvent: the host does not wait in them,
+    host_activity.csv)."""
     syncs = timeline.syncs
-    rows = [*syncs.explicit, *syncs.implicit]
+    rows = [*syncs.explicit, *syncs.implicit, *syncs.polls]   # (a poll loop: one wait)
     return sum(r.calls for r in rows) - sum(r.calls for r in syncs.explicit if r.name and not waits_for_gpu(r.name))
 
 
@@ -141,7 +142,7 @@ def sync_parts(timeline, taken: dict[str, float], owned_ns: float = 0.0) -> dict
         return max(0.0, budget_part(timeline, part)[0] - taken.get(part, 0.0))
     parts = {SYNC_PART: left(SYNC_PART)}
     syncs = timeline.syncs
-    calls = sum(r.calls for r in (*syncs.explicit, *syncs.implicit))
+    calls = sum(r.calls for r in (*syncs.explicit, *syncs.implicit, *syncs.polls))
     priced = pricing.price(timeline, sync_change(timeline), float("inf")) if calls and len(timeline.devices) <= 1 \
         else None
     extra = priced.savings_ns - owned_ns - parts[SYNC_PART] if priced is not None else 0.0

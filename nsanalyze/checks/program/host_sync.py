@@ -37,13 +37,14 @@ stays in the replay.
 - `min_idle_share`: idle_sync over the window before the check speaks.
 """
 
-from nsanalyze.normalize.host_activity import waits_for_gpu
+from nsanalyze.normalize.host_activity import base_name, waits_for_gpu
 from nsanalyze.checks.program import pageable_memcpy
 from nsanalyze.checks.program._claims import SYNC_CHANGE, SYNC_ID, SYNC_MIN_SHARE, SYNC_PART, checks_values, \
     claims_by_cause, host_sync_calls, sync_change
 from nsanalyze.checks.base import Check, Finding, plural, Threshold, budget_part, evidence, per_step_phrase, \
     step_count
 from nsanalyze.numbers import duration_text
+from nsanalyze.text import code_span
 
 ID = "host-sync"   # (checks/program/_claims.SYNC_ID names it for the claims)
 BUDGET_PART = SYNC_PART
@@ -86,6 +87,18 @@ def in_backward(waits) -> bool:
     """Whether the backward pass makes most of the steps' waits (normalize.waits)."""
     return waits is not None and waits.backward_thread_known and waits.per_step > 0 and \
         waits.backward_per_step >= BACKWARD_WAITS_SHARE * waits.per_step
+
+
+def poll_lead(waits) -> str:
+    """The advice's first lines where the steps' waits are poll loops (normalize.critical_path.poll_runs)."""
+    polls = "once" if round(waits.polls_per_step) == 1 else f"{waits.polls_per_step:.0f} times"
+    where = " after its last launch" if round(waits.at_end_per_step) >= round(waits.polls_per_step) else ""
+    return (f"Each step waits for the GPU {polls}{where} in a poll loop: {code_span(waits.poll_call)} answered "
+            f"\"not ready\" {waits.not_ready_per_step:,.0f} times a step, then \"ready\" once the work queued before "
+            "it had ended (`while not event.query(): time.sleep(0)`, a progress or heartbeat loop, a wait written by "
+            "hand). The host launches nothing meanwhile, so the next step's launches start with the GPU idle: drop "
+            "the wait and let the host run ahead, or read the event only where a value is needed (every N steps); "
+            "then capture the step.\n\n")
 
 
 # what a title adds where the backward makes the waits
@@ -136,26 +149,28 @@ def run(timeline, limits) -> Finding | None:
     if share < limits.min_idle_share:
         return None
     rows = [(r, "explicit") for r in timeline.syncs.explicit] + \
-           [(r, "implicit (device-to-host copy)") for r in timeline.syncs.implicit]
+           [(r, "implicit (device-to-host copy)") for r in timeline.syncs.implicit] + \
+           [(r, "poll loop") for r in timeline.syncs.polls]
     # the host's waits only: a stream waiting on another's event (cudaStreamWaitEvent) holds the GPU's stream, not the
     # host (blind67_distval: 504 of the 758 calls it counted), as host_activity.csv says
     on_gpu = [r for r, kind in rows if kind == "explicit" and r.name and not waits_for_gpu(r.name)]
     calls = host_sync_calls(timeline)
+    subject = plural(calls, "host synchronization") + _polls_said(timeline.syncs.polls, calls)
     drained = idle_ns - sync_ns
     if drained > sync_ns:   # most of the cost is the wait on the launches that refill the queue (the replay's)
         steps = step_count(timeline)
         saved = f"{duration_text(idle_ns / steps)} a step ({share:.0%} of the window)" if steps else f"{share:.0%} of the window"
         wait = f"{duration_text(drained / steps)} a step" if steps else duration_text(drained)
         if checks_values(timeline):   # the change takes the checks away with their waits (_claims.sync_change)
-            title = (f"{plural(calls, 'host synchronization')} empty the GPU's queue: the replay without them and the "
+            title = (f"{subject} empty the GPU's queue: the replay without them and the "
                      f"checks they wait on saves {saved}, {wait} of it beside the waits (the launches that refill "
                      "the queue after each one, the checks' calls and kernels)")
         else:
-            title = (f"{plural(calls, 'host synchronization')} empty the GPU's queue: the replay without them saves "
+            title = (f"{subject} empty the GPU's queue: the replay without them saves "
                      f"{saved}, {wait} of it the GPU's wait on the launches that refill the queue after each one")
     else:
         step_text = per_step_phrase(timeline, BUDGET_PART, idle_ns, share)
-        title = (f"{plural(calls, 'host synchronization')} leave the GPU idle {share:.0%} of the window{step_text}: "
+        title = (f"{subject} leave the GPU idle {share:.0%} of the window{step_text}: "
                  "the host waits, then works while nothing is queued")
     waits = getattr(timeline, "step_waits", None)
     checks_title, checks_advice = _value_checks(timeline)
@@ -175,7 +190,7 @@ def run(timeline, limits) -> Finding | None:
                   **({"drained_launch_ns": evidence(drained, unit="ns")} if drained > 0 else {}),
                   "sync_calls": evidence(calls),
                   "by_call": [dict(r.to_json(), kind=kind) for r, kind in sorted(rows, key=lambda r: -r[0].wait_ns)]},
-        advice=(backward_waits_text(waits) or checks_advice or _uploads_first(timeline, calls)
+        advice=(_polls_first(rows, waits) or backward_waits_text(waits) or checks_advice or _uploads_first(timeline, calls)
                 or _source_first(rows, timeline.critical_path is not None and timeline.timed_trials is None)) + ADVICE,
     )
     if on_gpu:
@@ -205,6 +220,33 @@ def _value_checks(timeline) -> tuple[str, str]:
             "is the replay without the checks (their reads and waits, the kernels that made each value, the host's "
             "way to their calls); the host code that prepares a check's arguments stays in it, so turning the "
             "checks off can save more.\n\n")
+
+
+def _polls_said(polls, calls: int) -> str:
+    """What the title adds where some of the waits are poll loops (normalize/polls.py): how many, of which query."""
+    loops = sum(r.calls for r in polls)
+    if not loops:
+        return ""
+    names = " and ".join(dict.fromkeys(base_name(r.name) for r in polls if r.name))
+    which = f" of {names}" if names else ""
+    return f" (poll loops{which})" if loops >= calls else f" ({loops:,} of them poll loops{which})"
+
+
+def _polls_first(rows, waits) -> str:
+    """The advice's first lines where poll loops hold most of the waits' time (normalize/polls.py), from the replayed
+    steps' waits where they are poll loops too."""
+    total = sum(r.wait_ns for r, _ in rows)
+    polled = [r for r, kind in rows if kind == "poll loop"]
+    if not total or sum(r.wait_ns for r in polled) < 0.5 * total:
+        return ""
+    if waits is not None and waits.polls_per_step > 0:
+        return poll_lead(waits)
+    loops = sum(r.calls for r in polled)
+    return (f"The waits are {plural(loops, 'poll loop')}: the host asks {code_span(polled[0].name)} again and again "
+            "until the work queued before it has ended (`while not event.query(): time.sleep(0)`, a progress or "
+            "heartbeat loop, a wait written by hand). The host launches nothing meanwhile, so the next launches start "
+            "with the GPU idle: drop the wait and let the host run ahead, or read the event only where a value is "
+            "needed (every N steps).\n\n")
 
 
 def _uploads_first(timeline, calls: int) -> str:

@@ -73,7 +73,7 @@ from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, eviden
 from nsanalyze.checks.program import event_timing, pageable_memcpy
 from nsanalyze.checks.program._claims import claims_by_cause, launch_speaks, unclaimed_part
 from nsanalyze.checks.program._roles import pytorch_inference
-from nsanalyze.checks.program.host_sync import BACKWARD_TITLE, backward_waits_text, in_backward
+from nsanalyze.checks.program.host_sync import BACKWARD_TITLE, backward_waits_text, in_backward, poll_lead
 from nsanalyze.text import code_span
 
 ID = "launch-overhead"
@@ -256,18 +256,6 @@ def _size_reads_per_step(timeline) -> float:
     steps = step_count(timeline)
     copies = getattr(timeline, "copies", None)
     return copies.size_reads / steps if steps and copies is not None else 0.0
-
-
-def poll_lead(waits) -> str:
-    """The advice's first lines where the steps' waits are poll loops (normalize.critical_path.poll_runs)."""
-    polls = "once" if round(waits.polls_per_step) == 1 else f"{waits.polls_per_step:.0f} times"
-    where = " after its last launch" if round(waits.at_end_per_step) >= round(waits.polls_per_step) else ""
-    return (f"Each step waits for the GPU {polls}{where} in a poll loop: {code_span(waits.poll_call)} answered "
-            f"\"not ready\" {waits.not_ready_per_step:,.0f} times a step, then \"ready\" once the work queued before "
-            "it had ended (`while not event.query(): time.sleep(0)`, a progress or heartbeat loop, a wait written by "
-            "hand). The host launches nothing meanwhile, so the next step's launches start with the GPU idle: drop "
-            "the wait and let the host run ahead, or read the event only where a value is needed (every N steps); "
-            "then capture the step.\n\n")
 
 
 def _waits_first(per_step: float, name: str, timing=None, waits=None, uploads: float = 0.0,
