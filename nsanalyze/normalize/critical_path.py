@@ -41,7 +41,7 @@ from nsanalyze.normalize.budget import union
 from nsanalyze.normalize.host_activity import (Measure, all_threads_inside, base_name, class_order, classify,
                                               intersect, paint, rules)
 from nsanalyze.normalize.host_calls import DEVICE_COPY_KINDS
-from nsanalyze.normalize.polls import MIN_POLLS, NOT_READY, POLL_NAMES
+from nsanalyze.normalize.polls import NOT_READY, POLL_NAMES, find_runs
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
 from nsanalyze.patterns import UserPattern
 from nsanalyze.read.nsys import CALL_TABLES, IntQuery, NsysExport
@@ -377,23 +377,14 @@ def not_ready_calls(export: NsysExport, calls: dict[str, np.ndarray], start: int
 
 
 def poll_runs(polled: np.ndarray, not_ready: np.ndarray, name_position: np.ndarray,
-              c_prev: np.ndarray) -> list[tuple[int, list[int]]]:
-    """The poll loops' candidates: (the query that answered ready, the not-ready queries of the same name before it
-    on its chain, latest first), where there are MIN_POLLS of those or more. Whether it waited for the GPU is
-    build_graph's test (it returned after the work queued before it ended, which was running when the polling
-    began)."""
-    ready = np.flatnonzero(polled & ~not_ready & (c_prev >= 0))
-    before = c_prev[ready]
-    ready = ready[not_ready[before] & (name_position[before] == name_position[ready])]
-    runs = []
-    for end in ready.tolist():
-        run, i = [], int(c_prev[end])
-        while i >= 0 and not_ready[i] and name_position[i] == name_position[end]:
-            run.append(i)
-            i = int(c_prev[i])
-        if len(run) >= MIN_POLLS:
-            runs.append((end, run))
-    return runs
+              thread: np.ndarray) -> list[tuple[int, list[int]]]:
+    """The poll loops' candidates on the block's chains (polls.find_runs over each thread's calls in order): (the
+    query that answered ready, the not-ready queries of the same name before it, latest first). Whether it waited for
+    the GPU is build_graph's test (it returned after the work queued before it ended, which was running when the
+    polling began)."""
+    order = np.lexsort((np.arange(len(thread)), thread))   # (the calls are in time order)
+    first, ready = find_runs(thread[order], name_position[order], polled[order], not_ready[order])
+    return [(int(order[r]), order[f:r][::-1].tolist()) for f, r in zip(first.tolist(), ready.tolist())]
 
 
 def build_graph(export: NsysExport, activity: Activity, launching_threads: np.ndarray, host_starts: np.ndarray,
@@ -538,7 +529,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
 
     # poll loops: the ready query of each is a wait (tested below: it returned after the work it waited for)
     polled = np.array([base_name(names.get(int(i)) or "") in POLL_NAMES for i in name_ids.tolist()], bool)[call_name]
-    runs = poll_runs(polled, not_ready_calls(export, calls, block_start, block_end), call_name, c_prev) \
+    runs = poll_runs(polled, not_ready_calls(export, calls, block_start, block_end), call_name, tid) \
         if polled.any() else []
     waiting[np.array([end for end, _ in runs], np.int64)] = True
 

@@ -87,23 +87,30 @@ def poll_loops(export: NsysExport, activity: Activity, call_names: dict[int, str
     order = np.lexsort((rows["end"], rows["start"], rows["tid"]))
     start, end, tid, name = (rows[n][order] for n in ("start", "end", "tid", "name_id"))
     query = np.isin(name, query_ids)
-    not_ready = query & (rows["ret"][order] == NOT_READY)
-    same = np.zeros(len(start), bool)   # the call before on the same thread is a query of the same name
-    same[1:] = (tid[1:] == tid[:-1]) & (name[1:] == name[:-1])
-    # runs of not-ready answers, each numbered; a ready answer right after a run ends it
-    begins = not_ready & ~(np.roll(not_ready, 1) & same)
-    run = np.cumsum(begins) - 1
-    first_of_run = np.flatnonzero(begins)
-    length = np.bincount(run[not_ready], minlength=len(first_of_run))
-    ready = np.flatnonzero(query[1:] & ~not_ready[1:] & not_ready[:-1] & same[1:]) + 1
-    ready = ready[length[run[ready - 1]] >= MIN_POLLS]
+    first, ready = find_runs(tid, name, query, query & (rows["ret"][order] == NOT_READY))
     if not len(ready):
         return NONE
-    first = first_of_run[run[ready - 1]]
     pid = process_of(tid[ready]).astype(np.int64)
     waited = _waited(activity, pid, start[first], start[ready], end[ready])
     return PollLoops(pid[waited], start[first][waited], end[ready][waited], name[ready][waited],
-                     length[run[ready - 1]][waited].astype(np.int64))
+                     (ready - first)[waited].astype(np.int64))
+
+
+def find_runs(thread: np.ndarray, name: np.ndarray, query: np.ndarray, not_ready: np.ndarray) -> tuple[np.ndarray,
+                                                                                                       np.ndarray]:
+    """The poll loops' candidates among calls in thread-then-time order: (the first not-ready answer, the ready
+    answer that ends its run), where MIN_POLLS or more answers of one query on the thread came "not ready" one after
+    another, nothing between them, and the next call is that query answered ready. Whether each waited for the GPU
+    is the caller's test."""
+    same = np.zeros(len(thread), bool)   # the call before on the same thread is a call of the same name
+    same[1:] = (thread[1:] == thread[:-1]) & (name[1:] == name[:-1])
+    begins = not_ready & ~(np.roll(not_ready, 1) & same)
+    run = np.cumsum(begins) - 1
+    first_of_run = np.flatnonzero(begins)
+    ready = np.flatnonzero(query[1:] & ~not_ready[1:] & not_ready[:-1] & same[1:]) + 1
+    first = first_of_run[run[ready - 1]] if len(ready) else np.zeros(0, np.int64)
+    long = ready - first >= MIN_POLLS
+    return first[long], ready[long]
 
 
 def _waited(activity: Activity, pid: np.ndarray, first_start: np.ndarray, ready_start: np.ndarray,
