@@ -340,7 +340,7 @@ def rank(findings: list[Finding], kernel_time_ns: dict, kernel_launches: dict | 
 # Checks whose findings claim budget time of a wider cause (checks/program/_host_class.claims): their own
 # savings are not capped by what they claim.
 WIDER_CAUSES = {"allocator-churn", "pinned-alloc-churn", "slow-steps", "non-step-phase", "host-sync", "host-wait",
-                "autotuning", "event-timing", "runtime-compilation", "host-data"}
+                "autotuning", "event-timing", "runtime-compilation", "graph-recapture", "host-data"}
 
 
 def settle_program_findings(findings: list[Finding], timeline) -> None:

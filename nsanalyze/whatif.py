@@ -46,6 +46,7 @@ class WhatIf:
     unbuild: bool = False       # no GPU code built in the steps (normalize.critical_path.code_builds)
     uncheck: bool = False       # the checks of values gone (normalize.critical_path.value_checks)
     data_on_gpu: bool = False   # the data the host handles kept on the GPU (normalize.critical_path.data_handled)
+    uncapture: bool = False     # each CUDA graph captured once (normalize.critical_path.graph_captures)
 
 
 def check_roles(fuse) -> tuple:
@@ -80,9 +81,9 @@ def whatif(paths: list[str], options, asked: WhatIf) -> list[dict]:
     speedups, remove = parse_changes(asked.speedups, asked.remove)
     check_roles(asked.fuse)
     if not (speedups or remove or asked.graph or asked.outliers or asked.pinned or asked.fuse or asked.untune
-            or asked.untime or asked.unbuild or asked.uncheck or asked.data_on_gpu):
+            or asked.untime or asked.unbuild or asked.uncheck or asked.data_on_gpu or asked.uncapture):
         raise InputError("whatif", "no change given: --speedup, --remove, --graph, --outliers, --pinned, --fuse, "
-                                   "--untune, --untime, --unbuild, --uncheck or --data-on-gpu")
+                                   "--untune, --untime, --unbuild, --uncheck, --data-on-gpu or --uncapture")
     for path in paths:   # refused before an ncu report is read
         if os.path.isfile(path) and kind_of(path) is ProfileKind.NCU:
             raise InputError(path, WHATIF_READS)
@@ -120,7 +121,7 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
     pinned_rate = _pinned_rate(export, timeline) if asked.pinned else None
     change = cp.Change(speedups, remove, asked.graph, pinned_rate, fuse=tuple(asked.fuse), untuned=asked.untune,
                        untimed=asked.untime, unbuilt=asked.unbuild, unchecked=asked.uncheck,
-                       data_on_gpu=asked.data_on_gpu)
+                       data_on_gpu=asked.data_on_gpu, uncaptured=asked.uncapture)
     changed = cp.replay(block.graph, change)
     ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
     predicted = block.measured - (block.replayed - changed.periods(block.with_last))
@@ -202,6 +203,8 @@ def _matched_nothing(changes: list[dict]) -> list[str]:
             said.append(f"no kernel of the replayed steps has the role {change['role']}: nothing was fused")
         elif change["change"] == "remove" and change["calls"] == 0:
             said.append(f"no call of the replayed steps is in the class {change['class']}: nothing was removed")
+        elif change["change"] == "uncapture" and change["captures"] == 0:
+            said.append("the replayed steps capture no CUDA graph: nothing was changed")
     return said
 
 
@@ -312,6 +315,12 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
         up = copies & cp.uploads(graph)
         out.append({"change": "data-on-gpu", "uploads": int(up.sum()), "reads": int((copies & ~up).sum()),
                     "ns_per_step": cp.data_ns_per_step(graph)})
+    if asked.uncapture:
+        inside, _ = cp.graph_captures(graph)
+        begins = np.isin(graph.c_names, list(cp.CAPTURE_BEGINS)) if graph.c_names is not None else inside
+        out.append({"change": "uncapture", "captures": int((begins & (graph.c_step >= 0)).sum())
+                    if graph.c_step is not None else 0, "recorded_calls": int(inside.sum()),
+                    "host_ns_per_step": cp.capture_ns_per_step(graph)})
     if asked.pinned:
         pageable = cp.pageable_copies(graph)
         kinds = sorted({int(k) for k in graph.o_copy_kind[pageable]})
@@ -352,6 +361,9 @@ def label(result: dict) -> str:
             words.append(f"no GPU code built in the steps ({change['loads']} loads in the replayed steps)")
         elif change["change"] == "uncheck":
             words.append(f"no checks of values ({change['reads']} one-byte reads in the replayed steps)")
+        elif change["change"] == "uncapture":
+            words.append(f"each CUDA graph captured once ({change['captures']} captures in the replayed steps gone "
+                         "with their instantiation)")
         elif change["change"] == "data-on-gpu":
             words.append(f"the data kept on the GPU ({change['uploads']} uploads and {change['reads']} reads back in "
                          "the replayed steps gone with the host's work on them)")

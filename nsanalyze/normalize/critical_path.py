@@ -307,12 +307,16 @@ class Change:
     # wait and the host's work before it, each large read to the host with the host's work after it; the GPU work
     # that then does that work is not counted
     data_on_gpu: bool = False
+    # each CUDA graph captured once, not in the steps (graph_captures): the calls of its captures and their host time
+    # between the begin and the end (the program's code that records the graph's nodes), and its instantiation and
+    # destruction, gone; the graph's launch and its kernels stay
+    uncaptured: bool = False
 
     @property
     def empty(self) -> bool:
         return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None \
             and not self.roles and not self.fuse and not self.untuned and not self.untimed and not self.unbuilt \
-            and not self.unchecked and not self.data_on_gpu
+            and not self.unchecked and not self.data_on_gpu and not self.uncaptured
 
 
 # ---------------------------------------------------------------- the graph
@@ -876,6 +880,82 @@ def code_builds(graph: Graph) -> np.ndarray:
     return builds
 
 
+# Stream captures (host_activity.csv's graph-build class): a begin-capture call, the calls that record the graph's
+# nodes (their launches run nothing), the end-capture call; then the graph is instantiated, launched, and destroyed
+# when it is dropped. A program that captures its graph once does none of it in the steps (blind78_recapture: a
+# Conformer's step captured anew each step, 387 launches recorded and a 2.3 ms instantiation a step).
+CAPTURE_BEGINS, CAPTURE_ENDS = frozenset({"cudaStreamBeginCapture", "cuStreamBeginCapture"}), \
+    frozenset({"cudaStreamEndCapture", "cuStreamEndCapture"})
+GRAPH_BUILD = "graph-build"
+
+
+def graph_captures(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """The block's calls inside its steps that capture a CUDA graph: (the calls after each begin-capture call up to
+    its end-capture call on their chain, whose host time between them is the graph's recording; the begin-capture
+    calls and the graph-build class's other calls (instantiation, destruction), whose way to each stays the
+    program's)."""
+    n = len(graph.c_start)
+    none = np.zeros(n, bool), np.zeros(n, bool)
+    if graph.c_names is None or graph.c_step is None:
+        return none
+    begin = np.isin(graph.c_names, list(CAPTURE_BEGINS))
+    end = np.isin(graph.c_names, list(CAPTURE_ENDS))
+    if not begin.any():
+        return none
+    chain = graph.c_thread if graph.c_thread is not None else graph.c_process
+    if chain is None:
+        chain = np.zeros(n, np.int64)
+    order = np.lexsort((np.arange(n), chain))   # each chain's calls in time order
+    step = begin[order].astype(np.int64) - end[order].astype(np.int64)
+    depth = np.cumsum(step)
+    first = np.ones(n, bool)
+    first[1:] = chain[order][1:] != chain[order][:-1]
+    start_of = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    depth = depth - (depth[start_of] - step[start_of])   # counted from each chain's first call
+    inside = np.zeros(n, bool)
+    inside[order] = (depth > 0) | end[order]
+    in_steps = graph.c_step >= 0
+    around = (graph.calls_of(GRAPH_BUILD) | begin) & in_steps & ~(inside & ~begin)
+    return inside & ~begin & in_steps, around
+
+
+def whole_gap(graph: Graph, gap: np.ndarray) -> np.ndarray:
+    """All of the host compute before a call: inside a capture, the program's code that records the graph."""
+    return gap.clip(min=0.0)
+
+
+def capture_ns_per_step(graph: Graph) -> float:
+    """The host time a step spends capturing, instantiating and destroying CUDA graphs (graph_captures): what
+    capturing once takes off the host at most."""
+    inside, around = graph_captures(graph)
+    return calls_host_ns_per_step(graph, inside, whole_gap) + calls_host_ns_per_step(graph, around, call_way)
+
+
+def capture_summary(block: "StepBlock | None") -> dict | None:
+    """The steps' CUDA graph captures as the model's section (model.GraphCaptures); None where the block is not
+    trusted or its steps capture none."""
+    if block is None or not block.trusted or block.graph.c_step is None:
+        return None
+    graph = block.graph
+    inside, around = graph_captures(graph)
+    begins = np.isin(graph.c_names, list(CAPTURE_BEGINS)) & (graph.c_step >= 0)
+    if not begins.any():
+        return None
+    steps = len(graph.step_first_op)
+    per_step = np.bincount(graph.c_step[begins], minlength=steps)[:steps]
+    launches = inside & graph.calls_of("launch")
+    counted: dict[str, int] = {}
+    for i in np.flatnonzero(around & ~begins):
+        counted[graph.c_names[i]] = counted.get(graph.c_names[i], 0) + 1
+    return {"steps": steps, "steps_with_captures": int((per_step > 0).sum()),
+            "captures_per_step": float(np.median(per_step[per_step > 0])),
+            "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0,
+            "recorded_launches_per_step": float(launches.sum()) / steps,
+            "graph_calls_ns_per_step": float((graph.c_end - graph.c_start)[around].sum()) / steps,
+            "host_ns_per_step": capture_ns_per_step(graph),
+            "calls": tuple(sorted(counted.items(), key=lambda item: -item[1]))}
+
+
 def beyond_path(graph: Graph, gap: np.ndarray) -> np.ndarray:
     """Of the host compute before a call, the part beyond a typical launch path (the way to the call stays): before
     a code load, the code's build, a compiler run on the host that no CUDA call records (blind56's fixed decoder: 35
@@ -1039,6 +1119,10 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         host.drop(graph, checks[1] & ~paths, call_way)
     if change.unbuilt:   # the code's loads and its build before each
         host.drop(graph, code_builds(graph), beyond_path)
+    if change.uncaptured:   # the captures' calls with the host's code between them, the instantiations
+        inside, around = graph_captures(graph)
+        host.drop(graph, inside, whole_gap)
+        host.drop(graph, around, call_way)
     if change.data_on_gpu:   # the uploads, the host's work before each and their own waits
         copies, calls, waits, after = data_handled(graph)
         duration[copies] = 0.0
@@ -1627,7 +1711,7 @@ def _change_key(change: Change) -> tuple | None:
     """A change as a key of plain values (None with a regex: those are not kept)."""
     pinned = tuple(sorted(change.pinned_rate.items())) if change.pinned_rate is not None else None
     return (change.remove, change.graph, change.roles, change.fuse, change.untuned, change.untimed, change.unbuilt,
-            change.unchecked, pinned) if not change.speedups else None
+            change.unchecked, pinned, change.data_on_gpu, change.uncaptured) if not change.speedups else None
 
 
 def _replayed(block: StepBlock, change: Change) -> Replay:

@@ -501,3 +501,47 @@ def _count_names(names: dict, by_id: dict, labels: dict) -> None:
         label = base_name(str(labels.get(name_id) or f"call {name_id}"))
         calls, total = names.get(label, (0, 0.0))
         names[label] = (calls + count, total + ns)
+
+
+# Timed waits on a condition variable, on the threads that launch the GPU's work, where a large share of them end at
+# one timeout: a lock handed over on a timer. CPython's interpreter lock (GIL) is one: a thread that wants it waits
+# in pthread_cond_timedwait for the switch interval (5 ms by default, sys.getswitchinterval()), then asks the
+# holder to drop it and waits again; a lock of the program's own (threading.Lock, queue.Queue) waits on a semaphore
+# instead (sem_clockwait). blind78_gilthread: a training loop beside a Python thread that tokenizes its batches,
+# 714 timed waits on the launching thread in the window, 242 of them 4.9-5.3 ms, none longer than 5.3 ms.
+TIMED_WAITS = ("pthread_cond_timedwait", "pthread_cond_clockwait")
+MIN_TIMED_WAITS = 20          # fewer are a wait now and then, no lock handed over all the time
+TIMEOUT_SHARE = 0.2           # of the timed waits, ending within TIMEOUT_BAND of the timeout
+TIMEOUT_BAND = (0.95, 1.10)   # of the timeout: a wake-up a little after it
+MAX_TIMEOUT_NS = 50_000_000   # a timer this long is a watchdog or a poll (a DataLoader's 4 s), not a lock's handover
+
+
+@dataclass(frozen=True)
+class LockTimeouts:
+    """The launching threads' timed waits in the window (TIMED_WAITS), where TIMEOUT_SHARE of them or more end at one
+    timeout: how many, their time, the timeout and how many ended at it."""
+
+    calls: int
+    ns: float
+    timeout_ns: float
+    at_timeout: int
+
+
+def lock_timeouts(os_calls: list) -> LockTimeouts | None:
+    """LockTimeouts of the launching threads' OS calls (`os_calls`: (starts, ends, name ids, names, threads) for each
+    GPU, as attribute takes them), or None where their timed waits do not end at one timeout. The timeout is the
+    99th percentile of the waits' durations (most waits end at it or before, woken sooner when the lock comes)."""
+    durations = []
+    for starts, ends, name_ids, names, _ in os_calls:
+        timed = [i for i, name in names.items() if isinstance(name, str) and base_name(name) in TIMED_WAITS]
+        mine = np.isin(name_ids, timed)
+        durations.append((ends - starts)[mine])
+    waits = np.concatenate(durations) if durations else np.zeros(0, np.int64)
+    if len(waits) < MIN_TIMED_WAITS:
+        return None
+    timeout = float(np.percentile(waits, 99))
+    low, high = TIMEOUT_BAND
+    at = int(((waits >= low * timeout) & (waits <= high * timeout)).sum())
+    if not timeout or timeout > MAX_TIMEOUT_NS or at < TIMEOUT_SHARE * len(waits) or waits.max() > 2 * timeout:
+        return None
+    return LockTimeouts(len(waits), float(waits.sum()), timeout, at)

@@ -380,6 +380,44 @@ def _by_direction(rows: list[dict]) -> list[dict]:
     return sorted(out.values(), key=lambda e: -e["duration_ns"])
 
 
+CAPTURE_BEGINS, CAPTURE_ENDS = ("cudaStreamBeginCapture", "cuStreamBeginCapture"), ("cudaStreamEndCapture",
+                                                                                   "cuStreamEndCapture")
+
+
+def capture_intervals(calls, names: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(process, start, end) of each stream capture among the calls: a begin-capture call to the end-capture call of
+    its process after it. The calls in between record a CUDA graph's nodes: their launches run nothing then."""
+    begin = np.isin(calls.name_id, ids_where(names, lambda n: name_like(n, CAPTURE_BEGINS)))
+    end = np.isin(calls.name_id, ids_where(names, lambda n: name_like(n, CAPTURE_ENDS)))
+    if not begin.any() or not end.any():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pid = np.concatenate((calls.pid[begin], calls.pid[end])).astype(np.int64)
+    time = np.concatenate((calls.start[begin], calls.end[end]))
+    is_end = np.concatenate((np.zeros(int(begin.sum()), bool), np.ones(int(end.sum()), bool)))
+    order = np.lexsort((is_end, time, pid))
+    pid, time, is_end = pid[order], time[order], is_end[order]
+    pairs = np.flatnonzero(~is_end[:-1] & is_end[1:] & (pid[:-1] == pid[1:]))   # a begin, then its process's end
+    return pid[pairs], time[pairs], time[pairs + 1]
+
+
+def captured_launches(wa: WindowActivity) -> int:
+    """The window's kernel launch calls made inside a stream capture (capture_intervals): graph nodes recorded, no
+    kernel run, so no kernel record is missing for them."""
+    calls = wa.calls   # (the window's work calls: its launches; the captures from all its calls)
+    pids, starts, ends = capture_intervals(wa.activity.calls, wa.call_names)
+    if not len(pids):
+        return 0
+    launch = np.isin(calls.name_id, ids_where(wa.call_names, is_kernel_launch)) & \
+        (calls.start >= wa.activity.start) & (calls.start < wa.activity.end)
+    count = 0
+    for pid in np.unique(pids).tolist():
+        mine = pids == pid
+        at = calls.start[launch & (calls.pid == pid)]
+        index = np.searchsorted(starts[mine], at, side="right") - 1
+        count += int(((index >= 0) & (at < ends[mine][np.maximum(index, 0)])).sum())
+    return count
+
+
 def api_calls(wa: WindowActivity) -> list[dict]:
     """The CUDA calls that took the host's time in the window, by name (version suffixes dropped), costliest
     first: calls and total time. What an export without GPU activity (WSL2) still tells; every name, so that

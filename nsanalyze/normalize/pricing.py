@@ -168,6 +168,11 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
                      "its wait and the host's time on their way)")
         cap_per_step += cp.checks_ns_per_step(block.graph)   # never more than the checks' own time
         capped = True
+    uncaptured = bool(declared.get("uncapture")) and bool(cp.graph_captures(block.graph)[0].any())
+    if uncaptured:
+        words.append("each CUDA graph captured once (its capture, instantiation and destruction gone from the steps)")
+        cap_per_step += cp.capture_ns_per_step(block.graph)   # never more than the captures' host time
+        capped = True
     on_gpu = bool(declared.get("data_on_gpu")) and bool(cp.data_handled(block.graph)[0].any())
     if on_gpu:
         words.append("the data kept on the GPU (each upload and read back gone with the host's work on it)")
@@ -175,7 +180,7 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         capped = True
     change = cp.Change(remove=frozenset(classes), graph=bool(declared.get("graph")), pinned_rate=pinned,
                        roles=tuple(roles), fuse=fused, untuned=untuned, untimed=untimed, unbuilt=unbuilt,
-                       unchecked=unchecked, data_on_gpu=on_gpu)
+                       unchecked=unchecked, data_on_gpu=on_gpu, uncaptured=uncaptured)
     if change.empty:
         return None
     per_step, busy_before, busy_after = cp.saving_and_busy(block, change)

@@ -20,8 +20,8 @@ from nsanalyze.normalize import host_activity, host_calls, model, recompute, tun
 from nsanalyze.normalize import work as work_split
 from nsanalyze.normalize.activity import Activity, ascending, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
-from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, code_build_summary, data_summary, \
-    median_step_block, pricing_block, timing_ns_per_step
+from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, capture_summary, code_build_summary, \
+    data_summary, median_step_block, pricing_block, timing_ns_per_step
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.kernels import KernelTable, normalize_nsys_kernels
 from nsanalyze.normalize.phases import find_phases
@@ -86,6 +86,9 @@ class Timeline:
     timed_trials: model.TimedTrials | None = None   # ... their timed trials (normalize.tuning); None: none
     timing_code: model.TimingCode | None = None     # ... the program's own timing code (normalize.tuning); None: none
     code_builds: model.CodeBuilds | None = None     # ... GPU code they load (normalize.critical_path); None: none
+    graph_captures: model.GraphCaptures | None = None   # ... CUDA graphs they capture (normalize.critical_path)
+    # the launching threads' timed waits that end at one timeout: a lock handed over on a timer (the GIL)
+    lock_timeouts: host_activity.LockTimeouts | None = None
     host_data: model.HostData | None = None         # ... data the host uploads or reads back (critical_path); None: none
     recomputation: model.Recomputation | None = None  # ... forward work run again (normalize.recompute); None: none
     repeated_backward: model.RepeatedBackward | None = None  # ... backward passes run again (normalize.recompute)
@@ -139,6 +142,7 @@ class Timeline:
         self.timed_trials = model.TimedTrials.of(self.timed_trials)
         self.timing_code = model.TimingCode.of(self.timing_code)
         self.code_builds = model.CodeBuilds.of(self.code_builds)
+        self.graph_captures = model.GraphCaptures.of(self.graph_captures)
         self.host_data = model.HostData.of(self.host_data)
         self.recomputation = model.Recomputation.of(self.recomputation)
         self.repeated_backward = model.RepeatedBackward.of(self.repeated_backward)
@@ -243,8 +247,9 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.step_copy_bytes = _step_copy_bytes(wa, timeline.step_starts, timeline.step_ends)
         timeline.copy_growth = copy_growth(_step_device_copy_bytes(wa, timeline.step_starts, timeline.step_ends),
                                            [steps.number(int(i)) for i in timeline.step_indices])
-    host_later = _host_activity(export, budgets, activity, call_names, capture.launching_threads,
-                                steps if timeline.steps is not None else None, side)
+    host_later, timeline.lock_timeouts = _host_activity(export, budgets, activity, call_names,
+                                                        capture.launching_threads,
+                                                        steps if timeline.steps is not None else None, side)
     # -- the critical path of a median step (normalize.critical_path) --
     if export.kind in ("nsys", "kineto") and timeline.steps is not None:
         timeline.step_block = median_step_block(export, steps, activity, capture.launching_threads)
@@ -255,6 +260,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.timing_code = tuning.timing_summary(timeline.step_block, timing_ns_per_step(timeline.step_block.graph)
                                                      if timeline.step_block is not None else 0.0)
         timeline.code_builds = code_build_summary(timeline.step_block)
+        timeline.graph_captures = capture_summary(timeline.step_block)
         timeline.host_data = data_summary(timeline.step_block)
         timeline.recomputation = recompute.summary(timeline.step_block)
         timeline.repeated_backward = recompute.repeated_summary(timeline.step_block)
@@ -271,6 +277,9 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     api_calls = host_calls.api_calls(wa)
     timeline.api_calls = api_calls[:API_CALLS_SHOWN]
     timeline.launches["launch_calls"] = sum(r["calls"] for r in api_calls if host_calls.is_kernel_launch(r["name"]))
+    captured = host_calls.captured_launches(wa)
+    if captured:   # launches recorded into CUDA graphs run no kernel of their own (the key only where there are some)
+        timeline.launches["captured_launch_calls"] = captured
     timeline.notes += _lost_kernels_note(timeline.launches)
     step_ranges = (steps.host_starts, steps.host_ends) if steps is not None else None
     timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads, capture.calls, call_names,
@@ -298,8 +307,8 @@ def _host_activity(export: NsysExport, budgets, activity: Activity, call_names: 
     """The window's host activity by class (normalize.host_activity), made beside the rest (numpy only): the
     CUDA calls of each GPU's processes, and the OS runtime calls of the threads that launched GPU work where
     the export traced them (read here, on this thread: nothing beside asks SQLite)."""
-    if not budgets:
-        return _Later(host_activity.HostActivity, ((),))   # no GPU work in the window: no idle time to explain
+    if not budgets:   # no GPU work in the window: no idle time to explain
+        return _Later(host_activity.HostActivity, ((),)), None
     calls = activity.calls
 
     def cuda_calls(budget):
@@ -310,7 +319,9 @@ def _host_activity(export: NsysExport, budgets, activity: Activity, call_names: 
 
     os_by_device = {budget.device_id: _os_calls(export, budget, launching_threads) for budget in budgets}
     windows = (steps.starts, steps.ends) if steps is not None else None
-    return side.submit_last(host_activity.attribute, budgets, cuda_calls, lambda b: os_by_device[b.device_id], windows)
+    lock = host_activity.lock_timeouts([calls for calls in os_by_device.values() if calls is not None])
+    return side.submit_last(host_activity.attribute, budgets, cuda_calls, lambda b: os_by_device[b.device_id],
+                            windows), lock
 
 
 def _left_out(export: NsysExport, window: Window, capture: Activity, call_names: dict, steps: Steps | None):

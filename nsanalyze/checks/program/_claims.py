@@ -19,7 +19,8 @@ from __future__ import annotations
 from nsanalyze.checks import check_by_id, limits_for, runs
 from nsanalyze.checks.base import budget_part
 from nsanalyze.checks.program import (allocator_churn, autotuning, event_timing, host_data, non_step_phase,
-                                      pageable_memcpy, pinned_alloc_churn, runtime_compilation, slow_steps)
+                                      pageable_memcpy, pinned_alloc_churn, runtime_compilation, slow_steps,
+                                      graph_recapture)
 from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_MIN_SHARE, class_cost, wait_parts
 from nsanalyze.normalize import pricing
 from nsanalyze.normalize.host_activity import waits_for_gpu
@@ -53,6 +54,8 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
     if getattr(timeline, "code_builds", None) is not None and runs(runtime_compilation.ID):   # the builds' host time
         out[runtime_compilation.ID] = runtime_compilation.claimed_parts(timeline, limits_for(runtime_compilation),
                                                                        _summed(out))
+    if getattr(timeline, "graph_captures", None) is not None and runs(graph_recapture.ID):   # the captures' host time
+        out[graph_recapture.ID] = graph_recapture.claimed_parts(timeline, limits_for(graph_recapture), _summed(out))
     if activity is not None and runs(HOST_WAIT_ID):   # the waits: what the causes above leave of each part
         waits = wait_parts(timeline, _summed(out))
         if sum(waits.values()) >= WAIT_MIN_SHARE * (timeline.summary.span_ns or float("inf")):
