@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nsanalyze.checks.base import budget_part, plural
+from nsanalyze.numbers import duration_text
 
 
 @dataclass(frozen=True)
@@ -101,3 +102,42 @@ def wait_parts(timeline, other_claims: dict[str, float]) -> dict[str, float]:
             out[part] = out.get(part, 0.0) + ns
     return {part: min(ns, max(0.0, budget_part(timeline, part)[0] - other_claims.get(part, 0.0)))
             for part, ns in out.items()}
+
+
+# Of the lock-wait class's host time, this share or more in timed waits that end at one timeout (the launching
+# threads', normalize/host_activity.lock_timeouts): the waits are the interpreter lock's
+GIL_SHARE = 0.5
+
+
+def interpreter_lock(timeline, top) -> tuple[str, str] | None:
+    """(what the title adds, the advice's first paragraph) where the launching thread's lock waits are mostly timed
+    waits that end at one timeout of a few milliseconds: CPython's interpreter lock (GIL), handed over at the switch
+    interval while another thread of the process runs Python (host_activity.lock_timeouts); else None."""
+    lock = getattr(timeline, "lock_timeouts", None)
+    if lock is None or top.name != "lock-wait" or not top.host_ns or lock.ns < GIL_SHARE * top.host_ns:
+        return None
+    steps = timeline.steps.count if timeline.steps and timeline.steps.count else 0
+    count = f"{lock.calls / steps:.0f} a step" if steps else f"{lock.calls:,}"
+    timeout = duration_text(lock.timeout_ns)
+    return (f"; {lock.at_timeout / lock.calls:.0%} of its timed waits end at {timeout}: Python's interpreter lock",
+            f"The launching thread's lock waits are timed waits ({count}, {duration_text(lock.ns)} in the window), "
+            f"{lock.at_timeout:,} of them ending at one timeout, {timeout}: the way CPython hands its interpreter lock "
+            "(the GIL) between threads, every switch interval (`sys.getswitchinterval()`, 5 ms by default). Another "
+            "thread of this process runs Python while the loop waits for the lock, and each launch's Python code "
+            "waits too: what the GPU idles here, and more of the launch wait beside it.\n\n")
+
+
+def shared_lock_lead(timeline) -> str:
+    """For a finding on the launches: where the launching thread shares the interpreter lock with another thread
+    (interpreter_lock on the wait classes' first), a first paragraph saying that launching is slow for that reason
+    (blind78_gilthread: launch-overhead first at 27.2 ms a step, its advice a CUDA graph, where moving the thread's
+    work to processes saved 28.9); else ''."""
+    classes = sorted(wait_classes(timeline), key=lambda c: -c.idle_ns) if timeline.host_activity is not None else []
+    lock = interpreter_lock(timeline, classes[0]) if classes else None
+    if lock is None:
+        return ""
+    timeout = duration_text(timeline.lock_timeouts.timeout_ns)
+    return ("The launching thread shares Python's interpreter lock with another thread of its process (its timed lock "
+            f"waits end at {timeout}, the switch interval: host-wait's finding). Each launch's Python code waits for "
+            "the lock too, so the launches take longer than the loop's own code needs: move that thread's work to "
+            "processes first (DataLoader workers, multiprocessing), then see what launching still costs.\n\n")

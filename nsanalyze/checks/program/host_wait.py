@@ -7,6 +7,12 @@ in a sleep, or waiting for a child process. The host-activity table (normalize/h
 the OS runtime calls into these classes by name; the time is what the budget's idle parts hold while
 those calls run, each nanosecond given to one class.
 
+Where the launching threads' lock waits are mostly timed condition waits (`pthread_cond_timedwait`) a large share
+of which end at one timeout of a few milliseconds (normalize/host_activity.lock_timeouts), the lock is CPython's
+interpreter lock, handed between threads at the switch interval (5 ms by default): another Python thread of the
+process (a batch builder, a metrics thread) holds it. The title and the advice say so, and launch-overhead's advice
+leads with it: each launch's Python code waits for the lock too (blind78_gilthread: 34% of 700 timed waits at 5.1 ms).
+
 ## Why it is slow
 The GPU only runs what the host has queued. A host thread that waits queues nothing: the GPU idles for
 as long as the wait lasts, whatever it waits for. This is not the host's own code running (host-compute):
@@ -44,7 +50,8 @@ from nsanalyze.text import code_span
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 from nsanalyze.checks.program._claims import LAUNCH_ID, SYNC_ID, claims_by_cause
-from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_CLASSES, WAIT_MIN_SHARE, wait_classes, wait_parts
+from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_CLASSES, WAIT_MIN_SHARE, interpreter_lock, \
+    wait_classes, wait_parts
 from nsanalyze.checks.program.host_compute import BLOCKED_ADVICE
 
 
@@ -93,6 +100,9 @@ def run(timeline, limits) -> Finding | None:
         per_step = f", {savings / timeline.steps.count / 1e6:.2f} ms a step"
     where, held = _few_steps(timeline, classes)
     forks = _forks_lead(timeline, top, held)
+    lock = interpreter_lock(timeline, top)
+    if lock:
+        where += lock[0]
     finding = Finding(
         check=ID,
         title=(f"The GPU idles {duration_text(savings)} ({share:.0%} of the window{per_step}) while the thread that "
@@ -105,7 +115,7 @@ def run(timeline, limits) -> Finding | None:
                                "idle_ns": int(round(c.idle_ns)), "host_ns": int(round(c.host_ns)),
                                "top_calls": [{"name": n, "calls": k, "ns": int(ns)} for n, k, ns in c.top_calls[:3]]}
                               for c in classes]},
-        advice=forks + FORK_ADVICE if forks else BLOCKED_ADVICE[kind],
+        advice=forks + FORK_ADVICE if forks else lock[1] + GIL_ADVICE if lock else BLOCKED_ADVICE[kind],
     )
     raw = sum(c.idle_ns for c in classes)
     if savings < 0.95 * raw:
@@ -165,6 +175,22 @@ loader = DataLoader(ds, batch_size=128, num_workers=6, pin_memory=True, persiste
 for epoch in range(epochs):
     for x, y in loader:
         ...
+```"""
+
+
+GIL_ADVICE = """Keep other Python threads from holding the interpreter lock while the loop launches.
+
+- A thread that prepares batches in Python (tokenizing, augmenting, building lists): move it to processes
+  (`DataLoader(num_workers=N)`, `multiprocessing`), which have interpreters of their own.
+- Work a library can do with the lock released (NumPy on large arrays, a Rust tokenizer's batch call, PIL's
+  decoders) holds it less: call it on whole batches, not item by item in Python.
+- A metrics or logging thread: make it wake less often, or hand it tensors to read every N steps.
+
+```python
+# before: a thread in this process builds the batches in Python
+threading.Thread(target=fill_queue, args=(q,), daemon=True).start()
+# after: worker processes build them
+loader = DataLoader(ds, batch_size=None, num_workers=2, prefetch_factor=4, persistent_workers=True)
 ```"""
 
 

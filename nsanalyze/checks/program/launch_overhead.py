@@ -74,6 +74,7 @@ from nsanalyze.checks.program import event_timing, pageable_memcpy
 from nsanalyze.checks.program._claims import claims_by_cause, launch_speaks, unclaimed_part
 from nsanalyze.checks.program._roles import pytorch_inference
 from nsanalyze.checks.program.host_sync import BACKWARD_TITLE, backward_waits_text, in_backward, poll_lead
+from nsanalyze.checks.program._host_class import shared_lock_lead
 from nsanalyze.text import code_span
 
 ID = "launch-overhead"
@@ -172,6 +173,10 @@ def run(timeline, limits) -> Finding | None:
             finding.title += BACKWARD_TITLE.format(n=placed.backward_per_step)
     if not shapes and not waits and pytorch_inference(timeline):
         finding.advice = INFERENCE_LEAD + finding.advice
+    shared = shared_lock_lead(timeline)
+    if shared:   # the interpreter lock slows each launch: the other thread first
+        finding.advice = shared + finding.advice
+        finding.title += "; the launching thread shares Python's interpreter lock with another thread"
     return finding
 
 
