@@ -28,8 +28,11 @@ model = MLP().cuda()                                 # float32, as built
 The saving is estimated, not measured on the chip: each memory-bound float64 kernel (a matrix-vector product too) at
 half its time, each float64 GEMM at the GPU's FP32 rate over its FP64 rate (the device tables: 1 where the tensor cores take FP64, 2 on an
 H100 without them, 64 on GeForce parts). On blind71's float64 MLP (H100) this gave 2.3 ms a step against 4.2 ms
-measured: cuBLAS ran the float32 GEMMs 1.2x faster than the FP64 tensor-core ones at equal peaks, which the rates
-do not hold. A program whose results need float64 (some scientific codes, an ill-conditioned solve) should keep it;
+measured: cuBLAS ran its float32 GEMMs 1.2x faster than the FP64 tensor-core ones at equal peaks, which the rates
+do not hold. A sweep of 36 GEMMs of linear layers on an H100 (bench/fp64_gemm_program.py, without TF32) found the
+opposite: float64 at 0.79-1.01x the float32 time, median 0.90x (bench/fp64_gemm_h100.json). cuBLAS's choice of
+kernel for a shape decides it either way, so the rate stays the tables' 1; float32 GEMMs gain surely only on the
+tensor cores (TF32, bf16), which low-tensor-activity prices once they are float32. A program whose results need float64 (some scientific codes, an ill-conditioned solve) should keep it;
 the finding says what it costs.
 
 ## Options
