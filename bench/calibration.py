@@ -361,6 +361,17 @@ PAIRS = [
           ("pollwait", {"remove": ("sync",)}, "no `while not event.query(): time.sleep(0)` after each step",
            "host-sync"))
       for i in (1, 2)],
+    # round 78 (fixtures/real/record_blind78.sh, blind78_train.py): a training loop beside a Python thread that
+    # tokenizes its batches (the interpreter lock shared), and a streaming recognizer that captures its CUDA graph anew
+    # every step
+    *[(f"blind78_{p}_base{i}", f"blind78_{p}_fix{i}", change, f"{what}; {'first' if i == 1 else 'second'} pair",
+       check)
+      for p, change, what, check in (
+          ("gilthread", {"remove": ("lock-wait",)}, "the batches tokenized in DataLoader worker processes, not a "
+           "Python thread beside the loop", "host-wait"),
+          ("recapture", {"uncapture": True}, "the CUDA graph captured once, each step's input copied into its static "
+           "buffer, not captured anew each step", "graph-recapture"))
+      for i in (1, 2)],
 ]
 
 
@@ -388,6 +399,8 @@ def change_text(change: dict | None) -> str:
         return "`--unbuild`"
     if change.get("data_on_gpu"):
         return "`--data-on-gpu`"
+    if change.get("uncapture"):
+        return "`--uncapture`"
     removed = " ".join(f"`--remove {c}`" for c in change.get("remove", ()))
     return f"{removed} `--uncheck`" if change.get("uncheck") else removed
 
@@ -442,7 +455,8 @@ def calibration_rows() -> list[dict]:
                                                                untime=bool(change.get("untime")),
                                                                unbuild=bool(change.get("unbuild")),
                                                                uncheck=bool(change.get("uncheck")),
-                                                               data_on_gpu=bool(change.get("data_on_gpu"))))[0]
+                                                               data_on_gpu=bool(change.get("data_on_gpu")),
+                                                               uncapture=bool(change.get("uncapture"))))[0]
             row["whatif_ns"] = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
             row["self_check"] = result["self_check"]["error"]
         rows.append(row)
