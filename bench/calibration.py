@@ -372,6 +372,17 @@ PAIRS = [
           ("recapture", {"uncapture": True}, "the CUDA graph captured once, each step's input copied into its static "
            "buffer, not captured anew each step", "graph-recapture"))
       for i in (1, 2)],
+    # round 78, second set (fixtures/real/record_blind79.sh, blind79_train.py): a service that moves its idle model to
+    # the CPU and the next one back for each request, and a training loop that saves a checkpoint and its metrics with
+    # fsync after every step
+    *[(f"blind79_{p}_base{i}", f"blind79_{p}_fix{i}", change, f"{what}; {'first' if i == 1 else 'second'} pair",
+       check)
+      for p, change, what, check in (
+          ("offload", DATA_CHANGE, "both models resident on the GPU, not moved to the CPU and back per request",
+           "host-data"),
+          ("fsynclog", DATA_CHANGE, "the checkpoint and metrics written every 100 steps, not saved and fsync'd every "
+           "step", "host-data"))
+      for i in (1, 2)],
 ]
 
 

@@ -32,7 +32,7 @@ def per_step(report: dict, found: dict) -> float:
 def test_every_program_check_declares_its_change():
     """A change in whatif's vocabulary, or None where no replay change maps."""
     known = {"remove", "graph", "pinned", "outliers", "speedup", "remove_kernels", "fuse", "untune", "untime", "unbuild",
-             "data_on_gpu"}
+             "data_on_gpu", "uncapture"}
     declared = [check for check in program_checks() if check.change is not None]
     assert len(declared) >= 10
     for check in declared:

@@ -9,7 +9,9 @@ typical launch path, and beside its OS waits: a loader's queue is host-wait's) i
 takes away, and the replay of the steps with the data kept on the GPU saves 5% of the window or more. Less work
 than that, the copies and their waits hold the time: pageable-memcpy and transfer-bound speak of them, unless the
 steps read back ten times the bytes they upload or more and the host works on them for less time than their copies
-take: state copied out each step (a snapshot of the weights), whose reads the change takes away.
+take: state copied out each step (a snapshot of the weights), whose reads the change takes away; or they read back
+about the bytes they upload, in 8 copies or more each way, with as little work on either side: state parked on the
+host and brought back (a model moved to the CPU while another runs; blind79_offload, 175 MB each way a step).
 
 ## Why it is slow
 Work the host does on a step's data lies on the step's critical path twice over: the GPU waits while the host
@@ -156,7 +158,7 @@ def handled(timeline, limits):
     steps = step_count(timeline) or 0
     if data is None or not steps or not timeline.summary.span_ns or not data.ns_per_step:
         return None
-    if copied_out(data, limits) and not state_read_back(data, limits):
+    if copied_out(data, limits) and not state_read_back(data, limits) and not round_trip(data):
         return None
     saving = host_cause_saving(timeline, CHECK.change, data.ns_per_step, data.step_ns, limits.min_window_share)
     return (data, saving) if saving is not None else None
@@ -170,6 +172,26 @@ def state_read_back(data, limits) -> bool:
     return bool(data.reads_per_step) and \
         data.read_bytes_per_step >= limits.min_reads_over_uploads * data.upload_bytes_per_step and \
         data.work_after_reads_ns_per_step < data.copy_ns_per_step
+
+
+# Reads back and uploads of bytes within this factor of each other, each step, in ROUND_TRIP_COPIES copies or more
+# each way, are one state's round trip: many tensors parked on the host and brought back (blind79_offload: a service
+# that moves its idle model to the CPU and the next one back per request, 175.1 MB read back and 175.3 MB uploaded a
+# step, in 38 and 114 copies). A batch in and its result out are a few buffers (pinned_churn.cu: one 64 MiB copy
+# each way a step, the host writing the input): data the program processes, the copy checks' to price.
+ROUND_TRIP_FACTOR = 1.25
+ROUND_TRIP_COPIES = 8
+
+
+def round_trip(data) -> bool:
+    """The steps read back about the bytes they upload (ROUND_TRIP_FACTOR), in many copies each way
+    (ROUND_TRIP_COPIES), and the host works on them for less time than their copies take on either side: state
+    parked on the host and brought back, whose copies and waits the change takes away."""
+    up, down = data.upload_bytes_per_step, data.read_bytes_per_step
+    return min(data.reads_per_step, data.uploads_per_step) >= ROUND_TRIP_COPIES and bool(up and down) and \
+        max(up, down) <= ROUND_TRIP_FACTOR * min(up, down) and \
+        data.work_after_reads_ns_per_step < data.copy_ns_per_step and \
+        data.work_before_uploads_ns_per_step < data.copy_ns_per_step
 
 
 # Budget parts in the order the change's saving is claimed from, after the copies' own GPU time: the host's work
@@ -231,14 +253,42 @@ def _what(data) -> str:
     return ", and ".join([said[0].format(a_step=" a step"), *(text.format(a_step="") for text in said[1:])])
 
 
+# The launching thread's file I/O (host_activity.csv's file-io class) at this share or more of the host's work after
+# the reads, a step: the data read back is written out (blind79_fsynclog: a 7.1 MB checkpoint saved and fsync'd
+# after every step, 6.9 ms of work after the reads and 8.5 ms of GPU idle in fsync and write a step)
+FILE_WRITES_SHARE = 0.5
+
+
+def _file_writes(timeline, data) -> str:
+    """`fsync, write, open64 (8.48 ms of GPU idle a step)` where the GPU idles under the launching thread's file I/O
+    FILE_WRITES_SHARE of the host's work after the reads or more, a step; else ''."""
+    activity = getattr(timeline, "host_activity", None)
+    entry = activity.by_class("file-io") if activity is not None else None
+    steps = step_count(timeline) or 0
+    if entry is None or not steps or not data.work_after_reads_ns_per_step or \
+            entry.idle_ns / steps < FILE_WRITES_SHARE * data.work_after_reads_ns_per_step:
+        return ""
+    names = ", ".join(name for name, _, _ in entry.top_calls[:3])
+    return f"{names} ({duration_text(entry.idle_ns / steps)} of GPU idle a step)"
+
+
 def _count(per_step: float, noun: str) -> str:
     """`5 uploads`, `0.5 reads`: a count a step, whole where it is."""
     return plural(round(per_step), noun) if abs(per_step - round(per_step)) < 0.05 else f"{per_step:.1f} {noun}s"
 
 
-def _lead(data, state: bool = False) -> str:
-    """The advice's first line: the side where the host's work lies, or, for state copied out (state_read_back),
-    that."""
+def _lead(data, state: bool = False, files: str = "") -> str:
+    """The advice's first line: the side where the host's work lies, or, for state copied out (state_read_back), or
+    parked on the host and brought back (round_trip), that; where the reads are followed by files written (`files`:
+    the calls, from _file_writes), those."""
+    if state and round_trip(data):
+        return (f"Each step copies {naturalsize(data.read_bytes_per_step, binary=True)} to the host and "
+                f"{naturalsize(data.upload_bytes_per_step, binary=True)} back, and the host does little with them: "
+                "state parked on the host between uses (a model moved to the CPU while another runs, optimizer state "
+                "or a cache offloaded), not values it works on. Keep it on the GPU where memory allows (both models "
+                "resident; `model.to(\"cpu\")` in the loop moves every weight each time); where it must leave, "
+                "keep its host copy in pinned memory allocated once and bring it back with `non_blocking=True` on a "
+                "side stream ahead of its use.\n\n")
     if state:
         return (f"Each step copies {naturalsize(data.read_bytes_per_step, binary=True)} to the host and the host does "
                 "little with it within the step: state copied out (a snapshot of the weights, a checkpoint, "
@@ -246,6 +296,11 @@ def _lead(data, state: bool = False) -> str:
                 "buffers allocated once: `torch._foreach_copy_(buffers, tensors)`), copy it every N steps, or, where "
                 "the host must have it, with `non_blocking=True` into pinned buffers on a side stream, read a step "
                 "later.\n\n")
+    if data.work_after_reads_ns_per_step > data.work_before_uploads_ns_per_step and files:
+        return (f"Each step reads back {naturalsize(data.read_bytes_per_step, binary=True)} and writes files: "
+                f"{files}. That is a checkpoint or a log written every step: write it every N steps (and at the end), "
+                "without an fsync each time; where every step's must be kept, copy it into pinned buffers with "
+                "`non_blocking=True` and write from a thread of its own.\n\n")
     if data.work_after_reads_ns_per_step > data.work_before_uploads_ns_per_step:
         return ("Most of the host's work follows the reads back: it waits for the GPU's outputs, then works on them "
                 "while nothing is queued. Do that work on the GPU and read back the small result; what only the host "
@@ -266,7 +321,9 @@ def run(timeline, limits) -> Finding | None:
     where = (f"; longest stretch {named[0].own_time_ns / 1e6:.1f} ms in range "
              f"'{named[0].nvtx_path or named[0].nvtx_range}'" if named else "")
     state = copied_out(data, limits)   # (handled: then state_read_back)
-    said = (f"The steps copy state to the host that the host does little with: {_what(data)}"
+    trip = state and round_trip(data)
+    said = (f"The steps move state to the host and back that the host does little with: {_what(data)}" if trip else
+            f"The steps copy state to the host that the host does little with: {_what(data)}"
             + (f", {data.read_bytes_per_step / data.upload_bytes_per_step:,.0f}x the bytes they upload"
                if data.upload_bytes_per_step else ", nothing uploaded") if state else
             f"The GPU waits while the host handles each step's data: {_what(data)}")
@@ -285,7 +342,8 @@ def run(timeline, limits) -> Finding | None:
                   "work_before_uploads_ns_per_step": evidence(data.work_before_uploads_ns_per_step, unit="ns"),
                   "work_after_reads_ns_per_step": evidence(data.work_after_reads_ns_per_step, unit="ns"),
                   "copy_ns_per_step": evidence(data.copy_ns_per_step, unit="ns")},
-        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data, state) + ADVICE,
+        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data, state, _file_writes(timeline, data))
+        + ADVICE,
     )
     finding.change = change_of(data)
     finding.estimated_savings_ns = saving
