@@ -247,7 +247,7 @@ loader = DataLoader(ds, batch_size=64, num_workers=2)
 loader = DataLoader(ds, batch_size=64, num_workers=8, prefetch_factor=4, persistent_workers=True, pin_memory=True)
 ```""",
     "waiting for I/O (files, pipes, sockets)": """The host thread that launches the GPU's work waits for I/O: reading
-files, pipes or sockets in the loop.
+or writing files, pipes or sockets in the loop.
 
 - Read ahead in DataLoader workers (`num_workers`, `prefetch_factor`), or memory-map the data set.
 - Data on slow or remote storage: stage it on local disk or in memory before training.

@@ -169,13 +169,14 @@ def test_state_moved_to_the_host_and_back_each_step_is_first(analyzed):
 def test_reads_written_to_files_each_step_lead_with_the_checkpoint(analyzed):
     """blind79_fsynclog (round 78): a LoRA fine-tuning loop saves its adapters (48 tensors read back, 7.1 MB) and its
     metrics with fsync after every step; the fix writes them every 100 steps. host-data leads with the files written
-    after the reads (fsync among the launching thread's file I/O), and with host-wait, which prices the writes'
-    waits, accounts for what the fix saved within 15%."""
+    after the reads (fsync among the launching thread's file I/O), host-wait with the writes it waits in, and the two
+    together, host-wait pricing the writes' waits, account for what the fix saved within 15%."""
     base, fix = "blind79_fsynclog_base1", "blind79_fsynclog_fix1"
     model = analyzed(_path(base))
     steps = model["timeline"]["steps"]["count"]
     findings = {f["check"]: f for f in program_findings(model)}
     lead = findings["host-data"]["advice"].split("\n\n")[0]
     assert lead.startswith("Each step reads back") and "fsync" in lead and "every N steps" in lead
+    assert findings["host-wait"]["advice"].startswith("Most of the waits are writes: `fsync`")
     together = (findings["host-data"]["estimated_savings_ns"] + findings["host-wait"]["estimated_savings_ns"]) / steps
     assert together == pytest.approx(sql_saved_per_step(analyzed, _path(base).name, _path(fix).name), rel=0.15)
