@@ -418,9 +418,9 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
     for finding, at, replay_note, capped_ns in replay_notes:   # the figure it names is the finding's, after every cap and share
         finding.notes.insert(at, replay_note(finding.estimated_savings_ns, capped_ns, id(finding) in in_graph))
         _title_says_savings(finding, timeline)
-    for finding in capped_titles:
+    for finding in capped_titles:   # (their titles state a saving: a cut past the figures' rounding is said there)
         if not any(finding is noted for noted, *_ in replay_notes):
-            _title_says_savings(finding, timeline)
+            _title_says_savings(finding, timeline, CAPPED_TITLE_SAYS_SAVINGS)
     for finding in findings:
         finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
         finding.severity = program_severity(finding, span)
@@ -493,15 +493,19 @@ def _next_limit(findings: list[Finding], timeline) -> None:
 # (own67_fixed1's pageable-memcpy: "1.12 ms less copy time in each 9.00 ms step" beside 3.06 ms a step saved, the
 # uploads' waits gone too): the title says the savings as well
 TITLE_SAYS_SAVINGS = 0.25
+# A wider cause cut to what it claims whose title states its replayed saving a step ("a step saves 44.9 ms"): a cut
+# this far or more is two figures for one saving (blind79_offload's host-data: 44.9 ms in the title, 38.3 ms in the
+# savings, slow-steps claiming the rest), so the title says the savings too
+CAPPED_TITLE_SAYS_SAVINGS = 0.05
 
 
-def _title_says_savings(finding: Finding, timeline) -> None:
+def _title_says_savings(finding: Finding, timeline, tolerance: float = TITLE_SAYS_SAVINGS) -> None:
     """Ends the title with the finding's savings where they stray from the check's own estimate, which its title
-    states, past TITLE_SAYS_SAVINGS: the savings note says where the difference lies."""
+    states, past `tolerance`: the savings note says where the difference lies."""
     own = finding.evidence.get("check_savings_ns")
     own = own.get("value") if isinstance(own, dict) else None
     final = finding.estimated_savings_ns
-    if not own or not final or abs(final - own) <= TITLE_SAYS_SAVINGS * max(final, own):
+    if not own or not final or abs(final - own) <= tolerance * max(final, own):
         return
     steps = timeline.steps.count if getattr(timeline, "steps", None) is not None and timeline.steps.count else None
     figure = f"{duration_text(final / steps)} a step" if steps else duration_text(final)

@@ -164,6 +164,8 @@ def test_state_moved_to_the_host_and_back_each_step_is_first(analyzed):
     assert "state parked on the host" in first["advice"].split("\n\n")[0]
     saved = first["estimated_savings_ns"] / steps
     assert saved == pytest.approx(sql_saved_per_step(analyzed, _path(base).name, _path(fix).name), rel=0.3)
+    # its title states the replay's saving a step; cut to what it claims beside slow-steps, it says that too
+    assert first["title"].endswith(f"; saves only {saved / 1e6:.1f} ms a step (its savings note says why)")
 
 
 def test_reads_written_to_files_each_step_lead_with_the_checkpoint(analyzed):
