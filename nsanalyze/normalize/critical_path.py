@@ -39,7 +39,7 @@ from nsanalyze.normalize import embedding_grads, gemm_loads, launch_loops, preci
 from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, pair_keys
 from nsanalyze.normalize.budget import union
 from nsanalyze.normalize.host_activity import (Measure, all_threads_inside, base_name, class_order, classify,
-                                              intersect, paint, rules)
+                                              intersect, paint, read_os_calls, rules)
 from nsanalyze.normalize.host_calls import DEVICE_COPY_KINDS
 from nsanalyze.normalize.polls import NOT_READY, POLL_NAMES, find_runs
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
@@ -694,13 +694,10 @@ def gap_os_time(export: NsysExport, graph: Graph, tids: np.ndarray, launching_th
     if not threads:
         return {}
     lo, hi = int(graph.c_start.min()), int(graph.c_start.max())
-    outer = " AND (nestingLevel IS NULL OR nestingLevel = 0)" if export.has("OSRT_API", "nestingLevel") else ""
-    rows = export.query(f"""SELECT start, end, nameId, globalTid FROM OSRT_API
-                            WHERE globalTid IN ({','.join(map(str, threads))})
-                            AND end > ? AND start < ? AND end > start{outer}""", (lo, hi))
-    if not rows:
+    calls = read_os_calls(export, threads, lo, hi, outer_only=True, ends_after_start=True)
+    if not len(calls["start"]):
         return {}
-    os_start, os_end, os_name, os_tid = (np.fromiter((r[i] for r in rows), np.int64, len(rows)) for i in range(4))
+    os_start, os_end, os_name, os_tid = (calls[n] for n in ("start", "end", "name_id", "tid"))
     if len(distinct(os_tid)) < len(threads):
         return {}
     blocked = all_threads_inside(os_start, os_end, os_tid)
@@ -708,7 +705,8 @@ def gap_os_time(export: NsysExport, graph: Graph, tids: np.ndarray, launching_th
         return {}
     names = export.strings(distinct(os_name))
     name_class = {int(i): classify(names.get(int(i)) or f"call {int(i)}", "os") for i in distinct(os_name).tolist()}
-    call_class = np.array([name_class[int(i)] for i in os_name.tolist()], dtype=object)
+    named, position = np.unique(os_name, return_inverse=True)   # (a class a distinct name, not one a call)
+    call_class = np.array([name_class[int(i)] for i in named.tolist()], dtype=object)[position]
     order = {name: k for k, name in enumerate(class_order())}
     present = sorted(set(call_class.tolist()), key=lambda name: (order.get(name, len(order)), name))
     layers = [intersect(union(os_start[call_class == name].copy(), os_end[call_class == name].copy(), owned=True),

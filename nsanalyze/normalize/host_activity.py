@@ -25,6 +25,7 @@ import numpy as np
 
 from nsanalyze.normalize.activity import distinct, distinct_in_place
 from nsanalyze.normalize.budget import IDLE_PARTS, PARTS, DeviceBudget, union
+from nsanalyze.read.nsys import IntQuery, NsysExport
 
 TABLE_PATH = Path(__file__).with_name("host_activity.csv")
 # nsys names runtime calls with their API version (`cudaMalloc_v3020`) and per-thread stream suffixes.
@@ -545,3 +546,17 @@ def lock_timeouts(os_calls: list) -> LockTimeouts | None:
     if not timeout or timeout > MAX_TIMEOUT_NS or at < TIMEOUT_SHARE * len(waits) or waits.max() > 2 * timeout:
         return None
     return LockTimeouts(len(waits), float(waits.sum()), timeout, at)
+
+
+def read_os_calls(export: NsysExport, threads: list[int], start: int, end: int, outer_only: bool = False,
+                  ends_after_start: bool = False) -> dict[str, np.ndarray]:
+    """The OS runtime calls of these threads that overlap [start, end), as columns (one query, no Python object per
+    row): start, end, name_id, tid. `outer_only`: calls nested in another (nestingLevel > 0) left out, they are its
+    time; `ends_after_start`: calls of no length left out."""
+    outer = " AND (nestingLevel IS NULL OR nestingLevel = 0)" if outer_only and export.has("OSRT_API", "nestingLevel") \
+        else ""
+    length = "end > start" if ends_after_start else "end >= start"
+    where = (f"FROM OSRT_API WHERE globalTid IN ({','.join(str(int(t)) for t in threads)}) AND end > {int(start)} "
+             f"AND start < {int(end)} AND {length}{outer}")
+    return export.read_columns([IntQuery({"start": ("start", -1), "end": ("end", -1), "name_id": ("nameId", -1),
+                                          "tid": ("globalTid", -1)}, where)])[0]

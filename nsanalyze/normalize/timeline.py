@@ -463,13 +463,11 @@ def _os_calls(export: NsysExport, budget, launching_threads: np.ndarray):
     threads = [int(t) for t in launching_threads if int(t) >> 24 in set(budget.processes)]
     if not threads or not export.has("OSRT_API", "start", "end", "nameId", "globalTid"):
         return None
-    rows = export.query(f"""SELECT start, end, nameId, globalTid FROM OSRT_API
-                            WHERE globalTid IN ({','.join(map(str, threads))})
-                            AND end > ? AND start < ? AND end >= start""", (budget.start, budget.end))
-    starts, ends, name_ids, tids = (np.fromiter((r[i] for r in rows), np.int64, len(rows)) for i in range(4))
+    calls = host_activity.read_os_calls(export, threads, budget.start, budget.end)
+    starts, ends, name_ids, tids = (calls[n] for n in ("start", "end", "name_id", "tid"))
     if len(threads) > 1 and len(distinct(tids)) < len(threads):
-        return None if not len(rows) else (starts[:0], ends[:0], name_ids[:0], {}, tids[:0])  # a thread never blocked
-    return starts, ends, name_ids, export.strings(distinct(name_ids)) if rows else {}, tids
+        return None if not len(starts) else (starts[:0], ends[:0], name_ids[:0], {}, tids[:0])  # a thread never blocked
+    return starts, ends, name_ids, export.strings(distinct(name_ids)) if len(starts) else {}, tids
 
 
 def _kernel_names(export: NsysExport, activity: Activity):
