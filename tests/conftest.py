@@ -142,6 +142,13 @@ def dev_suite_timeline():
 
 REAL = FIXTURES / "real"
 REAL_NSYS = sorted(REAL.glob("*.sqlite.xz"))
+# A twin set's second recording (`..._base2_`, `..._fix2_`) runs the program of its first again, and its fixed run is
+# the same program less its mistake: the budget sweep reads a set's first base, the kernel-role sweep its first runs
+# (a fix may launch other kernels), since the suite's time is bounded (round 77's second and fixed runs took 111 s of
+# the budget sweep's test time); calibration (bench/calibration.py) and the twin tests that name them read the others.
+SECOND_RUNS = {p for p in REAL_NSYS if "2_nsys" in p.name and p.with_name(p.name.replace("2_nsys", "1_nsys")).exists()}
+FIXED_RUNS = {p for p in REAL_NSYS if "_fix" in p.name and p.with_name(p.name.replace("_fix", "_base", 1)).exists()}
+FIRST_RUNS = [p for p in REAL_NSYS if p not in SECOND_RUNS and p not in FIXED_RUNS]
 
 
 @pytest.fixture(scope="session")

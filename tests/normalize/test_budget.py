@@ -3,17 +3,9 @@
 import pytest
 
 from nsanalyze.normalize.budget import PARTS
-from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NSYS, PUBLIC_NSYS, REAL, REAL_NSYS, covered_ns, sql
+from tests.conftest import DEV_INFER_NSYS, DEV_SUITE_NSYS, FIRST_RUNS, PUBLIC_NSYS, REAL, covered_ns, sql
 
-# A twin set's second recording (`..._base2_`, `..._fix2_`) runs the program of its first again: the sweep reads the
-# first (the suite's time is bounded, and the 62 second runs took 44 s of its 860 s of test time); calibration
-# (bench/calibration.py) and the tests that name them read the second runs.
-SECOND_RUNS = {p for p in REAL_NSYS if "2_nsys" in p.name and p.with_name(p.name.replace("2_nsys", "1_nsys")).exists()}
-# and of a twin set, its base: the fixed run is the same program less its mistake, read by the twin tests that price
-# the fix (round 77: the sweep's fixed runs took 67 s of its 183 s, the suite at 7 min 55 s of CI's 8 minutes)
-FIXED_RUNS = {p for p in REAL_NSYS if "_fix" in p.name and p.with_name(p.name.replace("_fix", "_base", 1)).exists()}
-ALL_NSYS = [DEV_SUITE_NSYS, DEV_INFER_NSYS, *PUBLIC_NSYS,
-            *(p for p in REAL_NSYS if p not in SECOND_RUNS and p not in FIXED_RUNS)]
+ALL_NSYS = [DEV_SUITE_NSYS, DEV_INFER_NSYS, *PUBLIC_NSYS, *FIRST_RUNS]   # (conftest: why not the second and fixed runs)
 
 
 @pytest.mark.parametrize("path", ALL_NSYS, ids=lambda p: p.name[:48])

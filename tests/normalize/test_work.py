@@ -6,7 +6,7 @@ The SQL oracles are written independently of kernel_roles.csv: plain LIKE patter
 import pytest
 
 from nsanalyze.normalize.work import ROLES, role_of
-from tests.conftest import PUBLIC, REAL, sql, sql_saved_per_step
+from tests.conftest import PUBLIC, REAL, REAL_NSYS, SECOND_RUNS, sql, sql_saved_per_step
 
 RUNS = ["attn_naive", "attn_sdpa", "cnn_nchw", "cnn_cl", "mlp_eager", "mlp_compile", "spin_gpumetrics",
         "gpt_fp32", "matmul_async", "matmul_sync", "graphs_graphtrace", "opt_loop_annot"]
@@ -125,9 +125,11 @@ def test_two_gpus_get_a_split_each(analyzed):
         assert {"attention_fused", "communication"} <= {w["role"] for w in device["work"]}
 
 
-@pytest.mark.parametrize("path", sorted(PUBLIC.glob("*.sqlite.xz")) + sorted(REAL.glob("*_nsys.sqlite.xz")))
+@pytest.mark.parametrize("path", sorted(PUBLIC.glob("*.sqlite.xz"))
+                         + [p for p in REAL_NSYS if p.name.endswith("_nsys.sqlite.xz") and p not in SECOND_RUNS])
 def test_library_kernels_get_a_role(path):
-    """Every GEMM, convolution, NCCL, softmax or PyTorch elementwise kernel name in the fixtures gets a role."""
+    """Every GEMM, convolution, NCCL, softmax or PyTorch elementwise kernel name in the fixtures gets a role (a twin
+    set's second runs launch its first runs' kernels: conftest.SECOND_RUNS; its fixed runs, other kernels, stay)."""
     tables = {r[0] for r in sql(path, "SELECT name FROM sqlite_master")}
     if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
         pytest.skip("no kernels")
