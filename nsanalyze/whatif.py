@@ -317,9 +317,8 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
                     "ns_per_step": cp.data_ns_per_step(graph)})
     if asked.uncapture:
         inside, _ = cp.graph_captures(graph)
-        begins = np.isin(graph.c_names, list(cp.CAPTURE_BEGINS)) if graph.c_names is not None else inside
-        out.append({"change": "uncapture", "captures": int((begins & (graph.c_step >= 0)).sum())
-                    if graph.c_step is not None else 0, "recorded_calls": int(inside.sum()),
+        out.append({"change": "uncapture", "captures": int(cp.capture_begins(graph).sum()),
+                    "recorded_calls": int(inside.sum()),
                     "host_ns_per_step": cp.capture_ns_per_step(graph)})
     if asked.pinned:
         pageable = cp.pageable_copies(graph)

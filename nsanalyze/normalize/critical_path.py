@@ -40,7 +40,7 @@ from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, 
 from nsanalyze.normalize.budget import union
 from nsanalyze.normalize.host_activity import (Measure, all_threads_inside, base_name, class_order, classify,
                                               intersect, paint, read_os_calls, rules)
-from nsanalyze.normalize.host_calls import DEVICE_COPY_KINDS
+from nsanalyze.normalize.host_calls import CAPTURE_BEGINS, CAPTURE_ENDS, DEVICE_COPY_KINDS
 from nsanalyze.normalize.polls import NOT_READY, POLL_NAMES, find_runs
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
 from nsanalyze.patterns import UserPattern
@@ -881,10 +881,16 @@ def code_builds(graph: Graph) -> np.ndarray:
 # Stream captures (host_activity.csv's graph-build class): a begin-capture call, the calls that record the graph's
 # nodes (their launches run nothing), the end-capture call; then the graph is instantiated, launched, and destroyed
 # when it is dropped. A program that captures its graph once does none of it in the steps (blind78_recapture: a
-# Conformer's step captured anew each step, 387 launches recorded and a 2.3 ms instantiation a step).
-CAPTURE_BEGINS, CAPTURE_ENDS = frozenset({"cudaStreamBeginCapture", "cuStreamBeginCapture"}), \
-    frozenset({"cudaStreamEndCapture", "cuStreamEndCapture"})
+# Conformer's step captured anew each step, 387 launches recorded and a 2.3 ms instantiation a step). The calls'
+# names: host_calls.CAPTURE_BEGINS and CAPTURE_ENDS, which the window's count of recorded launches reads too.
 GRAPH_BUILD = "graph-build"
+
+
+def capture_begins(graph: Graph) -> np.ndarray:
+    """Per call, whether it begins a stream capture inside the block's steps."""
+    if graph.c_names is None or graph.c_step is None:
+        return np.zeros(len(graph.c_start), bool)
+    return np.isin(graph.c_names, list(CAPTURE_BEGINS)) & (graph.c_step >= 0)
 
 
 def graph_captures(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -936,7 +942,7 @@ def capture_summary(block: "StepBlock | None") -> dict | None:
         return None
     graph = block.graph
     inside, around = graph_captures(graph)
-    begins = np.isin(graph.c_names, list(CAPTURE_BEGINS)) & (graph.c_step >= 0)
+    begins = capture_begins(graph)
     if not begins.any():
         return None
     steps = len(graph.step_first_op)
