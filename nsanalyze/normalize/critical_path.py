@@ -1100,10 +1100,12 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
                                         np.maximum(graph.o_bytes[pageable] / rate, PINNED_COPY_FLOOR_NS))
     removed = graph.calls_of(change.remove) if change.remove else np.zeros(n_calls, bool)
     gap_host, cross_gap = host_gaps(graph)
+    os_gone = np.zeros(n_calls)
     for name in change.remove:   # an OS class (a wait on a queue, a lock, I/O): its time between the calls goes
         waited = gap_os_ns(graph, name)
         if waited.any():
             gap_host, cross_gap = (gap_host - waited).clip(min=0.0), (cross_gap - waited).clip(min=0.0)
+            os_gone += waited
     paths = dropped_paths(graph, gone | role_mask(graph, change.fuse) if change.fuse else gone)
     removed |= paths
     if untuned:   # the tuner's calls and the host's time before them; the step's own launches keep their path
@@ -1130,11 +1132,14 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
     if change.data_on_gpu:   # the uploads, the host's work before each and their own waits
         copies, calls, waits, after = data_handled(graph)
         duration[copies] = 0.0
-        host.drop(graph, calls, host_work)
+        # (the host's work is the gap less the OS waits still in it: those of a class removed above are gone already)
+        work = host_work if not os_gone.any() else \
+            (lambda g, gap: (gap - (gap_os_ns(g) - os_gone).clip(min=0.0)).clip(min=0.0))
+        host.drop(graph, calls, work)
         host.drop(graph, waits, call_way)
         # (the work on what was read, its OS waits kept: the call itself stays)
-        host.gap_host = np.where(after, host.gap_host - host_work(graph, host.gap_host), host.gap_host)
-        host.cross_gap = np.where(after, host.cross_gap - host_work(graph, host.cross_gap), host.cross_gap)
+        host.gap_host = np.where(after, host.gap_host - work(graph, host.gap_host), host.gap_host)
+        host.cross_gap = np.where(after, host.cross_gap - work(graph, host.cross_gap), host.cross_gap)
     own, target, gap_host, cross_gap = host.own, host.target, host.gap_host, host.cross_gap
     latency = graph.o_latency.copy()
     gap_ops = graph.o_gap.copy()

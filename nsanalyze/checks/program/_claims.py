@@ -26,6 +26,14 @@ from nsanalyze.normalize import pricing
 from nsanalyze.normalize.host_activity import waits_for_gpu
 
 
+def classes_taken(timeline) -> tuple:
+    """The wait classes whose time a wider cause's finding holds, which host-wait then leaves to it: the files that
+    host-data's steps write after their reads (host_data.takes_files: a checkpoint written every step)."""
+    if getattr(timeline, "host_data", None) is None or not runs(host_data.ID):
+        return ()
+    return (host_data.FILE_CLASS,) if host_data.takes_files(timeline, limits_for(host_data)) else ()
+
+
 def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
     """Per wider cause (its check id), the ns of each budget part its finding claims: the allocator and
     pinned-allocation classes' idle time, the excess of steps that stand out (slow-steps), the time of a
@@ -57,7 +65,7 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
     if getattr(timeline, "graph_captures", None) is not None and runs(graph_recapture.ID):   # the captures' host time
         out[graph_recapture.ID] = graph_recapture.claimed_parts(timeline, limits_for(graph_recapture), _summed(out))
     if activity is not None and runs(HOST_WAIT_ID):   # the waits: what the causes above leave of each part
-        waits = wait_parts(timeline, _summed(out))
+        waits = wait_parts(timeline, _summed(out), classes_taken(timeline))
         if sum(waits.values()) >= WAIT_MIN_SHARE * (timeline.summary.span_ns or float("inf")):
             out[HOST_WAIT_ID] = waits
     inside: tuple = ()   # causes whose change is part of a wider one's: the wider counts their time

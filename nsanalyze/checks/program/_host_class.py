@@ -85,19 +85,21 @@ WAIT_CLASSES = {"lock-wait": "waiting on a lock, a queue or another thread",
                 "child-process": "waiting for a child process"}
 
 
-def wait_classes(timeline) -> list:
-    """The window's host-activity classes of waits that cover GPU idle time."""
+def wait_classes(timeline, taken: tuple = ()) -> list:
+    """The window's host-activity classes of waits that cover GPU idle time, less those another cause's finding holds
+    (`taken`: _claims.classes_taken)."""
     activity = timeline.host_activity
     if activity is None:
         return []
-    return [c for c in activity.classes if c.name in WAIT_CLASSES and c.idle_ns]
+    return [c for c in activity.classes if c.name in WAIT_CLASSES and c.idle_ns and c.name not in taken]
 
 
-def wait_parts(timeline, other_claims: dict[str, float]) -> dict[str, float]:
-    """ns per budget part that host-wait prices: the waiting classes' idle time, part by part no more than what
-    the part has left after the wider causes' claims (`other_claims`: a phase, slow steps, allocator classes)."""
+def wait_parts(timeline, other_claims: dict[str, float], taken: tuple = ()) -> dict[str, float]:
+    """ns per budget part that host-wait prices: the waiting classes' idle time (less the classes `taken`), part by
+    part no more than what the part has left after the wider causes' claims (`other_claims`: a phase, slow steps,
+    allocator classes)."""
     out: dict[str, float] = {}
-    for entry in wait_classes(timeline):
+    for entry in wait_classes(timeline, taken):
         for part, ns in entry.idle_by_part.items():
             out[part] = out.get(part, 0.0) + ns
     return {part: min(ns, max(0.0, budget_part(timeline, part)[0] - other_claims.get(part, 0.0)))

@@ -160,8 +160,17 @@ def handled(timeline, limits):
         return None
     if copied_out(data, limits) and not state_read_back(data, limits) and not round_trip(data):
         return None
-    saving = host_cause_saving(timeline, CHECK.change, data.ns_per_step, data.step_ns, limits.min_window_share)
+    files = files_idle_ns_per_step(timeline, data)
+    change = {**CHECK.change, **({"remove": (FILE_CLASS,)} if files else {})}
+    saving = host_cause_saving(timeline, change, data.ns_per_step + files, data.step_ns, limits.min_window_share)
     return (data, saving) if saving is not None else None
+
+
+def takes_files(timeline, limits) -> bool:
+    """Whether this check's finding holds the files its steps write after the reads (files_idle_ns_per_step): host-wait
+    then leaves that class to it (checks/program/_claims.classes_taken)."""
+    found = handled(timeline, limits)
+    return found is not None and bool(files_idle_ns_per_step(timeline, found[0]))
 
 
 def state_read_back(data, limits) -> bool:
@@ -219,11 +228,12 @@ def claimed_parts(timeline, limits, taken: dict[str, float]) -> dict[str, float]
     return {part: ns for part, ns in claims.items() if ns > 0}
 
 
-def change_of(data) -> dict:
-    """The change this finding stands for; where every pageable copy is one of the data's, pinning them
-    (pageable-memcpy's change) is part of it, and where every sync is one of their waits, removing the syncs
-    (host-sync's) is (normalize.pricing.contains)."""
-    return {**CHECK.change, **({"pageable_within": True} if data.pageable_within else {}),
+def change_of(data, files: bool = False) -> dict:
+    """The change this finding stands for; with `files` (files_idle_ns_per_step), the file I/O gone with the reads;
+    where every pageable copy is one of the data's, pinning them (pageable-memcpy's change) is part of it, and where
+    every sync is one of their waits, removing the syncs (host-sync's) is (normalize.pricing.contains)."""
+    return {**CHECK.change, **({"remove": (FILE_CLASS,)} if files else {}),
+            **({"pageable_within": True} if data.pageable_within else {}),
             **({"syncs_within": True} if data.syncs_within else {})}
 
 
@@ -256,20 +266,35 @@ def _what(data) -> str:
 # The launching thread's file I/O (host_activity.csv's file-io class) at this share or more of the host's work after
 # the reads, a step: the data read back is written out (blind79_fsynclog: a 7.1 MB checkpoint saved and fsync'd
 # after every step, 6.9 ms of work after the reads and 8.5 ms of GPU idle in fsync and write a step)
+# Such files are what the reads were for (a checkpoint: torch.save of CUDA tensors reads them back, then writes
+# them): the change that takes the reads out of the steps (every N steps) takes the writes with them, so the finding
+# holds both, and host-wait leaves the class to it (blind79_fsynclog: host-data 14.0 ms a step and host-wait 8.5 for
+# one cause, whose fix saved 22.1 and 21.3)
 FILE_WRITES_SHARE = 0.5
+FILE_CLASS = "file-io"
 
 
-def _file_writes(timeline, data) -> str:
-    """`fsync, write, open64 (8.48 ms of GPU idle a step)` where the GPU idles under the launching thread's file I/O
-    FILE_WRITES_SHARE of the host's work after the reads or more, a step; else ''."""
+def files_idle_ns_per_step(timeline, data) -> float:
+    """The GPU idle a step under the launching thread's file I/O (host_activity.csv's file-io class) where that is
+    FILE_WRITES_SHARE of the host's work after the reads or more; else 0."""
     activity = getattr(timeline, "host_activity", None)
-    entry = activity.by_class("file-io") if activity is not None else None
+    entry = activity.by_class(FILE_CLASS) if activity is not None else None
     steps = step_count(timeline) or 0
     if entry is None or not steps or not data.work_after_reads_ns_per_step or \
             entry.idle_ns / steps < FILE_WRITES_SHARE * data.work_after_reads_ns_per_step:
+        return 0.0
+    return entry.idle_ns / steps
+
+
+def _file_writes(timeline, data) -> str:
+    """`fsync, write, open64 (8.48 ms of GPU idle a step)` where the steps write files after the reads
+    (files_idle_ns_per_step); else ''."""
+    idle = files_idle_ns_per_step(timeline, data)
+    if not idle:
         return ""
+    entry = timeline.host_activity.by_class(FILE_CLASS)
     names = ", ".join(name for name, _, _ in entry.top_calls[:3])
-    return f"{names} ({duration_text(entry.idle_ns / steps)} of GPU idle a step)"
+    return f"{names} ({duration_text(idle)} of GPU idle a step)"
 
 
 def _count(per_step: float, noun: str) -> str:
@@ -327,9 +352,11 @@ def run(timeline, limits) -> Finding | None:
             + (f", {data.read_bytes_per_step / data.upload_bytes_per_step:,.0f}x the bytes they upload"
                if data.upload_bytes_per_step else ", nothing uploaded") if state else
             f"The GPU waits while the host handles each step's data: {_what(data)}")
+    files = _file_writes(timeline, data)
+    kept = "the data kept on the GPU and its files written every N steps" if files else "the data kept on the GPU"
     finding = Finding(
         check=ID,
-        title=(f"{said}; with the data kept on the GPU a step saves {duration_text(saving / steps)} of its "
+        title=(f"{said}; with {kept} a step saves {duration_text(saving / steps)} of its "
                f"{duration_text(timeline.steps.mean_ns)} mean{where}"),
         estimated_speedup=min(1.0, saving / span),
         evidence={"work_share": evidence(work / data.ns_per_step, limits.min_work_share, unit="ratio", compare=">="),
@@ -341,10 +368,11 @@ def run(timeline, limits) -> Finding | None:
                   "read_bytes_per_step": evidence(data.read_bytes_per_step, unit="byte"),
                   "work_before_uploads_ns_per_step": evidence(data.work_before_uploads_ns_per_step, unit="ns"),
                   "work_after_reads_ns_per_step": evidence(data.work_after_reads_ns_per_step, unit="ns"),
-                  "copy_ns_per_step": evidence(data.copy_ns_per_step, unit="ns")},
-        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data, state, _file_writes(timeline, data))
-        + ADVICE,
+                  "copy_ns_per_step": evidence(data.copy_ns_per_step, unit="ns"),
+                  **({"file_io_idle_ns_per_step": evidence(files_idle_ns_per_step(timeline, data), unit="ns")}
+                     if files else {})},
+        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data, state, files) + ADVICE,
     )
-    finding.change = change_of(data)
+    finding.change = change_of(data, bool(files))
     finding.estimated_savings_ns = saving
     return finding

@@ -49,7 +49,7 @@ from nsanalyze.numbers import duration_text
 from nsanalyze.text import code_span
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
-from nsanalyze.checks.program._claims import LAUNCH_ID, SYNC_ID, claims_by_cause
+from nsanalyze.checks.program._claims import LAUNCH_ID, SYNC_ID, claims_by_cause, classes_taken
 from nsanalyze.checks.program._host_class import HOST_WAIT_ID, WAIT_CLASSES, WAIT_MIN_SHARE, interpreter_lock, \
     wait_classes, wait_parts
 from nsanalyze.checks.program.host_compute import BLOCKED_ADVICE
@@ -80,7 +80,8 @@ CHECK = Check(
 
 def run(timeline, limits) -> Finding | None:
     window_ns = timeline.summary.span_ns or 0
-    classes = sorted(wait_classes(timeline), key=lambda c: -c.idle_ns)
+    taken = classes_taken(timeline)   # (a class another finding holds: host-data's checkpoint writes)
+    classes = sorted(wait_classes(timeline, taken), key=lambda c: -c.idle_ns)
     if not window_ns or not classes:
         return None
     others: dict[str, float] = {}
@@ -88,7 +89,7 @@ def run(timeline, limits) -> Finding | None:
         for part, ns in parts.items():
             if cause not in (ID, SYNC_ID, LAUNCH_ID):   # (host-sync and launch-overhead claim after the waits)
                 others[part] = others.get(part, 0.0) + ns
-    savings = sum(wait_parts(timeline, others).values())
+    savings = sum(wait_parts(timeline, others, taken).values())
     share = savings / window_ns
     if share < limits.min_window_share:
         return None
