@@ -410,7 +410,7 @@ def attribute(budgets: list[DeviceBudget], calls_of_device, os_calls_of_device, 
         classes.append(ClassTime(
             name=name, source=source, known=is_known(name), calls=entry["calls"] // n if n > 1 else entry["calls"],
             host_ns=entry["host_ns"] / n, idle_ns=sum(idle_by_part.values()), idle_by_part=idle_by_part,
-            top_calls=tuple((k, c, ns / n) for k, (c, ns) in top),
+            top_calls=tuple((k, c // n if n > 1 else c, ns / n) for k, (c, ns) in top),   # (a GPU's mean, as calls)
             step_calls=entry["step_calls"] if step_windows is not None else None,
             step_host_ns=entry["step_host_ns"] / n if step_windows is not None else None,
             step_idle_ns=entry["step_idle_ns"] / n if step_windows is not None else None,

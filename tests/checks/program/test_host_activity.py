@@ -352,3 +352,19 @@ def test_the_budget_says_the_host_waits_where_its_thread_was_blocked(analyzed):
     assert budget_labels(timeline)["idle_host"] == "idle while the host waits (on a lock, a queue or another thread)"
     assert program_findings(model)[0]["check"] == "host-wait"
     assert budget_labels(analyzed(REAL / "own67_churn1_nsys.sqlite.xz")["timeline"])["idle_host"] == "idle on host code"
+
+
+def test_with_two_gpus_each_class_figure_is_a_gpus_mean(analyzed):
+    """mfu_2gpu_after (two GPUs, a process each): a class's `calls` and `ns` are a GPU's mean, and its top calls'
+    counts were the two GPUs' sum (cudaLaunchKernel 3,205 + cuLaunchKernelEx 360 in a class of 1,782 calls); now
+    the mean too, and a class's top calls, where they are all its names, add up to its calls: half SQL's count of
+    those calls (3,220 + 360; the window holds nearly all)."""
+    from tests.checks.program.test_multi_gpu import AFTER
+
+    classes = analyzed(AFTER)["timeline"]["host_activity"]["classes"]
+    launch = next(c for c in classes if c["class"] == "launch")
+    [(total,)] = sql(AFTER, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON r.nameId = s.id "
+                            "WHERE s.value LIKE 'cudaLaunchKernel%' OR s.value LIKE 'cuLaunchKernel%'")
+    tops = sum(t["calls"] for t in launch["top_calls"])
+    assert abs(tops - launch["calls"]) <= len(launch["top_calls"])      # (each a whole mean: rounded down)
+    assert launch["calls"] == pytest.approx(total / 2, rel=0.01)
