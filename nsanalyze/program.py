@@ -81,7 +81,7 @@ def _collect_hint(missing: list[str], timeline: Timeline) -> str:
     if "steps" in missing and timeline.ranges and timeline.budget:   # CUDA and NVTX traced, no range a step
         return ("an NVTX range around each step (torch.cuda.nvtx.range_push/range_pop: the capture has NVTX ranges, "
                 "none of them repeating as steps)")
-    return ("nsys profile -t cuda,nvtx with an NVTX range a step (torch.cuda.nvtx.range_push)" if "steps" in missing
+    return ("nsys profile -t cuda,nvtx with one NVTX range per step (torch.cuda.nvtx.range_push)" if "steps" in missing
             else "nsys profile -t cuda,nvtx")
 
 

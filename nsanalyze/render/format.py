@@ -322,7 +322,7 @@ def collect_text(model: dict) -> str:
             names += [n for n in collect[by_name + len(", or --metrics "):].split(",") if n and n not in names]
     wanted = sorted(option + (f" or --metrics {','.join(names)}" if names else "") for option, names in options.items())
     # an option another one extends collects it too (quickstart read "nsys profile -t cuda,nvtx and nsys profile -t
-    # cuda,nvtx with an NVTX range a step")
+    # cuda,nvtx with one NVTX range per step")
     wanted = [w for w in wanted if not any(other.startswith(w + " ") for other in wanted)]
     if len(wanted) <= 3:   # "and 1 more" would hide a name in the room it takes
         return " and ".join(wanted)

@@ -150,15 +150,15 @@ def test_evidence_reads_with_its_unit_and_no_si_prefix_on_a_count(analyzed):
 
 def test_an_option_another_extends_is_named_once(analyzed):
     """quickstart (no GPU work recorded): launch-overhead and host-sync ask for `nsys profile -t cuda,nvtx`, launch-loop
-    and non-step-phase for it with an NVTX range a step; the line asked for both, the second holding the first."""
+    and non-step-phase for it with one NVTX range per step; the line asked for both, the second holding the first."""
     from nsanalyze.render.format import collect_text
     from tests.conftest import PUBLIC
 
     model = analyzed(PUBLIC / "quasiben__nvtx-examples__quickstart.sqlite.xz")
     options = {n["collect"].split(" (")[0] for n in model["not_judged"] if n.get("collect")}
-    assert {"nsys profile -t cuda,nvtx", "nsys profile -t cuda,nvtx with an NVTX range a step"} <= options
-    assert collect_text(model) == ("nsys profile --gpu-metrics-devices=all and nsys profile -t cuda,nvtx with an NVTX "
-                                   "range a step")
+    assert {"nsys profile -t cuda,nvtx", "nsys profile -t cuda,nvtx with one NVTX range per step"} <= options
+    assert collect_text(model) == ("nsys profile --gpu-metrics-devices=all and nsys profile -t cuda,nvtx with one NVTX "
+                                   "range per step")
 
 
 

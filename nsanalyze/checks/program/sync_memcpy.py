@@ -124,7 +124,7 @@ def run(timeline, limits) -> Finding | None:
         return None
     finding = Finding(
         check=ID,
-        title=f"{plural(sync.copies, 'synchronous copy')} blocked the host for {sync.duration_ns / 1e6:.2f} ms",
+        title=f"{plural(sync.copies, 'synchronous copy')} blocked the host for {duration_text(sync.duration_ns)}",
         estimated_speedup=0.0,
         evidence={"sync_copies": evidence(sync.copies, limits.min_copies, compare=">="),
                   "sync_copy_ns": evidence(sync.duration_ns, unit="ns"),
