@@ -122,6 +122,11 @@ def _one_time_ns(launches: Launches, limits) -> float:
                      if k.launches == 1 and (k.mean_launch_ns or 0) >= limits.one_time_launch_ns))
 
 
+# The title says "Launch-bound" where the launch wait holds this share of the window or more; under it the launches
+# cost time but do not bound the program ("Launch overhead": workflow's 5% was called launch-bound)
+LAUNCH_BOUND_SHARE = 0.25
+
+
 def run(timeline, limits) -> Finding | None:
     idle_ns, share = unclaimed_part(timeline, BUDGET_PART)
     launches = timeline.launches
@@ -137,7 +142,8 @@ def run(timeline, limits) -> Finding | None:
     loading = (f" ({one_time / 1e6:.2g} ms of it {what}: start-up, not saved)" if one_time >= 0.1 * idle_ns else "")
     finding = Finding(
         check=ID,
-        title=f"Launch-bound: the GPU waits on kernel launches {share:.0%} of the window{step_text}{loading}; "
+        title=f"{'Launch-bound' if share >= LAUNCH_BOUND_SHARE else 'Launch overhead'}: the GPU waits on kernel "
+              f"launches {share:.0%} of the window{step_text}{loading}; "
               f"{launches.short_kernels:,} of {plural(launches.launches, 'kernel')} run shorter than their launch call",
         estimated_speedup=share,
         evidence={"idle_launch_share": evidence(share, limits.min_idle_share, unit="ratio"),
