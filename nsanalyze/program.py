@@ -16,8 +16,8 @@ from nsanalyze.normalize.checked_rows import invalid_rows
 from nsanalyze.normalize.timeline import Timeline, build_timeline
 from nsanalyze.numbers import finite
 from nsanalyze.read.nsys import NsysExport, sqlite_input_error
-from nsanalyze.rank import (WIDER_CAUSES, after_the_straggler, fit_the_window, one_per_check,  # noqa: F401
-                            price_kernel_findings, settle_program_findings)
+from nsanalyze.rank import (WIDER_CAUSES, after_the_straggler, examples_for_the_framework,  # noqa: F401
+                            fit_the_window, one_per_check, price_kernel_findings, settle_program_findings)
 from nsanalyze.render.format import set_aside_note
 
 
@@ -57,6 +57,7 @@ def run_program_checks(timeline: Timeline, overrides=None, only: set[str] | None
         finding.check = check.id
         findings.append(finding)
     settle_program_findings(findings, timeline)
+    examples_for_the_framework(findings, timeline)
     return findings, not_judged
 
 

@@ -43,6 +43,7 @@ from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
 from nsanalyze.normalize import critical_path as cp
 from nsanalyze.normalize import pricing
 from nsanalyze.normalize.critical_path import SELF_CHECK_TOLERANCE
+from nsanalyze.normalize.frameworks import of_kernel_table, other_than_pytorch
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1236,3 +1237,24 @@ def _twin(check: str, record: dict, records: dict, fired: set) -> dict | None:
             contained = name in other_name or other_name in name
             candidates.append((not contained, abs(theirs - instructions), other_id, other))
     return min(candidates, key=lambda c: c[:3])[3] if candidates else None
+
+
+# A fenced Python example whose code calls PyTorch (`torch.`, `import torch`)
+_PYTORCH_EXAMPLE = re.compile(r"\n*```python\n(?:(?!```).)*\btorch\b(?:(?!```).)*```", re.S)
+
+
+def examples_for_the_framework(findings: list[Finding], timeline) -> None:
+    """Where the program's kernels are another Python framework's (CuPy, cuDF, Numba) and none PyTorch's
+    (normalize.frameworks), a program finding's PyTorch example is left out, and the advice says why: on
+    nvtx-examples' CuPy and cuDF programs, launch-overhead showed `torch.cuda.CUDAGraph` and fp64-compute
+    `MLP().double()`. The advice's lines, which name each framework's way, stay."""
+    others = other_than_pytorch(of_kernel_table(getattr(timeline, "kernel_table", None)))
+    if not others:
+        return
+    kernels = " and ".join(others)
+    for finding in findings:
+        if finding.kernel_id is not None or not finding.advice or not _PYTORCH_EXAMPLE.search(finding.advice):
+            continue
+        finding.advice = (_PYTORCH_EXAMPLE.sub("", finding.advice).rstrip()
+                          + f"\n\n(The example, PyTorch code, is left out: this program's kernels are {kernels}'s, "
+                            "none PyTorch's.)")
