@@ -85,12 +85,16 @@ def run(timeline, limits) -> Finding | None:
     in_calls = sum(c.host_ns for c in left.classes)
     warm = (f"; {plural(left.warmup_steps, 'warm-up step')} "
             f"{left.warmup_ns / 1e9:.2f} s of it") if left.warmup_steps else ""
+    # (a window without steps is the steady loop read off its launches: no "steps" to name)
+    steady, end = ("steady steps", "last step") if timeline.steps is not None and timeline.steps.count else \
+        ("steady window", "window's end")
+    own = ("" if in_calls >= 0.995 * left.ns else " and otherwise in its own code (imports, data and model set-up)")
     finding = Finding(
         check=ID,
-        title=(f"Start-up before the steady steps takes {left.ns / 1e9:.2f} s, {left.capture_share:.0%} of the run up "
-               f"to the last step: " + (f"{named}; " if named else "") +
+        title=(f"Start-up before the {steady} takes {left.ns / 1e9:.2f} s, {left.capture_share:.0%} of the run up "
+               f"to the {end}: " + (f"{named}; " if named else "") +
                f"the GPU busy {left.gpu_busy_ns / left.ns:.0%} of it, the host in CUDA calls "
-               f"{in_calls / left.ns:.0%} and otherwise in its own code (imports, model and data set-up){warm}"),
+               f"{in_calls / left.ns:.0%}{own}{warm}"),
         estimated_speedup=0.0,
         evidence={"left_out_ns": evidence(left.ns, limits.min_left_out_ns, unit="ns"),
                   "capture_share": evidence(left.capture_share, limits.min_capture_share, unit="ratio"),
