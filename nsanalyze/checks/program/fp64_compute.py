@@ -147,7 +147,7 @@ def run(timeline, limits) -> Finding | None:
                      "count: low-tensor-activity prices that once they are float32")
     return Finding(
         check=ID,
-        title=(f"The steps compute in float64: kernels of double-precision math ({len(kernels)} by name) take "
+        title=(f"{'The steps compute' if steps else 'The program computes'} in float64: kernels of double-precision math ({len(kernels)} by name) take "
                f"{kernel_share:.0%} of GPU kernel time ({each(fp64_ns)}){gemms}; float32 moves half the bytes"),
         estimated_speedup=min(1.0, saved / span),
         evidence={"fp64_ns": evidence(fp64_ns, unit="ns"),
