@@ -110,6 +110,29 @@ def gemm_rate(timeline) -> tuple[float | None, str | None]:
     return None, None
 
 
+TENSOR_LINE = ("- Then the tensor cores: `torch.set_float32_matmul_precision(\"high\")` (TF32) or `torch.autocast` to "
+               "bfloat16.")
+# Before compute capability 8.0 (Volta, Turing) the tensor cores take float16, not TF32 or bfloat16 (power_iteration
+# on a T4 was told to use TF32)
+FP16_ONLY_LINE = ("- Then the tensor cores: `torch.autocast(device_type=\"cuda\", dtype=torch.float16)` with a "
+                  "`GradScaler` where it trains ({model}: compute capability {cc}, whose tensor cores take float16, "
+                  "not TF32 or bfloat16).")
+
+
+def _advice(timeline) -> str:
+    """ADVICE, its tensor-core line for the first GPU the device tables know: float16 where it has no TF32 or
+    bfloat16 tensor cores."""
+    for name in timeline.gpu_names():
+        caps = device_caps(name)
+        if caps:
+            major = int(caps["compute_capability"].split(".")[0])
+            if major < 8:
+                return ADVICE.replace(TENSOR_LINE, FP16_ONLY_LINE.format(model=caps["model"],
+                                                                         cc=caps["compute_capability"]))
+            break
+    return ADVICE
+
+
 def run(timeline, limits) -> Finding | None:
     analysis = timeline.work_analysis
     span = timeline.summary.span_ns or 0
@@ -157,7 +180,7 @@ def run(timeline, limits) -> Finding | None:
                   **({"gemm_fp32_over_fp64": evidence(rate, unit="x")} if rate and gemm_ns else {}),
                   "check_savings_ns": evidence(saved, unit="ns"),
                   "kernels": kernel_rows(sorted(kernels, key=lambda k: -k.ns))},
-        advice=ADVICE,
+        advice=_advice(timeline),
         notes=notes,
         estimated_savings_ns=saved,
     )

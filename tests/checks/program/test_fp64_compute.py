@@ -66,6 +66,10 @@ def test_a_float64_matrix_vector_product_is_priced_by_its_bytes(analyzed):
     # products at the FP32 rate over the FP64 rate (32x on the T4)" beside `fp64_gemm_ns` 0)
     assert "gemm_fp32_over_fp64" not in finding["evidence"]
     assert any(n.startswith("saving: the float64 kernels at half their time") for n in finding["notes"])
+    # a T4's tensor cores take float16, not TF32 or bfloat16: the advice's tensor-core line says so (a user read
+    # found "TF32 ... or autocast to bfloat16" on it)
+    line = next(line for line in finding["advice"].splitlines() if "tensor cores" in line)
+    assert "float16" in line and "T4: compute capability 7.5" in line and "set_float32_matmul_precision" not in line
 
 
 def test_fused_adams_scalar_doubles_are_no_float64_math(analyzed):
