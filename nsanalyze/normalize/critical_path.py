@@ -207,6 +207,7 @@ class Graph:
     o_repeated: np.ndarray | None = None
     repeated: list = field(default_factory=list)
     c_step: np.ndarray | None = None   # per call: its block step (-1: between the steps' host ranges)
+    step_host: tuple | None = None     # (starts, ends) of the block steps' host ranges
     c_names: list | None = None        # per call: its name, without its version suffix
     c_thread: np.ndarray | None = None   # per call: its thread (None: the block is one chain a process)
     c_corr: np.ndarray | None = None     # per call: its correlation id (-1: none; unique within a process)
@@ -665,6 +666,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     graph.c_dispatch_ns = path_gap(graph, graph.c_gap_ns)
     graph.o_loop, graph.loops = launch_loops.find(graph)
     graph.c_step = np.where(inside, step_of_call, -1)
+    graph.step_host = (np.asarray(host_starts), np.asarray(host_ends))
     graph.c_thread = tid if threads else None
     graph.c_corr, graph.c_process = calls["corr"], tid >> PID_SHIFT
     graph.c_names = np.array([base_name(names.get(int(i)) or f"call {int(i)}") for i in name_ids.tolist()],
@@ -1010,7 +1012,9 @@ def data_summary(block: "StepBlock | None") -> dict | None:
     reads = copies & ~up
     # the host's own work on the data, beyond a typical launch path and its OS waits (a loader's queue): before each
     # upload's calls, after each read
-    work = (beyond_path(graph, _gap_before(graph)) - gap_os_ns(graph)).clip(min=0.0)
+    gap = _gap_before(graph)
+    work = (beyond_path(graph, gap) - gap_os_ns(graph)).clip(min=0.0)
+    before = (work - earlier_step_ns(graph, gap)).clip(min=0.0)   # (an earlier step's own end work is not the input's)
     upload_calls = calls_making(graph, up)
     step_of = np.full(len(graph.o_start), -1)
     for step, ops in enumerate(graph.step_first_op):
@@ -1021,7 +1025,7 @@ def data_summary(block: "StepBlock | None") -> dict | None:
             "upload_bytes_per_step": float(graph.o_bytes[up].sum()) / steps,
             "reads_per_step": float(reads.sum()) / steps,
             "read_bytes_per_step": float(graph.o_bytes[reads].sum()) / steps,
-            "work_before_uploads_ns_per_step": float(work[upload_calls & ~after].sum()) / steps,
+            "work_before_uploads_ns_per_step": float(before[upload_calls & ~after].sum()) / steps,
             "work_after_reads_ns_per_step": float(work[after].sum()) / steps,
             "copy_ns_per_step": float((graph.o_end - graph.o_start)[copies].sum()) / steps,
             "ns_per_step": data_ns_per_step(graph),
@@ -1135,7 +1139,9 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         # (the host's work is the gap less the OS waits still in it: those of a class removed above are gone already)
         work = host_work if not os_gone.any() else \
             (lambda g, gap: (gap - (gap_os_ns(g) - os_gone).clip(min=0.0)).clip(min=0.0))
-        host.drop(graph, calls, work)
+        # (input_work, but after a read: the host's work before such a call is on what it read, whichever step)
+        host.drop(graph, calls & ~after, lambda g, gap: (work(g, gap) - earlier_step_ns(g, gap)).clip(min=0.0))
+        host.drop(graph, calls & after, work)
         host.drop(graph, waits, call_way)
         # (the work on what was read, its OS waits kept: the call itself stays)
         host.gap_host = np.where(after, host.gap_host - work(graph, host.gap_host), host.gap_host)
@@ -1360,9 +1366,31 @@ def with_helpers(graph: Graph, calls: np.ndarray) -> np.ndarray:
 
 def host_work(graph: Graph, gap: np.ndarray) -> np.ndarray:
     """The host's compute before a call, less its OS waits in it (gap_os_ns: a loader's queue, a lock, I/O, which
-    host-wait's change removes): before an upload, the work that built its input (the host's loop before it, its
-    gathers, a tokenizer), which goes where the input is made on the GPU."""
+    host-wait's change removes): after a read, the work on what it read."""
     return (gap - gap_os_ns(graph)).clip(min=0.0)
+
+
+def input_work(graph: Graph, gap: np.ndarray) -> np.ndarray:
+    """host_work before a copy's call, less the part inside an earlier step's host range (earlier_step_ns: that
+    step's own work at its end): before an upload, the work that built its input (the host's loop before it, its
+    gathers, a tokenizer), which goes where the input is made on the GPU. (Not for a call right after a read: its
+    host work is on what was read, a checkpoint written at a step's end among it.)"""
+    return (host_work(graph, gap) - earlier_step_ns(graph, gap)).clip(min=0.0)
+
+
+def earlier_step_ns(graph: Graph, gap: np.ndarray) -> np.ndarray:
+    """Of the host compute before each call (`gap`, up to the call's start), the part inside the host range of an
+    earlier step than the call's: that step's own work after its last call (its logging, its housekeeping), not the
+    way to this call. blind80_gccollect: a gc.collect() of 310 ms at each step's end, inside its range, read as the
+    work that built the next step's 128 KiB upload. A loader's work between the ranges, or inside the call's own
+    step, stays the call's."""
+    if graph.step_host is None or graph.c_step is None:
+        return np.zeros(len(graph.c_start))
+    starts, ends = graph.step_host
+    begin = graph.c_start - gap
+    held = np.searchsorted(starts, begin, side="right") - 1   # the step whose range holds the gap's start
+    inside = np.minimum(ends[np.maximum(held, 0)], graph.c_start) - begin
+    return np.where((held >= 0) & (held != graph.c_step) & (inside > 0), inside, 0.0)
 
 
 def data_ns_per_step(graph: Graph) -> float:
@@ -1373,7 +1401,8 @@ def data_ns_per_step(graph: Graph) -> float:
         return 0.0
     steps = max(len(graph.step_first_op), 1)
     gpu = float((graph.o_end - graph.o_start)[copies].sum()) / steps
-    return calls_host_ns_per_step(graph, calls, host_work) + calls_host_ns_per_step(graph, waits, call_way) + gpu \
+    return calls_host_ns_per_step(graph, calls & ~after, input_work) \
+        + calls_host_ns_per_step(graph, calls & after, host_work) + calls_host_ns_per_step(graph, waits, call_way) + gpu \
         + float(host_work(graph, _gap_before(graph))[after & ~calls].sum()) / steps
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nsanalyze.normalize.activity import distinct, distinct_in_place
+from nsanalyze.normalize.activity import PID_SHIFT, distinct, distinct_in_place
 from nsanalyze.normalize.budget import IDLE_PARTS, PARTS, DeviceBudget, union
 from nsanalyze.read.nsys import IntQuery, NsysExport
 
@@ -560,3 +560,44 @@ def read_os_calls(export: NsysExport, threads: list[int], start: int, end: int, 
              f"AND start < {int(end)} AND {length}{outer}")
     return export.read_columns([IntQuery({"start": ("start", -1), "end": ("end", -1), "name_id": ("nameId", -1),
                                           "tid": ("globalTid", -1)}, where)])[0]
+
+
+# Processes whose traced calls all lie inside the window, other than the processes that launch GPU work: programs the
+# loop starts and waits for (subprocess.run, os.system, a shell), short-lived beside it. blind80_gpumon: a training loop
+# that runs `nvidia-smi --query-gpu=...` after every step, reading its output through pipes until it exits: 120
+# processes in the window's 119 steps, the launching thread in poll 48.9 ms a step.
+MIN_CHILD_PROCESSES = 3
+
+
+@dataclass(frozen=True)
+class ChildProcesses:
+    """The processes that began and ended inside the window (their first traced call to their last), beside the
+    launching ones: how many, their median life, and their names where the export holds them ((name, count), most
+    first; the export names only some)."""
+
+    count: int
+    median_ns: float
+    names: tuple = ()
+
+
+def child_processes(export, start: int, end: int, launching_threads) -> ChildProcesses | None:
+    """ChildProcesses of the window [start, end) from the OS runtime calls' first and last time per process (one SQL
+    aggregate), or None with fewer than MIN_CHILD_PROCESSES or no OS runtime trace."""
+    if not export.has("OSRT_API", "globalTid", "start", "end"):
+        return None
+    launching = {int(t) >> PID_SHIFT for t in np.asarray(launching_threads).tolist()}
+    rows = export.query(f"""SELECT globalTid >> {PID_SHIFT}, MIN(start), MAX(end) FROM OSRT_API
+                            GROUP BY globalTid >> {PID_SHIFT}""")
+    inside = [(pid, first, last) for pid, first, last in rows
+              if pid not in launching and first is not None and first >= start and last <= end]
+    if len(inside) < MIN_CHILD_PROCESSES:
+        return None
+    named: dict[str, int] = {}
+    if export.has("PROCESSES", "globalPid", "name"):
+        names = dict(export.query(f"SELECT globalPid >> {PID_SHIFT}, name FROM PROCESSES"))
+        for pid, _, _ in inside:
+            if names.get(pid):
+                named[str(names[pid])] = named.get(str(names[pid]), 0) + 1
+    lives = np.array([last - first for _, first, last in inside], dtype=np.float64)
+    return ChildProcesses(len(inside), float(np.median(lives)),
+                          tuple(sorted(named.items(), key=lambda kv: (-kv[1], kv[0]))))

@@ -89,6 +89,8 @@ class Timeline:
     graph_captures: model.GraphCaptures | None = None   # ... CUDA graphs they capture (normalize.critical_path)
     # the launching threads' timed waits that end at one timeout: a lock handed over on a timer (the GIL)
     lock_timeouts: host_activity.LockTimeouts | None = None
+    # processes begun and ended inside the window beside the launching ones: programs the loop runs and waits for
+    child_processes: host_activity.ChildProcesses | None = None
     host_data: model.HostData | None = None         # ... data the host uploads or reads back (critical_path); None: none
     recomputation: model.Recomputation | None = None  # ... forward work run again (normalize.recompute); None: none
     repeated_backward: model.RepeatedBackward | None = None  # ... backward passes run again (normalize.recompute)
@@ -250,6 +252,9 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     host_later, timeline.lock_timeouts = _host_activity(export, budgets, activity, call_names,
                                                         capture.launching_threads,
                                                         steps if timeline.steps is not None else None, side)
+    if export.kind == "nsys" and budgets and window.start > -FOREVER and window.end < FOREVER:
+        timeline.child_processes = host_activity.child_processes(export, window.start, window.end,
+                                                                 capture.launching_threads)
     # -- the critical path of a median step (normalize.critical_path) --
     if export.kind in ("nsys", "kineto") and timeline.steps is not None:
         timeline.step_block = median_step_block(export, steps, activity, capture.launching_threads)

@@ -101,6 +101,9 @@ def run(timeline, limits) -> Finding | None:
         per_step = f", {savings / timeline.steps.count / 1e6:.2f} ms a step"
     where, held = _few_steps(timeline, classes)
     forks = _forks_lead(timeline, top, held)
+    programs = "" if forks else _programs(timeline, top)
+    if programs:
+        where += programs[0]
     lock = interpreter_lock(timeline, top)
     if lock:
         where += lock[0]
@@ -117,6 +120,7 @@ def run(timeline, limits) -> Finding | None:
                                "top_calls": [{"name": n, "calls": k, "ns": int(ns)} for n, k, ns in c.top_calls[:3]]}
                               for c in classes]},
         advice=forks + FORK_ADVICE if forks else lock[1] + GIL_ADVICE if lock else
+        programs[1] + BLOCKED_ADVICE["waiting for a child process"] if programs else
         _writes_lead(top) + BLOCKED_ADVICE[kind],
     )
     raw = sum(c.idle_ns for c in classes)
@@ -235,6 +239,33 @@ def _forks_lead(timeline, top, held: list) -> str:
                  f"{', ...' if len(held) > 5 else ''}): a DataLoader with `persistent_workers=False`, the default, "
                  "starts its workers again for each pass over its data.")
     return text + "\n\n"
+
+
+# The launching thread's waits on pipes or for a child (io-wait, child-process) are a program the loop runs and waits
+# for where processes that begin and end inside the window (normalize/host_activity.child_processes) come this often a
+# step or more (blind80_gpumon: 118 runs of nvidia-smi in 119 steps, read through pipes in poll: "I/O")
+PROGRAMS_PER_STEP = 0.5
+PROGRAM_WAITS = ("io-wait", "child-process")
+
+
+def _programs(timeline, top) -> tuple[str, str] | None:
+    """(what the title adds, the advice's first paragraph) where the top wait class is a program the loop runs each
+    step and waits for (PROGRAMS_PER_STEP); else None."""
+    found = getattr(timeline, "child_processes", None)
+    steps = timeline.steps.count if timeline.steps is not None and timeline.steps.count else 0
+    if found is None or top.name not in PROGRAM_WAITS or (steps and found.count < PROGRAMS_PER_STEP * steps):
+        return None
+    named = ", ".join(f"{code_span(name)} {count}x" for name, count in found.names[:3])
+    which = f" ({named} of those the export names)" if named else ""
+    often = f", {found.count / steps:.1f} a step" if steps else ""
+    return (f"; {plural(found.count, 'process')} began and ended in the window{often}{which}: a program the loop "
+            "runs and waits for",
+            f"The loop runs a program and waits for it: {plural(found.count, 'process')} began and ended inside the "
+            f"window{often}, each alive {duration_text(found.median_ns)} (the median){which}, while the launching "
+            f"thread waited in {code_span(top.top_calls[0][0])} and the like: `subprocess.run`, `os.system` or "
+            "`check_output`, its output read through a pipe until it exits. Run it less often, from a thread of its "
+            "own that keeps the latest result, or use a library in the process (NVML through `pynvml` for GPU "
+            "figures) instead of a program each step.\n\n")
 
 
 def _phase_of_each(timeline, held: list) -> str | None:

@@ -1,8 +1,10 @@
 """host-wait on the interpreter lock (blind78_gilthread, recorded before any check looked at it: a code language
 model's training loop whose batches a Python thread of the same process tokenizes; the fix builds them in DataLoader
-worker processes)."""
+worker processes), and on a program run each step (blind80_gpumon)."""
 
-from tests.conftest import REAL, sql
+import pytest
+
+from tests.conftest import REAL, program_findings, sql, sql_saved_per_step
 
 BASE = "blind78_gilthread_base1_nsys.sqlite.xz"
 
@@ -46,3 +48,31 @@ def test_queue_waits_and_worker_processes_are_not_the_interpreter_lock(analyzed)
         model = analyzed(REAL / name)
         assert not any("interpreter lock" in f["title"] or "interpreter lock" in f["advice"]
                        for f in model["findings"])
+
+
+# Per process other than the one that launched kernels: its OS calls' first start and last end (SQL)
+PROCESSES = """SELECT o.globalTid >> 24, MIN(o.start), MAX(o.end) FROM OSRT_API o GROUP BY 1
+               HAVING o.globalTid >> 24 NOT IN (SELECT DISTINCT r.globalTid >> 24 FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                   JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId)"""
+
+
+@pytest.mark.parametrize("run", ["1", "2"])
+def test_a_program_run_each_step_is_named_and_priced(analyzed, run):
+    """blind80_gpumon (recorded before any check looked at it): a training loop that runs `nvidia-smi --query-gpu=...`
+    through subprocess.run after every step, its output read through pipes (the launching thread in poll: "I/O"); the
+    fix queries from a thread every 2 s. Read blind, host-wait came first with a DataLoader's advice. The processes that
+    begin and end inside the window (SQL: one a step) now name the program, lead the advice, and the finding prices
+    what the fix saved within 15%."""
+    base, fix = f"blind80_gpumon_base{run}_nsys.sqlite.xz", f"blind80_gpumon_fix{run}_nsys.sqlite.xz"
+    model = analyzed(REAL / base)
+    window = model["timeline"]["window"]
+    inside = [pid for pid, first, last in sql(REAL / base, PROCESSES)
+              if first >= window["start_ns"] and last <= window["end_ns"]]
+    steps = model["timeline"]["steps"]["count"]
+    first = program_findings(model)[0]
+    assert first["check"] == "host-wait" and len(inside) == pytest.approx(steps, abs=2)
+    assert f"{len(inside)} processes began and ended in the window, 1.0 a step" in first["title"]
+    assert "`nvidia-smi`" in first["title"] and first["advice"].startswith("The loop runs a program and waits for it")
+    saved = sql_saved_per_step(analyzed, base, fix)
+    assert first["estimated_savings_ns"] / steps == pytest.approx(saved, rel=0.15)
+    assert not any("began and ended" in f["title"] for f in program_findings(analyzed(REAL / fix)))
