@@ -125,8 +125,10 @@ def run(timeline, limits) -> Finding | None:
                + (f"the steps' device-to-device copies grow every step ({naturalsize(growth.first_bytes)} in step "
                   f"{growth.first_step}, {naturalsize(growth.last_bytes)} in step {growth.last_step}): {GROWN}, in a "
                   "larger block of memory each time" if growth is not None else
-                  "memory is handed back to the driver and taken again (a caching allocator emptied, "
-                  "`torch.cuda.empty_cache()`, or no pool)") + ", and cudaFree waits for the device"),
+                  "memory is handed back to the driver and taken again ("
+                  + ("a caching allocator emptied, `torch.cuda.empty_cache()`, or no pool)"
+                     if _library_advice(timeline) is ADVICE else "a memory pool emptied, or none in use)"))
+               + ", and cudaFree waits for the device"),
         estimated_speedup=share,
         evidence={"allocator_calls": evidence(cost.calls),
                   "allocator_host_ns": evidence(cost.host_ns, unit="ns"),

@@ -261,7 +261,7 @@ def _programs(timeline, top) -> tuple[str, str] | None:
     return (f"; {plural(found.count, 'process')} began and ended in the window{often}{which}: a program the loop "
             "runs and waits for",
             f"The loop runs a program and waits for it: {plural(found.count, 'process')} began and ended inside the "
-            f"window{often}, each alive {duration_text(found.median_ns)} (the median){which}, while the launching "
+            f"window{often}, each alive {duration_text(found.median_ns)} at the median{which}, while the launching "
             f"thread waited in {code_span(top.top_calls[0][0])} and the like: `subprocess.run`, `os.system` or "
             "`check_output`, its output read through a pipe until it exits. Run it less often, from a thread of its "
             "own that keeps the latest result, or use a library in the process (NVML through `pynvml` for GPU "

@@ -325,8 +325,12 @@ def test_allocator_advice_leads_with_the_programs_own_library(analyzed):
     first_item = advice.split("\n- ")[1]
     assert first_item.startswith("Allocate from a pool") and "CuPy's memory pool" in first_item
     assert "empty_cache" not in advice.split("```")[1]
+    # ... and its title names a pool, not PyTorch's call (a user read, round 79)
+    title = next(f for f in analyzed(path)["findings"] if f["check"] == "allocator-churn")["title"]
+    assert "(a memory pool emptied, or none in use)" in title and "torch" not in title
     torch = next(f for f in analyzed(REAL / "alloc_churn_nsys.sqlite.xz")["findings"] if f["check"] == "allocator-churn")
     assert torch["advice"].split("\n- ")[1].startswith("PyTorch: remove `torch.cuda.empty_cache()`")
+    assert "`torch.cuda.empty_cache()`, or no pool)" in torch["title"]
 
 
 def test_the_budget_says_the_host_waits_where_its_thread_was_blocked(analyzed):
