@@ -1547,3 +1547,21 @@ def test_history_runs_without_a_calendar_date_chart(tmp_path, date, nightly_hist
     result = assert_handled(run_cli("trend", "--db", db, "-o", tmp_path / "t.html", "-o", tmp_path / "t.md"))
     assert result.returncode == 0 and "<svg" in (tmp_path / "t.html").read_text()
     assert ("runs.date" in (tmp_path / "t.html").read_text()) == (date is not None)
+
+
+def test_child_processes_with_text_times_and_hostile_names(tmp_path):
+    """blind80_gpumon (a program run each step) with a process's every OS call start made text, a seventh of the
+    others' too, and the program's name a code span, markup and a newline: the processes are still counted from the
+    calls whose times are integers, the name is shown as text in every format, and nothing fails."""
+    path = _real(tmp_path, "gm.sqlite", "blind80_gpumon_base1_nsys.sqlite.xz")
+    with sqlite3.connect(path) as con:
+        pid = con.execute("SELECT globalPid FROM PROCESSES WHERE name = 'nvidia-smi' LIMIT 1").fetchone()[0]
+        con.execute("UPDATE OSRT_API SET start = 'x' WHERE globalTid >> 24 = ? >> 24 OR rowid % 7 = 0", (pid,))
+        con.execute("UPDATE PROCESSES SET name = '`x`<blink>' || char(10) || 'y' WHERE name = 'nvidia-smi'")
+    out = tmp_path / "r"
+    result = assert_handled(run_cli("report", path, "-o", f"{out}.md", "-o", f"{out}.html"))
+    assert result.returncode == 0
+    markdown, html = (tmp_path / "r.md").read_text(), (tmp_path / "r.html").read_text()
+    assert "processes began and ended in the window" in markdown and "<blink>" not in html and "&lt;blink&gt;" in html
+    # (in Markdown the name is a code span wherever it is not escaped: `<blink>` there is text, not markup)
+    assert markdown.count("<blink>") == markdown.count("`` `x`<blink>\\x0ay ``") and "\\x0ay" in markdown

@@ -586,7 +586,10 @@ def child_processes(export, start: int, end: int, launching_threads) -> ChildPro
     if not export.has("OSRT_API", "globalTid", "start", "end"):
         return None
     launching = {int(t) >> PID_SHIFT for t in np.asarray(launching_threads).tolist()}
+    # (integers only: a damaged or hostile export's text or NULL in these columns is no time)
     rows = export.query(f"""SELECT globalTid >> {PID_SHIFT}, MIN(start), MAX(end) FROM OSRT_API
+                            WHERE typeof(globalTid) = 'integer' AND typeof(start) = 'integer'
+                              AND typeof(end) = 'integer' AND end >= start
                             GROUP BY globalTid >> {PID_SHIFT}""")
     inside = [(pid, first, last) for pid, first, last in rows
               if pid not in launching and first is not None and first >= start and last <= end]
@@ -594,7 +597,8 @@ def child_processes(export, start: int, end: int, launching_threads) -> ChildPro
         return None
     named: dict[str, int] = {}
     if export.has("PROCESSES", "globalPid", "name"):
-        names = dict(export.query(f"SELECT globalPid >> {PID_SHIFT}, name FROM PROCESSES"))
+        names = dict(export.query(f"SELECT globalPid >> {PID_SHIFT}, name FROM PROCESSES "
+                                  "WHERE typeof(globalPid) = 'integer'"))
         for pid, _, _ in inside:
             if names.get(pid):
                 named[str(names[pid])] = named.get(str(names[pid]), 0) + 1
