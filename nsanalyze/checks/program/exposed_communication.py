@@ -61,9 +61,10 @@ CHECK = Check(
     section="busy",
     requires=("devices",),
     thresholds={"min_exposed_share": Threshold(0.03, "a few percent of a step in bare collectives is worth overlapping")},
-    speedup_model=("the transfers: the exposed communication of the GPU that waits least in its collectives (the "
-                   "straggler's, which waits for no one); what the others spend beyond it is waiting for the straggler, "
-                   "which overlap cannot hide (rank-imbalance's saving)"),
+    speedup_model=("the transfers, at most: the exposed communication of the GPU that waits least in its collectives "
+                   "(the straggler's; its own waits where another GPU arrives later are not told apart); what the "
+                   "others spend beyond it is waiting for the straggler, which overlap cannot hide (rank-imbalance's "
+                   "saving)"),
     budget_part=BUDGET_PART,
     change={"speedup": ("communication",)},  # the replay change priced (program.py)
     advice=ADVICE,
@@ -96,7 +97,7 @@ def run(timeline, limits) -> Finding | None:
     if found and waiting > 0.5:
         title += (f"; {waiting_ns / 1e6:.1f} ms of it ({waiting:.0%}) waits for {label(found.straggler)}, a "
                   f"straggler that reaches the collectives later: balancing the GPUs removes that, overlap cannot; "
-                  f"the transfers themselves, {transfer / 1e6:.1f} ms, could hide behind compute")
+                  f"the transfers themselves, at most {transfer / 1e6:.1f} ms, could hide behind compute")
     elif found and waiting_ns > 0:
         title += (f": collectives not overlapped with compute, {transfer / 1e6:.1f} ms of transfers; "
                   f"{waiting_ns / 1e6:.1f} ms more is waiting for {label(found.straggler)}")
@@ -137,8 +138,10 @@ def run(timeline, limits) -> Finding | None:
                              "(rank-imbalance, given every rank's export: nsys profile in each rank's process, then "
                              "nsanalyze report with all of them, --as-ranks)")
     if found and waiting_ns > 0:
-        finding.notes.append(f"saves the transfers only, {transfer / 1e6:.2f} ms (the exposed communication of "
-                             f"{label(found.straggler)}, which waits for no one); the other {waiting_ns / 1e6:.2f} ms "
+        finding.notes.append(f"saves the transfers only, at most {transfer / 1e6:.2f} ms (the exposed communication of "
+                             f"{label(found.straggler)}, the GPU that waits least in the collectives: where the others "
+                             "reach one after it, it waits too, which its own time does not tell apart from its "
+                             f"transfers); the other {waiting_ns / 1e6:.2f} ms "
                              "is waiting for the straggler: balancing the ranks' work gives it back, not faster "
                              "transfers (rank-imbalance judges that imbalance against its own threshold)")
     finding.estimated_savings_ns = float(transfer)
