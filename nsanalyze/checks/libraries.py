@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+from nsanalyze.normalize.frameworks import PYTORCH, mark
+
 # (pattern on the demangled or function name, library); the first match wins. Namespaces, and the naming
 # schemes of closed libraries' kernels (an architecture prefix, the library's own words), not bare words.
 ARCH = r"(?:maxwell|pascal|volta|turing|ampere|ada|hopper|blackwell|sm\d{2,3}a?)"
@@ -27,8 +29,7 @@ LIBRARIES = (
                 r"^implicit_convolve_|^winograd\w*<|^fft2d_", re.I), "cuDNN"),
     (re.compile(r"(?:^|[^a-z0-9_])cutlass::|^cutlass_|^Kernel2?<cutlass", re.I), "CUTLASS"),
     (re.compile(r"^triton_|^triton::", re.I), "Triton"),
-    (re.compile(r"(?:^|[^a-z0-9_])(?:at::|c10::)|^cunn_|^(?:vectorized|unrolled)_elementwise_kernel|"
-                r"^multi_tensor_apply_kernel", re.I), "PyTorch"),
+    (mark(PYTORCH), PYTORCH),   # (its marks: normalize/frameworks.csv, which the advice's examples read too)
     (re.compile(r"(?:^|[^a-z0-9_])(?:cub|thrust)::|^(?:cub|thrust)_|^Device(?:Radix|Merge|Segmented|Reduce|Scan|"
                 r"Select|Histogram|Partition)\w*Kernel", re.I), "CUB/Thrust"),
     (re.compile(r"nccl", re.I), "NCCL"),

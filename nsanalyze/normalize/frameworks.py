@@ -23,6 +23,11 @@ def _marks() -> tuple[tuple[str, re.Pattern], ...]:
         return tuple((row["framework"], re.compile(row["pattern"], re.I)) for row in csv.DictReader(handle))
 
 
+def mark(framework: str) -> re.Pattern:
+    """The framework's kernel marks (frameworks.csv): one source for them (checks.libraries reads PyTorch's)."""
+    return next(pattern for name, pattern in _marks() if name == framework)
+
+
 def frameworks(names) -> tuple[str, ...]:
     """The frameworks whose marks the kernel names (short or demangled; None skipped) carry, in the table's order."""
     seen: set[str] = set()
