@@ -1140,7 +1140,7 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         work = host_work if not os_gone.any() else \
             (lambda g, gap: (gap - (gap_os_ns(g) - os_gone).clip(min=0.0)).clip(min=0.0))
         # (input_work, but after a read: the host's work before such a call is on what it read, whichever step)
-        host.drop(graph, calls & ~after, lambda g, gap: (work(g, gap) - earlier_step_ns(g, gap)).clip(min=0.0))
+        host.drop(graph, calls & ~after, lambda g, gap: input_work(g, gap, work))
         host.drop(graph, calls & after, work)
         host.drop(graph, waits, call_way)
         # (the work on what was read, its OS waits kept: the call itself stays)
@@ -1370,12 +1370,13 @@ def host_work(graph: Graph, gap: np.ndarray) -> np.ndarray:
     return (gap - gap_os_ns(graph)).clip(min=0.0)
 
 
-def input_work(graph: Graph, gap: np.ndarray) -> np.ndarray:
+def input_work(graph: Graph, gap: np.ndarray, work=host_work) -> np.ndarray:
     """host_work before a copy's call, less the part inside an earlier step's host range (earlier_step_ns: that
     step's own work at its end): before an upload, the work that built its input (the host's loop before it, its
     gathers, a tokenizer), which goes where the input is made on the GPU. (Not for a call right after a read: its
-    host work is on what was read, a checkpoint written at a step's end among it.)"""
-    return (host_work(graph, gap) - earlier_step_ns(graph, gap)).clip(min=0.0)
+    host work is on what was read, a checkpoint written at a step's end among it.) `work`: the host's work in a gap
+    (host_work; the replay's, where an OS class's waits are gone already)."""
+    return (work(graph, gap) - earlier_step_ns(graph, gap)).clip(min=0.0)
 
 
 def earlier_step_ns(graph: Graph, gap: np.ndarray) -> np.ndarray:
