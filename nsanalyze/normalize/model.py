@@ -383,7 +383,7 @@ class HostData(Record):
     copy_ns_per_step: float = 0        # the copies' own GPU time, mean a step
     ns_per_step: float = 0             # all that keeping the data on the GPU takes away at most, mean a step
     step_ns: float = 0                 # the block's steps' mean measured period
-    pageable_within: bool = False      # every pageable copy of the block is one of these
+    pageable_within: bool = False      # the block's pageable copies are these (critical_path.PAGEABLE_WITHIN_SHARE)
     syncs_within: bool = False         # every sync call of the block is one of these copies' own waits
 
 

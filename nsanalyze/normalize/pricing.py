@@ -211,7 +211,7 @@ def contains(outer: dict | None, inner: dict | None) -> bool:
     """Whether the change `outer` makes every change `inner` makes, so that what inner saves is part of what outer
     saves (never added to it): each step as one graph launch drops every launch path and keeps every kernel's
     time, and so holds a role's kernels launched as one fused pass (their launch paths gone, their time kept); the
-    data kept on the GPU, where every pageable copy is among its copies (`pageable_within`), holds those copies
+    data kept on the GPU, where its copies are the pageable ones (`pageable_within`), holds those copies
     pinned, and where every sync is their wait (`syncs_within`), the syncs gone."""
     if not outer or not inner or outer == inner:
         return False

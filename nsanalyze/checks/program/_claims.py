@@ -70,7 +70,7 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
             out[HOST_WAIT_ID] = waits
     inside: tuple = ()   # causes whose change is part of a wider one's: the wider counts their time
     if getattr(timeline, "host_data", None) is not None and runs(host_data.ID):   # the data's handling, its copies
-        # with it: where every pageable copy is the data's, pinning them is part of this change (rank: `within`)
+        # with it: where the pageable copies are the data's, pinning them is part of this change (rank: `within`)
         pinned = (pageable_memcpy.ID,) if timeline.host_data.pageable_within else ()
         data = host_data.claimed_parts(timeline, limits_for(host_data), _summed(out, leaving=pinned))
         if data:
@@ -271,7 +271,7 @@ def _class_claim(timeline, entry, cost) -> dict[str, float]:
 
 def within_others(timeline, claimed: dict) -> tuple:
     """The causes of these claims whose change is part of another's (pricing.contains), whose time that one counts:
-    pageable-memcpy's pinned copies where host-data's change, the data kept on the GPU, takes every pageable copy,
+    pageable-memcpy's pinned copies where host-data's change, the data kept on the GPU, takes the pageable copies,
     and host-sync's syncs gone where every sync is one of those copies' waits."""
     data = getattr(timeline, "host_data", None)
     if host_data.ID not in claimed or data is None:

@@ -147,8 +147,10 @@ def test_state_moved_to_the_host_and_back_each_step_is_first(analyzed):
     move about the same bytes each way a step. Read blind, pageable-memcpy came first, pricing pinned copies at 34.0
     ms a step where keeping both models resident saved 51.7 (the window's means); host-data stayed silent, the host
     doing little with the bytes. A round trip of about the same bytes is now state parked on the host: host-data is
-    first, its lead says so, and its saving is within 30% of the fix's (the slow steps at the window's start claim
-    part of the copies' time)."""
+    first, its lead says so, and its saving is within 15% of the fix's (the slow steps at the window's start claim
+    part of the copies' time). Its copies hold nearly all the pageable copy time (the rest: reads of a few bytes), so
+    pinning them (pageable-memcpy) is counted within its change: the GPU's wait under their calls is host-data's
+    (it saved 38.3 ms a step, said "saves only", while pageable-memcpy held that wait)."""
     base, fix = "blind79_offload_base1", "blind79_offload_fix1"
     model = analyzed(_path(base))
     window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
@@ -159,13 +161,20 @@ def test_state_moved_to_the_host_and_back_each_step_is_first(analyzed):
     assert up > 150e6 and down > 150e6 and max(up, down) < 1.01 * min(up, down)
     data = model["timeline"]["host_data"]
     assert data["read_bytes_per_step"] == pytest.approx(down, rel=0.01)
-    first = program_findings(model)[0]
+    (pageable_ns, large_ns), = sql(_path(base), f"""SELECT SUM(m.end - m.start),
+        SUM(CASE WHEN m.bytes >= 65536 THEN m.end - m.start ELSE 0 END) FROM CUPTI_ACTIVITY_KIND_MEMCPY m
+        JOIN ENUM_CUDA_MEM_KIND k ON k.id IN (m.srcKind, m.dstKind) WHERE k.label = 'Pageable'
+        AND m.start >= {window['start_ns']} AND m.start < {window['end_ns']}""")
+    assert large_ns > 0.95 * pageable_ns
+    findings = program_findings(model)
+    first = findings[0]
     assert first["check"] == "host-data" and first["title"].startswith("The steps move state to the host and back")
     assert "state parked on the host" in first["advice"].split("\n\n")[0]
     saved = first["estimated_savings_ns"] / steps
-    assert saved == pytest.approx(sql_saved_per_step(analyzed, _path(base).name, _path(fix).name), rel=0.3)
-    # its title states the replay's saving a step; cut to what it claims beside slow-steps, it says that too
-    assert first["title"].endswith(f"; saves only {saved / 1e6:.1f} ms a step (its savings note says why)")
+    assert saved == pytest.approx(sql_saved_per_step(analyzed, _path(base).name, _path(fix).name), rel=0.15)
+    pinning, = [f for f in findings if f["check"] == "pageable-memcpy"]
+    assert pinning["evidence"]["within"] == "host-data"
+    assert f"a step saves {saved / 1e6:.1f} ms of its" in first["title"] and "saves only" not in first["title"]
 
 
 def test_reads_written_to_files_each_step_are_one_finding_with_the_writes(analyzed):
