@@ -197,8 +197,8 @@ def run(timeline, limits) -> Finding | None:
                    f"overlap with compute ({duration_text(compute_ns)} in the window) or fewer bytes save time")
     elif at_link and not link_of(timeline)[2]:
         # the reference is the export's own copies: a rate measured against itself says nothing of the link
-        outlook = (f", the rate of this export's own large pinned copies; the GPU's link is not known, so whether "
-                   f"it allows more is not measured; fewer bytes, or overlap with the {duration_text(compute_ns)} of "
+        outlook = (f"; the export names no link, and these copies are its only measure of one, so whether the link "
+                   f"allows more is not known; fewer bytes, or overlap with the {duration_text(compute_ns)} of "
                    "compute, save time")
     elif at_link and overlap_ns >= 0.5 * left_ns:
         steps = step_count(timeline) or 0
