@@ -39,7 +39,7 @@ from nsanalyze.checks.base import (AT_NEED_SLACK, SEVERITIES, Finding, budget_pa
                                    share_of_need)
 from nsanalyze.checks.languages import language_note
 from nsanalyze.checks.libraries import CLOSED_LIBRARIES, CODE_LEVEL_CHECKS
-from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
+from nsanalyze.checks.program._claims import claims_by_cause, counted_beside, unclaimed_part
 from nsanalyze.normalize import critical_path as cp
 from nsanalyze.normalize import pricing
 from nsanalyze.normalize.critical_path import SELF_CHECK_TOLERANCE
@@ -380,7 +380,8 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
         else:
             limit = unclaimed_part(timeline, part, finding.budget_device, finding.check)[0] if part and timeline.budget \
                 else whole
-            shared = _shared_part_note(whole, limit, part, span, claims, findings,
+            beside_it = counted_beside(timeline, claims, finding.check)   # (the claims its limit was cut by)
+            shared = _shared_part_note(whole, limit, part, span, beside_it, findings,
                                        stepped=getattr(timeline, "steps", None) is not None) \
                 if part and finding.budget_device is None else None
             if finding.dropped_host_ns and part and part.startswith("gpu_") and finding.estimated_savings_ns > limit \
@@ -397,7 +398,7 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
             if shared:
                 finding.notes.append(shared)
             elif limit < whole and finding.estimated_savings_ns > limit:
-                finding.notes.append(_wider_causes_note(whole, limit, part, claims, findings))
+                finding.notes.append(_wider_causes_note(whole, limit, part, beside_it, findings))
             beside = _beside_part(finding, claims) if finding.budget_device is None else {}
             if beside:   # its change's time in other parts (checks/program/_claims: the replay's); the evidence
                 # lists every part its savings come from, its own first, as a wider cause's does

@@ -279,13 +279,18 @@ def within_others(timeline, claimed: dict) -> tuple:
     return ((pageable_memcpy.ID,) if data.pageable_within else ()) + ((SYNC_ID,) if data.syncs_within else ())
 
 
-def claims(timeline, of: str | None = None) -> dict[str, float]:
-    """ns of each budget part that wider causes claim (claims_by_cause, summed; a cause within another's change
-    left out: that one counts its time). For the finding of a cause within another's (`of`), the wider one's claim
-    is left out too: that finding says what its own change saves alone, counted within the wider one's."""
-    claimed = claims_by_cause(timeline)
+def counted_beside(timeline, claimed: dict[str, dict[str, float]], of: str | None = None) -> dict[str, dict[str, float]]:
+    """Of the causes' claims (claims_by_cause), those a finding of `of` is priced beside: a cause within another's
+    change left out (that one counts its time), and for the finding of a cause within another's, the wider one too:
+    that finding says what its own change saves alone, counted within the wider one's."""
     inside = within_others(timeline, claimed)
-    return _summed(claimed, leaving=inside + ((host_data.ID,) if of in inside else ()))
+    leaving = inside + ((host_data.ID,) if of in inside else ())
+    return {cause: parts for cause, parts in claimed.items() if cause not in leaving}
+
+
+def claims(timeline, of: str | None = None) -> dict[str, float]:
+    """ns of each budget part that wider causes claim beside a finding of `of` (counted_beside, summed)."""
+    return _summed(counted_beside(timeline, claims_by_cause(timeline), of))
 
 
 def unclaimed_part(timeline, part: str, device_id=None, of: str | None = None) -> tuple[float, float]:

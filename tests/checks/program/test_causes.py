@@ -297,6 +297,26 @@ def test_a_part_and_its_rest_that_print_apart_are_squared(analyzed):
     assert "median step" not in note
 
 
+def test_a_shared_part_note_leaves_out_a_cause_counted_within_another(analyzed):
+    """blind79_offload: pinning the copies (pageable-memcpy) is counted within keeping the data on the GPU
+    (host-data). The shares a part's note lists add up to the part: launch-overhead's note listed both host-data's
+    claim and pageable-memcpy's, the same wait twice (22% + 12% + 5% of a 26% part), and pageable-memcpy's own note
+    listed host-data's claim beside the 50% it counts of a 58% part."""
+    import re
+
+    model = analyzed(REAL / "blind79_offload_base1_nsys.sqlite.xz")
+    by_check = {f["check"]: f for f in program_findings(model)}
+    assert by_check["pageable-memcpy"]["evidence"]["within"] == "host-data"
+    for check in ("launch-overhead", "pageable-memcpy"):
+        note = next(n for n in by_check[check]["notes"] if n.startswith("the budget's "))
+        part = int(re.search(r"is (\d+)% of the window", note).group(1))
+        shares = [int(s) for s in re.findall(r"counts (\d+)%", note) + re.findall(r"the (\d+)% left", note)]
+        assert len(shares) >= 2 and sum(shares) <= part + len(shares)   # (each share rounded)
+    assert "host-data" not in next(n for n in by_check["pageable-memcpy"]["notes"] if n.startswith("the budget's "))
+    assert "pageable-memcpy" not in next(n for n in by_check["launch-overhead"]["notes"]
+                                         if n.startswith("the budget's "))
+
+
 @pytest.mark.parametrize("run", [1])  # the second pair: bench/calibration.py's table (the suite's time)
 def test_waits_that_read_a_data_dependent_size_are_named(analyzed, run):
     """blind74_masksync (chosen blind): a token tagger's loss and metrics select the labelled tokens by boolean masks
