@@ -707,8 +707,9 @@ def within_wider_changes(findings: list[Finding], timeline) -> None:
         if outer is None:
             continue
         wider = (_change_of(outer) or {}).get("data_on_gpu")
+        removed = "these waits" if (_change_of(inner) or {}).get("remove") else "these copies"   # (syncs, or pinning)
         _count_within(inner, outer, f"counted within {outer.check}: its change ("
-                                    + ("the data kept on the GPU) removes these copies" if wider else
+                                    + (f"the data kept on the GPU) removes {removed}" if wider else
                                        "each step one graph launch) removes these launches")
                                     + f" too; fixed together the two save what {outer.check} says "
                                     f"({per_step(outer.estimated_savings_ns)}), not the sum. Alone, this change saves "

@@ -1031,7 +1031,7 @@ def data_summary(block: "StepBlock | None") -> dict | None:
             "ns_per_step": data_ns_per_step(graph),
             "step_ns": float(block.measured.mean()) if len(block.measured) else 0.0,
             "pageable_within": pageable_within(graph, copies),
-            "syncs_within": bool(not (graph.calls_of("sync") & ~calls & ~waits).any())}
+            "syncs_within": syncs_within(graph, calls, waits)}
 
 
 def _kernel_roles(export: NsysExport, kernels, names: list, in_ranges: np.ndarray | None = None) -> list[str]:
@@ -1417,6 +1417,19 @@ def pageable_copies(graph: Graph) -> np.ndarray:
 # does not shorten (blind79_offload: 9,090 of 13,620 pageable copies, 99.6% of their time, beside 4,530 reads of
 # a step's results)
 PAGEABLE_WITHIN_SHARE = 0.95
+
+
+# The data's copies and their waits holding this share of the block's sync calls' time or more, removing the syncs is
+# part of keeping the data on the GPU: the rest are a step's own reads (blind79_fsynclog: a checkpoint's 48 reads back
+# a step, 96-98% of the wait, beside the loss read once a step)
+SYNCS_WITHIN_SHARE = 0.9
+
+
+def syncs_within(graph: Graph, calls: np.ndarray, waits: np.ndarray) -> bool:
+    """Whether the data's copy `calls` and their `waits` are the block's syncs (SYNCS_WITHIN_SHARE of their time)."""
+    syncs = graph.calls_of("sync")
+    took = graph.c_own[syncs]
+    return bool(took.sum() == 0 or took[(calls | waits)[syncs]].sum() >= SYNCS_WITHIN_SHARE * took.sum())
 
 
 def pageable_within(graph: Graph, copies: np.ndarray) -> bool:

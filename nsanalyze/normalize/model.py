@@ -384,7 +384,7 @@ class HostData(Record):
     ns_per_step: float = 0             # all that keeping the data on the GPU takes away at most, mean a step
     step_ns: float = 0                 # the block's steps' mean measured period
     pageable_within: bool = False      # the block's pageable copies are these (critical_path.PAGEABLE_WITHIN_SHARE)
-    syncs_within: bool = False         # every sync call of the block is one of these copies' own waits
+    syncs_within: bool = False         # the block's syncs are these copies' waits (critical_path.SYNCS_WITHIN_SHARE)
 
 
 @dataclass(frozen=True)

@@ -272,7 +272,7 @@ def _class_claim(timeline, entry, cost) -> dict[str, float]:
 def within_others(timeline, claimed: dict) -> tuple:
     """The causes of these claims whose change is part of another's (pricing.contains), whose time that one counts:
     pageable-memcpy's pinned copies where host-data's change, the data kept on the GPU, takes the pageable copies,
-    and host-sync's syncs gone where every sync is one of those copies' waits."""
+    and host-sync's syncs gone where the syncs are those copies' waits."""
     data = getattr(timeline, "host_data", None)
     if host_data.ID not in claimed or data is None:
         return ()

@@ -230,8 +230,9 @@ def claimed_parts(timeline, limits, taken: dict[str, float]) -> dict[str, float]
 
 def change_of(data, files: bool = False) -> dict:
     """The change this finding stands for; with `files` (files_idle_ns_per_step), the file I/O gone with the reads;
-    where the pageable copies are the data's (critical_path.pageable_within), pinning them (pageable-memcpy's change) is part of it, and where
-    every sync is one of their waits, removing the syncs (host-sync's) is (normalize.pricing.contains)."""
+    where the pageable copies are the data's (critical_path.pageable_within), pinning them (pageable-memcpy's change)
+    is part of it, and where the syncs are their waits (critical_path.syncs_within), removing the syncs (host-sync's)
+    is (normalize.pricing.contains)."""
     return {**CHECK.change, **({"remove": (FILE_CLASS,)} if files else {}),
             **({"pageable_within": True} if data.pageable_within else {}),
             **({"syncs_within": True} if data.syncs_within else {})}

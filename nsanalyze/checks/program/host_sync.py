@@ -37,8 +37,11 @@ stays in the replay.
 - `min_idle_share`: idle_sync over the window before the check speaks.
 """
 
+from humanize import naturalsize
+
 from nsanalyze.normalize.host_activity import base_name, waits_for_gpu
-from nsanalyze.checks.program import pageable_memcpy
+from nsanalyze.checks import runs
+from nsanalyze.checks.program import host_data, pageable_memcpy
 from nsanalyze.checks.program._claims import SYNC_CHANGE, SYNC_ID, SYNC_MIN_SHARE, SYNC_PART, checks_values, \
     claims_by_cause, host_sync_calls, sync_change
 from nsanalyze.checks.base import Check, Finding, plural, Threshold, budget_part, evidence, per_step_phrase, \
@@ -191,7 +194,7 @@ def run(timeline, limits) -> Finding | None:
                   "sync_calls": evidence(calls),
                   "by_call": [dict(r.to_json(), kind=kind) for r, kind in sorted(rows, key=lambda r: -r[0].wait_ns)]},
         advice=(_polls_first(rows, waits) or backward_waits_text(waits) or checks_advice or _uploads_first(timeline, calls)
-                or _source_first(rows, timeline.critical_path is not None and timeline.timed_trials is None)) + ADVICE,
+                or _reads_first(timeline) or _source_first(rows, timeline.critical_path is not None and timeline.timed_trials is None)) + ADVICE,
     )
     if on_gpu:
         finding.notes.append("not counted as host synchronizations: " + ", ".join(
@@ -263,6 +266,22 @@ def _uploads_first(timeline, calls: int) -> str:
             "the host waits for the work queued before it, so what it does next (building the next input) runs while "
             "the GPU has nothing queued. Pin the inputs and copy with `non_blocking=True` (pageable-memcpy), or keep them on "
             "the GPU; the host then prepares the next step while the GPU computes this one.\n\n")
+
+
+def _reads_first(timeline) -> str:
+    """Where the waits are the reads back of the data the host handles (critical_path.syncs_within: host-data's
+    copies and their waits hold the syncs' time), the advice's first paragraph says so: the reads are the cause, not
+    a `.item()` (blind79_fsynclog: a checkpoint's 48 reads a step, torch.save of GPU tensors, and the loss read
+    once; the advice led with `.item()`)."""
+    data = getattr(timeline, "host_data", None)
+    if data is None or not data.syncs_within or not round(data.reads_per_step) or not runs(host_data.ID):
+        return ""
+    return (f"The waits are the reads back of the data the host handles ({host_data.ID}): "
+            f"{plural(round(data.reads_per_step), 'copy')} a step to the host "
+            f"({naturalsize(data.read_bytes_per_step, binary=True)}), each waited for (a `.cpu()`, a `torch.save` of "
+            "GPU tensors, a copy to pageable memory). Keep that data on the GPU, read it back every N steps, or copy it into pinned "
+            "buffers with `non_blocking=True` and use it a step later; removing the waits is part of that change, "
+            f"counted within {host_data.ID}'s saving.\n\n")
 
 
 def _source_first(rows, tuner_ruled_out: bool) -> str:

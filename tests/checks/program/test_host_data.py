@@ -197,6 +197,27 @@ def test_reads_written_to_files_each_step_are_one_finding_with_the_writes(analyz
     assert data["evidence"]["file_io_idle_ns_per_step"]["value"] == pytest.approx(8.47e6, rel=0.01)
 
 
+def test_waits_that_are_the_datas_reads_are_counted_within_it(analyzed):
+    """blind79_fsynclog: of the host's waits, the checkpoint's reads back are nearly all (SQL: 48 copies to the host a
+    step, each followed by a stream sync; the loss read once a step beside them). host-sync spoke apart, 3.9 ms a step
+    with `.item()` advice; removing those waits is part of keeping the data on the GPU, so it is counted within
+    host-data's finding and its advice leads with the reads."""
+    model = analyzed(_path("blind79_fsynclog_base1"))
+    window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
+    (reads,), = sql(_path("blind79_fsynclog_base1"), f"""SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY m
+        JOIN ENUM_CUDA_MEMCPY_OPER e ON e.id = m.copyKind WHERE e.label = 'Device-to-Host' AND m.bytes > 8
+        AND m.start >= {window['start_ns']} AND m.start < {window['end_ns']}""")   # (not the loss's 4 bytes)
+    findings = {f["check"]: f for f in program_findings(model)}
+    sync, data = findings["host-sync"], findings["host-data"]
+    assert round(reads / steps) == round(data["evidence"]["reads_per_step"]["value"]) == 48
+    assert sync["evidence"]["within"] == "host-data"
+    assert 0 < sync["estimated_savings_ns"] < data["estimated_savings_ns"]
+    lead = sync["advice"].split("\n\n")[0]
+    assert lead.startswith("The waits are the reads back of the data the host handles (host-data): 48 copies a step")
+    assert any(n.startswith("counted within host-data: its change (the data kept on the GPU) removes these waits")
+               for n in sync["notes"])
+
+
 def test_a_steps_own_work_at_its_end_is_not_the_next_inputs(analyzed):
     """blind80_gccollect (recorded before any check looked at it): a training loop that calls gc.collect() after each
     step (a data set index of 2.3 million Python objects: about 310 ms a collection), inside the step's range, before
