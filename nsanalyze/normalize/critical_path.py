@@ -1419,6 +1419,13 @@ def pageable_copies(graph: Graph) -> np.ndarray:
 PAGEABLE_WITHIN_SHARE = 0.95
 
 
+def pageable_within(graph: Graph, copies: np.ndarray) -> bool:
+    """Whether the data's `copies` hold the block's pageable copies (PAGEABLE_WITHIN_SHARE of their time)."""
+    pageable = pageable_copies(graph)
+    took = (graph.o_end - graph.o_start)[pageable]
+    return bool(took.sum() == 0 or took[copies[pageable]].sum() >= PAGEABLE_WITHIN_SHARE * took.sum())
+
+
 # The data's copies and their waits holding this share of the block's sync calls' time or more, removing the syncs is
 # part of keeping the data on the GPU: the rest are a step's own reads (blind79_fsynclog: a checkpoint's 48 reads back
 # a step, 96-98% of the wait, beside the loss read once a step)
@@ -1430,13 +1437,6 @@ def syncs_within(graph: Graph, calls: np.ndarray, waits: np.ndarray) -> bool:
     syncs = graph.calls_of("sync")
     took = graph.c_own[syncs]
     return bool(took.sum() == 0 or took[(calls | waits)[syncs]].sum() >= SYNCS_WITHIN_SHARE * took.sum())
-
-
-def pageable_within(graph: Graph, copies: np.ndarray) -> bool:
-    """Whether the data's `copies` hold the block's pageable copies (PAGEABLE_WITHIN_SHARE of their time)."""
-    pageable = pageable_copies(graph)
-    took = (graph.o_end - graph.o_start)[pageable]
-    return bool(took.sum() == 0 or took[copies[pageable]].sum() >= PAGEABLE_WITHIN_SHARE * took.sum())
 
 
 # A sync call this soon after a copy call on its thread is that copy's own wait: PyTorch's blocking `.to()` from

@@ -194,7 +194,8 @@ def run(timeline, limits) -> Finding | None:
                   "sync_calls": evidence(calls),
                   "by_call": [dict(r.to_json(), kind=kind) for r, kind in sorted(rows, key=lambda r: -r[0].wait_ns)]},
         advice=(_polls_first(rows, waits) or backward_waits_text(waits) or checks_advice or _uploads_first(timeline, calls)
-                or _reads_first(timeline) or _source_first(rows, timeline.critical_path is not None and timeline.timed_trials is None)) + ADVICE,
+                or _reads_first(timeline)
+                or _source_first(rows, timeline.critical_path is not None and timeline.timed_trials is None)) + ADVICE,
     )
     if on_gpu:
         finding.notes.append("not counted as host synchronizations: " + ", ".join(
@@ -279,9 +280,9 @@ def _reads_first(timeline) -> str:
     return (f"The waits are the reads back of the data the host handles ({host_data.ID}): "
             f"{plural(round(data.reads_per_step), 'copy')} a step to the host "
             f"({naturalsize(data.read_bytes_per_step, binary=True)}), each waited for (a `.cpu()`, a `torch.save` of "
-            "GPU tensors, a copy to pageable memory). Keep that data on the GPU, read it back every N steps, or copy it into pinned "
-            "buffers with `non_blocking=True` and use it a step later; removing the waits is part of that change, "
-            f"counted within {host_data.ID}'s saving.\n\n")
+            "GPU tensors, a copy to pageable memory). Keep that data on the GPU, read it back every N steps, or copy "
+            "it into pinned buffers with `non_blocking=True` and use it a step later; removing the waits is part of "
+            f"that change, counted within {host_data.ID}'s saving.\n\n")
 
 
 def _source_first(rows, tuner_ruled_out: bool) -> str:
