@@ -40,7 +40,7 @@ from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, 
 from nsanalyze.normalize.budget import union
 from nsanalyze.normalize.host_activity import (Measure, all_threads_inside, base_name, class_order, classify,
                                               intersect, paint, read_os_calls, rules)
-from nsanalyze.normalize.host_calls import CAPTURE_BEGINS, CAPTURE_ENDS, DEVICE_COPY_KINDS
+from nsanalyze.normalize.host_calls import CAPTURE_BEGINS, CAPTURE_ENDS, COPY_WAIT_GAP_NS, DEVICE_COPY_KINDS
 from nsanalyze.normalize.polls import NOT_READY, POLL_NAMES, find_runs
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
 from nsanalyze.patterns import UserPattern
@@ -1437,12 +1437,6 @@ def syncs_within(graph: Graph, calls: np.ndarray, waits: np.ndarray) -> bool:
     syncs = graph.calls_of("sync")
     took = graph.c_own[syncs]
     return bool(took.sum() == 0 or took[(calls | waits)[syncs]].sum() >= SYNCS_WITHIN_SHARE * took.sum())
-
-
-# A sync call this soon after a copy call on its thread is that copy's own wait: PyTorch's blocking `.to()` from
-# pageable memory is a cudaMemcpyAsync, then a cudaStreamSynchronize 0.2-13 us after it (blind67_fields: 3,004 pairs,
-# 0.43 us on average); a sync the program calls itself comes through the interpreter, later
-COPY_WAIT_GAP_NS = 20_000
 
 
 # The copy kind whose calls pinning frees: a copy to the device from pinned memory returns once queued; a read-back

@@ -205,6 +205,7 @@ class Syncs(Record):
     implicit: tuple = ()
     relaunch_gap_ns: float = 0
     polls: tuple = ()   # poll loops (normalize/polls.py) by query name: `calls` counts loops, each one wait
+    copy_waits: int = 0   # explicit syncs that are an implicit row's copy's own wait (host_calls.copy_waits): one wait
 
 
 @dataclass(frozen=True)

@@ -114,12 +114,13 @@ VALUE_CHECKS_SHARE = 0.5
 
 
 def host_sync_calls(timeline) -> int:
-    """The window's calls in which the host waits for the GPU: explicit syncs, copies to the host and poll loops (one
-    each), less the waits between streams on the GPU (cudaStreamWaitEvent: the host does not wait in them,
-    host_activity.csv)."""
+    """The window's waits for the GPU: explicit syncs, copies to the host and poll loops (one each), less the waits
+    between streams on the GPU (cudaStreamWaitEvent: the host does not wait in them, host_activity.csv) and the syncs
+    that are a copy's own wait (a copy to the host and its sync: one wait)."""
     syncs = timeline.syncs
     rows = [*syncs.explicit, *syncs.implicit, *syncs.polls]   # (a poll loop: one wait)
-    return sum(r.calls for r in rows) - sum(r.calls for r in syncs.explicit if r.name and not waits_for_gpu(r.name))
+    return (sum(r.calls for r in rows) - sum(r.calls for r in syncs.explicit if r.name and not waits_for_gpu(r.name))
+            - syncs.copy_waits)
 
 
 def checks_values(timeline) -> bool:

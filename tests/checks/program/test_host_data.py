@@ -201,7 +201,8 @@ def test_waits_that_are_the_datas_reads_are_counted_within_it(analyzed):
     """blind79_fsynclog: of the host's waits, the checkpoint's reads back are nearly all (SQL: 48 copies to the host a
     step, each followed by a stream sync; the loss read once a step beside them). host-sync spoke apart, 3.9 ms a step
     with `.item()` advice; removing those waits is part of keeping the data on the GPU, so it is counted within
-    host-data's finding and its advice leads with the reads."""
+    host-data's finding and its advice leads with the reads. Each read and its sync are one wait: the title counted
+    11,543 host synchronizations (both calls of each pair), 97 a step for 49 reads; it counts SQL's sync calls."""
     model = analyzed(_path("blind79_fsynclog_base1"))
     window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
     (reads,), = sql(_path("blind79_fsynclog_base1"), f"""SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY m
@@ -210,6 +211,11 @@ def test_waits_that_are_the_datas_reads_are_counted_within_it(analyzed):
     findings = {f["check"]: f for f in program_findings(model)}
     sync, data = findings["host-sync"], findings["host-data"]
     assert round(reads / steps) == round(data["evidence"]["reads_per_step"]["value"]) == 48
+    (syncs,), = sql(_path("blind79_fsynclog_base1"), f"""SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        JOIN StringIds s ON s.id = r.nameId WHERE s.value LIKE 'cuda%Synchronize%' AND r.start >= {window['start_ns']}
+        AND r.start < {window['end_ns']}""")
+    assert syncs > reads and sync["evidence"]["sync_calls"]["value"] == pytest.approx(syncs, abs=2)
+    assert sync["title"].startswith(f"{sync['evidence']['sync_calls']['value']:,} host synchronizations")
     assert sync["evidence"]["within"] == "host-data"
     assert 0 < sync["estimated_savings_ns"] < data["estimated_savings_ns"]
     lead = sync["advice"].split("\n\n")[0]
