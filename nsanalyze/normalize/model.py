@@ -271,6 +271,8 @@ class StepsSummary(Record):
     name: str = ""
     count: int = 0
     warmup: int = 0
+    # the last of the leading slow steps where they go on past the warm-up's cap, half the steps (steps.leading_slow)
+    slow_lead_last_step: int | None = None
     first_step: int = 0
     last_step: int = 0
     clock: str = "host"

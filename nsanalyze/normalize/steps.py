@@ -48,6 +48,8 @@ class Steps:
     first_calls: np.ndarray | None = None  # per instance: start of the first call that launched its GPU work (-1)
     last_calls: np.ndarray | None = None   # per instance: start of the last call that launched its GPU work (-1)
     warmup: int = 0
+    # the instance after the leading slow steps where they go on past the warm-up's cap (leading_slow), else 0
+    slow_lead: int = 0
     clock: str = "host"                    # "gpu" once projected with enough GPU work, else "host"
     numbers: np.ndarray | None = None      # per instance: the number its range's name carries (step_numbers)
     names: list | None = None              # per instance: its range's own name, where it carries that number
@@ -160,6 +162,7 @@ class Steps:
         host = self.host_durations()
         typical = median(durations)
         out = {"name": self.name, "count": int(len(durations)), "warmup": self.warmup,
+               **({"slow_lead_last_step": self.number(self.slow_lead - 1)} if self.slow_lead else {}),
                "first_step": self.number(self.first_index), "last_step": self.number(self.last_index),
                "clock": self.clock,
                "median_ns": typical, "mean_ns": float(durations.mean()), "p95_ns": percentile(durations, 95),
@@ -278,6 +281,8 @@ def project_on_gpu(steps: Steps, work_starts: np.ndarray, work_ends: np.ndarray,
     steps.warmup = 0
     _, starts, ends = steps._all_intervals()
     steps.warmup = int(steps._timed()[count_warmup(ends - starts)]) if len(starts) else 0
+    slow = leading_slow(ends - starts)
+    steps.slow_lead = int(steps._timed()[slow]) if count_warmup(ends - starts) < slow < len(starts) else 0
     return steps
 
 
@@ -422,7 +427,8 @@ def find_steps(export: NsysExport, nvtx_name: str | None = None) -> Steps | None
     if len(starts) < MIN_STEPS:
         return None
     numbers = step_numbers(instance_names)
-    return Steps(normalized, tid, starts, ends, warmup=count_warmup(ends - starts), numbers=numbers,
+    slow, warmup = leading_slow(ends - starts), count_warmup(ends - starts)
+    return Steps(normalized, tid, starts, ends, warmup=warmup, slow_lead=slow if warmup < slow < len(starts) else 0, numbers=numbers,
                  names=list(instance_names) if numbers is not None else None)
 
 
@@ -483,13 +489,18 @@ def _outermost(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 def count_warmup(durations: np.ndarray) -> int:
     """Leading steps slower than the settled ones (at most half of them)."""
+    return min(leading_slow(durations), len(durations) // 2)
+
+
+def leading_slow(durations: np.ndarray) -> int:
+    """Leading steps slower than WARMUP_SLOWER x the median of the later half, however many: past half of them
+    (count_warmup's cap) the stretch is more than a warm-up, a slow regime of the run that the window starts inside
+    (blind79_offload: steps 1-64 of 120 at 109-186 ms, the later ones at 43-56, the same copies in each)."""
     if len(durations) < MIN_STEPS:
         return 0
     reference = float(np.median(durations[len(durations) // 2:]))
-    warmup = 0
-    while warmup < len(durations) // 2 and durations[warmup] > WARMUP_SLOWER * reference:
-        warmup += 1
-    return warmup
+    slow = durations > WARMUP_SLOWER * reference
+    return int(np.argmin(slow)) if not slow.all() else len(durations)
 
 
 # Consecutive steps compared for their kernels' launch shapes (the first steady ones: a bounded working set)

@@ -14,7 +14,7 @@ import numpy as np
 
 from nsanalyze.normalize.activity import Activity, Columns, distinct
 from nsanalyze.normalize.budget import CHUNK, SYNC_PREFIXES, union
-from nsanalyze.normalize.steps import Steps, find_launch_pattern
+from nsanalyze.normalize.steps import WARMUP_SLOWER, Steps, find_launch_pattern
 from nsanalyze.numbers import duration_text
 from nsanalyze.read.nsys import NsysExport
 
@@ -83,7 +83,7 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         warm = f" and {steps.warmup} warm-up step{'s' if steps.warmup != 1 else ''}" if steps.warmup else ""
         clock = " on the GPU's clock" if steps.clock == "gpu" else " (host ranges: the steps launched no GPU work)"
         return Window(start, end, f"steady state: steps {steps.number(steps.first_index)}-{steps.number(steps.last_index)} of '{steps.name}'{clock}; "
-                                  + _left_out(startup, f"start-up{warm}", "them"), "steady")
+                                  + _left_out(startup, f"start-up{warm}", "them") + _slow_lead(steps), "steady")
     if kind == "capture":
         asides = []   # said once, in one pair of parentheses
         if export.first_gpu_ns is not None:
@@ -98,6 +98,17 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
             asides.append("no repeating step-like NVTX range found")
         parts.append(f"the whole capture{what}" + (f" ({'; '.join(asides)})" if asides else ""))
     return Window(start, end, "; ".join(parts), kind)
+
+
+def _slow_lead(steps: Steps) -> str:
+    """Where the leading slow steps go on past the warm-up's cap (steps.leading_slow), that the window starts inside
+    them: what a user reads as the run's cost per step includes them, and the steady steps do not."""
+    if not steps.slow_lead:
+        return ""
+    first, last = steps.number(steps._timed()[0]), steps.number(steps.slow_lead - 1)
+    return (f" (warm-up is at most half the steps, but steps {first}-{last} all ran over {WARMUP_SLOWER:g}x the later "
+            f"steps' median: a slow stretch, not a warm-up, that the window starts inside; --nvtx-range '{steps.name}' "
+            f"counts every step)")
 
 
 def _left_out(ns: int, what: str, before: str) -> str:

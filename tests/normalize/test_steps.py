@@ -217,3 +217,29 @@ def test_the_shortest_step_is_a_step_not_the_last_ones_own_work(analyzed):
     periods = sql_gpu_step_periods(path)[steps["first_step"]:steps["last_step"]]
     assert len(periods) == steps["count"] - 1
     assert steps["min_ns"] == pytest.approx(min(periods), rel=0.01) and steps["min_ns"] > 45e6
+
+
+def test_a_slow_stretch_longer_than_a_warm_up_is_said(analyzed):
+    """blind79_offload_base1 (a user read): steps 0-64 of 120 ran 109-186 ms against 43-56 after, the same copies in
+    each. The window leaves out half the steps at most as warm-up (60), so it starts inside that stretch, and its
+    header said only "60 warm-up steps"; slow-steps then read steps 60-64, the stretch's end, as periodic work. The
+    stretch is measured without the cap (SQL's GPU periods against the later half's median), the header says where
+    it ends, and slow-steps calls its steps the stretch's end; graphs_eager's two warm-up steps say nothing more."""
+    from tests.conftest import program_findings, sql_gpu_step_periods
+
+    path = REAL / "blind79_offload_base1_nsys.sqlite.xz"
+    model = analyzed(path)
+    steps, window = model["timeline"]["steps"], model["timeline"]["window"]
+    periods = sql_gpu_step_periods(path)
+    later = statistics.median(periods[len(periods) // 2:])
+    slow = next(i for i, p in enumerate(periods) if p <= 1.25 * later)
+    assert slow > len(periods) // 2 and steps["warmup"] == steps["first_step"] < slow
+    assert steps["slow_lead_last_step"] == slow - 1 == 64
+    assert f"steps 0-{slow - 1} all ran over 1.25x the later steps' median" in window["description"]
+    outliers = next(f for f in program_findings(model) if f["check"] == "slow-steps")
+    assert max(outliers["evidence"]["slow_steps"]) <= slow - 1
+    assert f"the end of the run's slow first stretch (to step {slow - 1}" in outliers["title"]
+    assert outliers["advice"].startswith(f"These steps end the run's slow first stretch, to step {slow - 1}")
+    eager = analyzed(REAL / "graphs_eager_nsys.sqlite.xz")["timeline"]
+    assert eager["steps"]["warmup"] >= 1 and eager["steps"].get("slow_lead_last_step") is None
+    assert "slow stretch" not in eager["window"]["description"]

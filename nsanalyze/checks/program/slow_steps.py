@@ -29,8 +29,10 @@ if step % 500 == 499:                                  # much less often
 ```
 
 ## Known problems
-Slow steps at the start are warm-up and lie outside the window; a slow step in the middle of the run
-is counted here. A step that is slow because another phase (a checkpoint) lies inside it on the GPU's
+Slow steps at the start are warm-up and lie outside the window, half the steps at most; a slow step in the middle
+of the run is counted here. Where the run's leading slow steps go on past that half, the window starts inside them
+(its description says so), and slow steps that all lie in that stretch are its end: the title and the advice say
+so, not periodic work (blind79_offload: steps 0-64 of 120, steps 60-64 in the window). A step that is slow because another phase (a checkpoint) lies inside it on the GPU's
 clock is told by non-step-phase as well. Slow steps that come at no period and whose extra idle time the
 host spent waiting on a queue or a lock (a DataLoader that does not keep up) are the data pipeline's:
 host-wait names the wait. Slow steps that come at no period in a run whose steps spend half their time or more idle
@@ -53,6 +55,7 @@ import humanize
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, plural
 from nsanalyze.normalize.budget import PARTS
+from nsanalyze.text import code_span
 
 ID = "slow-steps"
 PART_WORDS = {"gpu_compute": "GPU compute", "gpu_communication": "communication", "gpu_copy": "copies on the GPU",
@@ -219,6 +222,9 @@ def run(timeline, limits) -> Finding | None:
         doing = "; ".join(filter(None, [doing, f"{trials[0]:.0f} event records and {trials[1]:.0f} syncs a slow step "
                                                f"against {trials[2]:.0f} in the others: timed trials"]))
     mean = float(periods.mean())
+    lead = _in_slow_lead(timeline, steps)
+    if lead is not None:
+        which += f", the end of the run's slow first stretch (to step {lead}, which the window starts inside),"
     finding = Finding(
         check=ID,
         title=(f"Steps that stand out: {which} take {_time(np.median(periods[slow]))} against a "
@@ -233,7 +239,8 @@ def run(timeline, limits) -> Finding | None:
                                                   unit="ns"),
                   "excess_ns": evidence(excess, unit="ns"),
                   "excess_share": evidence(share, limits.min_window_share, unit="ratio")},
-        advice=(TRIALS_ADVICE + ADVICE) if trials else ADVICE,
+        advice=(SLOW_LEAD_ADVICE.format(last=lead, option=code_span(f"--nvtx-range '{timeline.steps.name}'")) if lead is not None else "")
+        + ((TRIALS_ADVICE + ADVICE) if trials else ADVICE),
     )
     if in_phases.any():
         finding.notes.append(f"{_time(in_phases.sum())} of the slow steps lie in other NVTX phases (non-step-phase "
@@ -251,6 +258,24 @@ TRIALS_ADVICE = ("Their extra calls are timed trials: an autotuner (`torch.backe
                  "`@triton.autotune`) timing its candidate kernels for input shapes it has not seen. They stop once "
                  "every shape has been tuned: run each shape once before the loop you time, give the tuner fewer "
                  "shapes (pad or bucket them), or turn benchmark mode off.\n\n")
+
+
+# Slow steps that all lie in the run's leading slow stretch (steps.leading_slow: more than half the steps, past the
+# warm-up's cap) are its end, not work done every so often (blind79_offload: steps 60-64 of a stretch to step 64,
+# read as periodic logging, a user read)
+SLOW_LEAD_ADVICE = ("These steps end the run's slow first stretch, to step {last}: the window leaves at most half the "
+                    "steps out as warm-up, and this stretch lasted longer. Whatever slowed it (host memory touched for "
+                    "the first time, a cache or a clock warming up, a data set's first pass) costs more than a "
+                    "warm-up: read every step ({option}) and compare the first steps with the last.\n\n")
+
+
+def _in_slow_lead(timeline, steps: np.ndarray) -> int | None:
+    """The last step of the run's leading slow stretch where every one of these slow steps lies in it, else None."""
+    summary = getattr(timeline, "steps", None)
+    last = getattr(summary, "slow_lead_last_step", None) if summary is not None else None
+    if last is None or not len(steps):
+        return None
+    return last if all(timeline.step_number(int(i)) <= last for i in steps) else None
 
 
 def _timed_trials(timeline, slow: np.ndarray) -> tuple[float, float, float] | None:
