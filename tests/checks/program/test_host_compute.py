@@ -587,7 +587,7 @@ def test_a_table_kept_on_the_cpu_is_the_work_after_the_reads(analyzed):
                                AND m.start >= {window['start_ns']} AND m.start < {window['end_ns']}""")
     assert reads == pytest.approx(2 * steps["count"], abs=2)
     first = program_findings(model)[0]
-    assert first["check"] == "host-data" and "2 reads back a step (16.0 MiB) followed by" in first["title"]
+    assert first["check"] == "host-data" and "2 reads back of 64 KiB or more a step (16.0 MiB) followed by" in first["title"]
     assert first["advice"].startswith("Most of the host's work follows the reads back")
     own = run(timeline_of(path.name))
     assert own.advice.startswith("The host's time follows the steps' reads from the GPU")
@@ -650,7 +650,7 @@ def test_outputs_read_back_whole_lead_before_the_steps_end(analyzed, run):
         WHERE e.label = 'Device-to-Host' AND m.start >= {window['start_ns']} AND m.start < {window['end_ns']}""")
     assert copies == pytest.approx(steps["count"], abs=1) and size / copies == 84 * 2 ** 20
     first = program_findings(model)[0]   # the host's work on the logits read back: host-data's
-    assert first["check"] == "host-data" and "1 read back a step (84.0 MiB) followed by" in first["title"]
+    assert first["check"] == "host-data" and "1 read back of 64 KiB or more a step (84.0 MiB) followed by" in first["title"]
     assert first["advice"].startswith("Most of the host's work follows the reads back")
     own = alone(timeline_of(path.name)).to_json()   # host-compute's own lead, host-data skipped
     lead = own["advice"].split("\n\n")[0]
