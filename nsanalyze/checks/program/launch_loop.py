@@ -41,8 +41,10 @@ those launch paths; other groups are other changes, not counted. Loops over two 
 length form one group, even where two changes remove them. A
 foreach or batched op does the same work in a few launches; its kernels may be faster (fewer, larger): not
 counted. A loop over layers that depend on each other cannot be batched: there the change is torch.compile
-(fewer kernels a layer) or a CUDA graph of the loop, which removes the launches too; the finding names the
-motif and its count so that the reader can tell which loop it is. Only a motif repeated in a row is seen: a
+(fewer kernels a layer) or a CUDA graph of the loop, which removes the launches too. A motif that holds a matrix
+product and a normalization or an attention is read as such a layer, and the title and advice say so; a layer
+without either (a plain MLP of GEMMs and activations) reads as a loop over items. The finding names the motif and
+its count so that the reader can tell which loop it is. Only a motif repeated in a row is seen: a
 loop whose body launches different kernels from one item to the next (shapes that pick other GEMM kernels) is
 not. Graphing the whole step (launch-overhead) removes these launches too: where both speak, this finding's
 saving is counted within launch-overhead's.
@@ -58,6 +60,7 @@ import numpy as np
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.checks.program._claims import unclaimed_part
 from nsanalyze.normalize import critical_path as cp
+from nsanalyze.normalize.work import role_of
 from nsanalyze.numbers import duration_text
 
 ID = "launch-loop"
@@ -119,6 +122,29 @@ out = torch.cat([table(ids[:, i]) for i, table in enumerate(tables)], dim=1)
 offsets = torch.tensor([0] + sizes[:-1], device=ids.device).cumsum(0)
 out = stacked(ids + offsets).flatten(1)   # stacked = nn.Embedding(sum(sizes), dim), the tables' rows in order
 ```"""
+# The roles (normalize/kernel_roles.csv) of a network layer's kernels: a motif that holds a matrix product and one of
+# a normalization or an attention is a layer, and the loop a stack of layers that depend on each other, which no
+# foreach or batched op can take (blind77_pollwait's 24 encoder layers, told to use foreach ops, a user read)
+LAYER_PRODUCT_ROLES = ("matmul_tensor", "matmul_simt")
+LAYER_ROLES = ("normalization", "attention_fused", "attention_unfused")
+LAYER_WORDS = {"matmul_tensor": "matrix products", "matmul_simt": "matrix products", "normalization": "normalization",
+               "attention_fused": "attention", "attention_unfused": "attention"}
+LAYERS_TEXT = ("{whose} kernels are a network layer's ({roles}): a stack of layers, each on the one before, which no "
+               "batched op takes; torch.compile (fewer kernels a layer) or a CUDA graph of the loop")
+LAYERS_ADVICE = """Launch the stack of layers in fewer, larger pieces: each layer works on the one before's output, so no
+foreach or batched op can take them together.
+
+- `torch.compile` of the model (or of the layer) fuses each layer's element-wise kernels (its normalization,
+  activation, residual adds and casts) into a few, so each layer launches fewer kernels.
+- A CUDA graph of the loop (`torch.cuda.graph`, `torch.compile(mode="reduce-overhead")`) launches the whole stack
+  at once; its input shapes must stay the same from step to step."""
+LAYERS_EXAMPLE = """```python
+# before: each layer's dozen kernels launched one by one, every step
+for layer in self.layers:
+    x = layer(x)
+# after: the stack compiled (fused element-wise work), or captured once as a CUDA graph and replayed
+self.layers = torch.compile(self.layers)                 # or torch.compile(model, mode="reduce-overhead")
+```"""
 # Words of an embedding lookup's kernels (PyTorch's embedding backward, index_select's indexSelect kernels)
 TABLE_WORDS = ("embedding", "indexselect")
 ADVICE = LOOP_ADVICE + "\n\n" + TENSOR_LOOP_EXAMPLE
@@ -174,14 +200,16 @@ def run(timeline, limits) -> Finding | None:
                 f"({launches:,.0f} launches in {len(mine)} runs)")
     cell = next((word for word in CELL_WORDS for loop in mine if any(word in name.lower() for name in loop["motif"])),
                 None)
+    layer = _layer_roles(mine)
     change = (f"{'its' if len(mine) == 1 else 'their'} kernels are Adam's update ({', '.join(adam)}): an optimizer "
               "stepped per parameter, use fused=True" if len(adam) >= 3 else
               f"{'its' if len(mine) == 1 else 'their'} kernels hold a recurrent cell's ({cell}): a sequence stepped "
               "frame by frame in Python, use the layer over the whole sequence (nn.LSTM, nn.GRU: cuDNN)" if cell else
+              LAYERS_TEXT.format(whose="its" if len(mine) == 1 else "their", roles=", ".join(layer)) if layer else
               CHANGE_TEXT.format(it="it" if len(mine) == 1 else "them"))
     tables = any(word in name.lower() for loop in mine for name in loop["motif"] for word in TABLE_WORDS)
-    example = (ADAM_EXAMPLE if len(adam) >= 3 else CELL_EXAMPLE if cell else TABLES_EXAMPLE if tables
-               else TENSOR_LOOP_EXAMPLE)
+    example = (ADAM_EXAMPLE if len(adam) >= 3 else CELL_EXAMPLE if cell else LAYERS_EXAMPLE if layer
+               else TABLES_EXAMPLE if tables else TENSOR_LOOP_EXAMPLE)
     others = [g for g in groups if g is not group]
     beside = (f"; {len(others)} other loop{'s' if len(others) > 1 else ''} beside it "
               f"({duration_text(sum(g['path_ns'] for g in others))} of launch paths a step, not counted here)"
@@ -196,9 +224,9 @@ def run(timeline, limits) -> Finding | None:
                   "loop_kernel_ns_per_step": evidence(kernel_ns, unit="ns"),
                   "launches_per_step": evidence(launches),
                   "loops": loops},
-        advice=f"{LOOP_ADVICE}\n\n{example}",
-        notes=[f"on the {replayed} consecutive steps replayed around the median one, a motif repeated in a row is a loop over items "
-               "in the program's source: " + "; ".join(_loop_text(loop) for loop in mine[:MAX_LISTED])
+        advice=f"{LAYERS_ADVICE if layer else LOOP_ADVICE}\n\n{example}",
+        notes=[f"on the {replayed} consecutive steps replayed around the median one, a motif repeated in a row is a loop over "
+               f"{'layers' if layer else 'items'} in the program's source: " + "; ".join(_loop_text(loop) for loop in mine[:MAX_LISTED])
                + (f"; and {len(mine) - MAX_LISTED} more" if len(mine) > MAX_LISTED else "")],
     )
     # whatif replays as many of the window's steps as fit its event budget, the report these around the median: on
@@ -213,8 +241,9 @@ def run(timeline, limits) -> Finding | None:
     finding.estimated_savings_ns = min(path_ns * steps.count, idle_ns)   # the replay prices it (rank)
     finding.change = {"fuse": (cp.loop_role(group["group"]),)}
     # the loop's kernels name its change (fused=True, nn.LSTM, one embedding): a smaller change than a graph of
-    # the step, which ranks first where it saves as much (rank.within_wider_changes)
-    finding.names_its_change = example is not TENSOR_LOOP_EXAMPLE
+    # the step, which ranks first where it saves as much (rank.within_wider_changes); a stack of layers is told to
+    # compile or graph them, no smaller (opt_fused's MLP)
+    finding.names_its_change = example not in (TENSOR_LOOP_EXAMPLE, LAYERS_EXAMPLE)
     return finding
 
 
@@ -228,6 +257,15 @@ def _groups(block, loops: list[dict]) -> list[dict]:
                     "path_ns": cp.dropped_host_ns_per_step(block, role),
                     "kernel_ns": cp.kernel_ns_per_step(block, role)})
     return out
+
+
+def _layer_roles(loops: list[dict]) -> list[str]:
+    """The roles of a layer's kernels in the loops' motifs (a matrix product, and a normalization or an attention:
+    LAYER_ROLES), in the order the motif runs them; none where the motifs do not hold both."""
+    roles = list(dict.fromkeys(role_of(name) for loop in loops for name in loop["motif"]))
+    if not any(r in LAYER_PRODUCT_ROLES for r in roles) or not any(r in LAYER_ROLES for r in roles):
+        return []
+    return list(dict.fromkeys(LAYER_WORDS[r] for r in roles if r in LAYER_WORDS))
 
 
 def _loop_text(loop: dict) -> str:

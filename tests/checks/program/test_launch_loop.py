@@ -213,3 +213,23 @@ def test_a_decoder_layer_stack_is_no_loop(analyzed, name):
     row: a body as long as the LSTM's backward, but fewer repeats than LONG_REPEATS. Graphing the step is
     launch-overhead's change; no launch-loop finding takes the layers for a loop over items."""
     assert _finding(analyzed(REAL / f"{name}_nsys.sqlite.xz"), "launch-loop") is None
+
+
+def test_a_stack_of_layers_is_told_as_layers_not_items(analyzed):
+    """blind77_pollwait_base1 (a user read): a 24-layer encoder whose layer launches 12 kernels (SQL: its GEMMs,
+    attention and layer norms, 24 times in a row each step) read as "a loop over items ... foreach or batched ops",
+    with an EMA for example; the layers depend on each other. A motif that holds a matrix product and a
+    normalization or an attention is a layer: the title, the note and the advice say layers, torch.compile and a
+    CUDA graph, and the EMA loop (two element-wise kernels) keeps the items' advice."""
+    path = REAL / "blind77_pollwait_base1_nsys.sqlite.xz"
+    found = _finding(analyzed(path), "launch-loop")
+    loop = found["evidence"]["loops"][0]
+    assert (loop["period"], loop["repeats"]) == (12, 24)
+    (norms,), = sql(path, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName
+                             WHERE s.value LIKE '%layer_norm%'""")
+    assert norms > 0 and any("layer_norm" in m for m in loop["motif"]) and any("nvjet" in m for m in loop["motif"])
+    assert "a network layer's (matrix products, attention, normalization)" in found["title"]
+    assert "foreach" not in found["title"] and found["advice"].startswith("Launch the stack of layers")
+    assert "_foreach_" not in found["advice"] and "a loop over layers in the program's source" in found["notes"][0]
+    ema = _finding(analyzed(EMA_BASE), "launch-loop")
+    assert "foreach or batched ops over items" in ema["title"] and "loop over items" in ema["notes"][0]
