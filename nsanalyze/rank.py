@@ -354,6 +354,7 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
     span = timeline.summary.span_ns or 0
     claims = claims_by_cause(timeline) if timeline.budget else {}   # (once: the wider causes' limits, the others' notes)
     replay_notes = []   # (finding, where its note goes, the note): written once every cap has set the figure
+    own_first = []      # findings whose claimed_parts list their own part first, then the parts beside it
     capped_titles = []   # wider causes cut to what they claim, whose titles state their own estimate
     in_graph: set[int] = set()   # findings whose launch paths' saving a graph of the step counts (_graphed_beside)
     for finding in findings:
@@ -404,6 +405,7 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
                 # lists every part its savings come from, its own first, as a wider cause's does
                 finding.evidence = {**finding.evidence, "claimed_parts": [{"part": part, "ns": round(limit)}] + [
                     {"part": p, "ns": round(ns)} for p, ns in sorted(beside.items(), key=lambda kv: -kv[1])]}
+                own_first.append(finding)
                 limit += sum(beside.values())
                 count = timeline.steps.count if getattr(timeline, "steps", None) is not None else None
                 amount = (lambda ns: f"{ns / count / 1e6:.2f} ms a step") if count else duration_text
@@ -423,6 +425,10 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
     for finding in capped_titles:   # (their titles state a saving: a cut past the figures' rounding is said there)
         if not any(finding is noted for noted, *_ in replay_notes):
             _title_says_savings(finding, timeline, CAPPED_TITLE_SAYS_SAVINGS)
+    for finding in own_first:   # its own part's entry: what its savings take of that part, no longer the part's limit
+        own, *beside_parts = finding.evidence["claimed_parts"]
+        taken = finding.estimated_savings_ns - sum(c["ns"] for c in beside_parts)
+        own["ns"] = round(min(own["ns"], max(0.0, taken)))
     for finding in findings:
         finding.estimated_speedup = min(1.0, finding.estimated_savings_ns / span) if span else 0.0
         finding.severity = program_severity(finding, span)

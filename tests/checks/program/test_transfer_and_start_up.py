@@ -405,6 +405,18 @@ def test_small_pageable_copies_are_not_given_a_pinned_time(analyzed):
                  if f["check"] == "pageable-memcpy")
     assert "GB/s: pinned, they would take 102 ms" in large["title"]
 
+    # blind80_gccollect's 79 pageable copies (58.4 us by SQL): its replay's saving is the GPU's wait under their
+    # calls, beside its gpu_copy part; that part's entry in claimed_parts read 6.78 ms (the part's limit, every copy
+    # of the window, a user read). It is what the saving takes of the part: none, as its title says
+    path = REAL / "blind80_gccollect_base1_nsys.sqlite.xz"
+    model = analyzed(path)
+    window = model["timeline"]["window"]
+    (copy_ns,), = sql(path, f"""SELECT SUM(end - start) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE srcKind = 0
+                               AND start >= {window['start_ns']} AND start < {window['end_ns']}""")
+    gc = next(f for f in model["findings"] if f["check"] == "pageable-memcpy")
+    own, *beside = gc["evidence"]["claimed_parts"]
+    assert own["part"] == "gpu_copy" and own["ns"] <= copy_ns < 100e3 and "would take no less time" in gc["title"]
+    assert gc["estimated_savings_ns"] == pytest.approx(own["ns"] + sum(c["ns"] for c in beside), abs=len(beside) + 1)
 
 # Host-to-device bytes from pageable memory (srcKind 0) copied in each NVTX step range, by SQL
 STEP_UPLOADS_SQL = """SELECT n.start, COALESCE(SUM(m.bytes), 0) FROM NVTX_EVENTS n LEFT JOIN CUPTI_ACTIVITY_KIND_MEMCPY m
