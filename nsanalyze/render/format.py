@@ -62,6 +62,21 @@ def evidence_value(entry: dict) -> str:
     return text
 
 
+# An evidence entry's comparison, as its `compare` says it (">" where it says none)
+COMPARES = {">": float.__gt__, ">=": float.__ge__, "<": float.__lt__, "<=": float.__le__}
+
+
+def threshold_text(entry: dict) -> str:
+    """`threshold > 3%`, and `, not crossed` where the value lies on the other side: a finding that speaks on
+    another of its conditions shows this one's figure beside its threshold (host-data's `work_share`, 1% against
+    >= 30%, read as a failed gate, a user read)."""
+    compare = entry.get("compare", ">")
+    text = f"threshold {compare} {evidence_value({'value': entry['threshold'], 'unit': entry.get('unit', '')})}"
+    value, threshold, test = entry.get("value"), entry.get("threshold"), COMPARES.get(compare)
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, threshold))
+    return text + (", not crossed" if numbers and test is not None and not test(float(value), float(threshold)) else "")
+
+
 def shorten(text: str | None, limit: int = 60) -> str:
     if text is None:
         return ""

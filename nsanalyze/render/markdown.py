@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from nsanalyze.render.format import (collect_text, distinct_names, duration, evidence_value, gpu_label, health_line,
+                                     threshold_text,
                                      next_limit_line,
                                      kernel_list_work_line, ncu_coverage_line, not_judged_groups, savings_text, scope_names, set_aside_note,
                                      several_gpus_line, shorten, show_invisible, visible, window_lines)
@@ -109,9 +110,8 @@ def _table(findings: list[dict], model: dict | None = None, made: dict | None = 
 
 
 def _details(f: dict) -> str:
-    evidence = "\n".join(f"- `{k}`: {escape(evidence_value(v))}" + (f" (threshold {v.get('compare', '>')} "
-                                                                    f"{escape(evidence_value({**v, 'value': v['threshold']}))})"
-                                                           if "threshold" in v else "")
+    evidence = "\n".join(f"- `{k}`: {escape(evidence_value(v))}" + (f" ({escape(threshold_text(v))})"
+                                                                    if "threshold" in v else "")
                          for k, v in f["evidence"].items() if isinstance(v, dict))
     source = "\n".join("- " + code(f"{s['file']}:{s['line']}") for s in f.get("source") or [])
     notes = "\n".join(f"- {escape(shorten(note, LINE_LIMIT))}" for note in f.get("notes") or [])

@@ -97,3 +97,20 @@ def test_a_saving_the_check_could_not_estimate_is_not_nothing(analyzed):
         assert finding["estimated_savings_ns"] == 0
         assert any(n.startswith("no savings estimated") for n in finding["notes"])
         assert said[check] == "saving not estimated"
+
+
+def test_a_threshold_a_finding_did_not_cross_says_so(analyzed):
+    """blind79_offload's host-data speaks on the state moved to the host and back, not on the host's work on it:
+    its evidence read "`work_share`: 1% (threshold >= 30%)", a failed gate to a user. An entry whose value lies on the
+    other side of its threshold says "not crossed"; one that crossed says nothing more."""
+    from tests.conftest import REAL
+
+    model = analyzed(REAL / "blind79_offload_base1_nsys.sqlite.xz")
+    data = next(f for f in model["findings"] if f["check"] == "host-data")
+    work, window = data["evidence"]["work_share"], data["evidence"]["window_share"]
+    assert work["value"] < work["threshold"] and work["compare"] == ">="
+    assert window["value"] >= window["threshold"]
+    text = render(model)
+    assert "- `work_share`: 1% (threshold &gt;= 30%, not crossed)" in text
+    line = next(line for line in text.splitlines() if line.startswith("- `window_share`:"))
+    assert "threshold" in line and "not crossed" not in line
