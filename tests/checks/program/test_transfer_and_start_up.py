@@ -339,6 +339,16 @@ def test_copies_both_ways_are_named_both_ways(analyzed):
     by_kind = dict(sql(path, "SELECT copyKind, SUM(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY copyKind"))
     assert by_kind[1] == by_kind[2] == 2684354560   # 1: host-to-device, 2: device-to-host
     assert "host-to-device moved 2.7 GB" in finding["title"] and "device-to-host moved 2.7 GB" in finding["title"]
+    # blind79_offload's pageable copies go both ways (SQL: pageable sources and destinations both); its title gives one
+    # direction's rate, then the pinned time of all of them, which it read as that direction's (a user read)
+    offload = REAL / "blind79_offload_base1_nsys.sqlite.xz"
+    kinds = dict(sql(offload, """SELECT copyKind, COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY
+                                 WHERE srcKind = 0 OR dstKind = 0 GROUP BY copyKind"""))
+    assert kinds[1] > 0 and kinds[2] > 0
+    pageable = next(f for f in analyzed(offload)["findings"] if f["check"] == "pageable-memcpy")
+    pinned = sum(d["pinned_ns"] for d in pageable["evidence"]["directions"])
+    assert len(pageable["evidence"]["directions"]) == 2
+    assert f": pinned, all of them would take {round(pinned / 1e6)} ms" in pageable["title"]
 
 
 def test_run_time_module_loads_are_not_launch_wait(analyzed):
