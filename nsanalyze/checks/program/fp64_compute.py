@@ -40,6 +40,7 @@ the finding says what it costs.
 """
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, step_count, time_per_step
+from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
 from nsanalyze.checks.program._roles import gpus_window_ns, kernel_rows
 from nsanalyze.checks.program.low_tensor_activity import MATRIX_VECTOR
 from nsanalyze.normalize.critical_path import FP64
@@ -119,9 +120,21 @@ FP16_ONLY_LINE = ("- Then the tensor cores: `torch.autocast(device_type=\"cuda\"
                   "not TF32 or bfloat16).")
 
 
+# Where few of the kernels are PyTorch's (CuPy, cuDF: power_iteration, cudf-groupby), PyTorch's switches are no advice
+# (a user read: `torch.autocast` with a GradScaler for a CuPy power iteration)
+LIBRARY_TENSOR_LINE = ("- Then the tensor cores, where the results allow it: matrix products on float16 or bfloat16 "
+                       "arrays, or the library's TF32 math mode for float32 ones{older}.")
+
+
 def _advice(timeline) -> str:
     """ADVICE, its tensor-core line for the first GPU the device tables know: float16 where it has no TF32 or
-    bfloat16 tensor cores."""
+    bfloat16 tensor cores; in a library's words where few kernels are PyTorch's (LIBRARY_TENSOR_LINE)."""
+    torch = launch_share(timeline, "PyTorch")
+    if torch is not None and torch < PYTORCH_LAUNCHES:
+        older = next((f" ({caps['model']}: compute capability {caps['compute_capability']}, whose tensor cores take "
+                      "float16 only)" for caps in map(device_caps, timeline.gpu_names())
+                      if caps and int(caps["compute_capability"].split(".")[0]) < 8), "")
+        return ADVICE.replace(TENSOR_LINE, LIBRARY_TENSOR_LINE.format(older=older))
     for name in timeline.gpu_names():
         caps = device_caps(name)
         if caps:

@@ -70,6 +70,15 @@ def test_a_float64_matrix_vector_product_is_priced_by_its_bytes(analyzed):
     # found "TF32 ... or autocast to bfloat16" on it)
     line = next(line for line in finding["advice"].splitlines() if "tensor cores" in line)
     assert "float16" in line and "T4: compute capability 7.5" in line and "set_float32_matmul_precision" not in line
+    # its kernels are CuPy's and cuBLAS's, none PyTorch's (SQL: no at::native kernel): the line names no PyTorch
+    # switch (it read `torch.autocast` with a `GradScaler`, a user read); blind71_fp64 (PyTorch) keeps them
+    path = PUBLIC / "brycelelbach__nsightful__tests__power_iteration__baseline.sqlite.xz"
+    (torch,), = sql(path, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName
+                             WHERE s.value LIKE '%at::native%'""")
+    assert torch == 0 and "torch." not in line and "GradScaler" not in line
+    pytorch = next(f for f in program_findings(analyzed(REAL / "blind71_fp64_base1_nsys.sqlite.xz"))
+                   if f["check"] == "fp64-compute")
+    assert "torch.set_float32_matmul_precision" in pytorch["advice"]
 
 
 def test_fused_adams_scalar_doubles_are_no_float64_math(analyzed):
