@@ -493,3 +493,28 @@ def test_a_step_that_got_slower_is_said_so_in_the_summary():
     assert first["actual_savings_ns"] < 0
     assert f"the new profile was {duration(-first['actual_savings_ns'])} slower" in result["summary"]
     assert "saved -" not in result["summary"]
+
+
+def test_a_saving_that_is_the_clocks_says_so_in_cycles(analyzed):
+    """FaSTED's CTA layouts: the rasterized blocks cut FindPairsKernel's DRAM reads by 90%, and its time by 46.2 ms
+    of 513; its SM clock rose from 1195 to 1303 MHz (9%) and its SM cycles fell under 1% (ncu's sm__cycles_elapsed).
+    The prediction table credited the 46.2 ms to l2-reuse (a user read); beside it now stands the saving in SM
+    cycles at the base's clock, which the cycles counted on each side give within 5%, and two ncu reports' table
+    has no program columns."""
+    from nsanalyze.render.diff_report import render_markdown
+    from tests.conftest import PUBLIC
+
+    base = PUBLIC / "bwcurless__FaSTED__profiles__CTA_Layouts__Conventional_Layout.ncu-rep.xz"
+    new = PUBLIC / "bwcurless__FaSTED__profiles__CTA_Layouts__Rasterized_Layout_10x10.ncu-rep.xz"
+    result = apart(diff, str(base), str(new))
+    row = next(k for k in result["kernels"] if k["name"] == "FindPairsKernel")
+    prediction = next(p for p in row["predictions"] if p["check"] == "l2-reuse")
+    cycles = [next(k for k in analyzed(side)["kernels"] if k["name"] == "FindPairsKernel")["metrics"]
+              for side in (base, new)]
+    saved_cycles = (cycles[0]["sm_cycles_elapsed"] - cycles[1]["sm_cycles_elapsed"]) / cycles[0]["sm_frequency_hz"]
+    assert prediction["actual_savings_ns"] > 40e6 and 0 < saved_cycles * 1e9 < 0.01 * row["before_ns"]
+    assert prediction["actual_savings_in_cycles_ns"] == pytest.approx(saved_cycles * 1e9, rel=0.05)
+    assert prediction["clocks"] == "1195 -> 1303 MHz"
+    text = render_markdown(result)
+    assert "; 4.22 ms in SM cycles (the SM clock moved 1195 -> 1303 MHz) |" in text
+    assert "median step saved" not in text and "Predictions checked (kernel findings of the base that are gone)" in text

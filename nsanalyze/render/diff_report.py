@@ -14,6 +14,17 @@ def _change(value) -> str:
 
 PREDICTIONS_SCOPE = ("kernel findings of the base that are gone; program findings per mean step on the GPU's clock, "
                      "what the run costs, with what the median step saved beside it")
+KERNEL_PREDICTIONS_SCOPE = "kernel findings of the base that are gone"
+
+
+def predictions_scope(result: dict) -> str:
+    """What the predictions table holds: the kernels' alone where no program finding is checked (two ncu reports
+    read "program findings per mean step ..." above a median-step column of dashes, a user read)."""
+    return PREDICTIONS_SCOPE if program_checked(result) else KERNEL_PREDICTIONS_SCOPE
+
+
+def program_checked(result: dict) -> bool:
+    return any(not p.get("kernel_name") for p in result.get("predictions") or ())
 
 
 def in_new(prediction: dict) -> str:
@@ -23,6 +34,16 @@ def in_new(prediction: dict) -> str:
         return "gone"
     left = prediction.get("in_new_savings_ns")
     return "still there" + (f", {duration(left)} a step" if left is not None else "")
+
+
+def actual_text(prediction: dict) -> str:
+    """What the change saved, and where the SM clock moved, what it saved in SM cycles at the base's clock (the
+    clock's own change is no saving of the code)."""
+    text = duration(prediction["actual_savings_ns"])
+    if prediction.get("actual_savings_in_cycles_ns") is None:
+        return text
+    return (f"{text}; {duration(prediction['actual_savings_in_cycles_ns'])} in SM cycles "
+            f"(the SM clock moved {prediction['clocks']})")
 
 
 def prediction_scope(prediction: dict) -> str:
@@ -85,12 +106,15 @@ def render_markdown(result: dict) -> str:
                      f"{_change(k['change'])}{per_launch} | {k['verdict']} | {', '.join(k['findings_gone'])} | "
                      f"{escape(diff_why(k))} |")
     if result["predictions"]:
-        lines += ["", f"Predictions checked ({PREDICTIONS_SCOPE}):", "",
-                  "| kernel | check | predicted savings | actual savings | the median step saved | in the new profile |",
-                  "|---|---|---|---|---|---|"]
+        program = program_checked(result)
+        lines += ["", f"Predictions checked ({predictions_scope(result)}):", "",
+                  "| kernel | check | predicted savings | actual savings | "
+                  + ("the median step saved | " if program else "") + "in the new profile |",
+                  "|---|---|---|---|---|" + ("---|" if program else "")]
         lines += [f"| {name(p['kernel_name']) if p['kernel_name'] else prediction_scope(p)} | `{p['check']}` | "
-                  f"{duration(p['predicted_savings_ns'])} | {duration(p['actual_savings_ns'])} | "
-                  f"{duration(p.get('actual_median_savings_ns'))} | {in_new(p)} |" for p in result["predictions"]]
+                  f"{duration(p['predicted_savings_ns'])} | {actual_text(p)} | "
+                  + (f"{duration(p.get('actual_median_savings_ns'))} | " if program else "") + f"{in_new(p)} |"
+                  for p in result["predictions"]]
     changed = (result.get("program") or {}).get("findings_changed") or []
     if changed:
         lines += ["", "Program findings that changed:", "", "| check | severity before → after | per step before → after |",
@@ -111,8 +135,9 @@ def render_html(result: dict) -> str:
                                                              labels=BUDGET_LABELS, budget_cell=budget_cell,
                                                              budget_changed=budget_changed, diff_time=diff_time,
                                                              why=diff_why, kernel_name=diff_kernel_name,
-                                                             mean_cell=mean_cell, prediction_scope=prediction_scope, in_new=in_new,
-                                                             predictions_scope=PREDICTIONS_SCOPE)
+                                                             mean_cell=mean_cell, prediction_scope=prediction_scope, in_new=in_new, actual_text=actual_text,
+                                                             predictions_scope=predictions_scope(result),
+                                                             program_checked=program_checked(result))
 
 
 def render_diff(result: dict, fmt: str) -> str:

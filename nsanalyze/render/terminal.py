@@ -177,15 +177,18 @@ def print_diff(result: dict, console: Console | None = None, limit: int = 25) ->
             console.print(f"... and {len(rows) - len(shown)} more without changed findings (write a report with -o "
                           "for all)")
     if result.get("predictions"):
-        from nsanalyze.render.diff_report import PREDICTIONS_SCOPE, in_new, prediction_scope
+        from nsanalyze.render.diff_report import program_checked, actual_text, in_new, prediction_scope, \
+            predictions_scope
 
-        table = Table(title=f"Predictions checked ({PREDICTIONS_SCOPE})", title_justify="left")
-        for column in ("kernel", "check", "predicted savings", "actual savings", "median step saved", "in the new profile"):
+        program = program_checked(result)
+        table = Table(title=f"Predictions checked ({predictions_scope(result)})", title_justify="left")
+        for column in ("kernel", "check", "predicted savings", "actual savings",
+                       *(("median step saved",) if program else ()), "in the new profile"):
             table.add_column(column, overflow="fold")
         for p in result["predictions"][:limit]:
             table.add_row(_text(p.get("kernel_name") or prediction_scope(p), 50), p["check"],
-                          duration(p["predicted_savings_ns"]), duration(p["actual_savings_ns"]),
-                          duration(p.get("actual_median_savings_ns")), in_new(p))
+                          duration(p["predicted_savings_ns"]), actual_text(p),
+                          *((duration(p.get("actual_median_savings_ns")),) if program else ()), in_new(p))
         console.print(table)
 
 
