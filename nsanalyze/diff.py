@@ -145,8 +145,10 @@ def _kernel_rows(base: dict, new: dict) -> list[dict]:
             verdict = _verdict(change, noise)
         elif per_launch:
             compared = "per launch"
+        in_cycles = ({"change_in_cycles": after * (1 + drift[2]) / before - 1, "clocks": drift[1]}
+                     if drift and before and after is not None and not per_launch else {})
         rows.append({"name": kernel["name"], "demangled": kernel["demangled"], "shape": _shape(kernel, base_names),
-                     "before_ns": before, "after_ns": after, **counts, **(per_launch or {}),
+                     "before_ns": before, "after_ns": after, **counts, **(per_launch or {}), **in_cycles,
                      "compared": compared,
                      "change": change, "noise": noise, "noise_source": noise_source,
                      "verdict": verdict, "findings_gone": gone, "findings_appeared": appeared,

@@ -12,6 +12,14 @@ def _change(value) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
 
+def in_cycles(row: dict) -> str:
+    """` (-0.8% in SM cycles at 1195 -> 1303 MHz)` where the kernel's SM clock moved between the reports: how much
+    of its change is the clock's."""
+    if row.get("change_in_cycles") is None:
+        return ""
+    return f" ({_change(row['change_in_cycles'])} in SM cycles at {row['clocks']})"
+
+
 PREDICTIONS_SCOPE = ("kernel findings of the base that are gone; program findings per mean step on the GPU's clock, "
                      "what the run costs, with what the median step saved beside it")
 KERNEL_PREDICTIONS_SCOPE = "kernel findings of the base that are gone"
@@ -103,7 +111,7 @@ def render_markdown(result: dict) -> str:
         per_launch = " per launch" if k.get("compared") == "per launch" and k.get("before_per_launch_ns") is not None \
             else ""
         lines.append(f"| {name(diff_kernel_name(k))} | {escape(diff_time(k, 'before'))} | {escape(diff_time(k, 'after'))} | "
-                     f"{_change(k['change'])}{per_launch} | {k['verdict']} | {', '.join(k['findings_gone'])} | "
+                     f"{_change(k['change'])}{per_launch}{in_cycles(k)} | {k['verdict']} | {', '.join(k['findings_gone'])} | "
                      f"{escape(diff_why(k))} |")
     if result["predictions"]:
         program = program_checked(result)
@@ -136,6 +144,7 @@ def render_html(result: dict) -> str:
                                                              budget_changed=budget_changed, diff_time=diff_time,
                                                              why=diff_why, kernel_name=diff_kernel_name,
                                                              mean_cell=mean_cell, prediction_scope=prediction_scope, in_new=in_new, actual_text=actual_text,
+                                                             in_cycles=in_cycles,
                                                              predictions_scope=predictions_scope(result),
                                                              program_checked=program_checked(result))
 

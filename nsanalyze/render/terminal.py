@@ -152,12 +152,14 @@ def print_diff(result: dict, console: Console | None = None, limit: int = 25) ->
             continue
         table = Table(title=title, title_justify="left")
         table.add_column(name_column, overflow="fold", ratio=3)
+        clocked = any(row.get("change_in_cycles") is not None for row in rows)   # (a longer change cell, folded)
         for column in ("before", "after", "change", "verdict"):
-            table.add_column(column, no_wrap=True)
+            table.add_column(column, no_wrap=not (clocked and column == "change"), overflow="fold")
         if extra:
             table.add_column("findings gone", overflow="fold")
             table.add_column("findings new or worse", overflow="fold")
         from nsanalyze.render.format import diff_kernel_name, diff_time, diff_why
+        from nsanalyze.render.diff_report import in_cycles
 
         # every row whose findings changed is shown, beyond the limit too
         shown = [row for i, row in enumerate(rows) if i < limit or row.get("findings_gone") or diff_why(row)]
@@ -167,7 +169,8 @@ def print_diff(result: dict, console: Console | None = None, limit: int = 25) ->
             else:
                 cells = [_text(row["name"], 60), duration(row["before_ns"]), duration(row["after_ns"])]
             cells += [_change(row["change"]) + (" /launch" if row.get("compared") == "per launch" and extra
-                                                and row.get("before_per_launch_ns") is not None else ""),
+                                                and row.get("before_per_launch_ns") is not None else "")
+                      + in_cycles(row),
                       Text(row["verdict"], style=VERDICT_STYLE.get(row["verdict"], ""))]
             if extra:
                 cells += [", ".join(row.get("findings_gone") or []), diff_why(row)]

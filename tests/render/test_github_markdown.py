@@ -50,7 +50,7 @@ def test_diff_without_output_is_a_terminal_table():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "base: " + str(DEV_SUITE_NCU) in out and "┃ kernel" in out
-    assert re.search(r"│ soa_update +│ 56\.8 µs │ 684 µs +│ \+1104\.5% │ regression", out)
+    assert re.search(r"│ soa_update +│ 56\.8 µs │ 684 µs +│ \+1104\.5% +│ regression", out)
     assert "\\_" not in out and "&#64;" not in out and "|---|" not in out
 
 

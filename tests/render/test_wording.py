@@ -98,7 +98,7 @@ def test_idle_time_under_allocator_calls_is_not_called_launches(analyzed):
 
 def test_no_finding_says_what_is_known_and_what_to_collect(analyzed):
     """An expert read of the public reports: 'nothing here holds the program back' was said of a kernel at 80% of
-    DRAM with 12.5% occupancy (FaSTED's Conventional_Layout: one kernel holds the time; l2-reuse now speaks there),
+    DRAM with 12.5% occupancy (FaSTED's Conventional_Layout: one kernel holds the time, its warps barely waiting on it),
     and 'the profile lacks their metrics' never said what to collect. The line now says that no threshold is crossed,
     how near its roof the longest kernel runs (the report's own roofline), and the collection the not-judged checks
     name. The rasterized twin: its kernel at 61% of the tensor pipe, compute-bound, and no finding above info."""

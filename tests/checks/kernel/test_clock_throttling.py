@@ -140,12 +140,10 @@ def test_measured_compute_share_scales_the_savings(analyzed):
     ratio, compute = finding["evidence"]["sm_clock_ratio"]["value"], finding["evidence"]["sm_throughput_pct"]["value"]
     assert ratio == pytest.approx(1195 / 1410, abs=2e-3) and compute is not None
     own = (1 - ratio) * compute / 100   # 0.0921
-    # it overlaps l2-reuse on the kernel (the blocks' order, 25%): the two are scaled to their combined bound
-    other = next(f for f in model["findings"] if f["check"] == "l2-reuse" and f["kernel_name"] == "FindPairsKernel")
-    other_own = float(other["title"].split("save up to ")[1].split("%")[0]) / 100
-    combined = 1 - (1 - own) * (1 - other_own)
-    assert finding["estimated_speedup"] == pytest.approx(own * combined / (own + other_own), abs=3e-3)
-    assert any(n.startswith("overlaps with l2-reuse") for n in finding["notes"])
+    # (l2-reuse, which it overlapped, no longer speaks on the kernel, whose warps barely wait on memory: it is alone;
+    # its rasterized twin ran 9% faster, its SM clock 9% higher, in 0.8% fewer SM cycles: test_l2_reuse)
+    assert not any(f["check"] == "l2-reuse" for f in model["findings"])
+    assert finding["estimated_speedup"] == pytest.approx(own, abs=1e-3)
     assert finding["severity"] == "info"                                   # near its memory roof
 
 
