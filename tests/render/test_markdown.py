@@ -114,3 +114,18 @@ def test_a_threshold_a_finding_did_not_cross_says_so(analyzed):
     assert "- `work_share`: 1% (threshold &gt;= 30%, not crossed)" in text
     line = next(line for line in text.splitlines() if line.startswith("- `window_share`:"))
     assert "threshold" in line and "not crossed" not in line
+
+
+def test_findings_whose_saving_was_not_measured_are_not_called_small(analyzed):
+    """alloc_churn's Kineto trace: unfused-optimizer (the optimizer's kernels, a third of the GPU's kernel time) is at
+    info because its saving was not measured, and the block it sits in read "below what is worth a change now" (a
+    user read). Where an info line's saving is not measured or not estimated, the block says "or not priced"."""
+    from tests.conftest import REAL
+
+    model = analyzed(REAL / "alloc_churn_kineto.json.gz")
+    unpriced = [f for f in model["findings"] if f["severity"] == "info"
+                and any(n.startswith("saving not measured") for n in f["notes"])]
+    assert unpriced
+    text = render(model)
+    assert "Also found, at info (below what is worth a change now, or not priced)" in text
+    assert ", saving not measured: " in text
