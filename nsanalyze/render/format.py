@@ -77,6 +77,15 @@ def threshold_text(entry: dict) -> str:
     return text + (", not crossed" if numbers and test is not None and not test(float(value), float(threshold)) else "")
 
 
+# A way to collect what a check lacks that is a command line or its options (shown as code); the others are prose
+# ("an NVTX range around each step (...)", read as a sentence pasted into a code span, a user read)
+COMMAND_STARTS = ("nsys ", "ncu ", "--", "-t ", "nsys\t", "ncu\t")
+
+
+def is_command(text: str) -> bool:
+    return str(text).startswith(COMMAND_STARTS)
+
+
 def shorten(text: str | None, limit: int = 60) -> str:
     if text is None:
         return ""

@@ -18,7 +18,7 @@ from pygments.util import ClassNotFound
 from nsanalyze.checks import check_by_id
 from nsanalyze.checks.base import SECTIONS
 from nsanalyze.render import charts
-from nsanalyze.render.format import (distinct_names, duration, evidence_value, threshold_text, gpu_label, health_line, next_limit_line, ncu_coverage_line, percent, quantity, savings_text, shorten,
+from nsanalyze.render.format import (distinct_names, duration, evidence_value, threshold_text, is_command, gpu_label, health_line, next_limit_line, ncu_coverage_line, percent, quantity, savings_text, shorten,
                                      set_aside_note, show_invisible, window_lines)
 
 SUMMARY_ROWS = 15  # "What to fix first" lists these; every finding still has its card below  # an expert's order of diagnosis
@@ -75,7 +75,7 @@ def environment() -> Environment:
                       trim_blocks=True, lstrip_blocks=True, finalize=_finalize)
     env.filters.update(duration=duration, percent=percent, quantity=quantity, shorten=shorten,
                        markdown=markdown_filter, inline_code=inline_code)
-    env.globals.update(window_lines=window_lines, evidence_value=evidence_value, threshold_text=threshold_text, health_line=health_line, next_limit_line=next_limit_line, savings_text=savings_text,
+    env.globals.update(window_lines=window_lines, evidence_value=evidence_value, threshold_text=threshold_text, is_command=is_command, health_line=health_line, next_limit_line=next_limit_line, savings_text=savings_text,
                        set_aside_note=set_aside_note, gpu_label=gpu_label,
                        ncu_coverage_line=ncu_coverage_line)
     return env

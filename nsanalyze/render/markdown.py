@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from nsanalyze.render.format import (collect_text, distinct_names, duration, evidence_value, gpu_label, health_line,
-                                     threshold_text,
+                                     is_command, threshold_text,
                                      next_limit_line,
                                      kernel_list_work_line, ncu_coverage_line, not_judged_groups, savings_text, scope_names, set_aside_note,
                                      several_gpus_line, shorten, show_invisible, visible, window_lines)
@@ -146,7 +146,8 @@ def _not_judged(model: dict) -> str:
         scope = ", ".join((["the program"] if len(kernels) < len(g["kernels"]) else [])
                           + ([f"{len(kernels)} kernel{'s' if len(kernels) != 1 else ''}"] if kernels else []))
         lacks = ", ".join(code(c) if not c.startswith("and ") else c for c in _first(g["missing"]))
-        wanted = " or ".join(code(shorten(c, 300)) for c in g["collect"][:2])
+        wanted = " or ".join(code(shorten(c, 300)) if is_command(c) else escape(shorten(c, 300))
+                             for c in g["collect"][:2])
         lines.append(f"- {code(g['check'])} ({scope}): lacks {lacks or 'its metrics'}"
                      + (f"; collect with {wanted}" if wanted else ""))
         size += len(lines[-1]) + 1

@@ -129,3 +129,14 @@ def test_findings_whose_saving_was_not_measured_are_not_called_small(analyzed):
     text = render(model)
     assert "Also found, at info (below what is worth a change now, or not priced)" in text
     assert ", saving not measured: " in text
+
+
+def test_a_way_to_collect_that_is_prose_is_not_code(analyzed):
+    """mfu_2gpu_before (a user read): "collect with `an NVTX range around each step (...)`", a sentence in a code span.
+    Commands and options stay code; what is said in words is text."""
+    from tests.conftest import PUBLIC
+
+    text = render(analyzed(PUBLIC / "GindaChen__nsys-ai__tests__fixtures__mfu_2gpu_before.sqlite.xz"))
+    lines = {line.split("`")[1]: line for line in text.splitlines() if line.startswith("- `") and "collect with" in line}
+    assert lines["launch-loop"].split("collect with ")[1].startswith("an NVTX range around each step \\(")
+    assert lines["gpu-util-illusion"].endswith("collect with `nsys profile --gpu-metrics-devices=all`")
