@@ -129,7 +129,7 @@ CHECK = Check(
               "global_store_sectors", "sectors_per_request_global_load", "sectors_per_request_global_store",
               "memory_throughput_pct",
               "l1_hit_rate_pct", "l1_throughput_pct", "dram_bytes", "dram_throughput_pct", "sm_throughput_pct",
-              "grid_size", "sm_count"),
+              "grid_size", "sm_count", "tensor_pipe_pct"),
     collect="--set full (SourceCounters and MemoryWorkloadAnalysis_Tables sections)",
     relieves="memory",
     thresholds={
@@ -193,17 +193,31 @@ for (int k = 0; k < K; ++k) acc += a[k * 32 + threadIdx.x];
 L1_ADVICE = """The loads split 32-byte sectors between requests; L1 serves the other part, so no DRAM or L2
 bytes are wasted, but L1 does the sector work twice, and L1 is the busy unit.
 
-- Give each thread a wider load (16-byte vectors: `float4`, `uint4`, `__half2` x 4), so that one request
-  covers whole sectors.
+- Give each thread a wider load (16-byte vectors: `float4`, `double2`, `int4`, four `__half2`), so that one request
+  covers whole sectors; where each thread walks its own row, let consecutive threads read consecutive words instead.
 - Load tiles that several warps use once into shared memory (`cp.async`), and read them from there:
-  WMMA's `load_matrix_sync` from a shared-memory tile instead of global memory, as CUTLASS does.
-
-```cuda
+  WMMA's `load_matrix_sync` from a shared-memory tile instead of global memory, as CUTLASS does."""
+# The L1 advice's example: WMMA's where the kernel runs on the tensor cores, else a thread's own row read across
+# the warp (textbook's stridedL1, a scalar 128-byte stride, and an FP64 kernel were shown WMMA, a user read)
+L1_TENSOR_EXAMPLE = """```cuda
 // before: every warp loads its fragments from global memory
 wmma::load_matrix_sync(a, A + row * n + k, n);
 // after: the block stages the tile once in shared memory (cp.async), each warp reads its fragment
 wmma::load_matrix_sync(a, &As[warp_row][0], TILE_K);
 ```"""
+L1_STRIDE_EXAMPLE = """```cuda
+// before: each thread walks its own row of 32 words: a warp's request spans 32 sectors, L1 serves the rest later
+for (int k = 0; k < 32; ++k) acc += table[threadIdx.x * 32 + k];
+// after: the warp reads each row together, consecutive threads consecutive words, and combines across lanes
+for (int r = 0; r < 32; ++r) acc_row[r] = table[r * 32 + threadIdx.x];   // then a shuffle reduction per row
+```"""
+L1_TENSOR_PIPE_PCT = 1.0   # tensor-pipe activity from which the kernel runs WMMA/MMA fragments (hgemm_wmma: 4.2%)
+
+
+def _l1_advice(kernel: KernelView) -> str:
+    tensor = kernel.get("tensor_pipe_pct")
+    return L1_ADVICE + "\n\n" + (L1_TENSOR_EXAMPLE if tensor is not None and tensor >= L1_TENSOR_PIPE_PCT
+                                  else L1_STRIDE_EXAMPLE)
 
 
 def _past_l1(kernel: KernelView, directions: dict | None, excess_share: float) -> float | None:
@@ -453,7 +467,7 @@ def run(kernel: KernelView, limits) -> Finding | None:
         title=title,
         estimated_speedup=speedup,
         evidence=evidence_table,
-        advice=L1_ADVICE if served_by_l1 else ASYNC_COPY_ADVICE if async_copies else side_advice(directions_quoted,
+        advice=_l1_advice(kernel) if served_by_l1 else ASYNC_COPY_ADVICE if async_copies else side_advice(directions_quoted,
                                                                                                   limits),
         source=kernel.top_spots("memory_l2_theoretical_sectors_global", "memory_l2_theoretical_sectors_global_ideal"),
         notes=notes,

@@ -232,3 +232,20 @@ def test_the_advice_leads_with_the_side_that_wastes_the_sectors(dev_suite_model)
     assert "a warp per picked row" in gather["advice"] and "structure of arrays" not in gather["advice"]
     assert "loads use 4 of 32" in aos["title"] and "stores use 4 of 32" in aos["title"]
     assert aos["advice"].startswith("Lay data out") and "// after: structure of arrays" in aos["advice"]
+
+
+def test_the_l1_example_follows_the_kernels_pipe(analyzed):
+    """Loads that L1 serves twice: the textbook's stridedL1 (each thread walks its own 128-byte row, no tensor core)
+    was shown WMMA's load_matrix_sync (a user read); it gets the row read across the warp. fp16's hgemm_wmma, on the
+    tensor cores, keeps WMMA's example."""
+    from tests.conftest import FIXTURES
+
+    cases = ((FIXTURES / "kernels35" / "textbook_full.ncu-rep.xz", "stridedL1", False),
+             (FIXTURES / "fp16" / "fp16_suite_full.ncu-rep.xz", "hgemm_wmma", True))
+    for path, kernel, tensor in cases:
+        model = analyzed(path)
+        finding = next(f for f in findings_for(model, kernel) if f["check"] == "uncoalesced-global")
+        pipe = next(k for k in model["kernels"] if k["name"] == kernel)["metrics"].get("tensor_pipe_pct") or 0.0
+        assert (pipe >= 1.0) == tensor and "L1 serves the other part" in finding["advice"]
+        assert ("wmma::load_matrix_sync" in finding["advice"]) == tensor
+        assert ("each thread walks its own row of 32 words" in finding["advice"]) != tensor
