@@ -85,6 +85,14 @@ class Steps:
             return np.flatnonzero(self.gpu_starts >= 0)
         return np.arange(self.total)
 
+    @property
+    def slow_lead_steps(self) -> tuple[int, int] | None:
+        """(first, last) step of the leading slow stretch, as the report numbers them, where it goes on past the
+        warm-up's cap (leading_slow); None otherwise."""
+        if not self.slow_lead:
+            return None
+        return self.number(int(self._timed()[0])), self.number(self.slow_lead - 1)
+
     def _all_intervals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         timed = self._timed()
         if self.clock != "gpu":
@@ -162,7 +170,7 @@ class Steps:
         host = self.host_durations()
         typical = median(durations)
         out = {"name": self.name, "count": int(len(durations)), "warmup": self.warmup,
-               **({"slow_lead_last_step": self.number(self.slow_lead - 1)} if self.slow_lead else {}),
+               **({"slow_lead_last_step": self.slow_lead_steps[1]} if self.slow_lead else {}),
                "first_step": self.number(self.first_index), "last_step": self.number(self.last_index),
                "clock": self.clock,
                "median_ns": typical, "mean_ns": float(durations.mean()), "p95_ns": percentile(durations, 95),
@@ -428,8 +436,8 @@ def find_steps(export: NsysExport, nvtx_name: str | None = None) -> Steps | None
         return None
     numbers = step_numbers(instance_names)
     slow, warmup = leading_slow(ends - starts), count_warmup(ends - starts)
-    return Steps(normalized, tid, starts, ends, warmup=warmup, slow_lead=slow if warmup < slow < len(starts) else 0, numbers=numbers,
-                 names=list(instance_names) if numbers is not None else None)
+    return Steps(normalized, tid, starts, ends, warmup=warmup, slow_lead=slow if warmup < slow < len(starts) else 0,
+                 numbers=numbers, names=list(instance_names) if numbers is not None else None)
 
 
 def name_clause(export: NsysExport, name: str) -> tuple[str, tuple]:
@@ -495,7 +503,7 @@ def count_warmup(durations: np.ndarray) -> int:
 def leading_slow(durations: np.ndarray) -> int:
     """Leading steps slower than WARMUP_SLOWER x the median of the later half, however many: past half of them
     (count_warmup's cap) the stretch is more than a warm-up, a slow regime of the run that the window starts inside
-    (blind79_offload: steps 1-64 of 120 at 109-186 ms, the later ones at 43-56, the same copies in each)."""
+    (blind79_offload: steps 0-64 of 120 at 109-186 ms, the later ones at 43-56, the same copies in each)."""
     if len(durations) < MIN_STEPS:
         return 0
     reference = float(np.median(durations[len(durations) // 2:]))

@@ -103,9 +103,9 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
 def _slow_lead(steps: Steps) -> str:
     """Where the leading slow steps go on past the warm-up's cap (steps.leading_slow), that the window starts inside
     them: what a user reads as the run's cost per step includes them, and the steady steps do not."""
-    if not steps.slow_lead:
+    if steps.slow_lead_steps is None:
         return ""
-    first, last = steps.number(steps._timed()[0]), steps.number(steps.slow_lead - 1)
+    first, last = steps.slow_lead_steps
     return (f" (warm-up is at most half the steps, but steps {first}-{last} all ran over {WARMUP_SLOWER:g}x the later "
             f"steps' median: a slow stretch, not a warm-up, that the window starts inside; --nvtx-range '{steps.name}' "
             f"counts every step)")

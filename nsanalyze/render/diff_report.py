@@ -111,7 +111,8 @@ def render_markdown(result: dict) -> str:
         per_launch = " per launch" if k.get("compared") == "per launch" and k.get("before_per_launch_ns") is not None \
             else ""
         lines.append(f"| {name(diff_kernel_name(k))} | {escape(diff_time(k, 'before'))} | {escape(diff_time(k, 'after'))} | "
-                     f"{_change(k['change'])}{per_launch}{in_cycles(k)} | {k['verdict']} | {', '.join(k['findings_gone'])} | "
+                     f"{_change(k['change'])}{per_launch}{in_cycles(k)} | {k['verdict']} | "
+                     f"{', '.join(k['findings_gone'])} | "
                      f"{escape(diff_why(k))} |")
     if result["predictions"]:
         program = program_checked(result)
@@ -143,8 +144,8 @@ def render_html(result: dict) -> str:
                                                              labels=BUDGET_LABELS, budget_cell=budget_cell,
                                                              budget_changed=budget_changed, diff_time=diff_time,
                                                              why=diff_why, kernel_name=diff_kernel_name,
-                                                             mean_cell=mean_cell, prediction_scope=prediction_scope, in_new=in_new, actual_text=actual_text,
-                                                             in_cycles=in_cycles,
+                                                             mean_cell=mean_cell, prediction_scope=prediction_scope, in_new=in_new,
+                                                             actual_text=actual_text, in_cycles=in_cycles,
                                                              predictions_scope=predictions_scope(result),
                                                              program_checked=program_checked(result))
 
