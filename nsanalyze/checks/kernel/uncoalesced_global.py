@@ -377,7 +377,9 @@ def _worst_per_request(kernel: KernelView) -> tuple[float | None, str]:
 def run(kernel: KernelView, limits) -> Finding | None:
     directions = _by_direction(kernel)
     excess_share = kernel.get("global_sectors_excess_share")
-    measured_by = "source counters (actual vs ideal L2 sectors)"
+    # (ncu's "theoretical L2 sectors" are the sectors each access asks of L1, as if every one missed: "actual vs ideal
+    # L2 sectors" read beside "no DRAM or L2 bytes are wasted" as a contradiction, a user read)
+    measured_by = "source counters (the sectors each access asks for against the ideal, as if every access missed L1)"
     if excess_share is not None and directions and excess_share < limits["min_excess_share"] \
             and _direction_waste(kernel, directions) >= limits["min_excess_share"]:
         return _disagreement(kernel, directions, excess_share, limits) if _material(kernel, limits) else None
