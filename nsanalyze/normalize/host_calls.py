@@ -184,7 +184,7 @@ def syncs(wa: WindowActivity, polls: PollLoops = NO_POLLS) -> dict:
     first = np.concatenate(([True], stretch[1:] != stretch[:-1])) if len(stretch) else np.zeros(0, bool)
     total = int((stretch[first] - first_end[first]).sum())
     result = {"explicit": explicit, "implicit": implicit, "relaunch_gap_ns": total,
-              "copy_waits": copy_waits(calls, implicit_mask, explicit_mask & np.isin(
+              "copy_waits": copy_wait_count(calls, implicit_mask, explicit_mask & np.isin(
                   calls.name_id, ids_where(names, lambda n: isinstance(n, str) and waits_for_gpu(n))))}
     if polled:   # (the key only where there are loops: reports of programs without them read as before)
         result["polls"] = polled
@@ -198,9 +198,9 @@ def syncs(wa: WindowActivity, polls: PollLoops = NO_POLLS) -> dict:
 COPY_WAIT_GAP_NS = 20_000
 
 
-def copy_waits(calls, copy_calls: np.ndarray, sync_calls: np.ndarray) -> int:
-    """The sync calls that are a copy call's own wait: the next of these calls in its process after a copy to the
-    host, within COPY_WAIT_GAP_NS. The host waits once in the pair (blind79_fsynclog: 48 reads back a step, each a
+def copy_wait_count(calls, copy_calls: np.ndarray, sync_calls: np.ndarray) -> int:
+    """How many sync calls are a copy call's own wait: the next of these calls in its process after a copy to the
+    host, within COPY_WAIT_GAP_NS (critical_path.copy_waits marks them by thread in a replayed block's graph). The host waits once in the pair (blind79_fsynclog: 48 reads back a step, each a
     copy and its sync, read as 97 synchronizations a step when each call was one)."""
     pick = np.flatnonzero(copy_calls | sync_calls)
     if len(pick) < 2:

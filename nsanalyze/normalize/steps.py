@@ -288,9 +288,9 @@ def project_on_gpu(steps: Steps, work_starts: np.ndarray, work_ends: np.ndarray,
     steps.clock = "gpu" if with_work >= max(MIN_STEPS, steps.total // 2) else "host"
     steps.warmup = 0
     _, starts, ends = steps._all_intervals()
-    steps.warmup = int(steps._timed()[count_warmup(ends - starts)]) if len(starts) else 0
-    slow = leading_slow(ends - starts)
-    steps.slow_lead = int(steps._timed()[slow]) if count_warmup(ends - starts) < slow < len(starts) else 0
+    warmup, slow = warm_up(ends - starts)
+    steps.warmup = int(steps._timed()[warmup]) if len(starts) else 0
+    steps.slow_lead = int(steps._timed()[slow]) if slow else 0
     return steps
 
 
@@ -435,8 +435,8 @@ def find_steps(export: NsysExport, nvtx_name: str | None = None) -> Steps | None
     if len(starts) < MIN_STEPS:
         return None
     numbers = step_numbers(instance_names)
-    slow, warmup = leading_slow(ends - starts), count_warmup(ends - starts)
-    return Steps(normalized, tid, starts, ends, warmup=warmup, slow_lead=slow if warmup < slow < len(starts) else 0,
+    warmup, slow = warm_up(ends - starts)
+    return Steps(normalized, tid, starts, ends, warmup=warmup, slow_lead=slow,
                  numbers=numbers, names=list(instance_names) if numbers is not None else None)
 
 
@@ -495,14 +495,17 @@ def _outermost(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return outer
 
 
-def count_warmup(durations: np.ndarray) -> int:
-    """Leading steps slower than the settled ones (at most half of them)."""
-    return min(leading_slow(durations), len(durations) // 2)
+def warm_up(durations: np.ndarray) -> tuple[int, int]:
+    """(the warm-up: leading steps slower than the settled ones, at most half of them; the leading slow steps where
+    they go on past that cap, else 0)."""
+    slow = leading_slow(durations)
+    warmup = min(slow, len(durations) // 2)
+    return warmup, (slow if warmup < slow < len(durations) else 0)
 
 
 def leading_slow(durations: np.ndarray) -> int:
     """Leading steps slower than WARMUP_SLOWER x the median of the later half, however many: past half of them
-    (count_warmup's cap) the stretch is more than a warm-up, a slow regime of the run that the window starts inside
+    (warm_up's cap) the stretch is more than a warm-up, a slow regime of the run that the window starts inside
     (blind79_offload: steps 0-64 of 120 at 109-186 ms, the later ones at 43-56, the same copies in each)."""
     if len(durations) < MIN_STEPS:
         return 0

@@ -79,7 +79,7 @@ def threshold_text(entry: dict) -> str:
 
 # A way to collect what a check lacks that is a command line or its options (shown as code); the others are prose
 # ("an NVTX range around each step (...)", read as a sentence pasted into a code span, a user read)
-COMMAND_STARTS = ("nsys ", "ncu ", "--", "-t ", "nsys\t", "ncu\t")
+COMMAND_STARTS = ("nsys ", "ncu ", "--")
 
 
 def is_command(text: str) -> bool:
