@@ -752,17 +752,34 @@ def within_program_causes(findings: list[Finding], kernel_keys: dict) -> None:
     from nsanalyze.normalize.work import role_of
 
     present = {f.check: f for f in findings if f.kernel_id is None and f.estimated_savings_ns > 0}
+    replacing = {role: f for f in present.values() for role in check_by_id(f.check).replaces_roles}
     for finding in findings:
         if finding.kernel_id is None or "within" in finding.evidence:
             continue
+        demangled = (kernel_keys.get(finding.kernel_id) or (None, None))[1]   # (profile, demangled or name, ...)
+        role = role_of(finding.kernel_name, demangled)
+        if role in replacing:
+            _replaced_by(finding, replacing[role])
+            continue
         part_of = check_by_id(finding.check).part_of
         outer = present.get(part_of[0]) if part_of else None
-        demangled = (kernel_keys.get(finding.kernel_id) or (None, None))[1]   # (profile, demangled or name, ...)
-        if outer is None or role_of(finding.kernel_name, demangled) != part_of[1]:
+        if outer is None or role != part_of[1]:
             continue
         _count_within(finding, outer, f"counted within {outer.check}: the program finding prices the same change "
                                       "over all such kernels of the window; this kernel's saving is part of it, not "
                                       "added to it")
+
+
+def _replaced_by(finding: Finding, outer: Finding) -> None:
+    """A kernel finding on a kernel that a program finding's change replaces (Check.replaces_roles): counted within
+    it, and at info: tuning a kernel the change removes is work lost once the change is made."""
+    _count_within(finding, outer, f"counted within {outer.check}: its change replaces this kernel (its work done by "
+                                  "the kernels the change brings in); this kernel's saving is part of that one's, not "
+                                  "added to it")
+    finding.evidence = {**finding.evidence, "replaced_by": outer.check}
+    if finding.severity != "info":
+        finding.notes.append(f"capped at info: {outer.check}'s change replaces this kernel; make that change first")
+    finding.severity = "info"
 
 
 def _count_within(inner: Finding, outer: Finding, note: str) -> None:

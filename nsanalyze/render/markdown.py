@@ -191,7 +191,9 @@ def _info(findings: list[dict], model: dict) -> str:
     # (a finding whose saving was not measured is not known to be small: alloc_churn's Kineto trace listed its
     # optimizer, 35% of the GPU's kernel time, as below what is worth a change, a user read)
     unpriced = any(_info_saving(f, model) in ("saving not measured", "saving not estimated") for f in findings)
-    why = "below what is worth a change now, or not priced" if unpriced else "below what is worth a change now"
+    replaced = any(f["evidence"].get("replaced_by") for f in findings)   # rank._replaced_by: a program change's
+    why = "below what is worth a change now" + (", or not priced" if unpriced else "") \
+        + (", or on kernels a program finding's change replaces" if replaced else "")
     return (f"<details><summary>Also found, at info ({why}): {count}</summary>\n\n"
             + "\n".join(lines) + "\n\n</details>")
 

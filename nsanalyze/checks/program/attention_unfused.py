@@ -70,6 +70,7 @@ CHECK = Check(
                    "the attention_unfused time"),
     budget_part=BUDGET_PART,
     change={"speedup": ("attention_unfused",)},  # the replay change priced (program.py)
+    replaces_roles=("attention_unfused",),       # a fused attention kernel takes the written-out softmax's work
     advice=ADVICE,
 )
 

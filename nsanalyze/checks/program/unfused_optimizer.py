@@ -118,6 +118,7 @@ CHECK = Check(
                    "the bytes are measured; not estimated otherwise"),
     budget_part=BUDGET_PART,
     change=PASSES_CHANGE,  # the replay change priced (program.py); a loop's finding states LOOP_CHANGE
+    replaces_roles=("optimizer",),   # fused=True: one kernel a pass takes the foreach kernels' work
     advice=ADVICE,
 )
 

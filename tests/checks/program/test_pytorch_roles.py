@@ -73,6 +73,30 @@ def test_the_foreach_optimizer_is_named_with_its_bytes(analyzed):
     assert "fused=True" in finding["title"] and "fused=True" in finding["advice"]
 
 
+def test_kernel_findings_on_kernels_a_program_change_replaces_are_within_it(analyzed):
+    """fused=True replaces the foreach step's kernels, and fused attention the written-out softmax: a launch-shape or
+    latency finding on one of those kernels is work lost once the change is made. Each is counted within the program
+    finding and listed at info (a user read: nine of seventeen main-table rows were the foreach kernels' shapes); the
+    kernel findings on other roles (the GEMMs' clock, nll_loss's one block) keep their severity."""
+    model = analyzed(GPT_BF16)
+    names = {k["id"]: (k["name"], k.get("demangled")) for k in model["kernels"]}
+    replaced = {"optimizer": "unfused-optimizer", "attention_unfused": "attention-unfused"}
+    on_kernels = [f for f in model["findings"] if f["kernel_id"] is not None]
+    by_role = {f["rank"]: role_of(*names[f["kernel_id"]]) for f in on_kernels}
+    inside = [f for f in on_kernels if by_role[f["rank"]] in replaced]
+    assert len(inside) >= 10 and {by_role[f["rank"]] for f in inside} == {"optimizer"}   # no softmax kernel finding
+    for finding in inside:
+        outer = replaced[by_role[finding["rank"]]]
+        assert finding["severity"] == "info"
+        assert finding["evidence"]["within"] == finding["evidence"]["replaced_by"] == outer
+        assert finding["title"].endswith(f"; part of {outer}'s saving, not added to it")
+    others = [f for f in on_kernels if by_role[f["rank"]] not in replaced]
+    assert sum(f["severity"] != "info" for f in others) >= 4 and not any("replaced_by" in f["evidence"] for f in others)
+    optimizer = _finding(model, "unfused-optimizer")
+    assert sum(f["estimated_savings_ns"] for f in inside if f["evidence"]["within"] == "unfused-optimizer") \
+        < optimizer["estimated_savings_ns"]
+
+
 def test_the_casts_state_their_time_at_stake_unmeasured(analyzed):
     """bf16 autocast's casts (weights each forward, the logits' .float() and back): 19% of the kernel time by name.
     Those between the GEMMs around a softmax are the attention scores' (the softmax runs in fp32): attention's, which
