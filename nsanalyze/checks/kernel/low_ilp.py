@@ -32,6 +32,8 @@ the few busy SMs' latency is not the first thing to fix.
 Where the whole grid is resident at once and each warp's instructions span the kernel (`warp_chain_share`), the kernel
 lasts as long as one warp: the saving then assumes the warp's instructions can overlap, which one chain of dependent
 loads a thread (pointer chasing) cannot until it is split. The finding notes it.
+Where the grid fits in less than one wave and the SMs run at most half the warps the launch allows, the grid leaves the
+warp slots empty: the finding counts after the kernel's others (low-occupancy names the grid).
 
 ## Options
 - `max_roof_share`: speed of light below which a kernel counts as latency-bound.
@@ -177,6 +179,16 @@ def grid_leaves_most_sms_idle(kernel: KernelView) -> bool:
     return bool(grid and sms and grid <= sms / 2)
 
 
+def grid_leaves_warp_slots_empty(kernel: KernelView) -> bool:
+    """The whole grid fits in less than one wave and the SMs run at most half the warps the launch allows: the grid,
+    not the warps' own code, leaves the slots empty. More blocks (each warp's work split finer) is the first lever, and
+    low-occupancy names it; more independent work a warp counts after it (textbook streamFewBlocks: a grid-stride copy
+    of 132 blocks of 256 threads at 12% occupancy led with low-ilp's pointer-chase example, a user read)."""
+    waves = kernel.get("waves_per_sm")
+    achieved, theoretical = kernel.get("achieved_occupancy_pct"), kernel.get("theoretical_occupancy_pct")
+    return bool(waves and waves < 1 and achieved and theoretical and achieved <= theoretical / 2)
+
+
 def run(kernel: KernelView, limits) -> Finding | None:
     share = roof_share(kernel)
     if share is None:
@@ -235,4 +247,5 @@ def run(kernel: KernelView, limits) -> Finding | None:
         source=kernel.top_spots("smsp__pcsamp_warps_issue_stalled_barrier" if cause == "barriers"
                                 else "smsp__pcsamp_warps_issue_stalled_long_scoreboard"),
         notes=notes,
+        after_others=grid_leaves_warp_slots_empty(kernel),
     )
