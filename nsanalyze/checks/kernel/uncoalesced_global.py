@@ -151,6 +151,10 @@ CHECK = Check(
         "ideal_sectors_per_request": Threshold(16.0, "without source counters or bytes per sector the access width is "
                                                      "unknown: 32 threads x 16-byte vectors = 16 sectors is still coalesced, "
                                                      "so only more than that is surely waste"),
+        "word_sectors_per_request": Threshold(4.0, "32 threads x 4-byte words, the common access, fill 4 sectors: "
+                                                   "past a quarter more than that and up to ideal_sectors_per_request, "
+                                                   "the sectors are waste or wider accesses, which the report cannot "
+                                                   "tell apart without the access width: not judged, never clean"),
     },
     speedup_model=("excess sectors / all sectors, times the kernel's memory speed-of-light share: "
                    "removing wasted traffic saves the time the memory system spent on it; when L1 hits serve the "
@@ -398,6 +402,12 @@ def run(kernel: KernelView, limits) -> Finding | None:
             return unjudged("global_sectors_excess_share", "global_load_bytes_per_sector",
                             "sectors_per_request_global_load")
         ideal = limits["ideal_sectors_per_request"]
+        if limits["word_sectors_per_request"] / (1 - limits["min_excess_share"]) < per_request <= ideal:
+            # (COALDA's chart kernel: stores at 12.0 sectors a request, 3x 4-byte words' 4, read as judged and clean
+            # though its authors' fix was those stores, a user read)
+            return unjudged(f"global_{direction}_bytes_per_sector", "global_sectors_excess_share",
+                            collect=f"--section SourceCounters for the access width (the {direction}s touch "
+                                    f"{per_request:.1f} sectors a request: waste, or accesses wider than 4 bytes)")
         excess_share = clamp01(1 - ideal / per_request) if per_request > ideal else 0.0
         source = ("" if kernel.get(f"global_{direction}_sectors") is not None else
                   ", as L2 sectors over L1 requests: L1's own sectors are not in the report")
