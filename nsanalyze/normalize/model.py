@@ -144,6 +144,7 @@ class OpLaunches(Record):
     launches: int = 0
     per_step: float | None = None
     share: float | None = None
+    loop_ops: tuple = ()   # a loop's entry (read.kineto._op_loops): its ops in the order they run, `op` their names
 
 
 # Launches whose kernels lie outside the window: at most a full launch queue (about 1,020 operations on the H200)

@@ -872,6 +872,40 @@ def _has_gpu_work(path: Path) -> bool:
         con.close()
 
 
+# A run of launches whose ops repeat a motif of a few distinct ops this many times in a row is a loop in the program's
+# source (a Python loop of in-place ops over tensors): counted as one source, so that the loop is not split over its
+# op names (kin54_emaloop's EMA, `p_ema.mul_(d).add_(p, alpha=1 - d)` over 152 tensors: aten::mul_ and aten::add_
+# 152 launches a step each, below aten::linear's 196, named first, a user read)
+OP_LOOP_REPEATS = 16
+OP_LOOP_PERIODS = (2, 3, 4)
+OP_LOOP_JOIN = " + "
+
+
+def _op_loops(ops: list[str]) -> dict[tuple, int]:
+    """{motif: launches} of the runs in which a motif of 2-4 distinct ops repeats OP_LOOP_REPEATS times or more in a
+    row: each run's launches from its first whole motif, counted once (the shortest period first); a motif named in
+    the order its first run began it, its rotations one loop."""
+    loops: dict[tuple, list] = {}
+    taken = [False] * len(ops)
+    for period in OP_LOOP_PERIODS:
+        at = period
+        while at < len(ops):
+            if ops[at] != ops[at - period]:
+                at += 1
+                continue
+            begin = at - period
+            while at < len(ops) and ops[at] == ops[at - period]:
+                at += 1
+            whole = (at - begin) // period * period
+            motif = tuple(ops[begin:begin + period])
+            if whole >= OP_LOOP_REPEATS * period and len(set(motif)) == period \
+                    and not any(taken[begin:begin + whole]):
+                key = min(motif[k:] + motif[:k] for k in range(period))   # one name for each rotation of the loop
+                loops.setdefault(key, [motif, 0])[1] += whole
+                taken[begin:begin + whole] = [True] * whole
+    return dict(loops.values())
+
+
 def launch_attribution(export, start_ns: int, end_ns: int, steps: int | None, is_loop=lambda name: False) -> dict | None:
     """Kernel launches in the window by the outermost CPU op or annotation around their launch call that
     is not the loop itself (`is_loop`: a step-like range such as `train_step`), each launch counted once
@@ -892,12 +926,20 @@ def launch_attribution(export, start_ns: int, end_ns: int, steps: int | None, is
         if not loop[op]:
             chosen[corr] = op
     counts = Counter(chosen.values())
+    loops = {}
+    for motif, launches in _op_loops(list(chosen.values())).items():   # (corr ids ascend: the launches' order)
+        loops[OP_LOOP_JOIN.join(motif)] = list(motif)
+        counts[OP_LOOP_JOIN.join(motif)] = launches
+        for op in motif:   # the loop's launches counted once, as the loop's
+            counts[op] -= launches // len(motif)
+            if counts[op] <= 0:
+                del counts[op]
     total = export.scalar("SELECT COUNT(DISTINCT correlation_id) FROM kernels WHERE start >= :s AND start < :e",
                           window) or 0
     meta = dict(export.query("SELECT key, value FROM KINETO_META"))
     per = steps if steps else None
     by_op = [{"op": op, "launches": int(n), "share": n / total if total else None,
-              "per_step": n / per if per else None}
+              "per_step": n / per if per else None, **({"loop_ops": loops[op]} if op in loops else {})}
              for op, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:10]]
     ops = int(meta.get("cpu_ops") or 0)
     calls = int(meta.get("launch_calls") or 0)

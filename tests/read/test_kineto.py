@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import io
 import json
@@ -232,6 +233,38 @@ def test_launches_by_framework_op_equal_a_count_over_the_trace(analyzed):
     assert profiler["launches_per_step"] == pytest.approx(103)  # 618 launches over 6 steps
     assert sum(row["launches"] for row in launches["by_op"]) <= profiler["launches"]
     assert not profiler["record_shapes"] and profiler["cpu_ops"] == sum(1 for e in evs if e.get("cat") == "cpu_op")
+
+
+def test_a_loop_of_ops_is_one_launch_source(analyzed):
+    """kin54_emaloop's EMA, `p_ema.mul_(d).add_(p, alpha=1 - d)` over 152 tensors a step: aten::mul_ and aten::add_
+    alternate 152 times in a row. Counted by op name they were 152 launches a step each, below aten::linear's 196, and
+    launch-overhead named aten::linear (a user read). Counted off the JSON here: the kernels launched under the
+    top-level mul_ and add_ ops of the steps' window; the loop is one source of that many launches, its ops' own rows
+    left with what runs outside it, and launch-overhead names the loop with foreach advice."""
+    path = REAL / "kin54_emaloop_base1_kineto.json.gz"
+    model = analyzed(path)
+    by_op = model["timeline"]["launches"]["by_op"]
+    loop = by_op[0]
+    assert loop["loop_ops"] == ["aten::mul_", "aten::add_"] and loop["per_step"] == 304
+    steps = model["timeline"]["steps"]["count"]
+    evs = events(path)
+    kernels = {e["args"]["correlation"] for e in evs if e.get("cat") == "kernel"}
+    ops = sorted((e["ts"], e["ts"] + e["dur"], e["tid"], e["name"]) for e in evs
+                 if e.get("cat") == "cpu_op" and e["name"] in ("aten::mul_", "aten::add_"))
+    starts = [op[0] for op in ops]
+    launched = Counter()
+    for r in evs:
+        if r.get("cat") == "cuda_runtime" and r["args"].get("correlation") in kernels:
+            at = bisect.bisect_right(starts, r["ts"]) - 1   # (the ops do not nest in one another here)
+            if at >= 0 and ops[at][2] == r["tid"] and r["ts"] <= ops[at][1]:
+                launched[ops[at][3]] += 1
+    # every mul_ launch is the loop's; add_ runs elsewhere too (the optimizer, the residuals)
+    assert launched["aten::mul_"] == 152 * steps and launched["aten::add_"] > 152 * steps
+    assert loop["launches"] == 304 * steps
+    assert all(row["per_step"] < 304 for row in by_op[1:])
+    finding = next(f for f in model["findings"] if f["check"] == "launch-overhead")
+    assert "a loop of aten::mul_ and aten::add_ issues 304 of " in finding["title"]
+    assert "torch._foreach_lerp_" in finding["advice"]
 
 
 def test_launch_overhead_names_the_op_and_the_profilers_own_cost():

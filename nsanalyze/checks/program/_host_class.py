@@ -69,8 +69,8 @@ def calls_phrase(cost: ClassCost) -> str:
     names = "/".join(name for name, _, _ in cost.top_calls[:3])
     if cost.steps:   # (calls a step: the window on the GPU's clock cuts the last step's calls made after its GPU
         # work: alloc_churn's Kineto trace read 616 calls in 6 steps where each step makes 112, a user read)
-        return (f"{plural(cost.calls, names + ' call')} ({cost.per_step_calls:,.0f} a step), in {cost.steps_with_calls} "
-                f"of {plural(cost.steps, 'steady step')} "
+        return (f"{plural(cost.calls, names + ' call')} (a median {cost.per_step_calls:,.0f} a step), in "
+                f"{cost.steps_with_calls} of {plural(cost.steps, 'steady step')} "
                 f"(a median {cost.per_step_host_ns / 1e6:.2f} ms of host time in a step that has them)")
     return f"{plural(cost.calls, names + ' call')} ({cost.host_ns / 1e6:.1f} ms of host time)"
 

@@ -62,6 +62,8 @@ two batched products, saved 43.8 ms: it also took away 7 ms of per-parameter Pyt
 - `one_time_launch_ns`: launch call of a kernel launched once above which it counts as a module load.
 """
 
+import re
+
 import numpy as np
 
 from nsanalyze.normalize.host_activity import base_name
@@ -367,10 +369,16 @@ def _framework_ops(finding: Finding, launches: Launches, timeline=None) -> None:
             issues = f" issues {top.per_step:.0f} of {plural(round(per_step), 'launch')} a step"
         else:
             issues = f" issues {top.launches} of {plural(profiler.launches, 'launch')}"
-        finding.title += f"; {top.op}{issues}"
+        if top.loop_ops:   # a loop of a few ops in a row (read.kineto._op_loops): named as the loop
+            layers = any(LAYER_OP.search(op) for op in top.loop_ops)
+            finding.title += f"; a loop of {_and(top.loop_ops)}{' (layers of one shape)' if layers else ''}{issues}"
+            finding.advice = (f"A loop of {_and([code_span(op) for op in top.loop_ops])}{issues}: "
+                              + (OP_LAYERS_ADVICE if layers else OP_LOOP_ADVICE) + finding.advice)
+        else:
+            finding.title += f"; {top.op}{issues}"
+            # the op's name is the trace's text: in the advice (Markdown) a code span it cannot close
+            finding.advice = _op_advice(top.op, code_span(top.op) + issues) + finding.advice
         finding.evidence["launches_by_op"] = plain(by_op[:5])
-        # the op's name is the trace's text: in the advice (Markdown) a code span it cannot close
-        finding.advice = _op_advice(top.op, code_span(top.op) + issues) + finding.advice
     profiler_caveat(finding, launches, timeline, "launch-bound programs")
 
 
@@ -400,6 +408,22 @@ def _host_ns_per_launch(timeline, profiler: ProfilerCost) -> float | None:
     steps = getattr(timeline, "steps", None)
     host, per_step = steps.host_median_ns if steps else None, profiler.launches_per_step
     return float(host) / per_step if host and per_step else None
+
+
+OP_LOOP_ADVICE = ("a loop in the program's source that runs these ops on one tensor at a time (an EMA of the weights, a "
+                  "hand-written update or clipping over the parameters). The `torch._foreach_*` ops take the lists and "
+                  "launch a few kernels for all of them (`torch._foreach_lerp_(ema, params, 1 - decay)`); then fuse or "
+                  "graph what is left.\n\n")
+# an op of a loop that is a matrix product or a convolution: the loop is a stack of layers of one shape (nn.Sequential
+# of equal blocks), whose work no foreach op takes; a graph or torch.compile launches it whole
+LAYER_OP = re.compile(r"linear|matmul|\bmm\b|::mm\b|addmm|bmm|conv|einsum|Linear|Mm|Conv", re.IGNORECASE)
+OP_LAYERS_ADVICE = ("layers of one shape run one after another (a stack of equal blocks), each a few short kernels: "
+                    "capture the stack in a CUDA graph or `torch.compile` it, so that it launches as a few operations."
+                    "\n\n")
+
+
+def _and(names: list[str] | tuple) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _op_advice(op: str, phrase: str) -> str:
