@@ -392,6 +392,23 @@ def poll_runs(polled: np.ndarray, not_ready: np.ndarray, name_position: np.ndarr
     return [(int(order[r]), order[f:r][::-1].tolist()) for f, r in zip(first.tolist(), ready.tolist())]
 
 
+def _busy_until(call_start: np.ndarray, o_end: np.ndarray, device: np.ndarray) -> np.ndarray:
+    """Per operation, the latest end of the operations of its GPU whose launch call began before its own: the GPU's
+    queued work when it was launched. An operation launched behind other streams' work waits in the device's queue:
+    its start less its call's start is that wait, not the launch latency (kin54_sync53_fix1, the host a step ahead of
+    the GPU: a memset's stream idle, its "latency" 55 ms, and every launch-bound operation of the replay a step late)."""
+    before = np.full(len(call_start), NO_END, np.int64)
+    for gpu in distinct(device):
+        mine = np.flatnonzero(device == gpu)
+        order = mine[np.argsort(call_start[mine], kind="stable")]
+        latest = np.maximum.accumulate(o_end[order])
+        before[order[1:]] = latest[:-1]
+    return before
+
+
+NO_END = np.iinfo(np.int64).min // 4   # (no operation launched before: _busy_until)
+
+
 def build_graph(export: NsysExport, activity: Activity, launching_threads: np.ndarray, host_starts: np.ndarray,
                 host_ends: np.ndarray, step_pid: int | None, steady_positions: np.ndarray,
                 threads: bool = True) -> Graph | None:
@@ -440,6 +457,7 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
     o_end = np.concatenate((k.end[kmask], c.end[cmask]))
     o_stream = np.concatenate((pair_keys(k.device_id[kmask], k.stream_id[kmask]),
                                pair_keys(c.device_id[cmask], c.stream_id[cmask])))
+    o_device = np.concatenate((k.device_id[kmask], c.device_id[cmask]))
     o_corr = np.concatenate((k.correlation_id[kmask], c.correlation_id[cmask]))
     nk = int(kmask.sum())
     short, dem = k.short_name_id[kmask], k.demangled_id[kmask]
@@ -504,11 +522,14 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
         later = ok & (calls["end"][np.maximum(cand, 0)] > prev_end)
         c_cross[idx[later]] = cand[later]
 
-    # launch latency (the stream idle when the call began) and queue gap (queued behind the stream)
+    # launch latency (the GPU idle when the call began: no operation launched before it still queued or running, on
+    # any stream) and queue gap (queued behind the stream)
     has_call = o_call >= 0
     call_start_of_op = np.where(has_call, calls["start"][np.maximum(o_call, 0)], o_start)
     prev_end = np.where(o_prev >= 0, o_end[np.maximum(o_prev, 0)], np.iinfo(np.int64).min // 4)
-    idle_launch = has_call & (call_start_of_op >= prev_end)
+    busy_until = _busy_until(call_start_of_op, o_end, o_device)
+    # (the block's first launch cannot tell: the work launched before the block may still be queued)
+    idle_launch = has_call & (call_start_of_op >= prev_end) & (call_start_of_op >= busy_until) & (busy_until > NO_END)
     op_class = classes[np.where(o_call >= 0, call_name[np.maximum(o_call, 0)], -1)]   # classes[-1]: ""
     o_latency = np.zeros(n_ops)
     fallback = median((o_start - call_start_of_op)[idle_launch]) if idle_launch.any() else 0.0
