@@ -69,13 +69,32 @@ ADVICE = """Keep the steps' data on the GPU, or have it ready before the step ne
   (`num_workers`, `pin_memory=True`, `persistent_workers=True`), and copy it with `non_blocking=True`, so that the
   next batch is ready while the GPU computes this one.
 
-```python
+"""
+UPLOADS_EXAMPLE = """```python
 # before: the batch gathered on the host, uploaded from pageable memory each step
 obs = torch.from_numpy(buffer_obs[rng.integers(0, N, B)]).to("cuda")
 # after: the buffer on the GPU once, the batch gathered there
 buffer_obs = torch.from_numpy(buffer_obs).to("cuda")
 obs = buffer_obs[torch.randint(0, N, (B,), device="cuda")]
 ```"""
+# the example by where the host's work lies (_lead's cases): a batch built on the host is the uploads' example; state
+# copied out, and outputs worked on after their read, have their own (blind77_hostsnap, a snapshot of the weights with
+# nothing uploaded, showed the gathered batch, a user read)
+STATE_EXAMPLE = """```python
+# before: a snapshot of the weights copied to the host each step
+snapshot = {k: v.cpu() for k, v in model.state_dict().items()}
+# after: buffers on the GPU allocated once, filled in place (or every N steps)
+snapshot = {k: torch.empty_like(v) for k, v in model.state_dict().items()}
+torch._foreach_copy_(list(snapshot.values()), list(model.state_dict().values()))
+```"""
+READS_EXAMPLE = """```python
+# before: each step's predictions read back, then counted in Python
+for p, y in zip(logits.argmax(-1).tolist(), labels.tolist()):
+    confusion[y][p] += 1
+# after: counted on the GPU, read every N steps
+confusion += torch.bincount(labels * C + logits.argmax(-1), minlength=C * C).view(C, C)
+```"""
+ADVICE = ADVICE + UPLOADS_EXAMPLE
 
 CHECK = Check(
     id=ID,
@@ -340,6 +359,16 @@ def _lead(data, state: bool = False, files: str = "") -> str:
             "waits for it. Keep the data on the GPU, or build it ahead of the step.\n\n")
 
 
+def _advice(data, state: bool) -> str:
+    """The advice with the example for the side where the host's work lies (as _lead's cases)."""
+    text = ADVICE.removesuffix(UPLOADS_EXAMPLE)
+    if state and not round_trip(data):
+        return text + STATE_EXAMPLE
+    if not state and data.work_after_reads_ns_per_step > data.work_before_uploads_ns_per_step:
+        return text + READS_EXAMPLE
+    return text + UPLOADS_EXAMPLE
+
+
 def run(timeline, limits) -> Finding | None:
     found = handled(timeline, limits)
     if found is None:
@@ -376,7 +405,7 @@ def run(timeline, limits) -> Finding | None:
                   "copy_ns_per_step": evidence(data.copy_ns_per_step, unit="ns"),
                   **({"file_io_idle_ns_per_step": evidence(files_idle_ns_per_step(timeline, data), unit="ns")}
                      if files else {})},
-        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data, state, files) + ADVICE,
+        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data, state, files) + _advice(data, state),
     )
     finding.change = change_of(data, bool(files))
     finding.estimated_savings_ns = saving

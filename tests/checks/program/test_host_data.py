@@ -95,6 +95,8 @@ def test_state_copied_out_each_step_is_first_and_prices_what_keeping_it_on_the_g
     first = program_findings(model)[0]
     assert first["check"] == "host-data" and first["title"].startswith("The steps copy state to the host")
     assert "`torch._foreach_copy_(buffers, tensors)`" in first["advice"].split("\n\n")[0]
+    # the example is state's, not a batch gathered on the host (nothing is uploaded: a user read)
+    assert "torch._foreach_copy_(list(snapshot.values())" in first["advice"] and "buffer_obs" not in first["advice"]
     saved = first["estimated_savings_ns"] / steps
     assert saved == pytest.approx(sql_saved_per_step(analyzed, _path(base).name, _path(fix).name), rel=0.25)
 
@@ -127,6 +129,12 @@ def test_the_smaller_changes_are_counted_within_it(analyzed):
     for inner in ("pageable-memcpy", "host-sync"):
         assert findings[inner]["evidence"]["within"] == "host-data"
         assert 0 < findings[inner]["estimated_savings_ns"] <= findings["host-data"]["estimated_savings_ns"]
+    # pinned copies alone take no less time here: the replay's saving is the uploads' waits, which pinned memory drops
+    # only with non_blocking=True; the savings note says so (a user read: "no less time" beside 2.01 ms a step)
+    pinned = findings["pageable-memcpy"]
+    assert "pinned, they would take no less time" in pinned["title"]
+    assert any(n.startswith("savings: the replay of the steps with pageable copies at the pinned rate, with "
+                            "non_blocking=True (the uploads' waits gone, ") for n in pinned["notes"])
 
 
 def test_whatif_keeps_the_data_on_the_gpu_as_the_fix_did(analyzed):
