@@ -261,7 +261,7 @@ def _programs(timeline, top) -> tuple[str, str] | None:
     if found is None or top.name not in PROGRAM_WAITS or (steps and found.count < PROGRAMS_PER_STEP * steps):
         return None
     named = ", ".join(f"{code_span(name)} {count}x" for name, count in found.names[:3])
-    which = f" ({named} of those the export names)" if named else ""
+    which = f" (of those the export names: {named})" if named else ""
     often = f", {found.count / steps:.1f} a step" if steps else ""
     return (f"; {plural(found.count, 'process')} began and ended in the window{often}{which}: a program the loop "
             "runs and waits for",

@@ -42,6 +42,7 @@ def test_the_berts_vocabulary_gemms_are_named_with_their_time(analyzed, run, ker
     assert finding["evidence"]["check_savings_ns"]["value"] == pytest.approx(own, rel=0.01)
     assert finding["evidence"]["replayed_savings_ns"]["value"] == pytest.approx(own, rel=0.01)
     assert "4-byte loads 3.01x" in finding["notes"][0]
+    assert "nn.Linear(768, 30522)" in finding["advice"]
 
 
 @pytest.mark.parametrize("name", ["fuse56_gpt_base1", "fp32", "blind_embtables_base"])
@@ -105,6 +106,8 @@ def test_a_vocabulary_of_50257_is_named_and_its_time_bounds_what_padding_saved(a
     at_stake = finding["evidence"]["narrow_gemm_ns"]["value"] / model["timeline"]["steps"]["count"]
     saved = sql_saved_per_step(analyzed, base, fix)
     assert finding["evidence"]["load_bytes"]["value"] == 2 and "multiple of 8" in finding["title"]
+    # the example shows the odd dimension's one element a load, not the 4-byte case (a user read)
+    assert "nn.Linear(768, 50257)" in finding["advice"] and "30522" not in finding["advice"]
     assert saved > 20e6 and saved <= at_stake < 1.5 * saved
     assert model["findings"][0]["check"] == ID
     assert finding["estimated_savings_ns"] / model["timeline"]["steps"]["count"] == pytest.approx(saved, rel=0.25)
