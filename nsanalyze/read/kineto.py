@@ -884,25 +884,24 @@ OP_LOOP_JOIN = " + "
 def _op_loops(ops: list[str]) -> dict[tuple, int]:
     """{motif: launches} of the runs in which a motif of 2-4 distinct ops repeats OP_LOOP_REPEATS times or more in a
     row: each run's launches from its first whole motif, counted once (the shortest period first); a motif named in
-    the order its first run began it, its rotations one loop."""
+    the order its first run began it, its rotations one loop. Found on the ops' codes as columns: a run of period p is
+    a stretch where each op equals the one p before it."""
+    names, codes = np.unique(np.asarray(ops, dtype=object), return_inverse=True) if ops else ([], np.zeros(0, int))
     loops: dict[tuple, list] = {}
-    taken = [False] * len(ops)
+    taken = np.zeros(len(codes), bool)
     for period in OP_LOOP_PERIODS:
-        at = period
-        while at < len(ops):
-            if ops[at] != ops[at - period]:
-                at += 1
+        if len(codes) <= period:
+            break
+        same = np.concatenate(([False], codes[period:] == codes[:-period], [False]))
+        edges = np.flatnonzero(np.diff(same.astype(np.int8)))
+        for first, last in zip(edges[::2], edges[1::2]):   # ops[first + period:last + period] repeat the p before
+            whole = (last - first + period) // period * period
+            motif = tuple(names[codes[first:first + period]])
+            if whole < OP_LOOP_REPEATS * period or len(set(motif)) < period or taken[first:first + whole].any():
                 continue
-            begin = at - period
-            while at < len(ops) and ops[at] == ops[at - period]:
-                at += 1
-            whole = (at - begin) // period * period
-            motif = tuple(ops[begin:begin + period])
-            if whole >= OP_LOOP_REPEATS * period and len(set(motif)) == period \
-                    and not any(taken[begin:begin + whole]):
-                key = min(motif[k:] + motif[:k] for k in range(period))   # one name for each rotation of the loop
-                loops.setdefault(key, [motif, 0])[1] += whole
-                taken[begin:begin + whole] = [True] * whole
+            key = min(motif[k:] + motif[:k] for k in range(period))   # one name for each rotation of the loop
+            loops.setdefault(key, [motif, 0])[1] += int(whole)
+            taken[first:first + whole] = True
     return dict(loops.values())
 
 
