@@ -236,8 +236,9 @@ def host_relation_text(summary: dict, first_launch_ns: float | None = None, tail
                 f"{ms(summary['host_lead_ns'])} after the host began it ({figures}).")
     if tail_ns is not None and step and tail_ns >= LATE_START_SHARE * step:
         return (f"Host and GPU keep pace, the host last: the host ends a step {ms(tail_ns)} after its last launch "
-                f"and the step's GPU work ({tail_ns / step:.0%} of a median step: its own work at the step's end: "
-                f"logging, checkpoints, housekeeping), and the GPU starts the step's work "
+                f"and the step's GPU work ({tail_ns / step:.0%} of a median step: its own work at the step's end, "
+                f"logging or checkpoints, or a wait there, on a program it runs or a lock: the host findings say "
+                f"which), and the GPU starts the step's work "
                 f"{ms(summary['host_lead_ns'])} after the host began it ({figures}).")
     lead = summary["host_lead_ns"]
     if step and lead >= LATE_START_SHARE * step:   # its first launch early: the GPU busy with the step before
