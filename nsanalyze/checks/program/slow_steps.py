@@ -223,8 +223,12 @@ def run(timeline, limits) -> Finding | None:
                                                f"against {trials[2]:.0f} in the others: timed trials"]))
     mean = float(periods.mean())
     lead = _in_slow_lead(timeline, steps)
+    stretch = _stretch(steps) if lead is None and not n else None
     if lead is not None:
         which += f", the end of the run's slow first stretch (to step {lead}, which the window starts inside),"
+    elif stretch is not None:
+        first, last = (timeline.step_number(int(i)) for i in stretch)
+        which += f", {stretch[1] - stretch[0] + 1} of them one after another ({first} to {last}),"
     finding = Finding(
         check=ID,
         title=(f"Steps that stand out: {which} take {_time(np.median(periods[slow]))} against a "
@@ -239,7 +243,8 @@ def run(timeline, limits) -> Finding | None:
                                                   unit="ns"),
                   "excess_ns": evidence(excess, unit="ns"),
                   "excess_share": evidence(share, limits.min_window_share, unit="ratio")},
-        advice=(SLOW_LEAD_ADVICE.format(last=lead, option=code_span(f"--nvtx-range '{timeline.steps.name}'")) if lead is not None else "")
+        advice=(SLOW_LEAD_ADVICE.format(last=lead, option=code_span(f"--nvtx-range '{timeline.steps.name}'"))
+                if lead is not None else STRETCH_ADVICE if stretch is not None and not trials else "")
         + ((TRIALS_ADVICE + ADVICE) if trials else ADVICE),
     )
     if in_phases.any():
@@ -267,6 +272,32 @@ SLOW_LEAD_ADVICE = ("These steps end the run's slow first stretch, to step {last
                     "steps out as warm-up, and this stretch lasted longer. Whatever slowed it (host memory touched for "
                     "the first time, a cache or a clock warming up, a data set's first pass) costs more than a "
                     "warm-up: read every step ({option}) and compare the first steps with the last.\n\n")
+
+
+# Slow steps most of which (STRETCH_SHARE, and STRETCH_MIN or more) run one after another are a slow stretch, not work
+# done every so often (blind78_recapture: steps 4-13 of 119 at 29-32 ms, the same capture in each as in the 18.7 ms
+# steps after them, read with logging and checkpoint advice, a user read)
+STRETCH_SHARE, STRETCH_MIN = 0.8, 5
+STRETCH_ADVICE = ("Most of these steps run one after another: a slow stretch, not work done every so often. Either the "
+                  "same work ran slower for a while (the host's memory, caches or clocks warming up, another process "
+                  "on the machine) or something ran only then (an evaluation pass, a data set's first pass): compare "
+                  "the stretch's calls with the steps around it (their excess by host activity is in the title) "
+                  "before looking for periodic work.\n\n")
+
+
+def _stretch(steps: np.ndarray) -> tuple[int, int] | None:
+    """(first, last) step index of the longest run of consecutive slow steps where it holds STRETCH_SHARE of them and
+    STRETCH_MIN or more, else None."""
+    ordered = np.unique(steps)
+    if len(ordered) < STRETCH_MIN:
+        return None
+    breaks = np.flatnonzero(np.diff(ordered) != 1)
+    starts, ends = np.concatenate(([0], breaks + 1)), np.concatenate((breaks, [len(ordered) - 1]))
+    longest = int(np.argmax(ends - starts))
+    size = int(ends[longest] - starts[longest] + 1)
+    if size < STRETCH_MIN or size < STRETCH_SHARE * len(ordered):
+        return None
+    return int(ordered[starts[longest]]), int(ordered[ends[longest]])
 
 
 def _in_slow_lead(timeline, steps: np.ndarray) -> int | None:

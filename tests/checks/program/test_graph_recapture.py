@@ -48,3 +48,18 @@ def test_a_graph_captured_once_and_graphed_programs_are_not_recaptures(analyzed)
         model = analyzed(REAL / name)
         assert "graph_captures" not in model["timeline"]
         assert "graph-recapture" not in {f["check"] for f in model["findings"]}
+
+
+def test_a_stretch_of_slow_steps_is_told_as_a_stretch(analyzed):
+    """Steps 4-13 run 29-32 ms against 18.4-19.1 ms later, each with the same capture, instantiation and 4 cudaMalloc
+    as every other step (SQL, by NVTX step): slow-steps read them with logging and checkpoint advice (a user read).
+    Ten of its eleven slow steps run one after another: the title says so and the advice leads with a stretch."""
+    model = analyzed(REAL / BASE)
+    finding = next(f for f in model["findings"] if f["check"] == "slow-steps")
+    durations = dict(sql(REAL / BASE, "SELECT CAST(SUBSTR(text, 6) AS INTEGER), end - start FROM NVTX_EVENTS "
+                                      "WHERE text LIKE 'step %'"))
+    stretch = list(range(4, 14))
+    assert all(durations[n] > 1.4 * durations[n + 20] for n in stretch)
+    assert finding["evidence"]["slow_steps"][:10] == stretch and len(finding["evidence"]["slow_steps"]) == 11
+    assert ", 10 of them one after another (4 to 13)," in finding["title"]
+    assert finding["advice"].startswith("Most of these steps run one after another: a slow stretch")
