@@ -144,9 +144,9 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         waits = cp.copy_waits(graph, cp.pageable_copies(graph) & cp.uploads(graph))
         # (the replay drops an upload's own wait: the pinned copy made with non_blocking=True; said, as pinning alone
         # keeps a blocking .to('cuda') waiting: blind75_tokenize's 2.01 ms a step were those waits, a user read)
-        words.append("pageable copies at the pinned rate" + (
-            f", with non_blocking=True (the uploads' waits gone, {waits.sum() / len(block.measured):,.3g} a step)"
-            if waits.any() else ""))
+        words.append("pageable copies at the pinned rate, with non_blocking=True (their calls return once queued"
+                     + (f"; the uploads' waits gone, {waits.sum() / len(block.measured):,.3g} a step" if waits.any()
+                        else "") + ")")
         cap_per_step += cp.pageable_ns_per_step(block)   # never more than the copies' time and their calls'
         capped = True
     if declared.get("graph"):   # a graph cannot capture a wait: a step that waits is a graph a stretch between

@@ -134,7 +134,8 @@ def test_the_smaller_changes_are_counted_within_it(analyzed):
     pinned = findings["pageable-memcpy"]
     assert "pinned, they would take no less time" in pinned["title"]
     assert any(n.startswith("savings: the replay of the steps with pageable copies at the pinned rate, with "
-                            "non_blocking=True (the uploads' waits gone, ") for n in pinned["notes"])
+                            "non_blocking=True (their calls return once queued; the uploads' waits gone, ")
+               for n in pinned["notes"])
 
 
 def test_whatif_keeps_the_data_on_the_gpu_as_the_fix_did(analyzed):
