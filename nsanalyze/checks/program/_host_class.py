@@ -133,14 +133,19 @@ def interpreter_lock(timeline, top) -> tuple[str, str] | None:
             "waits too: what the GPU idles here, and more of the launch wait beside it.\n\n")
 
 
+def lock_shared(timeline) -> bool:
+    """Whether the launching thread shares Python's interpreter lock with another thread: interpreter_lock on the wait
+    classes' first (by GPU idle time)."""
+    classes = sorted(wait_classes(timeline), key=lambda c: -c.idle_ns) if timeline.host_activity is not None else []
+    return bool(classes) and interpreter_lock(timeline, classes[0]) is not None
+
+
 def shared_lock_lead(timeline) -> str:
     """For a finding on the launches: where the launching thread shares the interpreter lock with another thread
     (interpreter_lock on the wait classes' first), a first paragraph saying that launching is slow for that reason
     (blind78_gilthread: launch-overhead first at 27.2 ms a step, its advice a CUDA graph, where moving the thread's
     work to processes saved 28.9); else ''."""
-    classes = sorted(wait_classes(timeline), key=lambda c: -c.idle_ns) if timeline.host_activity is not None else []
-    lock = interpreter_lock(timeline, classes[0]) if classes else None
-    if lock is None:
+    if not lock_shared(timeline):
         return ""
     timeout = duration_text(timeline.lock_timeouts.timeout_ns)
     return ("The launching thread shares Python's interpreter lock with another thread of its process (its timed lock "

@@ -82,6 +82,7 @@ from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, eviden
 from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
 from nsanalyze.checks.program import allocator_churn, host_data, pinned_alloc_churn, runtime_compilation
 from nsanalyze.checks.program._claims import claims_by_cause, unclaimed_part
+from nsanalyze.checks.program._host_class import lock_shared
 from nsanalyze.checks.program._roles import inference_steps, pytorch_inference
 from nsanalyze.checks.program.launch_overhead import profiler_caveat
 
@@ -218,6 +219,14 @@ BLOCKING = (
       "send", "sendto", "sendmsg", "fsync", "fdatasync", "open", "openat", "close", "fread", "fwrite")),
     ("waiting for a child process", ("waitpid", "wait", "wait4", "waitid")),
 )
+LOCK_KIND = "waiting on a lock, a queue or another thread"
+# Blocked in lock waits where the launching thread shares the interpreter lock (_host_class.lock_shared): the lock's
+# waits, not a loader's queue (blind78_gilthread's third finding, blocked in pthread_cond_timedwait, led with
+# DataLoader workers for a program whose batches come from a Python thread; a user read)
+GIL_LEAD = ("These waits are the interpreter lock's: another Python thread of the process holds the GIL while the "
+            "launching thread waits for it (host-wait's finding names the timed waits that end at the switch "
+            "interval). Move that thread's work to processes (DataLoader workers, `multiprocessing`), or make it "
+            "release the lock (work in NumPy or a C extension that drops the GIL).\n\n")
 BLOCKED_ADVICE = {
     "sleeping": """The host thread that launches the GPU's work sleeps: a `time.sleep`, a rate limiter, or a
 polling loop with a sleep sits on the critical path.
@@ -654,10 +663,12 @@ def run(timeline, limits) -> Finding | None:
         if blocked_share >= limits.min_blocked_share and calls:
             kind = calls[0].kind
             names = ", ".join(c.name for c in calls[:3] if c.kind == kind and c.overlap_ns >= 0.1 * calls[0].overlap_ns)
+            gil = kind == LOCK_KIND and lock_shared(timeline)   # the interpreter lock's waits, which host-wait names
+            said = "Python's interpreter lock, as host-wait's finding says" if gil else kind
             title = (f"The GPU waits on its host {share:.0%} of the window{step_text}, and the host thread that launches "
-                     f"its work is blocked, not computing: in {names} ({kind}) {blocked_share:.0%} of its {counted}"
+                     f"its work is blocked, not computing: in {names} ({said}) {blocked_share:.0%} of its {counted}"
                      f"{where}")
-            advice = BLOCKED_ADVICE[kind]
+            advice = (GIL_LEAD if gil else "") + BLOCKED_ADVICE[kind]
         else:
             title = f"The GPU waits while the host runs its own code {share:.0%} of the window{step_text}{where}"
             how_long = "under 1%" if blocked_share < 0.005 else f"only {blocked_share:.0%}"   # (never "only 0%")

@@ -37,6 +37,10 @@ def test_timed_waits_at_the_switch_interval_name_the_interpreter_lock(analyzed):
     assert f"{at:,} of them ending at one timeout" in wait["advice"]
     launch = findings["launch-overhead"]
     assert launch["advice"].startswith("The launching thread shares Python's interpreter lock")
+    # host-compute's stretches blocked in the same lock waits say so, not a DataLoader's queue (a user read)
+    compute = findings["host-compute"]
+    assert "in pthread_cond_timedwait (Python's interpreter lock, as host-wait's finding says)" in compute["title"]
+    assert compute["advice"].startswith("These waits are the interpreter lock's")
 
 
 def test_queue_waits_and_worker_processes_are_not_the_interpreter_lock(analyzed):
