@@ -113,7 +113,8 @@ class ClassTime:
         return {"class": self.name, "source": self.source, "known": self.known, "calls": self.calls,
                 "host_ns": int(round(self.host_ns)), "idle_ns": int(round(self.idle_ns)),
                 "idle_by_part": {part: int(round(ns)) for part, ns in self.idle_by_part.items() if ns},
-                "top_calls": [{"name": n, "calls": c, "ns": int(ns)} for n, c, ns in self.top_calls]}
+                "top_calls": [{"name": n, "calls": c, "ns": int(ns)} for n, c, ns in self.top_calls],
+                **({"steps_with_calls": int((self.step_calls > 0).sum())} if self.step_calls is not None else {})}
 
 
 @dataclass(frozen=True)

@@ -116,15 +116,20 @@ BUDGET_LABELS = {"gpu_compute": "compute", "gpu_communication": "exposed communi
                  "idle_launch": "idle on launches", "idle_host": "idle on host code"}
 
 
-def budget_labels(timeline: dict | None) -> dict[str, str]:
+def budget_labels(timeline: dict | None, median_step: bool = False) -> dict[str, str]:
     """BUDGET_LABELS, with `idle_launch` named after the class of CUDA calls that held most of it.
 
     The part is GPU idle time while the host issued CUDA calls back to back; those calls are launches in an eager
     loop, but allocator calls (`cudaMalloc`/`cudaFree` every step) or memsets fill it as well, and calling them
     launches sends the reader to CUDA graphs for an allocator problem. The window's host-activity classes say
-    which calls the idle time lay under."""
+    which calls the idle time lay under. For a median step's budget (`median_step`) only a class with calls in half
+    the steps or more names a part: one that runs in a few steps is not in the median one (blind76_epochs: "idle
+    while the host waits (for a child process)" on a median step without a fork, its workers started each epoch)."""
     labels = dict(BUDGET_LABELS)
     classes = ((timeline or {}).get("host_activity") or {}).get("classes") or []
+    steps = ((timeline or {}).get("steps") or {}).get("count") or 0
+    if median_step and steps:
+        classes = [c for c in classes if c.get("steps_with_calls") is None or 2 * c["steps_with_calls"] >= steps]
 
     def top_under(part: str, sources: tuple = ("cuda",)) -> dict | None:   # the class of calls under most of a part
         under = [c for c in classes if c.get("source") in sources and (c.get("idle_by_part") or {}).get(part)]
@@ -205,8 +210,10 @@ def window_lines(timeline: dict) -> list[str]:
     if timeline.get("budget"):
         scope = ("a median step" if steps and steps.get("budget") else f"the window ({duration(timeline['span_ns'])})") \
             + of_rank
+        median_step = bool(steps and steps.get("budget"))
+        labels = budget_labels(timeline, median_step)
         lines.append(f"Time budget of {scope}: "
-                     f"{budget_text((steps or {}).get('budget') or timeline['budget'], labels=budget_labels(timeline))}")
+                     f"{budget_text((steps or {}).get('budget') or timeline['budget'], labels=labels)}")
     if timeline.get("work"):
         trials = timeline.get("timed_trials") or {}
         tuner = (f" ({trials['kernel_share']:.0%} of the replayed steps' GPU time is an autotuner's candidates, "

@@ -87,4 +87,11 @@ def test_an_epoch_range_around_the_steps_is_not_a_phase_beside_them(analyzed):
             ORDER BY e.start""")]
         assert len(firsts) >= 6 and f"in {len(firsts)} of " in first["title"]
         assert f"({', '.join(str(n) for n in firsts)})" in first["title"]
+        # the forks run in those steps only: a median step's budget does not name them (a user read)
+        forks = next(c for c in model["timeline"]["host_activity"]["classes"] if c["class"] == "child-process")
+        assert forks["steps_with_calls"] == len(firsts)
+        from nsanalyze.render.format import window_lines
+        budget_line = next(line for line in window_lines(model["timeline"])
+                           if line.startswith("Time budget of a median step"))
+        assert "child process" not in budget_line and "idle on host code" in budget_line
         assert "persistent_workers=True" in first["advice"] and "subprocess" not in first["advice"]
