@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nsanalyze.normalize.host_activity import TIMED_WAITS, base_name
 from nsanalyze.numbers import duration_text
 from nsanalyze.text import code_span
 
@@ -95,7 +96,12 @@ def run(timeline, limits) -> Finding | None:
         return None
     top = classes[0]
     kind = WAIT_CLASSES[top.name]
-    names = ", ".join(name for name, _, _ in top.top_calls[:3])
+    lock = interpreter_lock(timeline, top)
+    # the timed waits first where they are the interpreter lock's (blind78_gilthread listed the autograd thread's
+    # hand-off, pthread_cond_wait, before the lock's pthread_cond_timedwait, a user read)
+    calls = sorted(top.top_calls[:3], key=lambda call: base_name(call[0]) not in TIMED_WAITS) if lock \
+        else top.top_calls[:3]
+    names = ", ".join(name for name, _, _ in calls)
     per_step = ""
     if top.step_idle_ns is not None and timeline.steps and timeline.steps.count:
         per_step = f", {savings / timeline.steps.count / 1e6:.2f} ms a step"
@@ -104,7 +110,6 @@ def run(timeline, limits) -> Finding | None:
     programs = "" if forks else _programs(timeline, top)
     if programs:
         where += programs[0]
-    lock = interpreter_lock(timeline, top)
     if lock:
         where += lock[0]
     finding = Finding(

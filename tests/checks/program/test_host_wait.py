@@ -34,6 +34,7 @@ def test_timed_waits_at_the_switch_interval_name_the_interpreter_lock(analyzed):
     wait = findings["host-wait"]
     assert f"{round(100 * at / len(waits))}% of its timed waits end at" in wait["title"]
     assert "Python's interpreter lock" in wait["title"] and wait["advice"].startswith("The launching thread's lock")
+    assert "another thread in pthread_cond_timedwait, " in wait["title"]   # the lock's timed waits named first
     assert f"{at:,} of them ending at one timeout" in wait["advice"]
     launch = findings["launch-overhead"]
     assert launch["advice"].startswith("The launching thread shares Python's interpreter lock")
