@@ -1625,6 +1625,22 @@ def critical_path(graph: Graph, result: Replay, step: int) -> list[dict] | None:
             for part, ns in sorted(parts.items(), key=lambda kv: -kv[1])]
 
 
+def blocking_launch_share(graph: Graph) -> float | None:
+    """Of the block's kernel launch calls (the launch class) that launched a kernel, the share that returned at or after
+    that kernel's end: a launch that waits for its kernel, as every one does under CUDA_LAUNCH_BLOCKING=1 or a
+    debugger's serialized launches (blind82_launchblock: 515 a step, all of them; an asynchronous loop's return in
+    microseconds, long before their kernels end). None without such launches."""
+    launched = graph.o_call >= 0
+    if not launched.any():
+        return None
+    calls = graph.o_call[launched]
+    launch = graph.calls_of("launch")[calls]
+    if not launch.any():
+        return None
+    returned = graph.c_end[calls[launch]]
+    return float(np.mean(returned >= graph.o_end[launched][launch]))
+
+
 def host_share(path: list[dict] | None) -> float | None:
     if not path:
         return None

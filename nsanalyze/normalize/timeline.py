@@ -20,8 +20,8 @@ from nsanalyze.normalize import host_activity, host_calls, model, recompute, tun
 from nsanalyze.normalize import work as work_split
 from nsanalyze.normalize.activity import Activity, ascending, distinct, read_activity
 from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS, as_parts, build_budgets, union
-from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, capture_summary, code_build_summary, \
-    data_summary, median_step_block, pricing_block, timing_ns_per_step
+from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, blocking_launch_share, capture_summary, \
+    code_build_summary, data_summary, median_step_block, pricing_block, timing_ns_per_step
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.kernels import KernelTable, normalize_nsys_kernels
 from nsanalyze.normalize.phases import find_phases
@@ -95,6 +95,9 @@ class Timeline:
     recomputation: model.Recomputation | None = None  # ... forward work run again (normalize.recompute); None: none
     repeated_backward: model.RepeatedBackward | None = None  # ... backward passes run again (normalize.recompute)
     step_waits: model.StepWaits | None = None   # ... their waits for the GPU, the backward's (normalize.waits)
+    # ... of their kernel launch calls, the share that returned only once their kernel had ended (critical_path.
+    # blocking_launch_share): launches made synchronous (CUDA_LAUNCH_BLOCKING=1, a debugger); None: no steps
+    blocking_launch_share: float | None = None
     recorder: str = "nsys"                  # what recorded it: "nsys", or "kineto" (the PyTorch profiler's trace)
 
     def metric_mean(self, name: str) -> float | None:
@@ -270,6 +273,8 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.recomputation = recompute.summary(timeline.step_block)
         timeline.repeated_backward = recompute.repeated_summary(timeline.step_block)
         timeline.step_waits = waits.step_waits(export, timeline.step_block.graph if timeline.step_block else None)
+        timeline.blocking_launch_share = blocking_launch_share(timeline.step_block.graph) \
+            if timeline.step_block is not None else None
     # --
     if export.kind == "kineto":  # the framework op that issued the launches (read.kineto)
         from nsanalyze.read.kineto import launch_attribution

@@ -312,3 +312,29 @@ def test_a_poll_loop_after_the_last_launch_is_a_host_sync(analyzed):
     assert saved == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.15)
     launch = next(f for f in model["findings"] if f["check"] == "launch-overhead")
     assert launch["estimated_savings_ns"] < 0.3 * finding["estimated_savings_ns"]
+
+
+def test_synchronous_launches_are_named_before_a_graph(analyzed):
+    """blind82_launchblock (recorded before any check looked at it): a tagger trained with CUDA_LAUNCH_BLOCKING=1 left in
+    its environment; the fix unsets it. By SQL over the steps' window, every kernel launch call of the base returns
+    after its kernel ends, and almost none of the fix's does. Read blind, launch-overhead came first with CUDA-graph
+    advice; its lead now says the launches are synchronous and names the setting, and its saving a step is within
+    25% of what unsetting it saved (the twins' mean GPU periods)."""
+    base, fix = "blind82_launchblock_base1_nsys.sqlite.xz", "blind82_launchblock_fix1_nsys.sqlite.xz"
+    shares = []
+    for name in (base, fix):
+        window = analyzed(REAL / name)["timeline"]["window"]
+        (share,), = sql(REAL / name, f"""SELECT AVG(r.end >= k.end) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+            JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+            WHERE k.start >= {window['start_ns']} AND k.start < {window['end_ns']}""")
+        shares.append(share)
+    assert shares[0] > 0.99 and shares[1] < 0.05
+    model = analyzed(REAL / base)
+    first = program_findings(model)[0]
+    steps = model["timeline"]["steps"]["count"]
+    assert first["check"] == "launch-overhead"
+    assert "100% of the launch calls return only once their kernel has ended: the launches are synchronous" \
+        in first["title"]
+    assert first["advice"].startswith("100% of the launch calls") and "`CUDA_LAUNCH_BLOCKING=1`" in first["advice"]
+    assert first["estimated_savings_ns"] / steps == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.25)
+    assert "synchronous" not in program_findings(analyzed(REAL / fix))[0]["title"]
