@@ -53,7 +53,7 @@ from nsanalyze.numbers import duration_text
 from nsanalyze.text import code_span
 
 ID = "host-data"
-ADVICE = """Keep the steps' data on the GPU, or have it ready before the step needs it.
+ADVICE_TEXT = """Keep the steps' data on the GPU, or have it ready before the step needs it.
 
 - Data that fits in GPU memory (a dataset, a replay buffer, an embedding table, the corpus's token ids): move it to
   the GPU once, before the loop, and select each batch there (indices from `torch.randint(..., device="cuda")`,
@@ -94,7 +94,7 @@ for p, y in zip(logits.argmax(-1).tolist(), labels.tolist()):
 # after: counted on the GPU, read every N steps
 confusion += torch.bincount(labels * C + logits.argmax(-1), minlength=C * C).view(C, C)
 ```"""
-ADVICE = ADVICE + UPLOADS_EXAMPLE
+ADVICE = ADVICE_TEXT + UPLOADS_EXAMPLE
 
 CHECK = Check(
     id=ID,
@@ -361,12 +361,11 @@ def _lead(data, state: bool = False, files: str = "") -> str:
 
 def _advice(data, state: bool) -> str:
     """The advice with the example for the side where the host's work lies (as _lead's cases)."""
-    text = ADVICE.removesuffix(UPLOADS_EXAMPLE)
     if state and not round_trip(data):
-        return text + STATE_EXAMPLE
+        return ADVICE_TEXT + STATE_EXAMPLE
     if not state and data.work_after_reads_ns_per_step > data.work_before_uploads_ns_per_step:
-        return text + READS_EXAMPLE
-    return text + UPLOADS_EXAMPLE
+        return ADVICE_TEXT + READS_EXAMPLE
+    return ADVICE
 
 
 def run(timeline, limits) -> Finding | None:

@@ -47,7 +47,7 @@ from nsanalyze.numbers import duration_text
 
 ID = "unaligned-gemm"
 BUDGET_PART = "gpu_compute"
-ADVICE = """Pad the matrix dimensions to a multiple of 8 elements (bf16, fp16; 4 for tf32, 16 for int8 and fp8),
+ADVICE_TEXT = """Pad the matrix dimensions to a multiple of 8 elements (bf16, fp16; 4 for tf32, 16 for int8 and fp8),
 better 64.
 
 - Vocabularies and class counts: 50,257 -> 50,304, 30,522 -> 30,528; the padded logits are never targets
@@ -59,7 +59,8 @@ better 64.
   pad_mm pass), though not every GEMM: check the compiled run's kernels.
 - Measure the change with `nsanalyze diff` of the runs before and after.
 
-```python
+"""
+ADVICE = ADVICE_TEXT + """```python
 # before: 30,522 is a multiple of 2, not of 8: the LM head's bf16 GEMMs load 2 elements (4 bytes) at a time
 # (an odd size, 1 element: 2 bytes), on an sm80 CUTLASS kernel on Hopper
 head = nn.Linear(768, 30522)
@@ -157,7 +158,7 @@ def run(timeline, limits) -> Finding | None:
                   "launches": evidence(gemms.launches),
                   "padded_slowdown": evidence(rates[priced[0]]["median"] if priced else None, unit="x"),
                   "kernels": kernel_rows(gemms.kernels)},
-        advice=ADVICE if widths[0] != 2 or multiple != 8 else ADVICE[:ADVICE.index("```python")] + ODD_EXAMPLE,
+        advice=ADVICE if widths[0] != 2 or multiple != 8 else ADVICE_TEXT + ODD_EXAMPLE,
         notes=[note],
     )
     finding.estimated_savings_ns = saved
