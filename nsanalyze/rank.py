@@ -717,10 +717,12 @@ def within_wider_changes(findings: list[Finding], timeline) -> None:
                      None)
         if outer is None:
             continue
-        wider = (_change_of(outer) or {}).get("data_on_gpu")
+        wider = _change_of(outer) or {}
         removed = "these waits" if (_change_of(inner) or {}).get("remove") else "these copies"   # (syncs, or pinning)
         _count_within(inner, outer, f"counted within {outer.check}: its change ("
-                                    + (f"the data kept on the GPU) removes {removed}" if wider else
+                                    + (f"the data kept on the GPU) removes {removed}" if wider.get("data_on_gpu") else
+                                       "each graph captured once) keeps the graph's memory pool: these allocator "
+                                       "calls go" if wider.get("allocator_within") else
                                        "each step one graph launch) removes these launches")
                                     + f" too; fixed together the two save what {outer.check} says "
                                     f"({per_step(outer.estimated_savings_ns)}), not the sum. Alone, this change saves "

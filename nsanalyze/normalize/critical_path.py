@@ -958,6 +958,22 @@ def capture_ns_per_step(graph: Graph) -> float:
     return calls_host_ns_per_step(graph, inside, whole_gap) + calls_host_ns_per_step(graph, around, call_way)
 
 
+# A step's allocator calls are its captures' memory pool where those inside the captures (the new graph's pool
+# allocated) are at least this share of those outside (the graph before it destroyed, its pool freed): capturing once
+# keeps the pool, so the allocator's churn is part of that change (blind78_recapture: 4 cudaMalloc inside each
+# capture, 4 cudaFree before the next, nothing else)
+POOL_PAIRING = 0.9
+
+
+def allocator_within(graph: Graph) -> bool:
+    """Whether the block's allocator calls in its steps are its captures' pools (POOL_PAIRING)."""
+    if graph.c_step is None:
+        return False
+    allocator = graph.calls_of("allocator") & (graph.c_step >= 0)
+    inside = int((allocator & graph_captures(graph)[0]).sum())
+    return bool(inside) and inside >= POOL_PAIRING * int(allocator.sum() - inside)
+
+
 def capture_summary(block: "StepBlock | None") -> dict | None:
     """The steps' CUDA graph captures as the model's section (model.GraphCaptures); None where the block is not
     trusted or its steps capture none."""
@@ -980,7 +996,8 @@ def capture_summary(block: "StepBlock | None") -> dict | None:
             "recorded_launches_per_step": float(launches.sum()) / steps,
             "graph_calls_ns_per_step": float((graph.c_end - graph.c_start)[around].sum()) / steps,
             "host_ns_per_step": capture_ns_per_step(graph),
-            "calls": tuple(sorted(counted.items(), key=lambda item: -item[1]))}
+            "calls": tuple(sorted(counted.items(), key=lambda item: -item[1])),
+            "allocator_within": allocator_within(graph)}
 
 
 def beyond_path(graph: Graph, gap: np.ndarray) -> np.ndarray:

@@ -369,6 +369,7 @@ class GraphCaptures(Record):
     graph_calls_ns_per_step: float = 0   # the graph-build calls' own time (capture, instantiation, destruction)
     host_ns_per_step: float = 0          # the captures' host time with them: what capturing once takes off the host
     calls: tuple = ()                    # ((graph-build call name, calls in the block), ...), most first
+    allocator_within: bool = False       # the steps' allocator calls are the captures' pools (critical_path.POOL_PAIRING)
 
 
 @dataclass(frozen=True)

@@ -218,12 +218,15 @@ def contains(outer: dict | None, inner: dict | None) -> bool:
     saves (never added to it): each step as one graph launch drops every launch path and keeps every kernel's
     time, and so holds a role's kernels launched as one fused pass (their launch paths gone, their time kept); the
     data kept on the GPU, where its copies are the pageable ones (`pageable_within`), holds those copies
-    pinned, and where the syncs are their waits (`syncs_within`), the syncs gone."""
+    pinned, and where the syncs are their waits (`syncs_within`), the syncs gone; each graph captured once, where
+    the steps' allocator calls are the captures' pools (`allocator_within`), the allocator's calls gone."""
     if not outer or not inner or outer == inner:
         return False
     if outer.get("pageable_within") and set(inner) == {"pinned"}:   # the copies pinning would speed up are gone
         return True
     if outer.get("syncs_within") and inner == {"remove": ("sync",)}:   # ... and the syncs, their waits
+        return True
+    if outer.get("allocator_within") and inner == {"remove": ("allocator",)}:   # a graph's pool kept: no churn
         return True
     return bool(outer.get("graph")) and set(inner) == {"fuse"}
 

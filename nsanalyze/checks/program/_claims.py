@@ -62,24 +62,28 @@ def claims_by_cause(timeline) -> dict[str, dict[str, float]]:
     if getattr(timeline, "code_builds", None) is not None and runs(runtime_compilation.ID):   # the builds' host time
         out[runtime_compilation.ID] = runtime_compilation.claimed_parts(timeline, limits_for(runtime_compilation),
                                                                        _summed(out))
+    pools: tuple = ()   # (the allocator's calls, where they are the captures' pools: allocator-churn's time is theirs)
     if getattr(timeline, "graph_captures", None) is not None and runs(graph_recapture.ID):   # the captures' host time
-        out[graph_recapture.ID] = graph_recapture.claimed_parts(timeline, limits_for(graph_recapture), _summed(out))
+        within = (allocator_churn.ID,) if timeline.graph_captures.allocator_within else ()
+        out[graph_recapture.ID] = graph_recapture.claimed_parts(timeline, limits_for(graph_recapture),
+                                                                _summed(out, leaving=within))
+        pools = within if out[graph_recapture.ID] else ()
     if activity is not None and runs(HOST_WAIT_ID):   # the waits: what the causes above leave of each part
-        waits = wait_parts(timeline, _summed(out), classes_taken(timeline))
+        waits = wait_parts(timeline, _summed(out, leaving=pools), classes_taken(timeline))
         if sum(waits.values()) >= WAIT_MIN_SHARE * (timeline.summary.span_ns or float("inf")):
             out[HOST_WAIT_ID] = waits
-    inside: tuple = ()   # causes whose change is part of a wider one's: the wider counts their time
     if getattr(timeline, "host_data", None) is not None and runs(host_data.ID):   # the data's handling, its copies
         # with it: where the pageable copies are the data's, pinning them is part of this change (rank: `within`)
         pinned = (pageable_memcpy.ID,) if timeline.host_data.pageable_within else ()
-        data = host_data.claimed_parts(timeline, limits_for(host_data), _summed(out, leaving=pinned))
+        data = host_data.claimed_parts(timeline, limits_for(host_data), _summed(out, leaving=pinned + pools))
         if data:
             out[host_data.ID] = data
-            inside = within_others(timeline, out)
+    wider = wider_changes(timeline, out)   # causes whose change is part of a wider one's: the wider counts their time
+    inside = tuple(wider)
     if getattr(timeline, "syncs", None) is not None and runs(SYNC_ID):   # last: idle_sync is the waits' first
         owned = sum(sum(out.get(cause, {}).values()) for cause in SYNCING_CAUSES)
         # (syncs that are all the data's waits: what removing them saves alone, counted within host-data's)
-        alone = inside + ((host_data.ID,) if SYNC_ID in inside else ())
+        alone = inside + ((wider[SYNC_ID],) if SYNC_ID in wider else ())
         # (a checkpoint's file writes after a sync are host-wait's)
         synced = sync_parts(timeline, _summed(out, leaving=alone), owned)
         if sum(synced.values()) >= SYNC_MIN_SHARE * (timeline.summary.span_ns or float("inf")):
@@ -270,22 +274,28 @@ def _class_claim(timeline, entry, cost) -> dict[str, float]:
     return parts
 
 
-def within_others(timeline, claimed: dict) -> tuple:
-    """The causes of these claims whose change is part of another's (pricing.contains), whose time that one counts:
-    pageable-memcpy's pinned copies where host-data's change, the data kept on the GPU, takes the pageable copies,
-    and host-sync's syncs gone where the syncs are those copies' waits."""
+def wider_changes(timeline, claimed: dict) -> dict[str, str]:
+    """The causes of these claims whose change is part of another's (pricing.contains), each to the wider cause that
+    counts its time: pageable-memcpy's pinned copies where host-data's change, the data kept on the GPU, takes the
+    pageable copies, host-sync's syncs gone where the syncs are those copies' waits, and allocator-churn's calls where
+    they are the pools of graphs captured anew each step (graph-recapture's change keeps one)."""
+    out: dict[str, str] = {}
     data = getattr(timeline, "host_data", None)
-    if host_data.ID not in claimed or data is None:
-        return ()
-    return ((pageable_memcpy.ID,) if data.pageable_within else ()) + ((SYNC_ID,) if data.syncs_within else ())
+    if host_data.ID in claimed and data is not None:
+        out.update({cause: host_data.ID for cause, within in ((pageable_memcpy.ID, data.pageable_within),
+                                                              (SYNC_ID, data.syncs_within)) if within})
+    captures = getattr(timeline, "graph_captures", None)
+    if graph_recapture.ID in claimed and captures is not None and captures.allocator_within:
+        out[allocator_churn.ID] = graph_recapture.ID
+    return out
 
 
 def counted_beside(timeline, claimed: dict[str, dict[str, float]], of: str | None = None) -> dict[str, dict[str, float]]:
     """Of the causes' claims (claims_by_cause), those a finding of `of` is priced beside: a cause within another's
     change left out (that one counts its time), and for the finding of a cause within another's, the wider one too:
     that finding says what its own change saves alone, counted within the wider one's."""
-    inside = within_others(timeline, claimed)
-    leaving = inside + ((host_data.ID,) if of in inside else ())
+    wider = wider_changes(timeline, claimed)
+    leaving = tuple(wider) + ((wider[of],) if of in wider else ())
     return {cause: parts for cause, parts in claimed.items() if cause not in leaving}
 
 

@@ -103,6 +103,27 @@ for chunk in chunks:
 ```"""
 
 
+# Where the steps' allocator calls are the pools of CUDA graphs captured anew each step (critical_path.allocator_within),
+# the capture is their cause: no cache is emptied, and capturing once keeps the pool (blind78_recapture: 4 cudaMalloc
+# inside each capture, 4 cudaFree of the graph before; graph-recapture counts them)
+POOLS = ("each step's CUDA graph capture allocates its graph's memory pool, and the graph before it frees its own "
+         "when it is destroyed")
+POOLS_ADVICE = """Capture the CUDA graph once (graph-recapture): each capture allocates the new graph's private memory pool
+and the graph destroyed before it hands its pool back to the driver, so every step allocates and frees through the
+driver. A graph captured once keeps its pool, and these calls go with the captures.
+
+- `torch.cuda.graphs`: capture once on static input buffers and `g.replay()` each step (see graph-recapture).
+- Graphs that must be captured again (a few shapes): share one pool between them
+  (`torch.cuda.graph(g, pool=first_graph.pool())`, or `torch.cuda.graph_pool_handle()`), and keep each graph
+  alive instead of dropping it every step."""
+
+
+def _pools(timeline) -> bool:
+    """Whether the steps' allocator calls are the pools of graphs captured anew each step."""
+    captures = getattr(timeline, "graph_captures", None)
+    return captures is not None and captures.allocator_within
+
+
 def _library_advice(timeline) -> str:
     """ADVICE, or OTHER_LIBRARIES_ADVICE where the kernels are known and few are PyTorch's."""
     torch = launch_share(timeline, "PyTorch")
@@ -125,6 +146,7 @@ def run(timeline, limits) -> Finding | None:
                + (f"the steps' device-to-device copies grow every step ({naturalsize(growth.first_bytes)} in step "
                   f"{growth.first_step}, {naturalsize(growth.last_bytes)} in step {growth.last_step}): {GROWN}, in a "
                   "larger block of memory each time" if growth is not None else
+                  f"{POOLS}" if _pools(timeline) else
                   "memory is handed back to the driver and taken again ("
                   + ("a caching allocator emptied, `torch.cuda.empty_cache()`, or no pool)"
                      if _library_advice(timeline) is ADVICE else "a memory pool emptied, or none in use)"))
@@ -137,7 +159,8 @@ def run(timeline, limits) -> Finding | None:
                      if cost.steps else {}),
                   "savings_share": evidence(share, limits.min_window_share, unit="ratio"),
                   "calls": calls_evidence(cost)},
-        advice=f"{GROWN_ADVICE}\n\n{ADVICE}" if growth is not None else _library_advice(timeline),
+        advice=(f"{GROWN_ADVICE}\n\n{ADVICE}" if growth is not None else POOLS_ADVICE if _pools(timeline)
+                else _library_advice(timeline)),
     )
     finding.estimated_savings_ns = cost.savings_ns
     return finding

@@ -96,13 +96,21 @@ CHECK = Check(
 )
 
 
+def change_of(captures) -> dict:
+    """The change this finding stands for: each graph captured once; where the steps' allocator calls are the
+    captures' pools (critical_path.allocator_within), those calls gone with them, so that allocator-churn's change is
+    part of this one (normalize.pricing.contains)."""
+    return {**CHECK.change, **({"remove": ("allocator",), "allocator_within": True} if captures.allocator_within
+                               else {})}
+
+
 def captured(timeline, limits):
     """(the steps' graph captures, what capturing once saves over the window) where this check speaks, else None."""
     captures = getattr(timeline, "graph_captures", None)
     if captures is None or not in_most_steps(timeline, captures, captures.steps_with_captures,
                                              captures.captures_per_step, limits.min_captures, limits):
         return None
-    saving = host_cause_saving(timeline, CHECK.change, captures.host_ns_per_step, captures.step_ns,
+    saving = host_cause_saving(timeline, change_of(captures), captures.host_ns_per_step, captures.step_ns,
                                limits.min_window_share)
     return (captures, saving) if saving is not None else None
 
@@ -146,4 +154,5 @@ def run(timeline, limits) -> Finding | None:
         advice=ADVICE,
     )
     finding.estimated_savings_ns = saving
+    finding.change = change_of(captures)
     return finding

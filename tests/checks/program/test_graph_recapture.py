@@ -63,3 +63,43 @@ def test_a_stretch_of_slow_steps_is_told_as_a_stretch(analyzed):
     assert finding["evidence"]["slow_steps"][:10] == stretch and len(finding["evidence"]["slow_steps"]) == 11
     assert ", 10 of them one after another (4 to 13)," in finding["title"]
     assert finding["advice"].startswith("Most of these steps run one after another: a slow stretch")
+
+
+# The allocator's calls a step inside the captures and outside them, by SQL, over the window (as CAPTURED pairs them)
+ALLOCATOR = """WITH c AS (SELECT r.start, r.end, s.value name FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+                         JOIN StringIds s ON s.id = r.nameId),
+    b AS (SELECT start, ROW_NUMBER() OVER (ORDER BY start) n FROM c WHERE name LIKE 'cudaStreamBeginCapture%'),
+    e AS (SELECT end, ROW_NUMBER() OVER (ORDER BY start) n FROM c WHERE name LIKE 'cudaStreamEndCapture%'),
+    i AS (SELECT b.start, e.end FROM b JOIN e ON e.n = b.n)
+    SELECT name, EXISTS (SELECT 1 FROM i WHERE c.start > i.start AND c.start < i.end) FROM c
+    WHERE (name LIKE 'cudaMalloc%' OR name LIKE 'cudaFree%') AND start >= {} AND start < {}"""
+
+
+def test_the_allocator_calls_of_the_captures_pools_are_counted_within_the_recapture(analyzed):
+    """Read blind, allocator-churn came third and told of an emptied cache (`empty_cache()`): SQL finds every
+    cudaMalloc of the window inside a capture (the new graph's pool) and as many cudaFree outside (the graph before it
+    freed), no other. Capturing once keeps the pool: allocator-churn is counted within graph-recapture, says the
+    captures, and graph-recapture's replay takes the calls away with the captures, still within 15% of the twin."""
+    model = analyzed(REAL / BASE)
+    window = model["timeline"]["window"]
+    calls = sql(REAL / BASE, ALLOCATOR.format(window["start_ns"], window["end_ns"]))
+    mallocs = [inside for name, inside in calls if name.startswith("cudaMalloc")]
+    frees = [inside for name, inside in calls if name.startswith("cudaFree")]
+    assert mallocs and all(mallocs) and not any(frees) and abs(len(frees) - len(mallocs)) <= 0.1 * len(mallocs)
+    assert model["timeline"]["graph_captures"]["allocator_within"] is True
+    findings = {f["check"]: f for f in model["findings"]}
+    churn, recapture = findings["allocator-churn"], findings["graph-recapture"]
+    assert churn["evidence"]["within"] == "graph-recapture"
+    assert "each step's CUDA graph capture allocates its graph's memory pool" in churn["title"]
+    assert "empty_cache" not in churn["title"] and churn["advice"].startswith("Capture the CUDA graph once")
+    assert churn["estimated_savings_ns"] < recapture["estimated_savings_ns"]
+    saved = recapture["estimated_savings_ns"] / model["timeline"]["steps"]["count"]
+    assert saved == pytest.approx(sql_saved_per_step(analyzed, BASE, FIX), rel=0.15)
+
+
+def test_an_emptied_cache_is_not_a_captures_pool(analyzed):
+    """A loop that empties the cache each step (alloc_churn) captures no graph: its allocator calls stay
+    allocator-churn's own, with the empty_cache advice."""
+    model = analyzed(REAL / "alloc_churn_nsys.sqlite.xz")
+    churn = next(f for f in model["findings"] if f["check"] == "allocator-churn")
+    assert "within" not in churn["evidence"] and "empty_cache" in churn["advice"]
