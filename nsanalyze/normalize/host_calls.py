@@ -75,6 +75,24 @@ def _gather(grouped, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out_sums, out_counts
 
 
+# The names PyTorch gives the NVTX ranges it pushes around every operator in its NVTX mode
+# (`torch.autograd.profiler.emit_nvtx()`, or nsys's `--pytorch=autograd-nvtx`): `aten::linear, seq = 12, op_id = 40`
+# (GindaChen's nsys-ai fixtures: 16,782 such ranges for 3,346 launches), with `, sizes = [[16, 512], ...]` appended
+# under record_shapes=True (OPERATOR_SHAPES)
+OPERATOR_RANGES = ("%, op_id = %", "%, seq = %")
+OPERATOR_SHAPES = "%, sizes = [%"
+
+
+def operator_ranges(export: NsysExport, wa: WindowActivity) -> tuple[int, int]:
+    """(NVTX ranges that start in the window and carry PyTorch's operator annotation (OPERATOR_RANGES), of them those
+    whose text holds the inputs' shapes (OPERATOR_SHAPES)): a range pushed around each operator, its text made on
+    the host."""
+    like = " OR ".join("name LIKE ?" for _ in OPERATOR_RANGES)
+    rows = export.query(f"SELECT COUNT(*), SUM(name LIKE ?) FROM nvtx WHERE start >= ? AND start < ? AND ({like}) "
+                        f"AND {VALID_NVTX}", (OPERATOR_SHAPES, wa.activity.start, wa.activity.end, *OPERATOR_RANGES))
+    return (int(rows[0][0] or 0), int(rows[0][1] or 0)) if rows else (0, 0)
+
+
 def ranges(export: NsysExport, wa: WindowActivity) -> list[dict]:
     """Per NVTX range name: wall time, and the GPU time of the work its CPU calls launched (calls made
     while the range was open, by any thread of its process)."""

@@ -164,6 +164,16 @@ class ProfilerCost(Record):
     cpu_ops_per_launch: float | None = None
 
 
+# PyTorch's operator ranges (host_calls.OPERATOR_RANGES) at this many a kernel launch call or more: every operator
+# annotated (GindaChen's nsys-ai fixtures: 5.0 and 4.7 a launch; opt_loop_annot 3.3)
+OPERATOR_RANGES_PER_LAUNCH = 1.0
+# Of them, this share or more with the inputs' shapes in their text: record_shapes=True, whose text costs the host
+# microseconds an operator (blind82_emitnvtx, round 82: 2,598 such ranges a step, 16.6 and 22.3 ms a step saved
+# without them); without the shapes the ranges cost little (opt_loop_annot, nsys --pytorch=autograd-nvtx: 5,140
+# ranges a step, its mean step 42.4 ms against 43.5 ms for the same program unannotated, opt_loop)
+OPERATOR_SHAPES_SHARE = 0.5
+
+
 @dataclass(frozen=True)
 class Launches(Record):
     NESTED: ClassVar[dict[str, type]] = {"top": LaunchedKernel, "by_op": OpLaunches, "profiler": ProfilerCost}
@@ -177,6 +187,28 @@ class Launches(Record):
     profiler: ProfilerCost | None = None
     launch_calls: int = 0        # kernel launch calls in the window (cudaLaunchKernel, cuLaunchKernel, ...)
     captured_launch_calls: int = 0   # of them, made inside a stream capture: graph nodes recorded, no kernel run
+    operator_ranges: int = 0     # NVTX ranges PyTorch's NVTX mode pushed around operators (host_calls.OPERATOR_RANGES)
+    operator_ranges_with_shapes: int = 0   # ... whose text holds the inputs' shapes (record_shapes=True)
+
+    @property
+    def operator_ranges_per_launch(self) -> float:
+        """PyTorch's operator ranges a kernel launch call."""
+        return self.operator_ranges / self.launch_calls if self.launch_calls else 0.0
+
+    @property
+    def operator_shapes_share(self) -> float:
+        """The share of PyTorch's operator ranges whose text holds the inputs' shapes."""
+        return self.operator_ranges_with_shapes / self.operator_ranges if self.operator_ranges else 0.0
+
+    @property
+    def every_operator_annotated(self) -> bool:
+        """PyTorch's NVTX mode on: OPERATOR_RANGES_PER_LAUNCH operator ranges a launch call or more."""
+        return bool(self.launch_calls) and self.operator_ranges_per_launch >= OPERATOR_RANGES_PER_LAUNCH
+
+    @property
+    def annotated_with_shapes(self) -> bool:
+        """Every operator annotated, most ranges with the inputs' shapes in their text (OPERATOR_SHAPES_SHARE)."""
+        return self.every_operator_annotated and self.operator_shapes_share >= OPERATOR_SHAPES_SHARE
 
     @property
     def lost_kernels(self) -> int:

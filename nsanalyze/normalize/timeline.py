@@ -290,6 +290,12 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     captured = host_calls.captured_launches(wa)
     if captured:   # launches recorded into CUDA graphs run no kernel of their own (the key only where there are some)
         timeline.launches["captured_launch_calls"] = captured
+    annotated, shaped = host_calls.operator_ranges(export, wa) if export.kind == "nsys" else (0, 0)
+    if annotated:   # PyTorch's NVTX mode: a range around every operator, its text made on the host
+        timeline.launches["operator_ranges"] = annotated
+        if shaped:
+            timeline.launches["operator_ranges_with_shapes"] = shaped
+        timeline.notes += _operator_ranges_note(annotated, shaped, timeline.launches["launch_calls"])
     timeline.notes += _lost_kernels_note(timeline.launches)
     step_ranges = (steps.host_starts, steps.host_ends) if steps is not None else None
     timeline.host_stretches = _host_stretches(export, budgets, capture.launching_threads, capture.calls, call_names,
@@ -655,6 +661,27 @@ def _graph_notes(export: NsysExport, wa: WindowActivity) -> list[str]:
     return [f"CUDA graphs: {int(graphs.sum())} whole-graph executions in the window ({ns.sum() / 1e6:.1f} ms of GPU "
             f"time, {ns.mean() / 1e6:.3g} ms each), traced at graph level: the kernels inside the graphs are not in "
             "this export (`nsys profile --cuda-graph-trace=node` records them)."]
+
+
+def _operator_ranges_note(ranges: int, shaped: int, launch_calls: int) -> list[str]:
+    """Where every operator carries PyTorch's NVTX range (model.OPERATOR_RANGES_PER_LAUNCH), what the host's times
+    hold: with the inputs' shapes (model.OPERATOR_SHAPES_SHARE), the texts' host work; without, little. Said once for
+    every finding that reads them."""
+    launches = model.Launches(operator_ranges=ranges, operator_ranges_with_shapes=shaped, launch_calls=launch_calls)
+    if not launches.every_operator_annotated:
+        return []
+    told = (f"PyTorch's NVTX mode annotated every operator: {ranges:,} operator ranges in the window, "
+            f"{ranges / launch_calls:.1f} a kernel launch call")
+    if launches.annotated_with_shapes:
+        return [f"{told}, with the inputs' shapes in their text (`torch.autograd.profiler.emit_nvtx(record_shapes="
+                "True)` in the program, or nsys's `--pytorch=autograd-shapes-nvtx`). Each text is built on the host as "
+                "its operator runs, microseconds an operator, so the host's times here, and the launch and host "
+                "findings read from them, hold that work: where the program enters `emit_nvtx` itself, that is host "
+                "time to win back; where nsys added it, profile once with `--pytorch=autograd-nvtx` (no shapes) or "
+                "without it."]
+    return [f"{told}, without the inputs' shapes (`torch.autograd.profiler.emit_nvtx()`, or nsys's "
+            "`--pytorch=autograd-nvtx`): such ranges cost the host little, and the host's times here are near the "
+            "program's own."]
 
 
 # A step whose host range is this many times the median host range is an outlier worth naming.

@@ -67,7 +67,8 @@ import re
 import numpy as np
 
 from nsanalyze.normalize.host_activity import base_name
-from nsanalyze.normalize.model import Launches, ProfilerCost, ShapeChanges, plain
+from nsanalyze.normalize.model import (OPERATOR_RANGES_PER_LAUNCH, OPERATOR_SHAPES_SHARE, Launches, ProfilerCost,
+                                      ShapeChanges, plain)
 from nsanalyze.normalize.waits import WAITING_CLASSES
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural, \
@@ -181,6 +182,16 @@ def run(timeline, limits) -> Finding | None:
             finding.title += BACKWARD_TITLE.format(n=placed.backward_per_step)
     if not shapes and not waits and pytorch_inference(timeline):
         finding.advice = INFERENCE_LEAD + finding.advice
+    annotated = launches.operator_ranges_per_launch
+    if launches.annotated_with_shapes:
+        # PyTorch's NVTX mode with the inputs' shapes: host work of its own in every launch gap
+        finding.title += (f"; PyTorch's NVTX mode annotates every operator ({annotated:.1f} ranges a launch call), "
+                          "its host work in these gaps")
+        finding.advice = ANNOTATION_LEAD.format(per=f"{annotated:.1f}") + finding.advice
+        finding.evidence["operator_ranges_per_launch"] = evidence(annotated, OPERATOR_RANGES_PER_LAUNCH,
+                                                                  compare=">=")
+        finding.evidence["operator_shapes_share"] = evidence(launches.operator_shapes_share, OPERATOR_SHAPES_SHARE,
+                                                             unit="ratio", compare=">=")
     blocking = getattr(timeline, "blocking_launch_share", None)
     if blocking is not None and blocking >= BLOCKING_SHARE:   # launches made synchronous: that setting first
         finding.title += (f"; {blocking:.0%} of the launch calls return only once their kernel has ended: the "
@@ -191,6 +202,19 @@ def run(timeline, limits) -> Finding | None:
         finding.advice = shared + finding.advice
         finding.title += "; the launching thread shares Python's interpreter lock with another thread"
     return finding
+
+
+# PyTorch's operator NVTX ranges (host_calls.OPERATOR_RANGES) at one or more a kernel launch call, most with the
+# inputs' shapes in their text (Launches.annotated_with_shapes): every operator annotated under record_shapes=True, each
+# text built on the host as the operator runs (model.OPERATOR_SHAPES_SHARE: what such ranges cost, with shapes and
+# without)
+ANNOTATION_LEAD = ("Every operator here runs inside an NVTX range of PyTorch's NVTX mode ({per} a kernel launch call) "
+                   "whose text holds the inputs' shapes: `torch.autograd.profiler.emit_nvtx(record_shapes=True)` "
+                   "around the loop, or nsys's `--pytorch=autograd-shapes-nvtx`. Each text is built on the host as its operator "
+                   "runs, microseconds an operator, so part of this launch wait is the annotation's. Where the program "
+                   "enters `emit_nvtx` itself (left from a profiling session), remove it first; where nsys added it, "
+                   "profile once with `--pytorch=autograd-nvtx` (no shapes) or without it: the wait that stays is the program's own, and this "
+                   "saving (a graph's) is then smaller.\n\n")
 
 
 # Of the steps' launch calls, this share or more returning only once their kernel ended: the launches are synchronous

@@ -12,7 +12,7 @@ from nsanalyze.normalize.timeline import build_timeline
 from nsanalyze.read import read_profile
 from nsanalyze.read.files import open_local
 from nsanalyze.render.format import window_lines
-from tests.conftest import PUBLIC, union_intervals
+from tests.conftest import PUBLIC, REAL, sql, union_intervals
 
 BEFORE = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__mfu_2gpu_before.sqlite.xz"
 AFTER = PUBLIC / "GindaChen__nsys-ai__tests__fixtures__mfu_2gpu_after.sqlite.xz"
@@ -352,3 +352,52 @@ def test_a_roles_share_is_of_every_gpus_time(analyzed):
     share = casts["evidence"]["cast_share"]["value"]
     assert share == pytest.approx(casts["evidence"]["cast_ns"]["value"] / (gpus * span), rel=1e-6)
     assert 0.07 < share < 0.08
+
+
+# PyTorch's operator ranges (`aten::to, op_id = 999599`) that start in a window, by SQL over the export's NVTX ranges
+OPERATOR_RANGES = """SELECT COUNT(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+    WHERE n.eventType = 59 AND (COALESCE(n.text, s.value) LIKE '%, op_id = %' OR COALESCE(n.text, s.value) LIKE
+    '%, seq = %') AND n.start >= {} AND n.start < {}"""
+
+
+def test_operator_annotation_is_said_before_the_host_times_are_read(analyzed):
+    """Both nsys-ai exports were recorded in PyTorch's NVTX mode without shapes: a range around every operator (SQL:
+    4.7 a launch call in the before run's window), which costs the host little (opt_loop_annot under nsys's
+    --pytorch=autograd-nvtx ran no slower than opt_loop unannotated). The report says the host's times are near the
+    program's own, and launch-overhead keeps its advice; a loop with only its own `step N` ranges says nothing."""
+    for path in (BEFORE, AFTER):
+        model = analyzed(path)
+        window, launches = model["timeline"]["window"], model["timeline"]["launches"]
+        (ranges,), = sql(path, OPERATOR_RANGES.format(window["start_ns"], window["end_ns"]))
+        assert ranges > 10_000 and launches["operator_ranges"] == ranges and "operator_ranges_with_shapes" not in launches
+        assert ranges >= 4 * launches["launch_calls"]
+        note = next(n for n in model["timeline"]["notes"] if n.startswith("PyTorch's NVTX mode annotated every "
+                                                                           f"operator: {ranges:,} operator ranges"))
+        assert "without the inputs' shapes" in note and "cost the host little" in note
+    launch = next(f for f in analyzed(BEFORE)["findings"] if f["check"] == "launch-overhead")
+    assert "NVTX" not in launch["title"] and launch["advice"].startswith("Launch fewer, bigger kernels.")
+    quiet = analyzed(REAL / "alloc_churn_nsys.sqlite.xz")
+    assert "operator_ranges" not in quiet["timeline"]["launches"]
+    assert not any("NVTX mode" in n for n in quiet["timeline"]["notes"])
+
+
+def test_operator_ranges_with_shapes_lead_the_launch_advice(tmp_path):
+    """The before run's operator ranges given the inputs' shapes in their text, as record_shapes=True writes them
+    (`aten::to, op_id = 999599, sizes = [[16, 512], []]`): each text is then built on the host, microseconds an
+    operator, so the note says the host's times hold that work and launch-overhead leads with it."""
+    _, local = open_local(BEFORE)
+    path = tmp_path / "shapes.sqlite"
+    shutil.copy(local, path)
+    with sqlite3.connect(path) as con:
+        for table, column in (("StringIds", "value"), ("NVTX_EVENTS", "text")):
+            con.execute(f"UPDATE {table} SET {column} = {column} || ', sizes = [[16, 512], []]' "
+                        f"WHERE {column} LIKE '%, op_id = %'")
+    model = analyze([str(path)])
+    launches = model["timeline"]["launches"]
+    assert launches["operator_ranges"] == launches["operator_ranges_with_shapes"] > 10_000
+    assert any(n.startswith("PyTorch's NVTX mode annotated every operator") and "with the inputs' shapes" in n
+               and "host time to win back" in n for n in model["timeline"]["notes"])
+    launch = next(f for f in model["findings"] if f["check"] == "launch-overhead")
+    assert launch["advice"].startswith("Every operator here runs inside an NVTX range of PyTorch's NVTX mode (4.7 a "
+                                    "kernel launch call) whose text holds the inputs' shapes")
+    assert "PyTorch's NVTX mode annotates every operator (4.7 ranges a launch call)" in launch["title"]
