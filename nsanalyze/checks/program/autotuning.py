@@ -105,8 +105,9 @@ def in_replayed_steps(steps_with: int, steps: int) -> str:
     """Where a pattern of the replayed steps around the median step holds, as a title says it."""
     # (consecutive steps in time, the median step among them: a user read took "the 8 around the median" for the 8
     # steps nearest the median's length, which average 4.39 ms on trit52_timed where these took 4.11)
-    return (f"every step (the {steps} consecutive steps around the median one)" if steps_with == steps
-            else f"{steps_with} of the {steps} consecutive steps around the median one")
+    # (and a sample: "the 8 consecutive steps" beside 8 instantiations read as 8 captures in the run, not 120)
+    return (f"every step (each of the {steps} consecutive steps sampled around the median one)" if steps_with == steps
+            else f"{steps_with} of the {steps} consecutive steps sampled around the median one")
 
 
 def host_cause_saving(timeline, change: dict, host_ns_per_step: float, step_ns: float,

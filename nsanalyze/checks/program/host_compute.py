@@ -161,7 +161,8 @@ cost of issuing each operation, not one piece of work that a worker could take.
   `torch.nn.utils.clip_grad_norm_(..., foreach=True)`, optimizers with `foreach=True` or `fused=True`), fused
   elementwise chains (`torch.compile`), small tensors batched together.
 - Modes that do work for every operation cost it in every step: autograd anomaly detection, per-operation hooks,
-  profiler ranges around every op, argument validation. Turn them off in timed runs.
+  profiler ranges around every op that record its inputs' shapes (`emit_nvtx(record_shapes=True)`), argument
+  validation. Turn them off in timed runs.
 - Python bookkeeping (metrics, logging, conversions of results to host objects): do it every N steps, or on
   data that stays on the GPU.
 

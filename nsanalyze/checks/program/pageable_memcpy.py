@@ -159,6 +159,8 @@ def run(timeline, limits) -> Finding | None:
     # finding's time or more (own67_fixed1's title gave 1.12 ms a step of copy time beside a saving of 3.06)
     blocked = (f"; the GPU idles {duration_text(blocked_ns)} under their calls, which hold the host while the driver "
                "stages each copy" if blocked_ns >= 0.1 * (max(saving_ns, 0.0) + blocked_ns) > 0 else "")
+    if saving_ns <= 0 and not blocked and outcome.startswith(": pinned"):   # a saving beside "no less time": whence
+        outcome += "; what pinning saves is in their calls, which stage each copy on the host"
     finding = Finding(
         check=ID,
         title=f"{plural(pageable.copies, 'copy')} used pageable host memory "

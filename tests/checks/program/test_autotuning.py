@@ -161,5 +161,5 @@ def test_the_example_pads_the_sizes_that_vary_not_an_audio_length(analyzed):
     finding = next(f for f in analyzed(REAL / "tune52_ms_base1_nsys.sqlite.xz")["findings"] if f["check"] == "autotuning")
     assert "16000" not in finding["advice"] and "h, w = x.shape[-2:]" in finding["advice"]
     # the block replayed is consecutive steps with the median one among them (read as the steps nearest its length)
-    assert re.search(r"every step \(the \d+ consecutive steps around the median one\)", finding["title"])
+    assert re.search(r"every step \(each of the \d+ consecutive steps sampled around the median one\)", finding["title"])
     assert "(0, -(-w // 64) * 64 - w, 0, -(-h // 64) * 64 - h)" in finding["advice"]

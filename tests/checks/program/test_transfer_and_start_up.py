@@ -171,6 +171,13 @@ def test_copies_in_line_with_the_kernels_are_priced_at_what_overlap_hides(analyz
     model = analyzed(REAL / name)
     first = next(f for f in model["findings"] if f["kernel_id"] is None)
     assert first["check"] == "transfer-bound" and "side stream" in first["title"]
+    # every byte of the window already pinned (SQL: no pageable end, the start-up's model load before it): the example
+    # is the side stream's, not pinning's (a user read)
+    window = model["timeline"]["window"]
+    (pageable, copies), = sql(REAL / name, f"""SELECT SUM(srcKind = 0 OR dstKind = 0), COUNT(*) FROM
+        CUPTI_ACTIVITY_KIND_MEMCPY WHERE start >= {window["start_ns"]} AND start < {window["end_ns"]}""")
+    assert copies > 100 and pageable == 0 and first["evidence"]["pageable_share_of_bytes"]["value"] == 0
+    assert first["advice"].startswith("Copy the next batch on a side stream") and "wait_stream" in first["advice"]
     (overlapped,), = sql(REAL / name, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY c JOIN CUPTI_ACTIVITY_KIND_KERNEL k
                                          ON k.start < c.end AND k.end > c.start""")
     assert overlapped == 0
