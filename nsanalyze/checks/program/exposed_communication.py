@@ -34,7 +34,9 @@ report them together (`--as-ranks`) to find and price the straggler (rank-imbala
 """
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence
-from nsanalyze.checks.program.rank_imbalance import _exposed, label, straggler
+from nsanalyze.checks import limits_for
+from nsanalyze.checks.program import rank_imbalance
+from nsanalyze.checks.program.rank_imbalance import _exposed, label, slow_side, straggler
 
 ID = "exposed-communication"
 BUDGET_PART = "gpu_communication"
@@ -95,8 +97,17 @@ def run(timeline, limits) -> Finding | None:
     title = (f"{label(worst)}: {exposed / 1e6:.1f} ms of communication ({share:.0%} of its time) runs with no compute "
              f"beside it, {hidden:.0%} hidden")
     if found and waiting > 0.5:
+        # (where the straggler is late: a GPU as busy as the others, idle longer, is held by its host; balancing
+        # work says nothing there: mfu_2gpu_before's GPU 1, 6.6 ms more idle, its compute no longer, a user read)
+        extra_host, extra_compute, side = slow_side(found) if found.straggler.budget else (0.0, 0.0, "")
+        late = (f", slow on the host (its GPU idles {extra_host / 1e6:.1f} ms more than the others', its compute "
+                f"{'no longer' if extra_compute <= 0 else f'{extra_compute / 1e6:.1f} ms longer'}): what holds its "
+                "host removes that" if side == "on the host" else
+                ", slow on the GPU (its compute "
+                f"{extra_compute / 1e6:.1f} ms longer): balancing the GPUs' work removes that" if side else
+                ": balancing the GPUs removes that")
         title += (f"; {waiting_ns / 1e6:.1f} ms of it ({waiting:.0%}) waits for {label(found.straggler)}, a "
-                  f"straggler that reaches the collectives later: balancing the GPUs removes that, overlap cannot; "
+                  f"straggler that reaches the collectives later{late}, overlap cannot; "
                   f"the transfers themselves, at most {transfer / 1e6:.1f} ms, could hide behind compute")
     elif found and waiting_ns > 0:
         title += (f": collectives not overlapped with compute, {transfer / 1e6:.1f} ms of transfers; "
@@ -142,8 +153,9 @@ def run(timeline, limits) -> Finding | None:
                              f"{label(found.straggler)}, the GPU that waits least in the collectives: where the others "
                              "reach one after it, it waits too, which its own time does not tell apart from its "
                              f"transfers); the other {waiting_ns / 1e6:.2f} ms "
-                             "is waiting for the straggler: balancing the ranks' work gives it back, not faster "
-                             "transfers (rank-imbalance judges that imbalance against its own threshold)")
+                             "is waiting for the straggler: the straggler catching up gives it back, not faster "
+                             "transfers (rank-imbalance, which prices that, speaks from "
+                             f"{limits_for(rank_imbalance).min_imbalance_share:.0%} of the window)")
     finding.estimated_savings_ns = float(transfer)
     finding.budget_device = (found.straggler if found else worst).device_id
     return finding

@@ -142,6 +142,19 @@ def straggler(devices) -> Straggler | None:
     return Straggler(slow, others, transfer, waits, waits[first.device_id], first, max(talking, key=_exposed))
 
 
+def slow_side(found: Straggler) -> tuple[float, float, str]:
+    """(the straggler's host-idle time beyond the others' mean, its compute beyond theirs, where it is slow: "on the
+    host" where the former is the larger, else "on the GPU"), from the GPUs' budgets."""
+    parts = {d.device_id: _parts(d) for d in (found.straggler, *found.others)}
+    mine = parts[found.straggler.device_id]
+
+    def mean_others(keys):
+        return sum(sum(parts[d.device_id].get(k, 0.0) for k in keys) for d in found.others) / len(found.others)
+    extra_host = sum(mine.get(k, 0.0) for k in HOST_PARTS) - mean_others(HOST_PARTS)
+    extra_compute = part_ns(found.straggler.budget, "gpu_compute") - mean_others(("gpu_compute",))
+    return extra_host, extra_compute, "on the host" if extra_host > extra_compute else "on the GPU"
+
+
 # The straggler's extra GPU time is its own work (rank-specific: evaluation, logging, extra products) when at
 # least this share of it lies in kernels no other GPU runs; otherwise the same kernels take longer on it
 # (more data, longer sequences) and the fix is balancing.
@@ -183,9 +196,7 @@ def _from_budgets(timeline, devices, limits) -> Finding | None:
 
     def mean_others(keys):
         return sum(sum(parts[d.device_id][k] for k in keys) for d in others) / len(others)
-    extra_host = sum(mine[k] for k in HOST_PARTS) - mean_others(HOST_PARTS)
-    extra_compute = part_ns(slow.budget, "gpu_compute") - mean_others(("gpu_compute",))
-    side = "on the host" if extra_host > extra_compute else "on the GPU"
+    extra_host, extra_compute, side = slow_side(found)
     if side == "on the host":
         top = max(HOST_PARTS, key=lambda k: mine[k] - mean_others((k,)))
         cause = (f"its GPU spends {mine[top] / 1e6:.1f} ms {HOST_PART_WORDS[top]} ({top}) against "

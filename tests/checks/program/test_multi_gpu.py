@@ -163,6 +163,26 @@ def test_imbalance_fires_when_lowered(before_timeline):
     assert finding.evidence["extra_compute_ns"]["value"] == pytest.approx(256095624 - 253703274, rel=0.01)
 
 
+def test_the_straggler_is_told_where_it_is_slow(analyzed, before_timeline):
+    """GPU 1, the straggler GPU 0 waits 8.9 ms for, computes 2.4 ms longer but idles 6.7 ms more (its host): the
+    exposed-communication title said "balancing the GPUs removes that" (a user read: both run the same kernels).
+    It now says where the straggler is slow, as rank-imbalance's finding does when it speaks."""
+    from nsanalyze.checks.program import rank_imbalance
+
+    lowered = rank_imbalance.run(before_timeline, limits_for(rank_imbalance,
+                                                             {"rank-imbalance.min_imbalance_share": 0.005}))
+    assert lowered.evidence["straggler_side"] == "host"
+    model = analyzed(BEFORE)
+    host = {d["device_id"]: sum(_part(d["budget"], k) for k in rank_imbalance.HOST_PARTS)
+            for d in model["timeline"]["devices"]}
+    extra_host = host[1] - host[0]
+    title = next(f for f in model["findings"] if f["check"] == "exposed-communication")["title"]
+    assert f"waits for GPU 1, a straggler that reaches the collectives later, slow on the host (its GPU idles " \
+           f"{extra_host / 1e6:.1f} ms more than the others', its compute 2.4 ms longer): what holds its host " \
+           "removes that, overlap cannot" in title
+    assert "balancing" not in title
+
+
 def test_per_rank_exports_merge(tmp_path):
     """The two ranks of the real export split into one export per GPU, as `nsys profile -o rank%q{RANK}` writes."""
     _, local = open_local(BEFORE)
