@@ -210,11 +210,11 @@ def run(timeline, limits) -> Finding | None:
 # without)
 ANNOTATION_LEAD = ("Every operator here runs inside an NVTX range of PyTorch's NVTX mode ({per} a kernel launch call) "
                    "whose text holds the inputs' shapes: `torch.autograd.profiler.emit_nvtx(record_shapes=True)` "
-                   "around the loop, or nsys's `--pytorch=autograd-shapes-nvtx`. Each text is built on the host as its operator "
-                   "runs, microseconds an operator, so part of this launch wait is the annotation's. Where the program "
-                   "enters `emit_nvtx` itself (left from a profiling session), remove it first; where nsys added it, "
-                   "profile once with `--pytorch=autograd-nvtx` (no shapes) or without it: the wait that stays is the program's own, and this "
-                   "saving (a graph's) is then smaller.\n\n")
+                   "around the loop, or nsys's `--pytorch=autograd-shapes-nvtx`. Each text is built on the host as "
+                   "its operator runs, microseconds an operator, so part of this launch wait is the annotation's. "
+                   "Where the program enters `emit_nvtx` itself (left from a profiling session), remove it first; "
+                   "where nsys added it, profile once with `--pytorch=autograd-nvtx` (no shapes) or without it: the "
+                   "wait that stays is the program's own, and this saving (a graph's) is then smaller.\n\n")
 
 
 # Of the steps' launch calls, this share or more returning only once their kernel ended: the launches are synchronous
