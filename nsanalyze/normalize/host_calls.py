@@ -16,6 +16,7 @@ from nsanalyze.normalize.window import SYNC_APIS, WindowActivity, ids_where, nam
 from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.normalize.host_activity import waits_for_gpu
 from nsanalyze.normalize.polls import NONE as NO_POLLS, PollLoops
+from nsanalyze.normalize.steps import OPERATOR_RANGES, OPERATOR_SHAPES
 from nsanalyze.read.nsys import NsysExport
 
 CHUNK = 1 << 20  # calls per look-up step (its temporaries are as long as a chunk, not as the calls)
@@ -75,12 +76,6 @@ def _gather(grouped, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out_sums, out_counts
 
 
-# The names PyTorch gives the NVTX ranges it pushes around every operator in its NVTX mode
-# (`torch.autograd.profiler.emit_nvtx()`, or nsys's `--pytorch=autograd-nvtx`): `aten::linear, seq = 12, op_id = 40`
-# (GindaChen's nsys-ai fixtures: 16,782 such ranges for 3,346 launches), with `, sizes = [[16, 512], ...]` appended
-# under record_shapes=True (OPERATOR_SHAPES)
-OPERATOR_RANGES = ("%, op_id = %", "%, seq = %")
-OPERATOR_SHAPES = "%, sizes = [%"
 
 
 def operator_ranges(export: NsysExport, wa: WindowActivity) -> tuple[int, int]:

@@ -360,6 +360,15 @@ def find_launch_pattern(export: NsysExport) -> LaunchPattern | None:
     return LaunchPattern(str(name), int(launches), int(start), int(end))
 
 
+# The names PyTorch gives the NVTX ranges it pushes around every operator in its NVTX mode
+# (`torch.autograd.profiler.emit_nvtx()`, or nsys's `--pytorch=autograd-nvtx`): `aten::linear, seq = 12, op_id = 40`
+# (GindaChen's nsys-ai fixtures: 16,782 such ranges for 3,346 launches), with `, sizes = [[16, 512], ...]` appended
+# under record_shapes=True (OPERATOR_SHAPES). They annotate operators, never a loop's iterations: find_steps leaves them
+# out (`aten::batch_norm, op_id = N` reads as step-like, and a network's layers make it repeat more than the steps)
+OPERATOR_RANGES = ("%, op_id = %", "%, seq = %")
+OPERATOR_SHAPES = "%, sizes = [%"
+NOT_OPERATOR_RANGE = "NOT (" + " OR ".join(f"name LIKE '{pattern}'" for pattern in OPERATOR_RANGES) + ")"
+
 DIGIT_RUN = re.compile(r"\d+")
 # A digit run (any script's decimal digits) that no ASCII letter or digit, and no other digit, comes before: the
 # start of a run that is an instance number (normalize_name's rule; a run that ends the name is one as well)
@@ -425,7 +434,7 @@ def find_steps(export: NsysExport, nvtx_name: str | None = None) -> Steps | None
     groups: dict[tuple[str, int], list] = {}
     for name, tid, count, total in export.query(
             f"SELECT name, global_tid, COUNT(*), SUM(duration_ns) FROM nvtx WHERE name IS NOT NULL AND {VALID_NVTX} "
-            "GROUP BY name, global_tid"):
+            f"{'' if nvtx_name is not None else 'AND ' + NOT_OPERATOR_RANGE} GROUP BY name, global_tid"):
         if not isinstance(name, str):
             continue
         normalized = normalize_name(name)

@@ -1,5 +1,6 @@
 """Steps and the steady window, on real PyTorch loops (fixtures/real)."""
 
+import sqlite3
 import statistics
 
 import pytest
@@ -246,3 +247,29 @@ def test_a_slow_stretch_longer_than_a_warm_up_is_said(analyzed):
     eager = analyzed(REAL / "graphs_eager_nsys.sqlite.xz")["timeline"]
     assert eager["steps"]["warmup"] >= 1 and eager["steps"].get("slow_lead_last_step") is None
     assert "slow stretch" not in eager["window"]["description"]
+
+
+def test_pytorchs_operator_ranges_are_never_the_steps(tmp_path):
+    """PyTorch's NVTX mode names a range around every operator (`aten::batch_norm, op_id = 40`): a network's layers
+    repeat such a name more often than the loop's steps, and `batch` reads as step-like. opt_loop_annot (nsys
+    --pytorch=autograd-nvtx) with every operator range renamed so: its steps stay its `step N` ranges, as SQL counts
+    them."""
+    import shutil
+
+    from nsanalyze.normalize.steps import find_steps
+    from nsanalyze.read.files import open_local
+    from nsanalyze.read.nsys import read_nsys
+
+    path = tmp_path / "annot.sqlite"
+    shutil.copy(open_local(REAL / "opt_loop_annot_nsys.sqlite.xz")[1], path)
+    with sqlite3.connect(path) as con:
+        renamed = con.execute("""UPDATE NVTX_EVENTS SET text = 'aten::batch_norm' || substr(text, instr(text, ','))
+                                 WHERE text LIKE '%, op_id = %'""").rowcount
+        (steps,) = con.execute("SELECT COUNT(*) FROM NVTX_EVENTS WHERE text LIKE 'step %'").fetchone()
+    assert renamed > 100 * steps
+    export = read_nsys(path)
+    try:
+        found = find_steps(export)
+    finally:
+        export.close()
+    assert found.name == "step N" and len(found.host_starts) == steps
