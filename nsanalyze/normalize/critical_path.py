@@ -40,8 +40,10 @@ from nsanalyze.normalize.activity import PID_SHIFT, Activity, distinct, median, 
 from nsanalyze.normalize.budget import union
 from nsanalyze.normalize.host_activity import (Measure, all_threads_inside, base_name, class_order, classify,
                                               intersect, paint, read_os_calls, rules)
+from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.normalize.host_calls import CAPTURE_BEGINS, CAPTURE_ENDS, COPY_WAIT_GAP_NS, DEVICE_COPY_KINDS
 from nsanalyze.normalize.polls import NOT_READY, POLL_NAMES, find_runs
+from nsanalyze.normalize.steps import OPERATOR_RANGES
 from nsanalyze.normalize.work import ROLES, _launch_roles, _scores_context, annotated_roles, role_of
 from nsanalyze.patterns import UserPattern
 from nsanalyze.read.nsys import CALL_TABLES, IntQuery, NsysExport
@@ -221,6 +223,10 @@ class Graph:
     # per call, its thread's OS calls inside the host compute before it (gap_os_time): (the gap as measured,
     # ((host-activity class, ns), ...)); only calls whose gap holds any
     c_gap_os: dict = field(default_factory=dict)
+    # PyTorch's operator ranges (operator_ranges): per call, those its chain pushed in the host compute before it;
+    # the median host time from an operator's range to the first operator range nested in it (None: too few)
+    c_annotations: np.ndarray | None = None
+    annotation_ns: float | None = None
     # per call, the host compute before it as measured (from the end of the call it resumed after), and of it the
     # launch path's part (path_gap): the critical path's host:dispatch
     c_gap_ns: np.ndarray | None = None
@@ -312,12 +318,15 @@ class Change:
     # between the begin and the end (the program's code that records the graph's nodes), and its instantiation and
     # destruction, gone; the graph's launch and its kernels stay
     uncaptured: bool = False
+    # PyTorch's operator annotation gone (operator_ranges): the host compute before each call less this many ns for
+    # each operator range its chain pushed there (c_annotations), never below nothing
+    unannotated: float = 0.0
 
     @property
     def empty(self) -> bool:
         return not self.speedups and not self.remove and not self.graph and self.pinned_rate is None \
             and not self.roles and not self.fuse and not self.untuned and not self.untimed and not self.unbuilt \
-            and not self.unchecked and not self.data_on_gpu and not self.uncaptured
+            and not self.unchecked and not self.data_on_gpu and not self.uncaptured and not self.unannotated
 
 
 # ---------------------------------------------------------------- the graph
@@ -698,7 +707,59 @@ def build_graph(export: NsysExport, activity: Activity, launching_threads: np.nd
                                              [names[0] if names else None for names in o_names], len(host_starts))
     graph.o_recompute, graph.recomputes, graph.o_repeated, graph.repeated = recompute.find(graph)
     graph.c_gap_os = gap_os_time(export, graph, tid, launching_threads)
+    if export.kind == "nsys":
+        graph.c_annotations, graph.annotation_ns = operator_ranges(export, graph)
     return graph
+
+
+# At least this many operator ranges nested first in another before their gaps' median measures a range's host time
+MIN_NESTED_RANGES = 50
+
+
+def operator_ranges(export: NsysExport, graph: Graph) -> tuple[np.ndarray | None, float | None]:
+    """PyTorch's operator ranges (steps.OPERATOR_RANGES: its NVTX mode pushes one around every operator) in the
+    block: (per call, the ranges its chain pushed in the host compute before it, from the end of the chain's call
+    before it; the median host time from an operator's range to the first operator range nested in it), (None,
+    None) where the block holds none. That nested gap is what the host does between two pushes with no Python in
+    between (`aten::t` -> `aten::transpose` -> `aten::as_strided`): the next range's text made and pushed, and the
+    little C++ dispatch before it. With the inputs' shapes in the text (record_shapes=True) blind82_emitnvtx's gaps
+    are a median 3.9 and 3.1 us, its twins without the ranges saved 5.2 and 3.0 us a range; without the shapes
+    opt_loop_annot's are 1.2 us, and its twin saved nothing (docs/performance.md)."""
+    if not len(graph.c_start):
+        return None, None
+    lo, hi = int(graph.c_start.min()), int(graph.c_start.max())
+    like = " OR ".join(f"name LIKE '{pattern}'" for pattern in OPERATOR_RANGES)   # (constants: Arrow reads it)
+    ranges = export.read_columns([IntQuery({"start": ("start", -1), "end": ("end", -1), "tid": ("global_tid", -1)},
+                                           f"FROM nvtx WHERE start >= :lo AND start < :hi AND ({like}) AND {VALID_NVTX}",
+                                           {"lo": lo, "hi": hi})])[0]
+    starts, ends, tids = ranges["start"], ranges["end"], ranges["tid"]
+    if not len(starts):
+        return None, None
+    by_thread = graph.c_thread is not None
+    chain = graph.c_thread if by_thread else graph.c_process
+    range_chain = tids if by_thread else tids >> PID_SHIFT
+    resumed = np.where(graph.c_prev >= 0, graph.c_end[np.maximum(graph.c_prev, 0)], lo)
+    pushed = np.zeros(len(graph.c_start), np.int64)
+    for key in distinct(chain).tolist():   # (a few threads)
+        mine = chain == key
+        theirs = np.sort(starts[range_chain == key])
+        pushed[mine] = np.searchsorted(theirs, graph.c_start[mine], "right") - \
+            np.searchsorted(theirs, resumed[mine], "left")
+    order = np.lexsort((-ends, starts, tids))   # by thread, then start, the enclosing range first
+    s, e, t = starts[order], ends[order], tids[order]
+    first_nested = (t[1:] == t[:-1]) & (e[1:] <= e[:-1])   # the range after another on its thread, inside it
+    gaps = (s[1:] - s[:-1])[first_nested]
+    return pushed.clip(min=0), (float(np.median(gaps)) if len(gaps) >= MIN_NESTED_RANGES else None)
+
+
+def annotation_ns_per_step(graph: Graph, range_ns: float) -> float:
+    """The host time a step spends on PyTorch's operator ranges at `range_ns` each (operator_ranges), no more than
+    the host compute they lie in: what removing them takes away at most."""
+    if graph.c_annotations is None or graph.c_gap_ns is None:
+        return 0.0
+    inside = graph.c_step >= 0 if graph.c_step is not None else np.ones(len(graph.c_start), bool)
+    spent = np.minimum(graph.c_annotations * range_ns, graph.c_gap_ns)[inside]
+    return float(spent.sum()) / max(len(graph.step_first_op), 1)
 
 
 def gap_os_time(export: NsysExport, graph: Graph, tids: np.ndarray, launching_threads: np.ndarray) -> dict:
@@ -1184,6 +1245,9 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         # (the work on what was read, its OS waits kept: the call itself stays)
         host.gap_host = np.where(after, host.gap_host - work(graph, host.gap_host), host.gap_host)
         host.cross_gap = np.where(after, host.cross_gap - work(graph, host.cross_gap), host.cross_gap)
+    if change.unannotated and graph.c_annotations is not None:   # each operator range's host time before a call
+        trim = graph.c_annotations * change.unannotated
+        host.gap_host, host.cross_gap = (host.gap_host - trim).clip(min=0.0), (host.cross_gap - trim).clip(min=0.0)
     own, target, gap_host, cross_gap = host.own, host.target, host.gap_host, host.cross_gap
     latency = graph.o_latency.copy()
     gap_ops = graph.o_gap.copy()
@@ -1825,7 +1889,8 @@ def _change_key(change: Change) -> tuple | None:
     """A change as a key of plain values (None with a regex: those are not kept)."""
     pinned = tuple(sorted(change.pinned_rate.items())) if change.pinned_rate is not None else None
     return (change.remove, change.graph, change.roles, change.fuse, change.untuned, change.untimed, change.unbuilt,
-            change.unchecked, pinned, change.data_on_gpu, change.uncaptured) if not change.speedups else None
+            change.unchecked, pinned, change.data_on_gpu, change.uncaptured, change.unannotated) \
+        if not change.speedups else None
 
 
 def _replayed(block: StepBlock, change: Change) -> Replay:

@@ -164,12 +164,12 @@ class ProfilerCost(Record):
     cpu_ops_per_launch: float | None = None
 
 
-# PyTorch's operator ranges (host_calls.OPERATOR_RANGES) at this many a kernel launch call or more: every operator
+# PyTorch's operator ranges (steps.OPERATOR_RANGES) at this many a kernel launch call or more: every operator
 # annotated (GindaChen's nsys-ai fixtures: 5.0 and 4.7 a launch; opt_loop_annot 3.3)
 OPERATOR_RANGES_PER_LAUNCH = 1.0
 # Of them, this share or more with the inputs' shapes in their text: record_shapes=True, whose text costs the host
-# microseconds an operator (blind82_emitnvtx, round 82: 2,598 such ranges a step, 16.6 and 22.3 ms a step saved
-# without them); without the shapes the ranges cost little (opt_loop_annot, nsys --pytorch=autograd-nvtx: 5,140
+# microseconds an operator (blind82_emitnvtx: 2,598 such ranges a step, 16.6 and 22.3 ms a step saved without them
+# in round 82's recordings, 13.5 and 7.9 ms in round 83's); without the shapes the ranges cost little (opt_loop_annot, nsys --pytorch=autograd-nvtx: 5,140
 # ranges a step, its mean step 42.4 ms against 43.5 ms for the same program unannotated, opt_loop)
 OPERATOR_SHAPES_SHARE = 0.5
 
@@ -187,8 +187,11 @@ class Launches(Record):
     profiler: ProfilerCost | None = None
     launch_calls: int = 0        # kernel launch calls in the window (cudaLaunchKernel, cuLaunchKernel, ...)
     captured_launch_calls: int = 0   # of them, made inside a stream capture: graph nodes recorded, no kernel run
-    operator_ranges: int = 0     # NVTX ranges PyTorch's NVTX mode pushed around operators (host_calls.OPERATOR_RANGES)
+    operator_ranges: int = 0     # NVTX ranges PyTorch's NVTX mode pushed around operators (steps.OPERATOR_RANGES)
     operator_ranges_with_shapes: int = 0   # ... whose text holds the inputs' shapes (record_shapes=True)
+    # the median host time from an operator's range to the first operator range nested in it, the replayed steps'
+    # (critical_path.operator_ranges): a range's host cost as the profile measures it
+    operator_range_ns: float | None = None
 
     @property
     def operator_ranges_per_launch(self) -> float:

@@ -184,9 +184,15 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         words.append("the data kept on the GPU (each upload and read back gone with the host's work on it)")
         cap_per_step += cp.data_ns_per_step(block.graph)   # never more than the copies, their calls and that work
         capped = True
+    range_ns = float(declared.get("unannotate") or 0.0) if block.graph.c_annotations is not None else 0.0
+    if range_ns:
+        words.append(f"no operator annotation (each of PyTorch's operator ranges, {range_ns / 1e3:.2g} us of host time, "
+                     "gone)")
+        cap_per_step += cp.annotation_ns_per_step(block.graph, range_ns)   # never more than the ranges' time
+        capped = True
     change = cp.Change(remove=frozenset(classes), graph=bool(declared.get("graph")), pinned_rate=pinned,
                        roles=tuple(roles), fuse=fused, untuned=untuned, untimed=untimed, unbuilt=unbuilt,
-                       unchecked=unchecked, data_on_gpu=on_gpu, uncaptured=uncaptured)
+                       unchecked=unchecked, data_on_gpu=on_gpu, uncaptured=uncaptured, unannotated=range_ns)
     if change.empty:
         return None
     per_step, busy_before, busy_after = cp.saving_and_busy(block, change)

@@ -295,6 +295,9 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.launches["operator_ranges"] = annotated
         if shaped:
             timeline.launches["operator_ranges_with_shapes"] = shaped
+        measured = timeline.step_block.graph.annotation_ns if timeline.step_block is not None else None
+        if measured is not None:
+            timeline.launches["operator_range_ns"] = measured
         timeline.notes += _operator_ranges_note(annotated, shaped, timeline.launches["launch_calls"])
     timeline.notes += _lost_kernels_note(timeline.launches)
     step_ranges = (steps.host_starts, steps.host_ends) if steps is not None else None
