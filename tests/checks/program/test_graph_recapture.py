@@ -4,7 +4,7 @@ the fix captures once and copies each step's input into the static buffer)."""
 
 import pytest
 
-from tests.conftest import REAL, sql, sql_saved_per_step
+from tests.conftest import REAL, program_findings, sql, sql_saved_per_step
 
 BASE, FIX = "blind78_recapture_base1_nsys.sqlite.xz", "blind78_recapture_fix1_nsys.sqlite.xz"
 
@@ -103,3 +103,28 @@ def test_an_emptied_cache_is_not_a_captures_pool(analyzed):
     model = analyzed(REAL / "alloc_churn_nsys.sqlite.xz")
     churn = next(f for f in model["findings"] if f["check"] == "allocator-churn")
     assert "within" not in churn["evidence"] and "empty_cache" in churn["advice"]
+
+
+def test_no_caching_allocator_is_named(analyzed):
+    """blind82_nocache (round 83): blind82's tagger run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 in its environment; the fix
+    unsets it. By SQL over the window, the base makes 2.45 synchronous allocator calls (cudaMalloc, cudaFree) for each
+    kernel launch call, where a cache emptied each step (alloc_churn) makes 0.53: allocator-churn comes first, names the
+    variable, and its saving a step is within 25% of what unsetting it saved (60.0 against 70.0 ms)."""
+    ratios = {}
+    for name in ("blind82_nocache_base1_nsys.sqlite.xz", "alloc_churn_nsys.sqlite.xz"):
+        window = analyzed(REAL / name)["timeline"]["window"]
+        (calls, launches), = sql(REAL / name, f"""SELECT SUM(s.value LIKE 'cudaMalloc%' OR s.value LIKE 'cudaFree%'),
+            SUM(s.value LIKE 'cudaLaunchKernel%' OR s.value LIKE 'cuLaunchKernel%') FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+            WHERE r.start >= {window['start_ns']} AND r.start < {window['end_ns']} AND s.value NOT LIKE '%Async%'""")
+        ratios[name] = calls / launches
+    base, fix = "blind82_nocache_base1_nsys.sqlite.xz", "blind82_nocache_fix1_nsys.sqlite.xz"
+    model = analyzed(REAL / base)
+    first = program_findings(model)[0]
+    assert first["check"] == "allocator-churn"
+    assert first["evidence"]["allocator_calls_per_launch"]["value"] == pytest.approx(ratios[base], rel=0.05)
+    assert "`PYTORCH_NO_CUDA_MEMORY_CACHING=1`" in first["title"] and "unset the variable" in first["advice"]
+    saved = sql_saved_per_step(analyzed, base, fix)
+    assert first["estimated_savings_ns"] / model["timeline"]["steps"]["count"] == pytest.approx(saved, rel=0.25)
+    assert ratios["alloc_churn_nsys.sqlite.xz"] < 0.75
+    churn = next(f for f in analyzed(REAL / "alloc_churn_nsys.sqlite.xz")["findings"] if f["check"] == "allocator-churn")
+    assert "allocator_calls_per_launch" not in churn["evidence"] and "PYTORCH_NO_CUDA" not in churn["title"]
