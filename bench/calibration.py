@@ -393,6 +393,18 @@ PAIRS = [
            "every step", "host-wait"),
           ("gccollect", None, "no gc.collect() after each step", "host-compute"))
       for i in (1, 2)],
+    # round 82 (fixtures/real/record_blind82.sh, blind82_train.py): debugging and profiling settings left on in a
+    # training script; launchblock's second pair was not kept (the suite's time), nocache and emitnvtx recorded in
+    # round 83 (emitnvtx's change is the annotation's removal at its measured cost a range: the finding's own)
+    ("blind82_launchblock_base1", "blind82_launchblock_fix1", None, "CUDA_LAUNCH_BLOCKING=1 unset; first pair",
+     "launch-overhead"),
+    *[(f"blind82_{p}_base{i}", f"blind82_{p}_fix{i}", change, f"{what}; {'first' if i == 1 else 'second'} pair",
+       check)
+      for p, change, what, check in (
+          ("nocache", {"remove": ("allocator",)}, "PYTORCH_NO_CUDA_MEMORY_CACHING=1 unset", "allocator-churn"),
+          ("emitnvtx", {"unannotate": True}, "no `emit_nvtx(record_shapes=True)` around the loop",
+           "launch-overhead"))
+      for i in (1, 2)],
 ]
 
 
@@ -422,6 +434,8 @@ def change_text(change: dict | None) -> str:
         return " ".join(["`--data-on-gpu`", *(f"`--remove {c}`" for c in change.get("remove", ()))])
     if change.get("uncapture"):
         return "`--uncapture`"
+    if change.get("unannotate"):
+        return "`--unannotate`"
     removed = " ".join(f"`--remove {c}`" for c in change.get("remove", ()))
     return f"{removed} `--uncheck`" if change.get("uncheck") else removed
 
@@ -477,7 +491,8 @@ def calibration_rows() -> list[dict]:
                                                                unbuild=bool(change.get("unbuild")),
                                                                uncheck=bool(change.get("uncheck")),
                                                                data_on_gpu=bool(change.get("data_on_gpu")),
-                                                               uncapture=bool(change.get("uncapture"))))[0]
+                                                               uncapture=bool(change.get("uncapture")),
+                                                               unannotate=bool(change.get("unannotate"))))[0]
             row["whatif_ns"] = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
             row["self_check"] = result["self_check"]["error"]
         rows.append(row)

@@ -224,13 +224,17 @@ def diff_command(base, new, outputs, fail_on_regression, force, kernel):
                                                 "calls with the host's code recording the graph between them, and "
                                                 "the instantiations and destructions, gone (the graph's launch and "
                                                 "kernels kept)")
+@click.option("--unannotate", is_flag=True, help="PyTorch's operator NVTX ranges gone (emit_nvtx, nsys's "
+                                                  "--pytorch=autograd-shapes-nvtx): each range's host time, the "
+                                                  "median between an operator's range and the first one nested in "
+                                                  "it, taken from the host compute before the next CUDA call")
 @click.option("-o", "--output", "outputs", multiple=True, help="JSON file, or - for JSON on stdout")
 @click.option("--skip-first-ns", type=click.IntRange(min=0), help="nsys: ignore the first N ns (warm-up)")
 @click.option("--nvtx-range", help="nsys: analyze only the GPU work launched inside the NVTX ranges of this name")
 @click.option("--window", "window", type=click.Choice(["steady", "capture"]),
               help="nsys: the steady steps (the default) or the whole capture")
 def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, untune, untime, unbuild, uncheck,
-                   data_on_gpu, uncapture, outputs, skip_first_ns, nvtx_range, window):
+                   data_on_gpu, uncapture, unannotate, outputs, skip_first_ns, nvtx_range, window):
     """What a change would buy: the steps replayed with it (their dependency graph re-timed), against
     the same replay without it, which must reproduce the measured steps within 2%."""
     from nsanalyze.analyze import Options
@@ -249,7 +253,7 @@ def whatif_command(profiles, speedups, remove, graph, outliers, pinned, fuse, un
     results = whatif(list(profiles), Options(dict(config.thresholds), skip_first_ns, nvtx_range,
                                              window or config.window or "steady"),
                      WhatIf(tuple(speedups), tuple(remove), graph, outliers, pinned, tuple(fuse), untune, untime,
-                            unbuild, uncheck, data_on_gpu, uncapture))
+                            unbuild, uncheck, data_on_gpu, uncapture, unannotate))
     write_reports(results, outputs, "whatif")
     for result in results:
         line = summary_line(result, label(result))

@@ -47,6 +47,7 @@ class WhatIf:
     uncheck: bool = False       # the checks of values gone (normalize.critical_path.value_checks)
     data_on_gpu: bool = False   # the data the host handles kept on the GPU (normalize.critical_path.data_handled)
     uncapture: bool = False     # each CUDA graph captured once (normalize.critical_path.graph_captures)
+    unannotate: bool = False    # PyTorch's operator ranges gone (normalize.critical_path.operator_ranges)
 
 
 def check_roles(fuse) -> tuple:
@@ -81,9 +82,11 @@ def whatif(paths: list[str], options, asked: WhatIf) -> list[dict]:
     speedups, remove = parse_changes(asked.speedups, asked.remove)
     check_roles(asked.fuse)
     if not (speedups or remove or asked.graph or asked.outliers or asked.pinned or asked.fuse or asked.untune
-            or asked.untime or asked.unbuild or asked.uncheck or asked.data_on_gpu or asked.uncapture):
+            or asked.untime or asked.unbuild or asked.uncheck or asked.data_on_gpu or asked.uncapture
+            or asked.unannotate):
         raise InputError("whatif", "no change given: --speedup, --remove, --graph, --outliers, --pinned, --fuse, "
-                                   "--untune, --untime, --unbuild, --uncheck, --data-on-gpu or --uncapture")
+                                   "--untune, --untime, --unbuild, --uncheck, --data-on-gpu, --uncapture or "
+                                   "--unannotate")
     for path in paths:   # refused before an ncu report is read
         if os.path.isfile(path) and kind_of(path) is ProfileKind.NCU:
             raise InputError(path, WHATIF_READS)
@@ -121,7 +124,8 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
     pinned_rate = _pinned_rate(export, timeline) if asked.pinned else None
     change = cp.Change(speedups, remove, asked.graph, pinned_rate, fuse=tuple(asked.fuse), untuned=asked.untune,
                        untimed=asked.untime, unbuilt=asked.unbuild, unchecked=asked.uncheck,
-                       data_on_gpu=asked.data_on_gpu, uncaptured=asked.uncapture)
+                       data_on_gpu=asked.data_on_gpu, uncaptured=asked.uncapture,
+                       unannotated=(block.graph.annotation_ns or 0.0) if asked.unannotate else 0.0)
     changed = cp.replay(block.graph, change)
     ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
     predicted = block.measured - (block.replayed - changed.periods(block.with_last))
@@ -153,7 +157,7 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
         "notes": list(block.graph.notes) + _traced_host_note(export, timeline)
         + _replayed_note(int(len(measured)), int(steps_in_window)),
         "caveats": _uncapturable(export, block, asked) + _unrepeated(timeline, asked) + _matched_nothing(changes)
-        + _loop_groups_note(changes),
+        + _loop_groups_note(changes) + _unshaped(timeline, block.graph, asked),
     }
 
 
@@ -205,6 +209,9 @@ def _matched_nothing(changes: list[dict]) -> list[str]:
             said.append(f"no call of the replayed steps is in the class {change['class']}: nothing was removed")
         elif change["change"] == "uncapture" and change["captures"] == 0:
             said.append("the replayed steps capture no CUDA graph: nothing was changed")
+        elif change["change"] == "unannotate" and change["ranges"] == 0:
+            said.append("the replayed steps push no PyTorch operator range (emit_nvtx, nsys's --pytorch=autograd-nvtx): "
+                        "nothing was changed")
     return said
 
 
@@ -224,6 +231,23 @@ def _uncapturable(export: NsysExport, block, asked: WhatIf) -> list[str]:
     return [f"a CUDA graph cannot capture a step that waits: each step waits for the GPU {times} (syncs, read-backs), "
             f"so the replay launches one graph a stretch between the waits ({waits.per_step + 1:.0f} a step); with "
             "the waits out of the step, one graph a step saves more"]
+
+
+def _unshaped(timeline, graph, asked: WhatIf) -> list[str]:
+    """With --unannotate: where the replayed steps hold too few nested operator ranges to measure a range's cost, the
+    change was not made; where the ranges carry no inputs' shapes, the cost measured holds the operators' own dispatch
+    and the prediction is too large (opt_loop_annot: 1.2 us a range measured, its twin without ranges no faster)."""
+    if not asked.unannotate or graph.c_annotations is None or not graph.c_annotations.any():
+        return []
+    if graph.annotation_ns is None:
+        return [f"too few operator ranges nested in one another (under {cp.MIN_NESTED_RANGES}) to measure what a "
+                "range costs the host: nothing was changed"]
+    launches = timeline.launches
+    if launches is not None and launches.annotated_with_shapes:
+        return []
+    return ["these operator ranges carry no inputs' shapes (emit_nvtx() without record_shapes, nsys's "
+            "--pytorch=autograd-nvtx): such ranges cost the host little, and the time measured between nested ones "
+            "is mostly the operators' own dispatch, which stays: the prediction is an upper bound"]
 
 
 def _unrepeated(timeline, asked: WhatIf) -> list[str]:
@@ -320,6 +344,12 @@ def _changes(graph: cp.Graph, speedups, remove, asked: WhatIf, pinned_rate, step
         out.append({"change": "uncapture", "captures": int(cp.capture_begins(graph).sum()),
                     "recorded_calls": int(inside.sum()),
                     "host_ns_per_step": cp.capture_ns_per_step(graph)})
+    if asked.unannotate:
+        pushed = graph.c_annotations
+        range_ns = graph.annotation_ns
+        out.append({"change": "unannotate", "ranges": int(pushed.sum()) if pushed is not None else 0,
+                    "range_ns": range_ns,
+                    "host_ns_per_step": cp.annotation_ns_per_step(graph, range_ns) if range_ns else 0.0})
     if asked.pinned:
         pageable = cp.pageable_copies(graph)
         kinds = sorted({int(k) for k in graph.o_copy_kind[pageable]})
@@ -363,6 +393,10 @@ def label(result: dict) -> str:
         elif change["change"] == "uncapture":
             words.append(f"each CUDA graph captured once ({change['captures']} captures in the replayed steps gone "
                          "with their instantiation)")
+        elif change["change"] == "unannotate":
+            cost = f", {change['range_ns'] / 1e3:.2g} us each" if change["range_ns"] else ""
+            words.append(f"no operator annotation ({change['ranges']:,} PyTorch operator ranges in the replayed "
+                         f"steps{cost})")
         elif change["change"] == "data-on-gpu":
             words.append(f"the data kept on the GPU ({change['uploads']} uploads and {change['reads']} reads back in "
                          "the replayed steps gone with the host's work on them)")

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from nsanalyze.analyze import Options
 from nsanalyze.cli import cli
 from nsanalyze.whatif import WhatIf, whatif
-from tests.conftest import REAL, STEPS_SQL, sql, sql_gpu_step_firsts, sql_gpu_step_periods, trace_gpu_step_periods
+from tests.conftest import (REAL, STEPS_SQL, sql, sql_gpu_step_firsts, sql_gpu_step_periods, sql_saved_per_step,
+                            trace_gpu_step_periods)
 
 GEMM = "regex:gemm|nvjet=2"   # cuBLAS/CUTLASS matrix products by name (short or demangled)
 
@@ -421,3 +422,27 @@ def test_fusing_loops_names_each_group_and_one_group_is_the_findings_change(anal
     assert saved == pytest.approx(finding["estimated_savings_ns"] / analyzed(REAL / name)["timeline"]["steps"]["count"],
                                   rel=0.05)
     assert saved < every["base_mean_step_ns"] - every["predicted_mean_step_ns"]
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_without_the_operator_annotation_predicts_the_unannotated_twin(analyzed, run):
+    """blind82_emitnvtx: a GPT-style LM trained inside emit_nvtx(record_shapes=True), 2,598 operator ranges a step.
+    `--unannotate` takes each range's measured host time (the median between an operator's range and the first one
+    nested in it) off the host compute it lies in: the replay's saving a step is within 25% of what leaving emit_nvtx
+    out saved over the same steady steps (the twins' mean GPU periods, SQL: 10.2 against 13.5 ms, 7.9 against 7.9),
+    and never more than the ranges' time it takes. A loop without such ranges (opt_loop) changes nothing and says so;
+    one whose ranges carry no shapes (opt_loop_annot) is told its prediction is an upper bound."""
+    base, fix = f"blind82_emitnvtx_base{run}_nsys.sqlite.xz", f"blind82_emitnvtx_fix{run}_nsys.sqlite.xz"
+    result = whatif([str(REAL / base)], Options(), WhatIf(unannotate=True))[0]
+    change = result["changes"][0]
+    (ranges,) = sql(REAL / base, """SELECT COUNT(*) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+        WHERE n.eventType = 59 AND COALESCE(n.text, s.value) LIKE '%, op_id = %'""")[0]
+    assert change["change"] == "unannotate" and 0.9 * ranges < change["ranges"] <= ranges
+    saved = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
+    assert saved == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.25)
+    assert saved <= change["host_ns_per_step"] * 1.01 and not result["caveats"]
+    if run == 1:
+        plain = whatif([str(REAL / "opt_loop_nsys.sqlite.xz")], Options(), WhatIf(unannotate=True))[0]
+        assert plain["changes"][0]["ranges"] == 0 and "nothing was changed" in plain["caveats"][0]
+        unshaped = whatif([str(REAL / "opt_loop_annot_nsys.sqlite.xz")], Options(), WhatIf(unannotate=True))[0]
+        assert "upper bound" in unshaped["caveats"][-1]
