@@ -146,14 +146,24 @@ def _library_advice(timeline) -> str:
 NO_CACHE_CALLS_PER_LAUNCH = 0.75
 NO_CACHE = ("no caching allocator in use: every tensor allocated and freed through the driver "
             "(`PYTORCH_NO_CUDA_MEMORY_CACHING=1` in the environment)")
-NO_CACHE_LEAD = ("The steps make {per} synchronous allocator calls for each kernel launch: every tensor is allocated with "
-                 "`cudaMalloc` and freed with `cudaFree`, so no caching allocator is in use. (A cache emptied each step "
-                 "makes fewer calls than launches: it still serves most of a step.) In PyTorch that is "
-                 "`PYTORCH_NO_CUDA_MEMORY_CACHING=1` in the environment, a memory-debugging setting often left in a job "
-                 "script or a container (`env | grep PYTORCH`), or a pluggable allocator "
-                 "(`torch.cuda.memory.CUDAPluggableAllocator`) that calls the driver for each tensor: unset the "
-                 "variable, or give the allocator a pool (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync` is a "
-                 "stream-ordered pool of the driver's).\n\n")
+NO_CACHE_ADVICE = """Turn PyTorch's caching allocator back on: the steps make {per} synchronous allocator calls for each
+kernel launch, every tensor allocated with `cudaMalloc` and freed with `cudaFree`, so no cache is in use (a cache
+emptied each step makes fewer calls than launches: it still serves most of a step).
+
+- `PYTORCH_NO_CUDA_MEMORY_CACHING=1` in the environment turns the cache off: a memory-debugging setting, often left
+  in a job script, a container image or a launcher (`env | grep PYTORCH`). Unset it.
+- A pluggable allocator (`torch.cuda.memory.CUDAPluggableAllocator`) that calls the driver for each tensor: give it
+  a pool, or use the driver's stream-ordered pool (`PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync`).
+- Other libraries: allocate from a pool (RAPIDS RMM `rmm.reinitialize(pool_allocator=True)`, CuPy's memory pool).
+
+```bash
+# before: the job script
+export PYTORCH_NO_CUDA_MEMORY_CACHING=1
+python train.py
+# after
+unset PYTORCH_NO_CUDA_MEMORY_CACHING
+python train.py
+```"""
 
 
 def _calls_per_launch(timeline, cost) -> float | None:
@@ -203,7 +213,7 @@ def run(timeline, limits) -> Finding | None:
                 else _library_advice(timeline)),
     )
     finding.estimated_savings_ns = cost.savings_ns
-    if uncached:
-        finding.advice = NO_CACHE_LEAD.format(per=f"{per_launch:.2g}") + finding.advice
+    if uncached:   # no cache to empty: the empty_cache advice and example would point at the wrong line
+        finding.advice = NO_CACHE_ADVICE.format(per=f"{per_launch:.2g}")
         finding.evidence["allocator_calls_per_launch"] = evidence(per_launch, NO_CACHE_CALLS_PER_LAUNCH, compare=">=")
     return finding

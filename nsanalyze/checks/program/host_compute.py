@@ -455,6 +455,47 @@ def _step_end_lead(timeline) -> str:
             "housekeeping such as `gc.collect()` or `torch.cuda.empty_cache()`), not at its input.\n\n")
 
 
+# After a step-end lead (_step_end_lead), in place of a PyTorch training loop's ADVICE: the input pipeline's bullet and
+# DataLoader example contradicted the lead's "not at its input" (blind80_gccollect, a user read), and the report does
+# not read the host's own code, so it names the tools that do
+STEP_END_ADVICE = """Take the work at the step's end off the critical path.
+
+- Housekeeping calls in the loop: a `gc.collect()` walks every Python object the process holds (an in-memory data
+  set of lists and dicts: hundreds of ms), each step; leave collection to Python (`gc.freeze()` once the data set is
+  built keeps it out of every collection), or collect every N steps. `torch.cuda.empty_cache()` likewise.
+- Python bookkeeping (metrics, logging, conversions of results to host objects): do it every N steps, or on
+  data that stays on the GPU.
+- Checkpoints and evaluation: every N steps, the checkpoint written by a background thread from a copy.
+- Which code it is, this report cannot say: the export times CUDA and OS calls, not the host's own code. A sampling
+  profiler names it: nsys with CPU sampling (`--sample=process-tree`), or py-spy (`py-spy record -- python train.py`).
+
+```python
+# before: bookkeeping or housekeeping after every step
+for step, batch in enumerate(loader):
+    loss = train_step(batch)
+    log_metrics(loss.item(), model)        # or gc.collect(), a checkpoint, an evaluation
+# after: every N steps
+for step, batch in enumerate(loader):
+    loss = train_step(batch)
+    if step % 100 == 0:
+        log_metrics(loss.item(), model)
+```"""
+
+
+def _lead_and_advice(timeline, stretches, data: bool, advice: str, framework: str, after_reads: str,
+                     before_uploads: str) -> str:
+    """The advice with the lead that says where the host's time lies (the reads it works on, the step's end, the
+    inputs it builds); a PyTorch training loop whose time lies at the step's end gets STEP_END_ADVICE."""
+    lead = ((host_data.range_lead(timeline, stretches) if not data else "") or
+            (after_reads if advice == framework and _bulk_reads(timeline) else ""))
+    if not lead and advice == framework:
+        step_end = _step_end_lead(timeline)
+        if step_end:
+            return step_end + (STEP_END_ADVICE if framework is ADVICE else advice)
+    return (lead or (before_uploads if advice == framework else "") or
+            (after_reads if advice == framework else "")) + advice
+
+
 # The longest stretches that end in a copy to the GPU, from this share of their time, lead the advice with the inputs
 # the host builds (blind74_replaybuf: each of the 5 longest, 2.5-2.6 ms of a 11.9 ms step, ends in a 13.8 MiB pageable
 # upload of a batch NumPy gathered from a replay buffer on the host, while the advice said the time was spread)
@@ -704,11 +745,7 @@ def run(timeline, limits) -> Finding | None:
                   "longest_stretches": plain(tuple(timeline.host_stretches[:5]))},
         # (outputs read back lead before the step's end they lie at: the work is on them)
         # (a step's late end first: the stretch at its end runs up to the next step's upload, blind70_reviews's)
-        advice=((host_data.range_lead(timeline, stretches) if not data else "") or
-                (after_reads if advice == framework and _bulk_reads(timeline) else "") or
-                (_step_end_lead(timeline) if advice == framework else "") or
-                (before_uploads if advice == framework else "") or
-                (after_reads if advice == framework else "")) + advice,
+        advice=_lead_and_advice(timeline, stretches, data, advice, framework, after_reads, before_uploads),
         notes=notes,
     )
     finding.estimated_savings_ns = idle_ns

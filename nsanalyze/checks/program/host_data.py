@@ -94,6 +94,17 @@ for p, y in zip(logits.argmax(-1).tolist(), labels.tolist()):
 # after: counted on the GPU, read every N steps
 confusion += torch.bincount(labels * C + logits.argmax(-1), minlength=C * C).view(C, C)
 ```"""
+# reads followed by files written each step (_lead's files case): the counting example missed a log or checkpoint
+# written with fsync every step (blind79_fsynclog, a user read)
+FILES_EXAMPLE = """```python
+# before: a checkpoint and metrics written, and fsync'd, every step
+torch.save(model.state_dict(), "ckpt.pt")
+log.write(json.dumps(metrics) + "\\n"); log.flush(); os.fsync(log.fileno())
+# after: every N steps and at the end, no fsync each time
+if step % 500 == 0 or step == last:
+    torch.save(model.state_dict(), "ckpt.pt")
+log.write(json.dumps(metrics) + "\\n")
+```"""
 ADVICE = ADVICE_TEXT + UPLOADS_EXAMPLE
 
 CHECK = Check(
@@ -359,12 +370,12 @@ def _lead(data, state: bool = False, files: str = "") -> str:
             "waits for it. Keep the data on the GPU, or build it ahead of the step.\n\n")
 
 
-def _advice(data, state: bool) -> str:
+def _advice(data, state: bool, files: str = "") -> str:
     """The advice with the example for the side where the host's work lies (as _lead's cases)."""
     if state and not round_trip(data):
         return ADVICE_TEXT + STATE_EXAMPLE
     if not state and data.work_after_reads_ns_per_step > data.work_before_uploads_ns_per_step:
-        return ADVICE_TEXT + READS_EXAMPLE
+        return ADVICE_TEXT + (FILES_EXAMPLE if files else READS_EXAMPLE)
     return ADVICE
 
 
@@ -404,7 +415,7 @@ def run(timeline, limits) -> Finding | None:
                   "copy_ns_per_step": evidence(data.copy_ns_per_step, unit="ns"),
                   **({"file_io_idle_ns_per_step": evidence(files_idle_ns_per_step(timeline, data), unit="ns")}
                      if files else {})},
-        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data, state, files) + _advice(data, state),
+        advice=range_lead(timeline, timeline.host_stretches[:5]) + _lead(data, state, files) + _advice(data, state, files),
     )
     finding.change = change_of(data, bool(files))
     finding.estimated_savings_ns = saving

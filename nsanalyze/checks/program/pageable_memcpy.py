@@ -50,7 +50,7 @@ from nsanalyze.normalize.critical_path import UPLOAD_KIND
 from nsanalyze.normalize.model import plain
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, median_step_part, plural, step_count
-from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving
+from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, READ_BACK_KIND, pageable_saving
 
 
 ID = "pageable-memcpy"
@@ -66,6 +66,25 @@ ADVICE = """Use pinned (page-locked) host buffers for anything copied to or from
 float* h = (float*)malloc(bytes); cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s);
 // after
 float* h; cudaMallocHost(&h, bytes); cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s);
+```"""
+
+# Where every pageable copy reads back (device to host): the same advice with a read back as its example (blind77_hostsnap,
+# 101 reads back a step and nothing uploaded, was shown an upload, a user read)
+READ_BACK_ADVICE = """Use pinned (page-locked) host buffers for anything copied to or from the GPU repeatedly.
+
+- CUDA: `cudaMallocHost`/`cudaHostAlloc`, or `cudaHostRegister` an existing buffer.
+- PyTorch: read back into pinned tensors allocated once (`torch.empty(..., pin_memory=True)`) with
+  `dst.copy_(src, non_blocking=True)`, and wait on an event before the host reads them, not after every copy.
+- Reuse pinned buffers: pinning is expensive, do it once.
+
+```python
+# before: each read back into a new pageable tensor, waited for
+host = [t.cpu() for t in tensors]
+# after: into pinned buffers allocated once, queued without a wait
+host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]   # once, before the loop
+for dst, src in zip(host, tensors):
+    dst.copy_(src, non_blocking=True)
+done = torch.cuda.Event(); done.record()                                           # done.synchronize() before use
 ```"""
 
 CHECK = Check(
@@ -172,7 +191,7 @@ def run(timeline, limits) -> Finding | None:
                   "directions": [asdict(d) for d in directions],
                   "largest_async": plain(pageable.async_top[:5]),
                   "blocked_idle_ns": evidence(blocked_ns, unit="ns")},
-        advice=ADVICE,
+        advice=READ_BACK_ADVICE if directions and all(d.copy_kind == READ_BACK_KIND for d in directions) else ADVICE,
         notes=[f"{d.copy_kind}: {d.gb_per_s} GB/s achieved; the reference is {d.reference}"
                for d in directions if d.gb_per_s],
     )

@@ -68,8 +68,8 @@ from nsanalyze.numbers import duration_text
 from nsanalyze.checks import runs
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural, \
     step_count
-from nsanalyze.checks.program._copies import (PINNED_SHARE_NEAR_LINK, link_of, pageable_saving, pinned_time_ns,
-                                              reference_rate)
+from nsanalyze.checks.program._copies import (PINNED_SHARE_NEAR_LINK, READ_BACK_KIND, link_of, pageable_saving,
+                                              pinned_time_ns, reference_rate)
 
 ID = "transfer-bound"
 BUDGET_PART = "gpu_copy"
@@ -86,6 +86,17 @@ ADVICE = """Move fewer bytes, over a faster path, while the GPU computes.
 x = torch.from_numpy(batch).cuda()
 # after: pinned, asynchronous, overlapped with the previous step's compute
 x = torch.from_numpy(batch).pin_memory().cuda(non_blocking=True)
+```"""
+
+# Where every copy reads back (device to host): the same advice with a read back as its example, copied less often
+# (blind77_hostsnap: a snapshot read back each step, nothing uploaded, was shown an upload, a user read)
+READ_BACK_ADVICE = ADVICE.split("```python")[0] + """```python
+# before: read back every step, into new pageable tensors, waited for
+host = {k: v.cpu() for k, v in model.state_dict().items()}
+# after: every N steps, into pinned buffers allocated once, without a wait
+if step % 100 == 0:
+    for k, v in model.state_dict().items():
+        host[k].copy_(v, non_blocking=True)        # host[k]: torch.empty(..., pin_memory=True), made once
 ```"""
 
 # Where every byte already comes from pinned memory, the example shows what is left: the copy issued on a side stream
@@ -255,7 +266,8 @@ def run(timeline, limits) -> Finding | None:
                   "rate_gap_ns": evidence(gap_ns, unit="ns"),
                   "overlap_ns": evidence(overlap_ns, unit="ns"),
                   "directions": [asdict(d) for d in directions]},
-        advice=PINNED_ADVICE if total and not pageable and overlap_ns else ADVICE,
+        advice=(PINNED_ADVICE if total and not pageable and overlap_ns else
+                READ_BACK_ADVICE if all(d.copy_kind == READ_BACK_KIND for d in directions) else ADVICE),
         notes=[f"achieved bandwidth is bytes over copy time; the reference is {top.reference}",
                "what fewer bytes would save (data kept on the GPU, narrower types) is not estimated: the copies' "
                f"{duration_text(copy_ns)}, {copy_share:.0%} of the window, are the time at stake"]
