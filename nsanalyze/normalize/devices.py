@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from nsanalyze.normalize.activity import ascending, group_sums, largest, pair_keys
@@ -12,6 +14,9 @@ from nsanalyze.read.nsys import NsysExport
 TOP_GAPS = 10
 # Communication kernels (NCCL's device kernels across versions) and peer copies.
 PEER_COPY_KINDS = ("Peer-to-Peer",)
+# NCCL's point-to-point kernels (send and receive: pipeline stages, all-to-all), by name across versions
+# (`ncclDevKernel_SendRecv`, `ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t`, `ncclSendRecvKernel_copy_i8`), not collectives
+POINT_TO_POINT = re.compile(r"SendRecv|_Send|_Recv")
 
 
 def devices(export: NsysExport, wa: WindowActivity, comm_ids: np.ndarray, exposed_ns: dict[int, int]) -> list[dict]:
@@ -20,6 +25,9 @@ def devices(export: NsysExport, wa: WindowActivity, comm_ids: np.ndarray, expose
     names = {d.device_id: d.name for d in export.devices}
     kernels, copies = wa.kernels, wa.copies
     nccl = np.isin(kernels.short_name_id, comm_ids)
+    comm_names = export.strings(comm_ids) if len(comm_ids) else {}
+    p2p_ids = [i for i, name in comm_names.items() if name and POINT_TO_POINT.search(name)]
+    p2p = nccl & np.isin(kernels.short_name_id, p2p_ids) if p2p_ids else np.zeros(len(nccl), bool)
     peer = np.isin(copies.copy_kind, [k for k, label in wa.copy_kinds.items() if label in PEER_COPY_KINDS]) \
         & (copies.memset == 0)
     rows = []
@@ -40,6 +48,13 @@ def devices(export: NsysExport, wa: WindowActivity, comm_ids: np.ndarray, expose
         row["communication_kernels"] = int(comm_kernels.sum() + comm_copies.sum())
         row["communication_wait_ns"] = _beyond_fast_launches(kernels.short_name_id[comm_kernels], k_ns[comm_kernels])
         row["compute_kernel_ns"] = row["kernel_ns"] - kernel_comm_ns
+        row["point_to_point_ns"] = int(k_ns[comm_kernels & p2p].sum())
+        # every communication kernel on a stream that runs compute kernels too: one stream runs its kernels one after
+        # another, so none of that communication can overlap the compute
+        comm_streams = np.unique(kernels.stream_id[comm_kernels])
+        compute_streams = np.unique(kernels.stream_id[on_k & ~nccl])
+        row["communication_on_compute_streams"] = bool(len(comm_streams)) and \
+            bool(np.isin(comm_streams, compute_streams).all())
         rows.append(row)
     return rows
 

@@ -114,6 +114,8 @@ class Device(Record):
     communication_kernels: int = 0
     communication_wait_ns: float = 0
     compute_kernel_ns: float = 0
+    point_to_point_ns: float = 0   # of the communication kernels' time, NCCL's send and receive (devices.POINT_TO_POINT)
+    communication_on_compute_streams: bool = False   # every communication kernel on a stream of compute kernels
     window_ns: float | None = None
     budget: tuple | None = None
     work: tuple | None = None

@@ -56,6 +56,41 @@ loss.backward(); [dist.all_reduce(p.grad) for p in model.parameters()]
 model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True); loss.backward()
 ```"""
 
+# Where most of the communication is NCCL's send and receive (devices.POINT_TO_POINT: pipeline stages, all-to-all), the
+# collectives' DDP and FSDP advice does not apply (nsys-ai's mfu_2gpu_after: ncclDevKernel_SendRecv only, a user read)
+P2P_SHARE = 0.5
+P2P_ADVICE = """Overlap the point-to-point transfers with compute.
+
+- Between pipeline stages: post the sends and receives asynchronously (`dist.isend`/`dist.irecv`,
+  `dist.batch_isend_irecv`) and compute another micro-batch while they run; wait on a request only where its
+  data is used.
+- More micro-batches a step (an interleaved 1F1B schedule) keep each stage computing while its neighbours'
+  transfers run.
+- Run the transfers on a stream of their own, so that they can run beside the compute kernels.
+- Fewer, larger messages: one buffer, not many tensors.
+
+```python
+# before: blocking send and receive between stages
+dist.send(out, dst=next_rank); dist.recv(inp, src=prev_rank)
+# after: posted together, waited on where the data is used
+reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, out, next_rank), dist.P2POp(dist.irecv, inp, prev_rank)])
+other = stage(next_microbatch)          # computes while they run
+for req in reqs: req.wait()
+```"""
+SHARED_STREAM_LEAD = ("{gpu}'s communication kernels run on the stream of its compute kernels: a stream runs its kernels "
+                      "one after another, so none of that communication can hide behind compute, whatever the schedule. "
+                      "Give it a stream of its own first, with events ordering it after the kernels that make its "
+                      "data and before those that use it.\n\n")
+
+
+def _advice(worst) -> str:
+    """ADVICE, or P2P_ADVICE where send and receive hold most of the communication; led by SHARED_STREAM_LEAD where
+    every communication kernel shares a stream with the compute."""
+    p2p = worst.communication_ns and worst.point_to_point_ns >= P2P_SHARE * worst.communication_ns
+    lead = SHARED_STREAM_LEAD.format(gpu=label(worst)) if worst.communication_on_compute_streams else ""
+    return lead + (P2P_ADVICE if p2p else ADVICE)
+
+
 CHECK = Check(
     id=ID,
     name="program.communication.exposed",
@@ -145,7 +180,7 @@ def run(timeline, limits) -> Finding | None:
                   "per_device": [{"device_id": d.device_id, "communication_ns": d.communication_ns,
                                   "exposed_communication_ns": d.exposed_communication_ns,
                                   "communication_kernels": d.communication_kernels} for d in timeline.devices]},
-        advice=ADVICE,
+        advice=_advice(worst),
         device_id=worst.device_id,
     )
     if not found and waiting_ns > 0:

@@ -421,3 +421,27 @@ def test_operator_ranges_with_shapes_lead_the_launch_advice(tmp_path):
     assert launch["advice"].startswith("Every operator here runs inside an NVTX range of PyTorch's NVTX mode (4.7 a "
                                     "kernel launch call) whose text holds the inputs' shapes")
     assert "PyTorch's NVTX mode annotates every operator (4.7 ranges a launch call)" in launch["title"]
+
+
+def test_point_to_point_on_the_compute_stream_gets_its_own_advice(analyzed):
+    """nsys-ai's mfu_2gpu_after: by SQL, every NCCL kernel is ncclDevKernel_SendRecv (point to point: pipeline stages),
+    on the one stream each GPU runs its compute kernels on. exposed-communication used to advise DDP's buckets; it now
+    leads with the shared stream (nothing on it can overlap) and gives the send and receive advice. DDP's all-reduces
+    (ddp_gpu_all), on streams of their own by SQL, keep the collectives' advice."""
+    rows = sql(AFTER, """SELECT k.deviceId, s.value LIKE 'nccl%', s.value, k.streamId FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                         JOIN StringIds s ON s.id = k.shortName GROUP BY 1, 2, 3, 4""")
+    nccl = {(device, name) for device, comm, name, _ in rows if comm}
+    assert nccl and all("SendRecv" in name for _, name in nccl)
+    for device in {d for d, _ in nccl}:
+        comm = {stream for d, c, _, stream in rows if d == device and c}
+        compute = {stream for d, c, _, stream in rows if d == device and not c}
+        assert comm <= compute
+    finding = next(f for f in analyzed(AFTER)["findings"] if f["check"] == "exposed-communication")
+    assert "communication kernels run on the stream of its compute kernels" in finding["advice"]
+    assert "dist.batch_isend_irecv" in finding["advice"] and "bucket_cap_mb" not in finding["advice"]
+    ddp = REAL / "ddp_gpu_all_nsys.sqlite.xz"
+    streams = sql(ddp, """SELECT k.deviceId, s.value LIKE 'nccl%', k.streamId FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                          JOIN StringIds s ON s.id = k.shortName GROUP BY 1, 2, 3""")
+    assert not {(d, st) for d, c, st in streams if c} & {(d, st) for d, c, st in streams if not c}
+    collective = next(f for f in analyzed(ddp)["findings"] if f["check"] == "exposed-communication")
+    assert "bucket_cap_mb" in collective["advice"] and "stream of its compute" not in collective["advice"]
