@@ -430,7 +430,7 @@ def test_without_the_operator_annotation_predicts_the_unannotated_twin(analyzed)
     nested in it) off the host compute it lies in: the replay's saving a step is within 25% of what leaving emit_nvtx
     out saved over the same steady steps (the twins' mean GPU periods, SQL: 7.9 against 7.9 ms on the second pair; the
     first pair's, 10.2 against 13.5, is launch-overhead's test in test_fix_twins), and never more than the ranges' time
-    it takes. A loop without such ranges (opt_loop) changes nothing and says so;
+    it takes. A loop without such ranges (hostsync_every1) changes nothing and says so;
     one whose ranges carry no shapes (opt_loop_annot) is told its prediction is an upper bound."""
     base, fix = "blind82_emitnvtx_base2_nsys.sqlite.xz", "blind82_emitnvtx_fix2_nsys.sqlite.xz"
     result = whatif([str(REAL / base)], Options(), WhatIf(unannotate=True))[0]
@@ -441,7 +441,7 @@ def test_without_the_operator_annotation_predicts_the_unannotated_twin(analyzed)
     saved = result["base_mean_step_ns"] - result["predicted_mean_step_ns"]
     assert saved == pytest.approx(sql_saved_per_step(analyzed, base, fix), rel=0.25)
     assert saved <= change["host_ns_per_step"] * 1.01 and not result["caveats"]
-    plain = whatif([str(REAL / "opt_loop_nsys.sqlite.xz")], Options(), WhatIf(unannotate=True))[0]
+    plain = whatif([str(REAL / "hostsync_every1_nsys.sqlite.xz")], Options(), WhatIf(unannotate=True))[0]
     assert plain["changes"][0]["ranges"] == 0 and "nothing was changed" in plain["caveats"][0]
     unshaped = whatif([str(REAL / "opt_loop_annot_nsys.sqlite.xz")], Options(), WhatIf(unannotate=True))[0]
     assert "upper bound" in unshaped["caveats"][-1]
