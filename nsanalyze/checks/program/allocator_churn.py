@@ -47,7 +47,7 @@ from humanize import naturalsize
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence
 from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
-from nsanalyze.checks.program._host_class import calls_evidence, calls_phrase, priced_class
+from nsanalyze.checks.program._host_class import calls_evidence, calls_phrase, cost_phrase, priced_class
 from nsanalyze.checks.program.device_copies import GROWN, GROWN_ADVICE
 
 
@@ -182,8 +182,6 @@ def run(timeline, limits) -> Finding | None:
     if priced is None:
         return None
     cost, share = priced
-    per_step = (f"; {cost.per_step_savings_ns / 1e6:.2f} ms of GPU idle time a step"
-                if cost.steps else "")
     growth = getattr(timeline, "copy_growth", None)   # a growing tensor, not a cache emptied (copy56_catlog)
     torch = _library_advice(timeline) is ADVICE
     per_launch = _calls_per_launch(timeline, cost) if torch and growth is None and not _pools(timeline) else None
@@ -191,8 +189,7 @@ def run(timeline, limits) -> Finding | None:
     finding = Finding(
         check=ID,
         title=(f"Device memory is allocated and freed {'inside the loop' if cost.steps else 'while the program runs'}: "
-               f"{calls_phrase(cost)}; the GPU idles "
-               f"{cost.savings_ns / 1e6:.1f} ms behind them ({share:.0%} of the window{per_step}): "
+               f"{calls_phrase(cost)}; {cost_phrase(cost, share)}: "
                + (f"the steps' device-to-device copies grow every step ({naturalsize(growth.first_bytes)} in step "
                   f"{growth.first_step}, {naturalsize(growth.last_bytes)} in step {growth.last_step}): {GROWN}, in a "
                   "larger block of memory each time" if growth is not None else

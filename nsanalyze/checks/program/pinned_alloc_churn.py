@@ -35,7 +35,7 @@ start-up, and the finding then reads as such. PyTorch's `pin_memory()` caches pi
 """
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence
-from nsanalyze.checks.program._host_class import calls_evidence, calls_phrase, priced_class
+from nsanalyze.checks.program._host_class import calls_evidence, calls_phrase, cost_phrase, priced_class
 
 
 ID = "pinned-alloc-churn"
@@ -76,7 +76,7 @@ def run(timeline, limits) -> Finding | None:
     finding = Finding(
         check=ID,
         title=(f"Page-locked host memory is allocated and freed while the program runs: {calls_phrase(cost)}; "
-               f"the GPU idles {cost.savings_ns / 1e6:.1f} ms behind them ({share:.0%} of the window): pin a "
+               f"{cost_phrase(cost, share)}: pin a "
                "buffer once and reuse it"),
         estimated_speedup=share,
         evidence={"pinned_alloc_calls": evidence(cost.calls),
