@@ -436,7 +436,14 @@ def test_point_to_point_on_the_compute_stream_gets_its_own_advice(analyzed):
         comm = {stream for d, c, _, stream in rows if d == device and c}
         compute = {stream for d, c, _, stream in rows if d == device and not c}
         assert comm <= compute
-    finding = next(f for f in analyzed(AFTER)["findings"] if f["check"] == "exposed-communication")
+    model = analyzed(AFTER)
+    # (the window's budget is each part's mean over the two GPUs, and the header says so)
+    header = next(line for line in window_lines(model["timeline"]) if line.startswith("Time budget of the window"))
+    assert ", the mean of its 2 GPUs)" in header
+    per_gpu = [{p["part"]: p["ns"] for p in d["budget"]} for d in model["timeline"]["devices"]]
+    window = {p["part"]: p["ns"] for p in model["timeline"]["budget"]}
+    assert window["gpu_communication"] == pytest.approx(sum(b["gpu_communication"] for b in per_gpu) / 2, rel=0.01)
+    finding = next(f for f in model["findings"] if f["check"] == "exposed-communication")
     assert "communication kernels run on the stream of its compute kernels" in finding["advice"]
     assert "dist.batch_isend_irecv" in finding["advice"] and "bucket_cap_mb" not in finding["advice"]
     ddp = REAL / "ddp_gpu_all_nsys.sqlite.xz"
