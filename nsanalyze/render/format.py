@@ -209,11 +209,11 @@ def window_lines(timeline: dict) -> list[str]:
         lines.append("Phases: " + ", ".join(phase_text(p) for p in phases))
     if timeline.get("budget"):
         gpus = len(timeline.get("devices") or ())
-        # (the window's budget over several GPUs is each part's mean over them, normalize.timeline._mean_budget: the
-        # header said nothing of it, and a user read took 35 ms "saved" on mfu_2gpu_after for a sum over two GPUs)
-        mean = f", the mean of its {gpus} GPUs" if gpus > 1 and ranks <= 1 else ""
-        scope = ("a median step" if steps and steps.get("budget") else
-                 f"the window ({duration(timeline['span_ns'])}{mean})") + of_rank
+        # (the budget over several GPUs is each part's mean over them, normalize.timeline._mean_budget and
+        # _steps_section: the header said nothing of it, and a user read took 35 ms "saved" on mfu_2gpu_after for a sum over two GPUs)
+        mean = f"the mean of its {gpus} GPUs" if gpus > 1 and ranks <= 1 else ""
+        scope = (f"a median step{f' ({mean})' if mean else ''}" if steps and steps.get("budget") else
+                 f"the window ({duration(timeline['span_ns'])}{f', {mean}' if mean else ''})") + of_rank
         median_step = bool(steps and steps.get("budget"))
         labels = budget_labels(timeline, median_step)
         lines.append(f"Time budget of {scope}: "
