@@ -738,7 +738,8 @@ def operator_ranges(export: NsysExport, graph: Graph) -> tuple[np.ndarray | None
     by_thread = graph.c_thread is not None
     chain = graph.c_thread if by_thread else graph.c_process
     range_chain = tids if by_thread else tids >> PID_SHIFT
-    resumed = np.where(graph.c_prev >= 0, graph.c_end[np.maximum(graph.c_prev, 0)], lo)
+    # (a chain's first call in the block: the compute before it is not measured, nor are ranges counted there)
+    resumed = np.where(graph.c_prev >= 0, graph.c_end[np.maximum(graph.c_prev, 0)], graph.c_start)
     pushed = np.zeros(len(graph.c_start), np.int64)
     for key in distinct(chain).tolist():   # (a few threads)
         mine = chain == key

@@ -49,12 +49,15 @@ def devices(export: NsysExport, wa: WindowActivity, comm_ids: np.ndarray, expose
         row["communication_wait_ns"] = _beyond_fast_launches(kernels.short_name_id[comm_kernels], k_ns[comm_kernels])
         row["compute_kernel_ns"] = row["kernel_ns"] - kernel_comm_ns
         row["point_to_point_ns"] = int(k_ns[comm_kernels & p2p].sum())
-        # every communication kernel on a stream that runs compute kernels too: one stream runs its kernels one after
-        # another, so none of that communication can overlap the compute
+        # every communication kernel on the stream that runs most of the compute kernels' time: one stream runs its
+        # kernels one after another, so none of that communication can overlap that compute (a communication stream
+        # that also runs a copy or a cast kernel is not the compute's)
         comm_streams = np.unique(kernels.stream_id[comm_kernels])
-        compute_streams = np.unique(kernels.stream_id[on_k & ~nccl])
-        row["communication_on_compute_streams"] = bool(len(comm_streams)) and \
-            bool(np.isin(comm_streams, compute_streams).all())
+        compute = on_k & ~nccl
+        streams, per_stream = np.unique(kernels.stream_id[compute], return_inverse=True)
+        main = streams[np.argmax(np.bincount(per_stream, weights=k_ns[compute]))] if len(streams) else None
+        row["communication_on_compute_streams"] = bool(len(comm_streams)) and main is not None and \
+            bool((comm_streams == main).all())
         rows.append(row)
     return rows
 

@@ -367,7 +367,9 @@ def find_launch_pattern(export: NsysExport) -> LaunchPattern | None:
 # out (`aten::batch_norm, op_id = N` reads as step-like, and a network's layers make it repeat more than the steps)
 OPERATOR_RANGES = ("%, op_id = %", "%, seq = %")
 OPERATOR_SHAPES = "%, sizes = [%"
-NOT_OPERATOR_RANGE = "NOT (" + " OR ".join(f"name LIKE '{pattern}'" for pattern in OPERATOR_RANGES) + ")"
+# (GLOB: case and `_` as they are; op_id only, which PyTorch's texts carry since 1.10: a user's `decode, seq = 17`
+# stays a step candidate)
+NOT_OPERATOR_RANGE = "NOT (name GLOB '*, op_id = *')"
 
 DIGIT_RUN = re.compile(r"\d+")
 # A digit run (any script's decimal digits) that no ASCII letter or digit, and no other digit, comes before: the

@@ -253,7 +253,7 @@ def test_pytorchs_operator_ranges_are_never_the_steps(tmp_path):
     """PyTorch's NVTX mode names a range around every operator (`aten::batch_norm, op_id = 40`): a network's layers
     repeat such a name more often than the loop's steps, and `batch` reads as step-like. opt_loop_annot (nsys
     --pytorch=autograd-nvtx) with every operator range renamed so: its steps stay its `step N` ranges, as SQL counts
-    them."""
+    them, and stay steps when renamed `decode, seq = N`."""
     import shutil
 
     from nsanalyze.normalize.steps import find_steps
@@ -273,3 +273,12 @@ def test_pytorchs_operator_ranges_are_never_the_steps(tmp_path):
     finally:
         export.close()
     assert found.name == "step N" and len(found.host_starts) == steps
+    # a user's own step name with `, seq = ` in it stays a step (only PyTorch's `, op_id = ` marks an operator)
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE NVTX_EVENTS SET text = 'decode, seq = ' || substr(text, 6) WHERE text LIKE 'step %'")
+    export = read_nsys(path)
+    try:
+        found = find_steps(export)
+    finally:
+        export.close()
+    assert found.name == "decode, seq = N" and len(found.host_starts) == steps

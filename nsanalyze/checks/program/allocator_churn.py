@@ -43,6 +43,8 @@ are not counted: they are a pool's.
 - `min_window_share`: the savings as a share of the window before the check speaks.
 """
 
+import re
+
 from humanize import naturalsize
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence
@@ -144,6 +146,7 @@ def _library_advice(timeline) -> str:
 # launch, 1,264 calls a step for 515 launches; RAPIDS cuDF without a pool: 1.0 and 1.75). Its twins without the variable
 # saved 70.0 and 59.2 ms a step, this finding predicted 60.2 and 49.8 (-14%, -16%).
 NO_CACHE_CALLS_PER_LAUNCH = 0.75
+CLASSIC_ALLOCATOR = re.compile(r"cu(?:da)?(?:Malloc|Free|MemAlloc|MemFree)(?:_v\d+)?")
 NO_CACHE = ("no caching allocator in use: every tensor allocated and freed through the driver "
             "(`PYTORCH_NO_CUDA_MEMORY_CACHING=1` in the environment)")
 NO_CACHE_ADVICE = """Turn PyTorch's caching allocator back on: the steps make {per} synchronous allocator calls for each
@@ -167,14 +170,17 @@ python train.py
 
 
 def _calls_per_launch(timeline, cost) -> float | None:
-    """The window's synchronous allocator calls a kernel launch call (NO_CACHE_CALLS_PER_LAUNCH), None where the
-    window has no launch calls."""
+    """The window's classic allocator calls (cudaMalloc, cudaFree and the driver's cuMemAlloc, cuMemFree: not a
+    stream-ordered pool's *Async calls, nor expandable segments' cuMemMap and the like, which come several a page) a
+    kernel launched, on one GPU (NO_CACHE_CALLS_PER_LAUNCH); None where the window launched nothing. Launches are
+    the launch calls or the kernels run, whichever is more (a graph launch runs many), each over the GPUs, as the
+    class's calls are (host_activity: a mean over the GPUs)."""
     launches = getattr(timeline, "launches", None)
-    launch_calls = launches.launch_calls if launches is not None else 0
-    if not launch_calls:
+    launched = max(launches.launch_calls, launches.launches) if launches is not None else 0
+    if not launched:
         return None
-    pooled = sum(calls for name, calls, _ in cost.top_calls if "Async" in name)
-    return (cost.calls - pooled) / launch_calls
+    classic = sum(calls for name, calls, _ in cost.top_calls if CLASSIC_ALLOCATOR.fullmatch(name))
+    return classic / (launched / max(len(timeline.devices or ()), 1))
 
 
 def run(timeline, limits) -> Finding | None:

@@ -467,7 +467,8 @@ STEP_END_ADVICE = """Take the work at the step's end off the critical path.
   data that stays on the GPU.
 - Checkpoints and evaluation: every N steps, the checkpoint written by a background thread from a copy.
 - Which code it is, this report cannot say: the export times CUDA and OS calls, not the host's own code. A sampling
-  profiler names it: nsys with CPU sampling (`--sample=process-tree`), or py-spy (`py-spy record -- python train.py`).
+  profiler names it: nsys with Python sampling (`--sample=process-tree --python-sampling=true`), or py-spy
+  (`py-spy record -- python train.py`).
 
 ```python
 # before: bookkeeping or housekeeping after every step

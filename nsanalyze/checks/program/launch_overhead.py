@@ -217,7 +217,8 @@ def _annotation_first(finding: Finding, timeline, launches: Launches) -> None:
     finding.evidence["operator_shapes_share"] = evidence(launches.operator_shapes_share, OPERATOR_SHAPES_SHARE,
                                                          unit="ratio", compare=">=")
     lead = ANNOTATION_LEAD.format(per=f"{per_launch:.1f}")
-    if range_ns is None or not finding.estimated_savings_ns:
+    # (the replay is one process's steps: rank prices no change where the window holds several GPUs)
+    if range_ns is None or not finding.estimated_savings_ns or len(timeline.devices or ()) > 1:
         finding.title += (f"; PyTorch's NVTX mode annotates every operator ({per_launch:.1f} ranges a launch call), "
                           "its host work in these gaps")
         finding.advice = lead + ANNOTATION_UNMEASURED + finding.advice
