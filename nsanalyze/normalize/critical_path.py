@@ -722,9 +722,9 @@ def operator_ranges(export: NsysExport, graph: Graph) -> tuple[np.ndarray | None
     before it; the median host time from an operator's range to the first operator range nested in it), (None,
     None) where the block holds none. That nested gap is what the host does between two pushes with no Python in
     between (`aten::t` -> `aten::transpose` -> `aten::as_strided`): the next range's text made and pushed, and the
-    little C++ dispatch before it. With the inputs' shapes in the text (record_shapes=True) blind82_emitnvtx's gaps
-    are a median 3.9 and 3.1 us, its twins without the ranges saved 5.2 and 3.0 us a range; without the shapes
-    opt_loop_annot's are 1.2 us, and its twin saved nothing (docs/performance.md)."""
+    little C++ dispatch before it. With the inputs' shapes in the text (record_shapes=True) blind82_emitnvtx's replayed
+    steps' gaps are a median 4.2 and 2.9 us, its twins without the ranges saved 5.2 and 3.0 us a range; without the
+    shapes opt_loop_annot's are 1.2 us, and its twin saved nothing (docs/performance.md)."""
     if not len(graph.c_start):
         return None, None
     lo, hi = int(graph.c_start.min()), int(graph.c_start.max())
@@ -922,7 +922,7 @@ def value_checks(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     work), and the calls of the read and its wait (copy_waits). blind67_distval: 4 a step, each a comparison and a reduction or two,
     which its fix (validation off) removed with their host code."""
     ops, calls = np.zeros(len(graph.o_start), bool), np.zeros(len(graph.c_start), bool)
-    kinds = [kind for kind, label in graph.copy_kinds.items() if label == "Device-to-Host"]
+    kinds = [kind for kind, label in graph.copy_kinds.items() if label == READ_BACK_KIND]
     reads = np.isin(graph.o_copy_kind, kinds) & (graph.o_bytes == BOOLEAN_BYTES) & (graph.o_call >= 0)
     if not reads.any():
         return ops, calls
@@ -1440,7 +1440,7 @@ def data_handled(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     calls on their way; the syncs that wait for them at once (copy_waits); and the calls after each read (or its
     wait), before which the host works on what it read (an upload's call among them: the host's work between a read
     and an upload, a token sampled from logits, is on what it read)."""
-    kinds = [kind for kind, label in graph.copy_kinds.items() if label == "Device-to-Host"]
+    kinds = [kind for kind, label in graph.copy_kinds.items() if label == READ_BACK_KIND]
     reads = np.isin(graph.o_copy_kind, kinds) & (graph.o_bytes >= READ_BACK_MIN_BYTES) & (graph.o_call >= 0)
     copies = (uploads(graph) & (graph.o_call >= 0)) | reads
     calls = calls_making(graph, copies)
@@ -1545,6 +1545,7 @@ def syncs_within(graph: Graph, calls: np.ndarray, waits: np.ndarray) -> bool:
 # The copy kind whose calls pinning frees: a copy to the device from pinned memory returns once queued; a read-back
 # (device to host) must still wait for its data before the host reads it, pinned or not
 UPLOAD_KIND = "Host-to-Device"
+READ_BACK_KIND = "Device-to-Host"   # a copy to the host (the export's label)
 
 
 def uploads(graph: Graph) -> np.ndarray:

@@ -249,6 +249,18 @@ def test_a_slow_stretch_longer_than_a_warm_up_is_said(analyzed):
     assert "slow stretch" not in eager["window"]["description"]
 
 
+def _steps_of(path):
+    """find_steps on an export, closed after."""
+    from nsanalyze.normalize.steps import find_steps
+    from nsanalyze.read.nsys import read_nsys
+
+    export = read_nsys(path)
+    try:
+        return find_steps(export)
+    finally:
+        export.close()
+
+
 def test_pytorchs_operator_ranges_are_never_the_steps(tmp_path):
     """PyTorch's NVTX mode names a range around every operator (`aten::batch_norm, op_id = 40`): a network's layers
     repeat such a name more often than the loop's steps, and `batch` reads as step-like. opt_loop_annot (nsys
@@ -256,9 +268,7 @@ def test_pytorchs_operator_ranges_are_never_the_steps(tmp_path):
     them, and stay steps when renamed `decode, seq = N`."""
     import shutil
 
-    from nsanalyze.normalize.steps import find_steps
     from nsanalyze.read.files import open_local
-    from nsanalyze.read.nsys import read_nsys
 
     path = tmp_path / "annot.sqlite"
     shutil.copy(open_local(REAL / "opt_loop_annot_nsys.sqlite.xz")[1], path)
@@ -267,18 +277,10 @@ def test_pytorchs_operator_ranges_are_never_the_steps(tmp_path):
                                  WHERE text LIKE '%, op_id = %'""").rowcount
         (steps,) = con.execute("SELECT COUNT(*) FROM NVTX_EVENTS WHERE text LIKE 'step %'").fetchone()
     assert renamed > 100 * steps
-    export = read_nsys(path)
-    try:
-        found = find_steps(export)
-    finally:
-        export.close()
+    found = _steps_of(path)
     assert found.name == "step N" and len(found.host_starts) == steps
     # a user's own step name with `, seq = ` in it stays a step (only PyTorch's `, op_id = ` marks an operator)
     with sqlite3.connect(path) as con:
         con.execute("UPDATE NVTX_EVENTS SET text = 'decode, seq = ' || substr(text, 6) WHERE text LIKE 'step %'")
-    export = read_nsys(path)
-    try:
-        found = find_steps(export)
-    finally:
-        export.close()
+    found = _steps_of(path)
     assert found.name == "decode, seq = N" and len(found.host_starts) == steps

@@ -33,8 +33,6 @@ LINKS = (
 )
 PINNED_SHARE_NEAR_LINK = 0.8  # copies at 80% of the reference run at the link's rate: no rate left to win
 
-# The memcpy kind of a read back (the export's label): the copy advice shows a read back where every copy is one
-READ_BACK_KIND = "Device-to-Host"
 
 
 def link_of(timeline) -> tuple[str, float, bool]:

@@ -73,6 +73,7 @@ from itertools import takewhile
 
 from humanize import naturalsize
 
+from nsanalyze.normalize.critical_path import READ_BACK_KIND
 from nsanalyze.normalize.host_activity import base_name
 from nsanalyze.normalize.model import ApiCall, plain
 from nsanalyze.normalize.steps import LATE_START_SHARE, normalize_name
@@ -539,7 +540,7 @@ def _bulk_reads(timeline) -> tuple[float, float] | None:
     """(mean bytes a copy, their ns in all) of the window's copies to the host where they average BULK_READ_BYTES or
     more, else None."""
     copies = getattr(timeline, "copies", None)
-    rows = [r for r in (copies.by_kind if copies is not None else ()) if r.copy_kind == "Device-to-Host"]
+    rows = [r for r in (copies.by_kind if copies is not None else ()) if r.copy_kind == READ_BACK_KIND]
     count = sum(r.copies for r in rows)
     mean = sum(r.bytes for r in rows) / count if count else 0.0
     return (float(mean), float(sum(r.duration_ns for r in rows))) if mean >= BULK_READ_BYTES else None

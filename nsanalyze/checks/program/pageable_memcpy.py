@@ -46,11 +46,11 @@ from dataclasses import asdict
 
 from humanize import naturalsize
 
-from nsanalyze.normalize.critical_path import UPLOAD_KIND
+from nsanalyze.normalize.critical_path import READ_BACK_KIND, UPLOAD_KIND
 from nsanalyze.normalize.model import plain
 from nsanalyze.numbers import duration_text
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, median_step_part, plural, step_count
-from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, READ_BACK_KIND, pageable_saving
+from nsanalyze.checks.program._copies import PINNED_SHARE_NEAR_LINK, pageable_saving
 
 
 ID = "pageable-memcpy"

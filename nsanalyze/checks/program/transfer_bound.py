@@ -68,8 +68,9 @@ from nsanalyze.numbers import duration_text
 from nsanalyze.checks import runs
 from nsanalyze.checks.base import Check, Finding, Threshold, budget_part, evidence, per_step_phrase, plural, \
     step_count
-from nsanalyze.checks.program._copies import (PINNED_SHARE_NEAR_LINK, READ_BACK_KIND, link_of, pageable_saving,
-                                              pinned_time_ns, reference_rate)
+from nsanalyze.checks.program._copies import (PINNED_SHARE_NEAR_LINK, link_of, pageable_saving, pinned_time_ns,
+                                              reference_rate)
+from nsanalyze.normalize.critical_path import READ_BACK_KIND
 
 ID = "transfer-bound"
 BUDGET_PART = "gpu_copy"
