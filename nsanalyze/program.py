@@ -143,6 +143,8 @@ def _timeline_section(export: NsysExport, timeline: Timeline) -> dict:
         **({"code_builds": timeline.code_builds.to_json()} if timeline.code_builds is not None else {}),
         **({"graph_captures": timeline.graph_captures.to_json()} if timeline.graph_captures is not None else {}),
         **({"host_data": timeline.host_data.to_json()} if timeline.host_data is not None else {}),
+        **({"refused_allocations": timeline.refused_allocations.to_json()} if timeline.refused_allocations is not None
+           else {}),
         **({"recomputation": timeline.recomputation.to_json()} if timeline.recomputation is not None else {}),
         **({"repeated_backward": timeline.repeated_backward.to_json()} if timeline.repeated_backward is not None
            else {}),

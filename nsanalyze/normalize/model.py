@@ -527,6 +527,16 @@ class CopyGrowth(Record):
 
 
 @dataclass(frozen=True)
+class RefusedAllocations(Record):
+    """The steady steps' device allocations the driver refused for want of memory (normalize.out_of_memory): each
+    time, the caching allocator freed the blocks it kept and allocated again."""
+    refused: int = 0             # refused calls in the steady steps
+    steps_with: int = 0          # steady steps with one or more
+    steps: int = 0               # steady steps
+    call: str = ""               # the call refused most often (cudaMalloc)
+
+
+@dataclass(frozen=True)
 class ShapeChanges(Record):
     """How often consecutive steps launch kernels of other launch shapes (normalize.steps.shape_changes)."""
     compared: int = 0            # pairs of consecutive steps compared

@@ -25,6 +25,7 @@ from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, bl
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
 from nsanalyze.normalize.kernels import KernelTable, normalize_nsys_kernels
 from nsanalyze.normalize.phases import find_phases
+from nsanalyze.normalize.out_of_memory import refused_allocations
 from nsanalyze.normalize.polls import poll_loops, unread_note
 from nsanalyze.normalize.steps import (Steps, find_steps, is_step_like, named_range, normalize_name,
                                       project_on_gpu)
@@ -74,6 +75,8 @@ class Timeline:
     #                                              that falls in this step's period (Steps.next_lead_in)
     step_copy_bytes: dict = field(default_factory=dict)
     copy_growth: model.CopyGrowth | None = None   # device-to-device copies growing every step (copy_growth)
+    # ... allocations the driver refused for want of memory in them (normalize.out_of_memory); None: none
+    refused_allocations: model.RefusedAllocations | None = None
     left_out: model.LeftOut | None = None  # start-up and warm-up before a steady window
     kernel_list: model.KernelList | None = None  # an ncu report's kernel list: what it tells beside the kernels  # "Device-to-Host from/to Pageable" -> bytes per steady step
     # The critical path of a median step, [{part, ns, share}] (normalize.critical_path); None where the
@@ -252,6 +255,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
         timeline.step_copy_bytes = _step_copy_bytes(wa, timeline.step_starts, timeline.step_ends)
         timeline.copy_growth = copy_growth(_step_device_copy_bytes(wa, timeline.step_starts, timeline.step_ends),
                                            [steps.number(int(i)) for i in timeline.step_indices])
+        timeline.refused_allocations = refused_allocations(export, activity, call_names, timeline.step_host_windows)
     host_later, timeline.lock_timeouts = _host_activity(export, budgets, activity, call_names,
                                                         capture.launching_threads,
                                                         steps if timeline.steps is not None else None, side)

@@ -32,6 +32,12 @@ Allocation in the first steps is the cache filling (warm-up), outside the steady
 threads of the GPU's processes count; where two threads' calls overlap, the GPU's idle time is counted
 once.
 
+A cache the program empties and one the allocator empties itself, out of memory, look alike call by call: the
+driver's refusal before the frees tells them apart (normalize/out_of_memory.py: a `cudaMalloc` answered
+cudaErrorMemoryAllocation). Where the steps hold such refusals the title says so and the advice leads with room for
+the cache (expandable segments, a lower peak, memory held beside it); a Kineto trace records no return values, so
+there the two cannot be told.
+
 An emptied cache and no cache at all look alike call by call. Their counts differ: an emptied cache still
 serves most of a step, so the steps make fewer synchronous allocator calls than kernel launches (0.39-0.53
 a launch on the fixtures); without one (`PYTORCH_NO_CUDA_MEMORY_CACHING=1`, a library without a pool) every
@@ -169,6 +175,38 @@ python train.py
 ```"""
 
 
+# Where the driver refused allocations in the steps (normalize.out_of_memory), the cache was emptied by the allocator
+# itself, out of memory, not by the program: what the title says and the advice leads with
+REFUSED = ("the caching allocator ran out of device memory: the driver refused {call} {refused:,} times, in "
+           "{steps_with} of {steps} steady steps, and each time the allocator freed the blocks it kept and allocated "
+           "again")
+REFUSED_ADVICE = """Give the caching allocator room: in the steps its requests ran out of device memory, so it freed every
+block it kept (`cudaFree`, which waits for the device) and allocated them again (PyTorch counts these in
+`torch.cuda.memory_stats()["num_alloc_retries"]`; `torch.cuda.memory_summary()` shows the cache).
+
+- Shapes that change from step to step (batches padded to their longest sequence, varying image sizes) leave
+  cached blocks that do not fit the next step: `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` lets freed
+  memory serve any later size; or pad to a few bucket sizes.
+- Lower the steps' peak: a smaller batch with gradient accumulation, activation checkpointing, bf16 activations,
+  `zero_grad(set_to_none=True)`; keep no tensors across steps that hold the graph (`loss` appended to a list
+  without `.item()` or `.detach()`).
+- Memory held beside the cache: another process on the GPU, or another library in this one (JAX preallocates
+  75% of the GPU unless `XLA_PYTHON_CLIENT_PREALLOCATE=false`; CuPy's and TensorFlow's pools).
+
+```bash
+# before
+python train.py
+# after: freed memory serves any later size
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py
+```"""
+
+
+def _refused(timeline):
+    """The steady steps' refused allocations (normalize.out_of_memory), or None."""
+    refused = getattr(timeline, "refused_allocations", None)
+    return refused if refused is not None and refused.refused else None
+
+
 def _calls_per_launch(timeline, cost) -> float | None:
     """The window's classic allocator calls (cudaMalloc, cudaFree and the driver's cuMemAlloc, cuMemFree: not a
     stream-ordered pool's *Async calls, nor expandable segments' cuMemMap and the like, which come several a page) a
@@ -190,7 +228,9 @@ def run(timeline, limits) -> Finding | None:
     cost, share = priced
     growth = getattr(timeline, "copy_growth", None)   # a growing tensor, not a cache emptied (copy56_catlog)
     torch = _library_advice(timeline) is ADVICE
-    per_launch = _calls_per_launch(timeline, cost) if torch and growth is None and not _pools(timeline) else None
+    refused = _refused(timeline)
+    per_launch = (_calls_per_launch(timeline, cost) if torch and growth is None and not _pools(timeline)
+                  and refused is None else None)
     uncached = per_launch is not None and per_launch >= NO_CACHE_CALLS_PER_LAUNCH
     finding = Finding(
         check=ID,
@@ -199,7 +239,8 @@ def run(timeline, limits) -> Finding | None:
                + (f"the steps' device-to-device copies grow every step ({naturalsize(growth.first_bytes)} in step "
                   f"{growth.first_step}, {naturalsize(growth.last_bytes)} in step {growth.last_step}): {GROWN}, in a "
                   "larger block of memory each time" if growth is not None else
-                  f"{POOLS}" if _pools(timeline) else NO_CACHE if uncached else
+                  f"{POOLS}" if _pools(timeline) else REFUSED.format(**refused.to_json()) if refused is not None
+                  else NO_CACHE if uncached else
                   "memory is handed back to the driver and taken again ("
                   + ("a caching allocator emptied, `torch.cuda.empty_cache()`, or no pool)"
                      if torch else "a memory pool emptied, or none in use)"))
@@ -211,10 +252,15 @@ def run(timeline, limits) -> Finding | None:
                   **({"steps_with_calls": evidence(cost.steps_with_calls), "steps": evidence(cost.steps)}
                      if cost.steps else {}),
                   "savings_share": evidence(share, limits.min_window_share, unit="ratio"),
-                  "calls": calls_evidence(cost)},
+                  "calls": calls_evidence(cost),
+                  **({"refused_allocations": evidence(refused.refused),
+                      "steps_with_refused_allocations": evidence(refused.steps_with)} if refused is not None else {})},
         advice=(f"{GROWN_ADVICE}\n\n{ADVICE}" if growth is not None else POOLS_ADVICE if _pools(timeline)
-                else _library_advice(timeline)),
+                else REFUSED_ADVICE if refused is not None else _library_advice(timeline)),
     )
+    if refused is not None and growth is not None:   # the store outgrew the memory: said beside the growth
+        said = REFUSED.format(**refused.to_json())
+        finding.notes.append(f"{said[0].upper()}{said[1:]}: the grown store leaves the cache no room")
     finding.estimated_savings_ns = cost.savings_ns
     if uncached:   # no cache to empty: the empty_cache advice and example would point at the wrong line
         finding.advice = NO_CACHE_ADVICE.format(per=f"{per_launch:.2g}")

@@ -90,6 +90,31 @@ def test_a_store_grown_by_cat_past_its_kernel_is_named_by_its_memcpys(analyzed, 
 
 
 @pytest.mark.parametrize("i", [1, 2])
+def test_allocations_the_driver_refused_are_counted_and_said(analyzed, i):
+    """copy56 catlog's growing store fills the device: in some steps cudaMalloc is answered cudaErrorMemoryAllocation
+    (2) and PyTorch's allocator frees its cached blocks and allocates again. The refusals in the steady steps (the
+    host's part of each: from its range's start to the next one's) are counted as SQL counts them and said beside the
+    growth, which leads; alloc_churn's empty_cache() each step refuses nothing and says nothing of it."""
+    name = REAL / f"copy56_catlog_base{i}_nsys.sqlite.xz"
+    model = analyzed(name)
+    steps = model["timeline"]["steps"]
+    ranges = {int(text.split()[1]): (start, end) for text, start, end in
+              sql(name, "SELECT text, start, end FROM NVTX_EVENTS WHERE text LIKE 'step %'")}
+    low = ranges[steps["first_step"]][0]
+    high = ranges[steps["last_step"] + 1][0] if steps["last_step"] + 1 in ranges else ranges[steps["last_step"]][1]
+    refused = [start for (start,) in sql(name, """SELECT r.start FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s
+        ON s.id = r.nameId WHERE s.value LIKE 'cudaMalloc%' AND r.returnValue = 2""") if low <= start < high]
+    assert len(refused) >= 5
+    said = model["timeline"]["refused_allocations"]
+    assert said["refused"] == len(refused) and said["call"] == "cudaMalloc" and said["steps"] == steps["count"]
+    churn = next(f for f in model["findings"] if f["check"] == "allocator-churn")
+    assert churn["evidence"]["refused_allocations"]["value"] == len(refused)
+    assert f"refused cudaMalloc {len(refused)} times" in " ".join(churn["notes"])
+    assert churn["advice"].startswith("The copies grow from step to step")
+    assert "refused_allocations" not in analyzed(REAL / "alloc_churn_nsys.sqlite.xz")["timeline"]
+
+
+@pytest.mark.parametrize("i", [1, 2])
 def test_copies_that_grow_every_step_are_said_to_grow_and_the_allocator_is_told_why(analyzed, i):
     """copy56 catlog's store grows by a batch of logits each step, so its device-to-device memcpys grow too (SQL:
     the bytes a step rise with the step, from its first memcpy on). allocator-churn, first, said "a caching allocator
