@@ -201,6 +201,20 @@ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py
 ```"""
 
 
+# Frees this few against allocations (a quarter or less) hand little back: the memory is taken from the driver again
+# and again, a pool not in use or one that grows (quasiben's workflow: 207 cudaMalloc against 3 cudaFree, read as
+# "handed back to the driver and taken again" by a user read)
+FEW_FREES = 0.25
+FREE = re.compile(r"cu(?:da)?(?:Free|MemFree)(?:_v\d+)?")
+
+
+def _taken_again(cost) -> tuple[int, int] | None:
+    """(allocations, frees) among the class's calls where the frees are FEW_FREES of the allocations or fewer."""
+    frees = sum(calls for name, calls, _ in cost.top_calls if FREE.fullmatch(name))
+    taken = sum(calls for name, calls, _ in cost.top_calls if CLASSIC_ALLOCATOR.fullmatch(name)) - frees
+    return (taken, frees) if taken > 0 and frees <= FEW_FREES * taken else None
+
+
 def _refused(timeline):
     """The steady steps' refused allocations (normalize.out_of_memory), or None."""
     refused = getattr(timeline, "refused_allocations", None)
@@ -232,6 +246,7 @@ def run(timeline, limits) -> Finding | None:
     per_launch = (_calls_per_launch(timeline, cost) if torch and growth is None and not _pools(timeline)
                   and refused is None else None)
     uncached = per_launch is not None and per_launch >= NO_CACHE_CALLS_PER_LAUNCH
+    taken_again = _taken_again(cost)
     finding = Finding(
         check=ID,
         title=(f"Device memory is allocated and freed {'inside the loop' if cost.steps else 'while the program runs'}: "
@@ -241,9 +256,11 @@ def run(timeline, limits) -> Finding | None:
                   "larger block of memory each time" if growth is not None else
                   f"{POOLS}" if _pools(timeline) else REFUSED.format(**refused.to_json()) if refused is not None
                   else NO_CACHE if uncached else
-                  "memory is handed back to the driver and taken again ("
-                  + ("a caching allocator emptied, `torch.cuda.empty_cache()`, or no pool)"
-                     if torch else "a memory pool emptied, or none in use)"))
+                  (f"memory is taken from the driver again and again ({taken_again[0]:,} allocations against "
+                   f"{taken_again[1]:,} frees: no pool in use, or one that grows)" if taken_again is not None else
+                   "memory is handed back to the driver and taken again ("
+                   + ("a caching allocator emptied, `torch.cuda.empty_cache()`, or no pool)"
+                      if torch else "a memory pool emptied, or none in use)")))
                + ", and cudaFree waits for the device"),
         estimated_speedup=share,
         evidence={"allocator_calls": evidence(cost.calls),
@@ -255,7 +272,9 @@ def run(timeline, limits) -> Finding | None:
                   "calls": calls_evidence(cost),
                   **({"refused_allocations": evidence(refused.refused),
                       "steps_with_refused_allocations": evidence(refused.steps_with)} if refused is not None else {})},
-        advice=(f"{GROWN_ADVICE}\n\n{ADVICE}" if growth is not None else POOLS_ADVICE if _pools(timeline)
+        # (a grown store that ran the allocator out of memory: room for the cache, not the empty_cache() example)
+        advice=(f"{GROWN_ADVICE}\n\n{REFUSED_ADVICE if refused is not None else ADVICE}" if growth is not None
+                else POOLS_ADVICE if _pools(timeline)
                 else REFUSED_ADVICE if refused is not None else _library_advice(timeline)),
     )
     if refused is not None and growth is not None:   # the store outgrew the memory: said beside the growth

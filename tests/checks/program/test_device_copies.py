@@ -94,7 +94,8 @@ def test_allocations_the_driver_refused_are_counted_and_said(analyzed, i):
     """copy56 catlog's growing store fills the device: in some steps cudaMalloc is answered cudaErrorMemoryAllocation
     (2) and PyTorch's allocator frees its cached blocks and allocates again. The refusals in the steady steps (the
     host's part of each: from its range's start to the next one's) are counted as SQL counts them and said beside the
-    growth, which leads; alloc_churn's empty_cache() each step refuses nothing and says nothing of it."""
+    growth, which leads, and the advice after the growth's is room for the cache; alloc_churn's empty_cache() each step
+    refuses nothing and says nothing of it."""
     name = REAL / f"copy56_catlog_base{i}_nsys.sqlite.xz"
     model = analyzed(name)
     steps = model["timeline"]["steps"]
@@ -111,6 +112,9 @@ def test_allocations_the_driver_refused_are_counted_and_said(analyzed, i):
     assert churn["evidence"]["refused_allocations"]["value"] == len(refused)
     assert f"refused cudaMalloc {len(refused)} times" in " ".join(churn["notes"])
     assert churn["advice"].startswith("The copies grow from step to step")
+    # (then room for the cache, not the emptied cache's example: the program never calls empty_cache(), a user read)
+    assert "Give the caching allocator room" in churn["advice"] and "remove `torch.cuda.empty_cache()`" not in \
+        churn["advice"]
     assert "refused_allocations" not in analyzed(REAL / "alloc_churn_nsys.sqlite.xz")["timeline"]
 
 
