@@ -159,7 +159,7 @@ def budget_text(budget: list[dict] | None, min_share: float = 0.01, labels: dict
 
 WORK_LABELS = {"matmul_tensor": "tensor-core GEMM", "matmul_simt": "CUDA-core GEMM/GEMV", "attention_fused": "fused attention",
                "attention_unfused": "attention written out", "normalization": "normalization",
-               "elementwise": "elementwise", "reduction": "reductions", "gather": "gathers (embedding lookups)", "layout": "layout changes", "cast": "casts",
+               "elementwise": "elementwise", "reduction": "reductions", "gather": "gathers and scatters by index", "layout": "layout changes", "cast": "casts",
                "copy": "copies and fills", "communication": "communication", "optimizer": "optimizer", "graph": "CUDA graphs",
                "other": "other", "filtered_out": "other kernels (filtered out)"}
 

@@ -119,15 +119,35 @@ def short_chains(analysis):
     return short if (short.norms > 0).any() else short._where(np.zeros(len(short), dtype=bool))
 
 
-def advice_for(names: list[str]) -> str:
+# BatchNorm in a model without convolutions (an MLP, a graph network: a user read of blind73_gcn was shown ResNet-50
+# and "fold BatchNorm into the convolution"): the batch kind's text when the window runs no convolution kernel
+BATCH_WITHOUT_CONV = ("batch", BY_KIND[0][1], """
+- BatchNorm after a linear layer (an MLP, a graph network): in inference, fold it into the `nn.Linear`
+  before it (its weight and bias scaled); in training, `torch.compile` of the model, or LayerNorm where the
+  model allows.
+
+```python
+# before: the linear layer's bias, batch_norm, relu and the residual add each a kernel over the activations
+h = h + torch.relu(self.norm(self.lin(h)))
+# after: the model compiled, the elementwise work inside the normalization's passes
+model = torch.compile(model)
+```""")
+# Convolution kernels by name: cuDNN's (`fprop`, `dgrad`, `wgrad`, `implicit_gemm`, `convolve`, Winograd), PyTorch's
+# own (`conv2d_...`, `conv_depthwise...`); not `convert`
+CONVOLUTION = re.compile(r"convol|conv\d?d|conv_|fprop|dgrad|wgrad|implicit_?gemm|winograd", re.IGNORECASE)
+
+
+def advice_for(names: list[str], convolutions: bool = True) -> str:
     """The advice with what else to do for the normalizations the chains hold, by their kernels' names (most
-    launched first): the kinds found, in that order; all of them where none is recognised."""
+    launched first): the kinds found, in that order; all of them where none is recognised. BatchNorm's text is
+    BATCH_WITHOUT_CONV where the window runs no convolution."""
+    by_kind = BY_KIND if convolutions else (BATCH_WITHOUT_CONV, *BY_KIND[1:])
     kinds = []
     for name in names:
-        kind = next((k for k in BY_KIND if k[1].search(name or "")), None)
+        kind = next((k for k in by_kind if k[1].search(name or "")), None)
         if kind is not None and kind not in kinds:
             kinds.append(kind)
-    return COMPILE + "\n".join(text for _, _, text in (kinds or BY_KIND))
+    return COMPILE + "\n".join(text for _, _, text in (kinds or by_kind))
 
 
 def run(timeline, limits) -> Finding | None:
@@ -171,7 +191,8 @@ def run(timeline, limits) -> Finding | None:
                   "other_beyond_one_pass_ns": evidence(others_ns, unit="ns"),
                   "saving_share": evidence(savings / window_ns, limits.min_share, unit="ratio"),
                   "kernels": [{"name": analysis.names.get(i), "launches_in_chains": n} for i, n in common]},
-        advice=advice_for(norm_names),
+        advice=advice_for(norm_names, any(CONVOLUTION.search(f"{k.name or ''} {k.demangled or ''}")
+                                          for k in analysis.by_kernel)),
     )
     finding.estimated_savings_ns = savings
     return finding

@@ -119,3 +119,20 @@ def test_two_gpus_save_one_gpus_time(analyzed):
     busiest = max(per_gpu, key=per_gpu.get)
     assert f"on GPU {busiest}" in finding["title"]
     assert finding["estimated_savings_ns"] <= max(per_gpu.values()) * 1.0001
+
+
+def test_batchnorm_without_convolutions_is_not_told_to_fold_into_one(analyzed):
+    """blind73_gcn_fix1 trains a graph network whose BatchNorm follows linear layers: no convolution kernel runs (SQL
+    over its kernels' names). A user read found its advice showing ResNet-50 and "fold BatchNorm into the convolution";
+    it now folds into the linear layer and shows a linear block. cnn_nchw, a CNN, keeps the convolution's advice."""
+    name = REAL / "blind73_gcn_fix1_nsys.sqlite.xz"
+    (convolutions,), = sql(name, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s
+        ON s.id = k.demangledName WHERE s.value LIKE '%conv%' OR s.value LIKE '%fprop%' OR s.value LIKE '%dgrad%'
+        OR s.value LIKE '%wgrad%' OR s.value LIKE '%implicit%gemm%' OR s.value LIKE '%winograd%'""")
+    (norms,), = sql(name, """SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s
+        ON s.id = k.demangledName WHERE s.value LIKE '%batch_norm%'""")
+    assert convolutions == 0 and norms > 0
+    advice = _finding(analyzed(name))["advice"]
+    assert "fold it into the `nn.Linear`" in advice and "convolution" not in advice and "resnet" not in advice
+    cnn = next(f for f in analyzed(REAL / "cnn_nchw_nsys.sqlite.xz")["findings"] if f["check"] == ID)
+    assert "fold BatchNorm into the convolution" in cnn["advice"]
