@@ -138,7 +138,9 @@ def budget_labels(timeline: dict | None, median_step: bool = False) -> dict[str,
     if top is not None and top["class"] != "launch":
         labels["idle_launch"] = f"idle on CUDA calls (mostly {visible(top['class'])})"
     # one long runtime call (a cudaFree of 30 ms) counts as host code in the budget (normalize.budget): where such
-    # calls of one class hold most of that part, the label says so, as allocator-churn's finding does; and where
+    # calls of one class hold most of that part, the label names them, as allocator-churn's finding does (it read
+    # "idle on host code (mostly long allocator calls)" beside "idle on CUDA calls (mostly allocator)": host code and
+    # CUDA calls at once, a user read of quasiben's workflow); and where
     # the thread sat in OS calls that wait on something else (a DataLoader's queue, a lock, a sleep), it was
     # not running host code at all (blind68_loader: "idle on host code 76%" beside host-wait's sem_clockwait)
     host_ns = sum(p.get("ns") or 0 for p in (timeline or {}).get("budget") or [] if p.get("part") == "idle_host")
@@ -146,7 +148,7 @@ def budget_labels(timeline: dict | None, median_step: bool = False) -> dict[str,
     if top is not None and host_ns and top["idle_by_part"]["idle_host"] >= 0.5 * host_ns:
         waiting = WAIT_CLASSES.get(top["class"]) if top.get("source") == "os" else None
         labels["idle_host"] = (f"idle while the host waits ({waiting.removeprefix('waiting ')})" if waiting else
-                               f"idle on host code (mostly long {visible(top['class'])} calls)")
+                               f"idle in long {visible(top['class'])} calls")
     return labels
 
 

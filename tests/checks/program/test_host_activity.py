@@ -283,7 +283,7 @@ def test_without_steps_a_class_claims_the_idle_time_under_its_own_calls(analyzed
     idle = sum(p["ns"] for p in model["timeline"]["budget"] if p["part"].startswith("idle_"))
     assert finding["estimated_savings_ns"] < 0.75 * idle
     # the budget names the long allocator calls that hold most of its "host code" part
-    assert budget_labels(model["timeline"])["idle_host"] == "idle on host code (mostly long allocator calls)"
+    assert budget_labels(model["timeline"])["idle_host"] == "idle in long allocator calls"
 
 
 def test_a_class_no_finding_prices_is_not_said_to_be_counted(analyzed):
