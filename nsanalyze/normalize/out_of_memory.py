@@ -34,7 +34,9 @@ def refused_allocations(export: NsysExport, activity: Activity, call_names: dict
     window's kernels, counted in each step's host window; None where no step had one, or the export records no
     return values."""
     ids = allocation_ids(call_names)
-    tables = [t for t in CALL_TABLES if export.has(t, "start", "globalTid", "nameId", "returnValue")] if ids else []
+    if not ids or not np.isin(activity.calls.name_id, ids).any():
+        return None   # no allocation in the window's calls (read already): no scan of the call tables (2.8M rows 0.4 s)
+    tables = [t for t in CALL_TABLES if export.has(t, "start", "globalTid", "nameId", "returnValue")]
     if not tables or windows is None or not len(windows[0]):
         return None
     starts, ends = windows
