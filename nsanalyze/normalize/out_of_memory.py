@@ -16,7 +16,8 @@ import numpy as np
 from nsanalyze.normalize import model
 from nsanalyze.normalize.activity import Activity, process_of
 from nsanalyze.normalize.host_activity import base_name
-from nsanalyze.read.nsys import CALL_TABLES, IntQuery, NsysExport
+from nsanalyze.normalize.polls import answered_tables
+from nsanalyze.read.nsys import IntQuery, NsysExport
 
 OUT_OF_MEMORY = 2   # cudaErrorMemoryAllocation (runtime API), CUDA_ERROR_OUT_OF_MEMORY (driver API)
 # Calls that take device memory (not pinned host memory: cudaMallocHost, cuMemAllocHost)
@@ -36,7 +37,7 @@ def refused_allocations(export: NsysExport, activity: Activity, call_names: dict
     ids = allocation_ids(call_names)
     if not ids or not np.isin(activity.calls.name_id, ids).any():
         return None   # no allocation in the window's calls (read already): no scan of the call tables (2.8M rows 0.4 s)
-    tables = [t for t in CALL_TABLES if export.has(t, "start", "globalTid", "nameId", "returnValue")]
+    tables = answered_tables(export)
     if not tables or windows is None or not len(windows[0]):
         return None
     starts, ends = windows

@@ -50,8 +50,8 @@ def _query_calls(activity: Activity, call_names: dict[int, str | None]) -> tuple
     return query_ids, int(np.isin(activity.calls.name_id, query_ids).sum()) if query_ids else 0
 
 
-def _answered(export: NsysExport) -> list[str]:
-    """The call tables that record each call's return value (a Kineto trace's converted tables do not)."""
+def answered_tables(export: NsysExport) -> list[str]:
+    """The call tables that record each call's return value (a Kineto trace's converted tables hold 0 there)."""
     return [t for t in CALL_TABLES if export.has(t, "start", "end", "globalTid", "nameId", "returnValue")]
 
 
@@ -59,7 +59,7 @@ def unread_note(export: NsysExport, activity: Activity, call_names: dict[int, st
     """A note where the window holds poll queries enough for a loop but the profile records no return values: its
     poll loops, if any, cannot be told, and count as the host's own time."""
     query_ids, queries = _query_calls(activity, call_names)
-    if queries <= MIN_POLLS or _answered(export):
+    if queries <= MIN_POLLS or answered_tables(export):
         return []
     names = " and ".join(sorted({base_name(call_names[i]) for i in query_ids}))
     return [f"{queries:,} calls of {names} in the window, and the profile records no call's return value: a host "
@@ -73,7 +73,7 @@ def poll_loops(export: NsysExport, activity: Activity, call_names: dict[int, str
     MIN_POLLS + 1 query calls or more: the calls of the threads answered "not ready" in it, with their return
     values (one columnar query)."""
     query_ids, queries = _query_calls(activity, call_names)
-    tables = _answered(export) if queries > MIN_POLLS else []
+    tables = answered_tables(export) if queries > MIN_POLLS else []
     if not tables:
         return NONE
     where = f"start >= {int(activity.start)} AND start < {int(activity.end)} AND end >= start"

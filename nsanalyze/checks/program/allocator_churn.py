@@ -208,10 +208,15 @@ FEW_FREES = 0.25
 FREE = re.compile(r"cu(?:da)?(?:Free|MemFree)(?:_v\d+)?")
 
 
+def _classic_calls(cost, pattern=CLASSIC_ALLOCATOR) -> int:
+    """The class's calls whose names the pattern matches whole (CLASSIC_ALLOCATOR: the synchronous ones)."""
+    return sum(calls for name, calls, _ in cost.top_calls if pattern.fullmatch(name))
+
+
 def _taken_again(cost) -> tuple[int, int] | None:
     """(allocations, frees) among the class's calls where the frees are FEW_FREES of the allocations or fewer."""
-    frees = sum(calls for name, calls, _ in cost.top_calls if FREE.fullmatch(name))
-    taken = sum(calls for name, calls, _ in cost.top_calls if CLASSIC_ALLOCATOR.fullmatch(name)) - frees
+    frees = _classic_calls(cost, FREE)
+    taken = _classic_calls(cost) - frees
     return (taken, frees) if taken > 0 and frees <= FEW_FREES * taken else None
 
 
@@ -231,8 +236,29 @@ def _calls_per_launch(timeline, cost) -> float | None:
     launched = max(launches.launch_calls, launches.launches) if launches is not None else 0
     if not launched:
         return None
-    classic = sum(calls for name, calls, _ in cost.top_calls if CLASSIC_ALLOCATOR.fullmatch(name))
-    return classic / (launched / max(len(timeline.devices or ()), 1))
+    return _classic_calls(cost) / (launched / max(len(timeline.devices or ()), 1))
+
+
+def _cause(timeline, cost, growth, refused, uncached: bool, torch: bool) -> str:
+    """Why the steps allocate, in the title's words: the first that holds of a growing store, graphs' pools, refusals,
+    no cache, few frees, and a cache (or pool) emptied."""
+    if growth is not None:
+        return (f"the steps' device-to-device copies grow every step ({naturalsize(growth.first_bytes)} in step "
+                f"{growth.first_step}, {naturalsize(growth.last_bytes)} in step {growth.last_step}): {GROWN}, in a "
+                "larger block of memory each time")
+    if _pools(timeline):
+        return POOLS
+    if refused is not None:
+        return REFUSED.format(**refused.to_json())
+    if uncached:
+        return NO_CACHE
+    taken_again = _taken_again(cost)
+    if taken_again is not None:
+        return (f"memory is taken from the driver again and again ({taken_again[0]:,} allocations against "
+                f"{taken_again[1]:,} frees: no pool in use, or one that grows)")
+    return "memory is handed back to the driver and taken again (" + (
+        "a caching allocator emptied, `torch.cuda.empty_cache()`, or no pool)" if torch
+        else "a memory pool emptied, or none in use)")
 
 
 def run(timeline, limits) -> Finding | None:
@@ -246,22 +272,11 @@ def run(timeline, limits) -> Finding | None:
     per_launch = (_calls_per_launch(timeline, cost) if torch and growth is None and not _pools(timeline)
                   and refused is None else None)
     uncached = per_launch is not None and per_launch >= NO_CACHE_CALLS_PER_LAUNCH
-    taken_again = _taken_again(cost)
     finding = Finding(
         check=ID,
         title=(f"Device memory is allocated and freed {'inside the loop' if cost.steps else 'while the program runs'}: "
                f"{calls_phrase(cost)}; {cost_phrase(cost, share)}: "
-               + (f"the steps' device-to-device copies grow every step ({naturalsize(growth.first_bytes)} in step "
-                  f"{growth.first_step}, {naturalsize(growth.last_bytes)} in step {growth.last_step}): {GROWN}, in a "
-                  "larger block of memory each time" if growth is not None else
-                  f"{POOLS}" if _pools(timeline) else REFUSED.format(**refused.to_json()) if refused is not None
-                  else NO_CACHE if uncached else
-                  (f"memory is taken from the driver again and again ({taken_again[0]:,} allocations against "
-                   f"{taken_again[1]:,} frees: no pool in use, or one that grows)" if taken_again is not None else
-                   "memory is handed back to the driver and taken again ("
-                   + ("a caching allocator emptied, `torch.cuda.empty_cache()`, or no pool)"
-                      if torch else "a memory pool emptied, or none in use)")))
-               + ", and cudaFree waits for the device"),
+               f"{_cause(timeline, cost, growth, refused, uncached, torch)}, and cudaFree waits for the device"),
         estimated_speedup=share,
         evidence={"allocator_calls": evidence(cost.calls),
                   "allocator_host_ns": evidence(cost.host_ns, unit="ns"),
