@@ -153,10 +153,13 @@ def run(timeline, limits) -> Finding | None:
     what = ("first launches that load their module" if first else "") + \
         (" and " if first and jit else "") + ("run-time module loads" if jit else "")
     loading = (f" ({one_time / 1e6:.2g} ms of it {what}: start-up, not saved)" if one_time >= 0.1 * idle_ns else "")
+    between = _between_calls(timeline)
+    where = (f"; {between[0]:.0%} of this wait lies between the CUDA calls (the host's per-operator code), "
+             f"{between[1]:.0%} in them" if between else "")
     finding = Finding(
         check=ID,
         title=f"{'Launch-bound' if share >= LAUNCH_BOUND_SHARE else 'Launch overhead'}: the GPU waits on kernel "
-              f"launches {share:.0%} of the window{step_text}{loading}; "
+              f"launches {share:.0%} of the window{step_text}{loading}{where}; "
               f"{launches.short_kernels:,} of {plural(launches.launches, 'kernel')} run shorter than their launch call",
         estimated_speedup=share,
         evidence={"idle_launch_share": evidence(share, limits.min_idle_share, unit="ratio"),
@@ -169,6 +172,10 @@ def run(timeline, limits) -> Finding | None:
         notes=[_left_out_note(one_time, first, jit)] if one_time else [],
     )
     finding.estimated_savings_ns = idle_ns - one_time   # module loading is once per process: no graph removes it
+    if between:
+        finding.evidence["idle_launch_between_calls_share"] = evidence(between[0], BETWEEN_CALLS_SHARE, unit="ratio",
+                                                                       compare=">=")
+        finding.advice = BETWEEN_CALLS_LEAD.format(share=f"{between[0]:.0%}") + finding.advice
     shapes = _changing_shapes(timeline)
     waits, placed = _waits_per_step(timeline), getattr(timeline, "step_waits", None)
     if waits is None and placed is not None and round(placed.polls_per_step) >= 1:   # waits no call's name says
@@ -204,6 +211,30 @@ def run(timeline, limits) -> Finding | None:
         finding.advice = shared + finding.advice
         finding.title += "; the launching thread shares Python's interpreter lock with another thread"
     return finding
+
+
+# The title says where the launch wait lies where this share of it or more falls between the CUDA calls, not in them:
+# the GPU then waits on the host's own code from one operator to the next (blind70_word2vec_fix1: 104 of the 139 ms
+# between the calls, 28 ms in cudaLaunchKernel), which "waits on kernel launches" alone reads as the calls' cost
+BETWEEN_CALLS_SHARE = 0.5
+BETWEEN_CALLS_LEAD = ("{share} of this wait lies between the CUDA calls, not in them: the host's code from one "
+                      "operator to the next (Python, the framework's dispatch and autograd) paces the GPU. A CUDA graph "
+                      "(PyTorch: `torch.compile(mode=\"reduce-overhead\")`) removes that code with the launches; cheaper "
+                      "launch calls alone would not.\n\n")
+
+
+def _between_calls(timeline) -> tuple[float, float] | None:
+    """(share of the budget's launch wait between the CUDA calls, share inside them), where the first is
+    BETWEEN_CALLS_SHARE or more; else None. Host activity paints the wait with the classes whose calls cover it: what
+    no CUDA class covers is the dispatch between calls (an OS call there, a lock wait, is still between them)."""
+    activity = getattr(timeline, "host_activity", None)
+    if activity is None or not activity.classes or len(timeline.devices or ()) > 1:
+        return None   # (several GPUs: their shares are means over GPUs whose processes' calls differ: not said)
+    in_calls = sum(c.idle_by_part.get(BUDGET_PART, 0.0) for c in activity.classes if c.source == "cuda")
+    total = activity.idle_ns(BUDGET_PART) + activity.unexplained.get(BUDGET_PART, 0.0)
+    if total <= 0 or (total - in_calls) / total < BETWEEN_CALLS_SHARE:
+        return None
+    return (total - in_calls) / total, in_calls / total
 
 
 def _annotation_first(finding: Finding, timeline, launches: Launches) -> None:
