@@ -80,7 +80,8 @@ def choose_window(export: NsysExport, skip_first_ns: int | None, nvtx_range: str
         begin = capture_start(export, first)
         start, end = int(steps.starts[0]), int(steps.ends[-1])
         startup = max(0, start - begin)
-        warm = f" and {steps.warmup} warm-up step{'s' if steps.warmup != 1 else ''}" if steps.warmup else ""
+        # (one figure for both: "4.42 s of start-up and 1 warm-up step" read as 4.42 s and a step more, a user read)
+        warm = f" and {steps.warmup} warm-up step{'s' if steps.warmup != 1 else ''}, together," if steps.warmup else ""
         clock = " on the GPU's clock" if steps.clock == "gpu" else " (host ranges: the steps launched no GPU work)"
         return Window(start, end, f"steady state: steps {steps.number(steps.first_index)}-{steps.number(steps.last_index)} of '{steps.name}'{clock}; "
                                   + _left_out(startup, f"start-up{warm}", "them") + _slow_lead(steps), "steady")

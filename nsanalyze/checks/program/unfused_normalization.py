@@ -75,8 +75,9 @@ model = torch.compile(model)
   the block, or a fused add + norm kernel (Triton, Apex's `FusedLayerNorm`, Transformer Engine).
 
 ```python
-# before: dropout, the residual add, layer_norm and GELU each a kernel, forward and backward
-x = norm(x + dropout(attn(x)))
+# before: the residual add, layer_norm and GELU (and dropout, where the model has it) each a kernel,
+# forward and backward
+x = norm(x + attn(x))
 # after: the block compiled, its elementwise work inside the normalization's passes
 block = torch.compile(block)
 ```"""),
