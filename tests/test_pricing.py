@@ -560,3 +560,25 @@ def test_a_cost_in_spikes_that_grow_with_the_run_is_priced_on_the_window(analyze
     assert program_findings(report)[0]["check"] == "allocator-churn"
     assert found["estimated_savings_ns"] <= found["evidence"]["replayed_savings_ns"]["value"] * 1.001
     assert per_step(report, found) == pytest.approx(sql_saved_per_step(analyzed, base, fixed), rel=0.25)
+
+
+def test_a_change_the_first_finding_holds_back_is_priced_after_it(analyzed):
+    """Fixing one bottleneck shows the next. word2vec's fixed run (blind70) is launch-bound: its FP32 GEMMs on the
+    CUDA cores (low-tensor-activity) save nothing on the replayed steps as measured, the host paces them. Replayed with
+    each step one graph launch too (launch-overhead's change), they save what the GPU then waits on them: no more than
+    the time the change takes away (the check's own estimate), and no more than their time on the graphed step's
+    critical path (launch-overhead's `critical_path_after`). The note and the comment's info line say it."""
+    from nsanalyze.render.markdown import render as render_markdown
+
+    model = analyzed(REAL / "blind70_word2vec_fix1_nsys.sqlite.xz")
+    steps = model["timeline"]["steps"]["count"]
+    first, held = finding(model, "launch-overhead"), finding(model, "low-tensor-activity")
+    assert held["severity"] == "info" and held["estimated_savings_ns"] == 0
+    after = held["evidence"]["savings_after_first_ns"]["value"]
+    assert 0.03 * model["timeline"]["span_ns"] <= after <= held["evidence"]["check_savings_ns"]["value"]
+    simt_after = sum(p["ns"] for p in first["evidence"]["critical_path_after"] if p["part"] == "gpu:matmul_simt")
+    # (the GEMMs 2.1x faster, GEMV among them at 1x: about half that time; all of them on the graphed step's path)
+    assert 0.3 * simt_after <= after / steps <= simt_after
+    note = next(n for n in held["notes"] if n.startswith("after launch-overhead: "))
+    assert f"this change is then worth {duration(after / steps)} a step ({duration(after)} over the window)" in note
+    assert f"{duration(after / steps)} a step once launch-overhead's change is made" in render_markdown(model).replace("\\", "")

@@ -167,10 +167,25 @@ def _info_saving(finding: dict, model: dict) -> str:
         return "saving not estimated"
     if any("outside the window" in n for n in notes):
         return "outside the window"
+    after = _after_first(finding, model)
     if not finding.get("estimated_savings_ns"):
         return ("saves nothing on the replayed steps" if any(n.startswith("savings: the replay") for n in notes)
-                else "saves nothing")
-    return f"saves {savings_text(finding, model)}"
+                else "saves nothing") + after
+    return f"saves {savings_text(finding, model)}{after}"
+
+
+def _after_first(finding: dict, model: dict) -> str:
+    """What the finding saves once the first finding's change is made (rank._after_first), where it says: an info
+    finding the host holds back now may be the next change worth making."""
+    value = (finding.get("evidence") or {}).get("savings_after_first_ns")
+    first = next((n.split(":", 1)[0].removeprefix("after ") for n in finding.get("notes") or []
+                  if n.startswith("after ") and ": with that finding's change made too" in n), None)
+    if not isinstance(value, dict) or not value.get("value") or first is None:
+        return ""
+    steps = (model.get("timeline") or {}).get("steps") or {}
+    count = steps.get("count") if isinstance(steps, dict) else None
+    figure = f"{duration(value['value'] / count)} a step" if count else duration(value["value"])
+    return f", {figure} once {first}'s change is made"
 
 
 def _info(findings: list[dict], model: dict) -> str:
