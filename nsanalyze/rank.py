@@ -393,7 +393,7 @@ def settle_program_findings(findings: list[Finding], timeline) -> None:
                 # layout-conversion said 26.9 ms a step, the whole compute part as a cap, for 11.2 ms of conversion
                 # and NCHW kernels on a launch-bound step whose launches the finding before it counts). A replay
                 # the part holds stands (blind57_lm's recompute: its kernels and their launches, as the fix measured)
-                own = finding.evidence.get("check_savings_ns", {}).get("value", 0.0)
+                own = _own_estimate(finding)
                 limit = min(limit, max(own, finding.estimated_savings_ns - finding.dropped_host_ns))
                 in_graph.add(id(finding))
             if shared:
@@ -517,13 +517,9 @@ def _after_first(findings: list[Finding], timeline) -> None:
     span = timeline.summary.span_ns or 0
     if first is None or first.replayed_change is None or block is None or not block.trusted or not span:
         return
-
-    def own(finding: Finding) -> float:
-        value = finding.evidence.get("check_savings_ns")
-        return float(value.get("value") or 0.0) if isinstance(value, dict) else 0.0
     held = sorted((f for f in findings if f is not first and f.replayed_change is not None
-                   and own(f) >= AFTER_FIRST_SHARE * span
-                   and f.estimated_savings_ns < AFTER_FIRST_HELD * own(f)), key=lambda f: -own(f))
+                   and _own_estimate(f) >= AFTER_FIRST_SHARE * span
+                   and f.estimated_savings_ns < AFTER_FIRST_HELD * _own_estimate(f)), key=lambda f: -_own_estimate(f))
     alone = cp.saving_and_busy(block, first.replayed_change)[0] if held else None
     steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
     if alone is None or not steps:
@@ -531,7 +527,7 @@ def _after_first(findings: list[Finding], timeline) -> None:
     for finding in held[:AFTER_FIRST_AT_MOST]:
         both = cp.saving_and_busy(block, first.replayed_change.and_(finding.replayed_change))[0]
         more = (both - alone) * steps if both is not None else 0.0
-        more = min(more, own(finding))   # never more than the time its change takes away, as its check measured it
+        more = min(more, _own_estimate(finding))   # never more than the time its change takes away (its check's own)
         # (only where the first's change frees it: where that change takes some of its work away with it, it is
         # worth less after, not more: blind58_multitask's repeated backward held some of its normalization chains)
         if more < AFTER_FIRST_SHARE * span or more <= AFTER_FIRST_MORE * finding.estimated_savings_ns:
@@ -556,11 +552,16 @@ TITLE_SAYS_SAVINGS = 0.25
 CAPPED_TITLE_SAYS_SAVINGS = 0.02
 
 
+def _own_estimate(finding: Finding) -> float:
+    """The check's own estimate of a finding priced by its replay (evidence `check_savings_ns`); 0 where none."""
+    value = finding.evidence.get("check_savings_ns")
+    return float(value.get("value") or 0.0) if isinstance(value, dict) else 0.0
+
+
 def _title_says_savings(finding: Finding, timeline, tolerance: float = TITLE_SAYS_SAVINGS) -> None:
     """Ends the title with the finding's savings where they stray from the check's own estimate, which its title
     states, past `tolerance`: the savings note says where the difference lies."""
-    own = finding.evidence.get("check_savings_ns")
-    own = own.get("value") if isinstance(own, dict) else None
+    own = _own_estimate(finding)
     final = finding.estimated_savings_ns
     if not own or not final or abs(final - own) <= tolerance * max(final, own):
         return

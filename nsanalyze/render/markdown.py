@@ -167,14 +167,14 @@ def _info_saving(finding: dict, model: dict) -> str:
         return "saving not estimated"
     if any("outside the window" in n for n in notes):
         return "outside the window"
-    after = _after_first(finding, model)
+    after = _after_first_text(finding, model)
     if not finding.get("estimated_savings_ns"):
         return ("saves nothing on the replayed steps" if any(n.startswith("savings: the replay") for n in notes)
                 else "saves nothing") + after
     return f"saves {savings_text(finding, model)}{after}"
 
 
-def _after_first(finding: dict, model: dict) -> str:
+def _after_first_text(finding: dict, model: dict) -> str:
     """What the finding saves once the first finding's change is made (rank._after_first), where it says: an info
     finding the host holds back now may be the next change worth making."""
     value = (finding.get("evidence") or {}).get("savings_after_first_ns")
