@@ -196,7 +196,10 @@ def run(timeline, limits) -> Finding | None:
                              f"transfers); the other {waiting_ns / 1e6:.2f} ms "
                              "is waiting for the straggler: the straggler catching up gives it back, not faster "
                              "transfers (rank-imbalance, which prices that, speaks from "
-                             f"{limits_for(rank_imbalance).min_imbalance_share:.0%} of the window)")
+                             f"{limits_for(rank_imbalance).min_imbalance_share:.0%} of the window"
+                             # (the wait's own share beside it: a user read looked for a rank-imbalance finding that
+                             # a 3% wait does not make, mfu_2gpu_before)
+                             + (f"; this wait is {waiting_ns / window:.0%} of it" if window else "") + ")")
     finding.estimated_savings_ns = float(transfer)
     finding.budget_device = (found.straggler if found else worst).device_id
     return finding

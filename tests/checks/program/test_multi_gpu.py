@@ -455,3 +455,20 @@ def test_point_to_point_on_the_compute_stream_gets_its_own_advice(analyzed):
     assert not {(d, st) for d, c, st in streams if c} & {(d, st) for d, c, st in streams if not c}
     collective = next(f for f in analyzed(ddp)["findings"] if f["check"] == "exposed-communication")
     assert "bucket_cap_mb" in collective["advice"] and "stream of its compute" not in collective["advice"]
+
+
+def test_a_straggler_wait_below_rank_imbalances_threshold_says_its_share(analyzed):
+    """mfu_2gpu_before: GPU 0 waits 8.94 ms in its collectives for GPU 1, 3% of its window, under rank-imbalance's 5%:
+    no rank-imbalance finding, and exposed-communication's note, which names the check that prices such a wait, says the
+    wait's own share beside that threshold (a user read looked for the finding the note named)."""
+    from nsanalyze.checks.program import rank_imbalance
+
+    model = analyzed(BEFORE)
+    comm = next(f for f in model["findings"] if f["check"] == "exposed-communication")
+    note = next(n for n in comm["notes"] if "which prices that" in n)
+    waiting_ms = float(re.search(r"the other ([\d.]+) ms is waiting for the straggler", note).group(1))
+    share = int(re.search(r"; this wait is (\d+)% of it\)", note).group(1)) / 100
+    window = next(d["window_ns"] for d in model["timeline"]["devices"] if d["device_id"] == 0)
+    assert share == pytest.approx(waiting_ms * 1e6 / window, abs=0.005)
+    assert share < limits_for(rank_imbalance).min_imbalance_share
+    assert "rank-imbalance" not in {f["check"] for f in model["findings"]}
