@@ -333,6 +333,8 @@ class StepsSummary(Record):
     host_relation_text: str | None = None
     # One export of a multi-rank run whose collectives mostly wait: for a rank the export does not hold.
     rank_wait_text: str | None = None
+    # The steps change pace part way with the same GPU work (normalize.timeline._speed_change): two runs, one line.
+    speed_change_text: str | None = None
     gpu_busy_time_share: float | None = None
     host_outliers: tuple = ()
     budget: tuple | None = None

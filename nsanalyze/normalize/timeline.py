@@ -763,6 +763,9 @@ def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -
         # over the steps' whole time, not a median step's: long steps weigh what they cost
         busy = [PARTS.index(p) for p in PARTS if p not in IDLE_PARTS]
         section["gpu_busy_time_share"] = float(np.mean([t[:, busy].sum() for t in per_step]) / durations.sum())
+        change = _speed_change(steps, np.mean([t[:, busy].sum(axis=1) for t in per_step], axis=0))
+        if change:
+            section["speed_change_text"] = change
         if section.get("host_relation") == "ahead" and section["gpu_busy_time_share"] < BOUND_BUSY_SHARE:
             section["host_relation_text"] = section["host_relation_text"].replace(base_text, _not_bound_over_time(section), 1)
         elif section.get("host_relation") == "ahead":   # busy, but with what: copies or collectives are not compute
@@ -773,6 +776,46 @@ def _steps_section(steps: Steps, budgets, capture: Activity, call_names: dict) -
                          f"{totals[PARTS.index('gpu_compute')] / durations.sum():.0%}")
                 section["host_relation_text"] = section["host_relation_text"].replace("the GPU is the bound", words, 1)
     return section
+
+
+# The steps change pace part way: a split of the steps into two runs, each a tenth of them and 5 steps or more, whose median
+# periods differ by SPEED_CHANGE or more and whose middle halves do not overlap, while the GPU's busy time a step stays
+# within SAME_WORK of itself: the GPU did the same work and waited longer in one run (blind74_masksync_base1: steps 1-16
+# near 45 ms, then 72 ms with 23 ms of kernels a step in both; its second recording ran at 51 ms). The report's
+# figures then describe a mix of two paces, and its median the slower run's where that is the longer.
+SPEED_CHANGE, SAME_WORK, SPEED_RUN_SHARE, SPEED_RUN_STEPS, SPEED_STEPS = 1.25, 0.1, 0.1, 5, 20
+
+
+def _speed_change(steps: Steps, busy: np.ndarray) -> str | None:
+    """The header's line where the steps change pace part way with the same GPU work (SPEED_CHANGE); else None."""
+    periods = steps.durations.astype(np.float64)
+    n = len(periods)
+    if n < SPEED_STEPS or len(busy) != n:
+        return None
+    low = max(int(np.ceil(SPEED_RUN_SHARE * n)), SPEED_RUN_STEPS)
+    cuts = np.arange(low, n - low + 1)
+    if not len(cuts):
+        return None
+    total, squares = np.concatenate(([0.0], np.cumsum(periods))), np.concatenate(([0.0], np.cumsum(periods ** 2)))
+
+    def spread(a, b):   # sum of squares about the mean of periods[a:b], for arrays of bounds
+        count = b - a
+        return squares[b] - squares[a] - (total[b] - total[a]) ** 2 / count
+    cut = int(cuts[np.argmin(spread(0, cuts) + spread(cuts, n))])
+    first, second = periods[:cut], periods[cut:]
+    m1, m2 = float(np.median(first)), float(np.median(second))
+    q1, q2 = np.percentile(first, [25, 75]), np.percentile(second, [25, 75])
+    w1, w2 = float(np.median(busy[:cut])), float(np.median(busy[cut:]))
+    if max(m1, m2) < SPEED_CHANGE * min(m1, m2) or not (q1[1] < q2[0] or q2[1] < q1[0]) or \
+            abs(w1 - w2) > SAME_WORK * max(w1, w2):
+        return None
+    number = lambda i: steps.number(int(steps.steady[i]))
+    slower = "the later" if m2 > m1 else "the earlier"
+    return (f"The steps change pace part way with the same GPU work: steps {number(0)}-{number(cut - 1)} ran at a "
+            f"median {ms_text(m1)} a step and steps {number(cut)}-{number(n - 1)} at {ms_text(m2)}, the GPU busy "
+            f"{ms_text(w1)} and {ms_text(w2)} a step; in {slower} run it waited longer on the host (other load on the machine, or the "
+            "program's own host work growing). The figures below describe both runs together: a second recording "
+            "tells the program's pace from the machine's.")
 
 
 # "The GPU is the bound" holds for a run only where its GPU is busy this share of the steps' whole time.

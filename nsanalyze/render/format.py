@@ -202,6 +202,8 @@ def window_lines(timeline: dict) -> list[str]:
                      f"(p95 {duration(steps['p95_ns'])}, min {duration(steps['min_ns'])}, max {duration(steps['max_ns'])})")
         if steps.get("host_relation_text"):
             lines.append(steps["host_relation_text"])
+        if steps.get("speed_change_text"):
+            lines.append(steps["speed_change_text"])
         if steps.get("rank_wait_text") and ranks <= 1:   # its own line: the time this export cannot price
             lines.append(steps["rank_wait_text"])
     for note in timeline.get("notes") or []:

@@ -284,3 +284,38 @@ def test_pytorchs_operator_ranges_are_never_the_steps(tmp_path):
         con.execute("UPDATE NVTX_EVENTS SET text = 'decode, seq = ' || substr(text, 6) WHERE text LIKE 'step %'")
     found = _steps_of(path)
     assert found.name == "decode, seq = N" and len(found.host_starts) == steps
+
+
+@pytest.mark.parametrize("run", [1, 2])
+def test_steps_that_change_pace_with_the_same_gpu_work_are_said(analyzed, run):
+    """blind74_masksync_base1 slows part way: its steps run near 50 ms, then near 72 ms, with the same kernels a step
+    (its host's time in CUDA calls grew; a user read found it by SQL). The header says where the pace changes and both
+    medians; SQL's NVTX step durations and kernel time a step agree. Its second recording (base2), the same program,
+    keeps one pace: no such line."""
+    import re
+
+    path = REAL / f"blind74_masksync_base{run}_nsys.sqlite.xz"
+    steps = analyzed(path)["timeline"]["steps"]
+    text = steps.get("speed_change_text")
+    if run == 2:
+        assert text is None
+        return
+    first, cut, last = (int(x) for x in re.search(r"steps (\d+)-(\d+) ran at .* steps (\d+)-(\d+) at",
+                                                   text).group(1, 2, 4))
+    m1, m2 = (float(x) for x in re.search(r"a median ([\d.]+) ms a step and steps \d+-\d+ at ([\d.]+) ms", text).groups())
+    assert "in the later run it waited longer on the host" in text and m2 >= 1.25 * m1
+    ranges = sql(path, """SELECT n.start, n.end, CAST(SUBSTR(COALESCE(n.text, s.value), 6) AS INTEGER) FROM NVTX_EVENTS n
+                          LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59
+                          AND COALESCE(n.text, s.value) LIKE 'step %' ORDER BY n.start""")
+    by_number = {number: (start, end) for start, end, number in ranges}
+    before = [by_number[i][1] - by_number[i][0] for i in range(first, cut + 1)]
+    after = [by_number[i][1] - by_number[i][0] for i in range(cut + 1, last + 1)]
+    assert m1 == pytest.approx(statistics.median(before) / 1e6, rel=0.05)
+    assert m2 == pytest.approx(statistics.median(after) / 1e6, rel=0.05)
+
+    def kernel_ns(numbers):   # the kernels launched in these steps' ranges, a step
+        (ns,), = sql(path, f"""SELECT SUM(l.end - l.start) FROM launched l WHERE l.call_start >= {by_number[numbers[0]][0]}
+                               AND l.call_start < {by_number[numbers[-1]][1]}""", launched=("CUPTI_ACTIVITY_KIND_KERNEL",))
+        return ns / len(numbers)
+    work = kernel_ns(list(range(first, cut + 1))), kernel_ns(list(range(cut + 1, last + 1)))
+    assert work[0] == pytest.approx(work[1], rel=0.05)   # the same GPU work a step in both runs
