@@ -8,7 +8,7 @@ SQL over the exports."""
 import pytest
 
 from tests.checks.program.test_optimizer_loop import OPTIMIZER_RANGES
-from tests.conftest import REAL, program_findings, sql
+from tests.conftest import REAL, covered_ns, program_findings, sql
 
 EMA_BASE, EMA_FIX = REAL / "blind_emaloop_base_nsys.sqlite.xz", REAL / "blind_emaloop_fix_nsys.sqlite.xz"
 CLIP_BASE, CLIP_FIX = REAL / "blind_gradclip_base_nsys.sqlite.xz", REAL / "blind_gradclip_fix_nsys.sqlite.xz"
@@ -235,39 +235,11 @@ def test_a_stack_of_layers_is_told_as_layers_not_items(analyzed):
     assert "foreach or batched ops over items" in ema["title"] and "loop over items" in ema["notes"][0]
 
 
-def _union_ns(rows, start: int, end: int):
-    """(starts, ends) of the union of intervals clipped to [start, end), sorted."""
-    import numpy as np
-
-    s = np.clip(np.array([r[0] for r in rows], dtype=np.int64), start, end)
-    e = np.clip(np.array([r[1] for r in rows], dtype=np.int64), start, end)
-    order = np.argsort(s, kind="stable")
-    s, run_end = s[order], np.maximum.accumulate(e[order])
-    new = np.r_[True, s[1:] > run_end[:-1]]   # an interval that starts past every earlier end starts a new island
-    return s[new], run_end[np.r_[new[1:], True]]
-
-
-def _measure(union) -> int:
-    return int((union[1] - union[0]).sum())
-
-
-def _intersect_ns(a, b) -> int:
-    """Length of the intersection of two sorted disjoint interval sets."""
-    import numpy as np
-
-    bounds = np.r_[0, np.cumsum(b[1] - b[0])]
-
-    def below(t):   # length of b before each time t
-        i = np.searchsorted(b[0], t, side="right") - 1
-        held = np.maximum(i, 0)
-        return np.where(i < 0, 0, bounds[held] + np.clip(t - b[0][held], 0, b[1][held] - b[0][held]))
-    return int((below(a[1]) - below(a[0])).sum())
-
-
 def test_a_launch_wait_that_lies_between_the_calls_says_so(analyzed):
     """word2vec's fixed run (blind70): the GPU waits on the host 32% of its steady window, and most of that wait lies
     between the CUDA calls (Python and autograd from one operator to the next), not in cudaLaunchKernel. The title and
-    the advice say so; the share inside the calls is checked against SQL: the GPU's idle time (no kernel or copy) that a runtime call of the process covers, against the finding's launch wait."""
+    the advice say so; the share inside the calls is checked against SQL: the GPU's idle time (no kernel or copy) that
+    a runtime call of the process covers, against the finding's launch wait."""
     path = REAL / "blind70_word2vec_fix1_nsys.sqlite.xz"
     model = analyzed(path)
     finding = _finding(model, "launch-overhead")
@@ -276,11 +248,13 @@ def test_a_launch_wait_that_lies_between_the_calls_says_so(analyzed):
     assert finding["advice"].startswith(f"{between:.0%} of this wait lies between the CUDA calls, not in them")
     window = model["timeline"]["window"]
     start, end = window["start_ns"], window["end_ns"]
-    busy = _union_ns(sql(path, """SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL
-        SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY"""), start, end)   # (this export has no memsets)
-    calls = _union_ns(sql(path, f"""SELECT start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME
-        WHERE end > {start} AND start < {end}"""), start, end)
-    idle_in_calls = _measure(calls) - _intersect_ns(calls, busy)
+
+    def clipped(rows):
+        return [(max(a, start), min(b, end)) for a, b in rows]
+    busy = clipped(sql(path, """SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL
+        SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY"""))   # (this export has no memsets)
+    calls = clipped(sql(path, f"""SELECT start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE end > {start} AND start < {end}"""))
+    idle_in_calls = covered_ns(calls + busy) - covered_ns(busy)   # the calls' time with no GPU work under it
     launch_wait = next(p["ns"] for p in model["timeline"]["budget"] if p["part"] == "idle_launch")
     # the calls' idle time that the budget gives another part (a wait's, work already queued, a long call's) is not the
     # launch wait's: host activity's CUDA classes say how much of it there is (1.3 ms)
