@@ -520,19 +520,24 @@ def _after_first(findings: list[Finding], timeline) -> None:
     held = sorted((f for f in findings if f is not first and f.replayed_change is not None
                    and _own_estimate(f) >= AFTER_FIRST_SHARE * span
                    and f.estimated_savings_ns < AFTER_FIRST_HELD * _own_estimate(f)), key=lambda f: -_own_estimate(f))
-    alone = cp.saving_and_busy(block, first.replayed_change)[0] if held else None
     steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
-    if alone is None or not steps:
+    idle = pricing.window_idle_ns(timeline)
+    alone = cp.saving_in_window(block, first.replayed_change, steps, idle) if held and steps else None
+    if alone is None:
         return
     for finding in held[:AFTER_FIRST_AT_MOST]:
-        both = cp.saving_and_busy(block, first.replayed_change.and_(finding.replayed_change))[0]
-        more = (both - alone) * steps if both is not None else 0.0
+        # (each over the window, within its GPU idle and the GPU time taken away: a user read found both changes' sum
+        # of blind74_masksync_base1 past the GPU work its steps kept, the difference holding)
+        both = cp.saving_in_window(block, first.replayed_change.and_(finding.replayed_change), steps, idle)
+        more = both - alone if both is not None else 0.0
         more = min(more, _own_estimate(finding))   # never more than the time its change takes away (its check's own)
         # (only where the first's change frees it: where that change takes some of its work away with it, it is
         # worth less after, not more: blind58_multitask's repeated backward held some of its normalization chains)
         if more < AFTER_FIRST_SHARE * span or more <= AFTER_FIRST_MORE * finding.estimated_savings_ns:
             continue
-        finding.evidence = {**finding.evidence, "savings_after_first_ns": evidence(more, unit="ns")}
+        # (the first finding's check named in the entry: the comment's info line says whose change it follows)
+        finding.evidence = {**finding.evidence, "savings_after_first_ns": {**evidence(more, unit="ns"),
+                                                                           "after": first.check}}
         # (the difference of two replays, not their figures: each differs from the table's capped savings, and three
         # figures for one change read as three answers, a user read)
         finding.notes.append(f"after {first.check}: with that finding's change made too, this change is then worth "

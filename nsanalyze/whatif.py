@@ -138,7 +138,11 @@ def whatif_export(export: NsysExport, options, speedups, remove, asked: WhatIf) 
     steps_in_window = timeline.steps.count
     base_window = float(timeline.summary.span_ns or measured.sum())
     saved_per_step = float(measured.sum() - predicted.sum()) / len(measured)
-    predicted_window = base_window - saved_per_step * steps_in_window
+    # never under the GPU's work left (critical_path.saving_bound: the replayed steps may idle more than the others);
+    # outlier steps set to the median take GPU work away beside the replay
+    taken = (cp.gpu_work(block, block.base, ok) - cp.gpu_work(block, changed, ok)) / max(int(ok.sum()), 1)
+    predicted_window = base_window - min(saved_per_step * steps_in_window, cp.idle_ns_and_taken(
+        None if asked.outliers else timeline.summary.gpu_idle_ns, taken, steps_in_window))
     path_before = cp.critical_path(block.graph, block.base, block.median_step)
     path_after = cp.critical_path(block.graph, changed, block.median_step)
     changes = _changes(block.graph, speedups, remove, asked, pinned_rate, len(block.graph.step_first_op)) \

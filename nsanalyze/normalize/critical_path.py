@@ -29,6 +29,7 @@ rest is other host work: a sleep, loading, logging, which stays).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -1887,7 +1888,35 @@ def saving_per_step(block: StepBlock, change: Change) -> float | None:
 def saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, float | None, float | None]:
     """saving_per_step, and the GPU's busy share of the steps before and after the change (the time of the
     operations the steps launched over their periods): the replay keeps the kernels' measured durations,
-    which a GPU kept busy may not hold (its clock under sustained load). Kept per change where the change is
+    which a GPU kept busy may not hold (its clock under sustained load)."""
+    return _priced(block, change)[:3]
+
+
+def saving_in_window(block: StepBlock, change: Change, steps: int, idle_ns: float | None) -> float | None:
+    """What the change saves over a window of `steps` steps: the block's saving a step times the steps, never more
+    than the window's GPU idle (`idle_ns`) and the GPU time the change takes away from its steps: the GPU's work
+    left is a floor no change of the host's goes under. The block is a sample of the steps; where they do not all
+    idle alike, its saving a step applied to all of them could pass that floor (blind74_masksync_base1: its block
+    in the slower of two runs, a graph's 44.5 ms a step over 99 steps, 4.41 s, where the window idled 4.36 s, a
+    user read). None where no period compares."""
+    saving = _priced(block, change)[0]
+    return None if saving is None else min(max(0.0, saving) * steps, saving_bound(block, change, steps, idle_ns))
+
+
+def saving_bound(block: StepBlock, change: Change, steps: int, idle_ns: float | None) -> float:
+    """The most the change can save over `steps` steps of a window that idled `idle_ns` (None: not known, no bound):
+    that idle and the GPU time the change takes away (its operations' time as measured less as changed, the block's
+    mean a step; nothing where it moves only the host's work: a graph, calls gone)."""
+    return idle_ns_and_taken(idle_ns, _priced(block, change)[3] or 0.0, steps)
+
+
+def idle_ns_and_taken(idle_ns: float | None, taken_per_step: float, steps: int) -> float:
+    """saving_bound's figure from the GPU time taken away a step (inf where the idle is not known)."""
+    return math.inf if idle_ns is None else max(0.0, idle_ns) + max(0.0, taken_per_step) * steps
+
+
+def _priced(block: StepBlock, change: Change) -> tuple:
+    """(saving a step, busy share before, after, GPU time taken away a step), kept per change where the change is
     plain values (no regex): a replay is a pass over every call and operation of the block."""
     key = _change_key(change)
     if key is not None and key in block.priced:
@@ -1916,24 +1945,29 @@ def _replayed(block: StepBlock, change: Change) -> Replay:
     return replay(block.graph, change)
 
 
-def _saving_and_busy(block: StepBlock, change: Change) -> tuple[float | None, float | None, float | None]:
+def _saving_and_busy(block: StepBlock, change: Change) -> tuple:
     changed = _replayed(block, change)
     ok = block.base.valid(block.with_last) & changed.valid(block.with_last)
     if not ok.any():
-        return None, None, None
+        return None, None, None, None
     after = changed.periods(block.with_last)[ok]
     saving = float((block.replayed[ok] - after).mean())
     key = _change_key(change)
     if key is not None and (block.best_replay is None or saving > block.best_replay[2]):
         block.best_replay = (key, changed, saving)
 
-    def busy(result: Replay, periods) -> float | None:
-        steps = [s for s, good in enumerate(ok) if good]
-        work = sum(float((result.oe - result.os)[block.graph.step_first_op[s]].sum()) for s in steps)
+    def busy(ns: float, periods) -> float | None:
         total = float(np.sum(periods))
-        return min(work / total, 1.0) if total > 0 else None
+        return min(ns / total, 1.0) if total > 0 else None
 
-    return saving, busy(block.base, block.replayed[ok]), busy(changed, after)
+    before_ns, after_ns = gpu_work(block, block.base, ok), gpu_work(block, changed, ok)
+    return (saving, busy(before_ns, block.replayed[ok]), busy(after_ns, after),
+            max(0.0, before_ns - after_ns) / int(ok.sum()))
+
+
+def gpu_work(block: StepBlock, result: Replay, ok: np.ndarray) -> float:
+    """The time of the operations the block's steps (those `ok` marks) launched, in a replay."""
+    return sum(float((result.oe - result.os)[block.graph.step_first_op[s]].sum()) for s in np.flatnonzero(ok))
 
 
 def kernel_ns_per_step(block: StepBlock, roles) -> float:

@@ -209,14 +209,34 @@ def price(timeline, declared: dict | None, own_ns: float, pinned_rate: dict | No
         per_step = per_step / float(block.measured.mean()) * float(steps.mean_ns)
         cap_per_step *= float(steps.mean_ns) / float(block.measured.mean())
     replayed = max(0.0, per_step) * count
+    # never past the window's GPU idle and the GPU time the change takes away (critical_path.saving_in_window: the
+    # block's saving a step applied to steps that idle less)
+    bound = cp.saving_bound(block, change, count, window_idle_ns(timeline))
+    notes = []
+    if replayed > bound * (1.0 + SAYS_BOUND):
+        notes.append(f"the replayed steps' saving, {replayed / count / 1e6:.2f} ms a step over the window's {count} "
+                     f"steps, would pass the window's GPU idle and the GPU time the change takes away "
+                     f"({bound / count / 1e6:.2f} ms a step): held to it, as the GPU's work left is a floor (the "
+                     "replayed steps idle more than the window's others)")
+    replayed = min(replayed, bound)
     cap = cap_per_step * count if capped else None
     savings = min(replayed, cap) if cap is not None else replayed
-    note = None
     if busy_before is not None and busy_after is not None and busy_before < RESTING_BUSY <= SUSTAINED_BUSY <= busy_after:
-        note = (f"the replay keeps the kernels' durations as measured with the GPU busy {busy_before:.0%} of a step; "
-                f"after the change it is busy {busy_after:.0%}: a GPU that never rests may lower its clock (power, "
-                "heat) and run them slower, which saves less (no clock is predicted)")
+        notes.append(f"the replay keeps the kernels' durations as measured with the GPU busy {busy_before:.0%} of a "
+                     f"step; after the change it is busy {busy_after:.0%}: a GPU that never rests may lower its clock "
+                     "(power, heat) and run them slower, which saves less (no clock is predicted)")
+    note = "; ".join(notes) or None
     return Priced(savings, replayed, cap, ", ".join(words), note, dropped_per_step * count, change)
+
+
+# A replay held to the window's floor this far (relative) or more says so: less moves no figure's three digits
+SAYS_BOUND = 0.005
+
+
+def window_idle_ns(timeline) -> float | None:
+    """The window's GPU idle (None where the timeline has no summary): what a change of the host's alone saves at most."""
+    summary = getattr(timeline, "summary", None)
+    return summary.gpu_idle_ns if summary is not None else None
 
 
 def contains(outer: dict | None, inner: dict | None) -> bool:

@@ -178,10 +178,9 @@ def _after_first_text(finding: dict, model: dict) -> str:
     """What the finding saves once the first finding's change is made (rank._after_first), where it says: an info
     finding the host holds back now may be the next change worth making."""
     value = (finding.get("evidence") or {}).get("savings_after_first_ns")
-    first = next((n.split(":", 1)[0].removeprefix("after ") for n in finding.get("notes") or []
-                  if n.startswith("after ") and ": with that finding's change made too" in n), None)
-    if not isinstance(value, dict) or not value.get("value") or first is None:
+    if not isinstance(value, dict) or not value.get("value") or not isinstance(value.get("after"), str):
         return ""
+    first = value["after"]
     steps = (model.get("timeline") or {}).get("steps") or {}
     count = steps.get("count") if isinstance(steps, dict) else None
     figure = f"{duration(value['value'] / count)} a step" if count else duration(value["value"])
