@@ -405,6 +405,12 @@ PAIRS = [
           ("emitnvtx", {"unannotate": True}, "no `emit_nvtx(record_shapes=True)` around the loop",
            "launch-overhead"))
       for i in (1, 2)],
+    # round 88 (fixtures/real/record_blind88.sh, blind88_train.py): float32 training whose matrix products take TF32
+    # (a GPT with precision "high", a CNN's cuDNN convolutions by default) against bfloat16 autocast, recorded after
+    # tf32-matmul was written, before its rate was measured on them (bf16_rates.csv's H100 row is theirs)
+    *[(f"blind88_{p}_base{i}", f"blind88_{p}_fix{i}", None,
+       f"torch.autocast(bfloat16) on the forward and the loss; {'first' if i == 1 else 'second'} pair", "tf32-matmul")
+      for p in ("gpt", "cnn") for i in (1, 2)],
 ]
 
 

@@ -854,7 +854,7 @@ def _within(finding: Finding, findings: list[Finding]) -> bool:
 # The work roles a change's special role stands within (critical_path.role_mask): narrow GEMMs are tensor-core
 # GEMMs, an embedding gradient's passes fills and adds, device copies copy kernels; the others (recompute, a repeated
 # backward, loops, "*") may hold kernels of any role
-WITHIN_ROLES = {cp.NARROW_GEMM: {"matmul_tensor"}, cp.EMBEDDING_GRAD: {"copy", "elementwise"},
+WITHIN_ROLES = {cp.NARROW_GEMM: {"matmul_tensor"}, cp.TF32: {"matmul_tensor"}, cp.EMBEDDING_GRAD: {"copy", "elementwise"},
                 cp.DEVICE_COPY: {"copy"}}
 
 

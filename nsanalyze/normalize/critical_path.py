@@ -65,6 +65,7 @@ DEVICE_COPY = "device-copy"
 # Tensor-core GEMMs whose names state operand loads under 16 bytes (normalize.gemm_loads), as a role
 NARROW_GEMM = "narrow-gemm"
 FP64 = "fp64"   # the kernels that compute in float64 (normalize.precision), whatever their role
+TF32 = "tf32"   # the library matrix products on TF32 inputs (normalize.precision)
 # The passes over an embedding table's dense gradient: the fills that zero it before its backward writes into it,
 # the adds that sum two of them (normalize.embedding_grads), as a role
 EMBEDDING_GRAD = "embedding-grad"
@@ -1355,7 +1356,8 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
     LOOP the operations of its loops of launches (normalize.launch_loops: kernels, memsets among them), with
     "loop:N" those of its group N; with RECOMPUTE the kernels run again in the backward, with DEVICE_COPY the copy
     kernels and the memcpys inside a GPU's memory, with NARROW_GEMM the tensor-core GEMMs on narrow loads, with
-    EMBEDDING_GRAD the fills and sums of an embedding's dense gradient, with FP64 the kernels that compute in float64."""
+    EMBEDDING_GRAD the fills and sums of an embedding's dense gradient, with FP64 the kernels that compute in float64,
+    with TF32 the library matrix products on TF32 inputs."""
     labels = np.array(graph.o_label, dtype=object)
     kernels = np.array([names is not None for names in graph.o_names], dtype=bool)
     if "*" in roles:
@@ -1370,6 +1372,9 @@ def role_mask(graph: Graph, roles) -> np.ndarray:
             [names is not None and gemm_loads.narrow(names[1] or names[0]) for names in graph.o_names], dtype=bool)
     if FP64 in roles:
         mask |= np.array([names is not None and precision.fp64(names[1] or names[0]) for names in graph.o_names],
+                         dtype=bool)
+    if TF32 in roles:
+        mask |= np.array([names is not None and precision.tf32(names[1] or names[0]) for names in graph.o_names],
                          dtype=bool)
     if EMBEDDING_GRAD in roles:
         mask |= embedding_grads.gradient_passes(graph)

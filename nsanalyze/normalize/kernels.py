@@ -97,6 +97,24 @@ def tensor_over_fp32(cc: tuple[int, int] | None) -> float | None:
     return None
 
 
+BF16_RATES_PATH = Path(__file__).with_name("bf16_rates.csv")
+
+
+@lru_cache(maxsize=1)
+def _bf16_rates() -> list[dict]:
+    with open(BF16_RATES_PATH, newline="") as handle:
+        return list(csv.DictReader(line for line in handle if not line.startswith("#")))
+
+
+def bf16_over_tf32_measured(cc: tuple[int, int] | None) -> tuple[float, str] | None:
+    """(how many times faster a CC's library matrix products ran on bfloat16 inputs than on TF32 ones, measured on
+    twins; the GPU they ran on) from bf16_rates.csv, or None where no twin measured the CC."""
+    for row in _bf16_rates() if cc is not None else ():
+        if _cc_tuple(row["min_cc"]) <= cc <= _cc_tuple(row["max_cc"]):
+            return float(row["bf16_over_tf32"]), row["measured_on"]
+    return None
+
+
 def tensor_peaks(cc: tuple[int, int] | None, fp32_peak: float | None) -> dict[str, float | None]:
     """Tensor-core roofs: the FP32 roof at the measured clock times the datasheet ratio for this CC."""
     peaks = {concept: None for concept in TENSOR_CONCEPTS}

@@ -1,4 +1,4 @@
-"""Kernels that compute in float64, by their names.
+"""Kernels that compute in float64, and library matrix products on TF32 inputs, by their names.
 
 A library GEMM states its types in its name (cuBLAS's `sm90_xmma_gemm_f64f64_...`, CUTLASS's `tensorop_d884gemm`,
 `dgemm`, complex `zgemm`); a PyTorch kernel in its template arguments (`<(int)4, double, double, double>`,
@@ -42,3 +42,18 @@ def fp64(name: str | None) -> bool:
     if NARROWER.search(name):
         return False
     return bool(LAMBDA_FP64.search(name) or TEMPLATE_FP64.search(_without_parameters(name)))
+
+
+# TF32 inputs, as the libraries name them: cuBLAS's and cuDNN's `xmma` kernels give their input types
+# (`sm90_xmma_gemm_f32f32_tf32f32_f32_...`, `sm80_xmma_fprop_implicit_gemm_..._tf32f32_tf32f32_f32_...`); CUTLASS's
+# tensor-core SGEMM names its MMA shape on float (`tensorop_s1688gemm`, `s1684gemm`: TF32's m16n8k8 and m16n8k4)
+# where a bfloat16 or float16 one names its input type before it (`tensorop_bf16_s1688gemm_bf16`). cuBLASLt's
+# `nvjet_..._tst_...` is not TF32: bfloat16 autocast runs its GEMMs there (xfmr_bf16), and its letters are not
+# documented, so it is never read as TF32.
+LIBRARY_TF32 = re.compile(r"tf32|tensorop_s16(?:88|84)(?:gemm|fprop|dgrad|wgrad)", re.IGNORECASE)
+
+
+@lru_cache(maxsize=4096)
+def tf32(name: str | None) -> bool:
+    """Whether a kernel's name says it is a library matrix product (GEMM or convolution) on TF32 inputs."""
+    return bool(name) and bool(LIBRARY_TF32.search(name))

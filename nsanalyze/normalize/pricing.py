@@ -61,7 +61,8 @@ def kernels_of(role: str) -> str:
 
 def role_ns(timeline, roles) -> float:
     """The window's kernel time in these roles (timeline.work; "*": every kernel; NARROW_GEMM: the tensor-core GEMMs
-    on narrow loads, FP64: the kernels that compute in float64, from the work split's kernels)."""
+    on narrow loads, FP64: the kernels that compute in float64, TF32: the library matrix products on TF32 inputs, from
+    the work split's kernels)."""
     work = timeline.work or ()
     ns = float(sum(r.ns for r in work if "*" in roles or r.role in roles))
     analysis = timeline.work_analysis
@@ -70,6 +71,8 @@ def role_ns(timeline, roles) -> float:
                         if k.role == "matmul_tensor" and gemm_loads.narrow(k.demangled or k.name)))
     if cp.FP64 in roles and "*" not in roles and analysis is not None:
         ns += float(sum(k.ns for k in analysis.by_kernel if precision.fp64(k.demangled or k.name)))
+    if cp.TF32 in roles and "*" not in roles and analysis is not None:
+        ns += float(sum(k.ns for k in analysis.by_kernel if precision.tf32(k.demangled or k.name)))
     return ns
 
 
