@@ -223,15 +223,16 @@ def test_checks_of_values_are_priced_gone_with_their_waits(analyzed, run):
     that made each value and their calls went with the waits. The replay of the waits alone priced 8.36 and 6.23 ms a
     step against 11.2 and 11.6 saved (SQL's mean GPU periods of the twins: -26%, -46%); host-sync's change now takes
     the checks away with their waits, and its saving is within 15% of what the fix saved. `whatif --remove sync
-    --uncheck` replays the same change over every steady step, within 15% too."""
+    --uncheck` replays the same change over every steady step, within 15% too. (Since round 88 tf32-matmul ranks
+    before it: the CNN's TF32 convolutions, 51.5 ms a step, at bfloat16's rate; no twin measured that change.)"""
     from nsanalyze.analyze import Options
     from nsanalyze.whatif import WhatIf, whatif
 
     base, fix = f"blind67_distval_base{run}_nsys.sqlite.xz", f"blind67_distval_fix{run}_nsys.sqlite.xz"
     model = analyzed(REAL / base)
-    sync = program_findings(model)[0]
+    sync = next(f for f in program_findings(model) if f["check"] == "host-sync")
     saved = sql_saved_per_step(analyzed, base, fix)
-    assert sync["check"] == "host-sync" and "the replay without them and the checks they wait on saves" in sync["title"]
+    assert "the replay without them and the checks they wait on saves" in sync["title"]
     assert sync["estimated_savings_ns"] / model["timeline"]["steps"]["count"] == pytest.approx(saved, rel=0.15)
     result = whatif([str(REAL / base)], Options(), WhatIf(remove=("sync",), uncheck=True))[0]
     change = next(c for c in result["changes"] if c["change"] == "uncheck")
