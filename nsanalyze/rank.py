@@ -886,6 +886,20 @@ def _disjoint(group: list[Finding]) -> bool:
         all(not (a & b) for i, a in enumerate(roles) for b in roles[i + 1:])
 
 
+def _replayed_together(group: list[Finding], timeline) -> float | None:
+    """What the replay of the steps saves over the window with every finding's change of the group made at once
+    (each priced by its replay); None where one was not (a user read of itemlog_every50: "together they save 766 ms,
+    the sum" of two replays, each with the other's kernels as measured)."""
+    block = getattr(timeline, "pricing_block", None)
+    steps = timeline.steps.count if getattr(timeline, "steps", None) is not None else 0
+    if block is None or not block.trusted or not steps or any(f.replayed_change is None for f in group):
+        return None
+    change = group[0].replayed_change
+    for finding in group[1:]:
+        change = change.and_(finding.replayed_change)
+    return cp.saving_in_window(block, change, steps, pricing.window_idle_ns(timeline))
+
+
 def _combine_overlapping(findings: list[Finding], timeline: Timeline, claims: dict | None = None) -> None:
     """Findings that draw on one budget part share it: together 1 - prod(1 - s_i) of the part, counted in the order
     of their savings, each of what the ones before leave.
@@ -925,10 +939,16 @@ def _combine_overlapping(findings: list[Finding], timeline: Timeline, claims: di
             # changes of other roles' kernels take other time: they add up, within the part (gpt_fp32's TF32 GEMMs
             # and its attention's softmax: the product above halved the attention's saving, as if the GEMMs'
             # change took time from its kernels)
+            joint = _replayed_together(group, timeline)
+            together = (f"together they save {duration_text(total)}, the sum" if joint is None
+                        or joint >= (1.0 - pricing.DISAGREE) * total else
+                        f"the replay of the steps with their changes together saves {duration_text(joint)}, less "
+                        f"than the sum of their savings ({duration_text(total)}): made together, each leaves the "
+                        "other less to save (the host or other work then holds the step)")
             for finding in group:
                 others = ", ".join(f.check for f in group if f is not finding)
                 finding.notes.append(f"draws on the same {part} time as {others}, from kernels of other roles: "
-                                     f"together they save {duration_text(total)}, the sum")
+                                     f"{together}")
             continue
         # counted in the order of their savings, each of what the ones before leave of the part: the first keeps its
         # own figure (the change a user makes first saves what it says), the next its share of the rest, and together

@@ -49,3 +49,9 @@ def sm_count(device_name: str | None) -> int | None:
     """The GPU's SM count from the table; None for a GPU it does not know."""
     caps = device_caps(device_name)
     return caps["sm_count"] if caps else None
+
+
+def compute_capability(caps: dict) -> tuple[int, int]:
+    """(major, minor) of a device_caps row's compute capability."""
+    major, minor = (int(part) for part in caps["compute_capability"].split("."))
+    return major, minor

@@ -44,7 +44,7 @@ from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
 from nsanalyze.checks.program._roles import gpus_window_ns, kernel_rows
 from nsanalyze.checks.program.low_tensor_activity import MATRIX_VECTOR
 from nsanalyze.normalize.critical_path import FP64
-from nsanalyze.normalize.device_caps import device_caps
+from nsanalyze.normalize.device_caps import compute_capability, device_caps
 from nsanalyze.normalize.kernels import tensor_peaks
 from nsanalyze.normalize.precision import fp64
 from nsanalyze.numbers import duration_text
@@ -102,7 +102,7 @@ def gemm_rate(timeline) -> tuple[float | None, str | None]:
         caps = device_caps(name)
         if not caps:
             continue
-        major, minor = (int(part) for part in caps["compute_capability"].split("."))
+        major, minor = compute_capability(caps)
         dmma = tensor_peaks((major, minor), 1.0)["fp64_tensor_peak_flops_per_s"]
         if dmma:
             return 1.0 / dmma, caps["model"]
@@ -133,12 +133,12 @@ def _advice(timeline) -> str:
     if torch is not None and torch < PYTORCH_LAUNCHES:
         older = next((f" ({caps['model']}: compute capability {caps['compute_capability']}, whose tensor cores take "
                       "float16 only)" for caps in map(device_caps, timeline.gpu_names())
-                      if caps and int(caps["compute_capability"].split(".")[0]) < 8), "")
+                      if caps and compute_capability(caps)[0] < 8), "")
         return ADVICE.replace(TENSOR_LINE, LIBRARY_TENSOR_LINE.format(older=older))
     for name in timeline.gpu_names():
         caps = device_caps(name)
         if caps:
-            major = int(caps["compute_capability"].split(".")[0])
+            major = compute_capability(caps)[0]
             if major < 8:
                 return ADVICE.replace(TENSOR_LINE, FP16_ONLY_LINE.format(model=caps["model"],
                                                                          cc=caps["compute_capability"]))

@@ -51,7 +51,7 @@ from nsanalyze.checks.base import Check, Finding, Threshold, evidence, step_coun
 from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
 from nsanalyze.checks.program._roles import gpus_window_ns, inference_steps, kernel_rows
 from nsanalyze.normalize.critical_path import TF32
-from nsanalyze.normalize.device_caps import device_caps
+from nsanalyze.normalize.device_caps import compute_capability, device_caps
 from nsanalyze.normalize.kernels import bf16_over_tf32_measured, tensor_peaks
 from nsanalyze.normalize.precision import tf32
 from nsanalyze.numbers import duration_text
@@ -121,7 +121,7 @@ def bf16_rate(timeline) -> tuple[float, str]:
         caps = device_caps(name)
         if not caps:
             continue
-        major, minor = (int(part) for part in caps["compute_capability"].split("."))
+        major, minor = compute_capability(caps)
         measured = bf16_over_tf32_measured((major, minor))
         if measured is not None:
             gpu = measured[1]
