@@ -106,12 +106,13 @@ def _bf16_rates() -> list[dict]:
         return list(csv.DictReader(line for line in handle if not line.startswith("#")))
 
 
-def bf16_over_tf32_measured(cc: tuple[int, int] | None) -> tuple[float, str] | None:
+def bf16_over_tf32_measured(cc: tuple[int, int] | None) -> tuple[float, str, str] | None:
     """(how many times faster a CC's library matrix products ran on bfloat16 inputs than on TF32 ones, measured on
-    twins; the GPU they ran on) from bf16_rates.csv, or None where no twin measured the CC."""
+    twins; the GPU they ran on; a regex of the kernel families they measured) from bf16_rates.csv, or None where no
+    twin measured the CC."""
     for row in _bf16_rates() if cc is not None else ():
         if _cc_tuple(row["min_cc"]) <= cc <= _cc_tuple(row["max_cc"]):
-            return float(row["bf16_over_tf32"]), row["measured_on"]
+            return float(row["bf16_over_tf32"]), row["measured_on"], row["kernels"]
     return None
 
 

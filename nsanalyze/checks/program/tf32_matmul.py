@@ -38,6 +38,9 @@ loss.backward()
   GPT's over it (9.0 against 6.2 ms: the host, launching autocast's casts, then held the step, which the profile of
   the float32 run cannot show). The replay of the steps prices the change where the steps are replayed: faster
   products on a step the host holds save what the host leaves.
+- The measured rate holds for the kernel families its twins ran (bf16_rates.csv's `kernels`: cuBLAS's and cuDNN's
+  sm90 xmma GEMMs and convolutions); where a tenth or more of the TF32 time runs in others (cuDNN's sm80 `_wo_smem`
+  kernels of a CNN with 16-32 channels: blind67_distval, a third), a note says how much.
 - cuBLASLt's Hopper kernels (`nvjet_...`) do not say their input type in a way the libraries document: they are never
   read as TF32, and a program whose TF32 products all run there is not found.
 - bfloat16 keeps 8 bits of mantissa to TF32's 10. Most training converges the same; a model that does not is told
@@ -46,6 +49,8 @@ loss.backward()
 ## Options
 - `min_share`: the TF32 products' share of the GPUs' time in the window before the check speaks.
 """
+
+import re
 
 from nsanalyze.checks.base import Check, Finding, Threshold, evidence, step_count, time_per_step
 from nsanalyze.checks.libraries import PYTORCH_LAUNCHES, launch_share
@@ -113,10 +118,11 @@ CHECK = Check(
 )
 
 
-def bf16_rate(timeline) -> tuple[float, str]:
-    """(how many times faster the TF32 products run on bfloat16 inputs, where that figure comes from) for the first GPU
-    the tables know: measured on twins of its compute capability (bf16_rates.csv), else its dense tensor peaks' ratio
-    (tensor_peaks.csv); FALLBACK_RATE on a GPU they do not know."""
+def bf16_rate(timeline) -> tuple[float, str, str | None]:
+    """(how many times faster the TF32 products run on bfloat16 inputs, where that figure comes from, a regex of the
+    kernel families a measured rate holds for) for the first GPU the tables know: measured on twins of its compute
+    capability (bf16_rates.csv), else its dense tensor peaks' ratio (tensor_peaks.csv); FALLBACK_RATE on a GPU they do
+    not know."""
     for name in timeline.gpu_names():
         caps = device_caps(name)
         if not caps:
@@ -128,12 +134,13 @@ def bf16_rate(timeline) -> tuple[float, str]:
             same = gpu.startswith(caps["model"]) or caps["model"].startswith(gpu)
             return measured[0], (f"measured on twins on an {gpu}" + ("" if same else
                                  f", compute capability {caps['compute_capability']} as the {caps['model']}")
-                                 + " (normalize/bf16_rates.csv), more than the dense peaks' 2x")
+                                 + " (normalize/bf16_rates.csv), more than the dense peaks' 2x"), measured[2]
         peaks = tensor_peaks((major, minor), 1.0)
         if peaks["tf32_peak_flops_per_s"] and peaks["bf16_peak_flops_per_s"]:
             rate = peaks["bf16_peak_flops_per_s"] / peaks["tf32_peak_flops_per_s"]
-            return rate, f"the {caps['model']}'s bfloat16 dense tensor peak over its TF32 one"
-    return FALLBACK_RATE, "a GPU the device tables do not know: bfloat16 at twice TF32's peak, as on every GPU with both"
+            return rate, f"the {caps['model']}'s bfloat16 dense tensor peak over its TF32 one", None
+    return (FALLBACK_RATE, "a GPU the device tables do not know: bfloat16 at twice TF32's peak, as on every GPU with both",
+            None)
 
 
 def _advice(timeline, analysis) -> str:
@@ -143,6 +150,20 @@ def _advice(timeline, analysis) -> str:
     if torch is not None and torch < PYTORCH_LAUNCHES:
         return LIBRARY_ADVICE
     return ADVICE.replace(TRAINING_LINE, INFERENCE_LINE) if inference_steps(analysis) else ADVICE
+
+
+# The share of the TF32 products' time in kernel families a measured rate was not measured on, from which a note
+# says so: under a tenth, the rate's figure moves less than the twins' own spread (2.47-2.64x)
+UNMEASURED_SAID = 0.1
+
+
+def _beyond_measured(kernels, families: str | None) -> float:
+    """The TF32 kernels' time outside the families a measured rate holds for (their names); 0 where the rate is not a
+    measured one."""
+    if not families:
+        return 0.0
+    measured = re.compile(families)
+    return float(sum(k.ns for k in kernels if not measured.search(k.demangled or k.name or "")))
 
 
 def _fp32_attention_ns(analysis) -> float:
@@ -162,7 +183,7 @@ def run(timeline, limits) -> Finding | None:
     share = tf32_ns / gpus_window_ns(timeline)
     if not kernels or share < limits.min_share:
         return None
-    rate, where = bf16_rate(timeline)
+    rate, where, families = bf16_rate(timeline)
     saved = tf32_ns * (1.0 - 1.0 / rate)
     steps = step_count(timeline)
     each = time_per_step(steps)
@@ -172,6 +193,10 @@ def run(timeline, limits) -> Finding | None:
              "of each float32 operand, kernels and their launches (more; where the host then holds the step, it "
              "saves less: a small GPT measured on an H100 went from 34.4 to 28.2 ms a step, its host the bound, "
              "where its products alone promised 9 ms)"]
+    beyond = _beyond_measured(kernels, families)
+    if beyond >= UNMEASURED_SAID * tf32_ns:
+        notes.append(f"{beyond / tf32_ns:.0%} of these kernels' time ({each(beyond)}) runs in kernel families the twins "
+                     f"that measured the rate did not run (they ran /{families}/): for those the rate is less sure")
     attention = _fp32_attention_ns(analysis)
     if attention:
         notes.append(f"float32 attention kernels take {each(attention)} beside them: autocast runs attention in "
@@ -187,6 +212,7 @@ def run(timeline, limits) -> Finding | None:
                   "tf32_kernel_share": evidence(kernel_share, unit="ratio"),   # of GPU kernel time: the title's
                   "bf16_over_tf32": evidence(rate, unit="x"),
                   **({"fp32_attention_ns": evidence(attention, unit="ns")} if attention else {}),
+                  **({"tf32_unmeasured_ns": evidence(beyond, unit="ns")} if families else {}),
                   "check_savings_ns": evidence(saved, unit="ns"),
                   "kernels": kernel_rows(kernels)},
         advice=_advice(timeline, analysis),

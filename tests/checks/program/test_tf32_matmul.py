@@ -80,3 +80,26 @@ def test_the_cnns_twin_in_bfloat16_saves_what_the_finding_says(analyzed, i):
     saved = sql_saved_per_step(analyzed, base, fix)
     assert found["estimated_savings_ns"] / model["timeline"]["steps"]["count"] == pytest.approx(saved, rel=0.25)
     assert finding(analyzed(REAL / fix)) is None   # the twin has no TF32 product left
+
+
+@pytest.mark.parametrize("name, said", [("blind67_distval_base1", True), ("blind88_cnn_base1", False)])
+def test_the_kernels_the_rate_was_not_measured_on_are_said(analyzed, name, said):
+    """The rate on compute capability 9.0 was measured on blind88's twins, whose TF32 time ran in cuBLAS's and cuDNN's
+    sm90 xmma kernels (bf16_rates.csv). blind67's small-channel CNN runs a third of its TF32 time in sm80 `_wo_smem`
+    kernels (SQL): the note says how much lies beyond the measured families; on blind88's own CNN, under 1%, nothing."""
+    path = REAL / f"{name}_nsys.sqlite.xz"
+    model = analyzed(path)
+    window, steps = model["timeline"]["window"], model["timeline"]["steps"]["count"]
+    ((ns,),) = sql(path, f"SELECT SUM(k.end - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+                         f"ON s.id = COALESCE(k.demangledName, k.shortName) WHERE k.start >= {window['start_ns']} "
+                         f"AND k.start < {window['end_ns']} AND {TF32_NAMES} AND NOT (s.value LIKE 'sm90\\_xmma\\_gemm%' "
+                         "ESCAPE '\\' OR s.value LIKE 'sm90\\_xmma\\_fprop%' ESCAPE '\\' OR s.value LIKE "
+                         "'sm90\\_xmma\\_dgrad%' ESCAPE '\\' OR s.value LIKE 'sm90\\_xmma\\_wgrad%' ESCAPE '\\')")
+    found = finding(model)
+    assert found["evidence"]["tf32_unmeasured_ns"]["value"] == pytest.approx(ns or 0, rel=0.01, abs=1e3)
+    note = next((n for n in found["notes"] if "kernel families the twins that measured the rate did not run" in n), None)
+    share = (ns or 0) / found["evidence"]["tf32_ns"]["value"]
+    assert (note is not None) == said == (share >= 0.1)
+    if said:
+        from nsanalyze.render.format import duration
+        assert note.startswith(f"{share:.0%} of these kernels' time ({duration(ns / steps)} a step)")
