@@ -29,6 +29,7 @@ rest is other host work: a sleep, loading, logging, which stays).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -237,6 +238,20 @@ class Graph:
     # after its first call (its host time between the queries is the wait's: none of its own)
     c_poll_end: np.ndarray | None = None
     c_in_poll: np.ndarray | None = None
+
+    @functools.cached_property
+    def measured_events(self) -> tuple:
+        """(the events in measured order, the measured times and the links as lists): what every replay of the block
+        starts from (replay's loop: one integer an event, an event its position in (call starts, operations, call
+        ends); at equal times ends first, then operations, then starts), made once a graph."""
+        n_calls, n_ops = len(self.c_start), len(self.o_start)
+        times = np.concatenate((self.c_start, self.o_start, self.c_end))
+        kind = np.concatenate((np.full(n_calls, 2), np.ones(n_ops, np.int64), np.zeros(n_calls, np.int64)))
+        order = np.lexsort((kind, times))
+        as_floats = tuple(a.astype(float).tolist() for a in (self.c_start, self.c_end, self.o_start, self.o_end))
+        links = tuple(a.tolist() for a in (self.c_prev, self.c_cross, self.o_prev, self.o_call, self.o_implied,
+                                           self.c_tail))
+        return order, as_floats, links
 
     def calls_of(self, classes) -> np.ndarray:
         """Per call, whether its host-activity class is one of `classes`: one test a distinct call name, not one a
@@ -1280,29 +1295,24 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
         own = np.where(waits, 0.0, own)
         target = np.where(waits, -1, target)
 
-    # events in measured order: call start (2), operation (1), call end (0) at equal times: ends first. An event is
-    # its position in (call starts, operations, call ends): one integer a step of the loop, which is most of a
-    # report's time on a block of many calls (trit52_triton_base1: 1.2M events a replay)
-    times = np.concatenate((graph.c_start, graph.o_start, graph.c_end))
-    kind = np.concatenate((np.full(n_calls, 2), np.ones(n_ops, np.int64), np.zeros(n_calls, np.int64)))
-    order = np.lexsort((kind, times))
-    cs = graph.c_start.astype(float).tolist()
-    ce = graph.c_end.astype(float).tolist()
-    os_ = graph.o_start.astype(float).tolist()
-    oe = graph.o_end.astype(float).tolist()
+    # the events in measured order (Graph.measured_events), the loop most of a report's time on a block of many calls
+    # (trit52_triton_base1: 1.2M events a replay). A call that waits for no operation ends at its start plus its own
+    # time: its end is set with its start and its end event left out (no call starts on its chain before it ends).
+    order, measured, links = graph.measured_events
+    ends_from = n_calls + n_ops
+    order = order[(order < ends_from) | (target[np.maximum(order - ends_from, 0)] >= 0)]
+    cs, ce, os_, oe = (list(times) for times in measured)
+    c_prev, c_cross, o_prev, o_call, o_implied, tail_l = links
     cb_s, cb_e, ob = [NONE] * n_calls, [OWN] * n_calls, [FIXED] * n_ops
-    c_prev, c_cross = graph.c_prev.tolist(), graph.c_cross.tolist()
-    o_prev, o_call, o_implied = graph.o_prev.tolist(), graph.o_call.tolist(), graph.o_implied.tolist()
-    own_l, target_l, tail_l = own.tolist(), target.tolist(), graph.c_tail.tolist()
+    own_l, target_l = own.tolist(), target.tolist()
     gap_l, cross_l, lat_l, qgap_l, dur_l = gap_host.tolist(), cross_gap.tolist(), latency.tolist(), gap_ops.tolist(), \
         duration.tolist()
-    ends_from = n_calls + n_ops
     for e in order.tolist():
-        if e >= ends_from:   # a call's end: its own time, or the operation it waited for
+        if e >= ends_from:   # a call's end: the operation it waited for, or its own time
             i = e - ends_from
             t = cs[i] + own_l[i]
             o = target_l[i]
-            if o >= 0 and oe[o] + tail_l[i] > t:
+            if oe[o] + tail_l[i] > t:
                 ce[i] = oe[o] + tail_l[i]
                 cb_e[i] = WAIT
             else:
@@ -1317,6 +1327,8 @@ def replay(graph: Graph, change: Change | None = None) -> Replay:
                     cs[e], cb_s[e] = t, CROSS
             elif p >= 0:
                 cs[e], cb_s[e] = ce[p] + gap_l[e], PREV
+            if target_l[e] < 0:
+                ce[e] = cs[e] + own_l[e]
         else:   # an operation: after its launch, its stream's previous operation and what it implicitly waited for
             i = e - n_calls
             c = o_call[i]

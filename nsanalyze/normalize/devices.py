@@ -9,6 +9,7 @@ import numpy as np
 from nsanalyze.normalize.activity import ascending, group_sums, largest, pair_keys
 from nsanalyze.normalize.window import WindowActivity
 from nsanalyze.normalize.checked_rows import VALID_NVTX
+from nsanalyze.normalize.nvtx_ranges import ranges_around
 from nsanalyze.read.nsys import NsysExport
 
 TOP_GAPS = 10
@@ -116,7 +117,8 @@ def gaps(export: NsysExport, wa: WindowActivity) -> list[dict]:
     in_order = ascending(calls.start)
     longest = int((calls.end - calls.start).max()) if len(calls) and in_order else 0
     gaps = []
-    for device, gap_start, gap_end in top:
+    around = ranges_around(export, [(s, e) for _, s, e in top], VALID_NVTX)
+    for (device, gap_start, gap_end), ranges in zip(top, around):
         gap = {"device_id": None if device == -1 else device, "start": gap_start, "end": gap_end,
                "duration_ns": gap_end - gap_start}
         # What the host was doing: the CUDA calls overlapping the gap, longest overlap first.
@@ -132,9 +134,7 @@ def gaps(export: NsysExport, wa: WindowActivity) -> list[dict]:
             entry[1] += ns
         gap["host_calls"] = [{"name": name, "calls": n, "overlap_ns": ns} for name, (n, ns) in
                              sorted(by_name.items(), key=lambda item: -item[1][1])[:3]]
-        enclosing = export.query(f"""SELECT name FROM nvtx WHERE start <= :gap_start AND end >= :gap_end AND {VALID_NVTX}
-                                    ORDER BY duration_ns ASC LIMIT 1""", {"gap_start": gap["start"], "gap_end": gap["end"]})
-        gap["nvtx_range"] = enclosing[0][0] if enclosing else None
+        gap["nvtx_range"] = min(ranges, key=lambda r: r.duration_ns).name if ranges else None   # the innermost
         gaps.append(gap)
     return gaps
 

@@ -15,6 +15,7 @@ from nsanalyze.normalize.activity import (ascending, distinct, finder, first_by_
 from nsanalyze.normalize.window import SYNC_APIS, WindowActivity, ids_where, name_like
 from nsanalyze.normalize.checked_rows import VALID_NVTX
 from nsanalyze.normalize.host_activity import waits_for_gpu
+from nsanalyze.normalize.nvtx_ranges import Ranges
 from nsanalyze.normalize.polls import NONE as NO_POLLS, PollLoops
 from nsanalyze.normalize.steps import OPERATOR_RANGES, OPERATOR_SHAPES
 from nsanalyze.read.nsys import NsysExport
@@ -88,21 +89,18 @@ def operator_ranges(export: NsysExport, wa: WindowActivity) -> tuple[int, int]:
     return (int(rows[0][0] or 0), int(rows[0][1] or 0)) if rows else (0, 0)
 
 
-def ranges(export: NsysExport, wa: WindowActivity) -> list[dict]:
-    """Per NVTX range name: wall time, and the GPU time of the work its CPU calls launched (calls made
-    while the range was open, by any thread of its process)."""
-    rows = export.query(f"SELECT start, end, global_tid, name FROM nvtx WHERE end >= :ws AND start < :we AND {VALID_NVTX}",
-                        {"ws": wa.activity.start, "we": wa.activity.end})
-    if not rows:
+def ranges(nvtx: Ranges, wa: WindowActivity) -> list[dict]:
+    """Per NVTX range name (of the export's valid ranges, `nvtx`): wall time, and the GPU time of the work its CPU
+    calls launched (calls made while the range was open, by any thread of its process)."""
+    starts, ends, tids, names = nvtx.overlapping(wa.activity.start, wa.activity.end)
+    n = len(names)
+    if not n:
         return []
-    starts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
-    ends = np.fromiter((r[1] for r in rows), np.int64, len(rows))
-    tids = np.fromiter((r[2] if isinstance(r[2], int) else -1 for r in rows), np.int64, len(rows))
     codes: dict = {}
-    name_code = np.fromiter((codes.setdefault(r[3], len(codes)) for r in rows), np.int64, len(rows))
+    name_code = np.fromiter((codes.setdefault(name, len(codes)) for name in names), np.int64, n)
     pids = process_of(tids)
     # GPU work launched by the calls of each range's process while it was open: prefix sums per process.
-    kernel_ns, kernels, copy_ns = np.zeros(len(rows)), np.zeros(len(rows)), np.zeros(len(rows))
+    kernel_ns, kernels, copy_ns = np.zeros(n), np.zeros(n), np.zeros(n)
     call_kernel_ns, call_kernels, call_copy_ns = _work_per_call(wa)
     for pid in distinct(pids):
         mine = wa.calls.pid == pid
@@ -123,7 +121,6 @@ def ranges(export: NsysExport, wa: WindowActivity) -> list[dict]:
             target[at] = cumulative[high] - cumulative[low]
             del values, cumulative
     # Depth: ranges open on the same thread when this one starts (ends before starts at one time).
-    n = len(rows)
     t = np.concatenate((starts, ends))
     delta = np.concatenate((np.ones(n, np.int64), -np.ones(n, np.int64)))
     thread = np.concatenate((tids, tids))

@@ -16,8 +16,7 @@ import numpy as np
 from nsanalyze.normalize.activity import process_of
 from nsanalyze.normalize.budget import IDLE_PARTS, PARTS, as_parts
 from nsanalyze.normalize.steps import normalize_name
-from nsanalyze.normalize.checked_rows import VALID_NVTX
-from nsanalyze.read.nsys import NsysExport
+from nsanalyze.normalize.nvtx_ranges import Ranges
 
 MAX_PHASES = 8
 # Ranges named after code, not after a phase of the run: PyTorch's emit_nvtx op ranges (`aten::linear,
@@ -25,17 +24,6 @@ MAX_PHASES = 8
 CODE_RANGE = re.compile(r"::|, (seq|op_id) = ")
 MAX_INSTANCES_SHOWN = 500  # per phase, the longest, for the time line picture
 MIN_PHASE_SHARE = 0.01  # of the capture's span: shorter top-level ranges are detail, not phases
-
-
-def _ranges(export: NsysExport) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
-    """(starts, ends, threads, raw names) of the export's valid named NVTX ranges."""
-    # A range "ending" at 2^63-1 is corrupt, not a phase (it overflowed the per-thread offsets below):
-    # left out, and counted in the report's "Left out" line (normalize.checked_rows).
-    rows = export.query(f"SELECT start, end, global_tid, name FROM nvtx WHERE name IS NOT NULL AND {VALID_NVTX}")
-    starts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
-    ends = np.fromiter((r[1] for r in rows), np.int64, len(rows))
-    threads = np.fromiter((r[2] if isinstance(r[2], int) else -1 for r in rows), np.int64, len(rows))
-    return starts, ends, threads, [r[3] for r in rows]
 
 
 def _outermost(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.ndarray:
@@ -56,14 +44,7 @@ def _outermost(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray) -> np.
     return order[top]
 
 
-def top_level_ranges(export: NsysExport) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(starts, ends, normalized names) of the ranges no other range on their thread encloses."""
-    starts, ends, threads, names = _ranges(export)
-    top = _outermost(starts, ends, threads)
-    return starts[top], ends[top], [normalize_name(str(names[i])) for i in top]
-
-
-def find_phases(export: NsysExport, capture_budgets_of, window: tuple[int, int], step_name: str | None,
+def find_phases(nvtx: Ranges, capture_budgets_of, window: tuple[int, int], step_name: str | None,
                 work=None) -> list[dict]:
     """The phases of the capture, longest first (at most MAX_PHASES), each with its budget over its own
     instances (GPUs averaged), the share of it that lies inside the analysis window, and its `children`:
@@ -71,7 +52,7 @@ def find_phases(export: NsysExport, capture_budgets_of, window: tuple[int, int],
     `checkpoint`), found the same way one level down. `capture_budgets_of()` gives the per-GPU budgets
     over the whole capture; `work` (or a function that makes it), (start, end, launch call start, launch call pid)
     of every kernel and copy (Activity.launch_call_starts): the GPU work each phase launched (gpu_spans)."""
-    starts, ends, threads, raw = _ranges(export)
+    starts, ends, threads, raw = nvtx.named()
     top = _outermost(starts, ends, threads)
     if not len(top):
         return []

@@ -23,6 +23,7 @@ from nsanalyze.normalize.budget import COMMUNICATION_PATTERN, IDLE_PARTS, PARTS,
 from nsanalyze.normalize.critical_path import StepBlock, block_critical_path, blocking_launch_share, capture_summary, \
     code_build_summary, data_summary, median_step_block, pricing_block, timing_ns_per_step
 from nsanalyze.normalize.gpu_metrics import busy_clock, gpu_metrics, read_samples
+from nsanalyze.normalize.nvtx_ranges import Ranges, longest_first, ranges_around, ranges_holding, read_ranges
 from nsanalyze.normalize.kernels import KernelTable, normalize_nsys_kernels
 from nsanalyze.normalize.phases import find_phases
 from nsanalyze.normalize.out_of_memory import refused_allocations
@@ -198,16 +199,17 @@ def _timeline(export: NsysExport, skip_first_ns, nvtx_range, mode: str, side: "_
     kernels_later = side.submit_last(_kernels_and_work, export, window, activity.kernels,
                                      _kernel_names(export, activity) if side.beside else None,
                                      work_split.annotated_roles(export, activity), _reads_to_host(wa))
-    host_side = {"streams": gpus.streams(wa), "ranges": host_calls.ranges(export, wa), "gaps": gpus.gaps(export, wa),
+    nvtx = read_ranges(export)   # (the phases' too)
+    host_side = {"streams": gpus.streams(wa), "ranges": host_calls.ranges(nvtx, wa), "gaps": gpus.gaps(export, wa),
                  "syncs": syncs_later.result(), "launches": host_calls.launches(export, wa),
                  "copies": host_calls.copies(wa, host_calls.size_kernel_ids(export))}
     timeline, host_later = _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names,
-                                       comm_ids, peer_kinds, budgets_later.result(), host_side, side)
+                                       comm_ids, peer_kinds, budgets_later.result(), host_side, side, nvtx)
     return timeline, kernels_later, host_later
 
 
 def _timeline_after_budgets(export, window, steps, step_name, capture, activity, wa, call_names, comm_ids, peer_kinds,
-                            budgets, host_side, side: "_Side") -> tuple:
+                            budgets, host_side, side: "_Side", nvtx: Ranges) -> tuple:
     devices = gpus.devices(export, wa, comm_ids, {b.device_id: b.labelled.totals()["gpu_communication"] for b in budgets})
     kernel_ns, copy_ns = wa.kernels.end - wa.kernels.start, wa.copies.end - wa.copies.start
     totals = (int(kernel_ns.sum()), len(wa.kernels), int(copy_ns[wa.copies.memset == 0].sum()),
@@ -313,7 +315,7 @@ def _timeline_after_budgets(export, window, steps, step_name, capture, activity,
     # before numba-jit's first GPU work read as 265 ms inside a window of 147 ms)
     extent = (max(window.start, min((d["first_ns"] for d in devices), default=window.start)),
               min(window.end, max((d["last_ns"] for d in devices), default=window.end)))
-    timeline.phases = find_phases(export, capture_budgets, extent, step_name, work=capture.launch_call_starts)
+    timeline.phases = find_phases(nvtx, capture_budgets, extent, step_name, work=capture.launch_call_starts)
     # GPU metrics are sampled from the capture's start; outside the span of GPU work they only dilute.
     active = Window(max(window.start, min((d["first_ns"] for d in devices), default=window.start)),
                     min(window.end, max((d["last_ns"] for d in devices), default=window.end)), window.description)
@@ -915,30 +917,26 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
         _first_kernels(export, stretches, kernels)
     osrt = export.has("OSRT_API", "start", "end", "nameId", "globalTid")
     pids = ",".join(str(p) for b in budgets for p in b.processes) or "NULL"
-    for stretch in stretches:
-        start, end = stretch["start_ns"], stretch["start_ns"] + stretch["duration_ns"]
-        around = export.query("""SELECT name, global_tid FROM nvtx WHERE start <= :s AND end >= :e AND name IS NOT NULL
-                                 ORDER BY duration_ns DESC LIMIT 8""", {"s": start, "e": end})
+    spans = [(r["start_ns"], r["start_ns"] + r["duration_ns"]) for r in stretches]
+    arounds = [longest_first(ranges, 8) for ranges in ranges_around(export, spans, "n.name IS NOT NULL")]
+    helds = ranges_holding(export, [(s, e, RANGE_HOLDS * (e - s), [around[-1].global_tid] if around else
+                                     [int(t) for t in launching_threads]) for (s, e), around in zip(spans, arounds)],
+                           "n.name IS NOT NULL")
+    for stretch, (start, end), around, held in zip(stretches, spans, arounds, helds):
         # a range that holds nearly all of it names it too, though the stretch starts or ends a call outside it
         # (power_iteration: 'IO 190' holds 99.6% of a 26.7 ms stretch the step range alone encloses): a range of
         # the thread of the innermost one around it, else of a thread that launches GPU work (never another
         # rank's or a worker's)
         # every such range, outermost first, so the innermost is named: a stretch that starts 19 us before 'step 28'
         # holds 'step 28' and, 99.6% of it, 'make_batch' inside it (own67_churn), the range that says what ran
-        threads = [around[-1][1]] if around else [int(t) for t in launching_threads]
-        held = export.query(f"""SELECT name FROM nvtx
-                               WHERE start < :e AND end > :s AND NOT (start <= :s AND end >= :e) AND name IS NOT NULL
-                               AND global_tid IN ({",".join(str(int(t)) for t in threads if t is not None) or "NULL"})
-                               AND MIN(end, :e) - MAX(start, :s) >= :holds
-                               ORDER BY duration_ns DESC, start LIMIT 8""",
-                            {"s": start, "e": end, "holds": RANGE_HOLDS * (end - start)})
-        around = [*around, *((name, None) for name, in held)]
-        stretch["nvtx_range"] = around[-1][0] if around else None
+        held = sorted(held, key=lambda r: (-r.duration_ns, r.start))[:8]
+        around = [*around, *held]
+        stretch["nvtx_range"] = around[-1].name if around else None
         if step_ranges is not None:
             inside = np.minimum(step_ranges[1], end) - np.maximum(step_ranges[0], start)
             stretch["in_steps_ns"] = int(inside[inside > 0].sum())
         if len(around) > 1:   # outermost to innermost: `epoch 2 › checkpoint`
-            stretch["nvtx_path"] = " › ".join(str(r[0]) for r in around)
+            stretch["nvtx_path"] = " › ".join(str(r.name) for r in around)
     if osrt and stretches:  # one scan of the OS runtime calls for all stretches (the table has no index)
         windows = ", ".join(f"({i}, {r['start_ns']}, {r['start_ns'] + r['duration_ns']})" for i, r in enumerate(stretches))
         first = min(r["start_ns"] for r in stretches)
