@@ -511,7 +511,7 @@ def _before_uploads_lead(stretches) -> str:
     total = sum(s.own_time_ns for s in stretches)
     if not uploading or sum(s.own_time_ns for s in uploading) < BEFORE_UPLOADS_SHARE * total:
         return ""
-    size = naturalsize(sum(s.upload_after_bytes for s in uploading) / len(uploading), binary=True)
+    size = naturalsize(sum(s.upload_after_bytes for s in uploading) / len(uploading))
     return (f"The host's longest stretches end in copies to the GPU ({len(uploading)} of the {len(stretches)} "
             f"longest, {size} a copy on average): the host builds the steps' inputs on the CPU, then uploads them. "
             "Data that fits in GPU memory can stay there: move the dataset (or replay buffer) to the GPU once and "
@@ -563,7 +563,7 @@ def _after_reads_lead(timeline, idle_ns: float) -> str:
         return ""
     names = ", ".join(dict.fromkeys(code_span(base_name(row.name)) for row in reads[:2] if row.name)) or "copies"
     bulk = _bulk_reads(timeline)
-    size = f", {naturalsize(bulk[0], binary=True)} a copy on average" if bulk else ""
+    size = f", {naturalsize(bulk[0])} a copy on average" if bulk else ""
     whole = ("" if not bulk else
              " Copies this large bring data back whole: outputs reduced on the GPU first leave a small result to copy "
              "(`out.argmax(1).cpu()` before NumPy, `torch.bincount` for a confusion matrix, `topk`), and the copies, "

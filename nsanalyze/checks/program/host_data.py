@@ -122,7 +122,7 @@ CHECK = Check(
         "min_reads_over_uploads": Threshold(10.0, "a step that reads back this many times the bytes it uploads, with "
                                                   "less host work on them than min_work_share and than their copies "
                                                   "take, copies out state (a snapshot of the weights: "
-                                                  "blind77_hostsnap's 265.5 MiB a step, nothing uploaded), not the "
+                                                  "blind77_hostsnap's 278.4 MB a step, nothing uploaded), not the "
                                                   "outputs of what it took in"),
     },
     speedup_model=("the replay of the steps with the data kept on the GPU: each copy to the device gone with its "
@@ -280,7 +280,7 @@ def _what(data) -> str:
     if data.uploads_per_step:
         work = data.work_before_uploads_ns_per_step
         uploads = (f"{_count(data.uploads_per_step, 'upload')}{{a_step}} "
-                   f"({naturalsize(data.upload_bytes_per_step, binary=True)})"
+                   f"({naturalsize(data.upload_bytes_per_step)})"
                    + (f" after {duration_text(work)} of its work on them" if work >= SAID_WORK_SHARE * data.ns_per_step
                       else ""))
     if data.reads_per_step:
@@ -289,7 +289,7 @@ def _what(data) -> str:
         # read as all of its 114, a user read)
         least = naturalsize(READ_BACK_MIN_BYTES, binary=True, format="%.0f")
         reads = (f"{_count(data.reads_per_step, 'read')} back of {least} or more{{a_step}} "
-                 f"({naturalsize(data.read_bytes_per_step, binary=True)})"
+                 f"({naturalsize(data.read_bytes_per_step)})"
                  + (f" followed by {duration_text(work)} of its work on them"
                     if work >= SAID_WORK_SHARE * data.ns_per_step else ""))
     said = [reads, uploads] if data.work_after_reads_ns_per_step > data.work_before_uploads_ns_per_step else \
@@ -342,22 +342,22 @@ def _lead(data, state: bool = False, files: str = "") -> str:
     parked on the host and brought back (round_trip), that; where the reads are followed by files written (`files`:
     the calls, from _file_writes), those."""
     if state and round_trip(data):
-        return (f"Each step copies {naturalsize(data.read_bytes_per_step, binary=True)} to the host and "
-                f"{naturalsize(data.upload_bytes_per_step, binary=True)} back, and the host does little with them: "
+        return (f"Each step copies {naturalsize(data.read_bytes_per_step)} to the host and "
+                f"{naturalsize(data.upload_bytes_per_step)} back, and the host does little with them: "
                 "state parked on the host between uses (a model moved to the CPU while another runs, optimizer state "
                 "or a cache offloaded), not values it works on. Keep it on the GPU where memory allows (both models "
                 "resident; `model.to(\"cpu\")` in the loop moves every weight each time); where it must leave, "
                 "keep its host copy in pinned memory allocated once and bring it back with `non_blocking=True` on a "
                 "side stream ahead of its use.\n\n")
     if state:
-        return (f"Each step copies {naturalsize(data.read_bytes_per_step, binary=True)} to the host and the host does "
+        return (f"Each step copies {naturalsize(data.read_bytes_per_step)} to the host and the host does "
                 "little with it within the step: state copied out (a snapshot of the weights, a checkpoint, "
                 "activations or outputs kept for later), not values it works on. Keep it on the GPU (a copy into "
                 "buffers allocated once: `torch._foreach_copy_(buffers, tensors)`), copy it every N steps, or, where "
                 "the host must have it, with `non_blocking=True` into pinned buffers on a side stream, read a step "
                 "later.\n\n")
     if data.work_after_reads_ns_per_step > data.work_before_uploads_ns_per_step and files:
-        return (f"Each step reads back {naturalsize(data.read_bytes_per_step, binary=True)} and writes files: "
+        return (f"Each step reads back {naturalsize(data.read_bytes_per_step)} and writes files: "
                 f"{files}. That is a checkpoint or a log written every step: write it every N steps (and at the end), "
                 "without an fsync each time; where every step's must be kept, copy it into pinned buffers with "
                 "`non_blocking=True` and write from a thread of its own.\n\n")

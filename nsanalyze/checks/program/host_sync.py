@@ -279,7 +279,7 @@ def _reads_first(timeline) -> str:
         return ""
     return (f"The waits are the reads back of the data the host handles ({host_data.ID}): "
             f"{plural(round(data.reads_per_step), 'copy')} a step to the host "
-            f"({naturalsize(data.read_bytes_per_step, binary=True)}), each waited for (a `.cpu()`, a `torch.save` of "
+            f"({naturalsize(data.read_bytes_per_step)}), each waited for (a `.cpu()`, a `torch.save` of "
             "GPU tensors, a copy to pageable memory). Keep that data on the GPU, read it back every N steps, or copy "
             "it into pinned buffers with `non_blocking=True` and use it a step later; removing the waits is part of "
             f"that change, counted within {host_data.ID}'s saving.\n\n")

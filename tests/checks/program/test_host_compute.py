@@ -9,6 +9,7 @@ import copy
 import functools
 
 import pytest
+from humanize import naturalsize
 
 from nsanalyze.normalize.model import HostStretch, records
 from nsanalyze.checks import limits_for, skipping
@@ -598,7 +599,7 @@ def test_a_table_kept_on_the_cpu_is_the_work_after_the_reads(analyzed):
                                AND m.start >= {window['start_ns']} AND m.start < {window['end_ns']}""")
     assert reads == pytest.approx(2 * steps["count"], abs=2)
     first = program_findings(model)[0]
-    assert first["check"] == "host-data" and "2 reads back of 64 KiB or more a step (16.0 MiB) followed by" in first["title"]
+    assert first["check"] == "host-data" and "2 reads back of 64 KiB or more a step (16.8 MB) followed by" in first["title"]
     assert first["advice"].startswith("Most of the host's work follows the reads back")
     own = run(timeline_of(path.name))
     assert own.advice.startswith("The host's time follows the steps' reads from the GPU")
@@ -663,11 +664,12 @@ def test_outputs_read_back_whole_lead_before_the_steps_end(analyzed, run):
         WHERE e.label = 'Device-to-Host' AND m.start >= {window['start_ns']} AND m.start < {window['end_ns']}""")
     assert copies == pytest.approx(steps["count"], abs=1) and size / copies == 84 * 2 ** 20
     first = program_findings(model)[0]   # the host's work on the logits read back: host-data's
-    assert first["check"] == "host-data" and "1 read back of 64 KiB or more a step (84.0 MiB) followed by" in first["title"]
+    read_size = naturalsize(size / copies)   # bytes in decimal units, as every figure of the report (88.1 MB)
+    assert first["check"] == "host-data" and f"1 read back of 64 KiB or more a step ({read_size}) followed by" in first["title"]
     assert first["advice"].startswith("Most of the host's work follows the reads back")
     own = alone(timeline_of(path.name)).to_json()   # host-compute's own lead, host-data skipped
     lead = own["advice"].split("\n\n")[0]
-    assert lead.startswith("The host's time follows the steps' reads from the GPU") and "84.0 MiB a copy" in lead
+    assert lead.startswith("The host's time follows the steps' reads from the GPU") and f"{read_size} a copy" in lead
     assert "`out.argmax(1).cpu()`" in lead and f"the copies, {duration(ns / steps['count'])} a step" in lead
     assert "optimizer step" not in own["advice"]
     reviews = program_findings(analyzed(REAL / "blind70_reviews_base1_nsys.sqlite.xz"))[0]
@@ -732,7 +734,7 @@ def test_inputs_built_on_the_host_lead_where_the_stretches_end_in_uploads(analyz
     assert first["check"] == "host-data" and first["advice"].startswith("Most of the host's work comes before the uploads")
     finding = alone(timeline_of(path.name)).to_json()   # host-compute's own lead, host-data skipped
     assert finding["advice"].startswith("The host's longest stretches end in copies to the GPU (5 of the 5 longest, "
-                                        "13.8 MiB a copy on average)")
+                                        f"{naturalsize(512 * 4 * 84 * 84)} a copy on average)")
     assert "Issue fewer operations" not in finding["advice"]
     reviews = program_findings(analyzed(REAL / "blind70_reviews_base2_nsys.sqlite.xz"))[0]
     assert reviews["check"] == "host-compute" and reviews["advice"].startswith("The host's time lies at the end")
