@@ -11,6 +11,7 @@ Python to the rows in the view's order.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -84,7 +85,7 @@ def ranges_around(export: NsysExport, spans: list[tuple[int, int]], where: str =
 def ranges_holding(export: NsysExport, spans: list[tuple[int, int, float, list]], where: str = "1") -> list[list[Range]]:
     """For each (start, end, least overlap, threads) span, the ranges of those threads that overlap it by the least
     overlap or more without holding it whole and meet `where`, in the view's order."""
-    windows = [(i, s, e, int(-(-least // 1)), t) for i, (s, e, least, threads) in enumerate(spans)
+    windows = [(i, s, e, math.ceil(least), t) for i, (s, e, least, threads) in enumerate(spans)
                for t in dict.fromkeys(int(t) for t in threads if t is not None)]
     if not windows:
         return [[] for _ in spans]

@@ -963,9 +963,6 @@ def _host_stretches(export: NsysExport, budgets, launching_threads: np.ndarray, 
     return stretches
 
 
-FIRST_RUN_CHUNK = 1 << 22   # kernels compared at a time for an earlier run of a name
-
-
 # A stretch before a kernel's first run is set-up for it where the GPU's wait before its next run is at most this share
 # of the stretch: dev_infer's 47 ms before its first M=300 GEMM, then µs before each of the next; a capture that began
 # mid-run (a Kineto trace) sees first runs of kernels that run every step after the same host code, which is not set-up
